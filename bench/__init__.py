@@ -1,0 +1,1 @@
+"""Benchmarks: each prints same-run ratios against a baseline (see bench/README.md)."""

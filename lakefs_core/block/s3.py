@@ -1,0 +1,893 @@
+"""S3 :class:`~lakefs_core.block.base.BlockStore` (``s3://bucket``) through aioboto3.
+
+One store holds ONE aiobotocore client for its whole life: open it with ``await store.open()`` (or
+``async with S3BlockStore(...)``, or let the first operation open it) and ``await store.close()`` it.
+The client belongs to the event loop it was opened on.
+
+Behaviour on top of the common contract:
+
+- ``put`` of up to ``multipart_threshold`` bytes is one ``PutObject``; larger bodies (bytes or streamed)
+  go through a multipart upload (parts of ``multipart_chunk`` bytes, growing after every 2,000 parts so
+  10,000 parts reach S3's 5 TiB limit; up to ``multipart_concurrency`` parts in flight). A failed or
+  cancelled multipart upload is aborted. ``if_none_match=True`` sends ``If-None-Match: *`` on
+  ``PutObject``/``CompleteMultipartUpload``; HTTP 412 becomes
+  :class:`~lakefs_core.errors.PreconditionFailedError` (409 ``ConditionalRequestConflict`` is a race
+  with another conditional write and is retried).
+- Ambiguous create-only writes: when an attempt failed transiently (its outcome unknown) and a retry
+  gets 412, the object now stored is compared with what we wrote (MD5 ETag for single-part puts, the
+  multipart ETag computed from the part ETags for multipart uploads). Equal means our write landed:
+  success. Otherwise 412 stands. The same check resolves a retried ``CompleteMultipartUpload`` that
+  answers ``NoSuchUpload``.
+- Transient failures (HTTP 5xx and 429, ``SlowDown``, ``RequestTimeout``, throttling codes, 409
+  ``ConditionalRequestConflict``/``OperationAborted``, connection errors, read timeouts, truncated
+  bodies) are retried with tenacity (exponential backoff with full jitter, ``max_attempts`` attempts in
+  all; botocore's own retries are off), then raised as :class:`~lakefs_core.errors.TransientError`, or
+  :class:`~lakefs_core.errors.UnreachableError` when the endpoint could not be connected to.
+  ``stream`` resumes an interrupted body with a ranged ``GetObject`` pinned by ``If-Match`` to the
+  ETag it started with (a replaced object raises :class:`~lakefs_core.errors.ConflictError`).
+- ``NoSuchKey``/404 -> :class:`~lakefs_core.errors.NotFoundError`; ``NoSuchBucket`` ->
+  ``NotFoundError`` naming the bucket; ``AccessDenied``/403 and credential errors ->
+  :class:`AccessDeniedError`; other 4xx -> :class:`~lakefs_core.errors.BadInputError`.
+- ``put`` returns ``last_modified=None`` (``PutObject`` does not report it; ``head`` does).
+- ``copy`` is one server-side ``CopyObject`` (S3 limits it to sources up to 5 GiB) followed by a
+  ``HeadObject`` of the copy. A create-only copy streams the object through ``put`` instead (see
+  :meth:`S3BlockStore.copy`).
+- Credentials never appear in messages, logs or ``repr``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import builtins
+import contextlib
+import functools
+import hashlib
+import heapq
+import logging
+import random
+import re
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from contextlib import AsyncExitStack
+from dataclasses import dataclass, fields
+from types import TracebackType
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
+
+import aioboto3
+import aiohttp
+from aiobotocore.config import AioConfig
+from botocore.exceptions import (
+    ClientError,
+    HTTPClientError,
+    IncompleteReadError,
+    NoCredentialsError,
+    NoRegionError,
+    ParamValidationError,
+    PartialCredentialsError,
+)
+from botocore.exceptions import (
+    ConnectionError as BotoConnectionError,
+)
+from tenacity import (
+    AsyncRetrying,
+    RetryCallState,
+    retry_if_exception,
+    stop_after_attempt,
+    wait_random_exponential,
+)
+
+from lakefs_core.block._common import (
+    AccessDeniedError,
+    Rechunker,
+    check_body,
+    check_key,
+    check_list_args,
+    check_positive,
+    check_range,
+    closed_error,
+    iter_body,
+    normalize_content_type,
+    normalize_metadata,
+)
+from lakefs_core.block.base import Body, CommonPrefix, ObjectInfo
+from lakefs_core.errors import (
+    BadInputError,
+    ConflictError,
+    LakeFSError,
+    NotFoundError,
+    PreconditionFailedError,
+    TransientError,
+    UnreachableError,
+)
+
+if TYPE_CHECKING:
+    from types_aiobotocore_s3.client import S3Client
+
+__all__ = ["AccessDeniedError", "S3BlockStore", "S3Settings"]
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+MIB = 1 << 20
+MIN_PART = 5 * MIB
+MAX_PART = 5 * 1024 * MIB
+MAX_PARTS = 10_000
+DELETE_BATCH = 1000
+
+_BUCKET = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{1,253}[A-Za-z0-9]$")
+
+_TRANSIENT_CODES = frozenset(
+    {
+        "SlowDown",
+        "RequestTimeout",
+        "RequestTimeoutException",
+        "Throttling",
+        "ThrottlingException",
+        "ThrottledException",
+        "RequestThrottled",
+        "RequestThrottledException",
+        "TooManyRequestsException",
+        "RequestLimitExceeded",
+        "BandwidthLimitExceeded",
+        "ServiceUnavailable",
+        "InternalError",
+        "InternalFailure",
+        "ConditionalRequestConflict",
+        "OperationAborted",
+        "PriorRequestNotComplete",
+    }
+)
+_ACCESS_CODES = frozenset(
+    {
+        "AccessDenied",
+        "AllAccessDisabled",
+        "AccountProblem",
+        "InvalidAccessKeyId",
+        "SignatureDoesNotMatch",
+        "ExpiredToken",
+        "InvalidToken",
+        "TokenRefreshRequired",
+        "InvalidSecurity",
+    }
+)
+_NOT_FOUND_CODES = frozenset({"NoSuchKey", "404", "NotFound", "NoSuchUpload"})
+_PRECONDITION_CODES = frozenset({"PreconditionFailed", "412"})
+
+
+@dataclass(frozen=True)
+class S3Settings:
+    """How to reach S3 (or an S3-compatible store). Secrets are never shown by ``repr``.
+
+    ``addressing_style=None`` means ``"path"`` when ``endpoint_url`` is set (MinIO, Ceph, moto) and
+    ``"auto"`` otherwise. Credentials left ``None`` come from botocore's default chain (environment,
+    profile, instance role).
+    """
+
+    region: str | None = None
+    endpoint_url: str | None = None
+    access_key_id: str | None = None
+    secret_access_key: str | None = None
+    session_token: str | None = None
+    addressing_style: Literal["auto", "path", "virtual"] | None = None
+    multipart_threshold: int = 16 * MIB
+    multipart_chunk: int = 8 * MIB
+    multipart_concurrency: int = 4
+    max_attempts: int = 5
+    retry_initial_backoff: float = 0.1
+    retry_max_backoff: float = 5.0
+    connect_timeout: float = 10.0
+    read_timeout: float = 60.0
+    max_pool_connections: int = 32
+    request_checksum_calculation: Literal["when_supported", "when_required"] = "when_supported"
+
+    def __post_init__(self) -> None:
+        for name in ("multipart_threshold", "multipart_concurrency", "max_attempts", "max_pool_connections"):
+            check_positive(getattr(self, name), name)
+        if not isinstance(self.multipart_chunk, int) or not MIN_PART <= self.multipart_chunk <= MAX_PART:
+            raise BadInputError(f"must be between {MIN_PART} and {MAX_PART} bytes", field="multipart_chunk")
+        for name in ("retry_initial_backoff", "retry_max_backoff", "connect_timeout", "read_timeout"):
+            value = getattr(self, name)
+            if not isinstance(value, (int, float)) or isinstance(value, bool) or value < 0:
+                raise BadInputError("must be a number >= 0", field=name)
+        if self.addressing_style not in (None, "auto", "path", "virtual"):
+            raise BadInputError("must be None, 'auto', 'path' or 'virtual'", field="addressing_style")
+        if self.request_checksum_calculation not in ("when_supported", "when_required"):
+            raise BadInputError(
+                "must be 'when_supported' or 'when_required'", field="request_checksum_calculation"
+            )
+        if (self.access_key_id is None) != (self.secret_access_key is None):
+            raise BadInputError("access_key_id and secret_access_key go together", field="secret_access_key")
+
+    def __repr__(self) -> str:
+        shown = []
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if f.name in ("secret_access_key", "session_token") and value is not None:
+                shown.append(f"{f.name}='***'")
+            else:
+                shown.append(f"{f.name}={value!r}")
+        return f"S3Settings({', '.join(shown)})"
+
+    __str__ = __repr__
+
+
+def _error_code(e: ClientError) -> str:
+    return str(e.response.get("Error", {}).get("Code", ""))
+
+
+def _status(e: ClientError) -> int:
+    return int(e.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0) or 0)
+
+
+def _is_precondition(e: BaseException) -> bool:
+    return isinstance(e, ClientError) and (_error_code(e) in _PRECONDITION_CODES or _status(e) == 412)
+
+
+def _is_connect_error(e: BaseException) -> bool:
+    return isinstance(e, (BotoConnectionError, aiohttp.ClientConnectorError))
+
+
+def is_transient(e: BaseException) -> bool:
+    """True for S3/transport errors worth retrying (never for this project's own errors)."""
+    if isinstance(e, LakeFSError):
+        return False
+    if isinstance(e, ClientError):
+        status = _status(e)
+        return _error_code(e) in _TRANSIENT_CODES or status >= 500 or status == 429
+    return isinstance(
+        e,
+        (
+            BotoConnectionError,
+            HTTPClientError,
+            IncompleteReadError,
+            aiohttp.ClientError,
+            asyncio.TimeoutError,
+            ConnectionError,
+        ),
+    )
+
+
+def _sort_key(item: ObjectInfo | CommonPrefix) -> str:
+    return item.key if isinstance(item, ObjectInfo) else item.prefix
+
+
+def _strip_etag(etag: str) -> str:
+    return etag.strip('"')
+
+
+def multipart_etag(part_etags: Sequence[str]) -> str:
+    """The ETag S3 gives a multipart object: MD5 of the concatenated binary part MD5s, ``-<parts>``."""
+    digest = hashlib.md5(usedforsecurity=False)
+    for etag in part_etags:
+        digest.update(bytes.fromhex(_strip_etag(etag)))
+    return f"{digest.hexdigest()}-{len(part_etags)}"
+
+
+class S3BlockStore:
+    """A block store in one S3 bucket."""
+
+    def __init__(self, bucket: str, *, settings: S3Settings | None = None) -> None:
+        if not isinstance(bucket, str) or not _BUCKET.match(bucket):
+            raise BadInputError(f"{bucket!r} is not a valid bucket name", field="bucket")
+        self._bucket = bucket
+        self._settings = settings if settings is not None else S3Settings()
+        self._client_ref: S3Client | None = None
+        self._stack: AsyncExitStack | None = None
+        self._open_lock = asyncio.Lock()
+        self._closed = False
+
+    @property
+    def uri(self) -> str:
+        return f"s3://{self._bucket}"
+
+    @property
+    def bucket(self) -> str:
+        return self._bucket
+
+    @property
+    def settings(self) -> S3Settings:
+        return self._settings
+
+    def __repr__(self) -> str:
+        return f"S3BlockStore({self._bucket!r}, endpoint_url={self._settings.endpoint_url!r})"
+
+    # -- lifecycle ----------------------------------------------------------------------------------
+
+    async def open(self) -> S3BlockStore:
+        """Create the store's client (idempotent). Returns ``self``."""
+        async with self._open_lock:
+            if self._closed:
+                raise closed_error(self.uri)
+            if self._client_ref is not None:
+                return self
+            s = self._settings
+            style = s.addressing_style or ("path" if s.endpoint_url else "auto")
+            config = AioConfig(
+                region_name=s.region,
+                connect_timeout=s.connect_timeout,
+                read_timeout=s.read_timeout,
+                max_pool_connections=s.max_pool_connections,
+                retries={"total_max_attempts": 1, "mode": "standard"},  # tenacity retries, not botocore
+                s3={"addressing_style": style},
+                request_checksum_calculation=s.request_checksum_calculation,
+                response_checksum_validation="when_supported",
+            )
+            session = aioboto3.Session()
+            stack = AsyncExitStack()
+            try:
+                client = await stack.enter_async_context(
+                    session.client(
+                        "s3",
+                        region_name=s.region,
+                        endpoint_url=s.endpoint_url,
+                        aws_access_key_id=s.access_key_id,
+                        aws_secret_access_key=s.secret_access_key,
+                        aws_session_token=s.session_token,
+                        config=config,
+                    )
+                )
+            except BaseException as e:
+                await stack.aclose()
+                if isinstance(e, Exception):
+                    raise self._translate(e, "open client", None) from e
+                raise
+            self._stack, self._client_ref = stack, client
+            return self
+
+    async def close(self) -> None:
+        async with self._open_lock:
+            self._closed = True
+            stack, self._stack, self._client_ref = self._stack, None, None
+            if stack is not None:
+                await stack.aclose()
+
+    async def __aenter__(self) -> S3BlockStore:
+        return await self.open()
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.close()
+
+    async def _client(self) -> S3Client:
+        client = self._client_ref
+        if client is None:
+            if self._closed:
+                raise closed_error(self.uri)
+            await self.open()
+            client = self._client_ref
+            assert client is not None
+        return client
+
+    # -- errors and retries -------------------------------------------------------------------------
+
+    def _where(self, key: str | None) -> str:
+        return f"{self.uri}/{key}" if key else self.uri
+
+    def _translate(self, e: BaseException, op: str, key: str | None) -> LakeFSError:
+        if isinstance(e, LakeFSError):
+            return e
+        where = f"{op} {self._where(key)}"
+        if isinstance(e, ClientError):
+            code, status = _error_code(e), _status(e)
+            message = str(e.response.get("Error", {}).get("Message", "")).strip()
+            detail = f"{code or 'error'} (HTTP {status})" + (f": {message}" if message else "")
+            if code == "NoSuchBucket":
+                return NotFoundError(f"{where}: bucket {self._bucket!r} does not exist")
+            if code in _NOT_FOUND_CODES or status == 404:
+                return NotFoundError(f"{where}: no such object ({detail})")
+            if _is_precondition(e):
+                return PreconditionFailedError(f"{where}: precondition failed ({detail})")
+            if code in _ACCESS_CODES or status == 403:
+                return AccessDeniedError(f"{where}: access denied ({detail})")
+            if is_transient(e):
+                return TransientError(f"{where}: {detail} after {self._settings.max_attempts} attempt(s)")
+            if 400 <= status < 500:
+                return BadInputError(f"{where}: {detail}", field="key" if key else None)
+            return LakeFSError(f"{where}: {detail}")
+        if isinstance(e, (NoCredentialsError, PartialCredentialsError)):
+            return AccessDeniedError(f"{where}: no usable credentials ({type(e).__name__})")
+        if isinstance(e, (NoRegionError, ParamValidationError)):
+            return BadInputError(f"{where}: {type(e).__name__}: {e}")
+        if _is_connect_error(e):
+            return UnreachableError(
+                f"{where}: cannot reach {self._settings.endpoint_url or 'S3'} ({type(e).__name__}) "
+                f"after {self._settings.max_attempts} attempt(s)"
+            )
+        if is_transient(e):
+            return TransientError(
+                f"{where}: {type(e).__name__} after {self._settings.max_attempts} attempt(s)"
+            )
+        return LakeFSError(f"{where}: {type(e).__name__}: {e}")
+
+    def _log_retry(self, op: str, key: str | None) -> Callable[[RetryCallState], None]:
+        def before_sleep(state: RetryCallState) -> None:
+            exc = state.outcome.exception() if state.outcome is not None else None
+            what = _error_code(exc) if isinstance(exc, ClientError) else type(exc).__name__
+            log.warning(
+                "%s %s: transient %s, retrying (attempt %d of %d)",
+                op,
+                self._where(key),
+                what,
+                state.attempt_number,
+                self._settings.max_attempts,
+            )
+
+        return before_sleep
+
+    def _backoff(self, failures: int) -> float:
+        """The sleep before retry number ``failures``: exponential with full jitter (like tenacity's)."""
+        s = self._settings
+        high = min(s.retry_max_backoff, s.retry_initial_backoff * 2 ** max(0, failures - 1))
+        return random.uniform(0, high)
+
+    async def _call(self, op: str, key: str | None, fn: Callable[[], Awaitable[T]]) -> T:
+        """Run ``fn`` with bounded retries of transient errors; translate what finally escapes."""
+        s = self._settings
+        retrying = AsyncRetrying(
+            stop=stop_after_attempt(s.max_attempts),
+            wait=wait_random_exponential(multiplier=s.retry_initial_backoff, max=s.retry_max_backoff),
+            retry=retry_if_exception(is_transient),
+            before_sleep=self._log_retry(op, key),
+            reraise=True,
+        )
+        try:
+            async for attempt in retrying:
+                with attempt:
+                    return await fn()
+        except LakeFSError:
+            raise
+        except Exception as e:
+            raise self._translate(e, op, key) from e
+        raise AssertionError("unreachable: tenacity re-raises the last error")  # pragma: no cover
+
+    async def _stored_etag(self, key: str) -> str | None:
+        try:
+            return (await self.head(key)).etag
+        except NotFoundError:
+            return None
+
+    # -- BlockStore ---------------------------------------------------------------------------------
+
+    async def put(
+        self,
+        key: str,
+        body: Body,
+        *,
+        if_none_match: bool = False,
+        content_type: str | None = None,
+        metadata: Mapping[str, str] | None = None,
+    ) -> ObjectInfo:
+        check_key(key)
+        check_body(body)
+        ctype = normalize_content_type(content_type)
+        meta = normalize_metadata(metadata)
+        self._check_open()
+        threshold = self._settings.multipart_threshold
+        if isinstance(body, (bytes, bytearray, memoryview)):
+            data = bytes(body)
+            if len(data) <= threshold:
+                return await self._put_single(key, data, if_none_match=if_none_match, ctype=ctype, meta=meta)
+            return await self._put_multipart(
+                key, data, None, if_none_match=if_none_match, ctype=ctype, meta=meta
+            )
+        async with contextlib.aclosing(iter_body(body)) as chunks:
+            buf = bytearray()
+            async for chunk in chunks:
+                buf += chunk
+                if len(buf) > threshold:
+                    return await self._put_multipart(
+                        key, bytes(buf), chunks, if_none_match=if_none_match, ctype=ctype, meta=meta
+                    )
+            return await self._put_single(
+                key, bytes(buf), if_none_match=if_none_match, ctype=ctype, meta=meta
+            )
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise closed_error(self.uri)
+
+    async def _put_single(
+        self, key: str, data: bytes, *, if_none_match: bool, ctype: str, meta: dict[str, str]
+    ) -> ObjectInfo:
+        client = await self._client()
+        expected = hashlib.md5(data, usedforsecurity=False).hexdigest()
+        attempts = 0
+        kwargs: dict[str, Any] = {
+            "Bucket": self._bucket,
+            "Key": key,
+            "Body": data,
+            "ContentType": ctype,
+            "Metadata": meta,
+        }
+        if if_none_match:
+            kwargs["IfNoneMatch"] = "*"
+
+        async def attempt() -> str:
+            nonlocal attempts
+            attempts += 1
+            try:
+                resp = await client.put_object(**kwargs)
+            except ClientError as e:
+                # A retry answered 412: did our earlier attempt (outcome unknown) land after all?
+                if (
+                    if_none_match
+                    and attempts > 1
+                    and _is_precondition(e)
+                    and await self._stored_etag(key) == expected
+                ):
+                    return expected
+                raise
+            return _strip_etag(resp["ETag"])
+
+        etag = await self._call("PutObject", key, attempt)
+        return ObjectInfo(key=key, size=len(data), etag=etag, content_type=ctype, metadata=dict(meta))
+
+    def _part_size(self, number: int) -> int:
+        """Size of part ``number`` (1-based): doubles every 2,000 parts, capped at 5 GiB."""
+        return min(MAX_PART, self._settings.multipart_chunk << ((number - 1) // 2000))
+
+    async def _pieces(self, first: bytes, rest: AsyncIterator[bytes] | None) -> AsyncGenerator[bytes, None]:
+        buf = bytearray(first)
+        number = 1
+        while True:
+            size = self._part_size(number)
+            while len(buf) >= size:
+                yield bytes(buf[:size])
+                del buf[:size]
+                number += 1
+                size = self._part_size(number)
+            if rest is None:
+                break
+            try:
+                buf += await anext(rest)
+            except StopAsyncIteration:
+                break
+        if buf:
+            yield bytes(buf)
+
+    async def _put_multipart(
+        self,
+        key: str,
+        first: bytes,
+        rest: AsyncIterator[bytes] | None,
+        *,
+        if_none_match: bool,
+        ctype: str,
+        meta: dict[str, str],
+    ) -> ObjectInfo:
+        client = await self._client()
+        checksum = self._settings.request_checksum_calculation == "when_supported"
+        create_args: dict[str, Any] = {
+            "Bucket": self._bucket,
+            "Key": key,
+            "ContentType": ctype,
+            "Metadata": meta,
+        }
+        if checksum:
+            create_args["ChecksumAlgorithm"] = "CRC32"
+        created = await self._call(
+            "CreateMultipartUpload", key, lambda: client.create_multipart_upload(**create_args)
+        )
+        upload_id = created["UploadId"]
+        parts: dict[int, dict[str, Any]] = {}
+        pending: set[asyncio.Task[tuple[int, dict[str, Any]]]] = set()
+        size = 0
+
+        async def upload(number: int, piece: bytes) -> tuple[int, dict[str, Any]]:
+            args: dict[str, Any] = {
+                "Bucket": self._bucket,
+                "Key": key,
+                "UploadId": upload_id,
+                "PartNumber": number,
+                "Body": piece,
+            }
+            if checksum:
+                args["ChecksumAlgorithm"] = "CRC32"
+            resp = await self._call(f"UploadPart {number}", key, lambda: client.upload_part(**args))
+            part: dict[str, Any] = {"PartNumber": number, "ETag": resp["ETag"]}
+            if checksum and resp.get("ChecksumCRC32"):
+                part["ChecksumCRC32"] = resp["ChecksumCRC32"]
+            return number, part
+
+        async def drain_one() -> None:
+            nonlocal pending
+            done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+            for task in done:
+                number, part = task.result()
+                parts[number] = part
+
+        try:
+            number = 0
+            async with contextlib.aclosing(self._pieces(first, rest)) as pieces:
+                async for piece in pieces:
+                    number += 1
+                    if number > MAX_PARTS:
+                        raise BadInputError(f"{self._where(key)}: body needs more than {MAX_PARTS} parts")
+                    size += len(piece)
+                    while len(pending) >= self._settings.multipart_concurrency:
+                        await drain_one()
+                    pending.add(asyncio.ensure_future(upload(number, piece)))
+            while pending:
+                await drain_one()
+            ordered = [parts[n] for n in sorted(parts)]
+            expected = multipart_etag([p["ETag"] for p in ordered])
+            complete_args: dict[str, Any] = {
+                "Bucket": self._bucket,
+                "Key": key,
+                "UploadId": upload_id,
+                "MultipartUpload": {"Parts": ordered},
+            }
+            if if_none_match:
+                complete_args["IfNoneMatch"] = "*"
+            attempts = 0
+
+            async def complete() -> str:
+                nonlocal attempts
+                attempts += 1
+                try:
+                    resp = await client.complete_multipart_upload(**complete_args)
+                except ClientError as e:
+                    # After an attempt with unknown outcome, NoSuchUpload or 412 may mean it landed.
+                    ambiguous = _error_code(e) == "NoSuchUpload" or (if_none_match and _is_precondition(e))
+                    if attempts > 1 and ambiguous and await self._stored_etag(key) == expected:
+                        return expected
+                    raise
+                return _strip_etag(resp.get("ETag", expected))
+
+            etag = await self._call("CompleteMultipartUpload", key, complete)
+        except BaseException:
+            for task in pending:
+                task.cancel()
+            await asyncio.gather(*pending, return_exceptions=True)
+            await asyncio.shield(self._abort(key, upload_id))
+            raise
+        return ObjectInfo(key=key, size=size, etag=etag, content_type=ctype, metadata=dict(meta))
+
+    async def _abort(self, key: str, upload_id: str) -> None:
+        try:
+            client = await self._client()
+            await self._call(
+                "AbortMultipartUpload",
+                key,
+                lambda: client.abort_multipart_upload(Bucket=self._bucket, Key=key, UploadId=upload_id),
+            )
+        except NotFoundError:
+            pass  # already completed or aborted
+        except LakeFSError as e:
+            log.warning("could not abort multipart upload of %s: %s", self._where(key), e)
+
+    @staticmethod
+    def _range(start: int, end: int | None) -> str | None:
+        if start == 0 and end is None:
+            return None
+        return f"bytes={start}-" if end is None else f"bytes={start}-{end - 1}"
+
+    async def get(self, key: str, *, start: int = 0, length: int | None = None) -> bytes:
+        check_key(key)
+        check_range(start, length)
+        if length == 0:
+            await self.head(key)
+            return b""
+        client = await self._client()
+        args: dict[str, Any] = {"Bucket": self._bucket, "Key": key}
+        rng = self._range(start, None if length is None else start + length)
+        if rng is not None:
+            args["Range"] = rng
+
+        async def attempt() -> bytes:
+            try:
+                resp = await client.get_object(**args)
+            except ClientError as e:
+                if _error_code(e) == "InvalidRange":
+                    return b""  # the range starts at or after the end
+                raise
+            body = resp["Body"]
+            async with body:
+                return bytes(await body.read())
+
+        return await self._call("GetObject", key, attempt)
+
+    async def stream(
+        self, key: str, *, start: int = 0, length: int | None = None, chunk_size: int = 1 << 20
+    ) -> AsyncGenerator[bytes, None]:
+        check_key(key)
+        check_range(start, length)
+        check_positive(chunk_size, "chunk_size")
+        if length == 0:
+            await self.head(key)
+            return
+        client = await self._client()
+        end = None if length is None else start + length
+        pos = start
+        etag: str | None = None
+        failures = 0
+        rechunk = Rechunker(chunk_size)
+
+        async def open_at(offset: int, pinned: str | None) -> Any:
+            args: dict[str, Any] = {"Bucket": self._bucket, "Key": key}
+            rng = self._range(offset, end)
+            if rng is not None:
+                args["Range"] = rng
+            if pinned is not None:
+                args["IfMatch"] = pinned
+            try:
+                return await client.get_object(**args)
+            except ClientError as e:
+                if _error_code(e) == "InvalidRange":
+                    return None
+                if pinned is not None and _is_precondition(e):
+                    raise ConflictError(f"{self._where(key)}: object replaced while being read") from e
+                raise
+
+        while end is None or pos < end:
+            offset, pinned = pos, etag
+            resp = await self._call("GetObject", key, functools.partial(open_at, offset, pinned))
+            if resp is None:
+                break
+            if etag is None:
+                etag = resp["ETag"]
+            body = resp["Body"]
+            finished = False
+            async with body:
+                while True:
+                    try:
+                        data = await body.read(chunk_size)
+                    except Exception as e:
+                        if not is_transient(e):
+                            raise self._translate(e, "GetObject", key) from e
+                        failures += 1
+                        if failures >= self._settings.max_attempts:
+                            raise self._translate(e, "GetObject", key) from e
+                        log.warning(
+                            "GetObject %s: body interrupted at byte %d, resuming", self._where(key), pos
+                        )
+                        break
+                    if not data:
+                        finished = True
+                        break
+                    failures = 0
+                    pos += len(data)
+                    for piece in rechunk.push(data):
+                        yield piece
+            if finished:
+                break
+            await asyncio.sleep(self._backoff(failures))
+        tail = rechunk.flush()
+        if tail:
+            yield tail
+
+    async def head(self, key: str) -> ObjectInfo:
+        check_key(key)
+        client = await self._client()
+        resp = await self._call("HeadObject", key, lambda: client.head_object(Bucket=self._bucket, Key=key))
+        return ObjectInfo(
+            key=key,
+            size=int(resp["ContentLength"]),
+            etag=_strip_etag(resp["ETag"]),
+            last_modified=resp.get("LastModified"),
+            content_type=resp.get("ContentType"),
+            metadata=dict(resp.get("Metadata") or {}),
+        )
+
+    async def exists(self, key: str) -> bool:
+        try:
+            await self.head(key)
+        except NotFoundError:
+            return False
+        return True
+
+    async def delete(self, key: str) -> None:
+        check_key(key)
+        client = await self._client()
+        await self._call("DeleteObject", key, lambda: client.delete_object(Bucket=self._bucket, Key=key))
+
+    async def delete_many(self, keys: Sequence[str]) -> None:
+        checked = list(dict.fromkeys(check_key(k, field="keys") for k in keys))
+        if not checked:
+            return
+        client = await self._client()
+        for i in range(0, len(checked), DELETE_BATCH):
+            remaining = checked[i : i + DELETE_BATCH]
+            for round_ in range(1, self._settings.max_attempts + 1):
+                request = {"Objects": [{"Key": k} for k in remaining], "Quiet": True}
+                resp = await self._call(
+                    "DeleteObjects",
+                    None,
+                    functools.partial(client.delete_objects, Bucket=self._bucket, Delete=request),  # type: ignore[arg-type]
+                )
+                errors = resp.get("Errors") or []
+                if not errors:
+                    break
+                retry = [e for e in errors if e.get("Code") in _TRANSIENT_CODES]
+                final = [e for e in errors if e.get("Code") not in _TRANSIENT_CODES]
+                if final:
+                    shown = ", ".join(f"{e.get('Key')} ({e.get('Code')})" for e in final[:5])
+                    more = f" (+{len(final) - 5} more)" if len(final) > 5 else ""
+                    message = f"DeleteObjects {self.uri}: {len(final)} key(s) not deleted: {shown}{more}"
+                    if all(e.get("Code") in _ACCESS_CODES for e in final):
+                        raise AccessDeniedError(message)
+                    raise LakeFSError(message)
+                remaining = [str(e.get("Key")) for e in retry]
+                if round_ < self._settings.max_attempts:
+                    await asyncio.sleep(self._backoff(round_))
+            else:
+                shown = ", ".join(remaining[:5])
+                more = f" (+{len(remaining) - 5} more)" if len(remaining) > 5 else ""
+                raise TransientError(
+                    f"DeleteObjects {self.uri}: {len(remaining)} key(s) still failing after "
+                    f"{self._settings.max_attempts} attempt(s): {shown}{more}"
+                )
+
+    async def list(
+        self,
+        prefix: str = "",
+        *,
+        delimiter: str | None = None,
+        start_after: str | None = None,
+        page_size: int = 1000,
+    ) -> AsyncGenerator[ObjectInfo | CommonPrefix, None]:
+        prefix, delimiter, start_after, page_size = check_list_args(prefix, delimiter, start_after, page_size)
+        client = await self._client()
+        base: dict[str, Any] = {"Bucket": self._bucket, "Prefix": prefix, "MaxKeys": min(page_size, 1000)}
+        if delimiter is not None:
+            base["Delimiter"] = delimiter
+        if start_after is not None:
+            base["StartAfter"] = start_after
+        token: str | None = None
+        while True:
+            args = dict(base)
+            if token is not None:
+                args["ContinuationToken"] = token
+            resp = await self._call(
+                "ListObjectsV2", prefix or None, functools.partial(client.list_objects_v2, **args)
+            )
+            objects: builtins.list[ObjectInfo | CommonPrefix] = [
+                ObjectInfo(
+                    key=c["Key"],
+                    size=int(c["Size"]),
+                    etag=_strip_etag(c.get("ETag", "")),
+                    last_modified=c.get("LastModified"),
+                )
+                for c in resp.get("Contents") or []
+            ]
+            prefixes: builtins.list[ObjectInfo | CommonPrefix] = [
+                CommonPrefix(p["Prefix"]) for p in resp.get("CommonPrefixes") or [] if "Prefix" in p
+            ]
+            merged: builtins.list[ObjectInfo | CommonPrefix] = builtins.list(
+                heapq.merge(objects, prefixes, key=_sort_key)
+            )
+            for item in merged:
+                yield item
+            token = resp.get("NextContinuationToken")
+            if not resp.get("IsTruncated") or not token:
+                return
+
+    async def copy(self, src_key: str, dst_key: str, *, if_none_match: bool = False) -> ObjectInfo:
+        """Server-side ``CopyObject``; a create-only copy streams through ``put(if_none_match=True)``
+        instead, because conditional ``CopyObject`` is silently ignored by some S3 implementations
+        (moto, older S3-compatible stores) and a create-only write must never overwrite."""
+        check_key(src_key, field="src_key")
+        check_key(dst_key, field="dst_key")
+        if if_none_match:
+            info = await self.head(src_key)
+            async with contextlib.aclosing(self.stream(src_key, chunk_size=MIB)) as chunks:
+                await self.put(
+                    dst_key,
+                    chunks,
+                    if_none_match=True,
+                    content_type=info.content_type,
+                    metadata=info.metadata,
+                )
+            return await self.head(dst_key)
+        client = await self._client()
+        args: dict[str, Any] = {
+            "Bucket": self._bucket,
+            "Key": dst_key,
+            "CopySource": {"Bucket": self._bucket, "Key": src_key},
+            "MetadataDirective": "COPY",
+        }
+        await self._call(
+            "CopyObject", f"{src_key} -> {dst_key}", functools.partial(client.copy_object, **args)
+        )
+        return await self.head(dst_key)

@@ -1,0 +1,122 @@
+"""The project's one exception tree.
+
+Every error raised by library code (``lakefs_core``, ``lakefs_mirror``, ``lakefs_gc``) is a
+:class:`LakeFSError`. Drivers translate SDK errors at their edge with ``raise ... from e`` into one
+of the branches below, so callers never need to know which driver they talk to:
+
+- :class:`NotFoundError`: the thing asked for does not exist (a definite answer).
+- :class:`ConflictError`: the world is not as the caller expected. :class:`PreconditionFailedError`
+  is the compare-and-swap flavour (a pointer moved under us); :class:`MergeConflictError` carries
+  the conflicting keys; :class:`NoChangesError` refuses an empty commit or merge.
+- :class:`CorruptDataError`: stored bytes are not what the format promises; names the file and the
+  byte offset. Never retried, never papered over.
+- :class:`BadInputError`: the caller's input is wrong; names the field or key path.
+- :class:`TransientError`: the outcome is unknown or the service is temporarily unavailable;
+  ``retryable`` is true. An unknown outcome must never cause a delete.
+
+Each class carries a distinct ``exit_code`` so the CLIs can map errors to process exit codes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import ClassVar
+
+
+class LakeFSError(Exception):
+    """Root of every error this project raises."""
+
+    exit_code: ClassVar[int] = 1
+    retryable: ClassVar[bool] = False
+
+
+class NotFoundError(LakeFSError):
+    """The requested object, record, ref or file does not exist."""
+
+    exit_code = 2
+
+
+class ConflictError(LakeFSError):
+    """The operation conflicts with the current state."""
+
+    exit_code = 3
+
+
+class PreconditionFailedError(ConflictError):
+    """A compare-and-swap expectation (absent / exists / equals bytes) did not hold."""
+
+    exit_code = 4
+
+
+class MergeConflictError(ConflictError):
+    """A three-way merge found keys changed differently on both sides."""
+
+    exit_code = 5
+
+    def __init__(self, keys: Sequence[bytes], message: str | None = None) -> None:
+        self.keys: list[bytes] = list(keys)
+        shown = ", ".join(k.decode("utf-8", "backslashreplace") for k in self.keys[:10])
+        more = f" (+{len(self.keys) - 10} more)" if len(self.keys) > 10 else ""
+        super().__init__(message or f"merge conflict on {len(self.keys)} key(s): {shown}{more}")
+
+
+class ReadOnlyError(ConflictError):
+    """A write was refused because the target (e.g. a mirror repository) is read-only."""
+
+    exit_code = 6
+
+
+class TooManyRetriesError(ConflictError):
+    """A bounded compare-and-swap retry loop was exhausted by concurrent writers."""
+
+    exit_code = 7
+
+
+class NoChangesError(ConflictError):
+    """A commit or merge would change nothing (and empty commits were not allowed)."""
+
+    exit_code = 13
+
+
+class CorruptDataError(LakeFSError):
+    """Stored bytes violate the format. Names the file and, where known, the byte offset."""
+
+    exit_code = 8
+
+    def __init__(self, message: str, *, file: str | None = None, offset: int | None = None) -> None:
+        self.file = file
+        self.offset = offset
+        where = []
+        if file is not None:
+            where.append(f"file {file}")
+        if offset is not None:
+            where.append(f"offset {offset}")
+        super().__init__(f"{message} ({', '.join(where)})" if where else message)
+
+
+class BadInputError(LakeFSError, ValueError):
+    """The caller's input is invalid. ``field`` names what was wrong (a key path, argument, field)."""
+
+    exit_code = 9
+
+    def __init__(self, message: str, *, field: str | None = None) -> None:
+        self.field = field
+        super().__init__(f"{field}: {message}" if field else message)
+
+
+class TransientError(LakeFSError):
+    """Temporary failure or unknown outcome: safe to retry, never grounds for a delete."""
+
+    exit_code = 10
+    retryable = True
+
+
+class UnreachableError(TransientError):
+    """A backing service (KV store, object store, peer daemon) could not be reached."""
+
+    exit_code = 11
+
+
+def is_retryable(exc: BaseException) -> bool:
+    """True for errors that a bounded retry loop may try again (tenacity predicate helper)."""
+    return isinstance(exc, LakeFSError) and exc.retryable

@@ -1,0 +1,355 @@
+"""Reads RocksDB block-based tables: lakeFS ranges/metaranges and generic RocksDB SST files.
+
+:class:`TableReader` parses the footer, the metaindex, the properties block and the whole index at
+open time (one-level index type 0/1, or two-level index type 2 whose partitions are all read then);
+filter, range-deletion and any other meta blocks are ignored. Separator user keys are kept in one
+sorted list, so finding a key's data block is one ``bisect``.
+
+Data blocks are decoded lazily into parallel lists of user keys and values. Up to
+``block_cache_blocks`` decoded blocks are kept per reader (first-in first-out), and the records of
+all cached blocks are also indexed in one dict, so a warm point lookup is a single hash probe; a
+miss costs a bisect over the separators and one over the block. Scans read through the cache but
+do not fill it, so a full pass does not evict the blocks point lookups rely on. Safe to share
+between threads: the file is immutable and the miss path is serialised by a lock.
+
+Records are user keys (the 8-byte internal-key trailer stripped) with the value of the newest
+version of each key when that version is a SET; deletions and other kinds hide older versions and
+are not returned. lakeFS files only ever hold SETs with sequence number 0.
+
+With ``verify_checksums`` (the default) every data block's CRC32C is checked when the reader opens
+(about 1 ms per 4 MB), so an opened reader is backed by intact bytes; blocks are still decoded only
+when needed. ``verify_checksums=False`` skips all checksum checks (e.g. to avoid touching every page
+of a huge memory-mapped file), leaving the structural checks below.
+
+Any violation of the format (bad magic, truncation, handles outside the file, checksum mismatch,
+unknown compression, bad Snappy data, malformed entries or restart arrays, bad varints, unsorted
+keys) raises :class:`~lakefs_core.errors.CorruptDataError` with the file name and a byte offset.
+The reader accepts any buffer (``bytes``, ``memoryview``, ``mmap``) and does no I/O itself; it holds
+a memoryview of it until :meth:`TableReader.close`.
+"""
+
+from __future__ import annotations
+
+import mmap
+import threading
+from bisect import bisect_left
+from collections import deque
+from collections.abc import Iterable, Iterator
+
+from lakefs_core.errors import BadInputError, CorruptDataError
+from lakefs_core.format.sstable.block import decode_block, decode_data_block, decode_index_block
+from lakefs_core.format.sstable.footer import (
+    CHECKSUM_CRC32C,
+    CHECKSUM_NONE,
+    FOOTER_SIZE,
+    BlockHandle,
+    Footer,
+    decode_footer,
+    decode_handle,
+    read_block,
+    verify_block,
+)
+from lakefs_core.format.sstable.properties import (
+    COMPRESSION,
+    INDEX_KEY_IS_USER_KEY,
+    INDEX_TYPE,
+    INDEX_TYPE_TWO_LEVEL,
+    INDEX_VALUE_IS_DELTA_ENCODED,
+    NUM_ENTRIES,
+    NUM_RANGE_DELETIONS,
+    PROPERTIES_BLOCK,
+    RESERVED_PREFIX,
+    decode_properties,
+    fixed32_prop,
+    uvarint_prop,
+)
+
+DEFAULT_BLOCK_CACHE_BLOCKS = 1024  # 4 MiB of 4 KiB blocks per reader
+_MAX_ENTRIES_PER_BYTE = 64
+_SUPPORTED_INDEX_TYPES = (0, 1, INDEX_TYPE_TWO_LEVEL)  # 1 (hash search) keeps a binary-search index
+
+Block = tuple[list[bytes], list[bytes | None]]
+TableData = bytes | bytearray | memoryview | mmap.mmap
+
+
+class TableReader:
+    """Random access and ordered scans over one table held in memory (or memory-mapped)."""
+
+    def __init__(
+        self,
+        data: TableData,
+        name: str = "<memory>",
+        *,
+        verify_checksums: bool = True,
+        block_cache_blocks: int = DEFAULT_BLOCK_CACHE_BLOCKS,
+    ) -> None:
+        self.name = name
+        view = memoryview(data)
+        if view.ndim != 1 or view.itemsize != 1:
+            view = view.cast("B")
+        self._data = view
+        self._closed = False
+        self._verify = False  # the footer and metaindex are read below, after the checksum type
+        self._cache_cap = max(0, block_cache_blocks)
+        self._records: dict[bytes, bytes] = {}
+        self._fifo: deque[int] = deque()
+        self._lock = threading.Lock()
+        self.footer: Footer = decode_footer(view, name)
+        self._verify = self._checksums_to_verify(verify_checksums)
+        self.meta_blocks: dict[str, BlockHandle] = self._read_metaindex()
+        self.properties: dict[str, bytes] = self._read_properties()
+        self.user_properties: dict[str, bytes] = {
+            k: v for k, v in self.properties.items() if not k.startswith(RESERVED_PREFIX)
+        }
+        poff = self.meta_blocks[PROPERTIES_BLOCK].offset if PROPERTIES_BLOCK in self.meta_blocks else None
+        props = self.properties
+        self.index_type: int = fixed32_prop(props, INDEX_TYPE, name, poff)
+        # Point entries: RocksDB's rocksdb.num.entries also counts range tombstones.
+        self.num_entries: int = uvarint_prop(props, NUM_ENTRIES, name, poff) - uvarint_prop(
+            props, NUM_RANGE_DELETIONS, name, poff
+        )
+        # len() sizes list(reader) up front, so an absurd count must not reach it. No codec packs
+        # more than 64 entries (each >= 4 raw bytes) into one byte of file.
+        if not 0 <= self.num_entries <= _MAX_ENTRIES_PER_BYTE * len(view):
+            raise CorruptDataError(f"implausible entry count {self.num_entries}", file=name, offset=poff)
+        self.compression: str = props.get(COMPRESSION, b"").decode("utf-8", "replace")
+        self._key_is_user_key = uvarint_prop(props, INDEX_KEY_IS_USER_KEY, name, poff) != 0
+        self._value_delta = uvarint_prop(props, INDEX_VALUE_IS_DELTA_ENCODED, name, poff) != 0
+        self._seps, self._handles = self._read_index()
+        self._nblocks = len(self._handles)
+        self._blocks: list[Block | None] = [None] * self._nblocks
+        if self._verify:
+            # Check every data block now, so a reader that opened is backed by intact bytes (a
+            # corrupt download fails here, before anything caches it); later reads skip the check.
+            for handle in self._handles:
+                verify_block(view, handle, name)
+            self._verify = False
+
+    # -- open-time parsing -------------------------------------------------------------------
+
+    def _checksums_to_verify(self, wanted: bool) -> bool:
+        ctype = self.footer.checksum_type
+        if not wanted:
+            return False
+        if ctype != CHECKSUM_CRC32C:
+            # xxHash-family checksums (newer RocksDB defaults) need a hash library the project does
+            # not depend on, and "no checksum" (0) is also what one flipped bit in the footer makes
+            # of a CRC32C file: refuse rather than silently skip verification.
+            what = "no checksums" if ctype == CHECKSUM_NONE else f"checksum type {ctype}"
+            raise CorruptDataError(
+                f"cannot verify {what} (only CRC32C); open with verify_checksums=False to read anyway",
+                file=self.name,
+                offset=len(self._data) - FOOTER_SIZE,
+            )
+        return True
+
+    def _read_metaindex(self) -> dict[str, BlockHandle]:
+        handle = self.footer.metaindex
+        keys, vals = decode_block(self._read(handle), self.name, handle.offset)
+        out: dict[str, BlockHandle] = {}
+        for key, val in zip(keys, vals, strict=True):
+            meta_handle, end = decode_handle(val, 0, file=self.name, base=handle.offset)
+            if end != len(val):
+                raise CorruptDataError("malformed metaindex handle", file=self.name, offset=handle.offset)
+            out[key.decode("utf-8", "replace")] = meta_handle
+        return out
+
+    def _read_properties(self) -> dict[str, bytes]:
+        handle = self.meta_blocks.get(PROPERTIES_BLOCK)
+        if handle is None:
+            return {}
+        return decode_properties(self._read(handle), self.name, handle.offset)
+
+    def _read_index(self) -> tuple[list[bytes], list[BlockHandle]]:
+        if self.index_type not in _SUPPORTED_INDEX_TYPES:
+            raise CorruptDataError(f"unsupported index type {self.index_type}", file=self.name)
+        seps, handles = self._decode_index(self.footer.index)
+        if self.index_type == INDEX_TYPE_TWO_LEVEL:
+            all_seps: list[bytes] = []
+            all_handles: list[BlockHandle] = []
+            for partition in handles:
+                part_seps, part_handles = self._decode_index(partition)
+                all_seps += part_seps
+                all_handles += part_handles
+            seps, handles = all_seps, all_handles
+        # Lookups bisect this list, so an unsorted index would silently miss keys.
+        for i in range(1, len(seps)):
+            if seps[i - 1] > seps[i]:
+                raise CorruptDataError(
+                    f"index separators out of order at entry {i}", file=self.name, offset=handles[i].offset
+                )
+        return seps, handles
+
+    def _decode_index(self, handle: BlockHandle) -> tuple[list[bytes], list[BlockHandle]]:
+        return decode_index_block(
+            self._read(handle),
+            self.name,
+            handle.offset,
+            key_is_user_key=self._key_is_user_key,
+            value_delta_encoded=self._value_delta,
+        )
+
+    def _read(self, handle: BlockHandle) -> bytes:
+        if self._closed:
+            raise BadInputError("the table reader is closed", field=self.name)
+        return read_block(self._data, handle, self.name, verify=self._verify)
+
+    # -- data blocks -------------------------------------------------------------------------
+    #
+    # Cache layout, chosen for the warm point-lookup path:
+    # - ``_blocks[i]``: decoded data block ``i`` or ``None``; at most ``block_cache_blocks`` are
+    #   held, evicted first-in first-out (hits bypass the block list, so recency is not tracked);
+    # - ``_records``: the visible records of every cached block in one dict, so a hit costs one hash
+    #   probe instead of two bisects over cold memory. The file is immutable, so an entry there is
+    #   always a correct answer; the lock (miss path only) keeps it in step with ``_blocks``.
+
+    def _routed_start(self, i: int, keys: list[bytes]) -> int:
+        """Index of the first key of block ``i`` that lookups route to block ``i``: a first key
+        equal to the previous separator is an older version of a key the previous block owns."""
+        return 1 if i and keys and keys[0] == self._seps[i - 1] else 0
+
+    def _load(self, i: int) -> Block:
+        """Decode data block ``i`` and cache it (the point-lookup miss path)."""
+        block = self._decode(i)
+        if self._cache_cap == 0:
+            return block
+        with self._lock:
+            cached = self._blocks[i]
+            if cached is not None:  # another thread got here first
+                return cached
+            while len(self._fifo) >= self._cache_cap:
+                self._evict(self._fifo.popleft())
+            keys, vals = block
+            start = self._routed_start(i, keys)
+            if start == 0 and None not in vals:
+                self._records.update(zip(keys, vals, strict=True))  # type: ignore[arg-type]
+            else:
+                for key, value in zip(keys[start:], vals[start:], strict=True):
+                    if value is not None:
+                        self._records[key] = value
+            self._blocks[i] = block
+            self._fifo.append(i)
+        return block
+
+    def _evict(self, i: int) -> None:
+        block = self._blocks[i]
+        self._blocks[i] = None
+        if block is not None:
+            keys = block[0]
+            pop = self._records.pop
+            for key in keys[self._routed_start(i, keys) :]:
+                pop(key, None)
+
+    def _decode(self, i: int) -> Block:
+        handle = self._handles[i]
+        return decode_data_block(self._read(handle), self.name, handle.offset)
+
+    def _peek(self, i: int) -> Block:
+        """Block ``i`` from the cache if there, else decoded without caching (scans)."""
+        block = self._blocks[i]
+        return block if block is not None else self._decode(i)
+
+    # -- public API --------------------------------------------------------------------------
+
+    @property
+    def num_data_blocks(self) -> int:
+        return self._nblocks
+
+    def __len__(self) -> int:
+        """Point entries stored (``rocksdb.num.entries`` less range tombstones): the record count
+        for lakeFS files; generic files may also count deletions and hidden older versions."""
+        return self.num_entries
+
+    def get(self, user_key: bytes) -> bytes | None:
+        """The value stored under ``user_key``, or ``None``. A warm hit is one dict probe."""
+        value = self._records.get(user_key)
+        return value if value is not None else self._lookup(user_key)
+
+    def _lookup(self, user_key: bytes) -> bytes | None:
+        i = bisect_left(self._seps, user_key)
+        if i >= self._nblocks:
+            return None
+        block = self._blocks[i]
+        if block is None:
+            block = self._load(i)
+        keys = block[0]
+        j = bisect_left(keys, user_key)
+        if j < len(keys) and keys[j] == user_key:
+            return block[1][j]
+        return None
+
+    def get_many(self, user_keys: Iterable[bytes]) -> list[bytes | None]:
+        """``[get(k) for k in user_keys]`` with the per-call overhead hoisted out of the loop."""
+        probe = self._records.get
+        lookup = self._lookup
+        return [v if (v := probe(k)) is not None else lookup(k) for k in user_keys]
+
+    def __contains__(self, user_key: object) -> bool:
+        return isinstance(user_key, bytes) and self.get(user_key) is not None
+
+    def __iter__(self) -> Iterator[tuple[bytes, bytes]]:
+        return self._scan(0, None)
+
+    def items(self) -> Iterator[tuple[bytes, bytes]]:
+        """All records ``(user_key, value)`` in key order."""
+        return self._scan(0, None)
+
+    def keys(self) -> Iterator[bytes]:
+        return (k for k, _ in self._scan(0, None))
+
+    def seek_ge(self, user_key: bytes) -> Iterator[tuple[bytes, bytes]]:
+        """Records with key ``>= user_key``, in key order."""
+        return self._scan(bisect_left(self._seps, user_key), user_key)
+
+    def _scan(self, first: int, start: bytes | None) -> Iterator[tuple[bytes, bytes]]:
+        prev_last: bytes | None = None  # last key of the previous block
+        for b in range(first, self._nblocks):
+            keys, vals = self._peek(b)
+            j = bisect_left(keys, start) if start is not None and b == first else 0
+            # A key whose versions straddle two blocks: the newer one (already seen) wins.
+            if prev_last is not None and j < len(keys) and keys[j] == prev_last:
+                j += 1
+            if j == 0 and None not in vals:
+                yield from zip(keys, vals, strict=True)  # no None in vals: all values are bytes
+            else:
+                for idx in range(j, len(keys)):
+                    value = vals[idx]
+                    if value is not None:
+                        yield keys[idx], value
+            if keys:
+                prev_last = keys[-1]
+
+    def min_key(self) -> bytes | None:
+        """Smallest record key, or ``None`` for a table without records."""
+        for key, _ in self._scan(0, None):
+            return key
+        return None
+
+    def max_key(self) -> bytes | None:
+        """Largest record key, or ``None`` for a table without records."""
+        for b in range(self._nblocks - 1, -1, -1):
+            keys, vals = self._peek(b)
+            for idx in range(len(keys) - 1, -1, -1):
+                if idx == 0 and b > 0 and self._peek(b - 1)[0][-1:] == keys[:1]:
+                    break  # an older version of the previous block's last key: decided there
+                if vals[idx] is not None:
+                    return keys[idx]
+        return None
+
+    def close(self) -> None:
+        """Drop cached blocks and release the buffer (so an ``mmap`` can be closed)."""
+        with self._lock:
+            self._closed = True
+            self._records.clear()
+            self._fifo.clear()
+            self._blocks = [None] * self._nblocks
+        self._data.release()
+
+    def __enter__(self) -> TableReader:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"TableReader({self.name!r}, entries={self.num_entries}, blocks={self._nblocks})"

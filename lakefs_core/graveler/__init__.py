@@ -1,0 +1,9 @@
+"""Committed data: ranges and metaranges over a ``BlockStore``, and the algorithms over them.
+
+- :mod:`.model`: value records, range descriptors, changes, diffs, merge strategies.
+- :mod:`.tables`: the tiered table cache (RAM LRU of open tables, bounded local-disk cache, the
+  object store as source of truth) and content-addressed table writes.
+- :mod:`.writer`: range and metarange writers with content-defined boundaries.
+- :mod:`.metarange`: point lookup, seek-ge and ordered iteration over a whole metarange.
+- :mod:`.apply`, :mod:`.diff`, :mod:`.merge`: commit a change stream, two-way diff, three-way merge.
+"""

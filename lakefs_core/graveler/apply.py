@@ -1,0 +1,134 @@
+"""Apply a sorted change stream to a base metarange, producing a new metarange (spec section 5).
+
+Walk the base ranges and the changes together:
+
+- changes whose key falls before the next base range are written as new records (tombstones for
+  keys that do not exist are no-ops);
+- a base range with no change inside its span is reused whole, without being read;
+- otherwise the range is read and merged record by record: a tombstone drops the key, a change with
+  the same identity keeps the base record, a different identity takes the change.
+
+If nothing effectively changed, :class:`~lakefs_core.errors.NoChangesError` is raised (unless
+``allow_empty``), and nothing is written. Changes must be strictly ascending by key.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterable, AsyncIterator, Iterable
+from dataclasses import dataclass
+
+from lakefs_core.errors import BadInputError, NoChangesError
+from lakefs_core.format.splitter import SplitPolicy
+from lakefs_core.graveler.metarange import MetaRange
+from lakefs_core.graveler.model import Change, RangeInfo
+from lakefs_core.graveler.tables import TableStore
+from lakefs_core.graveler.writer import MetaRangeWriter, WriteStats
+
+
+@dataclass(frozen=True)
+class ApplyResult:
+    metarange_id: str
+    ranges: list[RangeInfo]
+    effective_changes: int
+    stats: WriteStats
+
+
+class _Changes:
+    """A peekable, order-checked view of a change stream."""
+
+    def __init__(self, changes: AsyncIterable[Change] | Iterable[Change]) -> None:
+        self._it: AsyncIterator[Change] = _aiter(changes)
+        self.head: Change | None = None
+        self._prev: bytes | None = None
+
+    async def advance(self) -> None:
+        try:
+            change = await anext(self._it)
+        except StopAsyncIteration:
+            self.head = None
+            return
+        if self._prev is not None and change.key <= self._prev:
+            raise BadInputError(
+                f"changes must be strictly ascending: {change.key!r} after {self._prev!r}", field="changes"
+            )
+        if change.value is not None and change.value.key != change.key:
+            raise BadInputError(
+                f"change for {change.key!r} carries a record for another key", field="changes"
+            )
+        self._prev = change.key
+        self.head = change
+
+
+async def _aiter(items: AsyncIterable[Change] | Iterable[Change]) -> AsyncIterator[Change]:
+    if isinstance(items, AsyncIterable):
+        async for item in items:
+            yield item
+    else:
+        for item in items:
+            yield item
+
+
+async def apply_changes(
+    tables: TableStore,
+    base: MetaRange,
+    changes: AsyncIterable[Change] | Iterable[Change],
+    *,
+    policy: SplitPolicy | None = None,
+    allow_empty: bool = False,
+) -> ApplyResult:
+    writer = MetaRangeWriter(tables, policy)
+    stream = _Changes(changes)
+    effective = 0
+    try:
+        await stream.advance()
+        for info in base.ranges:
+            effective += await _insert_before(writer, stream, info.min_key)
+            head = stream.head
+            if head is None or head.key > info.max_key:
+                await writer.add_range(info)
+                continue
+            effective += await _merge_range(writer, stream, base, info)
+        effective += await _insert_before(writer, stream, None)
+        if effective == 0 and not allow_empty:
+            raise NoChangesError("no changes to apply")
+        metarange_id, ranges = await writer.close()
+    except BaseException:
+        await writer.abort()
+        raise
+    return ApplyResult(metarange_id, ranges, effective, writer.stats)
+
+
+async def _insert_before(writer: MetaRangeWriter, stream: _Changes, bound: bytes | None) -> int:
+    """Write changes with key < ``bound`` (all remaining when ``None``); they add new keys."""
+    n = 0
+    while stream.head is not None and (bound is None or stream.head.key < bound):
+        if stream.head.value is not None:
+            await writer.add(stream.head.value)
+            n += 1
+        await stream.advance()
+    return n
+
+
+async def _merge_range(writer: MetaRangeWriter, stream: _Changes, base: MetaRange, info: RangeInfo) -> int:
+    n = 0
+    for record in await base.range_records(info):
+        n += await _insert_before(writer, stream, record.key)
+        head = stream.head
+        if head is not None and head.key == record.key:
+            if head.value is None:
+                n += 1  # deleted
+            elif head.value.identity == record.identity:
+                await writer.add(record)  # same content: keep the base bytes verbatim
+            else:
+                await writer.add(head.value)
+                n += 1
+            await stream.advance()
+        else:
+            await writer.add(record)
+    # Changes up to this range's max key that come after its last record are inserts.
+    while stream.head is not None and stream.head.key <= info.max_key:
+        if stream.head.value is not None:
+            await writer.add(stream.head.value)
+            n += 1
+        await stream.advance()
+    return n

@@ -1,0 +1,327 @@
+"""THE mapping from ids to object keys (spec section 1). No other module formats object keys.
+
+A repository's *storage namespace* is a URI prefix: ``s3://bucket/some/prefix``, ``local:///abs/path``
+or ``mem://name/prefix``. :class:`StorageNamespace` splits it into the block store that holds it
+(:attr:`StorageNamespace.store_uri`, opened with :func:`lakefs_core.block.open_block_store`) and the key
+prefix inside that store (:attr:`StorageNamespace.prefix`):
+
+============================  ==========================  ===============
+namespace                     store_uri                   prefix
+============================  ==========================  ===============
+``s3://bucket/some/prefix``   ``s3://bucket``             ``some/prefix``
+``s3://bucket``               ``s3://bucket``             ``""``
+``mem://name/prefix``         ``mem://name``              ``prefix``
+``local:///data/repo1``       ``local:///data/repo1``     ``""``
+============================  ==========================  ===============
+
+(a local namespace is a whole directory: its path is the store root, so the store's metadata sidecars
+stay inside the namespace).
+
+Layout inside a namespace (``<ns>`` = the prefix; keys never start with ``/``):
+
+- data objects: ``<ns>/data/<slice>/<object id>``, addressed in entries by the RELATIVE address
+  ``data/<slice>/<object id>`` (:func:`relative_address`, :meth:`StorageNamespace.data_key`);
+- ranges and metaranges, flat: ``<ns>/_lakefs/<table id>`` (:meth:`StorageNamespace.table_key`);
+- the writability probe ``<ns>/_lakefs/dummy`` (:meth:`StorageNamespace.dummy_key`).
+
+Addresses (:meth:`StorageNamespace.address_key`) are opaque strings: RELATIVE ones are joined to the
+namespace prefix as they are; FULL ones are absolute URIs resolved to their own store
+(``s3://other/k`` -> ``("s3://other", "k")``; a local file inside the namespace directory resolves to
+the namespace store, any other local file to a store rooted at its directory). The deprecated
+by-prefix type is FULL when the address has a ``scheme://`` and RELATIVE otherwise (as lakeFS does).
+
+Ids:
+
+- :func:`new_slice_id` -> 10 characters of base32hex (``0-9a-v``): 7 encode the hours from ``now`` to
+  the year 4000 (so a newer hour sorts FIRST), 3 encode ``32767 - seq`` (so within the hour a later
+  roll sorts first). All writers share the slice of an hour; :class:`SliceAllocator` also rolls after
+  50,000 objects as lakeFS does.
+- :func:`new_object_id` -> 26 characters of base32hex: 48 bits of milliseconds since the epoch, then 80
+  random bits from :func:`os.urandom`. Unique without coordination (never reused), URL- and path-safe,
+  lower case only, so safe on case-insensitive filesystems.
+
+Everything here is pure: no I/O. Bad input raises :class:`~lakefs_core.errors.BadInputError`.
+"""
+
+from __future__ import annotations
+
+import base64
+import os
+import re
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from enum import IntEnum
+
+from lakefs_core.errors import BadInputError
+
+DATA_DIR = "data"
+TABLES_DIR = "_lakefs"
+DUMMY_NAME = "dummy"
+SLICE_MAX_OBJECTS = 50_000
+
+_SCHEME = re.compile(r"^([a-z][a-z0-9+.-]*)://(.*)$", re.DOTALL)
+_BUCKET = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{1,253}[A-Za-z0-9]$")
+_MEM_NAME = re.compile(r"^[A-Za-z0-9._-]+$")
+_B32HEX = "0123456789abcdefghijklmnopqrstuv"
+
+_END_OF_TIME_HOURS = int(datetime(4000, 1, 1, tzinfo=UTC).timestamp()) // 3600
+_SLICE_HOUR_DIGITS = 7
+_SLICE_SEQ_DIGITS = 3
+SLICE_MAX_SEQ = 32**_SLICE_SEQ_DIGITS - 1
+
+
+class AddressType(IntEnum):
+    """How an entry's address is to be read (same numbers as the ``Entry.AddressType`` protobuf enum)."""
+
+    BY_PREFIX_DEPRECATED = 0
+    RELATIVE = 1
+    FULL = 2
+
+
+def _segment(value: object, field_name: str) -> str:
+    """One key segment: a non-empty str without ``/``, not ``.``/``..``, no NUL."""
+    if not isinstance(value, str) or not value:
+        raise BadInputError("must be a non-empty str", field=field_name)
+    if "/" in value or "\0" in value or value in (".", ".."):
+        raise BadInputError(f"{value!r} is not a single key segment", field=field_name)
+    return value
+
+
+def _clean_path(path: str, field_name: str, what: str) -> list[str]:
+    """Segments of a ``/``-separated path that must already be normal (no empty, ``.``, ``..``)."""
+    stripped = path.strip("/")
+    if not stripped:
+        return []
+    parts = stripped.split("/")
+    if any(p in ("", ".", "..") or "\0" in p for p in parts):
+        raise BadInputError(f"{what} {path!r} has an empty, '.' or '..' segment", field=field_name)
+    return parts
+
+
+def _join(prefix: str, rest: str) -> str:
+    return f"{prefix}/{rest}" if prefix else rest
+
+
+def relative_address(slice_id: str, object_id: str) -> str:
+    """The RELATIVE address of a data object: ``data/<slice>/<id>``."""
+    return f"{DATA_DIR}/{_segment(slice_id, 'slice_id')}/{_segment(object_id, 'object_id')}"
+
+
+@dataclass(frozen=True)
+class StorageNamespace:
+    """A parsed storage namespace URI. ``StorageNamespace(uri)`` and :meth:`parse` are the same.
+
+    ``uri`` is normalised (no trailing ``/``); ``scheme`` is ``s3``, ``local`` or ``mem``.
+    """
+
+    uri: str
+    scheme: str = field(init=False)
+    store_uri: str = field(init=False)
+    prefix: str = field(init=False)
+
+    def __post_init__(self) -> None:
+        uri = self.uri
+        if not isinstance(uri, str):
+            raise BadInputError("must be a str", field="storage_namespace")
+        m = _SCHEME.match(uri)
+        if m is None:
+            raise BadInputError(f"{uri!r} is not a URI (scheme://...)", field="storage_namespace")
+        scheme, rest = m.group(1), m.group(2)
+        if scheme == "local":
+            if not rest.startswith("/"):
+                raise BadInputError(
+                    f"{uri!r}: a local namespace is local:///absolute/path", field="storage_namespace"
+                )
+            parts = _clean_path(rest, "storage_namespace", "path")
+            store_uri = "local:///" + "/".join(parts)
+            prefix = ""
+            normal = store_uri
+        elif scheme in ("s3", "mem"):
+            location, _, path = rest.partition("/")
+            pattern = _BUCKET if scheme == "s3" else _MEM_NAME
+            if not pattern.match(location):
+                what = "bucket" if scheme == "s3" else "memory store name"
+                raise BadInputError(f"{uri!r}: invalid {what} {location!r}", field="storage_namespace")
+            store_uri = f"{scheme}://{location}"
+            prefix = "/".join(_clean_path(path, "storage_namespace", "prefix"))
+            normal = _join(store_uri, prefix) if prefix else store_uri
+        else:
+            raise BadInputError(
+                f"{uri!r}: unsupported scheme {scheme!r} (s3, local, mem)", field="storage_namespace"
+            )
+        object.__setattr__(self, "uri", normal)
+        object.__setattr__(self, "scheme", scheme)
+        object.__setattr__(self, "store_uri", store_uri)
+        object.__setattr__(self, "prefix", prefix)
+
+    @classmethod
+    def parse(cls, uri: str) -> StorageNamespace:
+        return cls(uri)
+
+    def __str__(self) -> str:
+        return self.uri
+
+    # -- keys inside the namespace ---------------------------------------------------------------
+
+    def key(self, relative: str) -> str:
+        """The store key of a path relative to the namespace (``data/...``, ``_lakefs/...``)."""
+        if not isinstance(relative, str) or not relative:
+            raise BadInputError("must be a non-empty str", field="address")
+        if relative.startswith("/") or any(p in (".", "..") for p in relative.split("/")):
+            raise BadInputError(
+                f"{relative!r} is not a relative address (leading '/', '.' or '..')", field="address"
+            )
+        return _join(self.prefix, relative)
+
+    def tables_prefix(self) -> str:
+        """``<ns>/_lakefs/``: list under it to find ranges and metaranges (and other files)."""
+        return _join(self.prefix, f"{TABLES_DIR}/")
+
+    def data_prefix(self) -> str:
+        """``<ns>/data/``: every data object of the namespace is below it."""
+        return _join(self.prefix, f"{DATA_DIR}/")
+
+    def table_key(self, table_id: str) -> str:
+        """``<ns>/_lakefs/<id>``: a range or metarange (hex SHA-256 id, no extension)."""
+        return _join(self.prefix, f"{TABLES_DIR}/{_segment(table_id, 'table_id')}")
+
+    def dummy_key(self) -> str:
+        """``<ns>/_lakefs/dummy``, written at repository creation to prove the namespace writable."""
+        return _join(self.prefix, f"{TABLES_DIR}/{DUMMY_NAME}")
+
+    def data_key(self, slice_id: str, object_id: str) -> str:
+        """``<ns>/data/<slice>/<id>``: the key of the data object at ``relative_address(slice, id)``."""
+        return _join(self.prefix, relative_address(slice_id, object_id))
+
+    relative_address = staticmethod(relative_address)
+
+    def full_address(self, relative: str) -> str:
+        """The absolute URI of a RELATIVE address (``s3://bucket/prefix/data/...``)."""
+        return _join(self.store_uri.rstrip("/"), self.key(relative))
+
+    # -- addresses --------------------------------------------------------------------------------
+
+    def address_key(
+        self, address: str, address_type: AddressType | int = AddressType.RELATIVE
+    ) -> tuple[str, str]:
+        """``(store_uri, key)`` holding the object of an entry's ``address``."""
+        if not isinstance(address, str) or not address:
+            raise BadInputError("must be a non-empty str", field="address")
+        try:
+            kind = AddressType(int(address_type))
+        except ValueError:
+            raise BadInputError(f"unknown address type {address_type!r}", field="address_type") from None
+        if kind is AddressType.BY_PREFIX_DEPRECATED:
+            kind = AddressType.FULL if _SCHEME.match(address) else AddressType.RELATIVE
+        if kind is AddressType.RELATIVE:
+            if _SCHEME.match(address):
+                raise BadInputError(f"{address!r} is absolute but typed RELATIVE", field="address")
+            return self.store_uri, self.key(address)
+        return self._resolve_full(address)
+
+    def _resolve_full(self, address: str) -> tuple[str, str]:
+        m = _SCHEME.match(address)
+        if m is None:
+            raise BadInputError(f"{address!r} is not an absolute URI but typed FULL", field="address")
+        scheme, rest = m.group(1), m.group(2)
+        if scheme in ("s3", "mem"):
+            location, sep, key = rest.partition("/")
+            pattern = _BUCKET if scheme == "s3" else _MEM_NAME
+            if not pattern.match(location) or not sep or not key:
+                raise BadInputError(f"{address!r} does not name an object", field="address")
+            return f"{scheme}://{location}", key
+        if scheme == "local":
+            if not rest.startswith("/"):
+                raise BadInputError(
+                    f"{address!r}: a local address is local:///absolute/path", field="address"
+                )
+            parts = _clean_path(rest, "address", "path")
+            if not parts or rest.endswith("/"):
+                raise BadInputError(f"{address!r} does not name a file", field="address")
+            if self.scheme == "local":
+                root = _clean_path(self.store_uri[len("local://") :], "storage_namespace", "path")
+                if len(parts) > len(root) and parts[: len(root)] == root:
+                    return self.store_uri, "/".join(parts[len(root) :])
+            return "local:///" + "/".join(parts[:-1]), parts[-1]
+        raise BadInputError(f"{address!r}: unsupported scheme {scheme!r} (s3, local, mem)", field="address")
+
+
+# -- ids ----------------------------------------------------------------------------------------------
+
+
+def _b32hex(value: int, digits: int) -> str:
+    out = []
+    for _ in range(digits):
+        value, r = divmod(value, 32)
+        out.append(_B32HEX[r])
+    if value:
+        raise BadInputError(f"does not fit in {digits} base32hex digits", field="id")
+    return "".join(reversed(out))
+
+
+def new_slice_id(now: datetime | None = None, *, seq: int = 0) -> str:
+    """The slice id for the hour of ``now`` (aware datetime; default: the current time) and roll ``seq``.
+
+    Newer hours sort first; within one hour a higher ``seq`` sorts first. Deterministic: every writer
+    gets the same id for the same hour and ``seq``.
+    """
+    if now is None:
+        now = datetime.now(UTC)
+    if not isinstance(now, datetime) or now.tzinfo is None or now.utcoffset() is None:
+        raise BadInputError("must be a timezone-aware datetime", field="now")
+    if not isinstance(seq, int) or isinstance(seq, bool) or not 0 <= seq <= SLICE_MAX_SEQ:
+        raise BadInputError(f"must be an integer in [0, {SLICE_MAX_SEQ}]", field="seq")
+    hours = int(now.timestamp() // 3600)
+    remaining = _END_OF_TIME_HOURS - hours
+    if remaining <= 0:
+        raise BadInputError("must be before the year 4000", field="now")
+    return _b32hex(remaining, _SLICE_HOUR_DIGITS) + _b32hex(SLICE_MAX_SEQ - seq, _SLICE_SEQ_DIGITS)
+
+
+def new_object_id() -> str:
+    """A fresh unique object id (26 chars of ``[0-9a-v]``: ms timestamp + 80 random bits)."""
+    millis = int(datetime.now(UTC).timestamp() * 1000) & ((1 << 48) - 1)
+    raw = millis.to_bytes(6, "big") + os.urandom(10)
+    return base64.b32hexencode(raw).decode("ascii").rstrip("=").lower()
+
+
+class SliceAllocator:
+    """Hands out slice ids: a new slice each hour, and after every ``max_objects`` objects within it.
+
+    Thread-safe. ``clock`` returns an aware datetime (for tests).
+    """
+
+    def __init__(
+        self, max_objects: int = SLICE_MAX_OBJECTS, clock: Callable[[], datetime] | None = None
+    ) -> None:
+        if not isinstance(max_objects, int) or isinstance(max_objects, bool) or max_objects < 1:
+            raise BadInputError("must be a positive integer", field="max_objects")
+        self._max = max_objects
+        self._clock = clock or (lambda: datetime.now(UTC))
+        self._lock = threading.Lock()
+        self._hour: int | None = None
+        self._seq = 0
+        self._count = 0
+
+    def next_slice(self) -> str:
+        """The slice for the next object."""
+        now = self._clock()
+        with self._lock:
+            hour = int(now.timestamp() // 3600)
+            if hour != self._hour:
+                self._hour, self._seq, self._count = hour, 0, 0
+            elif self._count >= self._max and self._seq < SLICE_MAX_SEQ:
+                self._seq, self._count = self._seq + 1, 0
+            self._count += 1
+            return new_slice_id(now, seq=self._seq)
+
+    def new_relative_address(self) -> str:
+        """``data/<slice>/<fresh object id>`` for a new upload."""
+        return relative_address(self.next_slice(), new_object_id())
+
+
+def new_relative_address(now: datetime | None = None) -> str:
+    """``data/<slice of now>/<fresh object id>``: a never-used RELATIVE address."""
+    return relative_address(new_slice_id(now), new_object_id())

@@ -1,0 +1,69 @@
+"""The ``KVStore`` seam: ordered binary key-value partitions with compare-and-swap.
+
+Mirrors lakeFS's KV contract (spec section 6). Partitions and keys are bytes; scans are ascending
+bytewise within one partition. Every pointer move uses :meth:`KVStore.set_if` with an explicit
+expectation, never a blind overwrite:
+
+- ``Expect.ABSENT``: succeed only if the key does not exist (insert-if-absent);
+- ``Expect.EXISTS``: succeed only if the key exists;
+- ``Expect.equals(b)``: succeed only if the stored value is exactly ``b`` (the predicate returned by
+  :meth:`KVStore.get` is the raw stored bytes).
+
+A failed expectation raises :class:`~lakefs_core.errors.PreconditionFailedError`; a missing key in
+``get`` raises :class:`~lakefs_core.errors.NotFoundError`; an unreachable backend raises
+:class:`~lakefs_core.errors.UnreachableError` (retryable). ``delete`` of a missing key is not an
+error. Drivers: :mod:`.memory`, :mod:`.sql` (SQLite, PostgreSQL), :mod:`.dynamodb`; open one from a
+URL with :func:`lakefs_core.kv.open_kv`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import ClassVar, Protocol, runtime_checkable
+
+
+@dataclass(frozen=True)
+class Expect:
+    """An explicit compare-and-swap expectation."""
+
+    kind: str  # "absent" | "exists" | "equals"
+    value: bytes = b""
+
+    ABSENT: ClassVar[Expect]
+    EXISTS: ClassVar[Expect]
+
+    @staticmethod
+    def equals(value: bytes) -> Expect:
+        return Expect("equals", bytes(value))
+
+
+Expect.ABSENT = Expect("absent")
+Expect.EXISTS = Expect("exists")
+
+
+@dataclass(frozen=True)
+class KVEntry:
+    key: bytes
+    value: bytes
+
+
+@runtime_checkable
+class KVStore(Protocol):
+    async def get(self, partition: bytes, key: bytes) -> bytes:
+        """The stored value (which is also the predicate for ``Expect.equals``)."""
+        ...
+
+    async def set(self, partition: bytes, key: bytes, value: bytes) -> None: ...
+
+    async def set_if(self, partition: bytes, key: bytes, value: bytes, expected: Expect) -> None: ...
+
+    async def delete(self, partition: bytes, key: bytes) -> None: ...
+
+    def scan(
+        self, partition: bytes, start: bytes = b"", *, page_size: int = 1000
+    ) -> AsyncIterator[KVEntry]:
+        """Entries with key >= ``start`` in ascending order, fetched ``page_size`` at a time."""
+        ...
+
+    async def close(self) -> None: ...

@@ -1,0 +1,146 @@
+"""In-process KV store: one sorted key list plus a dict per partition.
+
+Every operation runs its read-check-write without an ``await`` inside the critical section, so it is
+atomic with respect to other asyncio tasks; a small :class:`threading.Lock` additionally makes it
+safe when several event loops or threads share one store. Each operation first yields to the event
+loop once (``await asyncio.sleep(0)``) so that races in callers interleave the way they would
+against a real backend instead of hiding behind synchronous completion.
+
+Scans page through the sorted key list by key (keyset pagination), so they never hold the lock
+across a ``yield`` and concurrent writes are allowed while a scan is in progress (each page is
+consistent; the scan as a whole is not a snapshot, exactly like the other drivers).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import bisect
+import threading
+from collections.abc import AsyncIterator
+
+from lakefs_core.errors import NotFoundError, PreconditionFailedError
+from lakefs_core.kv._common import (
+    as_bytes,
+    check_expect,
+    check_key,
+    check_page_size,
+    check_partition,
+    closed_error,
+    precondition_message,
+)
+from lakefs_core.kv.base import Expect, KVEntry
+
+
+class _Partition:
+    __slots__ = ("keys", "values")
+
+    def __init__(self) -> None:
+        self.keys: list[bytes] = []  # sorted, bytewise
+        self.values: dict[bytes, bytes] = {}
+
+    def put(self, key: bytes, value: bytes) -> None:
+        if key not in self.values:
+            bisect.insort(self.keys, key)
+        self.values[key] = value
+
+    def remove(self, key: bytes) -> None:
+        if self.values.pop(key, None) is not None:
+            i = bisect.bisect_left(self.keys, key)
+            del self.keys[i]
+
+
+class MemoryKVStore:
+    """A :class:`~lakefs_core.kv.base.KVStore` held in process memory (tests, ephemeral use)."""
+
+    def __init__(self) -> None:
+        self._partitions: dict[bytes, _Partition] = {}
+        self._lock = threading.Lock()
+        self._closed = False
+
+    async def __aenter__(self) -> MemoryKVStore:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise closed_error("memory")
+
+    async def get(self, partition: bytes, key: bytes) -> bytes:
+        p, k = check_key(partition, key)
+        await asyncio.sleep(0)
+        self._check_open()
+        with self._lock:
+            part = self._partitions.get(p)
+            value = None if part is None else part.values.get(k)
+        if value is None:
+            raise NotFoundError("key not found in KV partition")
+        return value
+
+    async def set(self, partition: bytes, key: bytes, value: bytes) -> None:
+        p, k = check_key(partition, key)
+        v = as_bytes(value, "value")
+        await asyncio.sleep(0)
+        self._check_open()
+        with self._lock:
+            self._partitions.setdefault(p, _Partition()).put(k, v)
+
+    async def set_if(self, partition: bytes, key: bytes, value: bytes, expected: Expect) -> None:
+        p, k = check_key(partition, key)
+        v = as_bytes(value, "value")
+        exp = check_expect(expected)
+        await asyncio.sleep(0)
+        self._check_open()
+        with self._lock:
+            part = self._partitions.get(p)
+            current = None if part is None else part.values.get(k)
+            if exp.kind == "absent":
+                ok = current is None
+            elif exp.kind == "exists":
+                ok = current is not None
+            else:
+                ok = current is not None and current == exp.value
+            if not ok:
+                raise PreconditionFailedError(precondition_message(exp))
+            if part is None:
+                part = self._partitions[p] = _Partition()
+            part.put(k, v)
+
+    async def delete(self, partition: bytes, key: bytes) -> None:
+        p, k = check_key(partition, key)
+        await asyncio.sleep(0)
+        self._check_open()
+        with self._lock:
+            part = self._partitions.get(p)
+            if part is not None:
+                part.remove(k)
+                if not part.values:
+                    del self._partitions[p]
+
+    async def scan(
+        self, partition: bytes, start: bytes = b"", *, page_size: int = 1000
+    ) -> AsyncIterator[KVEntry]:
+        p = check_partition(partition)
+        cursor = as_bytes(start, "start")
+        size = check_page_size(page_size)
+        inclusive = True
+        while True:
+            await asyncio.sleep(0)
+            self._check_open()
+            with self._lock:
+                part = self._partitions.get(p)
+                if part is None:
+                    return
+                i = (bisect.bisect_left if inclusive else bisect.bisect_right)(part.keys, cursor)
+                page = [KVEntry(key, part.values[key]) for key in part.keys[i : i + size]]
+            for entry in page:
+                yield entry
+            if len(page) < size:
+                return
+            cursor, inclusive = page[-1].key, False
+
+    async def close(self) -> None:
+        self._closed = True
+        with self._lock:
+            self._partitions.clear()

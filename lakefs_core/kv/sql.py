@@ -1,0 +1,403 @@
+"""SQL KV store over SQLAlchemy 2 asyncio: SQLite (aiosqlite, the embedded default) and PostgreSQL (asyncpg).
+
+Layout (spec section 6)::
+
+    kv(partition_key BYTEA/BLOB, key BYTEA/BLOB, value BYTEA/BLOB, PRIMARY KEY(partition_key, key))
+
+The table is created on demand (``CREATE TABLE IF NOT EXISTS``; a concurrent creator losing the race
+is tolerated). Every operation is ONE statement in its own short transaction, so compare-and-swap is
+atomic across connections and processes without read-then-write:
+
+- ``set`` = upsert (``INSERT ... ON CONFLICT (partition_key, key) DO UPDATE``);
+- ``set_if(ABSENT)`` = ``INSERT ... ON CONFLICT DO NOTHING``, success iff one row was inserted;
+- ``set_if(EXISTS)`` = ``UPDATE ... WHERE partition_key=:p AND key=:k``, success iff one row;
+- ``set_if(equals(pred))`` = the same ``UPDATE`` with ``AND value=:pred``; under PostgreSQL's READ
+  COMMITTED a concurrent updater blocks and the predicate is re-evaluated on the new row version,
+  so exactly one of N racing CASes from the same predicate wins;
+- ``scan`` = keyset pagination ``WHERE partition_key=:p AND key >= :start ORDER BY key LIMIT :n``
+  (later pages use ``key > :last``); no connection is held between pages, so abandoning a scan
+  leaks nothing. BYTEA and BLOB both compare bytewise (memcmp), matching the KV contract.
+
+SQLite is opened in WAL mode with a busy timeout (set on every new connection), so several OS
+processes (CLI invocations) can share one database file: writers queue on SQLite's write lock for up
+to ``busy_timeout`` before failing. ``sqlite:///:memory:`` is refused (each pooled connection would
+see its own empty database); use ``memory://`` instead.
+
+Errors are translated at this edge, always with ``raise ... from e``:
+
+- cannot obtain a connection (refused, DNS, auth, unopenable file) -> :class:`UnreachableError`;
+- connection lost while a *read* runs -> :class:`UnreachableError`; while a *write* runs the outcome
+  is unknown -> :class:`TransientError` (never reported as a precondition failure);
+- SQLite "database is locked" after the busy timeout, PostgreSQL serialization failures, deadlocks,
+  lock/statement timeouts, admin shutdown, pool exhaustion -> :class:`TransientError`;
+- integrity errors during ``set_if`` -> :class:`PreconditionFailedError`.
+
+The driver does not retry by itself: all of the above are ``retryable`` and callers' bounded retry
+loops (which know whether an operation is idempotent) decide. Stale pooled connections are replaced
+transparently by ``pool_pre_ping``. Messages name the database by its redacted URL only (password
+shown as ``***``) and SQL parameters are hidden from SQLAlchemy's error strings.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+from sqlalchemy import Column, LargeBinary, MetaData, Table, event, inspect, select, update
+from sqlalchemy import delete as sql_delete
+from sqlalchemy.dialects.postgresql import insert as pg_insert
+from sqlalchemy.dialects.sqlite import insert as sqlite_insert
+from sqlalchemy.engine import URL, make_url
+from sqlalchemy.exc import (
+    ArgumentError,
+    DBAPIError,
+    IntegrityError,
+    SQLAlchemyError,
+)
+from sqlalchemy.exc import TimeoutError as PoolTimeoutError
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
+from sqlalchemy.schema import CreateTable
+
+from lakefs_core.errors import (
+    BadInputError,
+    ConflictError,
+    LakeFSError,
+    NotFoundError,
+    PreconditionFailedError,
+    TransientError,
+    UnreachableError,
+)
+from lakefs_core.kv._common import (
+    as_bytes,
+    check_expect,
+    check_key,
+    check_page_size,
+    check_partition,
+    closed_error,
+    precondition_message,
+)
+from lakefs_core.kv.base import Expect, KVEntry
+
+T = TypeVar("T")
+
+DEFAULT_TABLE = "kv"
+DEFAULT_BUSY_TIMEOUT_S = 30.0
+DEFAULT_CONNECT_TIMEOUT_S = 10.0
+
+_SQLITE_DRIVERS = {"sqlite", "sqlite+aiosqlite"}
+_PG_DRIVERS = {"postgresql", "postgres", "postgresql+asyncpg", "postgres+asyncpg"}
+
+# PostgreSQL SQLSTATEs that mean "try again later" (the statement did not take effect).
+_PG_TRANSIENT_STATES = {
+    "40001",  # serialization_failure
+    "40P01",  # deadlock_detected
+    "55P03",  # lock_not_available
+    "57014",  # query_canceled (statement_timeout)
+    "57P01",  # admin_shutdown
+    "57P02",  # crash_shutdown
+    "57P03",  # cannot_connect_now
+}
+_PG_TRANSIENT_CLASSES = ("08", "53", "58")  # connection exception, insufficient resources, system error
+
+
+def normalize_url(url: str) -> URL:
+    """Parse ``url`` and point it at the async driver; refuse anything else.
+
+    Never echoes the URL in an error (it may carry a password).
+    """
+    try:
+        parsed = make_url(url)
+    except (ArgumentError, ValueError):
+        # ``from None``: a mis-split URL can put part of a password into the parser's message.
+        raise BadInputError("not a valid SQL database URL", field="url") from None
+    driver = parsed.drivername.lower()
+    if driver in _SQLITE_DRIVERS:
+        database = parsed.database or ""
+        if database in ("", ":memory:") or database.startswith("file::memory:"):
+            raise BadInputError("in-memory SQLite is not supported; use memory://", field="url")
+        return parsed.set(drivername="sqlite+aiosqlite")
+    if driver in _PG_DRIVERS:
+        return parsed.set(drivername="postgresql+asyncpg")
+    raise BadInputError(f"unsupported SQL URL scheme {driver!r}", field="url")
+
+
+def _sqlstate(e: BaseException) -> str | None:
+    seen: BaseException | None = e
+    for _ in range(4):
+        if seen is None:
+            break
+        state = getattr(seen, "sqlstate", None) or getattr(seen, "pgcode", None)
+        if isinstance(state, str):
+            return state
+        seen = getattr(seen, "orig", None) or seen.__cause__
+    return None
+
+
+def _reason(e: BaseException) -> str:
+    inner: BaseException = e.orig if isinstance(e, DBAPIError) and e.orig is not None else e
+    # SQLAlchemy's asyncpg adapter wraps the driver's exception; name the driver's class.
+    if inner.__cause__ is not None and type(inner).__module__.startswith("sqlalchemy"):
+        inner = inner.__cause__
+    text = str(inner).strip() or type(inner).__name__
+    return f"{type(inner).__name__}: {text}"[:500]
+
+
+class SQLKVStore:
+    """A :class:`~lakefs_core.kv.base.KVStore` over one SQL table. Open with :meth:`open`."""
+
+    def __init__(self, engine: AsyncEngine, *, table: str = DEFAULT_TABLE) -> None:
+        self._engine = engine
+        self._dialect = engine.dialect.name  # "sqlite" | "postgresql"
+        self._display = engine.url.render_as_string(hide_password=True)
+        self._table = Table(
+            table,
+            MetaData(),
+            Column("partition_key", LargeBinary, primary_key=True),
+            Column("key", LargeBinary, primary_key=True),
+            Column("value", LargeBinary, nullable=False),
+        )
+        self._closed = False
+
+    @classmethod
+    async def open(
+        cls,
+        url: str,
+        *,
+        table: str = DEFAULT_TABLE,
+        create: bool = True,
+        busy_timeout: float = DEFAULT_BUSY_TIMEOUT_S,
+        connect_timeout: float = DEFAULT_CONNECT_TIMEOUT_S,
+        pool_size: int = 10,
+        max_overflow: int = 10,
+    ) -> SQLKVStore:
+        """Connect to ``url`` (see :func:`normalize_url`) and create the table unless ``create=False``."""
+        sa_url = normalize_url(url)
+        kwargs: dict[str, Any] = {"hide_parameters": True, "pool_pre_ping": True}
+        if sa_url.drivername.startswith("sqlite"):
+            db_path = Path(sa_url.database or "")
+            if not db_path.parent.exists():
+                try:
+                    db_path.parent.mkdir(parents=True, exist_ok=True)
+                except OSError as e:
+                    raise UnreachableError(
+                        f"cannot create the directory for SQLite database {db_path}: {e.strerror}"
+                    ) from e
+            # sqlite3's own "timeout" is the busy timeout too; keep it in line with the PRAGMA.
+            kwargs["connect_args"] = {"timeout": busy_timeout}
+        else:
+            kwargs.update(
+                pool_size=pool_size,
+                max_overflow=max_overflow,
+                pool_recycle=1800,
+                pool_timeout=30,
+                connect_args={"timeout": connect_timeout},
+            )
+        engine = create_async_engine(sa_url, **kwargs)
+        if engine.dialect.name == "sqlite":
+            busy_ms = max(0, int(busy_timeout * 1000))
+
+            @event.listens_for(engine.sync_engine, "connect")
+            def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
+                cursor = dbapi_connection.cursor()
+                try:
+                    cursor.execute(f"PRAGMA busy_timeout = {busy_ms}")
+                    cursor.execute("PRAGMA journal_mode = WAL")
+                finally:
+                    cursor.close()
+
+        store = cls(engine, table=table)
+        if create:
+            try:
+                await store.create_table()
+            except BaseException:
+                await engine.dispose()
+                raise
+        return store
+
+    async def __aenter__(self) -> SQLKVStore:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    # -- plumbing -------------------------------------------------------------------------------
+
+    def _translate(self, e: BaseException, *, connecting: bool, write: bool, cas: bool) -> LakeFSError:
+        where = f"KV database {self._display}"
+        reason = _reason(e)
+        text = reason.lower()
+        state = _sqlstate(e) or ""
+        if "database is locked" in text or "database table is locked" in text or "sqlite_busy" in text:
+            return TransientError(f"{where} is busy (locked by another writer): {reason}")
+        if isinstance(e, PoolTimeoutError):
+            return TransientError(f"{where}: no pooled connection available: {reason}")
+        if connecting:
+            return UnreachableError(f"cannot connect to {where}: {reason}")
+        if isinstance(e, TimeoutError):  # also asyncio.TimeoutError; checked before OSError (its base)
+            if write:
+                return TransientError(f"{where} timed out during a write; outcome unknown: {reason}")
+            return TransientError(f"{where} timed out: {reason}")
+        disconnect = (isinstance(e, DBAPIError) and e.connection_invalidated) or isinstance(e, OSError)
+        if disconnect or state.startswith("08"):
+            if write:
+                return TransientError(f"lost connection to {where} during a write; outcome unknown: {reason}")
+            return UnreachableError(f"lost connection to {where}: {reason}")
+        if state in _PG_TRANSIENT_STATES or state.startswith(_PG_TRANSIENT_CLASSES):
+            return TransientError(f"{where} temporarily refused the operation: {reason}")
+        if isinstance(e, IntegrityError):
+            if cas:
+                return PreconditionFailedError(f"{where}: {reason}")
+            return ConflictError(f"{where}: {reason}")
+        if "unable to open database file" in text or "disk i/o error" in text:
+            return UnreachableError(f"{where}: {reason}")
+        return LakeFSError(f"{where}: {reason}")
+
+    async def _run(
+        self,
+        fn: Callable[[AsyncConnection], Awaitable[T]],
+        *,
+        write: bool,
+        cas: bool = False,
+    ) -> T:
+        if self._closed:
+            raise closed_error("SQL")
+        conn = self._engine.connect()
+        try:
+            await conn.start()
+        except (SQLAlchemyError, OSError, TimeoutError) as e:
+            raise self._translate(e, connecting=True, write=write, cas=cas) from e
+        try:
+            async with conn.begin():
+                return await fn(conn)
+        except LakeFSError:
+            raise
+        except (SQLAlchemyError, OSError, TimeoutError) as e:
+            raise self._translate(e, connecting=False, write=write, cas=cas) from e
+        finally:
+            # A broken connection may fail to close cleanly; the pool has already discarded it.
+            with contextlib.suppress(SQLAlchemyError, OSError, TimeoutError):
+                await conn.close()
+
+    def _insert(self) -> Any:
+        return pg_insert(self._table) if self._dialect == "postgresql" else sqlite_insert(self._table)
+
+    # -- schema ---------------------------------------------------------------------------------
+
+    async def _table_exists(self) -> bool:
+        name = self._table.name
+
+        async def check(conn: AsyncConnection) -> bool:
+            return await conn.run_sync(lambda sync_conn: inspect(sync_conn).has_table(name))
+
+        return await self._run(check, write=False)
+
+    async def create_table(self) -> None:
+        """``CREATE TABLE IF NOT EXISTS``; losing a creation race to another process is fine."""
+
+        async def create(conn: AsyncConnection) -> None:
+            await conn.execute(CreateTable(self._table, if_not_exists=True))
+
+        try:
+            await self._run(create, write=True)
+        except (UnreachableError, TransientError):
+            raise
+        except LakeFSError:
+            # e.g. PostgreSQL's unique violation on pg_type when two sessions create it at once.
+            if not await self._table_exists():
+                raise
+
+    # -- KVStore --------------------------------------------------------------------------------
+
+    async def get(self, partition: bytes, key: bytes) -> bytes:
+        p, k = check_key(partition, key)
+        t = self._table
+        stmt = select(t.c.value).where(t.c.partition_key == p, t.c.key == k)
+
+        async def op(conn: AsyncConnection) -> bytes | None:
+            value = (await conn.execute(stmt)).scalar_one_or_none()
+            return None if value is None else bytes(value)
+
+        found = await self._run(op, write=False)
+        if found is None:
+            raise NotFoundError("key not found in KV partition")
+        return found
+
+    async def set(self, partition: bytes, key: bytes, value: bytes) -> None:
+        p, k = check_key(partition, key)
+        v = as_bytes(value, "value")
+        t = self._table
+        ins = self._insert().values(partition_key=p, key=k, value=v)
+        stmt = ins.on_conflict_do_update(
+            index_elements=[t.c.partition_key, t.c.key], set_={"value": ins.excluded.value}
+        )
+
+        async def op(conn: AsyncConnection) -> None:
+            await conn.execute(stmt)
+
+        await self._run(op, write=True)
+
+    async def set_if(self, partition: bytes, key: bytes, value: bytes, expected: Expect) -> None:
+        p, k = check_key(partition, key)
+        v = as_bytes(value, "value")
+        exp = check_expect(expected)
+        t = self._table
+        stmt: Any
+        if exp.kind == "absent":
+            stmt = (
+                self._insert()
+                .values(partition_key=p, key=k, value=v)
+                .on_conflict_do_nothing(index_elements=[t.c.partition_key, t.c.key])
+            )
+        else:
+            stmt = update(t).where(t.c.partition_key == p, t.c.key == k).values(value=v)
+            if exp.kind == "equals":
+                stmt = stmt.where(t.c.value == exp.value)
+
+        async def op(conn: AsyncConnection) -> int:
+            return int((await conn.execute(stmt)).rowcount)
+
+        if await self._run(op, write=True, cas=True) != 1:
+            raise PreconditionFailedError(precondition_message(exp))
+
+    async def delete(self, partition: bytes, key: bytes) -> None:
+        p, k = check_key(partition, key)
+        t = self._table
+        stmt = sql_delete(t).where(t.c.partition_key == p, t.c.key == k)
+
+        async def op(conn: AsyncConnection) -> None:
+            await conn.execute(stmt)
+
+        await self._run(op, write=True)
+
+    async def scan(
+        self, partition: bytes, start: bytes = b"", *, page_size: int = 1000
+    ) -> AsyncIterator[KVEntry]:
+        p = check_partition(partition)
+        cursor = as_bytes(start, "start")
+        size = check_page_size(page_size)
+        t = self._table
+        inclusive = True
+        while True:
+            bound = t.c.key >= cursor if inclusive else t.c.key > cursor
+            stmt = (
+                select(t.c.key, t.c.value).where(t.c.partition_key == p, bound).order_by(t.c.key).limit(size)
+            )
+
+            async def op(conn: AsyncConnection, stmt: Any = stmt) -> list[KVEntry]:
+                rows = (await conn.execute(stmt)).all()
+                return [KVEntry(bytes(row[0]), bytes(row[1])) for row in rows]
+
+            page = await self._run(op, write=False)
+            for entry in page:
+                yield entry
+            if len(page) < size:
+                return
+            cursor, inclusive = page[-1].key, False
+
+    async def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        await self._engine.dispose()

@@ -1,0 +1,1 @@
+"""Refs over a ``KVStore``: repositories, branches, commits, tags and staging (spec sections 6-7)."""

@@ -1,0 +1,235 @@
+"""Ref records and their lakeFS protobuf encodings, plus id validation.
+
+Each record type converts to and from the KV value bytes of spec section 6
+(``io.treeverse.lakefs.graveler``). A :class:`Commit` read from KV keeps the bytes it was read
+from (``raw``), so a mirror can copy a commit record verbatim and ids keep matching. Undecodable
+bytes raise :class:`~lakefs_core.errors.CorruptDataError` naming the KV key.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import TypeVar
+
+from google.protobuf.message import DecodeError
+
+from lakefs_core.errors import BadInputError, CorruptDataError
+from lakefs_core.format.ids import commit_id as compute_commit_id
+from lakefs_core.format.proto import graveler_pb2
+
+COMMIT_VERSION = 1  # lakeFS CommitVersionParentSwitch: merge parents are [destination, source]
+
+_REPO_ID = re.compile(r"^[a-z0-9][a-z0-9-]{2,62}$")
+_BRANCH_ID = re.compile(r"^\w[-\w]*$")
+_TAG_ID = re.compile(r"^[\w][-\w.]*$")
+_COMMIT_ID = re.compile(r"^[0-9a-f]{64}$")
+
+
+def validate_repo_id(repo: str) -> str:
+    if not _REPO_ID.match(repo):
+        raise BadInputError(
+            f"invalid repository id {repo!r}: 3-63 characters of a-z, 0-9 and '-', "
+            "starting with a letter or digit",
+            field="repository",
+        )
+    return repo
+
+
+def validate_branch_id(branch: str) -> str:
+    if not _BRANCH_ID.match(branch) or len(branch) > 256:
+        raise BadInputError(f"invalid branch id {branch!r}: letters, digits, '_' and '-'", field="branch")
+    return branch
+
+
+def validate_tag_id(tag: str) -> str:
+    if not _TAG_ID.match(tag) or len(tag) > 256 or _COMMIT_ID.match(tag):
+        raise BadInputError(f"invalid tag id {tag!r}", field="tag")
+    return tag
+
+
+def is_commit_id(ref: str) -> bool:
+    return bool(_COMMIT_ID.match(ref))
+
+
+_M = TypeVar(
+    "_M", graveler_pb2.RepositoryData, graveler_pb2.BranchData, graveler_pb2.CommitData, graveler_pb2.TagData
+)
+
+
+def _parse(message: _M, raw: bytes, where: str) -> _M:
+    try:
+        message.ParseFromString(raw)
+    except DecodeError as e:
+        raise CorruptDataError(f"undecodable {type(message).__name__} record: {e}", file=where) from e
+    return message
+
+
+def _ts(when: datetime) -> datetime:
+    if when.tzinfo is None:
+        raise BadInputError("must be timezone-aware", field="creation_date")
+    return when.astimezone(UTC)
+
+
+@dataclass(frozen=True)
+class Repository:
+    id: str
+    storage_namespace: str
+    default_branch: str
+    creation_date: datetime
+    instance_uid: str
+    read_only: bool = False
+    in_deletion: bool = False
+    storage_id: str = ""
+
+    @property
+    def partition(self) -> bytes:
+        return f"{self.id}-{self.instance_uid}".encode()
+
+    def to_bytes(self) -> bytes:
+        msg = graveler_pb2.RepositoryData(
+            id=self.id,
+            storage_namespace=self.storage_namespace,
+            default_branch_id=self.default_branch,
+            state=graveler_pb2.IN_DELETION if self.in_deletion else graveler_pb2.ACTIVE,
+            instance_uid=self.instance_uid,
+            read_only=self.read_only,
+            storage_id=self.storage_id,
+        )
+        msg.creation_date.FromDatetime(_ts(self.creation_date))
+        return msg.SerializeToString(deterministic=True)
+
+    @classmethod
+    def from_bytes(cls, raw: bytes, where: str) -> Repository:
+        msg = _parse(graveler_pb2.RepositoryData(), raw, where)
+        return cls(
+            id=msg.id,
+            storage_namespace=msg.storage_namespace,
+            default_branch=msg.default_branch_id,
+            creation_date=msg.creation_date.ToDatetime(tzinfo=UTC),
+            instance_uid=msg.instance_uid,
+            read_only=msg.read_only,
+            in_deletion=msg.state == graveler_pb2.IN_DELETION,
+            storage_id=msg.storage_id,
+        )
+
+
+@dataclass(frozen=True)
+class Branch:
+    id: str
+    commit_id: str
+    staging_token: str
+    sealed_tokens: tuple[str, ...] = ()
+    hidden: bool = False
+
+    def to_bytes(self) -> bytes:
+        return graveler_pb2.BranchData(
+            id=self.id,
+            commit_id=self.commit_id,
+            staging_token=self.staging_token,
+            sealed_tokens=list(self.sealed_tokens),
+            hidden=self.hidden,
+        ).SerializeToString(deterministic=True)
+
+    @classmethod
+    def from_bytes(cls, raw: bytes, where: str) -> Branch:
+        msg = _parse(graveler_pb2.BranchData(), raw, where)
+        return cls(msg.id, msg.commit_id, msg.staging_token, tuple(msg.sealed_tokens), msg.hidden)
+
+
+@dataclass(frozen=True)
+class Commit:
+    id: str
+    committer: str
+    message: str
+    creation_date: datetime
+    metarange_id: str
+    metadata: Mapping[str, str] = field(default_factory=dict)
+    parents: tuple[str, ...] = ()
+    version: int = COMMIT_VERSION
+    generation: int = 1
+    raw: bytes | None = field(default=None, compare=False, repr=False)
+
+    @classmethod
+    def create(
+        cls,
+        *,
+        committer: str,
+        message: str,
+        metarange_id: str,
+        creation_date: datetime,
+        metadata: Mapping[str, str] | None = None,
+        parents: tuple[str, ...] = (),
+        generation: int = 1,
+    ) -> Commit:
+        """A new commit; its id is computed from its content (spec section 4)."""
+        when = _ts(creation_date).replace(microsecond=0)
+        meta = dict(metadata or {})
+        cid = compute_commit_id(
+            committer=committer,
+            message=message,
+            metarange_id=metarange_id,
+            creation_date=when,
+            metadata=meta,
+            parents=parents,
+        )
+        return cls(cid, committer, message, when, metarange_id, meta, parents, COMMIT_VERSION, generation)
+
+    def computed_id(self) -> str:
+        return compute_commit_id(
+            committer=self.committer,
+            message=self.message,
+            metarange_id=self.metarange_id,
+            creation_date=self.creation_date,
+            metadata=self.metadata,
+            parents=self.parents,
+        )
+
+    def to_bytes(self) -> bytes:
+        if self.raw is not None:
+            return self.raw
+        msg = graveler_pb2.CommitData(
+            id=self.id,
+            committer=self.committer,
+            message=self.message,
+            meta_range_id=self.metarange_id,
+            metadata=dict(self.metadata),
+            parents=list(self.parents),
+            version=self.version,
+            generation=self.generation,
+        )
+        msg.creation_date.FromDatetime(_ts(self.creation_date))
+        return msg.SerializeToString(deterministic=True)
+
+    @classmethod
+    def from_bytes(cls, raw: bytes, where: str) -> Commit:
+        msg = _parse(graveler_pb2.CommitData(), raw, where)
+        return cls(
+            id=msg.id,
+            committer=msg.committer,
+            message=msg.message,
+            creation_date=msg.creation_date.ToDatetime(tzinfo=UTC),
+            metarange_id=msg.meta_range_id,
+            metadata=dict(msg.metadata),
+            parents=tuple(msg.parents),
+            version=msg.version,
+            generation=msg.generation,
+            raw=bytes(raw),
+        )
+
+
+@dataclass(frozen=True)
+class Tag:
+    id: str
+    commit_id: str
+
+    def to_bytes(self) -> bytes:
+        msg = graveler_pb2.TagData(id=self.id, commit_id=self.commit_id)
+        return msg.SerializeToString(deterministic=True)
+
+    @classmethod
+    def from_bytes(cls, raw: bytes, where: str) -> Tag:
+        msg = _parse(graveler_pb2.TagData(), raw, where)
+        return cls(msg.id, msg.commit_id)

@@ -1,0 +1,282 @@
+"""Commit, merge and revert: the operations that move a branch to a new commit (spec section 7).
+
+Commit:
+
+1. rotate the staging token with a CAS on the branch record (``sealed = [staging] + sealed``, new
+   live token); the tokens sealed at that moment are *owned* by this commit;
+2. build the new metarange from the head commit's metarange plus the owned tokens (newest wins);
+3. store the commit record (``SetIf`` absent; an identical existing record is fine);
+4. CAS the branch to the new commit, removing the owned tokens from ``sealed``. If the CAS fails,
+   re-read the branch: tokens another commit already published are no longer owned; if the head
+   moved, rebuild on top of it with the tokens still owned; if nothing is owned any more, the
+   changes were committed by a concurrent commit, whose head is returned. Bounded, with backoff.
+5. mark the consumed tokens for the asynchronous drop (``cleanup-tokens``).
+
+Each staged write is therefore in exactly one commit, and first-parent history stays linear.
+
+Merge finds the best common ancestor (highest generation reachable from both sides), runs the
+three-way metarange merge and stores a merge commit with parents ``[destination, source]``.
+Revert applies the inverse of a commit (a three-way merge with the commit as base and its parent as
+source). Both refuse a destination with uncommitted changes and retry their CAS like commit.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Mapping
+from dataclasses import replace
+from typing import TYPE_CHECKING
+
+from lakefs_core.errors import (
+    BadInputError,
+    ConflictError,
+    NoChangesError,
+    PreconditionFailedError,
+)
+from lakefs_core.graveler.apply import apply_changes
+from lakefs_core.graveler.merge import merge as merge_metaranges
+from lakefs_core.graveler.metarange import MetaRange
+from lakefs_core.graveler.model import MergeStrategy
+from lakefs_core.refs import kvkeys
+from lakefs_core.refs.model import Branch, Commit, Repository
+from lakefs_core.refs.staging import merged_changes
+from lakefs_core.repos.retry import cas_retrying, exhausted_as
+
+if TYPE_CHECKING:
+    from lakefs_core.repos.graveler import Graveler
+
+MERGE_STRATEGY_KEY = ".lakefs.merge.strategy"
+
+
+async def _rotate(g: Graveler, repo: Repository, branch_id: str) -> tuple[Branch, bytes, frozenset[str]]:
+    with exhausted_as(f"branch {branch_id!r} kept changing while sealing its staging token"):
+        async for attempt in cas_retrying(g.settings):
+            with attempt:
+                branch, raw = await g.refs.get_branch(repo, branch_id)
+                sealed = (branch.staging_token, *branch.sealed_tokens)
+                rotated = replace(
+                    branch,
+                    staging_token=kvkeys.new_staging_token(repo.id, branch_id),
+                    sealed_tokens=sealed,
+                )
+                raw = await g.refs.cas_branch(repo, rotated, raw)
+    return rotated, raw, frozenset(sealed)
+
+
+async def _build_commit(
+    g: Graveler,
+    repo: Repository,
+    parent_id: str,
+    tokens: tuple[str, ...],
+    *,
+    committer: str,
+    message: str,
+    metadata: Mapping[str, str],
+    allow_empty: bool,
+) -> Commit:
+    parent = await g.refs.get_commit(repo, parent_id)
+    base = await g.metarange(repo, parent.metarange_id)
+    result = await apply_changes(
+        base.tables,
+        base,
+        merged_changes(g.staging, tokens),
+        policy=g.settings.split_policy,
+        allow_empty=allow_empty,
+    )
+    commit = Commit.create(
+        committer=committer,
+        message=message,
+        metarange_id=result.metarange_id,
+        creation_date=g.clock(),
+        metadata=metadata,
+        parents=(parent.id,),
+        generation=parent.generation + 1,
+    )
+    await g.refs.put_commit(repo, commit)
+    return commit
+
+
+async def commit(
+    g: Graveler,
+    repo_id: str,
+    branch_id: str,
+    *,
+    committer: str,
+    message: str,
+    metadata: Mapping[str, str] | None = None,
+    allow_empty: bool = False,
+    force: bool = False,
+) -> Commit:
+    repo = await g.repository(repo_id)
+    g.writable(repo, force)
+    if not message:
+        raise BadInputError("a commit needs a message", field="message")
+    current, _ = await g.refs.get_branch(repo, branch_id)
+    if not allow_empty and not await g.has_uncommitted(repo, current):
+        raise NoChangesError(f"branch {branch_id!r} has no uncommitted changes")
+    branch, raw, owned = await _rotate(g, repo, branch_id)
+    built: tuple[tuple[str, tuple[str, ...]], Commit] | None = None
+    attempts = cas_retrying(g.settings)
+    with exhausted_as(f"branch {branch_id!r}: too many concurrent commits"):
+        async for attempt in attempts:
+            with attempt:
+                mine = tuple(t for t in branch.sealed_tokens if t in owned)
+                if not mine:  # a concurrent commit published our tokens: our writes are in it
+                    return await g.refs.get_commit(repo, branch.commit_id)
+                if built is None or built[0] != (branch.commit_id, mine):
+                    made = await _build_commit(
+                        g,
+                        repo,
+                        branch.commit_id,
+                        mine,
+                        committer=committer,
+                        message=message,
+                        metadata=metadata or {},
+                        allow_empty=allow_empty,
+                    )
+                    built = ((branch.commit_id, mine), made)
+                new_commit = built[1]
+                rest = tuple(t for t in branch.sealed_tokens if t not in owned)
+                try:
+                    published = replace(branch, commit_id=new_commit.id, sealed_tokens=rest)
+                    await g.refs.cas_branch(repo, published, raw)
+                except PreconditionFailedError:
+                    branch, raw = await g.refs.get_branch(repo, branch_id)
+                    raise
+    await g.refs.mark_for_cleanup(mine, g.clock())
+    return new_commit
+
+
+async def merge_base(g: Graveler, repo: Repository, a: Commit, b: Commit) -> Commit | None:
+    """The common ancestor of ``a`` and ``b`` with the highest generation (None if unrelated)."""
+    seen: dict[str, int] = {}  # commit id -> sides that reach it (1 = a, 2 = b)
+    commits = {a.id: a, b.id: b}
+    heap: list[tuple[int, str]] = []
+    for c, side in ((a, 1), (b, 2)):
+        if c.id not in seen:
+            heapq.heappush(heap, (-c.generation, c.id))
+        seen[c.id] = seen.get(c.id, 0) | side
+    done: set[str] = set()
+    while heap:
+        _, cid = heapq.heappop(heap)
+        if cid in done:
+            continue
+        done.add(cid)
+        if seen[cid] == 3:
+            return commits[cid]
+        for parent_id in commits[cid].parents:
+            if parent_id not in commits:
+                commits[parent_id] = await g.refs.get_commit(repo, parent_id)
+            if parent_id not in seen:
+                heapq.heappush(heap, (-commits[parent_id].generation, parent_id))
+            seen[parent_id] = seen.get(parent_id, 0) | seen[cid]
+    return None
+
+
+async def _ensure_clean(g: Graveler, repo: Repository, branch: Branch) -> None:
+    if await g.has_uncommitted(repo, branch):
+        raise ConflictError(f"branch {branch.id!r} has uncommitted changes; commit or reset them first")
+
+
+async def _three_way(
+    g: Graveler, base: MetaRange, source: MetaRange, dest: MetaRange, strategy: MergeStrategy
+) -> str:
+    result = await merge_metaranges(
+        dest.tables, base, source, dest, strategy, policy=g.settings.split_policy
+    )
+    return result.metarange_id
+
+
+async def merge(
+    g: Graveler,
+    repo_id: str,
+    source_ref: str,
+    dest_branch: str,
+    *,
+    committer: str,
+    message: str | None = None,
+    strategy: MergeStrategy = MergeStrategy.NONE,
+    metadata: Mapping[str, str] | None = None,
+    force: bool = False,
+) -> Commit:
+    repo = await g.repository(repo_id)
+    g.writable(repo, force)
+    meta = dict(metadata or {})
+    if strategy is not MergeStrategy.NONE:
+        meta[MERGE_STRATEGY_KEY] = strategy.value
+    with exhausted_as(f"branch {dest_branch!r}: too many concurrent updates during merge"):
+        async for attempt in cas_retrying(g.settings):
+            with attempt:
+                dest, raw = await g.refs.get_branch(repo, dest_branch)
+                await _ensure_clean(g, repo, dest)
+                source = (await g.resolve(repo, source_ref)).commit
+                head = await g.refs.get_commit(repo, dest.commit_id)
+                base = await merge_base(g, repo, source, head)
+                if base is not None and base.id == source.id:
+                    raise NoChangesError(f"{source_ref!r} is already merged into {dest_branch!r}")
+                metarange_id = await _three_way(
+                    g,
+                    await g.metarange(repo, base.metarange_id if base else ""),
+                    await g.metarange(repo, source.metarange_id),
+                    await g.metarange(repo, head.metarange_id),
+                    strategy,
+                )
+                made = Commit.create(
+                    committer=committer,
+                    message=message or f"Merge '{source_ref}' into '{dest_branch}'",
+                    metarange_id=metarange_id,
+                    creation_date=g.clock(),
+                    metadata=meta,
+                    parents=(head.id, source.id),
+                    generation=max(head.generation, source.generation) + 1,
+                )
+                await g.refs.put_commit(repo, made)
+                await g.refs.cas_branch(repo, replace(dest, commit_id=made.id), raw)
+    return made
+
+
+async def revert(
+    g: Graveler,
+    repo_id: str,
+    branch_id: str,
+    commit_ref: str,
+    *,
+    committer: str,
+    parent_number: int = 1,
+    message: str | None = None,
+    force: bool = False,
+) -> Commit:
+    repo = await g.repository(repo_id)
+    g.writable(repo, force)
+    target = (await g.resolve(repo, commit_ref)).commit
+    if not target.parents:
+        raise BadInputError("cannot revert a commit without parents", field="commit")
+    if not 1 <= parent_number <= len(target.parents):
+        raise BadInputError(f"commit has {len(target.parents)} parent(s)", field="parent_number")
+    parent = await g.refs.get_commit(repo, target.parents[parent_number - 1])
+    with exhausted_as(f"branch {branch_id!r}: too many concurrent updates during revert"):
+        async for attempt in cas_retrying(g.settings):
+            with attempt:
+                branch, raw = await g.refs.get_branch(repo, branch_id)
+                await _ensure_clean(g, repo, branch)
+                head = await g.refs.get_commit(repo, branch.commit_id)
+                metarange_id = await _three_way(
+                    g,
+                    await g.metarange(repo, target.metarange_id),
+                    await g.metarange(repo, parent.metarange_id),
+                    await g.metarange(repo, head.metarange_id),
+                    MergeStrategy.NONE,
+                )
+                made = Commit.create(
+                    committer=committer,
+                    message=message or f"Revert {target.id}",
+                    metarange_id=metarange_id,
+                    creation_date=g.clock(),
+                    metadata={},
+                    parents=(head.id,),
+                    generation=head.generation + 1,
+                )
+                await g.refs.put_commit(repo, made)
+                await g.refs.cas_branch(repo, replace(branch, commit_id=made.id), raw)
+    return made
+

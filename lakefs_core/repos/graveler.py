@@ -1,0 +1,463 @@
+"""Graveler over KV: repositories, branches, tags, refs and staged entries (spec sections 6-7).
+
+Layout and records follow lakeFS exactly, so a mirror or GC pointed at the same KV store and
+namespaces sees what it would see in a lakeFS installation.
+
+- Repository creation writes the first commit ("Repository created", empty metarange), then the
+  default branch, then the repository record last (``SetIf`` absent): a crash leaves unreachable
+  records in a fresh partition, never a half repository.
+- Reads on a branch consult the live staging token, then the sealed tokens (newest first), then
+  the committed metarange; a tombstone means "not found". ``ref@`` and ``~N``/``^N`` refs read
+  committed data only.
+- Writers write to the live token and re-read the branch; if a commit rotated the token meanwhile
+  the write is repeated on the new token (idempotent by identity), so no write is lost to a commit.
+- Read-only repositories (mirrors) refuse every write unless the caller passes ``force=True``.
+
+Commits, merges and reverts live in :mod:`.committing`; object bytes in :mod:`.objects`.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import AsyncIterator, Callable, Mapping
+from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime
+
+from lakefs_core.errors import (
+    BadInputError,
+    ConflictError,
+    NotFoundError,
+    PreconditionFailedError,
+    ReadOnlyError,
+    TooManyRetriesError,
+)
+from lakefs_core.format.records import ValueRecord
+from lakefs_core.format.splitter import SplitPolicy
+from lakefs_core.graveler.diff import diff as diff_metaranges
+from lakefs_core.graveler.metarange import MetaRange
+from lakefs_core.graveler.model import DiffRecord, DiffType, MergeStrategy
+from lakefs_core.keys import StorageNamespace
+from lakefs_core.kv.base import KVStore
+from lakefs_core.refs import kvkeys
+from lakefs_core.refs.model import (
+    Branch,
+    Commit,
+    Repository,
+    Tag,
+    is_commit_id,
+    validate_branch_id,
+    validate_repo_id,
+    validate_tag_id,
+)
+from lakefs_core.refs.staging import StagingArea, merge_sorted, tombstone
+from lakefs_core.refs.store import RefStore
+from lakefs_core.repos import committing
+from lakefs_core.repos.refexpr import parse_ref
+from lakefs_core.repos.retry import cas_retrying, exhausted_as
+from lakefs_core.repos.stores import StoreRegistry
+
+INITIAL_COMMIT_MESSAGE = "Repository created"
+
+
+@dataclass(frozen=True)
+class GravelerSettings:
+    commit_attempts: int = 20
+    write_attempts: int = 20
+    backoff_initial: float = 0.005
+    backoff_max: float = 0.5
+    cleanup_grace_seconds: float = 30.0
+    split_policy: SplitPolicy = field(default_factory=SplitPolicy)
+
+
+@dataclass(frozen=True)
+class Resolved:
+    """A ref resolved to a commit; ``branch`` is set when staged changes are visible through it."""
+
+    commit: Commit
+    branch: Branch | None = None
+
+    @property
+    def tokens(self) -> tuple[str, ...]:
+        if self.branch is None:
+            return ()
+        return (self.branch.staging_token, *self.branch.sealed_tokens)
+
+
+def utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+class Graveler:
+    """Versioned repositories over one KV store and the block stores of their namespaces."""
+
+    def __init__(
+        self,
+        kv: KVStore,
+        stores: StoreRegistry,
+        settings: GravelerSettings | None = None,
+        *,
+        clock: Callable[[], datetime] = utcnow,
+    ) -> None:
+        self.kv = kv
+        self.stores = stores
+        self.settings = settings or GravelerSettings()
+        self.clock = clock
+        self.refs = RefStore(kv)
+        self.staging = StagingArea(kv)
+
+    # -- repositories -----------------------------------------------------------------------------
+
+    async def create_repository(
+        self,
+        repo_id: str,
+        storage_namespace: str,
+        default_branch: str = "main",
+        *,
+        read_only: bool = False,
+        claim_namespace: bool = True,
+    ) -> Repository:
+        """Create a repository. ``claim_namespace`` writes ``_lakefs/dummy`` create-only, refusing a
+        namespace another repository already uses (mirrors, whose namespace receives a replica of
+        the source's, pass False)."""
+        validate_repo_id(repo_id)
+        validate_branch_id(default_branch)
+        ns = StorageNamespace.parse(storage_namespace)
+        try:
+            existing, _ = await self.refs.get_repository_raw(repo_id)
+        except NotFoundError:
+            pass
+        else:
+            state = " (being deleted)" if existing.in_deletion else ""
+            raise ConflictError(f"repository {repo_id!r} already exists{state}")
+        store = await self.stores.namespace_store(ns)
+        if claim_namespace:
+            try:
+                await store.put(ns.dummy_key(), b"", if_none_match=True)
+            except PreconditionFailedError as e:
+                raise ConflictError(f"storage namespace {ns.uri} is already in use by a repository") from e
+        now = self.clock()
+        repo = Repository(repo_id, ns.uri, default_branch, now, uuid.uuid4().hex, read_only=read_only)
+        first = Commit.create(
+            committer="", message=INITIAL_COMMIT_MESSAGE, metarange_id="", creation_date=now
+        )
+        await self.refs.put_commit(repo, first)
+        await self.refs.create_branch(
+            repo, Branch(default_branch, first.id, kvkeys.new_staging_token(repo_id, default_branch))
+        )
+        await self.refs.create_repository(repo)
+        return repo
+
+    async def repository(self, repo_id: str) -> Repository:
+        return await self.refs.get_repository(repo_id)
+
+    def list_repositories(self) -> AsyncIterator[Repository]:
+        return self.refs.list_repositories()
+
+    async def set_read_only(self, repo_id: str, read_only: bool) -> Repository:
+        with exhausted_as(f"repository {repo_id!r} kept changing"):
+            async for attempt in cas_retrying(self.settings):
+                with attempt:
+                    repo, raw = await self.refs.get_repository_raw(repo_id)
+                    updated = replace(repo, read_only=read_only)
+                    await self.refs.update_repository(updated, raw)
+        return updated
+
+    async def delete_repository(self, repo_id: str) -> None:
+        """Mark the repository as being deleted, drop its staging and records, then its record."""
+        repo, raw = await self.refs.get_repository_raw(repo_id)
+        if not repo.in_deletion:
+            marked = replace(repo, in_deletion=True)
+            await self.refs.update_repository(marked, raw)
+        async for branch in self.refs.list_branches(repo):
+            for token in (branch.staging_token, *branch.sealed_tokens):
+                await self.staging.drop(token)
+        keys = [e.key async for e in self.kv.scan(repo.partition)]
+        for key in keys:
+            await self.kv.delete(repo.partition, key)
+        await self.refs.delete_repository_record(repo_id)
+
+    def writable(self, repo: Repository, force: bool) -> None:
+        if repo.read_only and not force:
+            raise ReadOnlyError(f"repository {repo.id!r} is read-only")
+
+    # -- refs ---------------------------------------------------------------------------------------
+
+    async def resolve(self, repo: Repository, ref: str) -> Resolved:
+        expr = parse_ref(ref)
+        branch: Branch | None = None
+        try:
+            branch, _ = await self.refs.get_branch(repo, expr.base)
+            commit_id = branch.commit_id
+        except NotFoundError:
+            try:
+                commit_id = (await self.refs.get_tag(repo, expr.base)).commit_id
+            except NotFoundError:
+                if not is_commit_id(expr.base):
+                    what = f"ref {expr.base!r} not found in repository {repo.id!r}"
+                    raise NotFoundError(f"{what} (no such branch, tag or commit)") from None
+                commit_id = expr.base
+        commit = await self.refs.get_commit(repo, commit_id)
+        for op, n in expr.modifiers:
+            commit = await self._walk(repo, commit, op, n, ref)
+        return Resolved(commit, branch if expr.plain else None)
+
+    async def _walk(self, repo: Repository, commit: Commit, op: str, n: int, ref: str) -> Commit:
+        if op == "^":
+            if n == 0:
+                return commit
+            if n > len(commit.parents):
+                raise NotFoundError(f"{ref!r}: commit {commit.id[:12]} has no parent number {n}")
+            return await self.refs.get_commit(repo, commit.parents[n - 1])
+        for _ in range(n):
+            if not commit.parents:
+                raise NotFoundError(f"{ref!r}: history is shorter than that")
+            commit = await self.refs.get_commit(repo, commit.parents[0])
+        return commit
+
+    async def metarange(self, repo: Repository, metarange_id: str) -> MetaRange:
+        tables = await self.stores.tables(StorageNamespace.parse(repo.storage_namespace))
+        return await MetaRange.load(tables, metarange_id)
+
+    # -- branches -------------------------------------------------------------------------------------
+
+    async def create_branch(self, repo_id: str, name: str, source_ref: str, *, force: bool = False) -> Branch:
+        repo = await self.repository(repo_id)
+        self.writable(repo, force)
+        validate_branch_id(name)
+        source = await self.resolve(repo, source_ref)
+        branch = Branch(name, source.commit.id, kvkeys.new_staging_token(repo.id, name))
+        await self.refs.create_branch(repo, branch)
+        return branch
+
+    async def branch(self, repo_id: str, name: str) -> Branch:
+        repo = await self.repository(repo_id)
+        return (await self.refs.get_branch(repo, name))[0]
+
+    async def list_branches(self, repo_id: str, after: str = "") -> AsyncIterator[Branch]:
+        repo = await self.repository(repo_id)
+        async for branch in self.refs.list_branches(repo, after):
+            yield branch
+
+    async def delete_branch(self, repo_id: str, name: str, *, force: bool = False) -> None:
+        repo = await self.repository(repo_id)
+        self.writable(repo, force)
+        if name == repo.default_branch:
+            raise ConflictError(f"cannot delete the default branch {name!r} of repository {repo.id!r}")
+        branch, _ = await self.refs.get_branch(repo, name)
+        await self.refs.delete_branch(repo, name)
+        await self.refs.mark_for_cleanup((branch.staging_token, *branch.sealed_tokens), self.clock())
+
+    async def reset_branch(
+        self, repo_id: str, name: str, to_ref: str | None = None, *, force: bool = False
+    ) -> Branch:
+        """Drop uncommitted changes; with ``to_ref``, also move the branch to that commit."""
+        repo = await self.repository(repo_id)
+        self.writable(repo, force)
+        target = (await self.resolve(repo, to_ref)).commit.id if to_ref is not None else None
+        with exhausted_as(f"branch {name!r} kept changing during reset"):
+            async for attempt in cas_retrying(self.settings):
+                with attempt:
+                    branch, raw = await self.refs.get_branch(repo, name)
+                    reset = replace(
+                        branch,
+                        staging_token=kvkeys.new_staging_token(repo.id, name),
+                        sealed_tokens=(),
+                        commit_id=target or branch.commit_id,
+                    )
+                    await self.refs.cas_branch(repo, reset, raw)
+        await self.refs.mark_for_cleanup((branch.staging_token, *branch.sealed_tokens), self.clock())
+        return reset
+
+    # -- tags ------------------------------------------------------------------------------------------
+
+    async def create_tag(self, repo_id: str, tag: str, ref: str, *, force: bool = False) -> Tag:
+        repo = await self.repository(repo_id)
+        self.writable(repo, force)
+        validate_tag_id(tag)
+        record = Tag(tag, (await self.resolve(repo, ref)).commit.id)
+        await self.refs.create_tag(repo, record)
+        return record
+
+    async def delete_tag(self, repo_id: str, tag: str, *, force: bool = False) -> None:
+        repo = await self.repository(repo_id)
+        self.writable(repo, force)
+        await self.refs.delete_tag(repo, tag)
+
+    async def list_tags(self, repo_id: str) -> AsyncIterator[Tag]:
+        repo = await self.repository(repo_id)
+        async for tag in self.refs.list_tags(repo):
+            yield tag
+
+    # -- entries --------------------------------------------------------------------------------------
+
+    async def get_entry(self, repo_id: str, ref: str, key: bytes) -> ValueRecord:
+        repo = await self.repository(repo_id)
+        resolved = await self.resolve(repo, ref)
+        staged = await self.staging.lookup(resolved.tokens, key) if resolved.tokens else None
+        if staged is not None:
+            if staged.is_tombstone:
+                raise NotFoundError(f"object {key.decode(errors='replace')!r} not found in {ref!r}")
+            return staged
+        found = await (await self.metarange(repo, resolved.commit.metarange_id)).get(key)
+        if found is None:
+            raise NotFoundError(f"object {key.decode(errors='replace')!r} not found in {ref!r}")
+        return found
+
+    async def set_entry(
+        self, repo_id: str, branch_id: str, record: ValueRecord, *, force: bool = False
+    ) -> None:
+        """Stage ``record`` (or a tombstone) on the branch, surviving concurrent token rotations."""
+        if not record.key:
+            raise BadInputError("must not be empty", field="path")
+        repo = await self.repository(repo_id)
+        self.writable(repo, force)
+        branch, _ = await self.refs.get_branch(repo, branch_id)
+        for _ in range(self.settings.write_attempts):
+            await self.staging.set(branch.staging_token, record)
+            again, _ = await self.refs.get_branch(repo, branch_id)
+            if again.staging_token == branch.staging_token:
+                return
+            branch = again  # a commit sealed the token we wrote to: write again to the live one
+        raise TooManyRetriesError(f"branch {branch_id!r}: staging token kept rotating during a write")
+
+    async def delete_entry(self, repo_id: str, branch_id: str, key: bytes, *, force: bool = False) -> None:
+        await self.get_entry(repo_id, branch_id, key)  # NotFoundError for a missing object
+        await self.set_entry(repo_id, branch_id, tombstone(key), force=force)
+
+    async def list_entries(
+        self, repo_id: str, ref: str, *, prefix: bytes = b"", after: bytes = b"", start: bytes = b""
+    ) -> AsyncIterator[ValueRecord]:
+        """Entries under ``prefix`` with key > ``after`` and >= ``start``, staging over committed,
+        tombstones hidden."""
+        repo = await self.repository(repo_id)
+        resolved = await self.resolve(repo, ref)
+        start = max(prefix, start, after + b"\x00" if after else b"")
+        committed = await self.metarange(repo, resolved.commit.metarange_id)
+        sources = [self.staging.scan(t, start) for t in resolved.tokens] + [committed.seek_ge(start)]
+        async for record in merge_sorted(sources):
+            if not record.key.startswith(prefix):
+                break
+            if not record.is_tombstone:
+                yield record
+
+    # -- history and diff -----------------------------------------------------------------------------
+
+    async def get_commit(self, repo_id: str, ref: str) -> Commit:
+        repo = await self.repository(repo_id)
+        return (await self.resolve(repo, ref)).commit
+
+    async def log(
+        self, repo_id: str, ref: str, *, amount: int | None = None, after: str | None = None
+    ) -> AsyncIterator[Commit]:
+        """First-parent history from ``ref``; ``after`` continues a page after that commit id."""
+        repo = await self.repository(repo_id)
+        commit: Commit | None = (await self.resolve(repo, ref)).commit
+        skipping = after is not None
+        n = 0
+        while commit is not None and (amount is None or n < amount):
+            if not skipping:
+                yield commit
+                n += 1
+            elif commit.id == after:
+                skipping = False
+            commit = await self.refs.get_commit(repo, commit.parents[0]) if commit.parents else None
+
+    async def diff(self, repo_id: str, left_ref: str, right_ref: str) -> AsyncIterator[DiffRecord]:
+        """Committed differences from ``left_ref`` to ``right_ref``."""
+        repo = await self.repository(repo_id)
+        left = await self.metarange(repo, (await self.resolve(repo, left_ref)).commit.metarange_id)
+        right = await self.metarange(repo, (await self.resolve(repo, right_ref)).commit.metarange_id)
+        async for record in diff_metaranges(left, right):
+            yield record
+
+    async def diff_uncommitted(self, repo_id: str, branch_id: str) -> AsyncIterator[DiffRecord]:
+        """Staged changes of a branch against its head commit."""
+        repo = await self.repository(repo_id)
+        branch, _ = await self.refs.get_branch(repo, branch_id)
+        head = await self.refs.get_commit(repo, branch.commit_id)
+        committed = await self.metarange(repo, head.metarange_id)
+        async for staged in self.staging.merged((branch.staging_token, *branch.sealed_tokens)):
+            old = await committed.get(staged.key)
+            if staged.is_tombstone:
+                if old is not None:
+                    yield DiffRecord(DiffType.REMOVED, staged.key, old, None)
+            elif old is None:
+                yield DiffRecord(DiffType.ADDED, staged.key, None, staged)
+            elif old.identity != staged.identity:
+                yield DiffRecord(DiffType.CHANGED, staged.key, old, staged)
+
+    async def has_uncommitted(self, repo: Repository, branch: Branch) -> bool:
+        for token in (branch.staging_token, *branch.sealed_tokens):
+            if not await self.staging.is_empty(token):
+                return True
+        return False
+
+    # -- commits, merges, reverts (see committing.py) -------------------------------------------------
+
+    async def commit(
+        self,
+        repo_id: str,
+        branch_id: str,
+        *,
+        committer: str,
+        message: str,
+        metadata: Mapping[str, str] | None = None,
+        allow_empty: bool = False,
+        force: bool = False,
+    ) -> Commit:
+        return await committing.commit(
+            self,
+            repo_id,
+            branch_id,
+            committer=committer,
+            message=message,
+            metadata=metadata,
+            allow_empty=allow_empty,
+            force=force,
+        )
+
+    async def merge(
+        self,
+        repo_id: str,
+        source_ref: str,
+        dest_branch: str,
+        *,
+        committer: str,
+        message: str | None = None,
+        strategy: MergeStrategy = MergeStrategy.NONE,
+        metadata: Mapping[str, str] | None = None,
+        force: bool = False,
+    ) -> Commit:
+        return await committing.merge(
+            self,
+            repo_id,
+            source_ref,
+            dest_branch,
+            committer=committer,
+            message=message,
+            strategy=strategy,
+            metadata=metadata,
+            force=force,
+        )
+
+    async def revert(
+        self,
+        repo_id: str,
+        branch_id: str,
+        commit_ref: str,
+        *,
+        committer: str,
+        parent_number: int = 1,
+        message: str | None = None,
+        force: bool = False,
+    ) -> Commit:
+        return await committing.revert(
+            self,
+            repo_id,
+            branch_id,
+            commit_ref,
+            committer=committer,
+            parent_number=parent_number,
+            message=message,
+            force=force,
+        )

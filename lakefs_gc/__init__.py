@@ -1,0 +1,1 @@
+"""lakefs_gc: retention garbage collection (PySpark) and hard-delete reconciliation daemons."""

@@ -1,0 +1,1 @@
+"""lakefs_mirror: the per-region transactional mirroring daemon."""

@@ -1,0 +1,178 @@
+"""Local-filesystem driver specifics: layout, key rules, sidecars, atomicity, cleanup."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import os
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+from lakefs_core.block import LocalBlockStore
+from lakefs_core.block.local import META_DIR, TMP_PREFIX
+from lakefs_core.errors import BadInputError, ConflictError, PreconditionFailedError
+from tests.block.test_contract import listing
+
+MIB = 1 << 20
+
+
+def md5(data: bytes) -> str:
+    return hashlib.md5(data).hexdigest()
+
+
+def temp_files(root: Path) -> list[Path]:
+    return [p for p in root.rglob("*") if p.name.startswith(TMP_PREFIX)]
+
+
+@pytest.fixture
+async def store(local_root: Path) -> AsyncIterator[LocalBlockStore]:
+    async with LocalBlockStore(local_root) as s:
+        yield s
+
+
+def test_uri_and_root(local_root: Path) -> None:
+    store = LocalBlockStore(local_root)
+    assert store.uri == f"local://{local_root}"
+    assert store.uri.startswith("local:///")
+    with pytest.raises(BadInputError):
+        LocalBlockStore("relative/dir")
+
+
+@pytest.mark.parametrize(
+    "key",
+    [
+        "../escape",
+        "a/../../b",
+        "/abs",
+        "a//b",
+        "a/",
+        "./a",
+        "a/./b",
+        "..",
+        f"{META_DIR}/x",
+        f"a/{TMP_PREFIX}x",
+        "a\0b",
+    ],
+)
+async def test_bad_keys(store: LocalBlockStore, key: str) -> None:
+    with pytest.raises(BadInputError):
+        await store.put(key, b"x")
+    with pytest.raises(BadInputError):
+        await store.get(key)
+
+
+async def test_plain_file_layout_and_hidden_sidecar(store: LocalBlockStore, local_root: Path) -> None:
+    await store.put("data/slice/obj", b"content", content_type="text/plain", metadata={"k": "v"})
+    assert (local_root / "data/slice/obj").read_bytes() == b"content"
+    sidecar = json.loads((local_root / META_DIR / "data/slice/obj").read_text())
+    assert sidecar["etag"] == md5(b"content")
+    assert (sidecar["content_type"], sidecar["metadata"]) == ("text/plain", {"k": "v"})
+    assert await listing(store) == ["data/slice/obj"]
+    assert await listing(store, delimiter="/") == ["data/*"]
+    assert await listing(store, ".") == []
+    assert temp_files(local_root) == []
+
+
+async def test_key_and_longer_key_conflict(store: LocalBlockStore) -> None:
+    await store.put("a", b"file")
+    with pytest.raises(ConflictError):
+        await store.put("a/b", b"below a file")
+    await store.put("x/y", b"file below x")
+    with pytest.raises(ConflictError):
+        await store.put("x", b"over a directory")
+    with pytest.raises(ConflictError):
+        await store.put("x", b"over a directory", if_none_match=True)
+    assert not await store.exists("x")
+    assert await store.get("a") == b"file"
+
+
+async def test_file_replaced_by_another_tool(store: LocalBlockStore, local_root: Path) -> None:
+    await store.put("k", b"ours", content_type="text/plain", metadata={"m": "1"})
+    (local_root / "k").write_bytes(b"replaced by someone else")
+    head = await store.head("k")
+    assert head.etag == md5(b"replaced by someone else")  # the stale sidecar is ignored
+    assert (head.content_type, dict(head.metadata)) == ("application/octet-stream", {})
+    assert await store.get("k") == b"replaced by someone else"
+
+
+async def test_foreign_files_are_objects(store: LocalBlockStore, local_root: Path) -> None:
+    (local_root / "imported").mkdir()
+    (local_root / "imported" / "f.csv").write_bytes(b"a,b\n")
+    (local_root / "imported" / f"{TMP_PREFIX}inflight").write_bytes(b"partial")
+    (local_root / "empty" / "dir").mkdir(parents=True)
+    assert await listing(store) == ["imported/f.csv"]
+    assert await listing(store, delimiter="/") == ["imported/*"]  # empty directories are not prefixes
+    assert (await store.head("imported/f.csv")).etag == md5(b"a,b\n")
+    assert not await store.exists("empty/dir")
+
+
+async def test_delete_prunes_empty_directories(store: LocalBlockStore, local_root: Path) -> None:
+    await store.put("p/q/r", b"1", metadata={"a": "b"})
+    await store.put("p/s", b"2")
+    await store.delete("p/q/r")
+    assert not (local_root / "p/q").exists()
+    assert not (local_root / META_DIR / "p/q").exists()
+    await store.delete_many(["p/s"])
+    assert sorted(os.listdir(local_root)) in ([], [META_DIR])
+    assert await listing(store) == []
+    await store.put("p/q", b"a file where a directory was")
+    assert await store.get("p/q") == b"a file where a directory was"
+
+
+async def test_failed_and_cancelled_puts_leave_no_temp_files(
+    store: LocalBlockStore, local_root: Path
+) -> None:
+    async def failing() -> AsyncIterator[bytes]:
+        yield b"x" * MIB
+        yield b"y" * MIB
+        raise RuntimeError("source broke")
+
+    with pytest.raises(RuntimeError):
+        await store.put("dir/failed", failing())
+
+    started = asyncio.Event()
+
+    async def slow() -> AsyncIterator[bytes]:
+        for _ in range(3):
+            yield b"z" * MIB
+        started.set()
+        await asyncio.sleep(3600)
+        yield b"never"
+
+    task = asyncio.create_task(store.put("dir/cancelled", slow()))
+    await started.wait()
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert temp_files(local_root) == []
+    assert not await store.exists("dir/failed")
+    assert not await store.exists("dir/cancelled")
+
+
+async def test_concurrent_create_only_puts(store: LocalBlockStore, local_root: Path) -> None:
+    async def attempt(i: int) -> bool:
+        try:
+            await store.put("slot", f"{i}".encode() * 1000, if_none_match=True)
+        except PreconditionFailedError:
+            return False
+        return True
+
+    results = await asyncio.gather(*(attempt(i) for i in range(20)))
+    assert results.count(True) == 1
+    winner = results.index(True)
+    assert await store.get("slot") == f"{winner}".encode() * 1000
+    assert (await store.head("slot")).etag == md5(f"{winner}".encode() * 1000)
+    assert temp_files(local_root) == []
+
+
+async def test_open_stream_keeps_reading_its_version(store: LocalBlockStore) -> None:
+    await store.put("k", b"A" * 10)
+    stream = store.stream("k", chunk_size=4)
+    first = await anext(stream)
+    await store.put("k", b"B" * 10)  # a new file replaces the old one; the open stream is unaffected
+    rest = [c async for c in stream]
+    assert first + b"".join(rest) == b"A" * 10
+    assert await store.get("k") == b"B" * 10

@@ -1,0 +1,300 @@
+"""S3 driver specifics: settings, error mapping and fault injection through a misbehaving proxy."""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import random
+from collections.abc import AsyncIterator
+from contextlib import aclosing
+
+import pytest
+
+from lakefs_core.block import AccessDeniedError, S3BlockStore, S3Settings
+from lakefs_core.errors import (
+    BadInputError,
+    LakeFSError,
+    NotFoundError,
+    PreconditionFailedError,
+    TransientError,
+    UnreachableError,
+)
+from tests.block.conftest import BUCKET, raw_client, s3_settings
+from tests.block.faults import Fault, FaultProxy, is_method
+from tests.support.moto import SECRET_KEY, MotoServer, free_port
+
+MIB = 1 << 20
+
+
+def md5(data: bytes) -> str:
+    return hashlib.md5(data).hexdigest()
+
+
+async def chunks_of(data: bytes, size: int) -> AsyncIterator[bytes]:
+    for i in range(0, len(data), size):
+        yield data[i : i + size]
+
+
+def proxied(proxy: FaultProxy, **overrides: object) -> S3BlockStore:
+    return S3BlockStore(BUCKET, settings=s3_settings(proxy.endpoint, **overrides))
+
+
+async def pending_uploads(server: MotoServer) -> list[str]:
+    async with raw_client(server) as s3:
+        resp = await s3.list_multipart_uploads(Bucket=BUCKET)
+    return [u["Key"] for u in resp.get("Uploads", [])]
+
+
+# -- settings ------------------------------------------------------------------------------------------
+
+
+def test_settings_repr_hides_secrets() -> None:
+    settings = S3Settings(
+        access_key_id="AKIDEXAMPLE", secret_access_key="very-secret", session_token="tok-123"
+    )
+    for text in (repr(settings), str(settings), repr(S3BlockStore("some-bucket", settings=settings))):
+        assert "very-secret" not in text
+        assert "tok-123" not in text
+    assert "AKIDEXAMPLE" in repr(settings)
+    assert "secret_access_key='***'" in repr(settings)
+
+
+@pytest.mark.parametrize(
+    ("field", "kwargs"),
+    [
+        ("multipart_chunk", {"multipart_chunk": 1 * MIB}),
+        ("max_attempts", {"max_attempts": 0}),
+        ("multipart_threshold", {"multipart_threshold": 0}),
+        ("retry_initial_backoff", {"retry_initial_backoff": -1}),
+        ("secret_access_key", {"access_key_id": "only-half"}),
+    ],
+)
+def test_settings_validation(field: str, kwargs: dict[str, object]) -> None:
+    with pytest.raises(BadInputError) as info:
+        S3Settings(**kwargs)  # type: ignore[arg-type]
+    assert info.value.field == field
+
+
+def test_bad_bucket_name() -> None:
+    with pytest.raises(BadInputError):
+        S3BlockStore("x")
+
+
+# -- lifecycle and plain errors ------------------------------------------------------------------------
+
+
+async def test_one_client_opened_lazily_and_closed(s3_server: MotoServer) -> None:
+    store = S3BlockStore(BUCKET, settings=s3_settings(s3_server.endpoint))
+    await store.put("lazy", b"opened on first use")
+    async with store:  # open() is idempotent; exiting closes
+        assert await store.get("lazy") == b"opened on first use"
+    with pytest.raises(LakeFSError):
+        await store.get("lazy")
+    with pytest.raises(LakeFSError):
+        await store.open()
+
+
+async def test_missing_bucket_is_not_found_naming_it(s3_server: MotoServer) -> None:
+    async with S3BlockStore("no-such-bucket", settings=s3_settings(s3_server.endpoint)) as store:
+        with pytest.raises(NotFoundError) as info:
+            await store.get("k")
+        assert "no-such-bucket" in str(info.value)
+        with pytest.raises(NotFoundError, match="no-such-bucket"):
+            await store.put("k", b"v")
+
+
+async def test_unreachable_endpoint(caplog: pytest.LogCaptureFixture) -> None:
+    endpoint = f"http://127.0.0.1:{free_port()}"  # nothing listens there
+    async with S3BlockStore(BUCKET, settings=s3_settings(endpoint, connect_timeout=1.0)) as store:
+        with (
+            caplog.at_level(logging.WARNING, logger="lakefs_core.block.s3"),
+            pytest.raises(UnreachableError) as info,
+        ):
+            await store.get("k")
+    assert info.value.retryable
+    assert "3 attempt" in str(info.value)
+    assert SECRET_KEY not in str(info.value)
+    assert SECRET_KEY not in caplog.text
+    assert len([r for r in caplog.records if "retrying" in r.getMessage()]) == 2
+
+
+# -- transient faults ----------------------------------------------------------------------------------
+
+
+async def test_transient_503_is_retried(proxy: FaultProxy) -> None:
+    async with proxied(proxy) as store:
+        proxy.fail(Fault(503, "SlowDown"), times=2, when=is_method("PUT"))
+        info = await store.put("k", b"survives two 503s")
+        assert info.etag == md5(b"survives two 503s")
+        assert proxy.count("PUT") == 3
+        proxy.fail(
+            Fault(500, "InternalError", "We encountered an internal error."), times=1, when=is_method("GET")
+        )
+        assert await store.get("k") == b"survives two 503s"
+        proxy.fail(Fault(503, "ServiceUnavailable"), times=2, when=is_method("HEAD"))
+        assert (await store.head("k")).size == 17
+
+
+async def test_persistent_503_ends_as_transient_error(proxy: FaultProxy) -> None:
+    async with proxied(proxy) as store:
+        proxy.fail(Fault(503, "SlowDown"), times=None)
+        with pytest.raises(TransientError) as info:
+            await store.put("k", b"never lands")
+        assert not isinstance(info.value, UnreachableError)
+        assert info.value.retryable
+        assert "SlowDown" in str(info.value)
+        assert proxy.count("PUT") == 3  # max_attempts, then give up
+        assert info.value.__cause__ is not None
+        with pytest.raises(TransientError):
+            await store.get("k")
+        with pytest.raises(TransientError):
+            async with aclosing(store.list()) as items:
+                async for _ in items:
+                    pass
+        proxy.clear()
+        assert not await store.exists("k")
+
+
+async def test_conditional_request_conflict_409_is_transient(proxy: FaultProxy) -> None:
+    async with proxied(proxy) as store:
+        proxy.fail(
+            Fault(409, "ConditionalRequestConflict", "A conflicting operation is in progress."), times=1
+        )
+        await store.put("k", b"v", if_none_match=True)
+        assert await store.get("k") == b"v"
+
+
+async def test_access_denied_is_not_retried(proxy: FaultProxy) -> None:
+    async with proxied(proxy) as store:
+        proxy.fail(Fault(403, "AccessDenied", "Access Denied"), times=None)
+        with pytest.raises(AccessDeniedError) as info:
+            await store.put("k", b"v")
+        assert info.value.exit_code == 12
+        assert not info.value.retryable
+        assert proxy.count("PUT") == 1
+
+
+async def test_dropped_connection_is_retried(proxy: FaultProxy) -> None:
+    async with proxied(proxy) as store:
+        await store.put("k", b"value")
+        proxy.fail(Fault(mode="drop"), times=1, when=is_method("GET"))
+        assert await store.get("k") == b"value"
+        assert proxy.count("GET") == 2
+
+
+async def test_lost_response_of_create_only_put_is_resolved(proxy: FaultProxy) -> None:
+    """The first attempt lands but its answer is lost (500); the retry then sees 412 for our own write."""
+    async with proxied(proxy) as store:
+        proxy.fail(Fault(500, "InternalError", mode="forward_then_reply"), times=1, when=is_method("PUT"))
+        info = await store.put("k", b"mine", if_none_match=True)
+        assert info.etag == md5(b"mine")
+        assert proxy.count("PUT") == 2
+        # Someone else's object: a lost answer followed by 412 stays a precondition failure.
+        await store.put("theirs", b"theirs")
+        proxy.fail(Fault(500, "InternalError", mode="forward_then_reply"), times=1, when=is_method("PUT"))
+        with pytest.raises(PreconditionFailedError):
+            await store.put("theirs", b"mine", if_none_match=True)
+        assert await store.get("theirs") == b"theirs"
+
+
+async def test_truncated_stream_resumes(proxy: FaultProxy) -> None:
+    data = random.randbytes(3 * MIB + 7)
+    async with proxied(proxy) as store:
+        await store.put("big", data)
+        proxy.fail(Fault(mode="truncate"), times=2, when=is_method("GET"))
+        async with aclosing(store.stream("big", chunk_size=MIB)) as s:
+            chunks = [c async for c in s]
+        assert [len(c) for c in chunks] == [MIB, MIB, MIB, 7]
+        assert b"".join(chunks) == data
+        assert proxy.count("GET") == 3
+        proxy.fail(Fault(mode="truncate"), times=1, when=is_method("GET"))
+        assert await store.get("big", start=5, length=MIB) == data[5 : 5 + MIB]
+
+
+async def test_truncated_stream_gives_up_as_transient(proxy: FaultProxy) -> None:
+    async with proxied(proxy) as store:
+        await store.put("big", random.randbytes(MIB))
+        proxy.fail(Fault(mode="truncate", keep=0.0), times=None, when=is_method("GET"))
+        with pytest.raises(TransientError):
+            async with aclosing(store.stream("big")) as s:
+                async for _ in s:
+                    pass
+        assert proxy.count("GET") == 3  # no progress: max_attempts in all
+
+
+# -- multipart under faults ----------------------------------------------------------------------------
+
+
+async def test_multipart_part_retry(proxy: FaultProxy) -> None:
+    data = random.randbytes(11 * MIB)
+    async with proxied(proxy) as store:
+        proxy.fail(Fault(503, "SlowDown"), times=2, when=is_method("PUT", "partNumber"))
+        info = await store.put("mp", chunks_of(data, MIB))
+        assert info.etag.endswith("-3")
+        assert await store.get("mp") == data
+
+
+async def test_multipart_failure_aborts_upload(proxy: FaultProxy, s3_server: MotoServer) -> None:
+    data = random.randbytes(11 * MIB)
+    async with proxied(proxy) as store:
+        proxy.fail(Fault(503, "SlowDown"), times=None, when=is_method("PUT", "partNumber"))
+        with pytest.raises(TransientError):
+            await store.put("mp", chunks_of(data, MIB))
+        proxy.clear()
+        assert not await store.exists("mp")
+    assert await pending_uploads(s3_server) == []
+
+
+async def test_failing_body_aborts_upload(s3_server: MotoServer) -> None:
+    async def body() -> AsyncIterator[bytes]:
+        for _ in range(7):
+            yield b"y" * MIB
+        raise RuntimeError("source broke")
+
+    async with S3BlockStore(BUCKET, settings=s3_settings(s3_server.endpoint)) as store:
+        with pytest.raises(RuntimeError, match="source broke"):
+            await store.put("mp", body())
+        assert not await store.exists("mp")
+    assert await pending_uploads(s3_server) == []
+
+
+async def test_lost_response_of_create_only_multipart_is_resolved(proxy: FaultProxy) -> None:
+    data = random.randbytes(11 * MIB)
+    async with proxied(proxy) as store:
+        proxy.fail(
+            Fault(500, "InternalError", mode="forward_then_reply"),
+            times=1,
+            when=is_method("POST", "uploadId"),
+        )
+        info = await store.put("mp", chunks_of(data, 2 * MIB), if_none_match=True)
+        assert info.etag.endswith("-3")
+        assert (await store.head("mp")).etag == info.etag
+        assert await store.get("mp") == data
+
+
+# -- delete_many ---------------------------------------------------------------------------------------
+
+
+def delete_result(*errors: tuple[str, str]) -> bytes:
+    body = "".join(f"<Error><Key>{k}</Key><Code>{c}</Code><Message>m</Message></Error>" for k, c in errors)
+    return f'<?xml version="1.0" encoding="UTF-8"?><DeleteResult>{body}</DeleteResult>'.encode()
+
+
+async def test_delete_many_raises_naming_failed_keys(proxy: FaultProxy) -> None:
+    async with proxied(proxy) as store:
+        await store.put("a", b"1")
+        proxy.fail(
+            Fault(200, body=delete_result(("a", "AccessDenied"))), times=1, when=is_method("POST", "delete")
+        )
+        with pytest.raises(AccessDeniedError, match="a \\(AccessDenied\\)"):
+            await store.delete_many(["a", "b"])
+        proxy.fail(
+            Fault(200, body=delete_result(("a", "InternalError"))), times=1, when=is_method("POST", "delete")
+        )
+        await store.delete_many(["a", "b"])  # the per-key transient error is retried
+        assert not await store.exists("a")
+        proxy.fail(
+            Fault(200, body=delete_result(("a", "SlowDown"))), times=None, when=is_method("POST", "delete")
+        )
+        with pytest.raises(TransientError, match="a"):
+            await store.delete_many(["a"])

@@ -1,0 +1,87 @@
+"""Shared fixtures: real servers over real sockets on 127.0.0.1.
+
+- ``moto_regions``: session-wide registry of moto_server processes, one per region name.
+- ``moto``: per-test accessor that resets every region it hands out (isolation), e.g.
+  ``moto("us-east-1").endpoint``.
+- ``pg_database``: a fresh PostgreSQL database for the session (skip locally when unreachable,
+  fail when ``CI`` is set).
+- ``sqlite_url``, ``local_root``: embedded-default stores in the test's tmp dir.
+- ``shared_fixtures``: the ``../shared/fixtures`` folder (skip when absent, fail under CI).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.support.moto import ACCESS_KEY, SECRET_KEY, MotoRegions, MotoServer
+from tests.support.env import skip_or_fail
+from tests.support.pg import PgDatabase, create_database, drop_database, unreachable_reason
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+SHARED = REPO_ROOT.parent / "shared"
+
+# Credentials for the moto servers; botocore must never look at the real machine's.
+os.environ["AWS_ACCESS_KEY_ID"] = ACCESS_KEY
+os.environ["AWS_SECRET_ACCESS_KEY"] = SECRET_KEY
+os.environ.setdefault("AWS_DEFAULT_REGION", "us-east-1")
+os.environ.pop("AWS_PROFILE", None)
+
+
+@pytest.fixture(scope="session")
+def shared_fixtures() -> Path:
+    path = SHARED / "fixtures"
+    if not path.is_dir():
+        skip_or_fail(f"shared fixtures folder {path} is absent (clone with ../shared beside the repo)")
+    return path
+
+
+@pytest.fixture(scope="session")
+def moto_regions(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MotoRegions]:
+    regions = MotoRegions(tmp_path_factory.mktemp("moto-logs"))
+    try:
+        yield regions
+    finally:
+        regions.stop_all()
+
+
+@pytest.fixture
+def moto(moto_regions: MotoRegions) -> Callable[[str], MotoServer]:
+    """``moto(region)`` returns that region's server, reset once at first use in this test."""
+    reset_done: set[str] = set()
+
+    def get(region: str = "us-east-1") -> MotoServer:
+        server = moto_regions.get(region)
+        if region not in reset_done:
+            server.reset()
+            reset_done.add(region)
+        return server
+
+    return get
+
+
+@pytest.fixture(scope="session")
+def pg_database() -> Iterator[PgDatabase]:
+    reason = unreachable_reason()
+    if reason is not None:
+        skip_or_fail(f"PostgreSQL is unreachable at LAKEFS_TEST_PG_URL or 127.0.0.1:5432 ({reason})")
+    db = create_database()
+    try:
+        yield db
+    finally:
+        drop_database(db)
+
+
+@pytest.fixture
+def sqlite_url(tmp_path: Path) -> str:
+    return f"sqlite:///{tmp_path / 'kv.sqlite3'}"
+
+
+@pytest.fixture
+def local_root(tmp_path: Path) -> Path:
+    root = tmp_path / "objects"
+    root.mkdir()
+    return root

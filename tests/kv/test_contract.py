@@ -1,0 +1,401 @@
+"""One KVStore contract, run against every driver: memory, SQLite, PostgreSQL, DynamoDB (moto).
+
+Each test gets a fresh store opened through :func:`lakefs_core.kv.open_kv` (so URL handling is
+exercised too): a new SQLite file, a truncated ``kv`` table in the session's PostgreSQL database, a
+reset moto server.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Callable
+
+import asyncpg
+import pytest
+
+from lakefs_core.errors import (
+    BadInputError,
+    LakeFSError,
+    NotFoundError,
+    PreconditionFailedError,
+    TransientError,
+)
+from lakefs_core.kv import Expect, KVEntry, KVStore, open_kv
+from tests.support.moto import MotoServer
+from tests.support.pg import PgDatabase
+
+DRIVERS = ["memory", "sqlite", "postgres", "dynamodb"]
+P = b"partition"
+
+
+@pytest.fixture(params=DRIVERS)
+def kv_url(request: pytest.FixtureRequest, sqlite_url: str) -> str:
+    """The URL of a fresh, empty store for the parametrised driver (resolved synchronously)."""
+    driver = request.param
+    if driver == "memory":
+        return "memory://"
+    if driver == "sqlite":
+        return sqlite_url
+    if driver == "postgres":
+        db: PgDatabase = request.getfixturevalue("pg_database")
+        return db.url
+    moto: Callable[[str], MotoServer] = request.getfixturevalue("moto")
+    server = moto("us-east-1")
+    return f"dynamodb://?region=us-east-1&endpoint={server.endpoint}"
+
+
+@pytest.fixture
+async def kv(kv_url: str) -> AsyncIterator[KVStore]:
+    store = await open_kv(kv_url)
+    try:
+        if kv_url.startswith("postgresql://"):
+            conn = await asyncpg.connect(kv_url)
+            try:
+                await conn.execute("TRUNCATE kv")
+            finally:
+                await conn.close()
+        yield store
+    finally:
+        await store.close()
+
+
+async def collect(it: AsyncIterator[KVEntry]) -> list[KVEntry]:
+    return [entry async for entry in it]
+
+
+async def keys_of(
+    kv: KVStore, partition: bytes = P, start: bytes = b"", page_size: int = 1000
+) -> list[bytes]:
+    return [e.key for e in await collect(kv.scan(partition, start, page_size=page_size))]
+
+
+# -- point operations ---------------------------------------------------------------------------
+
+
+async def test_get_missing_is_not_found(kv: KVStore) -> None:
+    with pytest.raises(NotFoundError):
+        await kv.get(P, b"missing")
+
+
+async def test_set_then_get_and_overwrite(kv: KVStore) -> None:
+    await kv.set(P, b"k", b"v1")
+    assert await kv.get(P, b"k") == b"v1"
+    await kv.set(P, b"k", b"v2")
+    assert await kv.get(P, b"k") == b"v2"
+
+
+async def test_set_if_absent(kv: KVStore) -> None:
+    await kv.set_if(P, b"k", b"first", Expect.ABSENT)
+    with pytest.raises(PreconditionFailedError):
+        await kv.set_if(P, b"k", b"second", Expect.ABSENT)
+    assert await kv.get(P, b"k") == b"first"
+
+
+async def test_set_if_exists(kv: KVStore) -> None:
+    with pytest.raises(PreconditionFailedError):
+        await kv.set_if(P, b"k", b"v", Expect.EXISTS)
+    with pytest.raises(NotFoundError):
+        await kv.get(P, b"k")
+    await kv.set(P, b"k", b"v1")
+    await kv.set_if(P, b"k", b"v2", Expect.EXISTS)
+    assert await kv.get(P, b"k") == b"v2"
+
+
+async def test_set_if_equals(kv: KVStore) -> None:
+    with pytest.raises(PreconditionFailedError):
+        await kv.set_if(P, b"k", b"v", Expect.equals(b"anything"))
+    with pytest.raises(NotFoundError):
+        await kv.get(P, b"k")
+
+    await kv.set(P, b"k", b"v1")
+    pred = await kv.get(P, b"k")
+    await kv.set_if(P, b"k", b"v2", Expect.equals(pred))
+    assert await kv.get(P, b"k") == b"v2"
+
+    with pytest.raises(PreconditionFailedError):  # stale predicate
+        await kv.set_if(P, b"k", b"v3", Expect.equals(pred))
+    assert await kv.get(P, b"k") == b"v2"
+
+
+async def test_precondition_failure_is_a_conflict_not_retryable(kv: KVStore) -> None:
+    await kv.set(P, b"k", b"v")
+    with pytest.raises(PreconditionFailedError) as info:
+        await kv.set_if(P, b"k", b"w", Expect.ABSENT)
+    assert not info.value.retryable
+    assert info.value.exit_code == 4
+
+
+async def test_delete(kv: KVStore) -> None:
+    await kv.delete(P, b"never-existed")  # not an error
+    await kv.set(P, b"k", b"v")
+    await kv.delete(P, b"k")
+    with pytest.raises(NotFoundError):
+        await kv.get(P, b"k")
+    await kv.delete(P, b"k")  # twice is fine
+    await kv.set_if(P, b"k", b"again", Expect.ABSENT)  # a deleted key is absent
+    assert await kv.get(P, b"k") == b"again"
+
+
+async def test_binary_keys_values_and_empty_value(kv: KVStore) -> None:
+    part = b"\x00bin\xffpart"
+    cases = {
+        b"\x00": b"zero-key",
+        b"\xff": b"\x00\x01\x02\xff",
+        b"a\x00b": b"",
+        b"\xff\xff\x00": bytes(range(256)),
+    }
+    for key, value in cases.items():
+        await kv.set(part, key, value)
+    for key, value in cases.items():
+        assert await kv.get(part, key) == value
+    # The empty value is a real value: it exists and is its own predicate.
+    await kv.set_if(part, b"a\x00b", b"filled", Expect.equals(b""))
+    assert await kv.get(part, b"a\x00b") == b"filled"
+    await kv.set_if(part, b"a\x00b", b"", Expect.EXISTS)
+    with pytest.raises(PreconditionFailedError):
+        await kv.set_if(part, b"a\x00b", b"x", Expect.ABSENT)
+    await kv.set_if(part, b"new-empty", b"", Expect.ABSENT)
+    assert await kv.get(part, b"new-empty") == b""
+    assert await keys_of(kv, part) == sorted([*cases, b"new-empty"])
+
+
+async def test_large_value_round_trips(kv: KVStore) -> None:
+    value = bytes(range(256)) * 400  # 100 KiB, under DynamoDB's 400 KB item limit
+    await kv.set(P, b"big", value)
+    assert await kv.get(P, b"big") == value
+    await kv.set_if(P, b"big", b"small", Expect.equals(value))
+    assert await kv.get(P, b"big") == b"small"
+
+
+async def test_bytearray_and_memoryview_accepted(kv: KVStore) -> None:
+    await kv.set(P, bytearray(b"k"), memoryview(b"v"))  # type: ignore[arg-type]
+    assert await kv.get(P, b"k") == b"v"
+
+
+@pytest.mark.parametrize(
+    ("partition", "key", "field"),
+    [(b"", b"k", "partition"), (P, b"", "key"), ("text", b"k", "partition"), (P, "k", "key")],
+)
+async def test_bad_keys_rejected(kv: KVStore, partition: object, key: object, field: str) -> None:
+    with pytest.raises(BadInputError) as info:
+        await kv.get(partition, key)  # type: ignore[arg-type]
+    assert info.value.field == field
+    with pytest.raises(BadInputError):
+        await kv.set(partition, key, b"v")  # type: ignore[arg-type]
+    with pytest.raises(BadInputError):
+        await kv.set_if(partition, key, b"v", Expect.ABSENT)  # type: ignore[arg-type]
+    with pytest.raises(BadInputError):
+        await kv.delete(partition, key)  # type: ignore[arg-type]
+
+
+async def test_bad_value_expectation_and_page_size_rejected(kv: KVStore) -> None:
+    with pytest.raises(BadInputError) as info:
+        await kv.set(P, b"k", "text")  # type: ignore[arg-type]
+    assert info.value.field == "value"
+    with pytest.raises(BadInputError) as info:
+        await kv.set_if(P, b"k", b"v", Expect("sometimes"))
+    assert info.value.field == "expected"
+    with pytest.raises(BadInputError) as info:
+        await collect(kv.scan(P, page_size=0))
+    assert info.value.field == "page_size"
+    with pytest.raises(BadInputError) as info:
+        await collect(kv.scan(b""))
+    assert info.value.field == "partition"
+
+
+# -- scans --------------------------------------------------------------------------------------
+
+ORDER_KEYS = [b"\xff", b"b", b"a\x00", b"a", b"\x00", b"a\xff", b"\x7f", b"\x80", b"ab", b"\x01\x00"]
+
+
+async def test_scan_is_bytewise_ascending(kv: KVStore) -> None:
+    for i, key in enumerate(ORDER_KEYS):
+        await kv.set(P, key, b"v%d" % i)
+    entries = await collect(kv.scan(P))
+    assert [e.key for e in entries] == sorted(ORDER_KEYS)
+    # Unsigned bytes (0x7f < 0x80 < 0xff); a prefix sorts before its extensions.
+    assert [e.key for e in entries] == [
+        b"\x00",
+        b"\x01\x00",
+        b"a",
+        b"a\x00",
+        b"ab",
+        b"a\xff",
+        b"b",
+        b"\x7f",
+        b"\x80",
+        b"\xff",
+    ]
+    by_key = {key: b"v%d" % i for i, key in enumerate(ORDER_KEYS)}
+    assert all(e.value == by_key[e.key] for e in entries)
+
+
+async def test_scan_start_is_inclusive(kv: KVStore) -> None:
+    for key in ORDER_KEYS:
+        await kv.set(P, key, b"v")
+    ordered = sorted(ORDER_KEYS)
+    assert await keys_of(kv, start=b"a") == [k for k in ordered if k >= b"a"]
+    assert (await keys_of(kv, start=b"a"))[0] == b"a"
+    assert await keys_of(kv, start=b"a\x00") == [k for k in ordered if k >= b"a\x00"]
+    assert await keys_of(kv, start=b"a\x01") == [k for k in ordered if k >= b"a\x01"]
+    assert await keys_of(kv, start=b"\xff") == [b"\xff"]
+    assert await keys_of(kv, start=b"\xff\x00") == []
+    assert await keys_of(kv, start=b"") == ordered
+
+
+@pytest.mark.parametrize("page_size", [1, 2, 3, 7, 8, 1000])
+async def test_scan_pages_across_boundaries(kv: KVStore, page_size: int) -> None:
+    keys = [b"key-%02d" % i for i in range(7)]
+    for key in reversed(keys):
+        await kv.set(P, key, key.upper())
+    entries = await collect(kv.scan(P, page_size=page_size))
+    assert [e.key for e in entries] == keys
+    assert [e.value for e in entries] == [k.upper() for k in keys]
+    assert await keys_of(kv, start=b"key-03", page_size=page_size) == keys[3:]
+
+
+async def test_scan_six_keys_exact_pages(kv: KVStore) -> None:
+    keys = [b"k%d" % i for i in range(6)]
+    for key in keys:
+        await kv.set(P, key, b"")
+    assert await keys_of(kv, page_size=2) == keys
+    assert await keys_of(kv, page_size=3) == keys
+    assert await keys_of(kv, page_size=6) == keys
+
+
+async def test_scan_empty_and_missing_partition(kv: KVStore) -> None:
+    assert await keys_of(kv, b"nobody-home") == []
+    await kv.set(P, b"k", b"v")
+    await kv.delete(P, b"k")
+    assert await keys_of(kv) == []
+
+
+async def test_partitions_are_isolated(kv: KVStore) -> None:
+    parts = [b"p", b"p\x00", b"pp", b"o", b"q"]
+    for part in parts:
+        for key in (b"a", b"b", b"c"):
+            await kv.set(part, key, part + b"/" + key)
+    for part in parts:
+        entries = await collect(kv.scan(part, page_size=2))
+        assert [(e.key, e.value) for e in entries] == [(k, part + b"/" + k) for k in (b"a", b"b", b"c")]
+    await kv.delete(b"p", b"b")
+    assert await keys_of(kv, b"p") == [b"a", b"c"]
+    assert await keys_of(kv, b"pp") == [b"a", b"b", b"c"]
+    with pytest.raises(NotFoundError):
+        await kv.get(b"p", b"b")
+    assert await kv.get(b"p\x00", b"b") == b"p\x00/b"
+
+
+async def test_scan_tolerates_writes_between_pages(kv: KVStore) -> None:
+    for i in range(6):
+        await kv.set(P, b"k%d" % i, b"v")
+    seen: list[bytes] = []
+    async for entry in kv.scan(P, page_size=2):
+        seen.append(entry.key)
+        if entry.key == b"k1":
+            await kv.delete(P, b"k3")  # not yet returned: must disappear
+            await kv.set(P, b"k0a", b"v")  # behind the cursor: must not appear
+            await kv.set(P, b"k9", b"v")  # ahead of the cursor: must appear
+    assert seen == [b"k0", b"k1", b"k2", b"k4", b"k5", b"k9"]
+
+
+async def test_abandoned_scan_does_not_block_the_store(kv: KVStore) -> None:
+    for i in range(10):
+        await kv.set(P, b"k%d" % i, b"v")
+    for _ in range(30):  # more than any connection pool
+        async for _entry in kv.scan(P, page_size=2):
+            break
+    await kv.set(P, b"after", b"v")
+    assert await kv.get(P, b"after") == b"v"
+
+
+# -- compare-and-swap under concurrency ---------------------------------------------------------
+
+
+async def test_cas_race_exactly_one_winner_per_round(kv: KVStore) -> None:
+    n = 20
+    await kv.set(P, b"counter", b"0")
+    for round_no in range(3):
+        pred = await kv.get(P, b"counter")
+        assert pred == str(round_no).encode()
+        new = str(round_no + 1).encode()
+
+        async def attempt(i: int, pred: bytes = pred, new: bytes = new) -> bool:
+            try:
+                await kv.set_if(P, b"counter", new + b"#%d" % i, Expect.equals(pred))
+            except PreconditionFailedError:
+                return False
+            return True
+
+        outcomes = await asyncio.gather(*(attempt(i) for i in range(n)))
+        assert sum(outcomes) == 1, outcomes
+        winner = outcomes.index(True)
+        assert await kv.get(P, b"counter") == new + b"#%d" % winner
+        await kv.set(P, b"counter", new)  # normalise for the next round
+
+
+async def test_set_if_absent_race_exactly_one_winner(kv: KVStore) -> None:
+    async def attempt(i: int) -> bool:
+        try:
+            await kv.set_if(P, b"once", b"%d" % i, Expect.ABSENT)
+        except PreconditionFailedError:
+            return False
+        return True
+
+    outcomes = await asyncio.gather(*(attempt(i) for i in range(20)))
+    assert sum(outcomes) == 1
+    assert await kv.get(P, b"once") == b"%d" % outcomes.index(True)
+
+
+async def cas_increment(kv: KVStore, partition: bytes, key: bytes, times: int) -> int:
+    """Read-CAS-retry ``times`` increments; returns how many CAS attempts lost a race."""
+    lost = 0
+    done = 0
+    while done < times:
+        try:
+            current = await kv.get(partition, key)
+            await kv.set_if(partition, key, b"%d" % (int(current) + 1), Expect.equals(current))
+        except (PreconditionFailedError, TransientError):
+            lost += 1
+            await asyncio.sleep(0)
+            continue
+        done += 1
+    return lost
+
+
+async def test_concurrent_increment_loops_end_exact(kv: KVStore) -> None:
+    tasks, per_task = 8, 10
+    await kv.set_if(P, b"counter", b"0", Expect.ABSENT)
+    await asyncio.gather(*(cas_increment(kv, P, b"counter", per_task) for _ in range(tasks)))
+    assert await kv.get(P, b"counter") == b"%d" % (tasks * per_task)
+
+
+# -- lifecycle ----------------------------------------------------------------------------------
+
+
+async def test_closed_store_refuses_and_close_is_idempotent(kv_url: str) -> None:
+    store = await open_kv(kv_url)
+    await store.close()
+    await store.close()
+    with pytest.raises(LakeFSError) as info:
+        await store.get(P, b"k")
+    assert "closed" in str(info.value)
+    assert not info.value.retryable
+
+
+async def test_data_persists_across_reopen(kv_url: str) -> None:
+    first = await open_kv(kv_url)
+    try:
+        await first.set(b"persist", b"k", b"kept")
+    finally:
+        await first.close()
+    second = await open_kv(kv_url)
+    try:
+        if kv_url == "memory://":  # each memory store is its own world
+            with pytest.raises(NotFoundError):
+                await second.get(b"persist", b"k")
+        else:
+            assert await second.get(b"persist", b"k") == b"kept"
+    finally:
+        await second.delete(b"persist", b"k")
+        await second.close()

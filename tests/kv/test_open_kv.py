@@ -1,0 +1,322 @@
+"""open_kv URL handling, SQL URL normalisation, and errors that must never leak a password."""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+import time
+import traceback
+from collections.abc import Callable
+from pathlib import Path
+
+import aioboto3
+import asyncpg
+import pytest
+
+from lakefs_core.errors import BadInputError, PreconditionFailedError, TransientError, UnreachableError
+from lakefs_core.kv import KVStore, open_kv
+from lakefs_core.kv.dynamodb import DynamoKVStore
+from lakefs_core.kv.memory import MemoryKVStore
+from lakefs_core.kv.sql import SQLKVStore, normalize_url
+from tests.support.moto import MotoServer, free_port
+from tests.support.pg import PgDatabase
+
+SECRET = "s3cr3t-Pa55"
+
+
+def full_text(exc: BaseException) -> str:
+    """Everything a log line or traceback of ``exc`` (and its causes) would show."""
+    return "".join(traceback.format_exception(exc))
+
+
+# -- parsing ------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("url", "driver"),
+    [
+        ("sqlite:///tmp/x.db", "sqlite+aiosqlite"),
+        ("sqlite+aiosqlite:///tmp/x.db", "sqlite+aiosqlite"),
+        (f"postgresql://u:{SECRET}@h:5433/db", "postgresql+asyncpg"),
+        (f"postgres://u:{SECRET}@h/db", "postgresql+asyncpg"),
+        ("postgresql+asyncpg://u@h/db", "postgresql+asyncpg"),
+    ],
+)
+def test_normalize_url_selects_async_driver(url: str, driver: str) -> None:
+    parsed = normalize_url(url)
+    assert parsed.drivername == driver
+    assert SECRET not in parsed.render_as_string(hide_password=True)
+
+
+@pytest.mark.parametrize(
+    ("url", "field"),
+    [
+        (f"mysql://root:{SECRET}@db/kv", "url"),
+        (f"redis://:{SECRET}@cache:6379/0", "url"),
+        (f"{SECRET}", "url"),
+        (f"no-scheme-{SECRET}@host/db", "url"),
+        ("sqlite:///:memory:", "url"),
+        ("sqlite://", "url"),
+        ("memory://somewhere", "url"),
+        ("dynamodb://t?region=us-east-1&colour=blue", "url.colour"),
+        ("dynamodb://t?region=us-east-1&region=eu-west-1", "url.region"),
+        ("dynamodb://t?region=", "url.region"),
+        (f"dynamodb://user:{SECRET}@t?region=us-east-1", "url"),
+        ("dynamodb://t/extra/path", "url"),
+    ],
+)
+async def test_bad_urls_are_bad_input_without_secrets(url: str, field: str) -> None:
+    with pytest.raises(BadInputError) as info:
+        await open_kv(url)
+    assert info.value.field == field
+    assert SECRET not in str(info.value)
+    assert not info.value.retryable
+
+
+async def test_bad_scheme_names_the_scheme_only() -> None:
+    with pytest.raises(BadInputError) as info:
+        await open_kv(f"mysql://root:{SECRET}@db/kv")
+    assert "'mysql'" in str(info.value)
+    assert SECRET not in full_text(info.value)
+
+
+async def test_malformed_postgres_url_does_not_echo_it() -> None:
+    with pytest.raises(BadInputError) as info:
+        await open_kv(f"postgresql://u:{SECRET}@host:notaport/db")
+    assert SECRET not in str(info.value)
+
+
+# -- opening each driver ------------------------------------------------------------------------
+
+
+async def test_open_memory() -> None:
+    store = await open_kv("memory://")
+    assert isinstance(store, MemoryKVStore)
+    assert isinstance(store, KVStore)
+    await store.close()
+
+
+@pytest.mark.parametrize("scheme", ["sqlite", "sqlite+aiosqlite"])
+async def test_open_sqlite_creates_file_in_wal_mode(tmp_path: Path, scheme: str) -> None:
+    path = tmp_path / "nested" / "dir" / "kv.sqlite3"
+    store = await open_kv(f"{scheme}:///{path}")
+    try:
+        assert isinstance(store, SQLKVStore)
+        await store.set(b"p", b"k", b"v")
+    finally:
+        await store.close()
+    assert path.exists()
+    with sqlite3.connect(path) as conn:
+        assert conn.execute("PRAGMA journal_mode").fetchone()[0].lower() == "wal"
+        cols = [(row[1], row[2].upper(), row[5]) for row in conn.execute("PRAGMA table_info(kv)")]
+        rows = conn.execute("SELECT partition_key, key, value FROM kv").fetchall()
+    conn.close()
+    assert cols == [("partition_key", "BLOB", 1), ("key", "BLOB", 2), ("value", "BLOB", 0)]
+    assert rows == [(b"p", b"k", b"v")]
+
+
+async def test_sqlite_locked_beyond_busy_timeout_is_transient(tmp_path: Path) -> None:
+    path = tmp_path / "kv.sqlite3"
+    store = await SQLKVStore.open(f"sqlite:///{path}", busy_timeout=0.2)
+    holder = sqlite3.connect(path, isolation_level=None)
+    try:
+        await store.set(b"p", b"k", b"v")
+        holder.execute("BEGIN IMMEDIATE")  # another writer holds the write lock
+        started = time.monotonic()
+        with pytest.raises(TransientError) as info:
+            await store.set(b"p", b"k", b"w")
+        assert time.monotonic() - started >= 0.15
+        assert info.value.retryable
+        assert "locked" in str(info.value)
+        assert await store.get(b"p", b"k") == b"v"  # WAL: readers are not blocked by the writer
+        holder.execute("ROLLBACK")
+        await store.set(b"p", b"k", b"w")
+        assert await store.get(b"p", b"k") == b"w"
+    finally:
+        holder.close()
+        await store.close()
+
+
+@pytest.mark.parametrize("form", ["postgresql://", "postgres://", "postgresql+asyncpg://"])
+async def test_open_postgres_url_forms(pg_database: PgDatabase, form: str) -> None:
+    url = pg_database.url.replace("postgresql://", form, 1)
+    store = await open_kv(url)
+    try:
+        assert isinstance(store, SQLKVStore)
+        await store.set(b"url-forms", form.encode(), b"ok")
+        assert await store.get(b"url-forms", form.encode()) == b"ok"
+    finally:
+        await store.delete(b"url-forms", form.encode())
+        await store.close()
+    conn = await asyncpg.connect(pg_database.url)
+    try:
+        types = await conn.fetch(
+            "SELECT column_name, data_type FROM information_schema.columns "
+            "WHERE table_name = 'kv' ORDER BY ordinal_position"
+        )
+        pk = await conn.fetch(
+            "SELECT a.attname FROM pg_index i JOIN pg_attribute a "
+            "ON a.attrelid = i.indrelid AND a.attnum = ANY(i.indkey) "
+            "WHERE i.indrelid = 'kv'::regclass AND i.indisprimary ORDER BY array_position(i.indkey, a.attnum)"
+        )
+    finally:
+        await conn.close()
+    assert [(r["column_name"], r["data_type"]) for r in types] == [
+        ("partition_key", "bytea"),
+        ("key", "bytea"),
+        ("value", "bytea"),
+    ]
+    assert [r["attname"] for r in pk] == ["partition_key", "key"]
+
+
+async def test_postgres_survives_server_side_disconnects(pg_database: PgDatabase) -> None:
+    store = await open_kv(pg_database.url)
+    try:
+        await store.set(b"reconnect", b"k", b"v1")
+        admin = await asyncpg.connect(pg_database.url)
+        try:
+            await admin.execute(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                "WHERE datname = current_database() AND pid <> pg_backend_pid()"
+            )
+        finally:
+            await admin.close()
+        # Pooled connections are now dead; pre-ping replaces them transparently.
+        assert await store.get(b"reconnect", b"k") == b"v1"
+        await store.set(b"reconnect", b"k", b"v2")
+        assert await store.get(b"reconnect", b"k") == b"v2"
+    finally:
+        await store.delete(b"reconnect", b"k")
+        await store.close()
+
+
+async def test_concurrent_table_creation_on_fresh_postgres_table(pg_database: PgDatabase) -> None:
+    table = f"kv_race_{free_port()}"
+    stores = await asyncio.gather(*(SQLKVStore.open(pg_database.url, table=table) for _ in range(6)))
+    try:
+        await stores[0].set(b"p", b"k", b"v")
+        assert [await s.get(b"p", b"k") for s in stores] == [b"v"] * 6
+    finally:
+        for s in stores:
+            await s.close()
+        conn = await asyncpg.connect(pg_database.url)
+        try:
+            await conn.execute(f'DROP TABLE IF EXISTS "{table}"')
+        finally:
+            await conn.close()
+
+
+async def test_unreachable_postgres_is_unreachable_without_password() -> None:
+    port = free_port()  # nothing listens here
+    started = time.monotonic()
+    with pytest.raises(UnreachableError) as info:
+        await open_kv(f"postgresql://lakefs:{SECRET}@127.0.0.1:{port}/lakefs")
+    assert time.monotonic() - started < 15
+    err = info.value
+    assert err.retryable
+    assert f"127.0.0.1:{port}" in str(err)
+    assert SECRET not in str(err)
+    assert SECRET not in repr(err)
+    assert SECRET not in full_text(err)
+
+
+async def test_wrong_postgres_password_does_not_leak(pg_database: PgDatabase) -> None:
+    # Trust auth accepts any password; a missing database is the nearest refusal we can provoke.
+    url = pg_database.url.replace("postgresql://postgres@", f"postgresql://postgres:{SECRET}@", 1)
+    url = url.rsplit("/", 1)[0] + "/no_such_database_here"
+    with pytest.raises(UnreachableError) as info:
+        await open_kv(url)
+    assert "no_such_database_here" in str(info.value)
+    assert SECRET not in full_text(info.value)
+
+
+async def test_open_dynamodb_default_and_named_table(moto: Callable[[str], MotoServer]) -> None:
+    server = moto("us-east-1")
+    default = await open_kv(f"dynamodb://?region=us-east-1&endpoint={server.endpoint}")
+    named = await open_kv(f"dynamodb://lakefs-kv?endpoint={server.endpoint}&region=us-east-1")
+    try:
+        assert isinstance(default, DynamoKVStore)
+        assert isinstance(named, DynamoKVStore)
+        await default.set(b"p", b"k", b"default")
+        await named.set(b"p", b"k", b"named")
+        assert await default.get(b"p", b"k") == b"default"
+        assert await named.get(b"p", b"k") == b"named"
+    finally:
+        await default.close()
+        await named.close()
+    async with aioboto3.Session().client("dynamodb", **server.client_kwargs()) as ddb:
+        names = (await ddb.list_tables())["TableNames"]
+        desc = (await ddb.describe_table(TableName="kvstore"))["Table"]
+    assert sorted(names) == ["kvstore", "lakefs-kv"]
+    assert desc["TableStatus"] == "ACTIVE"
+    assert desc["BillingModeSummary"]["BillingMode"] == "PAY_PER_REQUEST"
+    assert {(k["AttributeName"], k["KeyType"]) for k in desc["KeySchema"]} == {
+        ("PartitionKey", "HASH"),
+        ("ItemKey", "RANGE"),
+    }
+    assert {(a["AttributeName"], a["AttributeType"]) for a in desc["AttributeDefinitions"]} == {
+        ("PartitionKey", "B"),
+        ("ItemKey", "B"),
+    }
+
+
+async def test_dynamodb_uses_existing_table_and_lakefs_item_layout(moto: Callable[[str], MotoServer]) -> None:
+    server = moto("us-east-1")
+    first = await open_kv(f"dynamodb://?region=us-east-1&endpoint={server.endpoint}")
+    await first.set(b"graveler", b"repos/r", b"\x0a\x01r")
+    await first.close()
+    second = await open_kv(f"dynamodb://kvstore?region=us-east-1&endpoint={server.endpoint}")
+    try:
+        assert await second.get(b"graveler", b"repos/r") == b"\x0a\x01r"
+    finally:
+        await second.close()
+    async with aioboto3.Session().client("dynamodb", **server.client_kwargs()) as ddb:
+        items = (await ddb.scan(TableName="kvstore"))["Items"]
+    assert items == [
+        {"PartitionKey": {"B": b"graveler"}, "ItemKey": {"B": b"repos/r"}, "ItemValue": {"B": b"\x0a\x01r"}}
+    ]
+
+
+async def test_unreachable_dynamodb_is_unreachable() -> None:
+    port = free_port()
+    started = time.monotonic()
+    with pytest.raises(UnreachableError) as info:
+        await open_kv(f"dynamodb://?region=us-east-1&endpoint=http://127.0.0.1:{port}")
+    assert time.monotonic() - started < 15
+    assert info.value.retryable
+
+
+async def test_dynamodb_concurrent_opens_share_one_new_table(moto: Callable[[str], MotoServer]) -> None:
+    server = moto("us-east-1")
+    url = f"dynamodb://racing?region=us-east-1&endpoint={server.endpoint}"
+    stores = await asyncio.gather(*(open_kv(url) for _ in range(5)))
+    try:
+        await stores[0].set(b"p", b"k", b"v")
+        assert [await s.get(b"p", b"k") for s in stores] == [b"v"] * 5
+    finally:
+        for s in stores:
+            await s.close()
+
+
+async def test_sql_error_translation_table(tmp_path: Path) -> None:
+    from sqlalchemy.exc import DBAPIError, IntegrityError, OperationalError
+
+    store = await SQLKVStore.open(f"sqlite:///{tmp_path / 'kv.sqlite3'}")
+    try:
+        tr = store._translate
+        lost = DBAPIError("UPDATE kv", {}, ConnectionResetError("reset"), connection_invalidated=True)
+        err = tr(lost, connecting=False, write=True, cas=True)
+        assert type(err) is TransientError and "outcome unknown" in str(err)
+        assert type(tr(lost, connecting=False, write=False, cas=False)) is UnreachableError
+        err = tr(TimeoutError(), connecting=False, write=True, cas=True)
+        assert type(err) is TransientError and "outcome unknown" in str(err)
+        assert type(tr(OSError("refused"), connecting=True, write=True, cas=False)) is UnreachableError
+        locked = OperationalError("UPDATE kv", {}, sqlite3.OperationalError("database is locked"))
+        assert type(tr(locked, connecting=False, write=True, cas=True)) is TransientError
+        assert type(tr(locked, connecting=True, write=False, cas=False)) is TransientError
+        dup = IntegrityError("INSERT", {}, sqlite3.IntegrityError("UNIQUE constraint failed"))
+        assert isinstance(tr(dup, connecting=False, write=True, cas=True), PreconditionFailedError)
+        assert not isinstance(tr(dup, connecting=False, write=True, cas=False), PreconditionFailedError)
+        assert "[parameters" not in str(tr(dup, connecting=False, write=True, cas=False))
+    finally:
+        await store.close()

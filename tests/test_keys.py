@@ -1,0 +1,262 @@
+"""lakefs_core.keys: namespace parsing, the object layout of spec section 1, addresses and ids."""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+import threading
+from datetime import UTC, datetime, timedelta, timezone
+
+import pytest
+
+from lakefs_core.errors import BadInputError
+from lakefs_core.format.proto import catalog_pb2
+from lakefs_core.keys import (
+    SLICE_MAX_SEQ,
+    AddressType,
+    SliceAllocator,
+    StorageNamespace,
+    new_object_id,
+    new_relative_address,
+    new_slice_id,
+    relative_address,
+)
+
+TABLE_ID = "a" * 64
+B32HEX = re.compile(r"^[0-9a-v]+$")
+
+
+# -- namespaces ----------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("uri", "normal", "store_uri", "prefix"),
+    [
+        ("s3://bucket/some/prefix", "s3://bucket/some/prefix", "s3://bucket", "some/prefix"),
+        ("s3://bucket/some/prefix/", "s3://bucket/some/prefix", "s3://bucket", "some/prefix"),
+        ("s3://bucket", "s3://bucket", "s3://bucket", ""),
+        ("s3://bucket/", "s3://bucket", "s3://bucket", ""),
+        ("mem://name/repo", "mem://name/repo", "mem://name", "repo"),
+        ("mem://name", "mem://name", "mem://name", ""),
+        ("local:///data/repo1", "local:///data/repo1", "local:///data/repo1", ""),
+        ("local:///data/repo1/", "local:///data/repo1", "local:///data/repo1", ""),
+    ],
+)
+def test_parse(uri: str, normal: str, store_uri: str, prefix: str) -> None:
+    ns = StorageNamespace.parse(uri)
+    assert (ns.uri, ns.store_uri, ns.prefix) == (normal, store_uri, prefix)
+    assert ns == StorageNamespace(uri)
+    assert str(ns) == normal
+    assert ns.scheme == uri.split(":", 1)[0]
+
+
+@pytest.mark.parametrize(
+    "uri",
+    [
+        "bucket/prefix",
+        "gs://bucket/prefix",
+        "s3://b",
+        "s3://bucket/a//b",
+        "s3://bucket/../x",
+        "s3://bucket/./x",
+        "mem:///x",
+        "local://relative",
+        "local:///a/../b",
+        "",
+    ],
+)
+def test_parse_rejects(uri: str) -> None:
+    with pytest.raises(BadInputError) as info:
+        StorageNamespace.parse(uri)
+    assert info.value.field == "storage_namespace"
+
+
+def test_namespace_is_frozen() -> None:
+    ns = StorageNamespace.parse("s3://bucket/p")
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        ns.prefix = "other"  # type: ignore[misc]
+
+
+# -- layout (spec section 1) ---------------------------------------------------------------------------
+
+
+def test_layout_with_prefix() -> None:
+    ns = StorageNamespace.parse("s3://bucket/some/prefix")
+    assert ns.table_key(TABLE_ID) == f"some/prefix/_lakefs/{TABLE_ID}"
+    assert ns.dummy_key() == "some/prefix/_lakefs/dummy"
+    assert ns.tables_prefix() == "some/prefix/_lakefs/"
+    assert ns.data_prefix() == "some/prefix/data/"
+    assert ns.data_key("slice1", "obj1") == "some/prefix/data/slice1/obj1"
+    assert relative_address("slice1", "obj1") == "data/slice1/obj1"
+    assert ns.relative_address("slice1", "obj1") == "data/slice1/obj1"
+    assert ns.key(relative_address("slice1", "obj1")) == ns.data_key("slice1", "obj1")
+    assert ns.full_address("data/slice1/obj1") == "s3://bucket/some/prefix/data/slice1/obj1"
+    assert ns.table_key(TABLE_ID).startswith(ns.tables_prefix())
+    assert ns.data_key("s", "o").startswith(ns.data_prefix())
+
+
+def test_layout_without_prefix() -> None:
+    for uri in ("s3://bucket", "local:///data/repo1", "mem://x"):
+        ns = StorageNamespace.parse(uri)
+        assert ns.table_key(TABLE_ID) == f"_lakefs/{TABLE_ID}"
+        assert ns.dummy_key() == "_lakefs/dummy"
+        assert ns.data_key("s", "o") == "data/s/o"
+        assert ns.tables_prefix() == "_lakefs/"
+        assert ns.data_prefix() == "data/"
+    assert (
+        StorageNamespace.parse("local:///data/repo1").full_address("data/s/o")
+        == "local:///data/repo1/data/s/o"
+    )
+
+
+@pytest.mark.parametrize("bad", ["", "a/b", "..", ".", "x\0y"])
+def test_ids_must_be_single_segments(bad: str) -> None:
+    ns = StorageNamespace.parse("s3://bucket/p")
+    with pytest.raises(BadInputError):
+        ns.table_key(bad)
+    with pytest.raises(BadInputError):
+        ns.data_key(bad, "o")
+    with pytest.raises(BadInputError):
+        relative_address("s", bad)
+
+
+# -- addresses -----------------------------------------------------------------------------------------
+
+
+def test_address_types_match_the_protobuf_enum() -> None:
+    for kind in AddressType:
+        assert catalog_pb2.Entry.AddressType.Value(kind.name) == kind.value
+
+
+def test_relative_addresses_resolve_in_the_namespace() -> None:
+    ns = StorageNamespace.parse("s3://bucket/repo")
+    assert ns.address_key("data/s/o", AddressType.RELATIVE) == ("s3://bucket", "repo/data/s/o")
+    # Opaque: a presigned-upload suffix stays part of the key.
+    assert ns.address_key("data/s/o,c2lnbmF0dXJl", catalog_pb2.Entry.RELATIVE) == (
+        "s3://bucket",
+        "repo/data/s/o,c2lnbmF0dXJl",
+    )
+    local = StorageNamespace.parse("local:///srv/lakefs/repo")
+    assert local.address_key("data/s/o") == ("local:///srv/lakefs/repo", "data/s/o")
+
+
+def test_full_addresses_resolve_to_their_own_store() -> None:
+    ns = StorageNamespace.parse("s3://bucket/repo")
+    assert ns.address_key("s3://other-bucket/imports/a.csv", AddressType.FULL) == (
+        "s3://other-bucket",
+        "imports/a.csv",
+    )
+    assert ns.address_key("s3://bucket/repo/data/s/o", AddressType.FULL) == ("s3://bucket", "repo/data/s/o")
+    assert ns.address_key("s3://bucket/k?v=1#x", AddressType.FULL) == ("s3://bucket", "k?v=1#x")
+    assert ns.address_key("mem://m/k", AddressType.FULL) == ("mem://m", "k")
+    assert ns.address_key("local:///mnt/in/f.parquet", AddressType.FULL) == ("local:///mnt/in", "f.parquet")
+    assert ns.address_key("local:///f", AddressType.FULL) == ("local:///", "f")
+    local = StorageNamespace.parse("local:///srv/repo")
+    assert local.address_key("local:///srv/repo/data/s/o", AddressType.FULL) == (
+        "local:///srv/repo",
+        "data/s/o",
+    )
+    assert local.address_key("local:///srv/repository/x", AddressType.FULL) == (
+        "local:///srv/repository",
+        "x",
+    )
+
+
+def test_deprecated_by_prefix_addresses() -> None:
+    ns = StorageNamespace.parse("s3://bucket/repo")
+    assert ns.address_key("s3://b2b/k", AddressType.BY_PREFIX_DEPRECATED) == ("s3://b2b", "k")
+    assert ns.address_key("data/s/o", 0) == ("s3://bucket", "repo/data/s/o")
+
+
+@pytest.mark.parametrize(
+    ("address", "kind"),
+    [
+        ("", AddressType.RELATIVE),
+        ("/data/s/o", AddressType.RELATIVE),
+        ("data/../../escape", AddressType.RELATIVE),
+        ("s3://bucket/k", AddressType.RELATIVE),
+        ("data/s/o", AddressType.FULL),
+        ("s3://bucket", AddressType.FULL),
+        ("s3://bucket/", AddressType.FULL),
+        ("gs://bucket/k", AddressType.FULL),
+        ("local://host/k", AddressType.FULL),
+        ("local:///dir/", AddressType.FULL),
+        ("data/s/o", 7),
+    ],
+)
+def test_bad_addresses(address: str, kind: int) -> None:
+    ns = StorageNamespace.parse("s3://bucket/repo")
+    with pytest.raises(BadInputError):
+        ns.address_key(address, kind)
+
+
+# -- ids -----------------------------------------------------------------------------------------------
+
+
+def test_newer_slices_sort_first() -> None:
+    t0 = datetime(2024, 5, 17, 10, 30, tzinfo=UTC)
+    times = [t0 + timedelta(hours=h) for h in (0, 1, 2, 24, 24 * 365 * 50)]
+    ids = [new_slice_id(t) for t in times]
+    assert sorted(ids) == list(reversed(ids))
+    assert len(set(ids)) == len(ids)
+    for slice_id in ids:
+        assert len(slice_id) == 10
+        assert B32HEX.match(slice_id)
+
+
+def test_slice_rolls_every_hour() -> None:
+    t0 = datetime(2024, 5, 17, 10, 0, tzinfo=UTC)
+    assert new_slice_id(t0) == new_slice_id(t0 + timedelta(minutes=59, seconds=59))
+    assert new_slice_id(t0) != new_slice_id(t0 + timedelta(hours=1))
+    # The same instant in another time zone is the same slice.
+    assert new_slice_id(t0) == new_slice_id(t0.astimezone(timezone(timedelta(hours=5, minutes=30))))
+    # Later rolls within an hour sort first too, and before any older hour.
+    rolls = [new_slice_id(t0, seq=s) for s in range(4)]
+    assert sorted(rolls) == list(reversed(rolls))
+    assert new_slice_id(t0, seq=SLICE_MAX_SEQ) > new_slice_id(t0 + timedelta(hours=1))
+
+
+def test_slice_rejects_naive_and_bad_seq() -> None:
+    with pytest.raises(BadInputError):
+        new_slice_id(datetime(2024, 1, 1))
+    with pytest.raises(BadInputError):
+        new_slice_id(datetime(2024, 1, 1, tzinfo=UTC), seq=SLICE_MAX_SEQ + 1)
+
+
+def test_slice_allocator_rolls_by_hour_and_count() -> None:
+    now = [datetime(2024, 5, 17, 10, 0, tzinfo=UTC)]
+    alloc = SliceAllocator(max_objects=3, clock=lambda: now[0])
+    first = [alloc.next_slice() for _ in range(3)]
+    assert len(set(first)) == 1
+    second = alloc.next_slice()
+    assert second < first[0]  # rolled after 3 objects: the new slice sorts first
+    now[0] += timedelta(hours=1)
+    third = alloc.next_slice()
+    assert third < second
+    assert third == new_slice_id(now[0])
+    address = alloc.new_relative_address()
+    assert re.match(r"^data/[0-9a-v]{10}/[0-9a-v]{26}$", address)
+
+
+def test_object_ids_are_unique_and_path_safe() -> None:
+    ids: list[str] = []
+
+    def make() -> None:
+        ids.extend(new_object_id() for _ in range(5000))
+
+    threads = [threading.Thread(target=make) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(set(ids)) == len(ids) == 20000
+    for object_id in ids[:100]:
+        assert len(object_id) == 26
+        assert B32HEX.match(object_id)
+
+
+def test_new_relative_address_is_fresh() -> None:
+    now = datetime(2024, 5, 17, 10, 0, tzinfo=UTC)
+    a, b = new_relative_address(now), new_relative_address(now)
+    assert a != b
+    assert a.split("/")[:2] == b.split("/")[:2] == ["data", new_slice_id(now)]
