@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
 
-.PHONY: venv demo test test-fast lint typecheck bench proto clean
+.PHONY: venv demo demo-core test test-fast lint typecheck bench proto clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -15,6 +15,9 @@ $(STAMP): pyproject.toml
 venv: $(STAMP)
 
 demo: venv
+	$(BIN)/python -m lakefs_mirror.demo
+
+demo-core: venv
 	$(BIN)/python -m lakefs_core.demo
 
 test: venv

@@ -6,6 +6,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from tests.support.env import require_tool
+
 
 def test_demo_runs_on_embedded_default(tmp_path: Path) -> None:
     out = subprocess.run(
@@ -23,3 +25,22 @@ def test_demo_runs_on_embedded_default(tmp_path: Path) -> None:
     assert "Merge 'cleanup' into 'main'" in text and "Repository created" in text
     assert text.count("id_ok=True") == 4 and "id_ok=False" not in text
     assert (tmp_path / "demo" / "kv.sqlite3").exists()
+
+
+def test_mirror_demo_runs_two_daemons_and_catches_up(tmp_path: Path) -> None:
+    require_tool("curl", "curl")
+    out = subprocess.run(
+        [sys.executable, "-m", "lakefs_mirror.demo", "--dir", str(tmp_path / "demo")],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=180,
+    )
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    text = out.stdout
+    assert "-X POST http://127.0.0.1:" in text
+    assert "/service/replication/v1/repositories/origin/mirrors" in text
+    assert '"mode": "active"' in text
+    assert "events/day=3.csv -> day 3: corrected" in text
+    assert "'events/day=5.csv'" not in text.split("read the mirror repository")[1]
+    assert "demo finished" in text

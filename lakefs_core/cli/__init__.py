@@ -1,17 +1,30 @@
 """The ``lakefs-core`` command line.
 
-Commands follow lakectl's shapes. Every project error becomes a one-line message on stderr and the
-error class's distinct exit code (see :mod:`lakefs_core.errors`); usage errors exit with 64.
+Commands follow lakectl's shapes (URIs are ``lakefs://repo/ref/path``):
+
+- ``repo create|list|delete``, ``branch create|list|delete|reset|revert``,
+  ``fs upload|cat|stat|rm|ls``, ``commit``, ``log``, ``diff``, ``merge``, ``tag create|list|delete``,
+  ``show commit`` (see :mod:`.repo`, :mod:`.branch`, :mod:`.fs`, :mod:`.refs_cmds`);
+- ``sst inspect|write-range`` (see :mod:`.sst`).
+
+Global options: ``--json`` (one JSON document on stdout; every repository command also takes
+``--json`` itself) and ``--config PATH`` (env ``LAKEFS_CORE_CONFIG``; see :mod:`.context` for the keys
+and the ``LAKEFS_CORE__...`` overrides).
+
+Every project error becomes a one-line message on stderr and the error class's distinct exit code
+(see :mod:`lakefs_core.errors`); usage errors exit with 64.
 """
 
 from __future__ import annotations
 
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 
 import click
 
 from lakefs_core import __version__
+from lakefs_core.cli.context import CONFIG_ENV, AppState
 from lakefs_core.errors import LakeFSError
 
 USAGE_EXIT = 64
@@ -19,8 +32,24 @@ USAGE_EXIT = 64
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="lakefs-core")
-def cli() -> None:
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON document instead of text.")
+@click.option(
+    "--config",
+    "config_path",
+    type=click.Path(dir_okay=False, path_type=Path),
+    envvar=CONFIG_ENV,
+    default=None,
+    help=f"YAML configuration file (env {CONFIG_ENV}; default <user config dir>/lakefs-core/config.yaml).",
+)
+@click.pass_context
+def cli(ctx: click.Context, as_json: bool, config_path: Path | None) -> None:
     """lakeFS-compatible versioned data on object stores."""
+    ctx.obj = AppState(json=as_json, config_path=config_path)
+
+
+def one_line(message: str) -> str:
+    """Messages are printed on exactly one line."""
+    return " ".join(message.split())
 
 
 def run(group: click.Group, argv: Sequence[str] | None, prog_name: str) -> int:
@@ -28,7 +57,7 @@ def run(group: click.Group, argv: Sequence[str] | None, prog_name: str) -> int:
     try:
         group.main(args=list(argv) if argv is not None else None, prog_name=prog_name, standalone_mode=False)
     except LakeFSError as e:
-        click.echo(f"{prog_name}: {e}", err=True)
+        click.echo(f"{prog_name}: {one_line(str(e))}", err=True)
         return e.exit_code
     except click.exceptions.Abort:
         click.echo(f"{prog_name}: aborted", err=True)
@@ -42,9 +71,18 @@ def run(group: click.Group, argv: Sequence[str] | None, prog_name: str) -> int:
 
 
 def _register() -> None:
-    from lakefs_core.cli import sst
+    from lakefs_core.cli import branch, fs, refs_cmds, repo, sst
 
     cli.add_command(sst.sst)
+    cli.add_command(repo.repo)
+    cli.add_command(branch.branch)
+    cli.add_command(fs.fs)
+    cli.add_command(refs_cmds.commit_cmd)
+    cli.add_command(refs_cmds.log_cmd)
+    cli.add_command(refs_cmds.diff_cmd)
+    cli.add_command(refs_cmds.merge_cmd)
+    cli.add_command(refs_cmds.tag)
+    cli.add_command(refs_cmds.show)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

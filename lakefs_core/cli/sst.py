@@ -31,6 +31,8 @@ from lakefs_core.errors import BadInputError, NotFoundError
 from lakefs_core.format.ids import DERIVED_TABLE_PROPS, table_id
 from lakefs_core.format.proto import catalog_pb2
 from lakefs_core.format.records import (
+    ADDRESS_FULL,
+    ADDRESS_RELATIVE,
     ValueRecord,
     decode_entry,
     decode_metarange_record,
@@ -188,7 +190,7 @@ def parse_record_lines(lines: Iterable[str]) -> list[ValueRecord]:
             last_modified=item.last_modified,
             metadata=item.metadata,
             content_type=item.content_type,
-            address_type=catalog_pb2.Entry.AddressType.Value(item.address_type),
+            address_type=ADDRESS_FULL if item.address_type == "FULL" else ADDRESS_RELATIVE,
         )
         records[key] = ValueRecord(key, identity, data)
     return [records[k] for k in sorted(records)]

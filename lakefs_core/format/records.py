@@ -21,6 +21,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
+from typing import NamedTuple
 
 from google.protobuf.message import DecodeError
 
@@ -58,9 +59,12 @@ _RANGE_ID = re.compile(r"[0-9a-f]{64}")
 _RANGE_ID_BYTES = re.compile(rb"[0-9a-f]{64}")
 
 
-@dataclass(frozen=True, slots=True)
-class ValueRecord:
-    """A graveler record: key plus the two envelope parts, all kept verbatim."""
+class ValueRecord(NamedTuple):
+    """A graveler record: key plus the two envelope parts, all kept verbatim.
+
+    A named tuple rather than a dataclass: one is built per record read on the lookup and scan hot
+    paths, and tuple construction is about three times cheaper than a frozen dataclass's.
+    """
 
     key: bytes
     identity: bytes

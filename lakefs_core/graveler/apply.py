@@ -81,13 +81,13 @@ async def apply_changes(
     effective = 0
     try:
         await stream.advance()
-        for info in base.ranges:
+        for i, info in enumerate(base.ranges):
             effective += await _insert_before(writer, stream, info.min_key)
             head = stream.head
             if head is None or head.key > info.max_key:
                 await writer.add_range(info)
                 continue
-            effective += await _merge_range(writer, stream, base, info)
+            effective += await _merge_range(writer, stream, base, i)
         effective += await _insert_before(writer, stream, None)
         if effective == 0 and not allow_empty:
             raise NoChangesError("no changes to apply")
@@ -109,9 +109,10 @@ async def _insert_before(writer: MetaRangeWriter, stream: _Changes, bound: bytes
     return n
 
 
-async def _merge_range(writer: MetaRangeWriter, stream: _Changes, base: MetaRange, info: RangeInfo) -> int:
+async def _merge_range(writer: MetaRangeWriter, stream: _Changes, base: MetaRange, i: int) -> int:
+    info = base.ranges[i]
     n = 0
-    for record in await base.range_records(info):
+    for record in await base.range_records(i):
         n += await _insert_before(writer, stream, record.key)
         head = stream.head
         if head is not None and head.key == record.key:

@@ -6,7 +6,8 @@ of a repository). Finding the range that may hold ``k`` is a bisect for the firs
 followed by a ``k >= min_key`` check; only that range's table is opened.
 
 Point lookups that hit tables already open in RAM never suspend (:meth:`MetaRange.get_cached`), so
-the warm path costs two bisects and a block lookup.
+the warm path costs two bisects and a block lookup. A ``MetaRange`` keeps direct references to the
+tables it has opened (so they stay in memory while it lives): use one per operation or request.
 """
 
 from __future__ import annotations
@@ -53,6 +54,8 @@ class MetaRange:
         self.id = metarange_id
         self.ranges = ranges
         self._max_keys = [r.max_key for r in ranges]
+        self._names = [f"_lakefs/{r.id}" for r in ranges]
+        self._readers: list[TableReader | None] = [None] * len(ranges)
         self.ranges_opened = 0
 
     @classmethod
@@ -66,55 +69,65 @@ class MetaRange:
         """Number of records (from the range descriptors; no range is opened)."""
         return sum(r.count for r in self.ranges)
 
-    def find_range(self, key: bytes) -> RangeInfo | None:
+    def _index(self, key: bytes) -> int:
+        """Index of the range that may hold ``key``, or -1."""
         i = bisect_left(self._max_keys, key)
-        if i == len(self.ranges):
-            return None
-        info = self.ranges[i]
-        return info if key >= info.min_key else None
+        if i == len(self._max_keys) or key < self.ranges[i].min_key:
+            return -1
+        return i
 
-    async def open_range(self, info: RangeInfo) -> TableReader:
-        self.ranges_opened += 1
-        return await self.tables.open(info.id)
+    def range_name(self, i: int) -> str:
+        """How errors name range number ``i``'s file."""
+        return self._names[i]
+
+    def find_range(self, key: bytes) -> RangeInfo | None:
+        i = self._index(key)
+        return self.ranges[i] if i >= 0 else None
+
+    async def _reader(self, i: int) -> TableReader:
+        reader = self._readers[i]
+        if reader is None:
+            self.ranges_opened += 1
+            reader = self.tables.cached(self.ranges[i].id) or await self.tables.open(self.ranges[i].id)
+            self._readers[i] = reader
+        return reader
 
     async def get(self, key: bytes) -> ValueRecord | None:
-        info = self.find_range(key)
-        if info is None:
+        i = self._index(key)
+        if i < 0:
             return None
-        reader = self.tables.cached(info.id)
-        if reader is None:
-            reader = await self.open_range(info)
-        return self._lookup(reader, info, key)
+        value = (await self._reader(i)).get(key)
+        return None if value is None else ValueRecord.from_sst(key, value, file=self._names[i])
 
     def get_cached(self, key: bytes) -> ValueRecord | bool | None:
         """Synchronous lookup when the range is open in RAM; ``False`` means "not cached, use get"."""
-        info = self.find_range(key)
-        if info is None:
+        i = self._index(key)
+        if i < 0:
             return None
-        reader = self.tables.cached(info.id)
+        reader = self._readers[i]
         if reader is None:
-            return False
-        return self._lookup(reader, info, key)
-
-    @staticmethod
-    def _lookup(reader: TableReader, info: RangeInfo, key: bytes) -> ValueRecord | None:
+            reader = self.tables.cached(self.ranges[i].id)
+            if reader is None:
+                return False
+            self._readers[i] = reader
         value = reader.get(key)
-        if value is None:
-            return None
-        return ValueRecord.from_sst(key, value, file=f"_lakefs/{info.id}")
+        return None if value is None else ValueRecord.from_sst(key, value, file=self._names[i])
 
-    async def range_records(self, info: RangeInfo, start: bytes | None = None) -> list[ValueRecord]:
-        """All records of one range (from ``start`` on), decoded."""
-        reader = await self.open_range(info)
-        return list(_records(reader, f"_lakefs/{info.id}", start))
+    async def range_items(self, i: int) -> list[tuple[bytes, bytes]]:
+        """The raw ``(key, envelope)`` pairs of range number ``i``."""
+        return list(await self._reader(i))
+
+    async def range_records(self, i: int, start: bytes | None = None) -> list[ValueRecord]:
+        """All records of range number ``i`` (from ``start`` on), decoded."""
+        return list(_records(await self._reader(i), self._names[i], start))
 
     async def seek_ge(self, start: bytes = b"") -> AsyncIterator[ValueRecord]:
         """Every record with key >= ``start``, in key order."""
         i = bisect_left(self._max_keys, start)
-        for n, info in enumerate(self.ranges[i:]):
-            reader = await self.open_range(info)
-            first = start if n == 0 and start > info.min_key else None
-            for record in _records(reader, f"_lakefs/{info.id}", first):
+        for j in range(i, len(self.ranges)):
+            reader = await self._reader(j)
+            first = start if j == i and start > self.ranges[j].min_key else None
+            for record in _records(reader, self._names[j], first):
                 yield record
 
     def __aiter__(self) -> AsyncIterator[ValueRecord]:

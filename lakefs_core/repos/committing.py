@@ -10,6 +10,8 @@ Commit:
    re-read the branch: tokens another commit already published are no longer owned; if the head
    moved, rebuild on top of it with the tokens still owned; if nothing is owned any more, the
    changes were committed by a concurrent commit, whose head is returned. Bounded, with backoff.
+   If the owned tokens change nothing on the head (empty, or rewrites of committed values), the
+   branch is CASed to just unseal them and :class:`NoChangesError` is raised.
 5. mark the consumed tokens for the asynchronous drop (``cleanup-tokens``).
 
 Each staged write is therefore in exactly one commit, and first-parent history stays linear.
@@ -115,35 +117,51 @@ async def commit(
     if not allow_empty and not await g.has_uncommitted(repo, current):
         raise NoChangesError(f"branch {branch_id!r} has no uncommitted changes")
     branch, raw, owned = await _rotate(g, repo, branch_id)
-    built: tuple[tuple[str, tuple[str, ...]], Commit] | None = None
+    sealed_on = branch.commit_id
+    built: tuple[tuple[str, tuple[str, ...]], Commit | None] | None = None
     attempts = cas_retrying(g.settings)
     with exhausted_as(f"branch {branch_id!r}: too many concurrent commits"):
         async for attempt in attempts:
             with attempt:
                 mine = tuple(t for t in branch.sealed_tokens if t in owned)
-                if not mine:  # a concurrent commit published our tokens: our writes are in it
+                if not mine:
+                    if branch.commit_id == sealed_on:  # unsealed as no-ops by a concurrent commit
+                        raise NoChangesError(f"branch {branch_id!r} has no effective uncommitted changes")
+                    # A concurrent commit published our tokens: our writes are in it.
                     return await g.refs.get_commit(repo, branch.commit_id)
                 if built is None or built[0] != (branch.commit_id, mine):
-                    made = await _build_commit(
-                        g,
-                        repo,
-                        branch.commit_id,
-                        mine,
-                        committer=committer,
-                        message=message,
-                        metadata=metadata or {},
-                        allow_empty=allow_empty,
-                    )
+                    made: Commit | None
+                    try:
+                        made = await _build_commit(
+                            g,
+                            repo,
+                            branch.commit_id,
+                            mine,
+                            committer=committer,
+                            message=message,
+                            metadata=metadata or {},
+                            allow_empty=allow_empty,
+                        )
+                    except NoChangesError:
+                        # The owned tokens change nothing on this head (empty, or rewrites of
+                        # committed values): unseal them anyway, or every such attempt would leave
+                        # one more sealed token behind and the branch would look dirty forever.
+                        made = None
                     built = ((branch.commit_id, mine), made)
                 new_commit = built[1]
                 rest = tuple(t for t in branch.sealed_tokens if t not in owned)
                 try:
-                    published = replace(branch, commit_id=new_commit.id, sealed_tokens=rest)
+                    if new_commit is None:
+                        published = replace(branch, sealed_tokens=rest)
+                    else:
+                        published = replace(branch, commit_id=new_commit.id, sealed_tokens=rest)
                     await g.refs.cas_branch(repo, published, raw)
                 except PreconditionFailedError:
                     branch, raw = await g.refs.get_branch(repo, branch_id)
                     raise
     await g.refs.mark_for_cleanup(mine, g.clock())
+    if new_commit is None:
+        raise NoChangesError(f"branch {branch_id!r} has no effective uncommitted changes")
     return new_commit
 
 

@@ -115,10 +115,14 @@ class Graveler:
         *,
         read_only: bool = False,
         claim_namespace: bool = True,
+        initial_commit: Commit | None = None,
     ) -> Repository:
         """Create a repository. ``claim_namespace`` writes ``_lakefs/dummy`` create-only, refusing a
         namespace another repository already uses (mirrors, whose namespace receives a replica of
-        the source's, pass False)."""
+        the source's, pass False). ``initial_commit`` seeds the repository with an existing root
+        commit record (a mirror copies its source's, so their histories share ids)."""
+        if initial_commit is not None and (initial_commit.parents or initial_commit.metarange_id):
+            raise BadInputError("must be a root commit with an empty tree", field="initial_commit")
         validate_repo_id(repo_id)
         validate_branch_id(default_branch)
         ns = StorageNamespace.parse(storage_namespace)
@@ -137,7 +141,7 @@ class Graveler:
                 raise ConflictError(f"storage namespace {ns.uri} is already in use by a repository") from e
         now = self.clock()
         repo = Repository(repo_id, ns.uri, default_branch, now, uuid.uuid4().hex, read_only=read_only)
-        first = Commit.create(
+        first = initial_commit or Commit.create(
             committer="", message=INITIAL_COMMIT_MESSAGE, metarange_id="", creation_date=now
         )
         await self.refs.put_commit(repo, first)

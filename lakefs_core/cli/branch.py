@@ -1,0 +1,133 @@
+"""``lakefs-core branch``: create, list, delete, reset and revert branches (lakectl's ``branch``)."""
+
+from __future__ import annotations
+
+import click
+
+from lakefs_core.cli.context import Session, run_session
+from lakefs_core.cli.output import commit_doc, emit, json_option, print_commit_summary, ref_doc, table
+from lakefs_core.cli.uri import BRANCH_URI, REF_URI, REPO_URI, SCHEME, Kind, LakeFSURI, parse_uri, same_repo
+from lakefs_core.refs.model import Branch, Commit
+
+
+@click.group()
+def branch() -> None:
+    """Create, list, delete, reset and revert branches."""
+
+
+@branch.command("create")
+@click.argument("branch_uri", metavar="lakefs://<repository>/<branch>", type=BRANCH_URI)
+@click.option("--source", "-s", required=True, type=REF_URI, help="Ref to branch from (lakefs://repo/ref).")
+@json_option
+def create_cmd(branch_uri: LakeFSURI, source: LakeFSURI) -> None:
+    """Create a branch from a source ref."""
+    same_repo(branch_uri, source, "--source")
+
+    async def op(s: Session) -> Branch:
+        return await s.graveler.create_branch(branch_uri.repo, branch_uri.ref, source.ref)
+
+    made = run_session(op)
+
+    def human() -> None:
+        click.echo(f"Source ref: {source}")
+        click.echo(f"created branch '{made.id}' {made.commit_id}")
+
+    emit(ref_doc(made.id, made.commit_id), human)
+
+
+@branch.command("list")
+@click.argument("repository", type=REPO_URI)
+@json_option
+def list_cmd(repository: LakeFSURI) -> None:
+    """List the branches of a repository."""
+
+    async def op(s: Session) -> list[Branch]:
+        return [b async for b in s.graveler.list_branches(repository.repo)]
+
+    branches = run_session(op)
+    emit(
+        {"results": [ref_doc(b.id, b.commit_id) for b in branches]},
+        lambda: table(["Branch", "Commit ID"], [[b.id, b.commit_id] for b in branches]),
+    )
+
+
+@branch.command("delete")
+@click.argument("branch_uri", metavar="lakefs://<repository>/<branch>", type=BRANCH_URI)
+@click.option("--yes", "-y", is_flag=True, help="Do not ask for confirmation.")
+@json_option
+def delete_cmd(branch_uri: LakeFSURI, yes: bool) -> None:
+    """Delete a branch (not the default branch); its uncommitted changes are dropped."""
+    if not yes:
+        click.confirm(f"Delete branch {branch_uri.ref!r} of {branch_uri.repo!r}?", abort=True, err=True)
+
+    async def op(s: Session) -> None:
+        await s.graveler.delete_branch(branch_uri.repo, branch_uri.ref)
+        await s.cleanup_tokens()
+
+    run_session(op)
+    emit(
+        {"deleted": branch_uri.ref, "repository": branch_uri.repo},
+        lambda: click.echo(f"Deleted branch '{branch_uri.ref}'"),
+    )
+
+
+@branch.command("reset")
+@click.argument("branch_uri", metavar="lakefs://<repository>/<branch>", type=BRANCH_URI)
+@click.option("--yes", "-y", is_flag=True, help="Do not ask for confirmation.")
+@json_option
+def reset_cmd(branch_uri: LakeFSURI, yes: bool) -> None:
+    """Drop all uncommitted changes of a branch."""
+    if not yes:
+        click.confirm(f"Drop all uncommitted changes of branch {branch_uri.ref!r}?", abort=True, err=True)
+
+    async def op(s: Session) -> Branch:
+        reset = await s.graveler.reset_branch(branch_uri.repo, branch_uri.ref)
+        await s.cleanup_tokens()
+        return reset
+
+    done = run_session(op)
+    emit(
+        ref_doc(done.id, done.commit_id),
+        lambda: click.echo(f"Branch '{done.id}' reset to {done.commit_id}: uncommitted changes dropped"),
+    )
+
+
+def _commit_ref(text: str, branch_uri: LakeFSURI) -> str:
+    """COMMIT_REF is a plain ref (``main~1``, a commit id) or a lakefs:// URI in the same repository."""
+    if text.startswith(SCHEME):
+        uri = parse_uri(text, Kind.REF, field="COMMIT_REF")
+        same_repo(branch_uri, uri, "COMMIT_REF")
+        return uri.ref
+    return parse_uri(f"{SCHEME}{branch_uri.repo}/{text}", Kind.REF, field="COMMIT_REF").ref
+
+
+@branch.command("revert")
+@click.argument("branch_uri", metavar="lakefs://<repository>/<branch>", type=BRANCH_URI)
+@click.argument("commit_ref")
+@click.option(
+    "--parent-number",
+    "-m",
+    type=click.IntRange(min=1),
+    default=1,
+    show_default=True,
+    help="For a merge commit: which parent's side to keep.",
+)
+@json_option
+def revert_cmd(branch_uri: LakeFSURI, commit_ref: str, parent_number: int) -> None:
+    """Undo the changes of COMMIT_REF on the branch with a new commit."""
+    ref = _commit_ref(commit_ref, branch_uri)
+
+    async def op(s: Session) -> Commit:
+        return await s.graveler.revert(
+            branch_uri.repo, branch_uri.ref, ref, committer=s.committer, parent_number=parent_number
+        )
+
+    made = run_session(op)
+
+    def human() -> None:
+        click.echo(f"Branch: {branch_uri}")
+        click.echo(f"Reverted {commit_ref}")
+        click.echo("")
+        print_commit_summary(made)
+
+    emit(commit_doc(made), human)

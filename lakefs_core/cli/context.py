@@ -1,0 +1,237 @@
+"""Configuration of the repository commands and the session (KV store + block stores) they run in.
+
+Where the configuration comes from, first match wins for the file:
+
+1. ``--config PATH`` (global option) or the environment variable ``LAKEFS_CORE_CONFIG``;
+2. ``<user config dir>/lakefs-core/config.yaml`` (platformdirs; ``$XDG_CONFIG_HOME`` on Linux) if it
+   exists;
+3. no file: every key takes its default.
+
+Then ``LAKEFS_CORE__<KEY>[__<SUBKEY>]`` environment variables override single keys
+(``LAKEFS_CORE__KV_URL``, ``LAKEFS_CORE__S3__ENDPOINT_URL``, ...; see :mod:`lakefs_core.config`).
+
+Keys (all optional):
+
+- ``kv_url``: the KV store (``sqlite:///abs/path``, ``postgresql://user:pw@host/db``,
+  ``dynamodb://TABLE?region=R&endpoint=URL``, ``memory://``). Default: the embedded SQLite database
+  ``<user data dir>/lakefs-core/kv.sqlite3`` (``$XDG_DATA_HOME`` on Linux).
+- ``s3``: how to reach S3 for ``s3://`` namespaces: ``region``, ``endpoint_url``, ``access_key_id``,
+  ``secret_access_key``, ``session_token``, ``addressing_style`` (auto|path|virtual), ``max_attempts``,
+  ``connect_timeout``, ``read_timeout``. Credentials left out come from the standard AWS chain.
+- ``committer``: the author recorded in commits (default ``$USER``).
+- ``cache_dir`` / ``cache_max_bytes``: an optional on-disk cache of range/metarange files shared by
+  CLI processes (default: no disk cache).
+- ``upload_concurrency``: objects uploaded in parallel by ``fs upload --recursive`` / removed by
+  ``fs rm --recursive`` (default 8).
+- ``commit_attempts``: bound of the compare-and-swap retry loops (default 20).
+- ``cleanup_grace_seconds`` / ``cleanup_limit``: after ``commit``, ``branch reset`` and
+  ``branch delete`` one bounded pass drops at most ``cleanup_limit`` consumed staging tokens marked
+  at least ``cleanup_grace_seconds`` ago (defaults 30 s and 100; a limit of 0 disables it).
+
+Secrets (``kv_url``, ``s3.secret_access_key``, ``s3.session_token``) are held as ``SecretStr`` and
+never appear in messages.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import getpass
+import os
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Literal, TypeVar
+
+import click
+import platformdirs
+from pydantic import Field, SecretStr
+
+from lakefs_core.config import StrictModel, load_config
+from lakefs_core.errors import LakeFSError
+
+if TYPE_CHECKING:
+    from lakefs_core.block.s3 import S3Settings
+    from lakefs_core.repos.graveler import Graveler
+    from lakefs_core.repos.objects import Objects
+
+APP_NAME = "lakefs-core"
+ENV_PREFIX = "LAKEFS_CORE"
+CONFIG_ENV = "LAKEFS_CORE_CONFIG"
+DEBUG_ENV = "LAKEFS_CORE_DEBUG"
+
+T = TypeVar("T")
+
+
+class S3Config(StrictModel):
+    region: str | None = None
+    endpoint_url: str | None = None
+    access_key_id: str | None = None
+    secret_access_key: SecretStr | None = None
+    session_token: SecretStr | None = None
+    addressing_style: Literal["auto", "path", "virtual"] | None = None
+    max_attempts: int = Field(default=5, ge=1)
+    connect_timeout: float = Field(default=10.0, ge=0)
+    read_timeout: float = Field(default=60.0, ge=0)
+
+    def settings(self) -> S3Settings:
+        from lakefs_core.block.s3 import S3Settings
+
+        return S3Settings(
+            region=self.region,
+            endpoint_url=self.endpoint_url,
+            access_key_id=self.access_key_id,
+            secret_access_key=self.secret_access_key.get_secret_value() if self.secret_access_key else None,
+            session_token=self.session_token.get_secret_value() if self.session_token else None,
+            addressing_style=self.addressing_style,
+            max_attempts=self.max_attempts,
+            connect_timeout=self.connect_timeout,
+            read_timeout=self.read_timeout,
+        )
+
+
+class CoreConfig(StrictModel):
+    kv_url: SecretStr | None = None
+    s3: S3Config = S3Config()
+    committer: str | None = None
+    cache_dir: Path | None = None
+    cache_max_bytes: int = Field(default=1 << 30, gt=0)
+    upload_concurrency: int = Field(default=8, ge=1, le=256)
+    commit_attempts: int = Field(default=20, ge=1)
+    cleanup_grace_seconds: float = Field(default=30.0, ge=0)
+    cleanup_limit: int = Field(default=100, ge=0)
+
+    def kv(self) -> str:
+        if self.kv_url is not None and self.kv_url.get_secret_value():
+            return self.kv_url.get_secret_value()
+        return default_kv_url()
+
+    def author(self) -> str:
+        if self.committer:
+            return self.committer
+        for name in ("USER", "LOGNAME", "USERNAME"):
+            if os.environ.get(name):
+                return os.environ[name]
+        try:
+            return getpass.getuser()
+        except (OSError, KeyError):  # no passwd entry (containers)
+            return APP_NAME
+
+
+def user_data_dir() -> Path:
+    return Path(platformdirs.user_data_dir(APP_NAME, appauthor=False))
+
+
+def user_config_file() -> Path:
+    return Path(platformdirs.user_config_dir(APP_NAME, appauthor=False)) / "config.yaml"
+
+
+def default_kv_url() -> str:
+    """The embedded default KV store: SQLite in the user data directory."""
+    return f"sqlite:///{user_data_dir() / 'kv.sqlite3'}"
+
+
+def load_core_config(path: Path | None, env: Mapping[str, str] | None = None) -> CoreConfig:
+    """Load the configuration file (explicit, else the user's if present) plus env overrides."""
+    if path is None:
+        candidate = user_config_file()
+        path = candidate if candidate.is_file() else None
+    return load_config(CoreConfig, path, env=os.environ if env is None else env, env_prefix=ENV_PREFIX)
+
+
+@dataclass
+class AppState:
+    """Global options of the ``lakefs-core`` group (``ctx.obj``)."""
+
+    json: bool = False
+    config_path: Path | None = None
+    _config: CoreConfig | None = field(default=None, repr=False)
+
+    def config(self) -> CoreConfig:
+        if self._config is None:
+            self._config = load_core_config(self.config_path)
+        return self._config
+
+
+def app_state() -> AppState:
+    ctx = click.get_current_context()
+    state = ctx.find_object(AppState)
+    if state is None:
+        state = ctx.ensure_object(AppState)
+    return state
+
+
+@dataclass
+class Session:
+    config: CoreConfig
+    graveler: Graveler
+    objects: Objects
+
+    @property
+    def committer(self) -> str:
+        return self.config.author()
+
+    async def cleanup_tokens(self) -> int:
+        """One bounded pass of the staging-token cleaner; a failure only warns (the change is done)."""
+        if self.config.cleanup_limit == 0:
+            return 0
+        from lakefs_core.repos.cleanup import TokenCleaner
+
+        cleaner = TokenCleaner(
+            self.graveler.refs,
+            self.graveler.staging,
+            grace_seconds=self.config.cleanup_grace_seconds,
+        )
+        try:
+            return await cleaner.step(limit=self.config.cleanup_limit)
+        except LakeFSError as e:
+            click.echo(f"{APP_NAME}: warning: staging cleanup deferred: {e}", err=True)
+            return 0
+
+
+@asynccontextmanager
+async def open_session(config: CoreConfig) -> AsyncIterator[Session]:
+    """Open the KV store and a store registry; close both (in that order of dependency) on exit."""
+    from lakefs_core.graveler.tables import DiskCache, TableCache
+    from lakefs_core.kv import open_kv
+    from lakefs_core.repos.graveler import Graveler, GravelerSettings
+    from lakefs_core.repos.objects import Objects
+    from lakefs_core.repos.stores import StoreRegistry
+
+    disk = DiskCache(config.cache_dir, config.cache_max_bytes) if config.cache_dir is not None else None
+    s3 = config.s3.settings()
+    kv = await open_kv(config.kv())
+    try:
+        stores = StoreRegistry(s3=s3, table_cache=TableCache(disk=disk))
+        try:
+            settings = GravelerSettings(
+                commit_attempts=config.commit_attempts,
+                write_attempts=config.commit_attempts,
+                cleanup_grace_seconds=config.cleanup_grace_seconds,
+            )
+            graveler = Graveler(kv, stores, settings)
+            yield Session(config, graveler, Objects(graveler))
+        finally:
+            await stores.close()
+    finally:
+        await kv.close()
+
+
+def run_session(fn: Callable[[Session], Awaitable[T]]) -> T:
+    """Run ``fn`` in a fresh event loop with an open session; unexpected errors become one line."""
+    config = app_state().config()
+
+    async def main() -> T:
+        async with open_session(config) as session:
+            return await fn(session)
+
+    try:
+        return asyncio.run(main())
+    except (LakeFSError, click.ClickException, click.exceptions.Abort, click.exceptions.Exit):
+        raise
+    except BrokenPipeError:  # stdout's reader went away (`fs cat | head`): click exits 1 quietly
+        raise
+    except Exception as e:
+        if os.environ.get(DEBUG_ENV):
+            raise
+        raise LakeFSError(f"unexpected {type(e).__name__}: {e} (set {DEBUG_ENV}=1 for details)") from e

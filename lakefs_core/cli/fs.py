@@ -1,0 +1,337 @@
+"""``lakefs-core fs``: objects on a ref (lakectl's ``fs upload/cat/stat/rm/ls``).
+
+- ``fs upload lakefs://repo/branch/path --source FILE`` stages one object (``--source -`` reads stdin);
+  with ``--recursive`` the directory tree under ``--source`` is uploaded below the path prefix, up to
+  ``upload_concurrency`` objects at a time, with a tqdm progress bar on stderr (only when stderr is
+  a terminal, never with ``--no-progress``).
+- ``fs cat`` writes the object's bytes to stdout; ``fs stat`` describes it.
+- ``fs rm`` stages a deletion; ``--recursive`` deletes every object under the path taken as a
+  directory prefix (``dir`` means ``dir/``).
+- ``fs ls lakefs://repo/ref/[prefix]`` lists like lakectl: without ``--recursive`` it groups by ``/``
+  and prints ``common_prefix`` lines; every page is fetched.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import os
+import sys
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, TypeVar
+
+import click
+
+from lakefs_core.cli.context import Session, run_session
+from lakefs_core.cli.output import (
+    emit,
+    fmt_time,
+    human_bytes,
+    json_option,
+    object_doc,
+    prefix_doc,
+    print_stat,
+    wants_json,
+)
+from lakefs_core.cli.uri import PATH_URI, PREFIX_URI, LakeFSURI
+from lakefs_core.errors import BadInputError, NotFoundError
+
+if TYPE_CHECKING:
+    from lakefs_core.repos.objects import ObjectStat
+
+T = TypeVar("T")
+
+STREAM_THRESHOLD = 8 << 20  # bigger files are streamed to the store in chunks of this size
+LIST_PAGE = 1000
+
+
+def _first_error(group: BaseExceptionGroup[BaseException]) -> BaseException:
+    first = group.exceptions[0]
+    return _first_error(first) if isinstance(first, BaseExceptionGroup) else first
+
+
+async def bounded(items: Sequence[T], limit: int, fn: Callable[[T], Awaitable[None]]) -> None:
+    """Call ``fn`` on every item, at most ``limit`` at a time; the first failure stops the rest."""
+    it = iter(items)
+
+    async def worker() -> None:
+        for item in it:  # one shared iterator: each item is taken by exactly one worker
+            await fn(item)
+
+    try:
+        async with asyncio.TaskGroup() as tg:
+            for _ in range(min(limit, len(items))):
+                tg.create_task(worker())
+    except BaseExceptionGroup as group:
+        raise _first_error(group) from None
+
+
+async def file_chunks(path: Path, size: int = STREAM_THRESHOLD) -> AsyncIterator[bytes]:
+    f = await asyncio.to_thread(path.open, "rb")
+    try:
+        while chunk := await asyncio.to_thread(f.read, size):
+            yield chunk
+    finally:
+        f.close()
+
+
+def _local_error(e: OSError, path: Path) -> Exception:
+    if isinstance(e, FileNotFoundError):
+        return NotFoundError(f"no such file or directory: {path}")
+    return BadInputError(f"cannot read {path}: {e.strerror or e}", field="--source")
+
+
+def _join(prefix: str, rel: str) -> str:
+    base = prefix.rstrip("/")
+    return f"{base}/{rel}" if base else rel
+
+
+def walk_tree(root: Path) -> list[tuple[Path, str, int]]:
+    """``(file, relative posix path, size)`` for every regular file under ``root``, sorted."""
+    found: list[tuple[Path, str, int]] = []
+
+    def fail(e: OSError) -> None:
+        raise e
+
+    for dirpath, dirnames, filenames in os.walk(root, onerror=fail):
+        dirnames.sort()
+        for name in filenames:
+            path = Path(dirpath) / name
+            try:
+                st = path.stat()
+            except OSError as e:
+                raise _local_error(e, path) from e
+            if not os.path.isfile(path):
+                continue
+            found.append((path, path.relative_to(root).as_posix(), st.st_size))
+    found.sort(key=lambda item: item[1])
+    return found
+
+
+@click.group()
+def fs() -> None:
+    """Upload, read, list and delete objects."""
+
+
+@fs.command("upload")
+@click.argument("dest", metavar="lakefs://<repository>/<branch>/<path>", type=PREFIX_URI)
+@click.option("--source", "-s", required=True, help="Local file or directory ('-' reads stdin).")
+@click.option("--recursive", "-r", is_flag=True, help="Upload the directory tree under --source.")
+@click.option("--content-type", default=None, help="MIME type of the uploaded object(s).")
+@click.option("--no-progress", is_flag=True, help="Never show a progress bar.")
+@json_option
+def upload_cmd(
+    dest: LakeFSURI, source: str, recursive: bool, content_type: str | None, no_progress: bool
+) -> None:
+    """Upload a local file (or, with --recursive, a directory tree) to a branch."""
+    if recursive:
+        _upload_tree(dest, source, content_type, no_progress)
+        return
+    if not dest.path or dest.path.endswith("/"):
+        raise BadInputError("needs an object path (not a prefix) without --recursive", field="DEST")
+    if source == "-":
+        body: bytes | AsyncIterator[bytes] = sys.stdin.buffer.read()
+    else:
+        path = Path(source)
+        try:
+            st = path.stat()
+        except OSError as e:
+            raise _local_error(e, path) from e
+        if path.is_dir():
+            raise BadInputError(f"{source} is a directory (use --recursive)", field="--source")
+        body = path.read_bytes() if st.st_size <= STREAM_THRESHOLD else file_chunks(path)
+
+    async def op(s: Session) -> ObjectStat:
+        return await s.objects.upload(dest.repo, dest.ref, dest.path, body, content_type=content_type)
+
+    stat = run_session(op)
+    emit(object_doc(stat), lambda: print_stat(stat))
+
+
+def _upload_tree(dest: LakeFSURI, source: str, content_type: str | None, no_progress: bool) -> None:
+    from tqdm import tqdm
+
+    root = Path(source)
+    if not root.is_dir():
+        if not root.exists():
+            raise NotFoundError(f"no such directory: {source}")
+        raise BadInputError(f"{source} is not a directory", field="--source")
+    try:
+        files = walk_tree(root)
+    except OSError as e:
+        raise _local_error(e, Path(e.filename or source)) from e
+    total = sum(size for _, _, size in files)
+    results: list[ObjectStat] = []
+
+    async def op(s: Session) -> None:
+        bar = tqdm(
+            total=total,
+            unit="B",
+            unit_scale=True,
+            unit_divisor=1024,
+            desc=f"upload {len(files)} objects",
+            file=sys.stderr,
+            disable=no_progress or not sys.stderr.isatty(),
+            leave=False,
+        )
+
+        async def one(item: tuple[Path, str, int]) -> None:
+            local, rel, size = item
+            try:
+                body = (
+                    await asyncio.to_thread(local.read_bytes)
+                    if size <= STREAM_THRESHOLD
+                    else file_chunks(local)
+                )
+            except OSError as e:
+                raise _local_error(e, local) from e
+            stat = await s.objects.upload(
+                dest.repo, dest.ref, _join(dest.path, rel), body, content_type=content_type
+            )
+            results.append(stat)
+            bar.update(size)
+
+        try:
+            await bounded(files, s.config.upload_concurrency, one)
+        finally:
+            bar.close()
+
+    run_session(op)
+    results.sort(key=lambda st: st.path)
+    emit(
+        {"results": [object_doc(st) for st in results], "count": len(results), "size_bytes": total},
+        lambda: click.echo(f"Uploaded {len(results)} objects ({human_bytes(total)}) to {dest}"),
+    )
+
+
+@fs.command("cat")
+@click.argument("path", metavar="lakefs://<repository>/<ref>/<path>", type=PATH_URI)
+@json_option
+def cat_cmd(path: LakeFSURI) -> None:
+    """Write an object's content to stdout."""
+    as_json = wants_json()
+    out = sys.stdout.buffer
+    collected: list[bytes] = []
+
+    async def op(s: Session) -> None:
+        async for chunk in s.objects.read(path.repo, path.ref, path.path):
+            if as_json:
+                collected.append(chunk)
+            else:
+                out.write(chunk)
+
+    run_session(op)
+    out.flush()
+    if as_json:
+        data = b"".join(collected)
+        doc: dict[str, Any] = {"path": path.path, "size_bytes": len(data)}
+        try:
+            doc.update(encoding="utf-8", content=data.decode("utf-8"))
+        except UnicodeDecodeError:
+            doc.update(encoding="base64", content=base64.b64encode(data).decode())
+        emit(doc, lambda: None)
+
+
+@fs.command("stat")
+@click.argument("path", metavar="lakefs://<repository>/<ref>/<path>", type=PATH_URI)
+@json_option
+def stat_cmd(path: LakeFSURI) -> None:
+    """Show an object's metadata."""
+
+    async def op(s: Session) -> ObjectStat:
+        return await s.objects.stat(path.repo, path.ref, path.path)
+
+    stat = run_session(op)
+    emit(object_doc(stat), lambda: print_stat(stat))
+
+
+@fs.command("rm")
+@click.argument("path", metavar="lakefs://<repository>/<branch>/<path>", type=PREFIX_URI)
+@click.option("--recursive", "-r", is_flag=True, help="Delete every object under the path (a prefix).")
+@json_option
+def rm_cmd(path: LakeFSURI, recursive: bool) -> None:
+    """Delete an object (or, with --recursive, all objects under a prefix) on a branch."""
+    if not recursive and (not path.path or path.path.endswith("/")):
+        raise BadInputError("needs an object path (use --recursive for a prefix)", field="PATH")
+
+    async def op(s: Session) -> list[str]:
+        if not recursive:
+            await s.objects.delete(path.repo, path.ref, path.path)
+            return [path.path]
+        from lakefs_core.refs.staging import tombstone
+
+        prefix = path.path if not path.path or path.path.endswith("/") else path.path + "/"
+        keys = [r.key async for r in s.graveler.list_entries(path.repo, path.ref, prefix=prefix.encode())]
+        if not keys:
+            raise NotFoundError(f"no objects under {path.with_path(prefix)}")
+
+        async def one(key: bytes) -> None:
+            await s.graveler.set_entry(path.repo, path.ref, tombstone(key))
+
+        await bounded(keys, s.config.upload_concurrency, one)
+        return [k.decode("utf-8", "backslashreplace") for k in keys]
+
+    deleted = run_session(op)
+
+    def human() -> None:
+        for p in deleted:
+            click.echo(f"deleted: {path.with_path(p)}")
+
+    emit({"deleted": deleted}, human)
+
+
+def _ls_line(item: dict[str, Any], trim: str) -> str:
+    shown = item["path"][len(trim) :] if item["path"].startswith(trim) else item["path"]
+    if item["path_type"] == "object":
+        mtime = fmt_time_unix(item["mtime"])
+        detail = f"{mtime.ljust(29)}    {human_bytes(item['size_bytes']).ljust(12)}"
+    else:
+        detail = " " * (29 + 4 + 12)
+    return f"{item['path_type'].ljust(12)}    {detail}    {shown}"
+
+
+def fmt_time_unix(ts: int) -> str:
+    from datetime import UTC, datetime
+
+    return fmt_time(datetime.fromtimestamp(ts, UTC))
+
+
+def merge_page(objects: Iterable[ObjectStat], prefixes: Iterable[str]) -> list[dict[str, Any]]:
+    items = [object_doc(o) for o in objects] + [prefix_doc(p) for p in prefixes]
+    return sorted(items, key=lambda item: str(item["path"]))
+
+
+@fs.command("ls")
+@click.argument("prefix", metavar="lakefs://<repository>/<ref>/[prefix]", type=PREFIX_URI)
+@click.option("--recursive", "-r", is_flag=True, help="List every object under the prefix (no grouping).")
+@json_option
+def ls_cmd(prefix: LakeFSURI, recursive: bool) -> None:
+    """List objects and common prefixes under a prefix."""
+    as_json = wants_json()
+    trim = prefix.path[: prefix.path.rfind("/") + 1]
+    results: list[dict[str, Any]] = []
+
+    async def op(s: Session) -> None:
+        after = ""
+        while True:
+            page = await s.objects.list(
+                prefix.repo,
+                prefix.ref,
+                prefix=prefix.path,
+                delimiter="" if recursive else "/",
+                after=after,
+                amount=LIST_PAGE,
+            )
+            for item in merge_page(page.objects, page.common_prefixes):
+                if as_json:
+                    results.append(item)
+                else:
+                    click.echo(_ls_line(item, trim))
+            if not page.has_more:
+                return
+            after = page.next_after
+
+    run_session(op)
+    if as_json:
+        emit({"results": results}, lambda: None)

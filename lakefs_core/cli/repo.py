@@ -1,0 +1,72 @@
+"""``lakefs-core repo``: create, list and delete repositories (lakectl's ``repo`` commands)."""
+
+from __future__ import annotations
+
+import click
+
+from lakefs_core.cli.context import Session, run_session
+from lakefs_core.cli.output import emit, fmt_time, json_option, repo_doc, table
+from lakefs_core.cli.uri import REPO_URI, LakeFSURI
+from lakefs_core.refs.model import Repository
+
+
+@click.group()
+def repo() -> None:
+    """Create, list and delete repositories."""
+
+
+@repo.command("create")
+@click.argument("repository", type=REPO_URI)
+@click.argument("storage_namespace")
+@click.option("--default-branch", "-d", default="main", show_default=True, help="Name of the default branch.")
+@json_option
+def create_cmd(repository: LakeFSURI, storage_namespace: str, default_branch: str) -> None:
+    """Create REPOSITORY (lakefs://repo) storing its data under STORAGE_NAMESPACE
+    (local:///abs/dir, s3://bucket/prefix)."""
+
+    async def op(s: Session) -> Repository:
+        return await s.graveler.create_repository(repository.repo, storage_namespace, default_branch)
+
+    created = run_session(op)
+
+    def human() -> None:
+        click.echo(f"Repository: {repository}")
+        click.echo(f"Repository '{created.id}' created:")
+        click.echo(f"storage namespace: {created.storage_namespace}")
+        click.echo(f"default branch: {created.default_branch}")
+        click.echo(f"timestamp: {int(created.creation_date.timestamp())}")
+
+    emit(repo_doc(created), human)
+
+
+@repo.command("list")
+@json_option
+def list_cmd() -> None:
+    """List repositories."""
+
+    async def op(s: Session) -> list[Repository]:
+        return [r async for r in s.graveler.list_repositories()]
+
+    repos = run_session(op)
+
+    def human() -> None:
+        rows = [[r.id, fmt_time(r.creation_date), r.default_branch, r.storage_namespace] for r in repos]
+        table(["Repository", "Creation Date", "Default Ref Name", "Storage Namespace"], rows)
+
+    emit({"results": [repo_doc(r) for r in repos]}, human)
+
+
+@repo.command("delete")
+@click.argument("repository", type=REPO_URI)
+@click.option("--yes", "-y", is_flag=True, help="Do not ask for confirmation.")
+@json_option
+def delete_cmd(repository: LakeFSURI, yes: bool) -> None:
+    """Delete REPOSITORY (its refs; the objects in its storage namespace are left alone)."""
+    if not yes:
+        click.confirm(f"Delete repository {repository.repo!r}?", abort=True, err=True)
+
+    async def op(s: Session) -> None:
+        await s.graveler.delete_repository(repository.repo)
+
+    run_session(op)
+    emit({"deleted": repository.repo}, lambda: click.echo(f"Deleted repository '{repository.repo}'"))

@@ -1,0 +1,429 @@
+"""The mirroring daemon's configuration: one YAML file plus ``LAKEFS_MIRROR__...`` environment overrides.
+
+Every region runs one daemon with the same file (only ``region`` differs, usually set from the
+environment as ``LAKEFS_MIRROR__REGION=eu-central-1``). Keys::
+
+    region: us-east-1                 # this daemon's region: a key of ``regions``
+    regions:                          # every region taking part, by name (lower case a-z, 0-9, '-')
+      us-east-1:
+        kv_url: dynamodb://lakefs?region=us-east-1      # the region's lakeFS KV store (open_kv URL)
+        object_store:                 # how to reach the region's S3 (all optional)
+          endpoint_url: null          # e.g. http://127.0.0.1:9000 for MinIO / moto
+          region: us-east-1
+          credentials: {source: env}  # env (botocore default chain) | static | profile
+          #   {source: static, access_key_id: AKIA..., secret_access_key: ..., session_token: ...}
+          #   {source: profile, profile: mirror}
+        local_roots: []               # local directories holding this region's local:// namespaces
+    mirrors_db_url: postgresql+asyncpg://user:pw@host/mirrors  # shared by ALL regions
+    listen: 127.0.0.1:8008            # host:port of the HTTP API ([::1]:8008 for IPv6)
+    access_keys:                      # HTTP basic-auth credentials of the API (at least one)
+      - {access_key_id: AKIAMIRROR, secret_access_key: ...}
+    poll_interval_seconds: 5          # how often source branch heads are polled
+    negative_cooldown_seconds: 5      # an object found missing is not probed again before this
+    error_cooldown_seconds: 30        # a branch whose validation failed waits this long
+    active_copy_grace_seconds: 600    # mode "active": copy objects replication has not delivered
+    lease_ttl_seconds: 30             # per-region leadership lease (one active daemon per region)
+    workers: 8                        # concurrent presence checks during validation
+    presence_cache_entries: 1000000   # object-presence cache size (entries)
+    table_cache_bytes: 536870912      # range/metarange cache size (bytes)
+    state_dir: null                   # local directory for persisted caches (null: memory only)
+    log_level: INFO
+
+Environment overrides follow :mod:`lakefs_core.config` (``LAKEFS_MIRROR__LISTEN=0.0.0.0:8008``,
+``LAKEFS_MIRROR__REGIONS__US-EAST-1__OBJECT_STORE__REGION=us-east-1``); in addition a numeric
+segment addresses a list item, so secrets can stay out of the file:
+``LAKEFS_MIRROR__ACCESS_KEYS__0__SECRET_ACCESS_KEY=...``. An override may not add a list item
+beyond the end + 1.
+
+Validation errors are :class:`~lakefs_core.errors.BadInputError` whose ``field`` is the exact key path
+in the file (``regions.us-east-1.object_store.credentials.secret_access_key``). Secrets
+(``secret_access_key``, ``session_token``, ``mirrors_db_url``, ``kv_url``) are pydantic
+:class:`~pydantic.SecretStr`: never shown by ``repr``/``str`` and never repeated in error messages.
+The two SQL URLs are kept secret because they may carry a password; ``mirrors_db_url_display`` shows
+the URL with its password masked.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+from pydantic import Field, SecretStr, ValidationError, field_validator, model_validator
+from sqlalchemy.engine import make_url
+from sqlalchemy.exc import ArgumentError
+
+from lakefs_core.block.s3 import S3Settings
+from lakefs_core.config import StrictModel, env_overrides, load_raw
+from lakefs_core.errors import BadInputError
+
+__all__ = [
+    "ENV_PREFIX",
+    "AccessKey",
+    "EnvCredentials",
+    "MirrorConfig",
+    "ObjectStoreConfig",
+    "ProfileCredentials",
+    "RegionConfig",
+    "StaticCredentials",
+    "load_mirror_config",
+    "normalize_db_url",
+]
+
+ENV_PREFIX = "LAKEFS_MIRROR"
+
+_REGION_NAME = re.compile(r"[a-z0-9][a-z0-9-]{0,62}")
+_KV_SCHEMES = frozenset(
+    {"memory", "sqlite", "sqlite+aiosqlite", "postgresql", "postgres", "postgresql+asyncpg", "dynamodb"}
+)
+_SQLITE_DRIVERS = frozenset({"sqlite", "sqlite+aiosqlite"})
+_PG_DRIVERS = frozenset({"postgresql", "postgres", "postgresql+asyncpg", "postgres+asyncpg"})
+_HOST = re.compile(r"[A-Za-z0-9.-]+|\[[0-9A-Fa-f:.]+\]")
+
+
+def normalize_db_url(url: str) -> str:
+    """Point a mirrors-database URL at its async driver.
+
+    ``sqlite:///p`` -> ``sqlite+aiosqlite:///p``; ``postgresql://``/``postgres://`` ->
+    ``postgresql+asyncpg://``. Anything else (and in-memory SQLite, which pooled connections cannot
+    share) raises :class:`ValueError` whose message never contains the URL.
+    """
+    try:
+        parsed = make_url(url)
+    except (ArgumentError, ValueError):
+        raise ValueError("not a valid SQLAlchemy database URL") from None
+    driver = parsed.drivername.lower()
+    if driver in _SQLITE_DRIVERS:
+        database = parsed.database or ""
+        if database in ("", ":memory:") or database.startswith("file::memory:"):
+            raise ValueError("in-memory SQLite cannot be shared between connections; use a file")
+        return parsed.set(drivername="sqlite+aiosqlite").render_as_string(hide_password=False)
+    if driver in _PG_DRIVERS:
+        return parsed.set(drivername="postgresql+asyncpg").render_as_string(hide_password=False)
+    raise ValueError(
+        "unsupported database URL scheme (use sqlite:///path, sqlite+aiosqlite:///path, "
+        "postgresql://... or postgresql+asyncpg://...)"
+    )
+
+
+class EnvCredentials(StrictModel):
+    """Credentials from botocore's default chain (environment, shared files, instance/task role)."""
+
+    source: Literal["env"] = "env"
+
+
+class StaticCredentials(StrictModel):
+    """An access key written in the configuration (or, better, injected through the environment)."""
+
+    source: Literal["static"]
+    access_key_id: str = Field(min_length=1)
+    secret_access_key: SecretStr
+    session_token: SecretStr | None = None
+
+    @field_validator("secret_access_key")
+    @classmethod
+    def _non_empty(cls, value: SecretStr) -> SecretStr:
+        if not value.get_secret_value():
+            raise ValueError("must not be empty")
+        return value
+
+
+class ProfileCredentials(StrictModel):
+    """A named profile of the shared AWS config/credentials files."""
+
+    source: Literal["profile"]
+    profile: str = Field(min_length=1)
+
+
+Credentials = Annotated[
+    EnvCredentials | StaticCredentials | ProfileCredentials, Field(discriminator="source")
+]
+
+
+class ObjectStoreConfig(StrictModel):
+    """How to reach one region's S3 (or S3-compatible) object store."""
+
+    endpoint_url: str | None = None
+    region: str | None = None
+    credentials: Credentials = EnvCredentials()
+
+    @field_validator("endpoint_url")
+    @classmethod
+    def _endpoint(cls, value: str | None) -> str | None:
+        if value is not None and not re.fullmatch(r"https?://[^\s/]+(/\S*)?", value):
+            raise ValueError("must be an http:// or https:// URL")
+        return value
+
+
+class RegionConfig(StrictModel):
+    """One region taking part in mirroring."""
+
+    kv_url: SecretStr
+    object_store: ObjectStoreConfig = ObjectStoreConfig()
+    local_roots: list[Path] = Field(default_factory=list)
+
+    @field_validator("kv_url")
+    @classmethod
+    def _kv_url(cls, value: SecretStr) -> SecretStr:
+        text = value.get_secret_value()
+        scheme = text.split("://", 1)[0].lower() if "://" in text else ""
+        if scheme not in _KV_SCHEMES:
+            raise ValueError(
+                "must be a KV store URL: memory://, sqlite:///path, postgresql://..., dynamodb://TABLE?..."
+            )
+        return value
+
+    @field_validator("local_roots")
+    @classmethod
+    def _absolute(cls, value: list[Path]) -> list[Path]:
+        for root in value:
+            if not root.is_absolute():
+                raise ValueError("local roots must be absolute paths")
+        return value
+
+
+class AccessKey(StrictModel):
+    """One HTTP basic-auth credential of the mirroring API."""
+
+    access_key_id: str = Field(min_length=1, max_length=256, pattern=r"^[^:\s]+$")
+    secret_access_key: SecretStr
+
+    @field_validator("secret_access_key")
+    @classmethod
+    def _non_empty(cls, value: SecretStr) -> SecretStr:
+        if not value.get_secret_value():
+            raise ValueError("must not be empty")
+        return value
+
+
+PositiveSeconds = Annotated[float, Field(gt=0)]
+NonNegativeSeconds = Annotated[float, Field(ge=0)]
+
+
+class MirrorConfig(StrictModel):
+    """The whole configuration of one region's mirroring daemon (see the module docstring)."""
+
+    region: str
+    regions: dict[str, RegionConfig] = Field(min_length=1)
+    mirrors_db_url: SecretStr
+    listen: str = "127.0.0.1:8008"
+    access_keys: list[AccessKey] = Field(min_length=1)
+    poll_interval_seconds: PositiveSeconds = 5.0
+    negative_cooldown_seconds: NonNegativeSeconds = 5.0
+    error_cooldown_seconds: NonNegativeSeconds = 30.0
+    active_copy_grace_seconds: NonNegativeSeconds = 600.0
+    lease_ttl_seconds: PositiveSeconds = 30.0
+    workers: int = Field(default=8, ge=1, le=1024)
+    presence_cache_entries: int = Field(default=1_000_000, ge=0)
+    table_cache_bytes: int = Field(default=512 * 1024 * 1024, ge=0)
+    state_dir: Path | None = None
+    log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
+
+    @field_validator("regions")
+    @classmethod
+    def _region_names(cls, value: dict[str, RegionConfig]) -> dict[str, RegionConfig]:
+        for name in value:
+            if not _REGION_NAME.fullmatch(name):
+                raise ValueError(
+                    "region names are 1-63 characters of lower-case a-z, 0-9 and '-', "
+                    "starting with a letter or digit"
+                )
+        return value
+
+    @field_validator("mirrors_db_url")
+    @classmethod
+    def _db_url(cls, value: SecretStr) -> SecretStr:
+        return SecretStr(normalize_db_url(value.get_secret_value()))
+
+    @field_validator("listen")
+    @classmethod
+    def _listen(cls, value: str) -> str:
+        host, sep, port = value.rpartition(":")
+        if not sep or not _HOST.fullmatch(host) or not port.isdigit() or not 0 <= int(port) <= 65535:
+            raise ValueError("must be host:port (e.g. 127.0.0.1:8008 or [::1]:8008)")
+        return value
+
+    @field_validator("access_keys")
+    @classmethod
+    def _unique_keys(cls, value: list[AccessKey]) -> list[AccessKey]:
+        ids = [k.access_key_id for k in value]
+        if len(set(ids)) != len(ids):
+            raise ValueError("access key ids must be unique")
+        return value
+
+    @model_validator(mode="after")
+    def _own_region_is_configured(self) -> MirrorConfig:
+        if self.region not in self.regions:
+            # Reported at key "region" by load_mirror_config (see _ERROR_AT).
+            raise ValueError(_OWN_REGION_MISSING)
+        return self
+
+    # -- derived values ---------------------------------------------------------------------------
+
+    @property
+    def listen_host(self) -> str:
+        return self.listen.rpartition(":")[0].strip("[]")
+
+    @property
+    def listen_port(self) -> int:
+        return int(self.listen.rpartition(":")[2])
+
+    @property
+    def this_region(self) -> RegionConfig:
+        return self.regions[self.region]
+
+    @property
+    def mirrors_db_url_display(self) -> str:
+        """The mirrors database URL with its password masked (for logs)."""
+        return make_url(self.mirrors_db_url.get_secret_value()).render_as_string(hide_password=True)
+
+    def region_config(self, region: str) -> RegionConfig:
+        try:
+            return self.regions[region]
+        except KeyError:
+            raise BadInputError(f"region {region!r} is not configured", field="region") from None
+
+    def s3_settings(self, region: str | None = None) -> S3Settings:
+        """The :class:`S3Settings` reaching ``region``'s object store (default: this daemon's region).
+
+        Static credentials are passed as they are; ``env`` leaves them to botocore's default chain;
+        ``profile`` credentials are resolved here, once, from the shared AWS files (so temporary
+        credentials of an assume-role profile are not refreshed: restart, or prefer ``env``).
+        """
+        name = self.region if region is None else region
+        store = self.region_config(name).object_store
+        creds = store.credentials
+        access_key_id: str | None = None
+        secret: str | None = None
+        token: str | None = None
+        if isinstance(creds, StaticCredentials):
+            access_key_id = creds.access_key_id
+            secret = creds.secret_access_key.get_secret_value()
+            token = creds.session_token.get_secret_value() if creds.session_token is not None else None
+        elif isinstance(creds, ProfileCredentials):
+            access_key_id, secret, token = _profile_credentials(
+                creds.profile, f"regions.{name}.object_store.credentials.profile"
+            )
+        return S3Settings(
+            region=store.region,
+            endpoint_url=store.endpoint_url,
+            access_key_id=access_key_id,
+            secret_access_key=secret,
+            session_token=token,
+        )
+
+
+_OWN_REGION_MISSING = "must name one of the configured regions"
+# Model-level errors that belong to one key: message -> key path.
+_ERROR_AT = {_OWN_REGION_MISSING: ("region",)}
+
+
+def _profile_credentials(profile: str, field: str) -> tuple[str, str, str | None]:
+    import botocore.exceptions
+    import botocore.session
+
+    try:
+        session = botocore.session.Session(profile=profile)
+        found = session.get_credentials()
+    except botocore.exceptions.ProfileNotFound:
+        raise BadInputError("no such AWS profile", field=field) from None
+    except botocore.exceptions.BotoCoreError as e:
+        raise BadInputError(
+            f"cannot resolve the AWS profile's credentials ({type(e).__name__})", field=field
+        ) from None
+    if found is None:
+        raise BadInputError("the AWS profile has no credentials", field=field)
+    frozen = found.get_frozen_credentials()
+    if not frozen.access_key or not frozen.secret_key:
+        raise BadInputError("the AWS profile has no credentials", field=field)
+    return frozen.access_key, frozen.secret_key, frozen.token
+
+
+# -- loading ----------------------------------------------------------------------------------------
+
+
+def _apply_override(tree: dict[str, Any], path: list[str], value: Any, source: str) -> None:
+    """Set ``path`` in ``tree`` to ``value``; a numeric segment addresses a list item (or appends one)."""
+    node: Any = tree
+    for i, part in enumerate(path):
+        last = i == len(path) - 1
+        where = ".".join(path[: i + 1])
+        key: Any = part
+        if isinstance(node, list):
+            if not part.isdigit() or int(part) > len(node):
+                raise BadInputError(f"environment override {source} names no item of the list", field=where)
+            key = int(part)
+            if key == len(node):
+                node.append(None)
+        elif not isinstance(node, dict):
+            raise BadInputError(f"environment override {source} descends into a scalar value", field=where)
+        if last:
+            node[key] = value
+            return
+        nxt = node[key] if isinstance(node, list) else node.get(key)
+        if nxt is None:
+            # A new node is a list when the next segment is an index (``ACCESS_KEYS__0__...``);
+            # ``regions`` is the one mapping whose keys are user-chosen (and may be digits).
+            nxt = [] if path[i + 1].isdigit() and path[: i + 1] != ["regions"] else {}
+            node[key] = nxt
+        node = nxt
+
+
+def _error_path(loc: tuple[int | str, ...], data: Any, error_type: str, msg: str) -> str:
+    """The key path of an error as written in the file.
+
+    pydantic's ``loc`` for a discriminated union carries the tag (``credentials.static.x``); segments
+    that do not exist in the input (other than the last, the missing key itself) are dropped.
+    """
+    parts: list[str] = []
+    node: Any = data
+    for i, seg in enumerate(loc):
+        last = i == len(loc) - 1
+        present = (isinstance(node, dict) and seg in node) or (
+            isinstance(node, list) and isinstance(seg, int) and 0 <= seg < len(node)
+        )
+        if present:
+            parts.append(str(seg))
+            node = node[seg]
+        elif last:
+            parts.append(str(seg))
+            node = None
+        # else: a pydantic-internal segment (union tag or member name): skip it
+    if error_type in ("union_tag_invalid", "union_tag_not_found"):
+        parts.append("source")
+    if not loc and msg in _ERROR_AT:
+        parts = list(_ERROR_AT[msg])
+    return ".".join(parts) or "<root>"
+
+
+def _validate(data: dict[str, Any]) -> MirrorConfig:
+    try:
+        return MirrorConfig.model_validate(data)
+    except ValidationError as e:
+        errors = e.errors(include_input=False, include_url=False, include_context=False)
+        first = errors[0]
+        msg = str(first["msg"])
+        bare = msg.removeprefix("Value error, ")
+        field = _error_path(tuple(first["loc"]), data, str(first["type"]), bare)
+        extra = f" (and {len(errors) - 1} more problem(s))" if len(errors) > 1 else ""
+        raise BadInputError(f"{bare}{extra}", field=field) from None
+
+
+def load_mirror_config(path: Path | str | None, env: Mapping[str, str] | None = None) -> MirrorConfig:
+    """Load ``path`` (YAML; ``None``: nothing), apply ``LAKEFS_MIRROR__...`` overrides from ``env``.
+
+    ``env`` is usually ``os.environ``; ``None`` applies no overrides. Raises
+    :class:`~lakefs_core.errors.BadInputError` naming the exact key path of the first problem.
+    """
+    data = load_raw(Path(path) if path is not None else None)
+    if env is not None:
+        for parts, value, name in env_overrides(env, ENV_PREFIX):
+            _apply_override(data, parts, value, name)
+    return _validate(data)
+
+
+def config_json_schema() -> dict[str, Any]:
+    """The JSON schema of the configuration file (for documentation and editors)."""
+    schema: dict[str, Any] = MirrorConfig.model_json_schema()
+    return schema

@@ -1,0 +1,914 @@
+"""The mirrors database: which mirrors exist, how far each got, and who leads each region.
+
+One SQL database (SQLAlchemy 2 asyncio) is shared by the daemons of ALL regions: SQLite through
+aiosqlite for a single machine (``sqlite+aiosqlite:///path``), PostgreSQL through asyncpg in
+production (``postgresql+asyncpg://...``); plain ``sqlite:///`` and ``postgresql://`` URLs are
+normalised. Tables are created on demand (:meth:`MirrorsDB.open`)::
+
+    mirrors(id PK, source_repo, source_region, name, region, storage_namespace, branch_filter JSON,
+            paused, mode, mirror_tags, created_at, updated_at, resync_requested_at, version,
+            UNIQUE(region, name))
+    mirror_status(mirror_id FK -> mirrors ON DELETE CASCADE, kind, branch, source_head, mirror_head,
+                  candidate, missing_objects, missing_ranges, external_objects, lag_seconds,
+                  last_promotion_at, last_checked_at, last_error, PK(mirror_id, kind, branch))
+    leases(region PK, holder, expires_at)
+
+``UNIQUE(region, name)`` means two mirrors can never target the same destination repository. Times
+are stored as integer microseconds since the Unix epoch (exact round trips, no time-zone handling
+differences between the two databases) and returned as aware UTC :class:`~datetime.datetime`.
+
+Atomicity: every write is ONE transaction whose first statement is a write (so SQLite never has to
+upgrade a read lock, which could fail at once under contention). The lease operations are single
+conditional statements:
+
+- :meth:`MirrorsDB.try_acquire`: ``INSERT ... ON CONFLICT (region) DO UPDATE ... WHERE the lease
+  expired OR is already ours RETURNING holder``. Under PostgreSQL a racing insert blocks on the
+  conflicting row and re-evaluates the ``WHERE`` on its new version; SQLite serialises writers. So at
+  most one contender holds a region's lease at any instant, and an expired lease can be taken over.
+- :meth:`MirrorsDB.renew`: ``UPDATE ... WHERE holder = me AND expires_at > now`` (a lapsed lease is
+  not silently revived: re-acquire it).
+- :meth:`MirrorsDB.release`: ``DELETE ... WHERE holder = me``.
+
+Errors: unique violations become :class:`~lakefs_core.errors.ConflictError` naming the field,
+missing rows :class:`~lakefs_core.errors.NotFoundError`, a stale ``expected_version``
+:class:`~lakefs_core.errors.PreconditionFailedError`; an unreachable database
+:class:`~lakefs_core.errors.UnreachableError`, lock timeouts and serialization failures
+:class:`~lakefs_core.errors.TransientError`. Messages show the database URL with its password masked.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import time
+import uuid
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, Literal, TypeVar, cast, get_args
+
+from sqlalchemy import (
+    BigInteger,
+    Boolean,
+    Column,
+    Double,
+    ForeignKey,
+    Integer,
+    MetaData,
+    PrimaryKeyConstraint,
+    String,
+    Table,
+    Text,
+    UniqueConstraint,
+    and_,
+    delete,
+    event,
+    func,
+    inspect,
+    or_,
+    select,
+    text,
+    update,
+)
+from sqlalchemy.dialects.postgresql import insert as pg_insert
+from sqlalchemy.dialects.sqlite import insert as sqlite_insert
+from sqlalchemy.engine import make_url
+from sqlalchemy.exc import DBAPIError, IntegrityError, SQLAlchemyError
+from sqlalchemy.exc import TimeoutError as PoolTimeoutError
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
+
+from lakefs_core.errors import (
+    BadInputError,
+    ConflictError,
+    LakeFSError,
+    NotFoundError,
+    PreconditionFailedError,
+    TransientError,
+    UnreachableError,
+)
+from lakefs_mirror.config import normalize_db_url
+
+__all__ = [
+    "DEFAULT_BRANCH_FILTER",
+    "MAX_BRANCH_FILTER",
+    "MAX_GLOB_LENGTH",
+    "MIRROR_MODES",
+    "STATUS_KINDS",
+    "FieldConflictError",
+    "Lease",
+    "Mirror",
+    "MirrorMode",
+    "MirrorRecord",
+    "MirrorStatus",
+    "MirrorsDB",
+    "StatusKind",
+    "StatusRow",
+    "new_mirror_id",
+]
+
+T = TypeVar("T")
+
+MirrorMode = Literal["native", "active"]
+StatusKind = Literal["branch", "tag"]
+MIRROR_MODES: tuple[str, ...] = get_args(MirrorMode)
+STATUS_KINDS: tuple[str, ...] = get_args(StatusKind)
+DEFAULT_BRANCH_FILTER: tuple[str, ...] = ("*",)
+MAX_BRANCH_FILTER = 100
+MAX_GLOB_LENGTH = 256
+UPDATABLE_FIELDS = frozenset({"branch_filter", "paused", "mode", "mirror_tags"})
+
+_PG_TRANSIENT_STATES = {"40001", "40P01", "55P03", "57014", "57P01", "57P02", "57P03"}
+_PG_TRANSIENT_CLASSES = ("08", "53", "58")
+
+_meta = MetaData()
+
+mirrors_table = Table(
+    "mirrors",
+    _meta,
+    Column("id", String(64), primary_key=True),
+    Column("source_repo", String(63), nullable=False),
+    Column("source_region", String(63), nullable=False),
+    Column("name", String(63), nullable=False),
+    Column("region", String(63), nullable=False),
+    Column("storage_namespace", Text, nullable=False),
+    Column("branch_filter", Text, nullable=False),
+    Column("paused", Boolean, nullable=False),
+    Column("mode", String(16), nullable=False),
+    Column("mirror_tags", Boolean, nullable=False),
+    Column("created_at", BigInteger, nullable=False),
+    Column("updated_at", BigInteger, nullable=False),
+    Column("resync_requested_at", BigInteger, nullable=True),
+    Column("version", Integer, nullable=False),
+    UniqueConstraint("region", "name", name="mirrors_region_name_key"),
+)
+
+status_table = Table(
+    "mirror_status",
+    _meta,
+    Column("mirror_id", String(64), ForeignKey("mirrors.id", ondelete="CASCADE"), nullable=False),
+    Column("kind", String(8), nullable=False),
+    Column("branch", String(256), nullable=False),
+    Column("source_head", Text, nullable=True),
+    Column("mirror_head", Text, nullable=True),
+    Column("candidate", Text, nullable=True),
+    Column("missing_objects", BigInteger, nullable=False),
+    Column("missing_ranges", BigInteger, nullable=False),
+    Column("external_objects", BigInteger, nullable=False),
+    Column("lag_seconds", Double, nullable=True),
+    Column("last_promotion_at", BigInteger, nullable=True),
+    Column("last_checked_at", BigInteger, nullable=True),
+    Column("last_error", Text, nullable=True),
+    PrimaryKeyConstraint("mirror_id", "kind", "branch", name="mirror_status_pkey"),
+)
+
+leases_table = Table(
+    "leases",
+    _meta,
+    Column("region", String(63), primary_key=True),
+    Column("holder", String(256), nullable=False),
+    Column("expires_at", BigInteger, nullable=False),
+)
+
+
+class FieldConflictError(ConflictError):
+    """A unique constraint refused a write; ``field`` names the input that collided."""
+
+    def __init__(self, message: str, *, field: str) -> None:
+        self.field = field
+        super().__init__(f"{field}: {message}")
+
+
+# -- values -------------------------------------------------------------------------------------------
+
+
+def new_mirror_id() -> str:
+    """A fresh mirror id: 32 lower-case hex digits (a random UUID4)."""
+    return uuid.uuid4().hex
+
+
+def _to_us(when: datetime | float) -> int:
+    if isinstance(when, datetime):
+        if when.tzinfo is None:
+            raise BadInputError("datetimes must be time-zone aware", field="now")
+        delta = when - datetime(1970, 1, 1, tzinfo=UTC)
+        return (delta.days * 86_400 + delta.seconds) * 1_000_000 + delta.microseconds
+    return round(float(when) * 1_000_000)
+
+
+def _from_us(us: int | None) -> datetime | None:
+    if us is None:
+        return None
+    return datetime.fromtimestamp(us // 1_000_000, tz=UTC).replace(microsecond=us % 1_000_000)
+
+
+def _now_us(now: datetime | float | None) -> int:
+    return _to_us(time.time() if now is None else now)
+
+
+def check_branch_filter(value: object, field: str = "branch_filter") -> tuple[str, ...]:
+    """A non-empty list of 1..100 fnmatch globs, each 1..256 characters without NUL."""
+    if isinstance(value, (str, bytes)) or not isinstance(value, Iterable):
+        raise BadInputError("must be a list of glob patterns", field=field)
+    globs = tuple(value)
+    if not 1 <= len(globs) <= MAX_BRANCH_FILTER:
+        raise BadInputError(f"must hold 1 to {MAX_BRANCH_FILTER} glob patterns", field=field)
+    for i, glob in enumerate(globs):
+        if not isinstance(glob, str) or not 1 <= len(glob) <= MAX_GLOB_LENGTH or "\0" in glob:
+            raise BadInputError(
+                f"must be a string of 1 to {MAX_GLOB_LENGTH} characters without NUL", field=f"{field}.{i}"
+            )
+    return globs
+
+
+def _check_choice(value: object, choices: Sequence[str], field: str) -> str:
+    if not isinstance(value, str) or value not in choices:
+        raise BadInputError(f"must be one of {', '.join(choices)}", field=field)
+    return value
+
+
+def _check_bool(value: object, field: str) -> bool:
+    if not isinstance(value, bool):
+        raise BadInputError("must be true or false", field=field)
+    return value
+
+
+def _check_text(value: object, field: str, max_length: int) -> str:
+    if not isinstance(value, str) or not 1 <= len(value) <= max_length or "\0" in value:
+        raise BadInputError(f"must be a string of 1 to {max_length} characters without NUL", field=field)
+    return value
+
+
+@dataclass(frozen=True)
+class Mirror:
+    """One mirror: ``source_repo`` in ``source_region`` -> repository ``name`` in ``region``."""
+
+    id: str
+    source_repo: str
+    source_region: str
+    name: str
+    region: str
+    storage_namespace: str
+    branch_filter: tuple[str, ...]
+    paused: bool
+    mode: MirrorMode
+    mirror_tags: bool
+    created_at: datetime
+    updated_at: datetime
+    resync_requested_at: datetime | None
+    version: int
+
+    @classmethod
+    def _from_row(cls, row: Mapping[Any, Any]) -> Mirror:
+        created = _from_us(row["created_at"])
+        updated = _from_us(row["updated_at"])
+        assert created is not None and updated is not None
+        return cls(
+            id=row["id"],
+            source_repo=row["source_repo"],
+            source_region=row["source_region"],
+            name=row["name"],
+            region=row["region"],
+            storage_namespace=row["storage_namespace"],
+            branch_filter=tuple(json.loads(row["branch_filter"])),
+            paused=bool(row["paused"]),
+            mode=cast(MirrorMode, row["mode"]),
+            mirror_tags=bool(row["mirror_tags"]),
+            created_at=created,
+            updated_at=updated,
+            resync_requested_at=_from_us(row["resync_requested_at"]),
+            version=int(row["version"]),
+        )
+
+
+@dataclass(frozen=True)
+class MirrorStatus:
+    """How far one branch (or tag, ``kind="tag"``) of a mirror got; written by the engine.
+
+    ``branch`` is the branch or tag name. Heads are commit ids (``None``: not known yet). ``candidate``
+    is the source commit being validated. ``lag_seconds`` is the freshness lag of the mirror head.
+    """
+
+    mirror_id: str
+    kind: StatusKind
+    branch: str
+    source_head: str | None = None
+    mirror_head: str | None = None
+    candidate: str | None = None
+    missing_objects: int = 0
+    missing_ranges: int = 0
+    external_objects: int = 0
+    lag_seconds: float | None = None
+    last_promotion_at: datetime | None = None
+    last_checked_at: datetime | None = None
+    last_error: str | None = None
+
+    @classmethod
+    def _from_row(cls, row: Mapping[Any, Any]) -> MirrorStatus:
+        return cls(
+            mirror_id=row["mirror_id"],
+            kind=cast(StatusKind, row["kind"]),
+            branch=row["branch"],
+            source_head=row["source_head"],
+            mirror_head=row["mirror_head"],
+            candidate=row["candidate"],
+            missing_objects=int(row["missing_objects"]),
+            missing_ranges=int(row["missing_ranges"]),
+            external_objects=int(row["external_objects"]),
+            lag_seconds=None if row["lag_seconds"] is None else float(row["lag_seconds"]),
+            last_promotion_at=_from_us(row["last_promotion_at"]),
+            last_checked_at=_from_us(row["last_checked_at"]),
+            last_error=row["last_error"],
+        )
+
+
+# Names the engine uses for the same records.
+MirrorRecord = Mirror
+StatusRow = MirrorStatus
+
+
+@dataclass(frozen=True)
+class Lease:
+    """Who leads a region's mirroring, until when."""
+
+    region: str
+    holder: str
+    expires_at: datetime
+
+
+# -- error translation --------------------------------------------------------------------------------
+
+
+def _sqlstate(e: BaseException) -> str:
+    seen: BaseException | None = e
+    for _ in range(4):
+        if seen is None:
+            break
+        state = getattr(seen, "sqlstate", None) or getattr(seen, "pgcode", None)
+        if isinstance(state, str):
+            return state
+        seen = getattr(seen, "orig", None) or seen.__cause__
+    return ""
+
+
+def _reason(e: BaseException) -> str:
+    inner: BaseException = e.orig if isinstance(e, DBAPIError) and e.orig is not None else e
+    if inner.__cause__ is not None and type(inner).__module__.startswith("sqlalchemy"):
+        inner = inner.__cause__
+    body = str(inner).strip() or type(inner).__name__
+    return f"{type(inner).__name__}: {body}"[:500]
+
+
+# -- the database -------------------------------------------------------------------------------------
+
+
+class MirrorsDB:
+    """The shared mirrors database. Open with :meth:`open`, close with :meth:`close`."""
+
+    def __init__(self, engine: AsyncEngine) -> None:
+        self._engine = engine
+        self._dialect = engine.dialect.name
+        self._display = engine.url.render_as_string(hide_password=True)
+        self._closed = False
+
+    @classmethod
+    async def open(
+        cls,
+        url: str,
+        *,
+        create: bool = True,
+        busy_timeout: float = 30.0,
+        connect_timeout: float = 10.0,
+        pool_size: int = 5,
+        max_overflow: int = 5,
+    ) -> MirrorsDB:
+        """Connect to ``url`` (normalised to its async driver); create the tables unless ``create=False``."""
+        try:
+            sa_url = make_url(normalize_db_url(url))
+        except ValueError as e:
+            raise BadInputError(str(e), field="mirrors_db_url") from None
+        kwargs: dict[str, Any] = {"hide_parameters": True, "pool_pre_ping": True}
+        if sa_url.drivername.startswith("sqlite"):
+            db_path = Path(sa_url.database or "")
+            try:
+                db_path.parent.mkdir(parents=True, exist_ok=True)
+            except OSError as e:
+                raise UnreachableError(
+                    f"cannot create the directory of the mirrors database {db_path}: {e.strerror}"
+                ) from e
+            kwargs["connect_args"] = {"timeout": busy_timeout}
+        else:
+            kwargs.update(
+                pool_size=pool_size,
+                max_overflow=max_overflow,
+                pool_recycle=1800,
+                pool_timeout=30,
+                connect_args={"timeout": connect_timeout},
+            )
+        engine = create_async_engine(sa_url, **kwargs)
+        if engine.dialect.name == "sqlite":
+            busy_ms = max(0, int(busy_timeout * 1000))
+
+            @event.listens_for(engine.sync_engine, "connect")
+            def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
+                cursor = dbapi_connection.cursor()
+                try:
+                    cursor.execute(f"PRAGMA busy_timeout = {busy_ms}")
+                    cursor.execute("PRAGMA journal_mode = WAL")
+                    cursor.execute("PRAGMA foreign_keys = ON")
+                finally:
+                    cursor.close()
+
+        db = cls(engine)
+        if create:
+            try:
+                await db.create_tables()
+            except BaseException:
+                await engine.dispose()
+                raise
+        return db
+
+    @property
+    def display_url(self) -> str:
+        """The database URL with its password masked."""
+        return self._display
+
+    async def __aenter__(self) -> MirrorsDB:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    async def close(self) -> None:
+        if not self._closed:
+            self._closed = True
+            await self._engine.dispose()
+
+    # -- plumbing -----------------------------------------------------------------------------------
+
+    def _translate(self, e: BaseException, *, connecting: bool, write: bool) -> LakeFSError:
+        where = f"mirrors database {self._display}"
+        reason = _reason(e)
+        low = reason.lower()
+        state = _sqlstate(e)
+        if "database is locked" in low or "database table is locked" in low or "sqlite_busy" in low:
+            return TransientError(f"{where} is busy (locked by another writer): {reason}")
+        if isinstance(e, PoolTimeoutError):
+            return TransientError(f"{where}: no pooled connection available: {reason}")
+        if connecting:
+            return UnreachableError(f"cannot connect to {where}: {reason}")
+        if isinstance(e, TimeoutError):
+            suffix = "; outcome unknown" if write else ""
+            return TransientError(f"{where} timed out{suffix}: {reason}")
+        disconnect = (isinstance(e, DBAPIError) and e.connection_invalidated) or isinstance(e, OSError)
+        if disconnect or state.startswith("08"):
+            if write:
+                return TransientError(f"lost connection to {where} during a write; outcome unknown: {reason}")
+            return UnreachableError(f"lost connection to {where}: {reason}")
+        if state in _PG_TRANSIENT_STATES or state.startswith(_PG_TRANSIENT_CLASSES):
+            return TransientError(f"{where} temporarily refused the operation: {reason}")
+        if isinstance(e, IntegrityError):
+            return ConflictError(f"{where}: {reason}")
+        if "unable to open database file" in low or "disk i/o error" in low:
+            return UnreachableError(f"{where}: {reason}")
+        return LakeFSError(f"{where}: {reason}")
+
+    async def _run(
+        self,
+        fn: Callable[[AsyncConnection], Awaitable[T]],
+        *,
+        write: bool,
+        on_integrity: Callable[[IntegrityError], LakeFSError] | None = None,
+    ) -> T:
+        """Run ``fn`` in one transaction on a fresh pooled connection, translating errors."""
+        if self._closed:
+            raise LakeFSError("the mirrors database is closed")
+        conn = self._engine.connect()
+        try:
+            await conn.start()
+        except (SQLAlchemyError, OSError, TimeoutError) as e:
+            raise self._translate(e, connecting=True, write=write) from e
+        try:
+            async with conn.begin():
+                return await fn(conn)
+        except LakeFSError:
+            raise
+        except IntegrityError as e:
+            if on_integrity is not None:
+                raise on_integrity(e) from e
+            raise self._translate(e, connecting=False, write=write) from e
+        except (SQLAlchemyError, OSError, TimeoutError) as e:
+            raise self._translate(e, connecting=False, write=write) from e
+        finally:
+            with contextlib.suppress(SQLAlchemyError, OSError, TimeoutError):
+                await conn.close()
+
+    def _insert(self, table: Table) -> Any:
+        return pg_insert(table) if self._dialect == "postgresql" else sqlite_insert(table)
+
+    async def create_tables(self) -> None:
+        """Create the three tables if absent; losing a creation race to another daemon is fine."""
+
+        async def create(conn: AsyncConnection) -> None:
+            await conn.run_sync(lambda sync: _meta.create_all(sync, checkfirst=True))
+
+        try:
+            await self._run(create, write=True)
+        except (UnreachableError, TransientError):
+            raise
+        except LakeFSError:
+            # e.g. PostgreSQL's unique violation on pg_type when two daemons create a table at once.
+            if not await self._tables_exist():
+                raise
+
+    async def _tables_exist(self) -> bool:
+        names = [t.name for t in _meta.sorted_tables]
+
+        async def check(conn: AsyncConnection) -> bool:
+            return await conn.run_sync(lambda sync: all(inspect(sync).has_table(n) for n in names))
+
+        return await self._run(check, write=False)
+
+    async def ping(self) -> None:
+        """Raise :class:`UnreachableError` (or another error) unless the database answers."""
+
+        async def op(conn: AsyncConnection) -> None:
+            await conn.execute(text("SELECT 1"))
+
+        await self._run(op, write=False)
+
+    # -- mirrors ------------------------------------------------------------------------------------
+
+    async def create_mirror(
+        self,
+        *,
+        source_repo: str,
+        source_region: str,
+        name: str,
+        region: str,
+        storage_namespace: str,
+        branch_filter: Sequence[str] = DEFAULT_BRANCH_FILTER,
+        paused: bool = False,
+        mode: MirrorMode = "native",
+        mirror_tags: bool = True,
+        mirror_id: str | None = None,
+        now: datetime | float | None = None,
+    ) -> Mirror:
+        """Insert a mirror in one transaction.
+
+        Raises :class:`ConflictError` with ``field="name"`` when ``region`` already has a mirror
+        named ``name`` (or ``field="id"`` for a reused ``mirror_id``). The caller validates names and
+        namespaces; this only checks types and the closed value sets.
+        """
+        globs = check_branch_filter(branch_filter)
+        _check_choice(mode, MIRROR_MODES, "mode")
+        _check_bool(paused, "paused")
+        _check_bool(mirror_tags, "mirror_tags")
+        for field, value, limit in (
+            ("source_repo", source_repo, 63),
+            ("source_region", source_region, 63),
+            ("name", name, 63),
+            ("region", region, 63),
+            ("storage_namespace", storage_namespace, 4096),
+        ):
+            _check_text(value, field, limit)
+        ident = mirror_id if mirror_id is not None else new_mirror_id()
+        _check_text(ident, "id", 64)
+        at = _now_us(now)
+        row = {
+            "id": ident,
+            "source_repo": source_repo,
+            "source_region": source_region,
+            "name": name,
+            "region": region,
+            "storage_namespace": storage_namespace,
+            "branch_filter": json.dumps(list(globs)),
+            "paused": paused,
+            "mode": mode,
+            "mirror_tags": mirror_tags,
+            "created_at": at,
+            "updated_at": at,
+            "resync_requested_at": None,
+            "version": 1,
+        }
+        stmt = mirrors_table.insert().values(**row)
+
+        async def op(conn: AsyncConnection) -> None:
+            await conn.execute(stmt)
+
+        def conflict(e: IntegrityError) -> LakeFSError:
+            low = _reason(e).lower()
+            if "mirrors_region_name_key" in low or "mirrors.region" in low:
+                return FieldConflictError(
+                    f"region {region!r} already has a mirror named {name!r}", field="name"
+                )
+            if "mirrors_pkey" in low or "mirrors.id" in low:
+                return FieldConflictError(f"mirror id {ident!r} is already used", field="id")
+            return FieldConflictError("the mirror conflicts with an existing one", field="name")
+
+        await self._run(op, write=True, on_integrity=conflict)
+        return Mirror._from_row(row)
+
+    async def get_mirror(self, mirror_id: str) -> Mirror:
+        """The mirror ``mirror_id``; :class:`NotFoundError` when there is none."""
+        stmt = select(mirrors_table).where(mirrors_table.c.id == mirror_id)
+
+        async def op(conn: AsyncConnection) -> Mirror | None:
+            row = (await conn.execute(stmt)).mappings().first()
+            return None if row is None else Mirror._from_row(row)
+
+        found = await self._run(op, write=False)
+        if found is None:
+            raise NotFoundError(f"mirror {mirror_id!r} not found")
+        return found
+
+    async def list_mirrors(
+        self,
+        *,
+        source_repo: str | None = None,
+        source_region: str | None = None,
+        region: str | None = None,
+        after: str = "",
+        limit: int | None = None,
+    ) -> list[Mirror]:
+        """Mirrors matching every given filter, by id, starting after id ``after``, at most ``limit``."""
+        t = mirrors_table
+        stmt = select(t).order_by(t.c.id)
+        if source_repo is not None:
+            stmt = stmt.where(t.c.source_repo == source_repo)
+        if source_region is not None:
+            stmt = stmt.where(t.c.source_region == source_region)
+        if region is not None:
+            stmt = stmt.where(t.c.region == region)
+        if after:
+            stmt = stmt.where(t.c.id > after)
+        if limit is not None:
+            if limit < 1:
+                raise BadInputError("must be at least 1", field="limit")
+            stmt = stmt.limit(limit)
+
+        async def op(conn: AsyncConnection) -> list[Mirror]:
+            return [Mirror._from_row(r) for r in (await conn.execute(stmt)).mappings().all()]
+
+        return await self._run(op, write=False)
+
+    async def mirrors_for_region(self, region: str) -> list[Mirror]:
+        """Every mirror whose destination is ``region`` (the work of that region's daemon)."""
+        return await self.list_mirrors(region=region)
+
+    async def update_mirror(
+        self,
+        mirror_id: str,
+        expected_version: int | None,
+        *,
+        now: datetime | float | None = None,
+        **changes: Any,
+    ) -> Mirror:
+        """Change ``branch_filter``, ``paused``, ``mode`` and/or ``mirror_tags``; bumps ``version``.
+
+        With ``expected_version`` the update applies only if the stored version still equals it
+        (else :class:`PreconditionFailedError`); ``None`` updates unconditionally. No changes at all
+        returns the mirror as it is (version unchanged, but still checked).
+        """
+        values: dict[str, Any] = {}
+        for key, value in changes.items():
+            if key not in UPDATABLE_FIELDS:
+                raise BadInputError("cannot be changed", field=key)
+            if key == "branch_filter":
+                values[key] = json.dumps(list(check_branch_filter(value)))
+            elif key == "mode":
+                values[key] = _check_choice(value, MIRROR_MODES, "mode")
+            else:
+                values[key] = _check_bool(value, key)
+        if expected_version is not None and (
+            isinstance(expected_version, bool) or not isinstance(expected_version, int)
+        ):
+            raise BadInputError("must be an integer", field="version")
+        t = mirrors_table
+        if not values:
+            current = await self.get_mirror(mirror_id)
+            if expected_version is not None and current.version != expected_version:
+                raise PreconditionFailedError(
+                    f"mirror {mirror_id!r} is at version {current.version}, not {expected_version}"
+                )
+            return current
+        cond = t.c.id == mirror_id
+        if expected_version is not None:
+            cond = and_(cond, t.c.version == expected_version)
+        stmt = (
+            update(t)
+            .where(cond)
+            .values(**values, version=t.c.version + 1, updated_at=_now_us(now))
+            .returning(*t.c)
+        )
+        probe = select(t.c.version).where(t.c.id == mirror_id)
+
+        async def op(conn: AsyncConnection) -> Mirror | int | None:
+            row = (await conn.execute(stmt)).mappings().first()
+            if row is not None:
+                return Mirror._from_row(row)
+            return (await conn.execute(probe)).scalar_one_or_none()
+
+        result = await self._run(op, write=True)
+        if isinstance(result, Mirror):
+            return result
+        if result is None:
+            raise NotFoundError(f"mirror {mirror_id!r} not found")
+        raise PreconditionFailedError(f"mirror {mirror_id!r} is at version {result}, not {expected_version}")
+
+    async def delete_mirror(self, mirror_id: str) -> None:
+        """Delete the mirror and its status rows in one transaction; :class:`NotFoundError` if absent."""
+        del_status = delete(status_table).where(status_table.c.mirror_id == mirror_id)
+        del_mirror = delete(mirrors_table).where(mirrors_table.c.id == mirror_id)
+
+        async def op(conn: AsyncConnection) -> int:
+            await conn.execute(del_status)
+            return int((await conn.execute(del_mirror)).rowcount)
+
+        if await self._run(op, write=True) != 1:
+            raise NotFoundError(f"mirror {mirror_id!r} not found")
+
+    async def request_resync(self, mirror_id: str, *, now: datetime | float | None = None) -> Mirror:
+        """Ask the destination region's daemon to re-check every branch of the mirror from scratch.
+
+        Sets ``resync_requested_at`` (a later request replaces an earlier one); ``version`` is not
+        changed (it guards the mirror's settings, not requests).
+        """
+        t = mirrors_table
+        stmt = update(t).where(t.c.id == mirror_id).values(resync_requested_at=_now_us(now)).returning(*t.c)
+
+        async def op(conn: AsyncConnection) -> Mirror | None:
+            row = (await conn.execute(stmt)).mappings().first()
+            return None if row is None else Mirror._from_row(row)
+
+        found = await self._run(op, write=True)
+        if found is None:
+            raise NotFoundError(f"mirror {mirror_id!r} not found")
+        return found
+
+    async def clear_resync(self, mirror_id: str, at: datetime | float) -> bool:
+        """Mark the resync requested at or before ``at`` done.
+
+        ``at`` is the ``resync_requested_at`` the engine acted on; a newer request (made while the
+        resync ran) is kept. True when a request was cleared.
+        """
+        t = mirrors_table
+        stmt = (
+            update(t)
+            .where(t.c.id == mirror_id, t.c.resync_requested_at.is_not(None))
+            .where(t.c.resync_requested_at <= _to_us(at))
+            .values(resync_requested_at=None)
+        )
+
+        async def op(conn: AsyncConnection) -> int:
+            return int((await conn.execute(stmt)).rowcount)
+
+        return await self._run(op, write=True) == 1
+
+    # -- status -------------------------------------------------------------------------------------
+
+    async def upsert_status(self, status: MirrorStatus) -> None:
+        """Insert or replace the status row of ``(mirror_id, kind, branch)``.
+
+        Every column is replaced, except that ``last_promotion_at=None`` keeps the stored time (a
+        check that promoted nothing does not erase when the branch last advanced).
+        :class:`NotFoundError` when the mirror no longer exists (it was deleted meanwhile).
+        """
+        _check_choice(status.kind, STATUS_KINDS, "kind")
+        _check_text(status.branch, "branch", 256)
+        for field in ("missing_objects", "missing_ranges", "external_objects"):
+            value = getattr(status, field)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise BadInputError("must be an integer >= 0", field=field)
+        row = {
+            "mirror_id": status.mirror_id,
+            "kind": status.kind,
+            "branch": status.branch,
+            "source_head": status.source_head,
+            "mirror_head": status.mirror_head,
+            "candidate": status.candidate,
+            "missing_objects": status.missing_objects,
+            "missing_ranges": status.missing_ranges,
+            "external_objects": status.external_objects,
+            "lag_seconds": status.lag_seconds,
+            "last_promotion_at": None
+            if status.last_promotion_at is None
+            else _to_us(status.last_promotion_at),
+            "last_checked_at": None if status.last_checked_at is None else _to_us(status.last_checked_at),
+            "last_error": None if status.last_error is None else status.last_error.replace("\0", "\\0"),
+        }
+        ins = self._insert(status_table).values(**row)
+        t = status_table
+        keys = ("mirror_id", "kind", "branch")
+        stmt = ins.on_conflict_do_update(
+            index_elements=[t.c.mirror_id, t.c.kind, t.c.branch],
+            set_={
+                k: (
+                    func.coalesce(ins.excluded.last_promotion_at, t.c.last_promotion_at)
+                    if k == "last_promotion_at"
+                    else getattr(ins.excluded, k)
+                )
+                for k in row
+                if k not in keys
+            },
+        )
+
+        async def op(conn: AsyncConnection) -> None:
+            await conn.execute(stmt)
+
+        def gone(e: IntegrityError) -> LakeFSError:
+            return NotFoundError(f"mirror {status.mirror_id!r} not found")
+
+        await self._run(op, write=True, on_integrity=gone)
+
+    async def delete_status(self, mirror_id: str, kind: StatusKind, name: str) -> bool:
+        """Delete one status row (a branch or tag that disappeared); True when there was one."""
+        t = status_table
+        stmt = delete(t).where(t.c.mirror_id == mirror_id, t.c.kind == kind, t.c.branch == name)
+
+        async def op(conn: AsyncConnection) -> int:
+            return int((await conn.execute(stmt)).rowcount)
+
+        return await self._run(op, write=True) == 1
+
+    async def list_status(self, mirror_id: str) -> list[MirrorStatus]:
+        """Every status row of a mirror, branches first, then tags, each by name."""
+        t = status_table
+        stmt = select(t).where(t.c.mirror_id == mirror_id).order_by(t.c.kind, t.c.branch)
+
+        async def op(conn: AsyncConnection) -> list[MirrorStatus]:
+            return [MirrorStatus._from_row(r) for r in (await conn.execute(stmt)).mappings().all()]
+
+        return await self._run(op, write=False)
+
+    # -- leases -------------------------------------------------------------------------------------
+
+    async def try_acquire(
+        self, region: str, holder: str, ttl: float, now: datetime | float | None = None
+    ) -> bool:
+        """Take (or extend) the lease of ``region`` for ``holder`` until ``now + ttl``.
+
+        True when ``holder`` now holds it: the lease was free, expired (``expires_at <= now``) or
+        already ``holder``'s. One conditional statement, so racing contenders never both win.
+        """
+        _check_text(region, "region", 63)
+        _check_text(holder, "holder", 256)
+        if not ttl > 0:
+            raise BadInputError("must be > 0", field="ttl")
+        at = _now_us(now)
+        expires = at + round(ttl * 1_000_000)
+        t = leases_table
+        ins = self._insert(t).values(region=region, holder=holder, expires_at=expires)
+        stmt = ins.on_conflict_do_update(
+            index_elements=[t.c.region],
+            set_={"holder": ins.excluded.holder, "expires_at": ins.excluded.expires_at},
+            where=or_(t.c.expires_at <= at, t.c.holder == holder),
+        ).returning(t.c.holder)
+
+        async def op(conn: AsyncConnection) -> bool:
+            got = (await conn.execute(stmt)).scalar_one_or_none()
+            return got == holder
+
+        return await self._run(op, write=True)
+
+    async def renew(self, region: str, holder: str, ttl: float, now: datetime | float | None = None) -> bool:
+        """Extend ``holder``'s unexpired lease to ``now + ttl``; False when it is not (any longer) held."""
+        if not ttl > 0:
+            raise BadInputError("must be > 0", field="ttl")
+        at = _now_us(now)
+        t = leases_table
+        stmt = (
+            update(t)
+            .where(t.c.region == region, t.c.holder == holder, t.c.expires_at > at)
+            .values(expires_at=at + round(ttl * 1_000_000))
+        )
+
+        async def op(conn: AsyncConnection) -> int:
+            return int((await conn.execute(stmt)).rowcount)
+
+        return await self._run(op, write=True) == 1
+
+    async def release(self, region: str, holder: str) -> bool:
+        """Give the lease up (only ``holder``'s own); True when it was released."""
+        t = leases_table
+        stmt = delete(t).where(t.c.region == region, t.c.holder == holder)
+
+        async def op(conn: AsyncConnection) -> int:
+            return int((await conn.execute(stmt)).rowcount)
+
+        return await self._run(op, write=True) == 1
+
+    async def lease(self, region: str) -> Lease | None:
+        """The lease row of ``region`` (possibly expired), or None."""
+        t = leases_table
+        stmt = select(t).where(t.c.region == region)
+
+        async def op(conn: AsyncConnection) -> Lease | None:
+            row = (await conn.execute(stmt)).mappings().first()
+            if row is None:
+                return None
+            expires = _from_us(row["expires_at"])
+            assert expires is not None
+            return Lease(region=row["region"], holder=row["holder"], expires_at=expires)
+
+        return await self._run(op, write=False)

@@ -1,0 +1,226 @@
+"""``make demo``: transactional mirroring between two regions on the embedded default.
+
+Two "regions" are two local directories, each with its own SQLite KV store; the mirrors database
+is one SQLite file both daemons share. The script starts one real ``lakefs-mirror`` daemon per region,
+creates a mirror with lakeFS's own curl command against the source region's API, switches it to
+``active`` mode (local directories have no replication of their own), runs a short workload on the
+source (write, commit, change, commit) and waits until the mirror branch has caught up, printing the
+mirror status with curl. No server needs to be started by hand.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import yaml
+
+from lakefs_core.kv import open_kv
+from lakefs_core.repos.graveler import Graveler
+from lakefs_core.repos.objects import Objects
+from lakefs_core.repos.stores import StoreRegistry
+
+KEY, SECRET = "demo-access-key", "demo-secret-key"
+API = "/service/replication/v1/repositories"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def say(text: str) -> None:
+    print(f"\n== {text}", flush=True)
+
+
+def write_configs(root: Path) -> dict[str, tuple[Path, int]]:
+    regions = {
+        name: {
+            "kv_url": f"sqlite:///{root / name / 'kv.sqlite3'}",
+            "local_roots": [str(root / name / "storage")],
+        }
+        for name in ("us-east", "eu-west")
+    }
+    out = {}
+    for name in regions:
+        port = free_port()
+        config = {
+            "region": name,
+            "regions": regions,
+            "mirrors_db_url": f"sqlite+aiosqlite:///{root / 'mirrors.sqlite3'}",
+            "listen": f"127.0.0.1:{port}",
+            "access_keys": [{"access_key_id": KEY, "secret_access_key": SECRET}],
+            "poll_interval_seconds": 0.5,
+            "negative_cooldown_seconds": 0,
+            "active_copy_grace_seconds": 0,
+            "lease_ttl_seconds": 10,
+            "state_dir": str(root / name / "state"),
+        }
+        path = root / f"mirror-{name}.yaml"
+        path.write_text(yaml.safe_dump(config, sort_keys=False))
+        out[name] = (path, port)
+    return out
+
+
+def curl(method: str, url: str, body: dict[str, object] | None = None, *, show: bool = True) -> object:
+    cmd = ["curl", "-sS", "-u", f"{KEY}:{SECRET}", "-X", method, url]
+    if body is not None:
+        cmd += ["-H", "Content-Type: application/json", "-d", json.dumps(body)]
+    if show:
+        shown = " ".join(part if " " not in part and "{" not in part else f"'{part}'" for part in cmd)
+        print(f"$ {shown.replace(SECRET, '***')}")
+    out = subprocess.run(cmd, capture_output=True, text=True, check=True, timeout=30).stdout
+    return json.loads(out) if out.strip() else None
+
+
+def wait_healthy(port: int, proc: subprocess.Popen[bytes], timeout: float = 30) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise SystemExit(f"daemon on port {port} exited with status {proc.returncode}")
+        done = subprocess.run(
+            ["curl", "-sf", f"http://127.0.0.1:{port}/_health"], capture_output=True, check=False
+        )
+        if done.returncode == 0:
+            return
+        time.sleep(0.2)
+    raise SystemExit(f"daemon on port {port} did not become healthy")
+
+
+async def workload(root: Path, step: int) -> str:
+    kv = await open_kv(f"sqlite:///{root / 'us-east' / 'kv.sqlite3'}")
+    g = Graveler(kv, StoreRegistry())
+    objects = Objects(g)
+    try:
+        if step == 0:
+            await g.create_repository("origin", f"local://{root / 'us-east' / 'storage' / 'origin'}")
+            return ""
+        if step == 1:
+            for day in range(1, 6):
+                body = f"day {day}: {day * 10}\n".encode()
+                await objects.upload("origin", "main", f"events/day={day}.csv", body)
+            commit = await g.commit("origin", "main", committer="demo", message="load five days")
+        else:
+            await objects.upload("origin", "main", "events/day=3.csv", b"day 3: corrected\n")
+            await objects.delete("origin", "main", "events/day=5.csv")
+            commit = await g.commit("origin", "main", committer="demo", message="fix day 3, drop day 5")
+        return commit.id
+    finally:
+        await g.stores.close()
+        await kv.close()
+
+
+async def read_mirror(root: Path) -> tuple[list[str], str]:
+    kv = await open_kv(f"sqlite:///{root / 'eu-west' / 'kv.sqlite3'}")
+    g = Graveler(kv, StoreRegistry())
+    try:
+        objects = Objects(g)
+        page = await objects.list("origin-mirror", "main", prefix="events/")
+        day3 = (await objects.read_all("origin-mirror", "main", "events/day=3.csv")).decode().strip()
+        return [o.path for o in page.objects], day3
+    finally:
+        await g.stores.close()
+        await kv.close()
+
+
+def wait_for_head(url: str, head: str, timeout: float = 60) -> dict[str, object]:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        status = curl("GET", url, show=False)
+        assert isinstance(status, dict)
+        for row in status.get("results", []):
+            if row.get("kind") == "branch" and row.get("name") == "main" and row.get("mirror_head") == head:
+                return status
+        time.sleep(0.3)
+    raise SystemExit(f"the mirror did not reach {head[:12]} in {timeout} s")
+
+
+def tour(root: Path) -> None:
+    configs = write_configs(root)
+    asyncio.run(workload(root, 0))
+    procs: list[subprocess.Popen[bytes]] = []
+    try:
+        say("start one lakefs-mirror daemon per region")
+        for name, (path, port) in configs.items():
+            print(f"$ lakefs-mirror run --config {path.name}   # {name}, API on 127.0.0.1:{port}")
+            with (root / f"daemon-{name}.log").open("wb") as log:
+                procs.append(
+                    subprocess.Popen(
+                        [sys.executable, "-m", "lakefs_mirror", "run", "--config", str(path)],
+                        stderr=log,
+                        start_new_session=True,
+                    )
+                )
+        for (_, port), proc in zip(configs.values(), procs, strict=True):
+            wait_healthy(port, proc)
+        us = f"http://127.0.0.1:{configs['us-east'][1]}{API}/origin/mirrors"
+
+        say("create a mirror of 'origin' in eu-west (lakeFS's curl command), then switch it to active mode")
+        ns = f"local://{root / 'eu-west' / 'storage' / 'origin-mirror'}"
+        mirror = curl("POST", us, {"name": "origin-mirror", "region": "eu-west", "storage_namespace": ns})
+        assert isinstance(mirror, dict)
+        print(json.dumps(mirror, indent=2))
+        curl("PATCH", f"{us}/{mirror['id']}", {"mode": "active"})
+
+        say("workload on the source: write and commit, then change, delete and commit")
+        first = asyncio.run(workload(root, 1))
+        print(f"  commit {first[:16]}  load five days")
+        second = asyncio.run(workload(root, 2))
+        print(f"  commit {second[:16]}  fix day 3, drop day 5")
+
+        say("wait for the mirror branch to reach the source head, then print the status with curl")
+        wait_for_head(f"{us}/{mirror['id']}/status", second)
+        status = curl("GET", f"{us}/{mirror['id']}/status")
+        print(json.dumps(status, indent=2))
+
+        say("read the mirror repository in eu-west")
+        paths, day3 = asyncio.run(read_mirror(root))
+        print(f"  objects: {paths}")
+        print(f"  events/day=3.csv -> {day3}")
+    except BaseException:
+        for name in configs:
+            log_text = (root / f"daemon-{name}.log").read_text(errors="replace")
+            print(f"\n-- last lines of the {name} daemon's log --\n" + "\n".join(log_text.splitlines()[-15:]))
+        raise
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGTERM)
+        for proc in procs:
+            try:
+                proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description="Transactional mirroring between two local regions.")
+    parser.add_argument("--dir", type=Path, help="demo directory (default: a fresh temporary one)")
+    args = parser.parse_args()
+    if shutil.which("curl") is None:
+        raise SystemExit("the demo prints the mirror status with curl: please install curl")
+    root = (args.dir or Path(tempfile.mkdtemp(prefix="lakefs-mirror-demo-"))).resolve()
+    root.mkdir(parents=True, exist_ok=True)
+    print(f"demo directory: {root}")
+    try:
+        tour(root)
+    finally:
+        if args.dir is None:
+            shutil.rmtree(root, ignore_errors=True)
+    print("\ndemo finished")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,411 @@
+"""The mirroring engine: one :meth:`MirrorEngine.step` is one pass over this region's mirrors.
+
+For every mirror whose destination is this region (and that is not paused):
+
+1. create the read-only mirror repository on first sight, seeded with the source's root commit so
+   both histories share commit ids;
+2. for each source branch matching the mirror's filter (and each tag, if enabled): copy the commit
+   records the mirror lacks, verbatim (``CommitData`` bytes, so ids match), after recomputing each
+   id and refusing a mismatch. Missing commits are written oldest first (by generation), so a
+   commit present in the mirror always has its ancestors present too, even after a crash;
+3. validate the *newest* source head only (intermediate commits are skipped, which bounds lag when
+   commits outpace replication): metarange, ranges and data objects must all be present and the
+   tables readable in the mirror's namespace (:mod:`lakefs_mirror.validate`);
+4. promote with a compare-and-swap on the mirror branch, only to a commit that descends from the
+   current mirror head (or anywhere after an explicit resync). A branch never points at an
+   unvalidated commit: promotion is a single CAS after validation, so a crash at any point leaves
+   the previous, validated head;
+5. in ``active`` mode, copy objects that are still missing after a grace period from the source
+   namespace (for stores without replication, and to heal objects S3 reports as FAILED).
+
+Only the holder of the region's lease in the mirrors database runs passes; a standby daemon's
+:meth:`step` does nothing until the lease expires and it takes over.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import logging
+import time
+import uuid
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime
+
+from lakefs_core.block import copy_object
+from lakefs_core.errors import CorruptDataError, LakeFSError, NotFoundError, PreconditionFailedError
+from lakefs_core.keys import StorageNamespace
+from lakefs_core.refs import kvkeys
+from lakefs_core.refs.model import Branch, Commit, Repository, Tag
+from lakefs_core.repos.graveler import Graveler
+from lakefs_mirror.db import MirrorRecord, MirrorsDB, StatusKind, StatusRow
+from lakefs_mirror.metrics import MirrorMetrics
+from lakefs_mirror.presence import PresenceCache
+from lakefs_mirror.validate import ValidationResult, Validator
+
+log = logging.getLogger(__name__)
+
+MAX_LAG_WALK = 10_000
+
+
+@dataclass(frozen=True)
+class EngineSettings:
+    lease_ttl_seconds: float = 30.0
+    active_copy_grace_seconds: float = 30.0
+    active_copy_limit: int = 2000  # objects copied per branch per pass
+    active_rounds: int = 4  # validate/copy rounds per branch per pass in active mode
+    validation_workers: int = 16
+
+
+@dataclass
+class BranchReport:
+    name: str
+    kind: StatusKind
+    source_head: str
+    mirror_head: str | None
+    promoted: bool = False
+    complete: bool = False
+    error: str | None = None
+
+
+@dataclass
+class PassReport:
+    active: bool
+    mirrors: int = 0
+    promotions: int = 0
+    commits_copied: int = 0
+    branches: list[BranchReport] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
+
+
+@dataclass
+class _Ctx:
+    mirror: MirrorRecord
+    src: Graveler
+    dst: Graveler
+    src_repo: Repository
+    dst_repo: Repository
+    resync: bool
+
+
+def utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+class MirrorEngine:
+    def __init__(
+        self,
+        *,
+        region: str,
+        gravelers: Mapping[str, Graveler],
+        db: MirrorsDB,
+        presence: PresenceCache,
+        metrics: MirrorMetrics,
+        settings: EngineSettings | None = None,
+        holder: str | None = None,
+        clock: Callable[[], datetime] = utcnow,
+    ) -> None:
+        if region not in gravelers:
+            raise LakeFSError(f"no settings for this daemon's region {region!r}")
+        self.region = region
+        self.gravelers = gravelers
+        self.db = db
+        self.presence = presence
+        self.metrics = metrics
+        self.settings = settings or EngineSettings()
+        self.holder = holder or f"{uuid.uuid4().hex[:12]}"
+        self.clock = clock
+        self._missing_since: dict[tuple[str, str], float] = {}
+        self._seen_hits = 0
+        self._seen_misses = 0
+
+    # -- the pass -------------------------------------------------------------------------------
+
+    async def step(self) -> PassReport:
+        now = self.clock()
+        if not await self.db.try_acquire(self.region, self.holder, self.settings.lease_ttl_seconds, now):
+            self.metrics.lease_held.set(0)
+            return PassReport(active=False)
+        self.metrics.lease_held.set(1)
+        report = PassReport(active=True)
+        for mirror in await self.db.mirrors_for_region(self.region):
+            if mirror.paused:
+                continue
+            report.mirrors += 1
+            try:
+                await self._sync_mirror(mirror, report)
+            except LakeFSError as e:
+                report.errors.append(f"mirror {mirror.id}: {e}")
+        self.metrics.last_pass.set(time.time())
+        stats = self.presence.stats
+        self.metrics.cache_hits.inc(max(0, stats.hits - self._seen_hits))
+        self.metrics.cache_misses.inc(max(0, stats.misses - self._seen_misses))
+        self._seen_hits, self._seen_misses = stats.hits, stats.misses
+        await self.presence.flush()
+        return report
+
+    async def _lease_still_ours(self) -> bool:
+        return await self.db.try_acquire(
+            self.region, self.holder, self.settings.lease_ttl_seconds, self.clock()
+        )
+
+    async def _context(self, mirror: MirrorRecord) -> _Ctx:
+        src = self.gravelers.get(mirror.source_region)
+        if src is None:
+            raise LakeFSError(f"source region {mirror.source_region!r} is not configured")
+        dst = self.gravelers[self.region]
+        src_repo = await src.repository(mirror.source_repo)
+        try:
+            dst_repo = await dst.repository(mirror.name)
+        except NotFoundError:
+            dst_repo = await self._create_mirror_repo(src, src_repo, dst, mirror)
+        return _Ctx(mirror, src, dst, src_repo, dst_repo, mirror.resync_requested_at is not None)
+
+    async def _create_mirror_repo(
+        self, src: Graveler, src_repo: Repository, dst: Graveler, mirror: MirrorRecord
+    ) -> Repository:
+        default, _ = await src.refs.get_branch(src_repo, src_repo.default_branch)
+        commit = await src.refs.get_commit(src_repo, default.commit_id)
+        while commit.parents:
+            commit = await src.refs.get_commit(src_repo, commit.parents[0])
+        self._check_id(commit)
+        return await dst.create_repository(
+            mirror.name,
+            mirror.storage_namespace,
+            src_repo.default_branch,
+            read_only=True,
+            claim_namespace=False,
+            initial_commit=commit,
+        )
+
+    async def _sync_mirror(self, mirror: MirrorRecord, report: PassReport) -> None:
+        ctx = await self._context(mirror)
+        source_branches = [
+            b async for b in ctx.src.refs.list_branches(ctx.src_repo) if self._wanted(mirror, b.id)
+        ]
+        wanted = {b.id for b in source_branches}
+        for branch in source_branches:
+            report.branches.append(await self._sync_ref(ctx, "branch", branch.id, branch.commit_id, report))
+        async for mbranch in ctx.dst.refs.list_branches(ctx.dst_repo):
+            if mbranch.id not in wanted and mbranch.id != ctx.dst_repo.default_branch and self._wanted(
+                mirror, mbranch.id
+            ):
+                await ctx.dst.refs.delete_branch(ctx.dst_repo, mbranch.id)
+                await self.db.delete_status(mirror.id, "branch", mbranch.id)
+                self.metrics.forget(mirror.id, mbranch.id)
+        if mirror.mirror_tags:
+            await self._sync_tags(ctx, report)
+        if mirror.resync_requested_at is not None:
+            await self.db.clear_resync(mirror.id, mirror.resync_requested_at)
+
+    @staticmethod
+    def _wanted(mirror: MirrorRecord, name: str) -> bool:
+        return any(fnmatch.fnmatchcase(name, pattern) for pattern in mirror.branch_filter)
+
+    async def _sync_tags(self, ctx: _Ctx, report: PassReport) -> None:
+        source_tags = {t.id: t async for t in ctx.src.refs.list_tags(ctx.src_repo)}
+        for tag in source_tags.values():
+            report.branches.append(await self._sync_ref(ctx, "tag", tag.id, tag.commit_id, report))
+        async for mtag in ctx.dst.refs.list_tags(ctx.dst_repo):
+            if mtag.id not in source_tags:
+                await ctx.dst.refs.delete_tag(ctx.dst_repo, mtag.id)
+                await self.db.delete_status(ctx.mirror.id, "tag", mtag.id)
+
+    # -- one branch or tag ------------------------------------------------------------------------
+
+    async def _sync_ref(
+        self, ctx: _Ctx, kind: StatusKind, name: str, head_id: str, report: PassReport
+    ) -> BranchReport:
+        mirror_head = await self._mirror_head(ctx, kind, name)
+        out = BranchReport(name, kind, head_id, mirror_head)
+        result: ValidationResult | None = None
+        try:
+            head = await ctx.src.refs.get_commit(ctx.src_repo, head_id)
+            report.commits_copied += await self._copy_commits(ctx, head)
+            if mirror_head == head.id:
+                out.complete = True
+            else:
+                result = await self._validate(ctx, head, label=name)
+                out.complete = result.complete
+                if result.complete and await self._promote(ctx, kind, name, head, mirror_head):
+                    out.promoted, out.mirror_head = True, head.id
+                    report.promotions += 1
+        except LakeFSError as e:
+            out.error = str(e)
+            report.errors.append(f"{kind} {name}: {e}")
+        await self._record_status(ctx, out, result)
+        return out
+
+    async def _mirror_head(self, ctx: _Ctx, kind: str, name: str) -> str | None:
+        try:
+            if kind == "branch":
+                return (await ctx.dst.refs.get_branch(ctx.dst_repo, name))[0].commit_id
+            return (await ctx.dst.refs.get_tag(ctx.dst_repo, name)).commit_id
+        except NotFoundError:
+            return None
+
+    @staticmethod
+    def _check_id(commit: Commit) -> None:
+        if commit.computed_id() != commit.id:
+            raise CorruptDataError(f"source commit {commit.id} does not hash to its id; refusing to copy it")
+
+    async def _copy_commits(self, ctx: _Ctx, head: Commit) -> int:
+        """Copy every commit reachable from ``head`` that the mirror lacks, oldest first."""
+        missing: dict[str, Commit] = {}
+        stack = [head]
+        while stack:
+            commit = stack.pop()
+            if commit.id in missing or await ctx.dst.refs.has_commit(ctx.dst_repo, commit.id):
+                continue
+            self._check_id(commit)
+            missing[commit.id] = commit
+            for parent in commit.parents:
+                if parent not in missing:
+                    stack.append(await ctx.src.refs.get_commit(ctx.src_repo, parent))
+        for commit in sorted(missing.values(), key=lambda c: c.generation):
+            await ctx.dst.refs.put_commit(ctx.dst_repo, commit)
+        if missing:
+            self.metrics.commits_copied.labels(ctx.mirror.id).inc(len(missing))
+        return len(missing)
+
+    async def _validate(self, ctx: _Ctx, head: Commit, *, label: str) -> ValidationResult:
+        ns = StorageNamespace.parse(ctx.mirror.storage_namespace)
+        validator = Validator(
+            await ctx.dst.stores.tables(ns),
+            await ctx.dst.stores.namespace_store(ns),
+            ns,
+            self.presence,
+            concurrency=self.settings.validation_workers,
+        )
+        rounds = self.settings.active_rounds if ctx.mirror.mode == "active" else 1
+        for n in range(rounds):
+            started = time.perf_counter()
+            result = await validator.validate(head.metarange_id)
+            self.metrics.validation_duration.labels(ctx.mirror.id).observe(time.perf_counter() - started)
+            for op, count in result.requests.items():
+                self.metrics.store_requests.labels(op).inc(count)
+            if result.complete or ctx.mirror.mode != "active" or n == rounds - 1:
+                return result
+            if not await self._heal(ctx, result, label):
+                return result
+        return result
+
+    async def _heal(self, ctx: _Ctx, result: ValidationResult, label: str) -> int:
+        """Active mode: copy what has been missing longer than the grace period; returns copies made."""
+        now = time.monotonic()
+        grace = self.settings.active_copy_grace_seconds
+        src_ns = StorageNamespace.parse(ctx.src_repo.storage_namespace)
+        dst_ns = StorageNamespace.parse(ctx.mirror.storage_namespace)
+        src_store = await ctx.src.stores.namespace_store(src_ns)
+        dst_store = await ctx.dst.stores.namespace_store(dst_ns)
+        keys = [(src_ns.table_key(t), dst_ns.table_key(t)) for t in result.missing_tables()]
+        keys += [(src_ns.key(a), dst_ns.key(a)) for a in result.missing_objects]
+        copied = 0
+        for src_key, dst_key in keys[: self.settings.active_copy_limit]:
+            since = self._missing_since.setdefault((ctx.mirror.id, dst_key), now)
+            if now - since < grace:
+                continue
+            try:
+                info = await copy_object(src_store, src_key, dst_store, dst_key, if_none_match=True)
+            except PreconditionFailedError:
+                pass  # arrived meanwhile
+            except NotFoundError:
+                log.warning("mirror %s: %s is missing at the source too", ctx.mirror.id, src_key)
+                continue
+            else:
+                self.metrics.copy_bytes.labels(ctx.mirror.id).inc(info.size)
+            self.presence.forget_negative(dst_ns.uri, dst_key)
+            self._missing_since.pop((ctx.mirror.id, dst_key), None)
+            copied += 1
+        return copied
+
+    async def _is_descendant(self, ctx: _Ctx, head: Commit, ancestor_id: str) -> bool:
+        ancestor = await ctx.dst.refs.get_commit(ctx.dst_repo, ancestor_id)
+        stack, seen = [head], set()
+        while stack:
+            commit = stack.pop()
+            if commit.id == ancestor_id:
+                return True
+            if commit.id in seen or commit.generation <= ancestor.generation:
+                continue
+            seen.add(commit.id)
+            for parent in commit.parents:
+                stack.append(await ctx.dst.refs.get_commit(ctx.dst_repo, parent))
+        return False
+
+    async def _promote(
+        self, ctx: _Ctx, kind: str, name: str, head: Commit, mirror_head: str | None
+    ) -> bool:
+        forward = mirror_head is None or await self._is_descendant(ctx, head, mirror_head)
+        if not forward and not ctx.resync:
+            assert mirror_head is not None
+            raise LakeFSError(
+                f"source {kind} {name!r} moved to {head.id[:12]}, which does not descend from the mirror "
+                f"head {mirror_head[:12]}; request a resync to follow it"
+            )
+        if not await self._lease_still_ours():
+            raise LakeFSError("lost the region lease before promotion; another daemon is active")
+        repo = ctx.dst_repo
+        if kind == "tag":
+            if mirror_head is not None:
+                await ctx.dst.refs.delete_tag(repo, name)
+            await ctx.dst.refs.create_tag(repo, Tag(name, head.id))
+        elif mirror_head is None:
+            token = kvkeys.new_staging_token(repo.id, name)
+            await ctx.dst.refs.create_branch(repo, Branch(name, head.id, token))
+        else:
+            branch, raw = await ctx.dst.refs.get_branch(repo, name)
+            if branch.commit_id != mirror_head:
+                return False  # moved under us: the next pass re-evaluates
+            await ctx.dst.refs.cas_branch(repo, replace(branch, commit_id=head.id), raw)
+        self.metrics.promotions.labels(ctx.mirror.id, name).inc()
+        return True
+
+    # -- status and metrics -----------------------------------------------------------------------------
+
+    async def _lag(self, ctx: _Ctx, head_id: str, mirror_head: str | None) -> tuple[float, int]:
+        """Freshness lag (age of the oldest first-parent source commit not on the mirror) and count."""
+        if head_id == mirror_head:
+            return 0.0, 0
+        oldest: Commit | None = None
+        pending = 0
+        commit: Commit | None = await ctx.src.refs.get_commit(ctx.src_repo, head_id)
+        while commit is not None and commit.id != mirror_head and pending < MAX_LAG_WALK:
+            oldest, pending = commit, pending + 1
+            parent = commit.parents[0] if commit.parents else None
+            commit = await ctx.src.refs.get_commit(ctx.src_repo, parent) if parent else None
+        if oldest is None:
+            return 0.0, 0
+        return max(0.0, (self.clock() - oldest.creation_date).total_seconds()), pending
+
+    async def _record_status(self, ctx: _Ctx, out: BranchReport, result: ValidationResult | None) -> None:
+        try:
+            lag, pending = await self._lag(ctx, out.source_head, out.mirror_head)
+        except LakeFSError:
+            lag, pending = -1.0, -1
+        missing_objects = result.missing_object_count if result and not result.complete else 0
+        missing_ranges = result.missing_table_count if result and not result.complete else 0
+        now = self.clock()
+        await self.db.upsert_status(
+            StatusRow(
+                mirror_id=ctx.mirror.id,
+                kind=out.kind,
+                branch=out.name,
+                source_head=out.source_head,
+                mirror_head=out.mirror_head,
+                candidate=None if out.complete and out.mirror_head == out.source_head else out.source_head,
+                missing_objects=missing_objects,
+                missing_ranges=missing_ranges,
+                external_objects=result.external_object_count if result else 0,
+                lag_seconds=lag,
+                last_promotion_at=now if out.promoted else None,
+                last_checked_at=now,
+                last_error=out.error,
+            )
+        )
+        if out.kind == "branch":
+            labels = (ctx.mirror.id, out.name)
+            self.metrics.freshness_lag.labels(*labels).set(max(lag, 0.0))
+            self.metrics.commits_pending.labels(*labels).set(max(pending, 0))
+            self.metrics.missing_objects.labels(*labels).set(missing_objects)
+            self.metrics.missing_ranges.labels(*labels).set(missing_ranges)

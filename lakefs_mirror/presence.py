@@ -1,0 +1,408 @@
+"""What the mirror already knows about a destination storage namespace: presence facts and cooldowns.
+
+lakeFS never reuses a physical path (data objects get fresh unique names; tables are named by the hash
+of their content), so once an object is seen in the destination namespace it stays "present" for
+good: positive facts never go stale and need no invalidation. :class:`PresenceCache` keeps three
+things, all keyed by the destination namespace URI (``StorageNamespace.uri``):
+
+- **present**: a bounded LRU of ``(namespace, relative key)`` pairs known to exist in the destination
+  (``data/<slice>/<id>`` for data objects, ``_lakefs/<id>`` for tables). A hit saves a HEAD/LIST.
+- **validated tables**: a bounded LRU of ``(namespace, table id)`` pairs for ranges and metaranges
+  whose *whole* content was validated there (the table itself and every object it references). A
+  commit that reuses range R then costs nothing for R: the validator does not even open it.
+- **recently missing**: keys found absent, with an expiry (``negative_cooldown`` seconds on the
+  injected ``clock``); they are not asked about again before it, so an unreplicated object costs one
+  request per cooldown rather than one per validation. Negatives are bounded too, and never persisted
+  (they are only a rate limit).
+
+Positive facts and validated tables persist across restarts in a small SQLite file (stdlib
+:mod:`sqlite3`, run in a worker thread). :meth:`PresenceCache.load` reads it at start;
+:meth:`PresenceCache.flush` (also called by :meth:`PresenceCache.close`) writes the current bounded
+contents to a temporary file in the same directory and renames it over the old one, so a crash leaves
+either the old or the new snapshot, never a mix. An unreadable or foreign file is ignored with a
+warning (the cache is only an optimisation; losing it costs requests, never correctness).
+
+The one way a positive can go stale is a destination namespace being emptied and reused under the
+same URI: call :meth:`PresenceCache.forget_namespace` when a mirror is deleted or reset.
+
+Counters (plain ints, for the daemon's metrics) are in :attr:`PresenceCache.stats`. Single event
+loop: the in-memory structures are not locked.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import sqlite3
+import sys
+import tempfile
+import time
+from collections import OrderedDict
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from lakefs_core.errors import BadInputError
+from lakefs_core.keys import StorageNamespace
+
+__all__ = [
+    "DEFAULT_MAX_NEGATIVES",
+    "DEFAULT_MAX_OBJECTS",
+    "DEFAULT_MAX_TABLES",
+    "DEFAULT_NEGATIVE_COOLDOWN",
+    "PresenceCache",
+    "PresenceStats",
+]
+
+log = logging.getLogger(__name__)
+
+DEFAULT_MAX_OBJECTS = 1_000_000
+DEFAULT_MAX_TABLES = 200_000
+DEFAULT_MAX_NEGATIVES = 200_000
+DEFAULT_NEGATIVE_COOLDOWN = 30.0
+
+SCHEMA_VERSION = 1
+_APPLICATION_ID = 0x4C464D50  # "LFMP": marks the file as ours
+
+Key = tuple[str, str]
+
+
+@dataclass
+class PresenceStats:
+    """Hit/miss counters. ``*_hits`` saved work; ``*_misses`` did not."""
+
+    object_hits: int = 0  # is_present() answered True
+    object_misses: int = 0  # is_present() answered False
+    table_hits: int = 0  # is_validated() answered True
+    table_misses: int = 0  # is_validated() answered False
+    negative_hits: int = 0  # recently_missing() answered True (a request suppressed)
+    object_evictions: int = 0
+    table_evictions: int = 0
+    negative_evictions: int = 0
+    flushes: int = 0
+    loaded_objects: int = 0
+    loaded_tables: int = 0
+
+    @property
+    def hits(self) -> int:
+        """Presence questions answered from the cache (objects and tables known present / validated)."""
+        return self.object_hits + self.table_hits
+
+    @property
+    def misses(self) -> int:
+        """Object/table presence questions the cache could not answer positively."""
+        return self.object_misses
+
+    def as_dict(self) -> dict[str, int]:
+        return asdict(self)
+
+
+def _positive_int(value: object, name: str) -> int:
+    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        raise BadInputError("must be a positive integer", field=name)
+    return value
+
+
+class PresenceCache:
+    """Bounded, persistent positive presence facts plus negative results with cooldowns.
+
+    ``path`` is the SQLite file (``None``: memory only, nothing persisted). The constructor does no
+    I/O; call ``await cache.load()`` (or use :meth:`open`) to read the file, and ``await cache.close()``
+    to write it back.
+    """
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str] | None = None,
+        *,
+        max_objects: int = DEFAULT_MAX_OBJECTS,
+        max_tables: int = DEFAULT_MAX_TABLES,
+        max_negatives: int = DEFAULT_MAX_NEGATIVES,
+        negative_cooldown: float = DEFAULT_NEGATIVE_COOLDOWN,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.path = Path(path) if path is not None else None
+        self.max_objects = _positive_int(max_objects, "max_objects")
+        self.max_tables = _positive_int(max_tables, "max_tables")
+        self.max_negatives = _positive_int(max_negatives, "max_negatives")
+        if (
+            not isinstance(negative_cooldown, int | float)
+            or isinstance(negative_cooldown, bool)
+            or negative_cooldown < 0
+        ):
+            raise BadInputError("must be a number >= 0", field="negative_cooldown")
+        self.negative_cooldown = float(negative_cooldown)
+        self.clock = clock
+        self.stats = PresenceStats()
+        self._present: OrderedDict[Key, None] = OrderedDict()
+        self._validated: OrderedDict[Key, None] = OrderedDict()
+        self._negative: OrderedDict[Key, float] = OrderedDict()  # key -> expiry (clock time)
+        self._dirty = False
+        self._closed = False
+        self._flush_lock = asyncio.Lock()
+
+    @classmethod
+    async def open(
+        cls,
+        path: str | os.PathLike[str] | None,
+        *,
+        max_objects: int = DEFAULT_MAX_OBJECTS,
+        max_tables: int = DEFAULT_MAX_TABLES,
+        max_negatives: int = DEFAULT_MAX_NEGATIVES,
+        negative_cooldown: float = DEFAULT_NEGATIVE_COOLDOWN,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> PresenceCache:
+        """A cache loaded from ``path`` (an absent file is an empty cache)."""
+        cache = cls(
+            path,
+            max_objects=max_objects,
+            max_tables=max_tables,
+            max_negatives=max_negatives,
+            negative_cooldown=negative_cooldown,
+            clock=clock,
+        )
+        await cache.load()
+        return cache
+
+    # -- sizes ------------------------------------------------------------------------------------
+
+    @property
+    def present_count(self) -> int:
+        return len(self._present)
+
+    @property
+    def validated_count(self) -> int:
+        return len(self._validated)
+
+    @property
+    def negative_count(self) -> int:
+        return len(self._negative)
+
+    @staticmethod
+    def _key(namespace: str, key: str) -> Key:
+        # Namespace URIs repeat in every entry: intern them so all entries share one string.
+        return (sys.intern(namespace), key)
+
+    # -- positive facts ---------------------------------------------------------------------------
+
+    def is_present(self, namespace: str, key: str) -> bool:
+        """True if ``key`` (relative to the namespace) is known to exist there. Counts a hit or miss."""
+        k = (namespace, key)
+        if k in self._present:
+            self._present.move_to_end(k)
+            self.stats.object_hits += 1
+            return True
+        self.stats.object_misses += 1
+        return False
+
+    def mark_present(self, namespace: str, key: str) -> None:
+        """Record that ``key`` exists in the namespace (forever: paths are never reused)."""
+        k = self._key(namespace, key)
+        self._negative.pop(k, None)
+        if k in self._present:
+            self._present.move_to_end(k)
+            return
+        self._present[k] = None
+        self._dirty = True
+        while len(self._present) > self.max_objects:
+            self._present.popitem(last=False)
+            self.stats.object_evictions += 1
+
+    # -- validated tables -------------------------------------------------------------------------
+
+    def is_validated(self, namespace: str, table_id: str) -> bool:
+        """True if the range/metarange ``table_id`` and everything it references were validated."""
+        k = (namespace, table_id)
+        if k in self._validated:
+            self._validated.move_to_end(k)
+            self.stats.table_hits += 1
+            return True
+        self.stats.table_misses += 1
+        return False
+
+    def mark_validated(self, namespace: str, table_id: str) -> None:
+        k = self._key(namespace, table_id)
+        if k in self._validated:
+            self._validated.move_to_end(k)
+            return
+        self._validated[k] = None
+        self._dirty = True
+        while len(self._validated) > self.max_tables:
+            self._validated.popitem(last=False)
+            self.stats.table_evictions += 1
+
+    # -- negative results -------------------------------------------------------------------------
+
+    def recently_missing(self, namespace: str, key: str) -> bool:
+        """True while a "missing" result for ``key`` is within its cooldown (do not ask again yet)."""
+        k = (namespace, key)
+        expiry = self._negative.get(k)
+        if expiry is None:
+            return False
+        if self.clock() >= expiry:
+            del self._negative[k]
+            return False
+        self.stats.negative_hits += 1
+        return True
+
+    def mark_missing(self, namespace: str, key: str) -> None:
+        """Record that ``key`` was just found missing: it is not re-checked for ``negative_cooldown``."""
+        k = self._key(namespace, key)
+        if k in self._present:  # a positive is definitive (paths are never reused)
+            return
+        self._negative.pop(k, None)
+        self._negative[k] = self.clock() + self.negative_cooldown
+        while len(self._negative) > self.max_negatives:
+            self._negative.popitem(last=False)  # oldest first: at worst it is re-checked early
+            self.stats.negative_evictions += 1
+
+    # -- housekeeping -----------------------------------------------------------------------------
+
+    def forget_namespace(self, namespace: str) -> int:
+        """Drop every fact about ``namespace`` (a mirror deleted, or its namespace emptied and reused).
+        Returns how many entries were dropped."""
+        dropped = 0
+        for od in (self._present, self._validated, self._negative):
+            doomed = [k for k in od if k[0] == namespace]
+            for k in doomed:
+                del od[k]
+            dropped += len(doomed)
+        if dropped:
+            self._dirty = True
+        return dropped
+
+    def forget_negative(self, namespace: str, key: str) -> None:
+        """Drop a "missing" result so the next validation asks again at once (e.g. after copying the
+        object). ``key`` is relative to the namespace; a store key carrying the namespace's prefix is
+        accepted too."""
+        self._negative.pop((namespace, key), None)
+        with contextlib.suppress(BadInputError):
+            prefix = StorageNamespace(namespace).prefix
+            if prefix and key.startswith(prefix + "/"):
+                self._negative.pop((namespace, key[len(prefix) + 1 :]), None)
+
+    def clear_negatives(self) -> None:
+        self._negative.clear()
+
+    # -- persistence ------------------------------------------------------------------------------
+
+    async def load(self) -> None:
+        """Replace the positive facts with the file's contents (newest entries first, within bounds).
+
+        A missing file leaves the cache empty; an unreadable or foreign one is ignored with a warning.
+        """
+        if self.path is None:
+            return
+        path = self.path
+        try:
+            present, validated = await asyncio.to_thread(
+                _read_snapshot, path, self.max_objects, self.max_tables
+            )
+        except FileNotFoundError:
+            return
+        except (sqlite3.Error, ValueError) as e:
+            log.warning("presence cache %s is unreadable, starting empty: %s", path, e)
+            self._dirty = True  # the next flush replaces it
+            return
+        self._present = OrderedDict((self._key(ns, k), None) for ns, k in present)
+        self._validated = OrderedDict((self._key(ns, t), None) for ns, t in validated)
+        self.stats.loaded_objects = len(self._present)
+        self.stats.loaded_tables = len(self._validated)
+        self._dirty = False
+
+    async def flush(self) -> None:
+        """Persist the current positive facts atomically (write a new file, rename it over the old)."""
+        if self.path is None:
+            return
+        async with self._flush_lock:
+            if not self._dirty and self.path.exists():
+                return
+            self._dirty = False
+            present = list(self._present)  # snapshot in the loop thread, oldest (LRU) first
+            validated = list(self._validated)
+            try:
+                await asyncio.to_thread(_write_snapshot, self.path, present, validated)
+            except BaseException:
+                self._dirty = True
+                raise
+            self.stats.flushes += 1
+
+    async def close(self) -> None:
+        """Flush (when backed by a file). Idempotent."""
+        if self._closed:
+            return
+        await self.flush()
+        self._closed = True
+
+
+# -- the SQLite snapshot (runs in a worker thread) ---------------------------------------------------
+
+
+def _read_snapshot(path: Path, max_objects: int, max_tables: int) -> tuple[list[Key], list[Key]]:
+    if not path.is_file():
+        raise FileNotFoundError(str(path))
+    con = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True)
+    try:
+        (app_id,) = con.execute("PRAGMA application_id").fetchone()
+        (version,) = con.execute("PRAGMA user_version").fetchone()
+        if app_id != _APPLICATION_ID or version != SCHEMA_VERSION:
+            raise ValueError(f"not a presence cache of schema {SCHEMA_VERSION} (id {app_id}, v{version})")
+        # rowid order is LRU order (oldest first): keep the newest entries that fit the bounds.
+        present = con.execute(
+            "SELECT n.uri, o.key FROM objects o JOIN namespaces n ON n.id = o.ns "
+            "ORDER BY o.rowid DESC LIMIT ?",
+            (max_objects,),
+        ).fetchall()
+        validated = con.execute(
+            "SELECT n.uri, t.id FROM tables t JOIN namespaces n ON n.id = t.ns ORDER BY t.rowid DESC LIMIT ?",
+            (max_tables,),
+        ).fetchall()
+    finally:
+        con.close()
+    present.reverse()
+    validated.reverse()
+    return [(str(a), str(b)) for a, b in present], [(str(a), str(b)) for a, b in validated]
+
+
+def _write_snapshot(path: Path, present: list[Key], validated: list[Key]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp_name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    os.close(fd)
+    tmp = Path(tmp_name)
+    try:
+        con = sqlite3.connect(tmp)
+        try:
+            con.execute(f"PRAGMA application_id = {_APPLICATION_ID}")
+            con.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+            con.execute("CREATE TABLE namespaces (id INTEGER PRIMARY KEY, uri TEXT NOT NULL UNIQUE)")
+            con.execute("CREATE TABLE objects (ns INTEGER NOT NULL, key TEXT NOT NULL)")
+            con.execute("CREATE TABLE tables (ns INTEGER NOT NULL, id TEXT NOT NULL)")
+            ids: dict[str, int] = {}
+            for ns, _ in (*present, *validated):
+                if ns not in ids:
+                    ids[ns] = len(ids) + 1
+            with con:
+                con.executemany(
+                    "INSERT INTO namespaces (id, uri) VALUES (?, ?)", [(i, u) for u, i in ids.items()]
+                )
+                con.executemany(
+                    "INSERT INTO objects (ns, key) VALUES (?, ?)", ((ids[ns], k) for ns, k in present)
+                )
+                con.executemany(
+                    "INSERT INTO tables (ns, id) VALUES (?, ?)", ((ids[ns], t) for ns, t in validated)
+                )
+        finally:
+            con.close()
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            tmp.unlink()
+        raise
+    with contextlib.suppress(OSError):  # make the rename durable where the platform allows it
+        dir_fd = os.open(path.parent, os.O_RDONLY)
+        try:
+            os.fsync(dir_fd)
+        finally:
+            os.close(dir_fd)

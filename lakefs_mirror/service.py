@@ -1,0 +1,128 @@
+"""Assembling one region's mirroring daemon from its configuration, and tearing it down.
+
+:class:`MirrorService` opens every region's KV store and object stores (this region's daemon reads
+source repositories in other regions and writes the mirror repositories of its own), the shared
+mirrors database, the persisted presence cache, the metrics, the engine and the HTTP API. Its
+:meth:`step` is one engine pass; :mod:`lakefs_mirror.cli` runs it in the shared daemon loop.
+"""
+
+from __future__ import annotations
+
+import logging
+import socket
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from aiohttp import web
+
+from lakefs_core.errors import NotFoundError
+from lakefs_core.graveler.tables import TableCache
+from lakefs_core.kv import open_kv
+from lakefs_core.kv.base import KVStore
+from lakefs_core.repos.graveler import Graveler
+from lakefs_core.repos.stores import StoreRegistry
+from lakefs_mirror.api import create_app
+from lakefs_mirror.config import MirrorConfig
+from lakefs_mirror.db import MirrorsDB
+from lakefs_mirror.engine import EngineSettings, MirrorEngine, PassReport
+from lakefs_mirror.metrics import MirrorMetrics
+from lakefs_mirror.presence import PresenceCache
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class MirrorService:
+    config: MirrorConfig
+    gravelers: dict[str, Graveler]
+    kvs: list[KVStore]
+    db: MirrorsDB
+    presence: PresenceCache
+    metrics: MirrorMetrics
+    engine: MirrorEngine
+    runner: web.AppRunner | None = None
+    bound_port: int | None = None
+    _closed: bool = field(default=False, repr=False)
+
+    @classmethod
+    async def open(cls, config: MirrorConfig, *, serve_api: bool = True) -> MirrorService:
+        gravelers: dict[str, Graveler] = {}
+        kvs: list[KVStore] = []
+        table_cache = TableCache(ram_bytes=max(config.table_cache_bytes, 1 << 20))
+        for name, region in config.regions.items():
+            kv = await open_kv(region.kv_url.get_secret_value())
+            kvs.append(kv)
+            stores = StoreRegistry(s3=config.s3_settings(name), table_cache=table_cache)
+            gravelers[name] = Graveler(kv, stores)
+        db = await MirrorsDB.open(config.mirrors_db_url.get_secret_value())
+        state = config.state_dir
+        if state is not None:
+            state.mkdir(parents=True, exist_ok=True)
+        presence = await PresenceCache.open(
+            Path(state) / f"presence-{config.region}.sqlite3" if state is not None else None,
+            max_objects=max(config.presence_cache_entries, 1),
+            negative_cooldown=config.negative_cooldown_seconds,
+        )
+        metrics = MirrorMetrics()
+        engine = MirrorEngine(
+            region=config.region,
+            gravelers=gravelers,
+            db=db,
+            presence=presence,
+            metrics=metrics,
+            settings=EngineSettings(
+                lease_ttl_seconds=config.lease_ttl_seconds,
+                active_copy_grace_seconds=config.active_copy_grace_seconds,
+                validation_workers=config.workers,
+            ),
+            holder=f"{socket.gethostname()}-{id(metrics):x}",
+        )
+        service = cls(config, gravelers, kvs, db, presence, metrics, engine)
+        if serve_api:
+            await service._serve()
+        return service
+
+    async def _source_repo_exists(self, repo_id: str) -> bool:
+        try:
+            await self.gravelers[self.config.region].repository(repo_id)
+        except NotFoundError:
+            return False
+        return True
+
+    async def _serve(self) -> None:
+        app = create_app(
+            self.config,
+            self.db,
+            source_repo_exists=self._source_repo_exists,
+            metrics_registry=self.metrics.registry,
+        )
+        self.runner = web.AppRunner(app, access_log=None)
+        await self.runner.setup()
+        site = web.TCPSite(self.runner, self.config.listen_host, self.config.listen_port)
+        await site.start()
+        server = site._server  # the bound socket tells the real port when 0 was asked for
+        sockets = getattr(server, "sockets", None) or []
+        self.bound_port = sockets[0].getsockname()[1] if sockets else self.config.listen_port
+        log.info("API listening on %s:%s", self.config.listen_host, self.bound_port)
+
+    async def step(self) -> PassReport:
+        report = await self.engine.step()
+        for error in report.errors:
+            log.warning("%s", error)
+        return report
+
+    async def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        if self.runner is not None:
+            await self.runner.cleanup()
+        try:
+            await self.db.release(self.config.region, self.engine.holder)
+        finally:
+            await self.presence.close()
+            await self.db.close()
+            for g in self.gravelers.values():
+                await g.stores.close()
+            for kv in self.kvs:
+                await kv.close()

@@ -1,0 +1,593 @@
+"""Has commit C fully arrived in the destination namespace? (spec section 9)
+
+The mirror promotes a branch only to a commit whose metarange, every range, and every data object are
+present (and whose tables are readable) in the DESTINATION storage namespace. S3 Replication copies the
+source namespace's keys to the destination under the same layout, asynchronously and in any order, so
+"present" is checked in the destination store itself, never inferred from elsewhere.
+
+:meth:`Validator.validate` is hierarchical and pays only for what it does not already know:
+
+1. The metarange. Already in the validated-tables set of the :class:`~lakefs_mirror.presence.PresenceCache`
+   (it and everything below it were validated here before): complete, zero requests. Absent: incomplete,
+   stop (one GET, or none while a previous "missing" is cooling down). Present but unparsable:
+   reported in ``unreadable_tables``, stop.
+2. Each range of the metarange that is not in the validated-tables set: absent -> ``missing_ranges``
+   (its contents are not looked at); present but corrupt (e.g. a truncated copy) -> ``unreadable_tables``;
+   present -> its entries are read.
+3. The data objects of the present ranges. RELATIVE addresses (``data/<slice>/<id>``; also the
+   deprecated by-prefix type without a scheme) are resolved inside the destination namespace and
+   required. FULL addresses (absolute URIs, e.g. imported data outside the namespace) are *not*
+   required: namespace replication does not copy them and the mirror cannot make them arrive; they are
+   counted and listed in ``external_objects`` so the caller can see them. Objects already known present
+   are skipped (no request); objects found missing within ``negative_cooldown`` are reported missing
+   without asking again. The rest is asked for by DENSITY: grouped by directory (``.../data/<slice>/``),
+   a group of at least ``list_threshold`` keys is answered by one paged LIST of that directory starting
+   just before its smallest key and stopping at its largest (page budget ``ceil(n / list_threshold)``;
+   keys the budget did not reach are HEADed), a smaller group by one HEAD per key. A present object
+   whose size differs from its entry's size is treated as not arrived (``size_mismatches``).
+
+A range whose table is readable and whose required objects are all present joins the validated-tables
+set, so a later commit reusing it whole costs nothing for it; when everything is present the metarange
+joins it too. The cost of validating a commit therefore tracks its NEW content: a commit adding k
+objects to a validated parent costs about one GET for the metarange, one per new range, and at most k
+HEADs (fewer with LIST) for the objects.
+
+Table reads go through the destination :class:`~lakefs_core.graveler.tables.TableStore`'s cache; but a
+table served by a cache tier (which may be shared with other namespaces: ids name the same bytes
+anywhere) does not prove presence HERE, so unless the presence cache already knows the table is present
+in this namespace, its bytes are fetched from the destination and checked (footer, index, block
+checksums) before it counts.
+
+Errors: :class:`~lakefs_core.errors.NotFoundError` means missing;
+:class:`~lakefs_core.errors.CorruptDataError` (and an entry address that cannot be resolved) means
+unreadable. Anything else, notably :class:`~lakefs_core.errors.TransientError`, propagates unchanged and
+records nothing: the caller retries later, and doubt is never taken for "valid" nor for "missing".
+
+``ValidationResult.requests`` counts requests by operation (``get``, ``head``, ``list``: one per page).
+Concurrency is bounded by an :class:`asyncio.Semaphore` shared by every validation of one validator.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import enum
+import logging
+import re
+import time
+from collections import Counter, defaultdict
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import TypeVar
+
+from lakefs_core.block.base import BlockStore, CommonPrefix, ObjectInfo
+from lakefs_core.errors import BadInputError, CorruptDataError, NotFoundError
+from lakefs_core.format.records import RangeInfo, decode_entry, decode_range_record
+from lakefs_core.format.sstable.reader import TableReader
+from lakefs_core.graveler.metarange import EMPTY_METARANGE_ID, parse_metarange
+from lakefs_core.graveler.tables import TableStore, check_table_id
+from lakefs_core.keys import TABLES_DIR, AddressType, StorageNamespace
+from lakefs_mirror.presence import PresenceCache
+
+__all__ = [
+    "DEFAULT_BATCH_OBJECTS",
+    "DEFAULT_CONCURRENCY",
+    "DEFAULT_LIST_PAGE_SIZE",
+    "DEFAULT_LIST_THRESHOLD",
+    "DEFAULT_MAX_REPORTED",
+    "ValidationResult",
+    "Validator",
+]
+
+log = logging.getLogger(__name__)
+
+DEFAULT_LIST_THRESHOLD = 8
+DEFAULT_CONCURRENCY = 16
+DEFAULT_LIST_PAGE_SIZE = 1000
+DEFAULT_MAX_REPORTED = 100
+DEFAULT_BATCH_OBJECTS = 100_000
+
+_SCHEME = re.compile(r"^[a-z][a-z0-9+.-]*://")
+_YIELD_EVERY = 1024  # records decoded between two event-loop yields
+
+T = TypeVar("T")
+R = TypeVar("R")
+
+
+@dataclass
+class ValidationResult:
+    """The answer for one metarange in one destination namespace.
+
+    ``complete`` is the only promotion signal: True iff the metarange, every range and every required
+    object are present and readable. Lists are sorted and capped at the validator's ``max_reported``;
+    the ``*_total`` fields count everything. Objects are named by their RELATIVE address, tables by id.
+    """
+
+    metarange_id: str
+    namespace: str
+    complete: bool = False
+    metarange_present: bool = False
+    cached: bool = False  # answered from the validated-tables set without any request
+    ranges_total: int = 0  # ranges listed by the metarange
+    ranges_skipped: int = 0  # already validated in this namespace: not opened at all
+    ranges_checked: int = 0  # opened and read in this validation
+    missing_ranges: list[str] = field(default_factory=list)
+    missing_ranges_total: int = 0
+    unreadable_tables: list[str] = field(default_factory=list)  # present but corrupt (metarange or range)
+    missing_objects: list[str] = field(default_factory=list)
+    missing_objects_total: int = 0
+    size_mismatches: int = 0  # present objects whose size differs from the entry (counted as missing)
+    external_objects: list[str] = field(default_factory=list)  # FULL addresses: not required
+    external_objects_total: int = 0
+    objects_referenced: int = 0  # distinct RELATIVE objects of the ranges read
+    objects_cached: int = 0  # known present: no request
+    objects_cooling: int = 0  # found missing recently: reported missing without a request
+    objects_checked: int = 0  # asked about (HEAD or LIST)
+    requests: Counter[str] = field(default_factory=Counter)
+    timings: dict[str, float] = field(default_factory=dict)  # seconds: metarange, ranges, objects, total
+
+    @property
+    def request_count(self) -> int:
+        return sum(self.requests.values())
+
+    @property
+    def missing_object_count(self) -> int:
+        return self.missing_objects_total
+
+    @property
+    def missing_table_count(self) -> int:
+        """Tables not (usably) present: the metarange if absent, missing ranges, unreadable tables."""
+        absent_metarange = 0 if self.metarange_present else 1
+        return absent_metarange + self.missing_ranges_total + len(self.unreadable_tables)
+
+    @property
+    def external_object_count(self) -> int:
+        return self.external_objects_total
+
+    def missing_tables(self) -> list[str]:
+        """Ids of the tables still to arrive (metarange if absent, reported missing ranges, unreadable
+        tables), e.g. for an active mode that copies them itself."""
+        out = [] if self.metarange_present else [self.metarange_id]
+        return [*out, *self.missing_ranges, *self.unreadable_tables]
+
+
+class _Table(enum.Enum):
+    PRESENT = "present"
+    MISSING = "missing"
+    UNREADABLE = "unreadable"
+
+
+@dataclass(frozen=True, slots=True)
+class _Object:
+    rel: str  # address relative to the namespace
+    key: str  # store key in the destination store
+    size: int
+
+
+@dataclass
+class _RangeWork:
+    table_id: str
+    objects: list[_Object]
+
+
+@dataclass
+class _Run:
+    """Mutable state of one validation."""
+
+    res: ValidationResult
+    missing_ranges: set[str] = field(default_factory=set)
+    unreadable: set[str] = field(default_factory=set)
+    missing_objects: set[str] = field(default_factory=set)
+    external: set[str] = field(default_factory=set)
+
+    def time(self, phase: str, started: float) -> None:
+        self.res.timings[phase] = self.res.timings.get(phase, 0.0) + time.perf_counter() - started
+
+
+class Validator:
+    """Validates commits' metaranges against one destination storage namespace.
+
+    ``dest_tables`` is the destination namespace's table store (its cache is used for reads);
+    ``dest_store`` the block store holding the namespace (``namespace.store_uri``); ``cache`` the
+    presence facts, shared with other validators and persisted by its owner.
+    """
+
+    def __init__(
+        self,
+        dest_tables: TableStore,
+        dest_store: BlockStore,
+        namespace: StorageNamespace,
+        cache: PresenceCache,
+        *,
+        list_threshold: int = DEFAULT_LIST_THRESHOLD,
+        concurrency: int = DEFAULT_CONCURRENCY,
+        list_page_size: int = DEFAULT_LIST_PAGE_SIZE,
+        max_reported: int = DEFAULT_MAX_REPORTED,
+        batch_objects: int = DEFAULT_BATCH_OBJECTS,
+        check_size: bool = True,
+    ) -> None:
+        if dest_tables.namespace.uri != namespace.uri:
+            raise BadInputError(
+                f"the table store is for {dest_tables.namespace.uri}, not {namespace.uri}",
+                field="dest_tables",
+            )
+        for name, value, low in (
+            ("list_threshold", list_threshold, 1),
+            ("concurrency", concurrency, 1),
+            ("list_page_size", list_page_size, 1),
+            ("max_reported", max_reported, 0),
+            ("batch_objects", batch_objects, 1),
+        ):
+            if not isinstance(value, int) or isinstance(value, bool) or value < low:
+                raise BadInputError(f"must be an integer >= {low}", field=name)
+        self.tables = dest_tables
+        self.store = dest_store
+        self.namespace = namespace
+        self.cache = cache
+        self.list_threshold = list_threshold
+        self.concurrency = concurrency
+        self.list_page_size = list_page_size
+        self.max_reported = max_reported
+        self.batch_objects = batch_objects
+        self.check_size = check_size
+        self._sem = asyncio.Semaphore(concurrency)
+
+    @property
+    def _ns(self) -> str:
+        return self.namespace.uri
+
+    # -- entry point ----------------------------------------------------------------------------------
+
+    async def validate(self, metarange_id: str) -> ValidationResult:
+        """Check that the metarange ``metarange_id`` and all it references are in the destination."""
+        started = time.perf_counter()
+        run = _Run(ValidationResult(metarange_id=metarange_id, namespace=self._ns))
+        try:
+            await self._validate(metarange_id, run)
+        finally:
+            self._report(run)
+            run.time("total", started)
+        res = run.res
+        log.debug(
+            "validated %s in %s: complete=%s requests=%s",
+            metarange_id,
+            self._ns,
+            res.complete,
+            dict(res.requests),
+        )
+        return res
+
+    def _report(self, run: _Run) -> None:
+        res, cap = run.res, self.max_reported
+        res.missing_ranges = sorted(run.missing_ranges)[:cap]
+        res.missing_ranges_total = len(run.missing_ranges)
+        res.unreadable_tables = sorted(run.unreadable)
+        res.missing_objects = sorted(run.missing_objects)[:cap]
+        res.missing_objects_total = len(run.missing_objects)
+        res.external_objects = sorted(run.external)[:cap]
+        res.external_objects_total = len(run.external)
+
+    async def _validate(self, metarange_id: str, run: _Run) -> None:
+        res = run.res
+        if metarange_id == EMPTY_METARANGE_ID:  # the empty tree of a repository's first commit
+            res.metarange_present = res.complete = True
+            return
+        check_table_id(metarange_id)
+        if self.cache.is_validated(self._ns, metarange_id):
+            res.metarange_present = res.complete = res.cached = True
+            return
+        started = time.perf_counter()
+        status, reader = await self._open_table(metarange_id, run)
+        ranges: list[RangeInfo] = []
+        if status is _Table.PRESENT:
+            assert reader is not None
+            try:
+                ranges = parse_metarange(reader, metarange_id)
+            except CorruptDataError as e:
+                log.warning("metarange %s in %s is unreadable: %s", metarange_id, self._ns, e)
+                status = _Table.UNREADABLE
+        run.time("metarange", started)
+        if status is _Table.MISSING:
+            return
+        res.metarange_present = True
+        if status is _Table.UNREADABLE:
+            run.unreadable.add(metarange_id)
+            return
+        res.ranges_total = len(ranges)
+        todo: list[RangeInfo] = []
+        seen: set[str] = set()
+        for info in ranges:
+            if info.id in seen:
+                continue
+            seen.add(info.id)
+            if self.cache.is_validated(self._ns, info.id):
+                res.ranges_skipped += 1
+            else:
+                todo.append(info)
+        for wave in self._waves(todo):
+            await self._validate_wave(wave, run)
+        res.complete = not (run.missing_ranges or run.unreadable or run.missing_objects)
+        if res.complete:
+            self.cache.mark_validated(self._ns, metarange_id)
+
+    def _waves(self, ranges: list[RangeInfo]) -> Iterator[list[RangeInfo]]:
+        """Batches of ranges holding about ``batch_objects`` records, to bound memory."""
+        wave: list[RangeInfo] = []
+        size = 0
+        for info in ranges:
+            if wave and size + info.count > self.batch_objects:
+                yield wave
+                wave, size = [], 0
+            wave.append(info)
+            size += info.count
+        if wave:
+            yield wave
+
+    # -- ranges -----------------------------------------------------------------------------------
+
+    async def _validate_wave(self, infos: list[RangeInfo], run: _Run) -> None:
+        res = run.res
+        started = time.perf_counter()
+        works = [w for w in await self._map(infos, lambda info: self._read_range(info, run)) if w is not None]
+        run.time("ranges", started)
+
+        started = time.perf_counter()
+        ns = self._ns
+        state: dict[str, bool] = {}  # rel -> known present (True) / missing without asking (False)
+        unknown: dict[str, _Object] = {}  # store key -> object to ask about
+        for work in works:
+            for obj in work.objects:
+                if obj.rel in state or obj.key in unknown:
+                    continue
+                res.objects_referenced += 1
+                if self.cache.is_present(ns, obj.rel):
+                    state[obj.rel] = True
+                    res.objects_cached += 1
+                elif self.cache.recently_missing(ns, obj.rel):
+                    state[obj.rel] = False
+                    res.objects_cooling += 1
+                else:
+                    unknown[obj.key] = obj
+        res.objects_checked += len(unknown)
+        sizes = await self._resolve(sorted(unknown), run)
+        for key, obj in unknown.items():
+            size = sizes[key]
+            if size is None:
+                arrived = False
+            elif self.check_size and size != obj.size:
+                arrived = False
+                res.size_mismatches += 1
+                log.warning(
+                    "%s/%s has size %d, its entry says %d: not counted as arrived",
+                    ns,
+                    obj.rel,
+                    size,
+                    obj.size,
+                )
+            else:
+                arrived = True
+            state[obj.rel] = arrived
+            if arrived:
+                self.cache.mark_present(ns, obj.rel)
+            else:
+                self.cache.mark_missing(ns, obj.rel)
+        for work in works:
+            missing = [obj.rel for obj in work.objects if not state[obj.rel]]
+            if missing:
+                run.missing_objects.update(missing)
+            else:
+                self.cache.mark_validated(ns, work.table_id)
+        run.time("objects", started)
+
+    async def _read_range(self, info: RangeInfo, run: _Run) -> _RangeWork | None:
+        status, reader = await self._open_table(info.id, run)
+        if status is _Table.MISSING:
+            run.missing_ranges.add(info.id)
+            return None
+        if status is _Table.PRESENT:
+            assert reader is not None
+            try:
+                objects = await self._range_objects(reader, info.id, run)
+            except (CorruptDataError, BadInputError) as e:
+                log.warning("range %s in %s is unreadable: %s", info.id, self._ns, e)
+            else:
+                run.res.ranges_checked += 1
+                return _RangeWork(info.id, objects)
+        run.unreadable.add(info.id)
+        return None
+
+    async def _range_objects(self, reader: TableReader, table_id: str, run: _Run) -> list[_Object]:
+        """The distinct RELATIVE objects a range references (FULL ones go to ``run.external``)."""
+        name = f"{TABLES_DIR}/{table_id}"
+        objects: list[_Object] = []
+        seen: set[str] = set()
+        for n, (key, value) in enumerate(reader):
+            if n % _YIELD_EVERY == _YIELD_EVERY - 1:
+                await asyncio.sleep(0)  # a big range must not hog the event loop
+            record = decode_range_record(key, value, file=name)
+            entry = decode_entry(record.data, file=name)
+            address, kind = entry.address, int(entry.address_type)
+            if kind == AddressType.FULL or (
+                kind == AddressType.BY_PREFIX_DEPRECATED and _SCHEME.match(address)
+            ):
+                run.external.add(address)
+                continue
+            _, store_key = self.namespace.address_key(address, kind)  # BadInputError: unusable address
+            if address not in seen:
+                seen.add(address)
+                objects.append(_Object(address, store_key, entry.size))
+        return objects
+
+    async def _open_table(self, table_id: str, run: _Run) -> tuple[_Table, TableReader | None]:
+        """Presence (in THIS namespace) and an open reader for a range or metarange."""
+        ns = self._ns
+        rel = f"{TABLES_DIR}/{table_id}"
+        key = self.tables.key(table_id)
+        known = self.cache.is_present(ns, rel)
+        if not known and self.cache.recently_missing(ns, rel):
+            return _Table.MISSING, None
+        fetched = False
+
+        async def fetch() -> bytes:
+            nonlocal fetched
+            fetched = True
+            return await self._get(key, run)
+
+        reader: TableReader | None = None
+        try:
+            reader = await self.tables.cache.load(table_id, fetch)
+        except NotFoundError:
+            if fetched:
+                self.cache.mark_missing(ns, rel)
+                return _Table.MISSING, None
+        except CorruptDataError as e:
+            if fetched:
+                log.warning("table %s in %s is unreadable: %s", table_id, ns, e)
+                self.cache.mark_missing(ns, rel)
+                return _Table.UNREADABLE, None
+        if reader is None or (not known and not fetched):
+            # Served by a cache tier, which may have been filled from another namespace (or failed on
+            # someone else's fetch): only this namespace's own bytes prove presence here.
+            try:
+                data = await self._get(key, run)
+            except NotFoundError:
+                self.cache.mark_missing(ns, rel)
+                return _Table.MISSING, None
+            try:
+                own = TableReader(data, name=rel, block_cache_blocks=self.tables.cache.block_cache_blocks)
+            except CorruptDataError as e:
+                log.warning("table %s in %s is unreadable: %s", table_id, ns, e)
+                self.cache.mark_missing(ns, rel)
+                return _Table.UNREADABLE, None
+            if reader is None:
+                reader = own
+        self.cache.mark_present(ns, rel)
+        return _Table.PRESENT, reader
+
+    # -- objects ----------------------------------------------------------------------------------
+
+    async def _resolve(self, keys: Sequence[str], run: _Run) -> dict[str, int | None]:
+        """Size of each (sorted) store key in the destination, ``None`` if absent: LIST dense
+        directories, HEAD the rest."""
+        groups: dict[str, list[str]] = defaultdict(list)
+        for key in keys:
+            directory, sep, _ = key.rpartition("/")
+            groups[directory + sep].append(key)
+        lists: list[tuple[str, list[str]]] = []
+        heads: list[str] = []
+        for prefix, members in groups.items():
+            if len(members) >= self.list_threshold:
+                lists.append((prefix, members))
+            else:
+                heads.extend(members)
+        sizes: dict[str, int | None] = {}
+        jobs: list[tuple[str, list[str]] | str] = [*lists, *heads]
+
+        async def run_job(job: tuple[str, list[str]] | str) -> list[str]:
+            if isinstance(job, str):
+                sizes[job] = await self._head(job, run)
+                return []
+            prefix, members = job
+            found, unresolved = await self._list_group(prefix, members, run)
+            left = set(unresolved)
+            for key in members:
+                if key not in left:
+                    sizes[key] = found.get(key)
+            return unresolved
+
+        leftover = [k for ks in await self._map(jobs, run_job) for k in ks]
+        if leftover:  # keys a LIST's page budget did not reach
+            for key, size in zip(
+                leftover, await self._map(leftover, lambda k: self._head(k, run)), strict=True
+            ):
+                sizes[key] = size
+        return sizes
+
+    async def _list_group(self, prefix: str, keys: list[str], run: _Run) -> tuple[dict[str, int], list[str]]:
+        """One paged LIST of ``prefix`` from just before ``keys[0]`` to ``keys[-1]``. Returns the sizes
+        of the keys seen, and the keys the page budget did not reach (to be HEADed)."""
+        wanted = set(keys)
+        last = keys[-1]
+        start_after = keys[0][:-1] or None  # sorts before keys[0] (and after nothing we need)
+        budget = max(1, -(-len(keys) // self.list_threshold))
+        page = self.list_page_size
+        found: dict[str, int] = {}
+        consumed = pages = 0
+        done = False
+        last_listed: str | None = None
+        async with self._sem:
+            items = self.store.list(prefix, start_after=start_after, page_size=page)
+            try:
+                while True:
+                    if consumed % page == 0:  # the next item starts a new page (a new request)
+                        if pages >= budget:
+                            break
+                        pages += 1
+                        run.res.requests["list"] += 1
+                    try:
+                        item = await anext(items)
+                    except StopAsyncIteration:
+                        done = True
+                        break
+                    consumed += 1
+                    if isinstance(item, CommonPrefix):
+                        continue
+                    last_listed = item.key
+                    if item.key in wanted:
+                        found[item.key] = item.size
+                    if item.key >= last:
+                        done = True
+                        break
+            finally:
+                await _aclose(items)
+        if done:
+            return found, []
+        return found, [k for k in keys if k not in found and (last_listed is None or k > last_listed)]
+
+    async def _head(self, key: str, run: _Run) -> int | None:
+        async with self._sem:
+            run.res.requests["head"] += 1
+            try:
+                info: ObjectInfo = await self.store.head(key)
+            except NotFoundError:
+                return None
+        return info.size
+
+    async def _get(self, key: str, run: _Run) -> bytes:
+        async with self._sem:
+            run.res.requests["get"] += 1
+            return await self.store.get(key)
+
+    # -- bounded concurrency --------------------------------------------------------------------------
+
+    async def _map(self, items: Sequence[T], fn: Callable[[T], Awaitable[R]]) -> list[R]:
+        """``[await fn(x) for x in items]`` with at most ``concurrency`` running at once. The first
+        error cancels the rest and is raised as is (not wrapped in an ExceptionGroup)."""
+        if not items:
+            return []
+        results: dict[int, R] = {}
+        feed = iter(enumerate(items))
+
+        async def worker() -> None:
+            for i, item in feed:
+                results[i] = await fn(item)
+
+        tasks = [asyncio.create_task(worker()) for _ in range(min(self.concurrency, len(items)))]
+        try:
+            await asyncio.wait(tasks, return_when=asyncio.FIRST_EXCEPTION)
+        finally:
+            for task in tasks:
+                if not task.done():
+                    task.cancel()
+            outcomes = await asyncio.gather(*tasks, return_exceptions=True)
+        for outcome in outcomes:
+            if isinstance(outcome, BaseException) and not isinstance(outcome, asyncio.CancelledError):
+                raise outcome
+        return [results[i] for i in range(len(items))]
+
+
+async def _aclose(items: AsyncIterator[ObjectInfo | CommonPrefix]) -> None:
+    aclose = getattr(items, "aclose", None)
+    if aclose is not None:
+        with contextlib.suppress(Exception):
+            await aclose()

@@ -1,0 +1,140 @@
+"""Running ``lakefs-core`` as real processes (and in-process) against tmp user directories."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Iterator, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from lakefs_core.cli import main
+
+PARALLEL = 4  # CLI processes at once (each spends ~0.5 s importing)
+
+
+def user_env(home: Path, **extra: str) -> dict[str, str]:
+    """The environment of a user whose home and XDG dirs live under ``home`` (no lakefs-core vars)."""
+    env = {k: v for k, v in os.environ.items() if not k.upper().startswith("LAKEFS_CORE")}
+    env.update(
+        HOME=str(home),
+        XDG_DATA_HOME=str(home / "data"),
+        XDG_CONFIG_HOME=str(home / "config"),
+        XDG_CACHE_HOME=str(home / "cache"),
+        USER="tester",
+        PYTHONWARNINGS="always::ResourceWarning",
+    )
+    env.update(extra)
+    return env
+
+
+@dataclass
+class Result:
+    args: tuple[str, ...]
+    returncode: int
+    raw: bytes
+    err: str
+
+    @property
+    def out(self) -> str:
+        return self.raw.decode()
+
+    def json(self) -> Any:
+        assert self.returncode == 0, f"{self.args}: exit {self.returncode}: {self.err}"
+        return json.loads(self.out)
+
+    def ok(self) -> Result:
+        assert self.returncode == 0, f"{self.args}: exit {self.returncode}: {self.err}"
+        return self
+
+    def failed(self, code: int, *needles: str) -> str:
+        """Assert a one-line error with exit ``code`` mentioning every needle; returns the line."""
+        assert self.returncode == code, f"{self.args}: exit {self.returncode} != {code}: {self.err}"
+        line = self.err.strip()
+        assert "\n" not in line and line.startswith("lakefs-core: "), self.err
+        for needle in needles:
+            assert needle in line, (needle, line)
+        return line
+
+
+@dataclass
+class Cli:
+    """``python -m lakefs_core.cli`` with a fixed environment and working directory."""
+
+    env: dict[str, str]
+    cwd: Path
+    timeout: float = 60.0
+    history: list[Result] = field(default_factory=list)
+
+    def __call__(self, *args: str, stdin: bytes | None = None) -> Result:
+        proc = subprocess.run(
+            [sys.executable, "-m", "lakefs_core.cli", *args],
+            input=stdin,
+            capture_output=True,
+            env=self.env,
+            cwd=self.cwd,
+            timeout=self.timeout,
+            check=False,
+        )
+        result = Result(tuple(args), proc.returncode, proc.stdout, proc.stderr.decode(errors="replace"))
+        assert "Traceback" not in result.err, result.err
+        assert "ResourceWarning" not in result.err and "Unclosed" not in result.err, result.err
+        self.history.append(result)
+        return result
+
+    def many(self, *commands: Sequence[str]) -> list[Result]:
+        """Run independent commands concurrently (bounded); results in the order given."""
+        with ThreadPoolExecutor(PARALLEL) as pool:
+            return list(pool.map(lambda c: self(*c), commands))
+
+    def json(self, *args: str) -> Any:
+        return self(*args, "--json").json()
+
+
+@dataclass
+class InProcess:
+    """``lakefs_core.cli.main`` called in this process (fast; ResourceWarnings fail the test)."""
+
+    capsys: pytest.CaptureFixture[str]
+
+    def __call__(self, *args: str) -> Result:
+        self.capsys.readouterr()
+        code = main(list(args))
+        captured = self.capsys.readouterr()
+        result = Result(tuple(args), code, captured.out.encode(), captured.err)
+        assert "Traceback" not in result.err
+        return result
+
+    def json(self, *args: str) -> Any:
+        return self(*args, "--json").json()
+
+
+def set_user_env(monkeypatch: pytest.MonkeyPatch, home: Path, **extra: str) -> None:
+    """Make this process look like ``user_env(home, **extra)``."""
+    for name in list(os.environ):
+        if name.upper().startswith("LAKEFS_CORE"):
+            monkeypatch.delenv(name)
+    for name, value in user_env(home, **extra).items():
+        if os.environ.get(name) != value and name != "PYTHONWARNINGS":
+            monkeypatch.setenv(name, value)
+
+
+def write_tree(root: Path, files: Mapping[str, bytes]) -> Path:
+    for rel, data in files.items():
+        path = root / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(data)
+    return root
+
+
+def table_files(namespace_dir: Path) -> Iterator[Path]:
+    """Range and metarange files of a local namespace (named by their 64-hex id)."""
+    for path in sorted((namespace_dir / "_lakefs").iterdir()):
+        if len(path.name) == 64 and all(c in "0123456789abcdef" for c in path.name):
+            yield path

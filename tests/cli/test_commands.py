@@ -1,0 +1,233 @@
+"""Repository commands called in-process (``lakefs_core.cli.main``): text output, options, cleanup,
+bounded upload concurrency, pagination. The user's dirs point at tmp; no config means the embedded
+default (SQLite under ``$XDG_DATA_HOME``)."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import io
+import json
+import re
+import sys
+from pathlib import Path
+
+import pytest
+
+from lakefs_core.cli import fs as fs_module
+from lakefs_core.cli.context import default_kv_url
+from lakefs_core.kv import open_kv
+from lakefs_core.refs.staging import StagingArea
+from lakefs_core.refs.store import RefStore
+from lakefs_core.repos.objects import Objects
+from tests.cli.helpers import InProcess, set_user_env, write_tree
+
+ID = re.compile(r"^[0-9a-f]{64}$")
+
+
+@pytest.fixture
+def run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> InProcess:
+    set_user_env(monkeypatch, tmp_path / "home")
+    monkeypatch.chdir(tmp_path)
+    return InProcess(capsys)
+
+
+@pytest.fixture
+def demo(run: InProcess, tmp_path: Path) -> Path:
+    """Repository ``demo`` with one commit holding a.txt, dir/b.txt, dir/c.txt."""
+    ns = tmp_path / "ns"
+    run("repo", "create", "lakefs://demo", f"local://{ns}").ok()
+    src = write_tree(tmp_path / "src", {"a.txt": b"a\n", "dir/b.txt": b"b\n", "dir/c.txt": b"c\n"})
+    run("fs", "upload", "lakefs://demo/main/", "-s", str(src), "-r").ok()
+    run("commit", "lakefs://demo/main", "-m", "first line\nsecond line", "--meta", "k=v").ok()
+    return ns
+
+
+def pending_tokens() -> list[str]:
+    async def scan() -> list[str]:
+        kv = await open_kv(default_kv_url())
+        try:
+            return [t async for t, _ in RefStore(kv).pending_cleanup()]
+        finally:
+            await kv.close()
+
+    return asyncio.run(scan())
+
+
+def test_text_output_looks_like_lakectl(run: InProcess, demo: Path, tmp_path: Path) -> None:
+    log = run("log", "lakefs://demo/main").ok().out
+    blocks = log.strip("\n").split("\n\nID:")
+    assert len(blocks) == 2
+    first = log.splitlines()
+    assert first[0] == "" and re.match(r"^ID:            [0-9a-f]{64}$", first[1])
+    assert first[2] == "Author:        tester"
+    assert re.match(r"^Date:          \d{4}-\d\d-\d\d \d\d:\d\d:\d\d \+0000 UTC$", first[3])
+    assert first[4:8] == ["", "    first line", "    second line", "        k = v"]
+    assert "    Repository created" in log
+
+    (tmp_path / "x").write_text("changed\n")
+    run("fs", "upload", "lakefs://demo/main/a.txt", "-s", "x").ok()
+    run("fs", "upload", "lakefs://demo/main/dir/new.txt", "-s", "x").ok()
+    run("fs", "rm", "lakefs://demo/main/dir/b.txt").ok()
+    diff = run("diff", "lakefs://demo/main").ok().out.splitlines()
+    assert diff == [
+        "Ref: lakefs://demo/main",
+        "",
+        "~ changed a.txt",
+        "- removed dir/b.txt",
+        "+ added dir/new.txt",
+    ]
+
+    ls = [line.split() for line in run("fs", "ls", "lakefs://demo/main/").ok().out.splitlines()]
+    assert [(r[0], r[-1]) for r in ls] == [("object", "a.txt"), ("common_prefix", "dir/")]
+    assert ls[0][3:7] == ["+0000", "UTC", "8", "B"]  # date, time, zone, size, unit
+    nested = [line.split()[-1] for line in run("fs", "ls", "lakefs://demo/main/dir/n").ok().out.splitlines()]
+    assert nested == ["new.txt"]  # lakectl trims the prefix up to its last '/'
+
+    stat = run("fs", "stat", "lakefs://demo/main/a.txt").ok().out.splitlines()
+    assert stat[0] == "Path: a.txt" and "Size: 8 bytes" in stat and "Human Size: 8 B" in stat
+    assert any(line.startswith("Physical Address: data/") for line in stat)
+
+    commit = run("commit", "lakefs://demo/main", "-m", "second").ok().out.splitlines()
+    assert commit[:3] == ["Branch: lakefs://demo/main", 'Commit for branch "main" completed.', ""]
+    assert commit[3].startswith("ID: ") and commit[4] == "Message: second"
+
+    branches = run("branch", "list", "lakefs://demo").ok().out.splitlines()
+    assert branches[0].split() == ["Branch", "Commit", "ID"] and branches[1].split()[0] == "main"
+    assert (
+        run("tag", "create", "lakefs://demo/v1", "lakefs://demo/main").ok().out.startswith("Created tag 'v1'")
+    )
+    assert run("tag", "list", "lakefs://demo").ok().out.splitlines()[1].split()[0] == "v1"
+    show = run("show", "commit", "lakefs://demo/v1").ok().out
+    assert "Meta Range ID: " in show and "    second" in show
+    assert run("repo", "list").ok().out.splitlines()[1].split()[0] == "demo"
+
+
+def test_json_global_and_per_command(run: InProcess, demo: Path) -> None:
+    globally = run("--json", "log", "lakefs://demo/main").json()
+    per_command = run("log", "lakefs://demo/main", "--json").json()
+    assert globally == per_command
+    first = globally["results"][0]
+    assert ID.match(first["id"]) and first["committer"] == "tester" and first["metadata"] == {"k": "v"}
+    assert isinstance(first["creation_date"], int)
+    assert run("log", "lakefs://demo/main", "--amount", "1", "--json").json()["results"] == [first]
+    # Every output is exactly one JSON document.
+    for args in (["tag", "list", "lakefs://demo"], ["diff", "lakefs://demo/main"], ["repo", "list"]):
+        json.loads(run(*args, "--json").ok().out)
+
+
+def test_cat_stdin_upload_and_json_cat(run: InProcess, demo: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    data = b"\xff\x00 from stdin"
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(data)))
+    stat = run("fs", "upload", "lakefs://demo/main/bin", "-s", "-", "--json").json()
+    assert stat["size_bytes"] == len(data) and stat["path_type"] == "object"
+    assert run("fs", "cat", "lakefs://demo/main/bin", "--json").json() == {
+        "path": "bin",
+        "size_bytes": len(data),
+        "encoding": "base64",
+        "content": base64.b64encode(data).decode(),
+    }
+    assert run("fs", "cat", "lakefs://demo/main/a.txt", "--json").json()["content"] == "a\n"
+
+
+def test_rm_recursive_reset_revert_and_delete(run: InProcess, demo: Path) -> None:
+    assert run("fs", "rm", "lakefs://demo/main/dir", "-r", "--json").json() == {
+        "deleted": ["dir/b.txt", "dir/c.txt"]
+    }
+    assert [o["path"] for o in run("fs", "ls", "lakefs://demo/main/", "-r", "--json").json()["results"]] == [
+        "a.txt"
+    ]
+    reset = run("branch", "reset", "lakefs://demo/main", "--yes", "--json").json()
+    assert reset["id"] == "main"
+    assert len(run("fs", "ls", "lakefs://demo/main/", "-r", "--json").json()["results"]) == 3
+
+    run("fs", "rm", "lakefs://demo/main/a.txt").ok()
+    removed = run("commit", "lakefs://demo/main", "-m", "rm a", "--json").json()
+    reverted = run("branch", "revert", "lakefs://demo/main", removed["id"], "--json").json()
+    assert reverted["parents"] == [removed["id"]] and reverted["message"] == f"Revert {removed['id']}"
+    assert run("fs", "cat", "lakefs://demo/main/a.txt").ok().raw == b"a\n"
+    again = run("branch", "revert", "lakefs://demo/main", "lakefs://demo/main", "--json").json()
+    assert again["parents"] == [reverted["id"]]
+
+    run("branch", "create", "lakefs://demo/tmp", "-s", "lakefs://demo/main").ok()
+    run("fs", "rm", "lakefs://demo/tmp/dir/b.txt").ok()
+    assert run("branch", "delete", "lakefs://demo/tmp", "-y", "--json").json()["deleted"] == "tmp"
+    assert [b["id"] for b in run("branch", "list", "lakefs://demo", "--json").json()["results"]] == ["main"]
+    run("tag", "create", "lakefs://demo/t1", "lakefs://demo/main").ok()
+    run("tag", "delete", "lakefs://demo/t1").ok()
+    assert run("tag", "list", "lakefs://demo", "--json").json() == {"results": []}
+    assert run("repo", "delete", "lakefs://demo", "--yes", "--json").json() == {"deleted": "demo"}
+    assert run("repo", "list", "--json").json() == {"results": []}
+
+
+def test_delete_asks_for_confirmation(run: InProcess, demo: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(sys, "stdin", io.StringIO("n\n"))
+    refused = run("repo", "delete", "lakefs://demo")
+    assert refused.returncode == 130 and "aborted" in refused.err
+    monkeypatch.setattr(sys, "stdin", io.StringIO("y\n"))
+    run("repo", "delete", "lakefs://demo").ok()
+
+
+def test_cleanup_step_drops_tokens_after_grace(
+    run: InProcess, demo: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    marked = pending_tokens()
+    assert marked  # the fixture's commit marked its sealed token; 30 s grace keeps it
+    monkeypatch.setenv("LAKEFS_CORE__CLEANUP_GRACE_SECONDS", "0")
+    run("fs", "rm", "lakefs://demo/main/a.txt").ok()
+    run("commit", "lakefs://demo/main", "-m", "rm").ok()
+    assert pending_tokens() == []  # earlier marks and this commit's own are dropped
+
+    async def staged(token: str) -> bool:
+        kv = await open_kv(default_kv_url())
+        try:
+            return not await StagingArea(kv).is_empty(token)
+        finally:
+            await kv.close()
+
+    assert not any(asyncio.run(staged(t)) for t in marked)
+    monkeypatch.setenv("LAKEFS_CORE__CLEANUP_LIMIT", "0")  # disabled: marks stay
+    run("fs", "rm", "lakefs://demo/main/dir/b.txt").ok()
+    run("branch", "reset", "lakefs://demo/main", "-y").ok()
+    assert len(pending_tokens()) == 1
+
+
+def test_recursive_upload_concurrency_is_bounded(
+    run: InProcess, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    run("repo", "create", "lakefs://many", f"local://{tmp_path / 'ns'}").ok()
+    src = write_tree(tmp_path / "many", {f"f{i:02}": str(i).encode() for i in range(12)})
+    real_upload = Objects.upload
+    in_flight = peak = 0
+
+    async def tracking(self: Objects, *args: object, **kwargs: object) -> object:
+        nonlocal in_flight, peak
+        in_flight += 1
+        peak = max(peak, in_flight)
+        try:
+            await asyncio.sleep(0.01)
+            return await real_upload(self, *args, **kwargs)  # type: ignore[arg-type]
+        finally:
+            in_flight -= 1
+
+    monkeypatch.setattr(Objects, "upload", tracking)
+    monkeypatch.setenv("LAKEFS_CORE__UPLOAD_CONCURRENCY", "3")
+    done = run(
+        "fs", "upload", "lakefs://many/main/in", "-s", str(src), "-r", "--no-progress", "--json"
+    ).json()
+    assert done["count"] == 12 and peak == 3
+    assert [o["path"] for o in done["results"]] == [f"in/f{i:02}" for i in range(12)]
+
+
+def test_ls_fetches_every_page(run: InProcess, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    run("repo", "create", "lakefs://pages", f"local://{tmp_path / 'ns'}").ok()
+    names = [f"p/{i}.txt" for i in range(5)] + [f"p/d{i}/x" for i in range(3)] + ["p/e/y", "q"]
+    src = write_tree(tmp_path / "tree", {n: b"." for n in names})
+    run("fs", "upload", "lakefs://pages/main/", "-s", str(src), "-r").ok()
+    monkeypatch.setattr(fs_module, "LIST_PAGE", 2)
+    flat = run("fs", "ls", "lakefs://pages/main/p/", "--json").json()["results"]
+    assert [(i["path_type"], i["path"]) for i in flat] == [("object", f"p/{i}.txt") for i in range(5)] + [
+        ("common_prefix", f"p/d{i}/") for i in range(3)
+    ] + [("common_prefix", "p/e/")]
+    deep = run("fs", "ls", "lakefs://pages/main/", "-r", "--json").json()["results"]
+    assert [i["path"] for i in deep] == sorted(names)

@@ -1,0 +1,257 @@
+"""lakefs_mirror.config: YAML + LAKEFS_MIRROR__ overrides, exact key paths, secrets kept secret."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from lakefs_core.errors import BadInputError
+from lakefs_mirror.config import (
+    EnvCredentials,
+    ProfileCredentials,
+    StaticCredentials,
+    load_mirror_config,
+    normalize_db_url,
+)
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+SECRET = "hunter2-very-secret"
+DB_PASSWORD = "pg-pass-w0rd"
+
+BASE = f"""
+region: us-east-1
+regions:
+  us-east-1:
+    kv_url: sqlite:////tmp/a/kv.sqlite3
+    object_store:
+      endpoint_url: http://127.0.0.1:9000
+      region: us-east-1
+      credentials: {{source: static, access_key_id: AKIAA, secret_access_key: {SECRET}}}
+  eu-west-1:
+    kv_url: postgresql://kv:{DB_PASSWORD}@db/kv
+    local_roots: [/srv/eu]
+mirrors_db_url: postgresql://mirror:{DB_PASSWORD}@db.example.com/mirrors
+access_keys:
+  - {{access_key_id: APIKEY, secret_access_key: {SECRET}}}
+"""
+
+
+def write(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "mirror.yaml"
+    path.write_text(text)
+    return path
+
+
+def error_for(tmp_path: Path, text: str, env: dict[str, str] | None = None) -> BadInputError:
+    with pytest.raises(BadInputError) as info:
+        load_mirror_config(write(tmp_path, text), env)
+    return info.value
+
+
+def test_full_file_loads_with_defaults(tmp_path: Path) -> None:
+    conf = load_mirror_config(write(tmp_path, BASE), {})
+    assert conf.region == "us-east-1"
+    assert set(conf.regions) == {"us-east-1", "eu-west-1"}
+    assert conf.this_region is conf.regions["us-east-1"]
+    assert conf.listen == "127.0.0.1:8008"
+    assert (conf.listen_host, conf.listen_port) == ("127.0.0.1", 8008)
+    assert conf.poll_interval_seconds == 5.0
+    assert conf.lease_ttl_seconds == 30.0
+    assert conf.workers == 8
+    assert conf.state_dir is None
+    assert isinstance(conf.regions["eu-west-1"].object_store.credentials, EnvCredentials)
+    assert conf.regions["eu-west-1"].local_roots == [Path("/srv/eu")]
+    # plain postgresql:// is normalised to the asyncpg driver
+    assert conf.mirrors_db_url.get_secret_value().startswith("postgresql+asyncpg://mirror:")
+
+
+def test_env_overrides_scalars_lists_and_region_keys(tmp_path: Path) -> None:
+    env = {
+        "LAKEFS_MIRROR__REGION": "eu-west-1",
+        "LAKEFS_MIRROR__LISTEN": "0.0.0.0:9999",
+        "LAKEFS_MIRROR__WORKERS": "3",
+        "LAKEFS_MIRROR__POLL_INTERVAL_SECONDS": "0.5",
+        "LAKEFS_MIRROR__ACCESS_KEYS__0__SECRET_ACCESS_KEY": "from-env",
+        "LAKEFS_MIRROR__ACCESS_KEYS__1__ACCESS_KEY_ID": "SECOND",
+        "LAKEFS_MIRROR__ACCESS_KEYS__1__SECRET_ACCESS_KEY": "second-secret",
+        "LAKEFS_MIRROR__REGIONS__EU-WEST-1__OBJECT_STORE__REGION": "eu-west-1",
+        "LAKEFS_MIRROR__REGIONS__EU-WEST-1__LOCAL_ROOTS__0": "/srv/other",
+        "OTHER__REGION": "ignored",
+    }
+    conf = load_mirror_config(write(tmp_path, BASE), env)
+    assert conf.region == "eu-west-1"
+    assert conf.listen_port == 9999
+    assert conf.workers == 3
+    assert conf.poll_interval_seconds == 0.5
+    assert [k.access_key_id for k in conf.access_keys] == ["APIKEY", "SECOND"]
+    assert conf.access_keys[0].secret_access_key.get_secret_value() == "from-env"
+    assert conf.regions["eu-west-1"].object_store.region == "eu-west-1"
+    assert conf.regions["eu-west-1"].local_roots == [Path("/srv/other")]
+
+
+def test_env_alone_can_build_a_config() -> None:
+    env = {
+        "LAKEFS_MIRROR__REGION": "a",
+        "LAKEFS_MIRROR__REGIONS__A__KV_URL": "memory://",
+        "LAKEFS_MIRROR__MIRRORS_DB_URL": "sqlite:////tmp/m.sqlite3",
+        "LAKEFS_MIRROR__ACCESS_KEYS__0__ACCESS_KEY_ID": "K",
+        "LAKEFS_MIRROR__ACCESS_KEYS__0__SECRET_ACCESS_KEY": "S",
+    }
+    conf = load_mirror_config(None, env)
+    assert conf.mirrors_db_url.get_secret_value() == "sqlite+aiosqlite:////tmp/m.sqlite3"
+    assert conf.access_keys[0].access_key_id == "K"
+
+
+def test_env_override_beyond_list_end_names_the_key(tmp_path: Path) -> None:
+    err = error_for(tmp_path, BASE, {"LAKEFS_MIRROR__ACCESS_KEYS__5__SECRET_ACCESS_KEY": "x"})
+    assert err.field == "access_keys.5"
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "field"),
+    [
+        ("region: us-east-1\n", "region: mars-1\n", "region"),
+        ("region: us-east-1\n", "", "region"),
+        ("kv_url: sqlite:////tmp/a/kv.sqlite3", "kv_url: ftp://x", "regions.us-east-1.kv_url"),
+        (
+            f", secret_access_key: {SECRET}}}",
+            "}",
+            "regions.us-east-1.object_store.credentials.secret_access_key",
+        ),
+        (
+            "endpoint_url: http://127.0.0.1:9000",
+            "endpoint_url: 127.0.0.1:9000",
+            "regions.us-east-1.object_store.endpoint_url",
+        ),
+        ("local_roots: [/srv/eu]", "local_roots: [relative/dir]", "regions.eu-west-1.local_roots"),
+        ("mirrors_db_url: postgresql", "mirrors_db_url: mysql", "mirrors_db_url"),
+        ("region: us-east-1\n", "region: us-east-1\nlisten: nowhere\n", "listen"),
+        ("region: us-east-1\n", "region: us-east-1\nworkers: lots\n", "workers"),
+        ("region: us-east-1\n", "region: us-east-1\nworkers: 0\n", "workers"),
+        ("region: us-east-1\n", "region: us-east-1\nlease_ttl_seconds: -1\n", "lease_ttl_seconds"),
+        ("region: us-east-1\n", "region: us-east-1\nlog_level: LOUD\n", "log_level"),
+        ("region: us-east-1\n", "region: us-east-1\npoll_intervall_seconds: 1\n", "poll_intervall_seconds"),
+        ("  eu-west-1:\n", "  EU_West:\n", "regions"),
+    ],
+)
+def test_errors_name_the_exact_key_path(tmp_path: Path, old: str, new: str, field: str) -> None:
+    assert old in BASE
+    text = BASE.replace(old, new, 1)
+    err = error_for(tmp_path, text)
+    assert err.field == field, str(err)
+    assert str(err).startswith(f"{field}: ")
+
+
+def test_credentials_source_errors(tmp_path: Path) -> None:
+    text = BASE.replace("source: static, access_key_id: AKIAA", "source: magic, access_key_id: AKIAA")
+    assert error_for(tmp_path, text).field == "regions.us-east-1.object_store.credentials.source"
+    text = BASE.replace("{source: static, access_key_id: AKIAA, ", "{access_key_id: AKIAA, ")
+    assert error_for(tmp_path, text).field == "regions.us-east-1.object_store.credentials.source"
+    text = BASE.replace(
+        f"{{source: static, access_key_id: AKIAA, secret_access_key: {SECRET}}}", "{source: profile}"
+    )
+    assert error_for(tmp_path, text).field == "regions.us-east-1.object_store.credentials.profile"
+
+
+def test_access_keys_are_required_and_unique(tmp_path: Path) -> None:
+    without = BASE.split("access_keys:", maxsplit=1)[0]
+    assert error_for(tmp_path, without).field == "access_keys"
+    dup = BASE + f"  - {{access_key_id: APIKEY, secret_access_key: {SECRET}x}}\n"
+    assert error_for(tmp_path, dup).field == "access_keys"
+    colon = BASE.replace("access_key_id: APIKEY", "access_key_id: 'API:KEY'")
+    assert error_for(tmp_path, colon).field == "access_keys.0.access_key_id"
+
+
+def test_secrets_never_in_errors_or_repr(tmp_path: Path) -> None:
+    # A secret in the wrong shape: the error names the key but never repeats the value.
+    text = BASE.replace(f"APIKEY, secret_access_key: {SECRET}}}", f"APIKEY, secret_access_key: [{SECRET}]}}")
+    err = error_for(tmp_path, text)
+    assert err.field == "access_keys.0.secret_access_key"
+    assert SECRET not in str(err)
+    # A malformed database URL carrying a password is not echoed either.
+    err = error_for(tmp_path, BASE.replace("postgresql://mirror:", "nosuch://mirror:"))
+    assert err.field == "mirrors_db_url"
+    assert DB_PASSWORD not in str(err)
+    conf = load_mirror_config(write(tmp_path, BASE), {})
+    for shown in (repr(conf), str(conf), conf.model_dump_json(), repr(conf.s3_settings())):
+        assert SECRET not in shown
+        assert DB_PASSWORD not in shown
+    assert DB_PASSWORD not in conf.mirrors_db_url_display
+    assert "***" in conf.mirrors_db_url_display
+
+
+def test_db_url_normalisation() -> None:
+    assert normalize_db_url("sqlite:///rel/m.db") == "sqlite+aiosqlite:///rel/m.db"
+    assert normalize_db_url("sqlite+aiosqlite:////abs/m.db") == "sqlite+aiosqlite:////abs/m.db"
+    assert normalize_db_url("postgres://u:p@h/d") == "postgresql+asyncpg://u:p@h/d"
+    assert normalize_db_url("postgresql+asyncpg://u@h:5433/d") == "postgresql+asyncpg://u@h:5433/d"
+    for bad in ("sqlite://", "sqlite:///:memory:", "mysql://u:p@h/d", "not a url"):
+        with pytest.raises(ValueError) as info:
+            normalize_db_url(bad)
+        assert "p@h" not in str(info.value)
+
+
+def test_s3_settings_per_credentials_source(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    creds = tmp_path / "aws-credentials"
+    creds.write_text("[mirror]\naws_access_key_id = PROFILEKEY\naws_secret_access_key = profile-secret\n")
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(creds))
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "absent-config"))
+    text = BASE.replace(
+        "  eu-west-1:\n",
+        "  ap-south-1:\n    kv_url: memory://\n    object_store:\n"
+        "      credentials: {source: profile, profile: mirror}\n"
+        "  eu-west-1:\n",
+    )
+    conf = load_mirror_config(write(tmp_path, text), {})
+    static = conf.s3_settings()  # this region
+    assert isinstance(conf.this_region.object_store.credentials, StaticCredentials)
+    assert (static.access_key_id, static.secret_access_key) == ("AKIAA", SECRET)
+    assert static.endpoint_url == "http://127.0.0.1:9000"
+    assert static.region == "us-east-1"
+    env = conf.s3_settings("eu-west-1")
+    assert env.access_key_id is None and env.secret_access_key is None and env.endpoint_url is None
+    assert isinstance(conf.regions["ap-south-1"].object_store.credentials, ProfileCredentials)
+    prof = conf.s3_settings("ap-south-1")
+    assert (prof.access_key_id, prof.secret_access_key) == ("PROFILEKEY", "profile-secret")
+    with pytest.raises(BadInputError) as info:
+        conf.s3_settings("nowhere")
+    assert info.value.field == "region"
+    missing = load_mirror_config(write(tmp_path, text.replace("profile: mirror", "profile: nope")), {})
+    with pytest.raises(BadInputError) as info:
+        missing.s3_settings("ap-south-1")
+    assert info.value.field == "regions.ap-south-1.object_store.credentials.profile"
+
+
+def test_deploy_local_example_loads() -> None:
+    conf = load_mirror_config(REPO_ROOT / "deploy" / "mirror-local.yaml", {})
+    assert set(conf.regions) == {"region-a", "region-b"}
+    assert conf.mirrors_db_url.get_secret_value().startswith("sqlite+aiosqlite:///")
+    for region in conf.regions.values():
+        assert region.kv_url.get_secret_value().startswith("sqlite:///")
+        assert region.local_roots
+    b = load_mirror_config(REPO_ROOT / "deploy" / "mirror-local.yaml", {"LAKEFS_MIRROR__REGION": "region-b"})
+    assert b.region == "region-b"
+
+
+def test_deploy_aws_example_needs_its_secrets_from_env() -> None:
+    path = REPO_ROOT / "deploy" / "mirror-aws.yaml"
+    env = {
+        "LAKEFS_MIRROR__REGION": "eu-central-1",
+        "LAKEFS_MIRROR__MIRRORS_DB_URL": f"postgresql://mirror:{DB_PASSWORD}@rds.example.com/mirrors",
+        "LAKEFS_MIRROR__ACCESS_KEYS__0__SECRET_ACCESS_KEY": SECRET,
+    }
+    conf = load_mirror_config(path, env)
+    assert set(conf.regions) == {"us-east-1", "eu-central-1"}
+    assert conf.regions["us-east-1"].kv_url.get_secret_value().startswith("dynamodb://")
+    assert conf.mirrors_db_url.get_secret_value().startswith("postgresql+asyncpg://")
+    assert conf.s3_settings().region == "eu-central-1"
+    for missing, field in (
+        ("LAKEFS_MIRROR__REGION", "region"),
+        ("LAKEFS_MIRROR__MIRRORS_DB_URL", "mirrors_db_url"),
+        ("LAKEFS_MIRROR__ACCESS_KEYS__0__SECRET_ACCESS_KEY", "access_keys.0.secret_access_key"),
+    ):
+        with pytest.raises(BadInputError) as info:
+            load_mirror_config(path, {k: v for k, v in env.items() if k != missing})
+        assert info.value.field == field
+        assert SECRET not in str(info.value) and DB_PASSWORD not in str(info.value)
