@@ -135,7 +135,7 @@ async def stage(g: Graveler, repo: str, records: list[ValueRecord], concurrency:
 
 
 async def bench_driver(
-    driver: str, url: str, records: list[ValueRecord], concurrency: int, repeat: int
+    url: str, records: list[ValueRecord], concurrency: int, repeat: int
 ) -> dict[str, float]:
     best_stage = best_commit = float("inf")
     ranges = 0
@@ -199,10 +199,10 @@ async def bench_big(big: int, repeat: int, n_commit_s: float | None, n_objects: 
         times: list[float] = []
         written = reused = total = 0
         for n in range(max(1, repeat)):
-            parent = await g.metarange(repo, (await g.get_commit(repo_id, "main")).metarange_id)
             await g.set_entry(repo_id, "main", one_record(rng.randrange(big)))
             seconds, made = await timed(g.commit, repo_id, "main", committer="bench", message=f"one more {n}")
             times.append(seconds)
+            parent = await g.metarange(repo, (await g.get_commit(repo_id, made.parents[0])).metarange_id)
             new = await g.metarange(repo, made.metarange_id)
             old_ids = {r.id for r in parent.ranges}
             written = sum(1 for r in new.ranges if r.id not in old_ids)
@@ -251,7 +251,7 @@ async def main_async(args: argparse.Namespace) -> None:
         for driver in drivers:
             if driver not in urls:
                 continue
-            results[driver] = await bench_driver(driver, urls[driver], records, args.concurrency, args.repeat)
+            results[driver] = await bench_driver(urls[driver], records, args.concurrency, args.repeat)
     base = results.get("memory")
     n = args.objects
     for driver, r in results.items():

@@ -46,7 +46,8 @@ async def tour(root: Path) -> None:
         say("upload 5 objects to main and commit")
         for day in range(1, 6):
             body = f"day,visits\n2026-01-0{day},{day * 100}\n".encode()
-            await objects.upload("demo-repo", "main", f"events/day={day}/part-0.csv", body, content_type="text/csv")
+            path = f"events/day={day}/part-0.csv"
+            await objects.upload("demo-repo", "main", path, body, content_type="text/csv")
         first = await g.commit("demo-repo", "main", committer="demo", message="Load five days of events")
         print(f"  commit {first.id[:16]}  metarange {first.metarange_id[:16]}")
 
@@ -65,7 +66,8 @@ async def tour(root: Path) -> None:
 
         say("read the same path at three refs")
         for ref in ("main~1", "v1", first.id):
-            text = (await objects.read_all("demo-repo", ref, "events/day=3/part-0.csv")).decode().splitlines()[-1]
+            data = await objects.read_all("demo-repo", ref, "events/day=3/part-0.csv")
+            text = data.decode().splitlines()[-1]
             print(f"  {ref[:16]:16}  events/day=3/part-0.csv -> {text}")
 
         say("log of main (first parent)")

@@ -145,6 +145,10 @@ class _UpdateBody(_Strict):
     version: int = Field(default=1, ge=1, le=MAX_VERSION)
 
 
+class _UnreadableBodyError(BadInputError):
+    """The request body could not be decoded; aiohttp will drop the connection after the response."""
+
+
 def _bad_strings(value: Any) -> str | None:
     """The path of the first string (or key) that is not valid Unicode text (a lone surrogate).
 
@@ -177,7 +181,7 @@ async def _json_object(request: web.Request) -> dict[str, Any]:
     try:
         raw = await request.read()
     except (RequestPayloadError, HttpProcessingError):
-        raise BadInputError(
+        raise _UnreadableBodyError(
             "the body cannot be read (bad Content-Encoding or framing)", field="body"
         ) from None
     if not raw.strip():
@@ -360,6 +364,8 @@ def _error_middleware(requests: Counter, latency: Histogram) -> Any:
             if e.field and message.startswith(f"{e.field}: "):
                 message = message[len(e.field) + 2 :]
             response = _error(400, message, e.field)
+            if isinstance(e, _UnreadableBodyError):
+                response.force_close()  # say "Connection: close": the rest of the body is unusable
         except NotFoundError as e:
             response = _error(404, str(e))
         except PreconditionFailedError as e:

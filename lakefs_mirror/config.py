@@ -50,13 +50,13 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import Field, SecretStr, ValidationError, field_validator, model_validator
+from pydantic import Field, SecretStr, ValidationInfo, field_validator
 from sqlalchemy.engine import make_url
-from sqlalchemy.exc import ArgumentError
 
-from lakefs_core.block.s3 import S3Settings
-from lakefs_core.config import StrictModel, env_overrides, load_raw
+from lakefs_core.block.s3_settings import S3Settings
+from lakefs_core.config import StrictModel, load_config
 from lakefs_core.errors import BadInputError
+from lakefs_core.sqlengine import normalize_sql_url
 
 __all__ = [
     "ENV_PREFIX",
@@ -77,34 +77,13 @@ _REGION_NAME = re.compile(r"[a-z0-9][a-z0-9-]{0,62}")
 _KV_SCHEMES = frozenset(
     {"memory", "sqlite", "sqlite+aiosqlite", "postgresql", "postgres", "postgresql+asyncpg", "dynamodb"}
 )
-_SQLITE_DRIVERS = frozenset({"sqlite", "sqlite+aiosqlite"})
-_PG_DRIVERS = frozenset({"postgresql", "postgres", "postgresql+asyncpg", "postgres+asyncpg"})
 _HOST = re.compile(r"[A-Za-z0-9.-]+|\[[0-9A-Fa-f:.]+\]")
 
 
 def normalize_db_url(url: str) -> str:
-    """Point a mirrors-database URL at its async driver.
-
-    ``sqlite:///p`` -> ``sqlite+aiosqlite:///p``; ``postgresql://``/``postgres://`` ->
-    ``postgresql+asyncpg://``. Anything else (and in-memory SQLite, which pooled connections cannot
-    share) raises :class:`ValueError` whose message never contains the URL.
-    """
-    try:
-        parsed = make_url(url)
-    except (ArgumentError, ValueError):
-        raise ValueError("not a valid SQLAlchemy database URL") from None
-    driver = parsed.drivername.lower()
-    if driver in _SQLITE_DRIVERS:
-        database = parsed.database or ""
-        if database in ("", ":memory:") or database.startswith("file::memory:"):
-            raise ValueError("in-memory SQLite cannot be shared between connections; use a file")
-        return parsed.set(drivername="sqlite+aiosqlite").render_as_string(hide_password=False)
-    if driver in _PG_DRIVERS:
-        return parsed.set(drivername="postgresql+asyncpg").render_as_string(hide_password=False)
-    raise ValueError(
-        "unsupported database URL scheme (use sqlite:///path, sqlite+aiosqlite:///path, "
-        "postgresql://... or postgresql+asyncpg://...)"
-    )
+    """Point a mirrors-database URL at its async driver (``sqlite:///p`` -> ``sqlite+aiosqlite:///p``,
+    ``postgres(ql)://`` -> ``postgresql+asyncpg://``). Raises :class:`ValueError` without the URL."""
+    return normalize_sql_url(url).render_as_string(hide_password=False)
 
 
 class EnvCredentials(StrictModel):
@@ -204,8 +183,9 @@ NonNegativeSeconds = Annotated[float, Field(ge=0)]
 class MirrorConfig(StrictModel):
     """The whole configuration of one region's mirroring daemon (see the module docstring)."""
 
-    region: str
+    # ``regions`` is declared (so validated) first: ``region`` is checked against it.
     regions: dict[str, RegionConfig] = Field(min_length=1)
+    region: str
     mirrors_db_url: SecretStr
     listen: str = "127.0.0.1:8008"
     access_keys: list[AccessKey] = Field(min_length=1)
@@ -252,12 +232,13 @@ class MirrorConfig(StrictModel):
             raise ValueError("access key ids must be unique")
         return value
 
-    @model_validator(mode="after")
-    def _own_region_is_configured(self) -> MirrorConfig:
-        if self.region not in self.regions:
-            # Reported at key "region" by load_mirror_config (see _ERROR_AT).
-            raise ValueError(_OWN_REGION_MISSING)
-        return self
+    @field_validator("region")
+    @classmethod
+    def _own_region_is_configured(cls, value: str, info: ValidationInfo) -> str:
+        regions = info.data.get("regions")
+        if regions is not None and value not in regions:
+            raise ValueError("must name one of the configured regions")
+        return value
 
     # -- derived values ---------------------------------------------------------------------------
 
@@ -314,9 +295,6 @@ class MirrorConfig(StrictModel):
         )
 
 
-_OWN_REGION_MISSING = "must name one of the configured regions"
-# Model-level errors that belong to one key: message -> key path.
-_ERROR_AT = {_OWN_REGION_MISSING: ("region",)}
 
 
 def _profile_credentials(profile: str, field: str) -> tuple[str, str, str | None]:
@@ -343,84 +321,19 @@ def _profile_credentials(profile: str, field: str) -> tuple[str, str, str | None
 # -- loading ----------------------------------------------------------------------------------------
 
 
-def _apply_override(tree: dict[str, Any], path: list[str], value: Any, source: str) -> None:
-    """Set ``path`` in ``tree`` to ``value``; a numeric segment addresses a list item (or appends one)."""
-    node: Any = tree
-    for i, part in enumerate(path):
-        last = i == len(path) - 1
-        where = ".".join(path[: i + 1])
-        key: Any = part
-        if isinstance(node, list):
-            if not part.isdigit() or int(part) > len(node):
-                raise BadInputError(f"environment override {source} names no item of the list", field=where)
-            key = int(part)
-            if key == len(node):
-                node.append(None)
-        elif not isinstance(node, dict):
-            raise BadInputError(f"environment override {source} descends into a scalar value", field=where)
-        if last:
-            node[key] = value
-            return
-        nxt = node[key] if isinstance(node, list) else node.get(key)
-        if nxt is None:
-            # A new node is a list when the next segment is an index (``ACCESS_KEYS__0__...``);
-            # ``regions`` is the one mapping whose keys are user-chosen (and may be digits).
-            nxt = [] if path[i + 1].isdigit() and path[: i + 1] != ["regions"] else {}
-            node[key] = nxt
-        node = nxt
-
-
-def _error_path(loc: tuple[int | str, ...], data: Any, error_type: str, msg: str) -> str:
-    """The key path of an error as written in the file.
-
-    pydantic's ``loc`` for a discriminated union carries the tag (``credentials.static.x``); segments
-    that do not exist in the input (other than the last, the missing key itself) are dropped.
-    """
-    parts: list[str] = []
-    node: Any = data
-    for i, seg in enumerate(loc):
-        last = i == len(loc) - 1
-        present = (isinstance(node, dict) and seg in node) or (
-            isinstance(node, list) and isinstance(seg, int) and 0 <= seg < len(node)
-        )
-        if present:
-            parts.append(str(seg))
-            node = node[seg]
-        elif last:
-            parts.append(str(seg))
-            node = None
-        # else: a pydantic-internal segment (union tag or member name): skip it
-    if error_type in ("union_tag_invalid", "union_tag_not_found"):
-        parts.append("source")
-    if not loc and msg in _ERROR_AT:
-        parts = list(_ERROR_AT[msg])
-    return ".".join(parts) or "<root>"
-
-
-def _validate(data: dict[str, Any]) -> MirrorConfig:
-    try:
-        return MirrorConfig.model_validate(data)
-    except ValidationError as e:
-        errors = e.errors(include_input=False, include_url=False, include_context=False)
-        first = errors[0]
-        msg = str(first["msg"])
-        bare = msg.removeprefix("Value error, ")
-        field = _error_path(tuple(first["loc"]), data, str(first["type"]), bare)
-        extra = f" (and {len(errors) - 1} more problem(s))" if len(errors) > 1 else ""
-        raise BadInputError(f"{bare}{extra}", field=field) from None
-
-
 def load_mirror_config(path: Path | str | None, env: Mapping[str, str] | None = None) -> MirrorConfig:
     """Load ``path`` (YAML; ``None``: nothing), apply ``LAKEFS_MIRROR__...`` overrides from ``env``.
 
     ``env`` is usually ``os.environ``; ``None`` applies no overrides. Raises
     :class:`~lakefs_core.errors.BadInputError` naming the exact key path of the first problem.
     """
-    data = load_raw(Path(path) if path is not None else None)
-    if env is not None:
-        for parts, value, name in env_overrides(env, ENV_PREFIX):
-            _apply_override(data, parts, value, name)
-    return _validate(data)
+    return load_config(
+        MirrorConfig,
+        Path(path) if path is not None else None,
+        env=env,
+        env_prefix=ENV_PREFIX,
+        free_mappings=frozenset({("regions",)}),
+    )
 
 
 def config_json_schema() -> dict[str, Any]:

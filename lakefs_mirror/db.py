@@ -38,6 +38,7 @@ missing rows :class:`~lakefs_core.errors.NotFoundError`, a stale ``expected_vers
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import time
@@ -45,7 +46,6 @@ import uuid
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import Any, Literal, TypeVar, cast, get_args
 
 from sqlalchemy import (
@@ -63,9 +63,7 @@ from sqlalchemy import (
     UniqueConstraint,
     and_,
     delete,
-    event,
     func,
-    inspect,
     or_,
     select,
     text,
@@ -73,10 +71,10 @@ from sqlalchemy import (
 )
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
-from sqlalchemy.engine import make_url
 from sqlalchemy.exc import DBAPIError, IntegrityError, SQLAlchemyError
 from sqlalchemy.exc import TimeoutError as PoolTimeoutError
-from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+from sqlalchemy.schema import CreateTable
 
 from lakefs_core.errors import (
     BadInputError,
@@ -87,7 +85,7 @@ from lakefs_core.errors import (
     TransientError,
     UnreachableError,
 )
-from lakefs_mirror.config import normalize_db_url
+from lakefs_core.sqlengine import create_sql_engine, db_reason, normalize_sql_url, sqlstate
 
 __all__ = [
     "DEFAULT_BRANCH_FILTER",
@@ -116,6 +114,8 @@ STATUS_KINDS: tuple[str, ...] = get_args(StatusKind)
 DEFAULT_BRANCH_FILTER: tuple[str, ...] = ("*",)
 MAX_BRANCH_FILTER = 100
 MAX_GLOB_LENGTH = 256
+MAX_REF_NAME = 512  # branch or tag name in mirror_status
+MAX_ERROR_TEXT = 4000  # last_error is truncated to this many characters
 UPDATABLE_FIELDS = frozenset({"branch_filter", "paused", "mode", "mirror_tags"})
 
 _PG_TRANSIENT_STATES = {"40001", "40P01", "55P03", "57014", "57P01", "57P02", "57P03"}
@@ -148,7 +148,7 @@ status_table = Table(
     _meta,
     Column("mirror_id", String(64), ForeignKey("mirrors.id", ondelete="CASCADE"), nullable=False),
     Column("kind", String(8), nullable=False),
-    Column("branch", String(256), nullable=False),
+    Column("branch", String(MAX_REF_NAME), nullable=False),
     Column("source_head", Text, nullable=True),
     Column("mirror_head", Text, nullable=True),
     Column("candidate", Text, nullable=True),
@@ -339,26 +339,6 @@ class Lease:
 # -- error translation --------------------------------------------------------------------------------
 
 
-def _sqlstate(e: BaseException) -> str:
-    seen: BaseException | None = e
-    for _ in range(4):
-        if seen is None:
-            break
-        state = getattr(seen, "sqlstate", None) or getattr(seen, "pgcode", None)
-        if isinstance(state, str):
-            return state
-        seen = getattr(seen, "orig", None) or seen.__cause__
-    return ""
-
-
-def _reason(e: BaseException) -> str:
-    inner: BaseException = e.orig if isinstance(e, DBAPIError) and e.orig is not None else e
-    if inner.__cause__ is not None and type(inner).__module__.startswith("sqlalchemy"):
-        inner = inner.__cause__
-    body = str(inner).strip() or type(inner).__name__
-    return f"{type(inner).__name__}: {body}"[:500]
-
-
 # -- the database -------------------------------------------------------------------------------------
 
 
@@ -384,41 +364,17 @@ class MirrorsDB:
     ) -> MirrorsDB:
         """Connect to ``url`` (normalised to its async driver); create the tables unless ``create=False``."""
         try:
-            sa_url = make_url(normalize_db_url(url))
+            sa_url = normalize_sql_url(url)
         except ValueError as e:
             raise BadInputError(str(e), field="mirrors_db_url") from None
-        kwargs: dict[str, Any] = {"hide_parameters": True, "pool_pre_ping": True}
-        if sa_url.drivername.startswith("sqlite"):
-            db_path = Path(sa_url.database or "")
-            try:
-                db_path.parent.mkdir(parents=True, exist_ok=True)
-            except OSError as e:
-                raise UnreachableError(
-                    f"cannot create the directory of the mirrors database {db_path}: {e.strerror}"
-                ) from e
-            kwargs["connect_args"] = {"timeout": busy_timeout}
-        else:
-            kwargs.update(
-                pool_size=pool_size,
-                max_overflow=max_overflow,
-                pool_recycle=1800,
-                pool_timeout=30,
-                connect_args={"timeout": connect_timeout},
-            )
-        engine = create_async_engine(sa_url, **kwargs)
-        if engine.dialect.name == "sqlite":
-            busy_ms = max(0, int(busy_timeout * 1000))
-
-            @event.listens_for(engine.sync_engine, "connect")
-            def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
-                cursor = dbapi_connection.cursor()
-                try:
-                    cursor.execute(f"PRAGMA busy_timeout = {busy_ms}")
-                    cursor.execute("PRAGMA journal_mode = WAL")
-                    cursor.execute("PRAGMA foreign_keys = ON")
-                finally:
-                    cursor.close()
-
+        engine = create_sql_engine(
+            sa_url,
+            busy_timeout=busy_timeout,
+            connect_timeout=connect_timeout,
+            pool_size=pool_size,
+            max_overflow=max_overflow,
+            sqlite_pragmas=("foreign_keys = ON",),
+        )
         db = cls(engine)
         if create:
             try:
@@ -448,9 +404,9 @@ class MirrorsDB:
 
     def _translate(self, e: BaseException, *, connecting: bool, write: bool) -> LakeFSError:
         where = f"mirrors database {self._display}"
-        reason = _reason(e)
+        reason = db_reason(e)
         low = reason.lower()
-        state = _sqlstate(e)
+        state = (sqlstate(e) or "")
         if "database is locked" in low or "database table is locked" in low or "sqlite_busy" in low:
             return TransientError(f"{where} is busy (locked by another writer): {reason}")
         if isinstance(e, PoolTimeoutError):
@@ -507,27 +463,26 @@ class MirrorsDB:
         return pg_insert(table) if self._dialect == "postgresql" else sqlite_insert(table)
 
     async def create_tables(self) -> None:
-        """Create the three tables if absent; losing a creation race to another daemon is fine."""
+        """``CREATE TABLE IF NOT EXISTS`` for the three tables, in one transaction.
+
+        Two daemons creating them at once is fine: SQLite serialises the statements, and on
+        PostgreSQL the loser of a catalog race (unique violation on ``pg_type``) tries again.
+        """
 
         async def create(conn: AsyncConnection) -> None:
-            await conn.run_sync(lambda sync: _meta.create_all(sync, checkfirst=True))
+            for table in _meta.sorted_tables:
+                await conn.execute(CreateTable(table, if_not_exists=True))
 
-        try:
-            await self._run(create, write=True)
-        except (UnreachableError, TransientError):
-            raise
-        except LakeFSError:
-            # e.g. PostgreSQL's unique violation on pg_type when two daemons create a table at once.
-            if not await self._tables_exist():
+        for attempt in range(5):
+            try:
+                await self._run(create, write=True)
+                return
+            except (UnreachableError, TransientError):
                 raise
-
-    async def _tables_exist(self) -> bool:
-        names = [t.name for t in _meta.sorted_tables]
-
-        async def check(conn: AsyncConnection) -> bool:
-            return await conn.run_sync(lambda sync: all(inspect(sync).has_table(n) for n in names))
-
-        return await self._run(check, write=False)
+            except LakeFSError:
+                if attempt == 4:
+                    raise
+                await asyncio.sleep(0.05 * (attempt + 1))
 
     async def ping(self) -> None:
         """Raise :class:`UnreachableError` (or another error) unless the database answers."""
@@ -597,7 +552,7 @@ class MirrorsDB:
             await conn.execute(stmt)
 
         def conflict(e: IntegrityError) -> LakeFSError:
-            low = _reason(e).lower()
+            low = db_reason(e).lower()
             if "mirrors_region_name_key" in low or "mirrors.region" in low:
                 return FieldConflictError(
                     f"region {region!r} already has a mirror named {name!r}", field="name"
@@ -775,7 +730,7 @@ class MirrorsDB:
         :class:`NotFoundError` when the mirror no longer exists (it was deleted meanwhile).
         """
         _check_choice(status.kind, STATUS_KINDS, "kind")
-        _check_text(status.branch, "branch", 256)
+        _check_text(status.branch, "branch", MAX_REF_NAME)
         for field in ("missing_objects", "missing_ranges", "external_objects"):
             value = getattr(status, field)
             if isinstance(value, bool) or not isinstance(value, int) or value < 0:
@@ -795,7 +750,9 @@ class MirrorsDB:
             if status.last_promotion_at is None
             else _to_us(status.last_promotion_at),
             "last_checked_at": None if status.last_checked_at is None else _to_us(status.last_checked_at),
-            "last_error": None if status.last_error is None else status.last_error.replace("\0", "\\0"),
+            "last_error": (
+                None if status.last_error is None else status.last_error.replace("\0", "\\0")[:MAX_ERROR_TEXT]
+            ),
         }
         ins = self._insert(status_table).values(**row)
         t = status_table

@@ -9,7 +9,9 @@ mirrors database, the persisted presence cache, the metrics, the engine and the 
 from __future__ import annotations
 
 import logging
+import os
 import socket
+import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -75,7 +77,9 @@ class MirrorService:
                 active_copy_grace_seconds=config.active_copy_grace_seconds,
                 validation_workers=config.workers,
             ),
-            holder=f"{socket.gethostname()}-{id(metrics):x}",
+            # Unique per process: two daemons of one region on one host must never share a holder
+            # (``id()`` alone repeats across processes when address randomisation is off).
+            holder=f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:12]}",
         )
         service = cls(config, gravelers, kvs, db, presence, metrics, engine)
         if serve_api:

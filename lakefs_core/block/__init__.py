@@ -12,12 +12,13 @@ from __future__ import annotations
 import contextlib
 import re
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from lakefs_core.block._common import DEFAULT_CONTENT_TYPE, AccessDeniedError
 from lakefs_core.block.base import BlockStore, Body, CommonPrefix, ObjectInfo
 from lakefs_core.block.local import LocalBlockStore
 from lakefs_core.block.memory import MemoryBlockStore
-from lakefs_core.block.s3 import S3BlockStore, S3Settings
+from lakefs_core.block.s3_settings import S3Settings
 from lakefs_core.errors import BadInputError
 
 __all__ = [
@@ -35,6 +36,19 @@ __all__ = [
     "open_block_store",
     "split_store_uri",
 ]
+
+if TYPE_CHECKING:
+    from lakefs_core.block.s3 import S3BlockStore
+
+
+def __getattr__(name: str) -> object:
+    # ``lakefs_core.block.S3BlockStore`` stays available without importing aioboto3 eagerly.
+    if name == "S3BlockStore":
+        from lakefs_core.block.s3 import S3BlockStore
+
+        return S3BlockStore
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 _SCHEME = re.compile(r"^([a-z][a-z0-9+.-]*)://(.*)$", re.DOTALL)
 
@@ -95,6 +109,8 @@ async def open_block_store(uri: str, *, s3: S3Settings | None = None) -> BlockSt
         return LocalBlockStore(Path(location))
     if scheme == "mem":
         return MemoryBlockStore(location)
+    from lakefs_core.block.s3 import S3BlockStore  # the SDK is imported only when S3 is used
+
     store = S3BlockStore(location, settings=s3 if s3 is not None else S3Settings())
     return await store.open()
 

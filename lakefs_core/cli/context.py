@@ -51,7 +51,7 @@ from lakefs_core.config import StrictModel, load_config
 from lakefs_core.errors import LakeFSError
 
 if TYPE_CHECKING:
-    from lakefs_core.block.s3 import S3Settings
+    from lakefs_core.block.s3_settings import S3Settings
     from lakefs_core.repos.graveler import Graveler
     from lakefs_core.repos.objects import Objects
 
@@ -75,7 +75,7 @@ class S3Config(StrictModel):
     read_timeout: float = Field(default=60.0, ge=0)
 
     def settings(self) -> S3Settings:
-        from lakefs_core.block.s3 import S3Settings
+        from lakefs_core.block.s3_settings import S3Settings
 
         return S3Settings(
             region=self.region,

@@ -42,22 +42,20 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import AsyncIterator, Awaitable, Callable
-from pathlib import Path
 from typing import Any, TypeVar
 
-from sqlalchemy import Column, LargeBinary, MetaData, Table, event, inspect, select, update
+from sqlalchemy import Column, LargeBinary, MetaData, Table, inspect, select, update
 from sqlalchemy import delete as sql_delete
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
-from sqlalchemy.engine import URL, make_url
+from sqlalchemy.engine import URL
 from sqlalchemy.exc import (
-    ArgumentError,
     DBAPIError,
     IntegrityError,
     SQLAlchemyError,
 )
 from sqlalchemy.exc import TimeoutError as PoolTimeoutError
-from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from sqlalchemy.schema import CreateTable
 
 from lakefs_core.errors import (
@@ -79,6 +77,7 @@ from lakefs_core.kv._common import (
     precondition_message,
 )
 from lakefs_core.kv.base import Expect, KVEntry
+from lakefs_core.sqlengine import create_sql_engine, db_reason, normalize_sql_url, sqlstate
 
 T = TypeVar("T")
 
@@ -86,8 +85,6 @@ DEFAULT_TABLE = "kv"
 DEFAULT_BUSY_TIMEOUT_S = 30.0
 DEFAULT_CONNECT_TIMEOUT_S = 10.0
 
-_SQLITE_DRIVERS = {"sqlite", "sqlite+aiosqlite"}
-_PG_DRIVERS = {"postgresql", "postgres", "postgresql+asyncpg", "postgres+asyncpg"}
 
 # PostgreSQL SQLSTATEs that mean "try again later" (the statement did not take effect).
 _PG_TRANSIENT_STATES = {
@@ -103,45 +100,11 @@ _PG_TRANSIENT_CLASSES = ("08", "53", "58")  # connection exception, insufficient
 
 
 def normalize_url(url: str) -> URL:
-    """Parse ``url`` and point it at the async driver; refuse anything else.
-
-    Never echoes the URL in an error (it may carry a password).
-    """
+    """Parse ``url`` and point it at the async driver; refuse anything else (never echoing it)."""
     try:
-        parsed = make_url(url)
-    except (ArgumentError, ValueError):
-        # ``from None``: a mis-split URL can put part of a password into the parser's message.
-        raise BadInputError("not a valid SQL database URL", field="url") from None
-    driver = parsed.drivername.lower()
-    if driver in _SQLITE_DRIVERS:
-        database = parsed.database or ""
-        if database in ("", ":memory:") or database.startswith("file::memory:"):
-            raise BadInputError("in-memory SQLite is not supported; use memory://", field="url")
-        return parsed.set(drivername="sqlite+aiosqlite")
-    if driver in _PG_DRIVERS:
-        return parsed.set(drivername="postgresql+asyncpg")
-    raise BadInputError(f"unsupported SQL URL scheme {driver!r}", field="url")
-
-
-def _sqlstate(e: BaseException) -> str | None:
-    seen: BaseException | None = e
-    for _ in range(4):
-        if seen is None:
-            break
-        state = getattr(seen, "sqlstate", None) or getattr(seen, "pgcode", None)
-        if isinstance(state, str):
-            return state
-        seen = getattr(seen, "orig", None) or seen.__cause__
-    return None
-
-
-def _reason(e: BaseException) -> str:
-    inner: BaseException = e.orig if isinstance(e, DBAPIError) and e.orig is not None else e
-    # SQLAlchemy's asyncpg adapter wraps the driver's exception; name the driver's class.
-    if inner.__cause__ is not None and type(inner).__module__.startswith("sqlalchemy"):
-        inner = inner.__cause__
-    text = str(inner).strip() or type(inner).__name__
-    return f"{type(inner).__name__}: {text}"[:500]
+        return normalize_sql_url(url)
+    except ValueError as e:
+        raise BadInputError(str(e), field="url") from None
 
 
 class SQLKVStore:
@@ -174,39 +137,13 @@ class SQLKVStore:
     ) -> SQLKVStore:
         """Connect to ``url`` (see :func:`normalize_url`) and create the table unless ``create=False``."""
         sa_url = normalize_url(url)
-        kwargs: dict[str, Any] = {"hide_parameters": True, "pool_pre_ping": True}
-        if sa_url.drivername.startswith("sqlite"):
-            db_path = Path(sa_url.database or "")
-            if not db_path.parent.exists():
-                try:
-                    db_path.parent.mkdir(parents=True, exist_ok=True)
-                except OSError as e:
-                    raise UnreachableError(
-                        f"cannot create the directory for SQLite database {db_path}: {e.strerror}"
-                    ) from e
-            # sqlite3's own "timeout" is the busy timeout too; keep it in line with the PRAGMA.
-            kwargs["connect_args"] = {"timeout": busy_timeout}
-        else:
-            kwargs.update(
-                pool_size=pool_size,
-                max_overflow=max_overflow,
-                pool_recycle=1800,
-                pool_timeout=30,
-                connect_args={"timeout": connect_timeout},
-            )
-        engine = create_async_engine(sa_url, **kwargs)
-        if engine.dialect.name == "sqlite":
-            busy_ms = max(0, int(busy_timeout * 1000))
-
-            @event.listens_for(engine.sync_engine, "connect")
-            def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
-                cursor = dbapi_connection.cursor()
-                try:
-                    cursor.execute(f"PRAGMA busy_timeout = {busy_ms}")
-                    cursor.execute("PRAGMA journal_mode = WAL")
-                finally:
-                    cursor.close()
-
+        engine = create_sql_engine(
+            sa_url,
+            busy_timeout=busy_timeout,
+            connect_timeout=connect_timeout,
+            pool_size=pool_size,
+            max_overflow=max_overflow,
+        )
         store = cls(engine, table=table)
         if create:
             try:
@@ -226,9 +163,9 @@ class SQLKVStore:
 
     def _translate(self, e: BaseException, *, connecting: bool, write: bool, cas: bool) -> LakeFSError:
         where = f"KV database {self._display}"
-        reason = _reason(e)
+        reason = db_reason(e)
         text = reason.lower()
-        state = _sqlstate(e) or ""
+        state = sqlstate(e) or ""
         if "database is locked" in text or "database table is locked" in text or "sqlite_busy" in text:
             return TransientError(f"{where} is busy (locked by another writer): {reason}")
         if isinstance(e, PoolTimeoutError):

@@ -219,6 +219,11 @@ async def test_status_upsert_list_and_delete(db: MirrorsDB) -> None:
     assert main.missing_objects == 0 and main.lag_seconds is None
     assert main.last_promotion_at == promoted and main.last_checked_at == later
     assert main.last_error == "x\\0y"
+    long_tag = "t" * 512
+    await db.upsert_status(MirrorStatus(m.id, "tag", long_tag, last_error="e" * 10_000))
+    (stored,) = [r for r in await db.list_status(m.id) if r.branch == long_tag]
+    assert stored.last_error == "e" * 4000
+    assert await db.delete_status(m.id, "tag", long_tag) is True
     assert await db.delete_status(m.id, "tag", "v1") is True
     assert await db.delete_status(m.id, "tag", "v1") is False
     assert [r.branch for r in await db.list_status(m.id)] == ["main"]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import inspect
 import uuid
 from collections.abc import AsyncIterator, Callable
 from datetime import UTC, datetime, timedelta
@@ -87,8 +88,8 @@ class HookedKV:
     async def _run(self, hooks: list[Hook], op: str, p: bytes, k: bytes) -> None:
         for hook in list(hooks):
             result = hook(op, p, k)
-            if hasattr(result, "__await__"):
-                await result  # type: ignore[misc]
+            if inspect.isawaitable(result):
+                await result
 
     async def get(self, partition: bytes, key: bytes) -> bytes:
         await self._run(self.before, "get", partition, key)

@@ -5,11 +5,14 @@ Memory KV + memory block stores, a unique repository (and namespace) per test.
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
+
 import pytest
 
 from lakefs_core.errors import (
     BadInputError,
     ConflictError,
+    NoChangesError,
     NotFoundError,
     ReadOnlyError,
 )
@@ -208,31 +211,37 @@ async def test_read_only_repository_refuses_writes_unless_forced(g: Graveler) ->
     repo_id = unique()
     await g.create_repository(repo_id, mem_namespace(), read_only=True)
     objects = Objects(g)
-    blocked = [
+    Op = Callable[[bool], Awaitable[object]]
+    creating: list[Op] = [
         lambda f: g.set_entry(repo_id, "main", record("k"), force=f),
-        lambda f: g.commit(repo_id, "main", committer="t", message="m", allow_empty=True, force=f),
+        lambda f: g.commit(repo_id, "main", committer="t", message="m", force=f),
         lambda f: g.create_branch(repo_id, "dev", "main", force=f),
         lambda f: g.create_tag(repo_id, "v1", "main", force=f),
         lambda f: g.reset_branch(repo_id, "main", force=f),
         lambda f: objects.upload(repo_id, "main", "obj", b"x", force=f),
     ]
-    for op in blocked:
-        with pytest.raises(ReadOnlyError):
-            await op(False)
-    for op in blocked:
-        await op(True)
-    for op in (
+    removing: list[Op] = [
         lambda f: g.delete_branch(repo_id, "dev", force=f),
         lambda f: g.delete_tag(repo_id, "v1", force=f),
         lambda f: g.delete_entry(repo_id, "main", b"obj", force=f),
         lambda f: objects.delete(repo_id, "main", "k", force=f),
-        lambda f: g.merge(repo_id, "main", "main", committer="t", force=f),
+        lambda f: g.commit(repo_id, "main", committer="t", message="deletions", force=f),
         lambda f: g.revert(repo_id, "main", "main", committer="t", force=f),
-    ):
-        with pytest.raises(ReadOnlyError):
-            await op(False)
-    # Reads are fine.
-    assert (await g.get_entry(repo_id, "main", b"k")).key == b"k"
+    ]
+    for ops in (creating, removing):
+        for op in ops:
+            with pytest.raises(ReadOnlyError):
+                await op(False)
+        for op in ops:
+            await op(True)
+    with pytest.raises(ReadOnlyError):
+        await g.merge(repo_id, "main~1", "main", committer="t")
+    with pytest.raises(NoChangesError):  # past the read-only check
+        await g.merge(repo_id, "main~1", "main", committer="t", force=True)
+    # Reads are fine; the forced writes took effect.
+    assert (await g.get_entry(repo_id, "main", b"k")).key == b"k"  # restored by the revert
+    assert [b.id async for b in g.list_branches(repo_id)] == ["main"]
+    assert (await g.repository(repo_id)).read_only
 
 
 async def test_set_read_only_toggles(g: Graveler, repo: str) -> None:

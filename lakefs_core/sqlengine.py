@@ -1,0 +1,111 @@
+"""One way to open SQLAlchemy async engines on SQLite (aiosqlite) or PostgreSQL (asyncpg).
+
+Used by the SQL KV driver and by the mirrors database. SQLite gets WAL journalling and a busy
+timeout on every connection, so several processes can share one file; PostgreSQL gets a bounded,
+recycled pool. URLs are never echoed in errors (they may carry a password).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import event
+from sqlalchemy.engine import URL, make_url
+from sqlalchemy.exc import ArgumentError, DBAPIError
+from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
+
+from lakefs_core.errors import UnreachableError
+
+SQLITE_DRIVERS = frozenset({"sqlite", "sqlite+aiosqlite"})
+PG_DRIVERS = frozenset({"postgresql", "postgres", "postgresql+asyncpg", "postgres+asyncpg"})
+
+
+def normalize_sql_url(url: str) -> URL:
+    """Parse ``url`` and point it at the async driver. Raises :class:`ValueError` (no URL in it)."""
+    try:
+        parsed = make_url(url)
+    except (ArgumentError, ValueError):
+        # ``from None``: a mis-split URL can put part of a password into the parser's message.
+        raise ValueError("not a valid SQL database URL") from None
+    driver = parsed.drivername.lower()
+    if driver in SQLITE_DRIVERS:
+        database = parsed.database or ""
+        if database in ("", ":memory:") or database.startswith("file::memory:"):
+            raise ValueError("in-memory SQLite cannot be shared between pooled connections; use a file")
+        return parsed.set(drivername="sqlite+aiosqlite")
+    if driver in PG_DRIVERS:
+        return parsed.set(drivername="postgresql+asyncpg")
+    raise ValueError(
+        "unsupported SQL URL scheme (use sqlite:///path, sqlite+aiosqlite:///path, "
+        "postgresql://... or postgresql+asyncpg://...)"
+    )
+
+
+def create_sql_engine(
+    url: URL,
+    *,
+    busy_timeout: float = 30.0,
+    connect_timeout: float = 10.0,
+    pool_size: int = 5,
+    max_overflow: int = 5,
+    sqlite_pragmas: Sequence[str] = (),
+) -> AsyncEngine:
+    """An engine for a normalised ``url``; SQLite's parent directory is created if needed."""
+    kwargs: dict[str, Any] = {"hide_parameters": True, "pool_pre_ping": True}
+    if url.drivername.startswith("sqlite"):
+        db_path = Path(url.database or "")
+        try:
+            db_path.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            what = f"cannot create the directory of SQLite database {db_path}"
+            raise UnreachableError(f"{what}: {e.strerror}") from e
+        # sqlite3's own "timeout" is the busy timeout too; keep it in line with the PRAGMA.
+        kwargs["connect_args"] = {"timeout": busy_timeout}
+    else:
+        kwargs.update(
+            pool_size=pool_size,
+            max_overflow=max_overflow,
+            pool_recycle=1800,
+            pool_timeout=30,
+            connect_args={"timeout": connect_timeout},
+        )
+    engine = create_async_engine(url, **kwargs)
+    if engine.dialect.name == "sqlite":
+        pragmas = [f"PRAGMA busy_timeout = {max(0, int(busy_timeout * 1000))}", "PRAGMA journal_mode = WAL"]
+        pragmas += [f"PRAGMA {p}" for p in sqlite_pragmas]
+
+        @event.listens_for(engine.sync_engine, "connect")
+        def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
+            cursor = dbapi_connection.cursor()
+            try:
+                for pragma in pragmas:
+                    cursor.execute(pragma)
+            finally:
+                cursor.close()
+
+    return engine
+
+
+def sqlstate(e: BaseException) -> str | None:
+    """The SQLSTATE of a database error (through SQLAlchemy's and the driver's wrappers), if any."""
+    seen: BaseException | None = e
+    for _ in range(4):
+        if seen is None:
+            break
+        state = getattr(seen, "sqlstate", None) or getattr(seen, "pgcode", None)
+        if isinstance(state, str):
+            return state
+        seen = getattr(seen, "orig", None) or seen.__cause__
+    return None
+
+
+def db_reason(e: BaseException) -> str:
+    """A short description of a database error naming the driver's exception class."""
+    inner: BaseException = e.orig if isinstance(e, DBAPIError) and e.orig is not None else e
+    # SQLAlchemy's asyncpg adapter wraps the driver's exception; name the driver's class.
+    if inner.__cause__ is not None and type(inner).__module__.startswith("sqlalchemy"):
+        inner = inner.__cause__
+    text = str(inner).strip() or type(inner).__name__
+    return f"{type(inner).__name__}: {text}"[:500]
