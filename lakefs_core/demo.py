@@ -46,8 +46,8 @@ async def tour(root: Path) -> None:
         say("upload 5 objects to main and commit")
         for day in range(1, 6):
             body = f"day,visits\n2026-01-0{day},{day * 100}\n".encode()
-            path = f"events/day={day}/part-0.csv"
-            await objects.upload("demo-repo", "main", path, body, content_type="text/csv")
+            key = f"events/day={day}/part-0.csv"
+            await objects.upload("demo-repo", "main", key, body, content_type="text/csv")
         first = await g.commit("demo-repo", "main", committer="demo", message="Load five days of events")
         print(f"  commit {first.id[:16]}  metarange {first.metarange_id[:16]}")
 

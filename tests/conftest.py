@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.moto import ACCESS_KEY, SECRET_KEY, MotoRegions, MotoServer
 from tests.support.env import skip_or_fail
+from tests.support.moto import ACCESS_KEY, SECRET_KEY, MotoRegions, MotoServer
 from tests.support.pg import PgDatabase, create_database, drop_database, unreachable_reason
 
 REPO_ROOT = Path(__file__).resolve().parents[1]

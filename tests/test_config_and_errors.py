@@ -24,7 +24,7 @@ class Region(StrictModel):
 class Conf(StrictModel):
     region: str
     api: Api = Api()
-    regions: list[Region] = []
+    regions: tuple[Region, ...] = ()
     debug: bool = False
 
 

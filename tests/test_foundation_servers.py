@@ -72,9 +72,8 @@ async def test_dynamodb_conditional_put(moto: Callable[[str], MotoServer]) -> No
                 TableName="kvstore", Item={**item, "ItemValue": {"B": b"v2"}}, ConditionExpression=cond
             )
         assert info.value.response["Error"]["Code"] == "ConditionalCheckFailedException"
-        got = await ddb.get_item(
-            TableName="kvstore", Key={"PartitionKey": {"B": b"p"}, "ItemKey": {"B": b"k"}}, ConsistentRead=True
-        )
+        key = {"PartitionKey": {"B": b"p"}, "ItemKey": {"B": b"k"}}
+        got = await ddb.get_item(TableName="kvstore", Key=key, ConsistentRead=True)
     assert got["Item"]["ItemValue"]["B"] == b"v1"
 
 

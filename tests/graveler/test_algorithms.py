@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import itertools
 from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
@@ -96,7 +97,7 @@ def test_apply_equals_model(base: Model, changes: dict[bytes, bytes | None]) -> 
                 assert await new.get(k) is None
         # Ranges partition the key space in order, and their counts add up.
         spans = [(r.min_key, r.max_key) for r in new.ranges]
-        assert all(a[1] < b[0] for a, b in zip(spans, spans[1:], strict=False))
+        assert all(a[1] < b[0] for a, b in itertools.pairwise(spans))
         assert sum(r.count for r in new.ranges) == len(expected)
 
     run(body)

@@ -66,7 +66,8 @@ class MotoServer:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
-                raise RuntimeError(f"moto_server for {self.region} exited: {self.log_path.read_text()[-2000:]}")
+                tail = self.log_path.read_text()[-2000:]
+                raise RuntimeError(f"moto_server for {self.region} exited: {tail}")
             try:
                 with urllib.request.urlopen(f"{self.endpoint}/moto-api/", timeout=1):
                     return
