@@ -177,10 +177,11 @@ async def replicate_mem(p: Pair, withhold: frozenset[str] = frozenset()) -> int:
     src = await p.src.stores.namespace_store(p.src_ns)
     dst = await p.dst.stores.namespace_store(p.dst_ns)
     copied = 0
-    async for item in src.list(p.src_ns.prefix + "/"):
+    root = f"{p.src_ns.prefix}/" if p.src_ns.prefix else ""  # the store may be rooted at the namespace
+    async for item in src.list(root):
         if not isinstance(item, ObjectInfo):
             continue
-        rel = item.key[len(p.src_ns.prefix) + 1 :]
+        rel = item.key[len(root) :]
         if rel in withhold or await dst.exists(p.dst_ns.key(rel)):
             continue
         await copy_object(src, item.key, dst, p.dst_ns.key(rel))
@@ -201,8 +202,12 @@ async def bench_latency(args: argparse.Namespace, tmp: Path) -> None:
         # Seed: a first commit, fully mirrored, so every repetition is an incremental one.
         head, _ = await p.commit(args.commit_objects, "seed")
         await replicate_mem(p)
-        while await p.mirror_head() != head:
+        for _ in range(10):
+            if await p.mirror_head() == head:
+                break
             await p.engine.step()
+        else:
+            raise SystemExit("the seed commit was not mirrored in 10 passes")
 
         passes = 0
         promoted_at: list[float] = []

@@ -53,7 +53,7 @@ def create_sql_engine(
     sqlite_pragmas: Sequence[str] = (),
 ) -> AsyncEngine:
     """An engine for a normalised ``url``; SQLite's parent directory is created if needed."""
-    kwargs: dict[str, Any] = {"hide_parameters": True, "pool_pre_ping": True}
+    kwargs: dict[str, Any] = {"hide_parameters": True, "pool_size": pool_size, "max_overflow": max_overflow}
     if url.drivername.startswith("sqlite"):
         db_path = Path(url.database or "")
         try:
@@ -61,12 +61,13 @@ def create_sql_engine(
         except OSError as e:
             what = f"cannot create the directory of SQLite database {db_path}"
             raise UnreachableError(f"{what}: {e.strerror}") from e
-        # sqlite3's own "timeout" is the busy timeout too; keep it in line with the PRAGMA.
+        # sqlite3's own "timeout" is the busy timeout too; keep it in line with the PRAGMA. A local
+        # file never goes stale, so no per-checkout ping (it costs a round trip per operation).
         kwargs["connect_args"] = {"timeout": busy_timeout}
+        kwargs["pool_timeout"] = max(30.0, busy_timeout)
     else:
         kwargs.update(
-            pool_size=pool_size,
-            max_overflow=max_overflow,
+            pool_pre_ping=True,
             pool_recycle=1800,
             pool_timeout=30,
             connect_args={"timeout": connect_timeout},

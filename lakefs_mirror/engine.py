@@ -8,9 +8,12 @@ For every mirror whose destination is this region (and that is not paused):
    records the mirror lacks, verbatim (``CommitData`` bytes, so ids match), after recomputing each
    id and refusing a mismatch. Missing commits are written oldest first (by generation), so a
    commit present in the mirror always has its ancestors present too, even after a crash;
-3. validate the *newest* source head only (intermediate commits are skipped, which bounds lag when
+3. validate the *newest* source head (intermediate commits are skipped, which bounds lag when
    commits outpace replication): metarange, ranges and data objects must all be present and the
-   tables readable in the mirror's namespace (:mod:`lakefs_mirror.validate`);
+   tables readable in the mirror's namespace (:mod:`lakefs_mirror.validate`). If the newest head is
+   still incomplete, the candidate recorded by an earlier pass (an ancestor of the head) is checked
+   too and promoted when complete, so a source that commits faster than replication completes any
+   single commit cannot starve the mirror (the candidate sticks until it arrives, as in lakeFS);
 4. promote with a compare-and-swap on the mirror branch, only to a commit that descends from the
    current mirror head (or anywhere after an explicit resync). A branch never points at an
    unvalidated commit: promotion is a single CAS after validation, so a crash at any point leaves
@@ -66,6 +69,7 @@ class BranchReport:
     promoted: bool = False
     complete: bool = False
     error: str | None = None
+    candidate: str | None = None  # the commit awaiting promotion (None when up to date)
 
 
 @dataclass
@@ -86,6 +90,7 @@ class _Ctx:
     src_repo: Repository
     dst_repo: Repository
     resync: bool
+    candidates: dict[tuple[str, str], str | None] = field(default_factory=dict)
 
 
 def utcnow() -> datetime:
@@ -115,7 +120,13 @@ class MirrorEngine:
         self.settings = settings or EngineSettings()
         self.holder = holder or f"{uuid.uuid4().hex[:12]}"
         self.clock = clock
-        self._missing_since: dict[tuple[str, str], float] = {}
+        # Active mode, per (mirror, ref): the candidate metarange being healed and since when it has
+        # been incomplete, and since when each of its keys has been seen missing (only keys still
+        # missing are kept, so keys that replication delivered do not accumulate).
+        # Active-mode heal bookkeeping per (mirror, branch or tag, candidate metarange): when the
+        # candidate was first found incomplete, and when each missing key was first seen missing.
+        self._missing_since: dict[tuple[str, str, str], tuple[float, dict[str, float]]] = {}
+        self._heal_slots: dict[tuple[str, str], list[str]] = {}
         self._seen_hits = 0
         self._seen_misses = 0
 
@@ -180,6 +191,7 @@ class MirrorEngine:
 
     async def _sync_mirror(self, mirror: MirrorRecord, report: PassReport) -> None:
         ctx = await self._context(mirror)
+        ctx.candidates = {(s.kind, s.branch): s.candidate for s in await self.db.list_status(mirror.id)}
         source_branches = [
             b async for b in ctx.src.refs.list_branches(ctx.src_repo) if self._wanted(mirror, b.id)
         ]
@@ -226,15 +238,44 @@ class MirrorEngine:
                 out.complete = True
             else:
                 result = await self._validate(ctx, head, label=name)
-                out.complete = result.complete
-                if result.complete and await self._promote(ctx, kind, name, head, mirror_head):
-                    out.promoted, out.mirror_head = True, head.id
-                    report.promotions += 1
+                out.complete, out.candidate = result.complete, head.id
+                if result.complete:
+                    if await self._promote(ctx, kind, name, head, mirror_head):
+                        out.promoted, out.mirror_head = True, head.id
+                        report.promotions += 1
+                else:
+                    older = await self._try_previous_candidate(ctx, kind, name, head, out=out, report=report)
+                    result = older or result
         except LakeFSError as e:
             out.error = str(e)
             report.errors.append(f"{kind} {name}: {e}")
         await self._record_status(ctx, out, result)
         return out
+
+    async def _try_previous_candidate(
+        self, ctx: _Ctx, kind: StatusKind, name: str, head: Commit, *, out: BranchReport, report: PassReport
+    ) -> ValidationResult | None:
+        """The newest head is incomplete: promote the earlier candidate if it has fully arrived.
+
+        Returns the earlier candidate's validation when it stays the candidate (still incomplete),
+        so the status reports what that commit still misses.
+        """
+        previous = ctx.candidates.get((kind, name))
+        if previous is None or previous in (head.id, out.mirror_head):
+            return None
+        if not await ctx.dst.refs.has_commit(ctx.dst_repo, previous):
+            return None
+        if not await self._is_descendant(ctx, head, previous):
+            return None  # the source moved elsewhere: the old candidate is no longer on its way
+        older = await ctx.dst.refs.get_commit(ctx.dst_repo, previous)
+        result = await self._validate(ctx, older, label=name)
+        if not result.complete:
+            out.candidate = previous  # sticky until it arrives
+            return result
+        if await self._promote(ctx, kind, name, older, out.mirror_head):
+            out.promoted, out.mirror_head = True, older.id
+            report.promotions += 1
+        return None
 
     async def _mirror_head(self, ctx: _Ctx, kind: str, name: str) -> str | None:
         try:
@@ -300,10 +341,17 @@ class MirrorEngine:
         dst_store = await ctx.dst.stores.namespace_store(dst_ns)
         keys = [(src_ns.table_key(t), dst_ns.table_key(t)) for t in result.missing_tables()]
         keys += [(src_ns.key(a), dst_ns.key(a)) for a in result.missing_objects]
+        # A key's grace runs from when it was first seen missing or, if earlier, from when this
+        # candidate was first found incomplete: objects below a missing range (or metarange) cannot
+        # be seen before it arrives, yet replication has had the whole time to deliver them.
+        slot = (ctx.mirror.id, label, result.metarange_id)
+        candidate_since, seen = self._missing_since.get(slot, (now, {}))
+        seen = {dst_key: seen.get(dst_key, now) for _, dst_key in keys}
+        self._missing_since[slot] = (candidate_since, seen)
+        self._keep_recent_slots(ctx.mirror.id, label, result.metarange_id)
         copied = 0
         for src_key, dst_key in keys[: self.settings.active_copy_limit]:
-            since = self._missing_since.setdefault((ctx.mirror.id, dst_key), now)
-            if now - since < grace:
+            if now - min(seen[dst_key], candidate_since) < grace:
                 continue
             try:
                 info = await copy_object(src_store, src_key, dst_store, dst_key, if_none_match=True)
@@ -315,9 +363,18 @@ class MirrorEngine:
             else:
                 self.metrics.copy_bytes.labels(ctx.mirror.id).inc(info.size)
             self.presence.forget_negative(dst_ns.uri, dst_key)
-            self._missing_since.pop((ctx.mirror.id, dst_key), None)
+            seen.pop(dst_key, None)
             copied += 1
         return copied
+
+    def _keep_recent_slots(self, mirror_id: str, label: str, metarange_id: str, keep: int = 2) -> None:
+        """Bound the heal bookkeeping: the newest head and the sticky candidate, per branch."""
+        recent = self._heal_slots.setdefault((mirror_id, label), [])
+        if metarange_id in recent:
+            recent.remove(metarange_id)
+        recent.append(metarange_id)
+        while len(recent) > keep:
+            self._missing_since.pop((mirror_id, label, recent.pop(0)), None)
 
     async def _is_descendant(self, ctx: _Ctx, head: Commit, ancestor_id: str) -> bool:
         ancestor = await ctx.dst.refs.get_commit(ctx.dst_repo, ancestor_id)
@@ -393,7 +450,7 @@ class MirrorEngine:
                 branch=out.name,
                 source_head=out.source_head,
                 mirror_head=out.mirror_head,
-                candidate=None if out.complete and out.mirror_head == out.source_head else out.source_head,
+                candidate=None if out.mirror_head == out.source_head else (out.candidate or out.source_head),
                 missing_objects=missing_objects,
                 missing_ranges=missing_ranges,
                 external_objects=result.external_object_count if result else 0,

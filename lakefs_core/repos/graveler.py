@@ -18,6 +18,7 @@ Commits, merges and reverts live in :mod:`.committing`; object bytes in :mod:`.o
 
 from __future__ import annotations
 
+import time
 import uuid
 from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass, field, replace
@@ -67,6 +68,10 @@ class GravelerSettings:
     backoff_max: float = 0.5
     cleanup_grace_seconds: float = 30.0
     split_policy: SplitPolicy = field(default_factory=SplitPolicy)
+    # Staged writes reuse the repository record and the live staging token seen within this many
+    # seconds (the writer protocol's re-read catches a stale token; see ``set_entry``). A read-only
+    # flag set by another process therefore reaches this process's writers within this delay.
+    write_cache_seconds: float = 1.0
 
 
 @dataclass(frozen=True)
@@ -104,6 +109,8 @@ class Graveler:
         self.clock = clock
         self.refs = RefStore(kv)
         self.staging = StagingArea(kv)
+        self._write_repos: dict[str, tuple[float, Repository]] = {}
+        self._live_tokens: dict[tuple[bytes, str], tuple[float, str]] = {}
 
     # -- repositories -----------------------------------------------------------------------------
 
@@ -135,10 +142,15 @@ class Graveler:
             raise ConflictError(f"repository {repo_id!r} already exists{state}")
         store = await self.stores.namespace_store(ns)
         if claim_namespace:
+            # The marker names its repository, so a creation that crashed after claiming the
+            # namespace can be retried under the same id; any other id is refused.
+            marker = f"lakefs-open repository {repo_id}\n".encode()
             try:
-                await store.put(ns.dummy_key(), b"", if_none_match=True)
+                await store.put(ns.dummy_key(), marker, if_none_match=True)
             except PreconditionFailedError as e:
-                raise ConflictError(f"storage namespace {ns.uri} is already in use by a repository") from e
+                if await store.get(ns.dummy_key()) != marker:
+                    msg = f"storage namespace {ns.uri} is already in use by a repository"
+                    raise ConflictError(msg) from e
         now = self.clock()
         repo = Repository(repo_id, ns.uri, default_branch, now, uuid.uuid4().hex, read_only=read_only)
         first = initial_commit or Commit.create(
@@ -164,10 +176,12 @@ class Graveler:
                     repo, raw = await self.refs.get_repository_raw(repo_id)
                     updated = replace(repo, read_only=read_only)
                     await self.refs.update_repository(updated, raw)
+        self._write_repos.pop(repo_id, None)
         return updated
 
     async def delete_repository(self, repo_id: str) -> None:
         """Mark the repository as being deleted, drop its staging and records, then its record."""
+        self._write_repos.pop(repo_id, None)
         repo, raw = await self.refs.get_repository_raw(repo_id)
         if not repo.in_deletion:
             marked = replace(repo, in_deletion=True)
@@ -307,22 +321,55 @@ class Graveler:
             raise NotFoundError(f"object {key.decode(errors='replace')!r} not found in {ref!r}")
         return found
 
+    async def _repository_for_write(self, repo_id: str) -> Repository:
+        now = time.monotonic()
+        hit = self._write_repos.get(repo_id)
+        if hit is not None and now - hit[0] < self.settings.write_cache_seconds:
+            return hit[1]
+        repo = await self.repository(repo_id)
+        self._write_repos[repo_id] = (now, repo)
+        return repo
+
     async def set_entry(
         self, repo_id: str, branch_id: str, record: ValueRecord, *, force: bool = False
     ) -> None:
-        """Stage ``record`` (or a tombstone) on the branch, surviving concurrent token rotations."""
+        """Stage ``record`` (or a tombstone) on the branch, surviving concurrent token rotations.
+
+        Write to the live token, then re-read the branch: if a commit sealed the token meanwhile,
+        write again to the new live token (writes are idempotent by identity). A token seen live
+        less than ``write_cache_seconds`` ago may be written without reading the branch first: it
+        cannot have been dropped yet (drops wait ``cleanup_grace_seconds``), and the re-read still
+        catches a rotation. Costs two KV operations per write in the common case.
+        """
         if not record.key:
             raise BadInputError("must not be empty", field="path")
-        repo = await self.repository(repo_id)
+        repo = await self._repository_for_write(repo_id)
         self.writable(repo, force)
-        branch, _ = await self.refs.get_branch(repo, branch_id)
+        slot = (repo.partition, branch_id)
+        now = time.monotonic()
+        cached = self._live_tokens.get(slot)
+        if cached is not None and now - cached[0] < min(self.settings.write_cache_seconds,
+                                                        self.settings.cleanup_grace_seconds / 2):
+            token = cached[1]
+        else:
+            token = (await self._branch_for_write(repo, branch_id)).staging_token
         for _ in range(self.settings.write_attempts):
-            await self.staging.set(branch.staging_token, record)
-            again, _ = await self.refs.get_branch(repo, branch_id)
-            if again.staging_token == branch.staging_token:
+            await self.staging.set(token, record)
+            again = await self._branch_for_write(repo, branch_id)
+            if again.staging_token == token:
+                self._live_tokens[slot] = (time.monotonic(), token)
                 return
-            branch = again  # a commit sealed the token we wrote to: write again to the live one
+            token = again.staging_token  # a commit sealed the token we wrote to: write again
         raise TooManyRetriesError(f"branch {branch_id!r}: staging token kept rotating during a write")
+
+    async def _branch_for_write(self, repo: Repository, branch_id: str) -> Branch:
+        try:
+            return (await self.refs.get_branch(repo, branch_id))[0]
+        except NotFoundError:
+            # The repository may have been deleted or re-created: forget what was cached for it.
+            self._write_repos.pop(repo.id, None)
+            self._live_tokens.pop((repo.partition, branch_id), None)
+            raise
 
     async def delete_entry(self, repo_id: str, branch_id: str, key: bytes, *, force: bool = False) -> None:
         await self.get_entry(repo_id, branch_id, key)  # NotFoundError for a missing object

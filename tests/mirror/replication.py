@@ -66,7 +66,15 @@ class ReplicationStats:
     dropped: int = 0
     released: int = 0
     copy_errors: int = 0
-    lags: list[float] = field(default_factory=list)  # discovery -> delivery, seconds
+    lags: list[float] = field(default_factory=list, repr=False)  # discovery -> delivery, seconds
+
+    @property
+    def max_lag(self) -> float:
+        return max(self.lags, default=0.0)
+
+    @property
+    def mean_lag(self) -> float:
+        return sum(self.lags) / len(self.lags) if self.lags else 0.0
 
 
 class ReplicationSimulator:
@@ -189,13 +197,13 @@ class ReplicationSimulator:
         """Keys scheduled for delivery and not delivered yet (dropped keys excluded)."""
         return len(self._pending)
 
-    async def wait_idle(self, timeout: float = 30.0) -> None:
+    async def wait_idle(self, within: float = 30.0) -> None:
         """Scan, then wait until every discovered key not dropped has been delivered.
 
-        Raises :class:`TimeoutError` after ``timeout`` seconds, or at once if deliveries are paused and
+        Raises :class:`TimeoutError` after ``within`` seconds, or at once if deliveries are paused and
         some are pending.
         """
-        deadline = time.monotonic() + timeout
+        deadline = time.monotonic() + within
         while True:
             await self.scan()
             if not self._pending:
@@ -203,7 +211,7 @@ class ReplicationSimulator:
             if not self._running.is_set():
                 raise TimeoutError(f"{len(self._pending)} deliveries pending while paused")
             if time.monotonic() > deadline:
-                raise TimeoutError(f"{len(self._pending)} deliveries still pending after {timeout} s")
+                raise TimeoutError(f"{len(self._pending)} deliveries still pending after {within} s")
             await asyncio.sleep(0.05)
 
     # -- work -------------------------------------------------------------------------------------
@@ -302,9 +310,7 @@ async def list_namespace(store: BlockStore, prefix: str) -> dict[str, int]:
     prefix = prefix.strip("/")
     base = f"{prefix}/" if prefix else ""
     return {
-        item.key[len(base) :]: item.size
-        async for item in store.list(base)
-        if isinstance(item, ObjectInfo)
+        item.key[len(base) :]: item.size async for item in store.list(base) if isinstance(item, ObjectInfo)
     }
 
 

@@ -1,4 +1,7 @@
-"""``dashboards/lakefs-mirror.json`` stays in step with :mod:`lakefs_mirror.metrics`.
+"""``dashboards/lakefs-mirror.json`` stays in step with :mod:`lakefs_mirror.metrics`, and the deployment
+artifacts (``deploy/ecs``, ``deploy/systemd``) with the daemon's command line and configuration.
+
+Dashboard:
 
 - the file is well-formed Grafana dashboard JSON (unique panel ids, every query panel has targets on
   the ``$datasource`` variable);
@@ -9,13 +12,24 @@
 - every declared metric is shown somewhere (a new metric needs a panel);
 - with ``promtool`` installed, every expression parses as PromQL (as recording rules, Grafana's
   ``$variables`` substituted).
+
+Deployment:
+
+- the ECS task definition is a valid ``RegisterTaskDefinition`` request (botocore's ECS model), runs
+  ``lakefs-mirror run --config``, health-checks ``/_health`` on the mapped port, and its environment
+  plus secrets (placeholders) turn ``deploy/mirror-aws.yaml`` into a valid configuration listening
+  on that port;
+- the systemd unit has the settings deploy/README.md promises, and ``systemd-analyze verify``
+  accepts it when that tool is present.
 """
 
 from __future__ import annotations
 
 import json
 import re
+import shutil
 import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -23,10 +37,15 @@ from typing import Any
 import pytest
 import yaml
 
+from lakefs_mirror.config import load_mirror_config
 from lakefs_mirror.metrics import PREFIX, MirrorMetrics
 from tests.support.env import require_tool
 
-DASHBOARD = Path(__file__).resolve().parents[2] / "dashboards" / "lakefs-mirror.json"
+ROOT = Path(__file__).resolve().parents[2]
+DASHBOARD = ROOT / "dashboards" / "lakefs-mirror.json"
+ECS_TASK = ROOT / "deploy" / "ecs" / "lakefs-mirror-task.json"
+SYSTEMD_UNIT = ROOT / "deploy" / "systemd" / "lakefs-mirror.service"
+AWS_CONFIG = ROOT / "deploy" / "mirror-aws.yaml"
 TARGET_LABELS = {"job", "instance"}  # added by Prometheus at scrape time
 # Identifiers that are PromQL syntax, not metric names (when not followed by "(").
 KEYWORDS = {"and", "or", "unless", "bool", "offset", "inf", "nan", "atan2"}
@@ -168,3 +187,79 @@ def test_expressions_parse_as_promql(tmp_path: Path) -> None:
 @pytest.mark.parametrize("expr", ["lakefs_mirror_nope_total", "rate(lakefs_mirror_promotions[5m])"])
 def test_unknown_names_are_caught(expr: str) -> None:
     assert metric_names(expr) - set(exported())
+
+
+# -- deployment artifacts -------------------------------------------------------------------------------
+
+
+def test_ecs_task_definition_is_valid_and_consistent() -> None:
+    import botocore.session
+    from botocore.validate import ParamValidator
+
+    task = json.loads(ECS_TASK.read_text())
+    shape = botocore.session.get_session().get_service_model("ecs").operation_model("RegisterTaskDefinition")
+    assert shape.input_shape is not None
+    validation = ParamValidator().validate(task, shape.input_shape)
+    assert not validation.has_errors(), validation.generate_report()
+    assert task["requiresCompatibilities"] == ["FARGATE"] and task["networkMode"] == "awsvpc"
+    (container,) = task["containerDefinitions"]
+    command = container["command"]
+    assert Path(command[0]).name == "lakefs-mirror" and command[1:3] == ["run", "--config"]
+    (port,) = [m["containerPort"] for m in container["portMappings"]]
+    health = " ".join(container["healthCheck"]["command"])
+    assert f"127.0.0.1:{port}/_health" in health
+    assert 30 <= container["stopTimeout"] <= 120  # Fargate's maximum; time for the pass in flight
+    assert container["logConfiguration"]["logDriver"] == "awslogs"
+    assert all(
+        s["valueFrom"].startswith(("arn:aws:ssm:", "arn:aws:secretsmanager:")) for s in container["secrets"]
+    )
+    # Nothing secret in plain environment variables.
+    plain = {e["name"]: e["value"] for e in container["environment"]}
+    assert not [n for n in plain if re.search(r"SECRET|PASSWORD|DB_URL|TOKEN", n)]
+    # The environment and the secrets complete deploy/mirror-aws.yaml into a valid configuration.
+    placeholders = {
+        s["name"]: "postgresql://mirror:pw@db.example/mirrors" if s["name"].endswith("DB_URL") else "x" * 16
+        for s in container["secrets"]
+    }
+    config = load_mirror_config(AWS_CONFIG, {**plain, **placeholders})
+    assert config.listen_port == port and config.region in config.regions
+    assert str(config.state_dir) in {m["containerPath"] for m in container["mountPoints"]}
+
+
+def unit_settings(text: str) -> dict[str, list[str]]:
+    settings: dict[str, list[str]] = {}
+    for raw in text.splitlines():
+        line = raw.strip()
+        if line and not line.startswith(("#", ";", "[")) and "=" in line:
+            key, _, value = line.partition("=")
+            settings.setdefault(key.strip(), []).append(value.strip())
+    return settings
+
+
+def test_systemd_unit_settings(tmp_path: Path) -> None:
+    text = SYSTEMD_UNIT.read_text()
+    unit = unit_settings(text)
+    assert unit["Type"] == ["exec"]
+    assert unit["ExecStart"] == ["/opt/lakefs/.venv/bin/lakefs-mirror run --config /etc/lakefs/mirror.yaml"]
+    assert unit["Restart"] == ["always"] and unit["KillSignal"] == ["SIGTERM"]
+    assert (
+        unit["EnvironmentFile"] and unit["NoNewPrivileges"] == ["yes"] and unit["ProtectSystem"] == ["strict"]
+    )
+    state_dir = str(yaml.safe_load(AWS_CONFIG.read_text())["state_dir"])
+    assert state_dir in unit["ReadWritePaths"]
+    assert "User" in unit or unit.get("DynamicUser") == ["yes"]
+    analyze = shutil.which("systemd-analyze")
+    if analyze is None:
+        pytest.skip("systemd-analyze is not installed")
+    # verify insists that ExecStart is executable: point it at this environment's entry point.
+    exe = Path(sys.executable).with_name("lakefs-mirror")
+    local = tmp_path / SYSTEMD_UNIT.name
+    local.write_text(
+        text.replace("/opt/lakefs/.venv/bin/lakefs-mirror", str(exe if exe.exists() else sys.executable))
+    )
+    done = subprocess.run([analyze, "verify", str(local)], capture_output=True, timeout=60, check=False)
+    report = (done.stdout + done.stderr).decode(errors="replace")
+    problems = [line for line in report.splitlines() if SYSTEMD_UNIT.name in line]
+    assert not problems, report
+    if done.returncode != 0:
+        pytest.skip(f"systemd-analyze verify cannot run here: {report[-500:]}")

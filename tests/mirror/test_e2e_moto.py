@@ -103,11 +103,20 @@ def mirror_config(region: str, regions: dict[str, Any], db_path: Path, **extra: 
 
 
 async def create_bucket(server: MotoServer, bucket: str) -> None:
-    async with aioboto3.Session().client("s3", **server.client_kwargs()) as s3:
-        args: dict[str, Any] = {"Bucket": bucket}
-        if server.region != "us-east-1":
-            args["CreateBucketConfiguration"] = {"LocationConstraint": server.region}
-        await s3.create_bucket(**args)
+    async with aioboto3.Session().client(
+        "s3",
+        endpoint_url=server.endpoint,
+        region_name=server.region,
+        aws_access_key_id=ACCESS_KEY,
+        aws_secret_access_key=SECRET_KEY,
+    ) as s3:
+        if server.region == "us-east-1":
+            await s3.create_bucket(Bucket=bucket)
+        else:
+            await s3.create_bucket(
+                Bucket=bucket,
+                CreateBucketConfiguration={"LocationConstraint": server.region},  # type: ignore[typeddict-item]
+            )
 
 
 @dataclass
@@ -190,11 +199,11 @@ class World:
         until: Callable[[], Awaitable[bool]] | None = None,
         *,
         passes: int | None = None,
-        timeout: float = 20.0,
+        within: float = 20.0,
         interval: float = 0.05,
     ) -> int:
         """Run passes (checking every new head) until ``until()`` or for ``passes`` passes."""
-        deadline = time.monotonic() + timeout
+        deadline = time.monotonic() + within
         done = 0
         while True:
             report = await self.service.step()
@@ -208,7 +217,7 @@ class World:
                 return done
             if time.monotonic() > deadline:
                 status = await self.status() if self.mirror_id else None
-                raise AssertionError(f"not done after {done} passes in {timeout} s: {status}, {self.errors}")
+                raise AssertionError(f"not done after {done} passes in {within} s: {status}, {self.errors}")
             await asyncio.sleep(interval)
 
     def reached(self, commit_id: str) -> Callable[[], Awaitable[bool]]:
@@ -239,7 +248,12 @@ class World:
 
 @asynccontextmanager
 async def open_world(
-    moto: Callable[[str], MotoServer], tmp_path: Path, *, dynamo: bool, serve_api: bool = False
+    moto: Callable[[str], MotoServer],
+    tmp_path: Path,
+    *,
+    dynamo: bool,
+    serve_api: bool = False,
+    **config: Any,
 ) -> AsyncIterator[tuple[World, dict[str, Any]]]:
     a, b = moto(A), moto(B)
     await create_bucket(a, SRC_BUCKET)
@@ -263,8 +277,9 @@ async def open_world(
         registries += [src_stores, dst_stores]
         src = Graveler(kv, src_stores)
         await src.create_repository(REPO, SRC_NS)
-        config = mirror_config(B, regions, tmp_path / "mirrors.sqlite3")
-        service = await MirrorService.open(config, serve_api=serve_api)
+        service = await MirrorService.open(
+            mirror_config(B, regions, tmp_path / "mirrors.sqlite3", **config), serve_api=serve_api
+        )
         world = World(
             src,
             service,
@@ -290,7 +305,7 @@ async def test_concurrent_replication_never_exposes_an_incomplete_commit(
     """DynamoDB source KV. Phase A: commits land while replication delivers their keys in random order;
     the mirror follows, every observed head (and every promotion, at its instant) being complete in
     a LIST of the destination. Phase B: two objects of the newest commit are dropped: the mirror must
-    not promote it and reports exactly them; once they arrive it promotes."""
+    not promote it and reports two missing objects (status row and gauge); once they arrive it promotes."""
     async with open_world(moto, tmp_path, dynamo=True) as (w, _):
         await w.add_mirror()
         w.install_probe()
@@ -309,11 +324,15 @@ async def test_concurrent_replication_never_exposes_an_incomplete_commit(
                 async def caught_up() -> bool:
                     return task.done() and sim.pending == 0 and await w.mirror_head() == await w.source_head()
 
-                await w.run_engine(caught_up, timeout=40)
+                await w.run_engine(caught_up, within=40)
             finally:
                 await task  # surfaces a writer failure (and never leaves the task behind)
-            log.info("phase A: %d heads observed, %d probed, %.1f s", len(w.heads), len(w.probed),
-                     time.monotonic() - started)
+            log.info(
+                "phase A: %d heads observed, %d probed, %.1f s",
+                len(w.heads),
+                len(w.probed),
+                time.monotonic() - started,
+            )
             assert w.heads[-1] == await w.source_head()
             assert len(w.probed) == len(w.heads) - 1  # the root needs no promotion
 
@@ -341,7 +360,7 @@ async def test_concurrent_replication_never_exposes_an_incomplete_commit(
             # (2): once everything has arrived, it promotes.
             assert sim.release() == 2
             await sim.wait_idle()
-            await w.run_engine(w.reached(head), timeout=15)
+            await w.run_engine(w.reached(head), within=15)
         await w.assert_complete(head, "at the end")
         await w.assert_same_history()
         status = await w.status()
@@ -380,7 +399,7 @@ async def test_skipped_commits_do_not_block_progress(
             await sim.scan()
             assert sim.drop_keys(older) == older
             sim.resume()
-            await w.run_engine(w.reached(commits[-1]), timeout=20)
+            await w.run_engine(w.reached(commits[-1]), within=20)
         assert w.heads == [root, commits[-1]]
         assert w.probed == [commits[-1]]
         listing = await list_namespace(w.dst_store, PREFIX)
@@ -407,7 +426,9 @@ async def test_native_mode_reports_dropped_objects_and_active_mode_heals_them(
         try:
             async with aiohttp.ClientSession(headers={"Authorization": basic_auth()}) as http:
                 api = f"http://127.0.0.1:{source_api.bound_port}{API}/{REPO}/mirrors"
-                async with http.post(api, json={"name": MIRROR, "region": B, "storage_namespace": DST_NS}) as r:
+                async with http.post(
+                    api, json={"name": MIRROR, "region": B, "storage_namespace": DST_NS}
+                ) as r:
                     assert r.status == 201, await r.text()
                     w.mirror_id = (await r.json())["id"]
 
@@ -457,8 +478,10 @@ async def test_native_mode_reports_dropped_objects_and_active_mode_heals_them(
                     await sim.wait_idle()
                     await w.run_engine(passes=2)
                     row = await api_status()
-                    assert row["candidate"] == c2 and row["mirror_head"] == root
-                    assert row["missing_ranges"] >= 1, row
+                    # c2 is incomplete too; the earlier candidate c1 stays the one awaited (it is
+                    # promoted first once it arrives) and the status reports what it misses.
+                    assert row["candidate"] == c1 and row["mirror_head"] == root
+                    assert row["missing_objects"] == 3 and row["missing_ranges"] == 0, row
                     assert await w.mirror_head() == root
                     listing = await list_namespace(w.dst_store, PREFIX)
                     assert set(missing_keys(required, listing)) == lost
@@ -467,7 +490,7 @@ async def test_native_mode_reports_dropped_objects_and_active_mode_heals_them(
                     async with http.patch(f"{api}/{w.mirror_id}", json={"mode": "active"}) as r:
                         assert r.status == 200, await r.text()
                         assert (await r.json())["mode"] == "active"
-                    await w.run_engine(w.reached(c2), timeout=15)
+                    await w.run_engine(w.reached(c2), within=15)
                 listing = await list_namespace(w.dst_store, PREFIX)
                 assert not missing_keys(required, listing) and lost <= set(listing)
                 row = await api_status()
@@ -482,3 +505,26 @@ async def test_native_mode_reports_dropped_objects_and_active_mode_heals_them(
                 assert w.errors == []
         finally:
             await source_api.close()
+
+
+async def test_active_mode_grace_runs_from_when_the_candidate_was_first_incomplete(
+    moto: Callable[[str], MotoServer], tmp_path: Path
+) -> None:
+    """No replication at all (active mode is for stores without it): nothing of the commit is in the
+    destination, so the metarange, the ranges below it and the objects below those are discovered
+    one level per round. Their grace runs from when the CANDIDATE was first found incomplete, not
+    from when each key was first seen: the mirror promotes one grace period after that, not three
+    (regression: each level used to wait a grace period of its own)."""
+    grace = 1.5
+    async with open_world(moto, tmp_path, dynamo=False, active_copy_grace_seconds=grace) as (w, _):
+        await w.add_mirror(mode="active")
+        await w.run_engine(passes=1)
+        head = await w.write_commit(8, "g")
+        w.install_probe()
+        started = time.monotonic()
+        await w.run_engine(w.reached(head), within=4 * grace)
+        elapsed = time.monotonic() - started
+        log.info("promoted %.2f s after the commit (grace %.1f s)", elapsed, grace)
+        assert grace <= elapsed < 2 * grace, elapsed
+        await w.assert_complete(head, "at the end")
+        assert w.errors == []

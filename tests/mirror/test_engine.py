@@ -233,3 +233,24 @@ async def test_negative_cooldown_delays_rechecks(world: World) -> None:
     clock[0] += 61
     assert (await engine.step()).promotions == 1
     assert await mirror_head(w) == head
+
+
+async def test_a_recorded_candidate_is_promoted_while_newer_heads_keep_arriving(world: World) -> None:
+    """Commits outpacing replication: the newest head is never complete, yet the mirror advances."""
+    w = world
+    await add_mirror(w)
+    engine = w.engine()
+    first = await write_commit(w.src, 4, "c0")
+    assert (await engine.step()).promotions == 0  # records c0 as the candidate
+    heads = [first]
+    for n in range(1, 4):
+        await w.replicate(1.0)  # everything so far arrives...
+        heads.append(await write_commit(w.src, 4, f"c{n}"))  # ...but a newer commit lands meanwhile
+        report = await engine.step()
+        assert report.promotions == 1, report
+        # The mirror advanced to the candidate of the previous pass, never to an incomplete head.
+        assert await mirror_head(w) == heads[n - 1]
+        await w.assert_mirror_heads_complete()
+    await w.replicate(1.0)
+    assert (await engine.step()).promotions == 1
+    assert await mirror_head(w) == heads[-1]

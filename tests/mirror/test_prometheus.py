@@ -10,10 +10,12 @@ per-mirror/branch series exist. Then:
 (b) a real ``prometheus`` server (own temporary config, TSDB and free port, never the system
     service) scrapes both daemons every second; its HTTP API must report ``up == 1`` for both
     targets, ``lakefs_mirror_promotions_total > 0`` and the ``lakefs_mirror_freshness_lag_seconds``
-    series of the mirror branch. Prometheus is then stopped with SIGTERM and must exit 0.
+    series of the mirror branch, and every query of ``dashboards/lakefs-mirror.json`` (Grafana
+    variables set to "all") must evaluate and return data. Prometheus is then stopped with SIGTERM
+    and must exit 0.
 
 Every process is started in its own session and killed in ``finally``; the whole test takes about
-10 s (bounded by the deadlines below).
+12 s (bounded by ``DEADLINE``).
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ import asyncio
 import base64
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -30,6 +33,7 @@ import urllib.error
 import urllib.parse
 import urllib.request
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -40,7 +44,8 @@ from lakefs_mirror.demo import API, KEY, SECRET, free_port, workload, write_conf
 from tests.support.env import require_tool
 
 T = TypeVar("T")
-DEADLINE = 25.0  # seconds for the whole scenario (each wait gets what is left)
+DASHBOARD = Path(__file__).resolve().parents[2] / "dashboards" / "lakefs-mirror.json"
+DEADLINE = 30.0  # seconds for the whole scenario (each wait gets what is left)
 JOB = "lakefs-mirror"
 
 
@@ -60,6 +65,11 @@ def http(
     except urllib.error.HTTPError as e:
         with e:
             return int(e.code), e.read()
+
+
+def answers(url: str) -> bool | None:
+    """True once ``url`` answers 200 (None before)."""
+    return True if http("GET", url)[0] == 200 else None
 
 
 def wait_for(
@@ -108,6 +118,18 @@ def metric_samples(text: str) -> dict[str, list[tuple[dict[str, str], float]]]:
     return out
 
 
+def dashboard_queries() -> list[str]:
+    """The PromQL of every panel of the Grafana dashboard, its variables set to "everything"."""
+    dashboard = json.loads(DASHBOARD.read_text())
+    todo, exprs = list(dashboard["panels"]), []
+    while todo:
+        panel = todo.pop(0)
+        todo.extend(panel.get("panels", []))
+        exprs += [t["expr"] for t in panel.get("targets", [])]
+    values = {"$__rate_interval": "15s", "$mirror": ".*"}
+    return [re.sub(r"\$\w+", lambda m: values[m.group(0)], expr) for expr in exprs]
+
+
 def tail(path: Path, lines: int = 20) -> str:
     if not path.exists():
         return f"({path.name}: no log)"
@@ -130,12 +152,8 @@ def test_metrics_pass_promtool_and_a_real_prometheus_scrapes_them(tmp_path: Path
             cmd = [sys.executable, "-m", "lakefs_mirror", "run", "--config", str(path)]
             start(cmd, root / f"daemon-{name}.log", procs)
         for port in (src_port, dst_port):
-            wait_for(
-                f"daemon on port {port} to be healthy",
-                lambda port=port: True if http("GET", f"http://127.0.0.1:{port}/_health")[0] == 200 else None,
-                until,
-                procs,
-            )
+            health = f"http://127.0.0.1:{port}/_health"
+            wait_for(f"daemon on port {port} to be healthy", partial(answers, health), until, procs)
 
         # A mirror in active mode (local directories have no replication), then a small workload.
         mirrors = f"http://127.0.0.1:{src_port}{API}/origin/mirrors"
@@ -175,12 +193,17 @@ def test_metrics_pass_promtool_and_a_real_prometheus_scrapes_them(tmp_path: Path
         assert samples["lakefs_mirror_commits_copied_total"][0][1] >= 1
         assert any(n.startswith("lakefs_mirror_validation_duration_seconds") for n in samples)
 
-        # (a) promtool lints the exposition: exit 0, nothing printed.
-        lint = subprocess.run(
-            [promtool, "check", "metrics"], input=text.encode(), capture_output=True, timeout=30, check=False
-        )
-        printed = (lint.stdout + lint.stderr).decode(errors="replace").strip()
-        assert lint.returncode == 0 and not printed, f"promtool check metrics ({lint.returncode}):\n{printed}"
+        # (a) promtool lints both daemons' expositions: exit 0, nothing printed.
+        status, source_text = http("GET", f"http://127.0.0.1:{src_port}/metrics")
+        assert status == 200
+        for exposition in (text.encode(), source_text):
+            lint = subprocess.run(
+                [promtool, "check", "metrics"], input=exposition, capture_output=True, timeout=30, check=False
+            )
+            printed = (lint.stdout + lint.stderr).decode(errors="replace").strip()
+            assert lint.returncode == 0 and not printed, (
+                f"promtool check metrics ({lint.returncode}):\n{printed}"
+            )
 
         # (b) a real Prometheus server scrapes both daemons every second.
         prom_port = free_port()
@@ -235,17 +258,23 @@ def test_metrics_pass_promtool_and_a_real_prometheus_scrapes_them(tmp_path: Path
             )
             return True if promotions and lag else None
 
-        wait_for(
-            "Prometheus to be ready",
-            lambda: True if http("GET", f"{base}/-/ready")[0] == 200 else None,
-            until,
-            procs,
-        )
+        wait_for("Prometheus to be ready", partial(answers, f"{base}/-/ready"), until, procs)
         wait_for("Prometheus to scrape the daemons", scraped, until, procs)
         targets = {r["metric"]["instance"] for r in query(f'up{{job="{JOB}"}}')}
         assert targets == {f"127.0.0.1:{src_port}", f"127.0.0.1:{dst_port}"}
         # Only the destination region's daemon mirrors: the lease gauge of both is exported.
         assert len(query("lakefs_mirror_lease_held")) == 2
+
+        # Every query of dashboards/lakefs-mirror.json evaluates, with data, on the real server.
+        def dashboard_answers() -> bool | None:
+            empty = [expr for expr in dashboard_queries() if not query(expr)]
+            return True if not empty else None
+
+        try:
+            wait_for("every dashboard query to return data", dashboard_answers, until, procs)
+        except AssertionError:
+            empty = [expr for expr in dashboard_queries() if not query(expr)]
+            raise AssertionError(f"dashboard queries without data: {empty}") from None
         assert stop(server) == 0, tail(root / "prometheus.log")
     except BaseException:
         print("\n\n".join(tail(log) for log in logs), file=sys.stderr)

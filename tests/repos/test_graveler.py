@@ -5,10 +5,12 @@ Memory KV + memory block stores, a unique repository (and namespace) per test.
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Awaitable, Callable
 
 import pytest
 
+from lakefs_core.block.memory import MemoryBlockStore
 from lakefs_core.errors import (
     BadInputError,
     ConflictError,
@@ -18,6 +20,7 @@ from lakefs_core.errors import (
 )
 from lakefs_core.format.proto import graveler_pb2
 from lakefs_core.graveler.model import MergeStrategy
+from lakefs_core.keys import StorageNamespace
 from lakefs_core.kv.memory import MemoryKVStore
 from lakefs_core.refs import kvkeys
 from lakefs_core.refs.model import Branch
@@ -606,3 +609,16 @@ async def test_commit_record_roundtrips_through_lakefs_protobuf(g: Graveler, rep
         "main",
         r.instance_uid,
     )
+
+
+async def test_creation_retry_reclaims_its_own_namespace_only() -> None:
+    name = f"n{uuid.uuid4().hex[:10]}"
+    store = MemoryBlockStore(name)
+    ns = StorageNamespace.parse(f"mem://{name}/repo")
+    # A creation that crashed right after claiming the namespace left only the marker behind.
+    await store.put(ns.dummy_key(), b"lakefs-open repository crashed-repo\n")
+    g = Graveler(MemoryKVStore(), StoreRegistry())
+    repo = await g.create_repository("crashed-repo", ns.uri)
+    assert repo.id == "crashed-repo"
+    with pytest.raises(ConflictError, match="already in use"):
+        await g.create_repository("another-repo", ns.uri)
