@@ -13,10 +13,17 @@ from typing import Any
 
 from sqlalchemy import event
 from sqlalchemy.engine import URL, make_url
-from sqlalchemy.exc import ArgumentError, DBAPIError
+from sqlalchemy.exc import ArgumentError, DBAPIError, IntegrityError
+from sqlalchemy.exc import TimeoutError as PoolTimeoutError
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
-from lakefs_core.errors import UnreachableError
+from lakefs_core.errors import (
+    ConflictError,
+    LakeFSError,
+    PreconditionFailedError,
+    TransientError,
+    UnreachableError,
+)
 
 SQLITE_DRIVERS = frozenset({"sqlite", "sqlite+aiosqlite"})
 PG_DRIVERS = frozenset({"postgresql", "postgres", "postgresql+asyncpg", "postgres+asyncpg"})
@@ -110,3 +117,45 @@ def db_reason(e: BaseException) -> str:
         inner = inner.__cause__
     text = str(inner).strip() or type(inner).__name__
     return f"{type(inner).__name__}: {text}"[:500]
+
+
+# PostgreSQL SQLSTATEs worth retrying: serialization failure, deadlock, lock not available, query
+# cancelled, admin/crash shutdown, cannot connect now; and whole classes: connection exception,
+# insufficient resources, system error.
+PG_TRANSIENT_STATES = frozenset({"40001", "40P01", "55P03", "57014", "57P01", "57P02", "57P03"})
+PG_TRANSIENT_CLASSES = ("08", "53", "58")
+
+
+def translate_db_error(
+    e: BaseException, where: str, *, connecting: bool, write: bool, cas: bool = False
+) -> LakeFSError:
+    """Map a database failure to the project's error tree (the caller raises it ``from e``).
+
+    Connection failures are unreachable (retryable); a lost connection or timeout during a write is
+    a transient error whose outcome is unknown (never a reason to delete anything); integrity
+    violations are preconditions in compare-and-swap statements (``cas``) and conflicts otherwise.
+    """
+    reason = db_reason(e)
+    text = reason.lower()
+    state = sqlstate(e) or ""
+    if "database is locked" in text or "database table is locked" in text or "sqlite_busy" in text:
+        return TransientError(f"{where} is busy (locked by another writer): {reason}")
+    if isinstance(e, PoolTimeoutError):
+        return TransientError(f"{where}: no pooled connection available: {reason}")
+    if connecting:
+        return UnreachableError(f"cannot connect to {where}: {reason}")
+    if isinstance(e, TimeoutError):  # also asyncio.TimeoutError; checked before OSError (its base)
+        suffix = " during a write; outcome unknown" if write else ""
+        return TransientError(f"{where} timed out{suffix}: {reason}")
+    disconnect = (isinstance(e, DBAPIError) and e.connection_invalidated) or isinstance(e, OSError)
+    if disconnect or state.startswith("08"):
+        if write:
+            return TransientError(f"lost connection to {where} during a write; outcome unknown: {reason}")
+        return UnreachableError(f"lost connection to {where}: {reason}")
+    if state in PG_TRANSIENT_STATES or state.startswith(PG_TRANSIENT_CLASSES):
+        return TransientError(f"{where} temporarily refused the operation: {reason}")
+    if isinstance(e, IntegrityError):
+        return PreconditionFailedError(f"{where}: {reason}") if cas else ConflictError(f"{where}: {reason}")
+    if "unable to open database file" in text or "disk i/o error" in text:
+        return UnreachableError(f"{where}: {reason}")
+    return LakeFSError(f"{where}: {reason}")

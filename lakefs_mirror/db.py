@@ -71,8 +71,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
-from sqlalchemy.exc import DBAPIError, IntegrityError, SQLAlchemyError
-from sqlalchemy.exc import TimeoutError as PoolTimeoutError
+from sqlalchemy.exc import IntegrityError, SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from sqlalchemy.schema import CreateTable
 
@@ -85,7 +84,7 @@ from lakefs_core.errors import (
     TransientError,
     UnreachableError,
 )
-from lakefs_core.sqlengine import create_sql_engine, db_reason, normalize_sql_url, sqlstate
+from lakefs_core.sqlengine import create_sql_engine, db_reason, normalize_sql_url, translate_db_error
 
 __all__ = [
     "DEFAULT_BRANCH_FILTER",
@@ -118,8 +117,6 @@ MAX_REF_NAME = 512  # branch or tag name in mirror_status
 MAX_ERROR_TEXT = 4000  # last_error is truncated to this many characters
 UPDATABLE_FIELDS = frozenset({"branch_filter", "paused", "mode", "mirror_tags"})
 
-_PG_TRANSIENT_STATES = {"40001", "40P01", "55P03", "57014", "57P01", "57P02", "57P03"}
-_PG_TRANSIENT_CLASSES = ("08", "53", "58")
 
 _meta = MetaData()
 
@@ -403,31 +400,7 @@ class MirrorsDB:
     # -- plumbing -----------------------------------------------------------------------------------
 
     def _translate(self, e: BaseException, *, connecting: bool, write: bool) -> LakeFSError:
-        where = f"mirrors database {self._display}"
-        reason = db_reason(e)
-        low = reason.lower()
-        state = (sqlstate(e) or "")
-        if "database is locked" in low or "database table is locked" in low or "sqlite_busy" in low:
-            return TransientError(f"{where} is busy (locked by another writer): {reason}")
-        if isinstance(e, PoolTimeoutError):
-            return TransientError(f"{where}: no pooled connection available: {reason}")
-        if connecting:
-            return UnreachableError(f"cannot connect to {where}: {reason}")
-        if isinstance(e, TimeoutError):
-            suffix = "; outcome unknown" if write else ""
-            return TransientError(f"{where} timed out{suffix}: {reason}")
-        disconnect = (isinstance(e, DBAPIError) and e.connection_invalidated) or isinstance(e, OSError)
-        if disconnect or state.startswith("08"):
-            if write:
-                return TransientError(f"lost connection to {where} during a write; outcome unknown: {reason}")
-            return UnreachableError(f"lost connection to {where}: {reason}")
-        if state in _PG_TRANSIENT_STATES or state.startswith(_PG_TRANSIENT_CLASSES):
-            return TransientError(f"{where} temporarily refused the operation: {reason}")
-        if isinstance(e, IntegrityError):
-            return ConflictError(f"{where}: {reason}")
-        if "unable to open database file" in low or "disk i/o error" in low:
-            return UnreachableError(f"{where}: {reason}")
-        return LakeFSError(f"{where}: {reason}")
+        return translate_db_error(e, f"mirrors database {self._display}", connecting=connecting, write=write)
 
     async def _run(
         self,

@@ -50,17 +50,13 @@ from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.engine import URL
 from sqlalchemy.exc import (
-    DBAPIError,
-    IntegrityError,
     SQLAlchemyError,
 )
-from sqlalchemy.exc import TimeoutError as PoolTimeoutError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from sqlalchemy.schema import CreateTable
 
 from lakefs_core.errors import (
     BadInputError,
-    ConflictError,
     LakeFSError,
     NotFoundError,
     PreconditionFailedError,
@@ -77,26 +73,13 @@ from lakefs_core.kv._common import (
     precondition_message,
 )
 from lakefs_core.kv.base import Expect, KVEntry
-from lakefs_core.sqlengine import create_sql_engine, db_reason, normalize_sql_url, sqlstate
+from lakefs_core.sqlengine import create_sql_engine, normalize_sql_url, translate_db_error
 
 T = TypeVar("T")
 
 DEFAULT_TABLE = "kv"
 DEFAULT_BUSY_TIMEOUT_S = 30.0
 DEFAULT_CONNECT_TIMEOUT_S = 10.0
-
-
-# PostgreSQL SQLSTATEs that mean "try again later" (the statement did not take effect).
-_PG_TRANSIENT_STATES = {
-    "40001",  # serialization_failure
-    "40P01",  # deadlock_detected
-    "55P03",  # lock_not_available
-    "57014",  # query_canceled (statement_timeout)
-    "57P01",  # admin_shutdown
-    "57P02",  # crash_shutdown
-    "57P03",  # cannot_connect_now
-}
-_PG_TRANSIENT_CLASSES = ("08", "53", "58")  # connection exception, insufficient resources, system error
 
 
 def normalize_url(url: str) -> URL:
@@ -163,33 +146,7 @@ class SQLKVStore:
 
     def _translate(self, e: BaseException, *, connecting: bool, write: bool, cas: bool) -> LakeFSError:
         where = f"KV database {self._display}"
-        reason = db_reason(e)
-        text = reason.lower()
-        state = sqlstate(e) or ""
-        if "database is locked" in text or "database table is locked" in text or "sqlite_busy" in text:
-            return TransientError(f"{where} is busy (locked by another writer): {reason}")
-        if isinstance(e, PoolTimeoutError):
-            return TransientError(f"{where}: no pooled connection available: {reason}")
-        if connecting:
-            return UnreachableError(f"cannot connect to {where}: {reason}")
-        if isinstance(e, TimeoutError):  # also asyncio.TimeoutError; checked before OSError (its base)
-            if write:
-                return TransientError(f"{where} timed out during a write; outcome unknown: {reason}")
-            return TransientError(f"{where} timed out: {reason}")
-        disconnect = (isinstance(e, DBAPIError) and e.connection_invalidated) or isinstance(e, OSError)
-        if disconnect or state.startswith("08"):
-            if write:
-                return TransientError(f"lost connection to {where} during a write; outcome unknown: {reason}")
-            return UnreachableError(f"lost connection to {where}: {reason}")
-        if state in _PG_TRANSIENT_STATES or state.startswith(_PG_TRANSIENT_CLASSES):
-            return TransientError(f"{where} temporarily refused the operation: {reason}")
-        if isinstance(e, IntegrityError):
-            if cas:
-                return PreconditionFailedError(f"{where}: {reason}")
-            return ConflictError(f"{where}: {reason}")
-        if "unable to open database file" in text or "disk i/o error" in text:
-            return UnreachableError(f"{where}: {reason}")
-        return LakeFSError(f"{where}: {reason}")
+        return translate_db_error(e, where, connecting=connecting, write=write, cas=cas)
 
     async def _run(
         self,
