@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import uuid
 
-from lakefs_core.keys import StorageNamespace
-
 from lakefs_core.block.memory import MemoryBlockStore
 from lakefs_core.graveler.tables import TableCache, TableStore
+from lakefs_core.keys import StorageNamespace
 
 
 def memory_tables(cache: TableCache | None = None) -> TableStore:
