@@ -47,8 +47,9 @@ import hmac
 import json
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from datetime import UTC, datetime
+from pathlib import Path, PurePosixPath
 from typing import Annotated, Any, Literal
 
 from aiohttp import web
@@ -232,6 +233,22 @@ def _check_namespace(value: str) -> str:
         return str(StorageNamespace(value))
     except BadInputError as e:
         raise BadInputError(str(e).removeprefix("storage_namespace: "), field="storage_namespace") from None
+
+
+def _check_local_root(namespace: str, roots: Sequence[Path], region: str) -> None:
+    """A ``local://`` namespace must lie under one of its region's configured ``local_roots``.
+
+    A 409 (not 400): the body is schema-valid; it conflicts with this deployment's configuration.
+    """
+    ns = StorageNamespace(namespace)
+    if ns.scheme != "local" or not roots:
+        return
+    path = PurePosixPath(ns.store_uri.removeprefix("local://"))
+    if not any(path == root or root in path.parents for root in map(PurePosixPath, roots)):
+        raise FieldConflictError(
+            f"a local namespace in region {region!r} must be under one of its local_roots",
+            field="storage_namespace",
+        )
 
 
 # -- responses -------------------------------------------------------------------------------------------
@@ -463,6 +480,7 @@ async def create_mirror(request: web.Request) -> web.Response:
             f"must be a configured region ({', '.join(sorted(config.regions))})", field="region"
         )
     namespace = _check_namespace(body.storage_namespace)
+    _check_local_root(namespace, config.regions[body.region].local_roots, body.region)
     globs = _check_globs(body.branch_filter)
     if body.region == config.region and body.name == repo:
         raise FieldConflictError("a mirror cannot replace its own source repository", field="name")

@@ -36,7 +36,13 @@ from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 
 from lakefs_core.block import copy_object
-from lakefs_core.errors import CorruptDataError, LakeFSError, NotFoundError, PreconditionFailedError
+from lakefs_core.errors import (
+    ConflictError,
+    CorruptDataError,
+    LakeFSError,
+    NotFoundError,
+    PreconditionFailedError,
+)
 from lakefs_core.keys import StorageNamespace
 from lakefs_core.refs import kvkeys
 from lakefs_core.refs.model import Branch, Commit, Repository, Tag
@@ -170,6 +176,20 @@ class MirrorEngine:
             dst_repo = await dst.repository(mirror.name)
         except NotFoundError:
             dst_repo = await self._create_mirror_repo(src, src_repo, dst, mirror)
+        else:
+            # Never adopt a repository that is not a mirror: its branches would be overwritten.
+            if not dst_repo.read_only:
+                raise ConflictError(
+                    f"repository {mirror.name!r} already exists in region {self.region!r} and is not a "
+                    "read-only mirror; refusing to mirror into it"
+                )
+            if StorageNamespace.parse(dst_repo.storage_namespace).uri != StorageNamespace.parse(
+                mirror.storage_namespace
+            ).uri:
+                raise ConflictError(
+                    f"repository {mirror.name!r} in region {self.region!r} lives in another storage "
+                    "namespace than the mirror's"
+                )
         return _Ctx(mirror, src, dst, src_repo, dst_repo, mirror.resync_requested_at is not None)
 
     async def _create_mirror_repo(

@@ -45,6 +45,7 @@ def make_config(db_path: Path) -> MirrorConfig:
         "LAKEFS_MIRROR__REGIONS__US-EAST-1__KV_URL": "memory://",
         "LAKEFS_MIRROR__REGIONS__EU-WEST-1__KV_URL": "memory://",
         "LAKEFS_MIRROR__REGIONS__AP-SOUTH-1__KV_URL": "memory://",
+        "LAKEFS_MIRROR__REGIONS__AP-SOUTH-1__LOCAL_ROOTS__0": "/srv/ap-mirrors",
         "LAKEFS_MIRROR__MIRRORS_DB_URL": f"sqlite:///{db_path}",
         "LAKEFS_MIRROR__ACCESS_KEYS__0__ACCESS_KEY_ID": KEY,
         "LAKEFS_MIRROR__ACCESS_KEYS__0__SECRET_ACCESS_KEY": SECRET,
@@ -744,3 +745,13 @@ async def test_schemathesis_fuzzing_finds_no_failures(server: Server, tmp_path: 
     assert SECRET not in report
     # it really exercised the API: mirrors were created through the fuzzed POSTs
     assert "Tested: 9" in report
+
+
+async def test_local_namespaces_must_be_under_the_regions_local_roots(server: Server) -> None:
+    outside = create_body("outside", "ap-south-1", ns="local:///srv/elsewhere/x")
+    status, payload, _ = await call(server.session, "POST", server.mirrors(), outside)
+    assert status == 409 and payload["field"] == "storage_namespace", payload
+    assert "local_roots" in payload["message"]
+    inside = create_body("inside", "ap-south-1", ns="local:///srv/ap-mirrors/x")
+    status, payload, _ = await call(server.session, "POST", server.mirrors(), inside)
+    assert status == 201, payload

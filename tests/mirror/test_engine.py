@@ -254,3 +254,15 @@ async def test_a_recorded_candidate_is_promoted_while_newer_heads_keep_arriving(
     await w.replicate(1.0)
     assert (await engine.step()).promotions == 1
     assert await mirror_head(w) == heads[-1]
+
+
+async def test_refuses_to_adopt_a_repository_that_is_not_a_mirror(world: World) -> None:
+    w = world
+    await write_commit(w.src, 2, "x")
+    await w.dst.create_repository("mirror", w.dst_ns.uri)  # an ordinary, writable repository
+    before = await mirror_head(w)
+    await add_mirror(w, mode="active")
+    report = await w.engine(active_copy_grace_seconds=0).step()
+    assert report.promotions == 0
+    assert any("not a read-only mirror" in e for e in report.errors)
+    assert await mirror_head(w) == before
