@@ -7,6 +7,8 @@ recycled pool. URLs are never echoed in errors (they may carry a password).
 
 from __future__ import annotations
 
+import sqlite3
+import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -89,11 +91,32 @@ def create_sql_engine(
             cursor = dbapi_connection.cursor()
             try:
                 for pragma in pragmas:
-                    cursor.execute(pragma)
+                    _execute_pragma(cursor, pragma, busy_timeout)
             finally:
                 cursor.close()
 
     return engine
+
+
+def _execute_pragma(cursor: Any, pragma: str, busy_timeout: float) -> None:
+    """Run one PRAGMA, retrying "database is locked" within the busy timeout.
+
+    Switching a new file to WAL needs an exclusive lock, and SQLite answers that attempt with
+    SQLITE_BUSY at once (without its busy handler) when several connections open the file at the
+    same moment; the switch succeeds as soon as the others are done. This runs in the driver's
+    worker thread (the connect hook is synchronous), so a short sleep blocks no event loop.
+    """
+    deadline = time.monotonic() + max(busy_timeout, 1.0)
+    delay = 0.005
+    while True:
+        try:
+            cursor.execute(pragma)
+            return
+        except sqlite3.OperationalError as e:
+            if "locked" not in str(e).lower() or time.monotonic() >= deadline:
+                raise
+            time.sleep(delay)
+            delay = min(delay * 2, 0.1)
 
 
 def sqlstate(e: BaseException) -> str | None:

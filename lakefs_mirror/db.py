@@ -41,34 +41,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import time
-import uuid
-from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
-from datetime import UTC, datetime
-from typing import Any, Literal, TypeVar, cast, get_args
+from collections.abc import Awaitable, Callable, Sequence
+from datetime import datetime
+from typing import Any, TypeVar
 
-from sqlalchemy import (
-    BigInteger,
-    Boolean,
-    Column,
-    Double,
-    ForeignKey,
-    Integer,
-    MetaData,
-    PrimaryKeyConstraint,
-    String,
-    Table,
-    Text,
-    UniqueConstraint,
-    and_,
-    delete,
-    func,
-    or_,
-    select,
-    text,
-    update,
-)
+from sqlalchemy import Table, and_, delete, func, or_, select, text, update
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.exc import IntegrityError, SQLAlchemyError
@@ -85,6 +62,37 @@ from lakefs_core.errors import (
     UnreachableError,
 )
 from lakefs_core.sqlengine import create_sql_engine, db_reason, normalize_sql_url, translate_db_error
+from lakefs_mirror.db_schema import (
+    MAX_REF_NAME,
+    from_us,
+    leases_table,
+    mirror_from_row,
+    mirrors_table,
+    now_us,
+    schema_meta,
+    status_from_row,
+    status_table,
+    to_us,
+)
+from lakefs_mirror.records import (
+    DEFAULT_BRANCH_FILTER,
+    MAX_BRANCH_FILTER,
+    MAX_GLOB_LENGTH,
+    MIRROR_MODES,
+    STATUS_KINDS,
+    Lease,
+    Mirror,
+    MirrorMode,
+    MirrorRecord,
+    MirrorStatus,
+    StatusKind,
+    StatusRow,
+    check_bool,
+    check_branch_filter,
+    check_choice,
+    check_text,
+    new_mirror_id,
+)
 
 __all__ = [
     "DEFAULT_BRANCH_FILTER",
@@ -101,71 +109,14 @@ __all__ = [
     "MirrorsDB",
     "StatusKind",
     "StatusRow",
+    "check_branch_filter",
     "new_mirror_id",
 ]
 
 T = TypeVar("T")
 
-MirrorMode = Literal["native", "active"]
-StatusKind = Literal["branch", "tag"]
-MIRROR_MODES: tuple[str, ...] = get_args(MirrorMode)
-STATUS_KINDS: tuple[str, ...] = get_args(StatusKind)
-DEFAULT_BRANCH_FILTER: tuple[str, ...] = ("*",)
-MAX_BRANCH_FILTER = 100
-MAX_GLOB_LENGTH = 256
-MAX_REF_NAME = 512  # branch or tag name in mirror_status
 MAX_ERROR_TEXT = 4000  # last_error is truncated to this many characters
 UPDATABLE_FIELDS = frozenset({"branch_filter", "paused", "mode", "mirror_tags"})
-
-
-_meta = MetaData()
-
-mirrors_table = Table(
-    "mirrors",
-    _meta,
-    Column("id", String(64), primary_key=True),
-    Column("source_repo", String(63), nullable=False),
-    Column("source_region", String(63), nullable=False),
-    Column("name", String(63), nullable=False),
-    Column("region", String(63), nullable=False),
-    Column("storage_namespace", Text, nullable=False),
-    Column("branch_filter", Text, nullable=False),
-    Column("paused", Boolean, nullable=False),
-    Column("mode", String(16), nullable=False),
-    Column("mirror_tags", Boolean, nullable=False),
-    Column("created_at", BigInteger, nullable=False),
-    Column("updated_at", BigInteger, nullable=False),
-    Column("resync_requested_at", BigInteger, nullable=True),
-    Column("version", Integer, nullable=False),
-    UniqueConstraint("region", "name", name="mirrors_region_name_key"),
-)
-
-status_table = Table(
-    "mirror_status",
-    _meta,
-    Column("mirror_id", String(64), ForeignKey("mirrors.id", ondelete="CASCADE"), nullable=False),
-    Column("kind", String(8), nullable=False),
-    Column("branch", String(MAX_REF_NAME), nullable=False),
-    Column("source_head", Text, nullable=True),
-    Column("mirror_head", Text, nullable=True),
-    Column("candidate", Text, nullable=True),
-    Column("missing_objects", BigInteger, nullable=False),
-    Column("missing_ranges", BigInteger, nullable=False),
-    Column("external_objects", BigInteger, nullable=False),
-    Column("lag_seconds", Double, nullable=True),
-    Column("last_promotion_at", BigInteger, nullable=True),
-    Column("last_checked_at", BigInteger, nullable=True),
-    Column("last_error", Text, nullable=True),
-    PrimaryKeyConstraint("mirror_id", "kind", "branch", name="mirror_status_pkey"),
-)
-
-leases_table = Table(
-    "leases",
-    _meta,
-    Column("region", String(63), primary_key=True),
-    Column("holder", String(256), nullable=False),
-    Column("expires_at", BigInteger, nullable=False),
-)
 
 
 class FieldConflictError(ConflictError):
@@ -174,166 +125,6 @@ class FieldConflictError(ConflictError):
     def __init__(self, message: str, *, field: str) -> None:
         self.field = field
         super().__init__(f"{field}: {message}")
-
-
-# -- values -------------------------------------------------------------------------------------------
-
-
-def new_mirror_id() -> str:
-    """A fresh mirror id: 32 lower-case hex digits (a random UUID4)."""
-    return uuid.uuid4().hex
-
-
-def _to_us(when: datetime | float) -> int:
-    if isinstance(when, datetime):
-        if when.tzinfo is None:
-            raise BadInputError("datetimes must be time-zone aware", field="now")
-        delta = when - datetime(1970, 1, 1, tzinfo=UTC)
-        return (delta.days * 86_400 + delta.seconds) * 1_000_000 + delta.microseconds
-    return round(float(when) * 1_000_000)
-
-
-def _from_us(us: int | None) -> datetime | None:
-    if us is None:
-        return None
-    return datetime.fromtimestamp(us // 1_000_000, tz=UTC).replace(microsecond=us % 1_000_000)
-
-
-def _now_us(now: datetime | float | None) -> int:
-    return _to_us(time.time() if now is None else now)
-
-
-def check_branch_filter(value: object, field: str = "branch_filter") -> tuple[str, ...]:
-    """A non-empty list of 1..100 fnmatch globs, each 1..256 characters without NUL."""
-    if isinstance(value, (str, bytes)) or not isinstance(value, Iterable):
-        raise BadInputError("must be a list of glob patterns", field=field)
-    globs = tuple(value)
-    if not 1 <= len(globs) <= MAX_BRANCH_FILTER:
-        raise BadInputError(f"must hold 1 to {MAX_BRANCH_FILTER} glob patterns", field=field)
-    for i, glob in enumerate(globs):
-        if not isinstance(glob, str) or not 1 <= len(glob) <= MAX_GLOB_LENGTH or "\0" in glob:
-            raise BadInputError(
-                f"must be a string of 1 to {MAX_GLOB_LENGTH} characters without NUL", field=f"{field}.{i}"
-            )
-    return globs
-
-
-def _check_choice(value: object, choices: Sequence[str], field: str) -> str:
-    if not isinstance(value, str) or value not in choices:
-        raise BadInputError(f"must be one of {', '.join(choices)}", field=field)
-    return value
-
-
-def _check_bool(value: object, field: str) -> bool:
-    if not isinstance(value, bool):
-        raise BadInputError("must be true or false", field=field)
-    return value
-
-
-def _check_text(value: object, field: str, max_length: int) -> str:
-    if not isinstance(value, str) or not 1 <= len(value) <= max_length or "\0" in value:
-        raise BadInputError(f"must be a string of 1 to {max_length} characters without NUL", field=field)
-    return value
-
-
-@dataclass(frozen=True)
-class Mirror:
-    """One mirror: ``source_repo`` in ``source_region`` -> repository ``name`` in ``region``."""
-
-    id: str
-    source_repo: str
-    source_region: str
-    name: str
-    region: str
-    storage_namespace: str
-    branch_filter: tuple[str, ...]
-    paused: bool
-    mode: MirrorMode
-    mirror_tags: bool
-    created_at: datetime
-    updated_at: datetime
-    resync_requested_at: datetime | None
-    version: int
-
-    @classmethod
-    def _from_row(cls, row: Mapping[Any, Any]) -> Mirror:
-        created = _from_us(row["created_at"])
-        updated = _from_us(row["updated_at"])
-        assert created is not None and updated is not None
-        return cls(
-            id=row["id"],
-            source_repo=row["source_repo"],
-            source_region=row["source_region"],
-            name=row["name"],
-            region=row["region"],
-            storage_namespace=row["storage_namespace"],
-            branch_filter=tuple(json.loads(row["branch_filter"])),
-            paused=bool(row["paused"]),
-            mode=cast(MirrorMode, row["mode"]),
-            mirror_tags=bool(row["mirror_tags"]),
-            created_at=created,
-            updated_at=updated,
-            resync_requested_at=_from_us(row["resync_requested_at"]),
-            version=int(row["version"]),
-        )
-
-
-@dataclass(frozen=True)
-class MirrorStatus:
-    """How far one branch (or tag, ``kind="tag"``) of a mirror got; written by the engine.
-
-    ``branch`` is the branch or tag name. Heads are commit ids (``None``: not known yet). ``candidate``
-    is the source commit being validated. ``lag_seconds`` is the freshness lag of the mirror head.
-    """
-
-    mirror_id: str
-    kind: StatusKind
-    branch: str
-    source_head: str | None = None
-    mirror_head: str | None = None
-    candidate: str | None = None
-    missing_objects: int = 0
-    missing_ranges: int = 0
-    external_objects: int = 0
-    lag_seconds: float | None = None
-    last_promotion_at: datetime | None = None
-    last_checked_at: datetime | None = None
-    last_error: str | None = None
-
-    @classmethod
-    def _from_row(cls, row: Mapping[Any, Any]) -> MirrorStatus:
-        return cls(
-            mirror_id=row["mirror_id"],
-            kind=cast(StatusKind, row["kind"]),
-            branch=row["branch"],
-            source_head=row["source_head"],
-            mirror_head=row["mirror_head"],
-            candidate=row["candidate"],
-            missing_objects=int(row["missing_objects"]),
-            missing_ranges=int(row["missing_ranges"]),
-            external_objects=int(row["external_objects"]),
-            lag_seconds=None if row["lag_seconds"] is None else float(row["lag_seconds"]),
-            last_promotion_at=_from_us(row["last_promotion_at"]),
-            last_checked_at=_from_us(row["last_checked_at"]),
-            last_error=row["last_error"],
-        )
-
-
-# Names the engine uses for the same records.
-MirrorRecord = Mirror
-StatusRow = MirrorStatus
-
-
-@dataclass(frozen=True)
-class Lease:
-    """Who leads a region's mirroring, until when."""
-
-    region: str
-    holder: str
-    expires_at: datetime
-
-
-# -- error translation --------------------------------------------------------------------------------
 
 
 # -- the database -------------------------------------------------------------------------------------
@@ -443,7 +234,7 @@ class MirrorsDB:
         """
 
         async def create(conn: AsyncConnection) -> None:
-            for table in _meta.sorted_tables:
+            for table in schema_meta.sorted_tables:
                 await conn.execute(CreateTable(table, if_not_exists=True))
 
         for attempt in range(5):
@@ -489,9 +280,9 @@ class MirrorsDB:
         namespaces; this only checks types and the closed value sets.
         """
         globs = check_branch_filter(branch_filter)
-        _check_choice(mode, MIRROR_MODES, "mode")
-        _check_bool(paused, "paused")
-        _check_bool(mirror_tags, "mirror_tags")
+        check_choice(mode, MIRROR_MODES, "mode")
+        check_bool(paused, "paused")
+        check_bool(mirror_tags, "mirror_tags")
         for field, value, limit in (
             ("source_repo", source_repo, 63),
             ("source_region", source_region, 63),
@@ -499,10 +290,10 @@ class MirrorsDB:
             ("region", region, 63),
             ("storage_namespace", storage_namespace, 4096),
         ):
-            _check_text(value, field, limit)
+            check_text(value, field, limit)
         ident = mirror_id if mirror_id is not None else new_mirror_id()
-        _check_text(ident, "id", 64)
-        at = _now_us(now)
+        check_text(ident, "id", 64)
+        at = now_us(now)
         row = {
             "id": ident,
             "source_repo": source_repo,
@@ -535,7 +326,7 @@ class MirrorsDB:
             return FieldConflictError("the mirror conflicts with an existing one", field="name")
 
         await self._run(op, write=True, on_integrity=conflict)
-        return Mirror._from_row(row)
+        return mirror_from_row(row)
 
     async def get_mirror(self, mirror_id: str) -> Mirror:
         """The mirror ``mirror_id``; :class:`NotFoundError` when there is none."""
@@ -543,7 +334,7 @@ class MirrorsDB:
 
         async def op(conn: AsyncConnection) -> Mirror | None:
             row = (await conn.execute(stmt)).mappings().first()
-            return None if row is None else Mirror._from_row(row)
+            return None if row is None else mirror_from_row(row)
 
         found = await self._run(op, write=False)
         if found is None:
@@ -576,7 +367,7 @@ class MirrorsDB:
             stmt = stmt.limit(limit)
 
         async def op(conn: AsyncConnection) -> list[Mirror]:
-            return [Mirror._from_row(r) for r in (await conn.execute(stmt)).mappings().all()]
+            return [mirror_from_row(r) for r in (await conn.execute(stmt)).mappings().all()]
 
         return await self._run(op, write=False)
 
@@ -605,9 +396,9 @@ class MirrorsDB:
             if key == "branch_filter":
                 values[key] = json.dumps(list(check_branch_filter(value)))
             elif key == "mode":
-                values[key] = _check_choice(value, MIRROR_MODES, "mode")
+                values[key] = check_choice(value, MIRROR_MODES, "mode")
             else:
-                values[key] = _check_bool(value, key)
+                values[key] = check_bool(value, key)
         if expected_version is not None and (
             isinstance(expected_version, bool) or not isinstance(expected_version, int)
         ):
@@ -626,7 +417,7 @@ class MirrorsDB:
         stmt = (
             update(t)
             .where(cond)
-            .values(**values, version=t.c.version + 1, updated_at=_now_us(now))
+            .values(**values, version=t.c.version + 1, updated_at=now_us(now))
             .returning(*t.c)
         )
         probe = select(t.c.version).where(t.c.id == mirror_id)
@@ -634,7 +425,7 @@ class MirrorsDB:
         async def op(conn: AsyncConnection) -> Mirror | int | None:
             row = (await conn.execute(stmt)).mappings().first()
             if row is not None:
-                return Mirror._from_row(row)
+                return mirror_from_row(row)
             return (await conn.execute(probe)).scalar_one_or_none()
 
         result = await self._run(op, write=True)
@@ -663,11 +454,11 @@ class MirrorsDB:
         changed (it guards the mirror's settings, not requests).
         """
         t = mirrors_table
-        stmt = update(t).where(t.c.id == mirror_id).values(resync_requested_at=_now_us(now)).returning(*t.c)
+        stmt = update(t).where(t.c.id == mirror_id).values(resync_requested_at=now_us(now)).returning(*t.c)
 
         async def op(conn: AsyncConnection) -> Mirror | None:
             row = (await conn.execute(stmt)).mappings().first()
-            return None if row is None else Mirror._from_row(row)
+            return None if row is None else mirror_from_row(row)
 
         found = await self._run(op, write=True)
         if found is None:
@@ -684,7 +475,7 @@ class MirrorsDB:
         stmt = (
             update(t)
             .where(t.c.id == mirror_id, t.c.resync_requested_at.is_not(None))
-            .where(t.c.resync_requested_at <= _to_us(at))
+            .where(t.c.resync_requested_at <= to_us(at))
             .values(resync_requested_at=None)
         )
 
@@ -702,8 +493,8 @@ class MirrorsDB:
         check that promoted nothing does not erase when the branch last advanced).
         :class:`NotFoundError` when the mirror no longer exists (it was deleted meanwhile).
         """
-        _check_choice(status.kind, STATUS_KINDS, "kind")
-        _check_text(status.branch, "branch", MAX_REF_NAME)
+        check_choice(status.kind, STATUS_KINDS, "kind")
+        check_text(status.branch, "branch", MAX_REF_NAME)
         for field in ("missing_objects", "missing_ranges", "external_objects"):
             value = getattr(status, field)
             if isinstance(value, bool) or not isinstance(value, int) or value < 0:
@@ -721,8 +512,8 @@ class MirrorsDB:
             "lag_seconds": status.lag_seconds,
             "last_promotion_at": None
             if status.last_promotion_at is None
-            else _to_us(status.last_promotion_at),
-            "last_checked_at": None if status.last_checked_at is None else _to_us(status.last_checked_at),
+            else to_us(status.last_promotion_at),
+            "last_checked_at": None if status.last_checked_at is None else to_us(status.last_checked_at),
             "last_error": (
                 None if status.last_error is None else status.last_error.replace("\0", "\\0")[:MAX_ERROR_TEXT]
             ),
@@ -767,7 +558,7 @@ class MirrorsDB:
         stmt = select(t).where(t.c.mirror_id == mirror_id).order_by(t.c.kind, t.c.branch)
 
         async def op(conn: AsyncConnection) -> list[MirrorStatus]:
-            return [MirrorStatus._from_row(r) for r in (await conn.execute(stmt)).mappings().all()]
+            return [status_from_row(r) for r in (await conn.execute(stmt)).mappings().all()]
 
         return await self._run(op, write=False)
 
@@ -781,11 +572,11 @@ class MirrorsDB:
         True when ``holder`` now holds it: the lease was free, expired (``expires_at <= now``) or
         already ``holder``'s. One conditional statement, so racing contenders never both win.
         """
-        _check_text(region, "region", 63)
-        _check_text(holder, "holder", 256)
+        check_text(region, "region", 63)
+        check_text(holder, "holder", 256)
         if not ttl > 0:
             raise BadInputError("must be > 0", field="ttl")
-        at = _now_us(now)
+        at = now_us(now)
         expires = at + round(ttl * 1_000_000)
         t = leases_table
         ins = self._insert(t).values(region=region, holder=holder, expires_at=expires)
@@ -805,7 +596,7 @@ class MirrorsDB:
         """Extend ``holder``'s unexpired lease to ``now + ttl``; False when it is not (any longer) held."""
         if not ttl > 0:
             raise BadInputError("must be > 0", field="ttl")
-        at = _now_us(now)
+        at = now_us(now)
         t = leases_table
         stmt = (
             update(t)
@@ -837,7 +628,7 @@ class MirrorsDB:
             row = (await conn.execute(stmt)).mappings().first()
             if row is None:
                 return None
-            expires = _from_us(row["expires_at"])
+            expires = from_us(row["expires_at"])
             assert expires is not None
             return Lease(region=row["region"], holder=row["holder"], expires_at=expires)
 

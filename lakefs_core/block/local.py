@@ -36,24 +36,16 @@ from __future__ import annotations
 import asyncio
 import builtins
 import contextlib
-import errno
 import hashlib
-import json
 import os
-import shutil
 import stat
-import threading
-import uuid
-from collections import OrderedDict
 from collections.abc import AsyncGenerator, Callable, Generator, Mapping, Sequence
-from datetime import UTC, datetime
 from itertools import islice
 from pathlib import Path
 from types import TracebackType
-from typing import Any, ParamSpec, TypeVar
+from typing import ParamSpec, TypeVar
 
 from lakefs_core.block._common import (
-    AccessDeniedError,
     Grouper,
     check_body,
     check_key,
@@ -67,23 +59,23 @@ from lakefs_core.block._common import (
     slice_range,
 )
 from lakefs_core.block.base import Body, CommonPrefix, ObjectInfo
-from lakefs_core.errors import (
-    BadInputError,
-    ConflictError,
-    LakeFSError,
-    NotFoundError,
-    PreconditionFailedError,
-    TransientError,
+from lakefs_core.block.local_files import (
+    IO_CHUNK,
+    META_DIR,
+    NAME_MAX,
+    TMP_PREFIX,
+    TempFile,
+    map_oserror,
+    mtime_datetime,
+    prune,
+    read_exact,
+    scan_dir,
+    segments_ok,
 )
+from lakefs_core.block.local_meta import SIDECAR_VERSION, EtagCache, Sidecars
+from lakefs_core.errors import BadInputError, LakeFSError, NotFoundError, TransientError
 
-META_DIR = ".lakefs-meta"
-TMP_PREFIX = ".lakefs-tmp-"
-_NAME_MAX = 255
-_IO_CHUNK = 1 << 20
-_RETRIES = 8  # re-creating a directory removed by a concurrent delete's pruning
-_ETAG_CACHE_SIZE = 4096
-_SIDECAR_VERSION = 1
-_CREATE_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0)
+__all__ = ["META_DIR", "TMP_PREFIX", "LocalBlockStore"]
 
 P = ParamSpec("P")
 T = TypeVar("T")
@@ -117,171 +109,6 @@ async def _open_in_thread(fn: Callable[P, tuple[int, T]], *args: P.args, **kwarg
         raise
 
 
-def _map_oserror(e: OSError, where: str, *, reading: bool) -> LakeFSError:
-    if isinstance(e, (FileNotFoundError, NotADirectoryError, IsADirectoryError)) and reading:
-        return NotFoundError(f"{where}: no such object")
-    if e.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
-        return AccessDeniedError(f"{where}: {os.strerror(e.errno or 0)}")
-    if e.errno == errno.ENAMETOOLONG:
-        return BadInputError(f"{where}: name too long for the filesystem", field="key")
-    name = errno.errorcode.get(e.errno or 0, "OSError")
-    return TransientError(f"{where}: {name}: {os.strerror(e.errno or 0)}")
-
-
-def _segments_ok(parts: Sequence[str]) -> bool:
-    for i, seg in enumerate(parts):
-        if (
-            not seg
-            or seg in (".", "..")
-            or "\0" in seg
-            or len(seg.encode("utf-8")) > _NAME_MAX
-            or seg.startswith(TMP_PREFIX)
-            or (i == 0 and seg == META_DIR)
-        ):
-            return False
-    return True
-
-
-def _datetime(st: os.stat_result) -> datetime:
-    return datetime.fromtimestamp(st.st_mtime_ns / 1e9, UTC)
-
-
-def _same_file(record: Mapping[str, Any], st: os.stat_result) -> bool:
-    return bool(
-        record.get("ino") == st.st_ino
-        and record.get("size") == st.st_size
-        and record.get("mtime_ns") == st.st_mtime_ns
-    )
-
-
-def _write_all(fd: int, data: bytes | memoryview) -> None:
-    view = memoryview(data)
-    while view:
-        n = os.write(fd, view)
-        view = view[n:]
-
-
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def _read_exact(fd: int, n: int, offset: int) -> bytes:
-    out = bytearray()
-    while len(out) < n:
-        piece = os.pread(fd, n - len(out), offset + len(out))
-        if not piece:
-            break
-        out += piece
-    return bytes(out)
-
-
-class _TempFile:
-    """A temporary file beside its target, moved into place by :meth:`commit` (sync; run in a thread)."""
-
-    def __init__(self, target: Path, where: str, fsync: bool) -> None:
-        self.target = target
-        self.where = where
-        self.fsync = fsync
-        self.md5 = hashlib.md5(usedforsecurity=False)
-        self.size = 0
-        self.fd: int | None = None
-        self.tmp: Path | None = None
-        self.linked = False
-
-    @staticmethod
-    def make_parent(parent: Path, where: str) -> None:
-        try:
-            os.makedirs(parent, exist_ok=True)
-        except (FileExistsError, NotADirectoryError) as e:
-            raise ConflictError(f"{where}: a prefix of this key is an object") from e
-        except OSError as e:
-            raise _map_oserror(e, where, reading=False) from e
-
-    def open(self) -> None:
-        parent = self.target.parent
-        for _ in range(_RETRIES):
-            self.make_parent(parent, self.where)
-            tmp = parent / f"{TMP_PREFIX}{uuid.uuid4().hex}"
-            try:
-                self.fd = os.open(tmp, _CREATE_FLAGS, 0o666)
-            except FileNotFoundError:
-                continue  # the directory was pruned by a concurrent delete: make it again
-            except OSError as e:
-                raise _map_oserror(e, self.where, reading=False) from e
-            self.tmp = tmp
-            return
-        raise TransientError(f"{self.where}: directory kept disappearing while writing")
-
-    def write(self, data: bytes) -> None:
-        assert self.fd is not None
-        self.md5.update(data)
-        try:
-            _write_all(self.fd, data)
-        except OSError as e:
-            raise _map_oserror(e, self.where, reading=False) from e
-        self.size += len(data)
-
-    def finish(self) -> os.stat_result:
-        """Flush and close; the returned stat (inode, size, mtime) stays valid after the move."""
-        assert self.fd is not None
-        fd, self.fd = self.fd, None
-        try:
-            if self.fsync:
-                os.fsync(fd)
-            return os.fstat(fd)
-        except OSError as e:
-            raise _map_oserror(e, self.where, reading=False) from e
-        finally:
-            os.close(fd)
-
-    def commit(self, if_none_match: bool) -> None:
-        assert self.tmp is not None
-        try:
-            if if_none_match:
-                try:
-                    os.link(self.tmp, self.target)
-                except FileExistsError as e:
-                    if self.target.is_dir():
-                        raise ConflictError(f"{self.where}: keys below this key exist") from e
-                    raise PreconditionFailedError(f"{self.where}: already exists (create-only put)") from e
-                except OSError as e:
-                    if e.errno in (errno.ENOTSUP, errno.EOPNOTSUPP):
-                        raise LakeFSError(
-                            f"{self.where}: the filesystem has no hard links, needed for create-only puts"
-                        ) from e
-                    raise
-                self.linked = True
-                os.unlink(self.tmp)
-            else:
-                try:
-                    os.replace(self.tmp, self.target)
-                except OSError as e:
-                    if self.target.is_dir():
-                        raise ConflictError(f"{self.where}: keys below this key exist") from e
-                    raise
-            self.tmp = None
-            if self.fsync:
-                _fsync_dir(self.target.parent)
-        except LakeFSError:
-            raise
-        except OSError as e:
-            raise _map_oserror(e, self.where, reading=False) from e
-
-    def discard(self) -> None:
-        if self.fd is not None:
-            fd, self.fd = self.fd, None
-            with contextlib.suppress(OSError):
-                os.close(fd)
-        if self.tmp is not None:
-            tmp, self.tmp = self.tmp, None
-            with contextlib.suppress(OSError):
-                os.unlink(tmp)
-
-
 class LocalBlockStore:
     """A block store in a local directory tree (see the module docstring for the layout)."""
 
@@ -293,8 +120,8 @@ class LocalBlockStore:
         self._meta_root = self._root / META_DIR
         self._fsync = fsync
         self._closed = False
-        self._etags: OrderedDict[tuple[int, int, int, int], str] = OrderedDict()
-        self._etags_lock = threading.Lock()
+        self._sidecars = Sidecars(self._meta_root, fsync)
+        self._etags = EtagCache()
 
     @property
     def uri(self) -> str:
@@ -328,10 +155,10 @@ class LocalBlockStore:
         self._check_open()
         check_key(key, field)
         parts = key.split("/")
-        if not _segments_ok(parts):
+        if not segments_ok(parts):
             raise BadInputError(
                 f"{key!r} is not a valid local key (empty, '.', '..' or reserved segment, NUL, "
-                f"or a segment over {_NAME_MAX} bytes)",
+                f"or a segment over {NAME_MAX} bytes)",
                 field=field,
             )
         return parts
@@ -339,48 +166,19 @@ class LocalBlockStore:
     def _path(self, parts: Sequence[str]) -> Path:
         return self._root.joinpath(*parts)
 
-    def _meta_path(self, parts: Sequence[str]) -> Path:
-        return self._meta_root.joinpath(*parts)
-
-    # -- sidecars and etags (sync) ----------------------------------------------------------------
-
-    def _read_sidecar(self, parts: Sequence[str], st: os.stat_result) -> dict[str, Any] | None:
-        try:
-            with open(self._meta_path(parts), "rb") as f:
-                record = json.loads(f.read())
-        except (OSError, ValueError):
-            return None
-        if not isinstance(record, dict) or record.get("v") != _SIDECAR_VERSION or not _same_file(record, st):
-            return None
-        if not isinstance(record.get("etag"), str):
-            return None
-        return record
-
-    def _cached_etag(self, st: os.stat_result) -> str | None:
-        with self._etags_lock:
-            key = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
-            etag = self._etags.get(key)
-            if etag is not None:
-                self._etags.move_to_end(key)
-            return etag
-
-    def _remember_etag(self, st: os.stat_result, etag: str) -> None:
-        with self._etags_lock:
-            self._etags[(st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)] = etag
-            while len(self._etags) > _ETAG_CACHE_SIZE:
-                self._etags.popitem(last=False)
+    # -- objects (sync) ---------------------------------------------------------------------------
 
     def _open_object(self, parts: Sequence[str], key: str) -> tuple[int, os.stat_result]:
         where = self._where(key)
         try:
             fd = os.open(self._path(parts), os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
         except OSError as e:
-            raise _map_oserror(e, where, reading=True) from e
+            raise map_oserror(e, where, reading=True) from e
         try:
             st = os.fstat(fd)
         except OSError as e:
             os.close(fd)
-            raise _map_oserror(e, where, reading=True) from e
+            raise map_oserror(e, where, reading=True) from e
         if not stat.S_ISREG(st.st_mode):
             os.close(fd)
             raise NotFoundError(f"{where}: no such object")
@@ -391,17 +189,17 @@ class LocalBlockStore:
         try:
             st = os.stat(self._path(parts))
         except OSError as e:
-            raise _map_oserror(e, where, reading=True) from e
+            raise map_oserror(e, where, reading=True) from e
         if not stat.S_ISREG(st.st_mode):
             raise NotFoundError(f"{where}: no such object")
-        record = self._read_sidecar(parts, st)
+        record = self._sidecars.read(parts, st)
         if record is not None:
             etag: str = record["etag"]
             ctype = record.get("content_type")
             meta = record.get("metadata")
         else:
             ctype, meta = None, None
-            cached = self._cached_etag(st)
+            cached = self._etags.get(st)
             if cached is not None:
                 etag = cached
             else:
@@ -409,89 +207,29 @@ class LocalBlockStore:
                 try:
                     md5 = hashlib.md5(usedforsecurity=False)
                     offset = 0
-                    while piece := os.pread(fd, _IO_CHUNK, offset):
+                    while piece := os.pread(fd, IO_CHUNK, offset):
                         md5.update(piece)
                         offset += len(piece)
                 except OSError as e:
-                    raise _map_oserror(e, where, reading=True) from e
+                    raise map_oserror(e, where, reading=True) from e
                 finally:
                     os.close(fd)
                 etag = md5.hexdigest()
-                self._remember_etag(st, etag)
+                self._etags.remember(st, etag)
         if not full:
-            return ObjectInfo(key=key, size=st.st_size, etag=etag, last_modified=_datetime(st))
+            return ObjectInfo(key=key, size=st.st_size, etag=etag, last_modified=mtime_datetime(st))
         return ObjectInfo(
             key=key,
             size=st.st_size,
             etag=etag,
-            last_modified=_datetime(st),
+            last_modified=mtime_datetime(st),
             content_type=normalize_content_type(ctype if isinstance(ctype, str) else None),
             metadata={str(k): str(v) for k, v in meta.items()} if isinstance(meta, dict) else {},
         )
 
-    def _clear_stale_meta(self, meta_path: Path) -> None:
-        """Remove sidecar leftovers that block ``meta_path`` (a file where a directory must go, or a
-        directory where the sidecar file must go). The data tree proves they are stale."""
-        node = meta_path.parent
-        while node != self._meta_root and self._meta_root in node.parents:
-            if node.is_file():
-                with contextlib.suppress(OSError):
-                    os.unlink(node)
-            node = node.parent
-        if meta_path.is_dir() and not meta_path.is_symlink():
-            shutil.rmtree(meta_path, ignore_errors=True)
-
-    def _prepare_sidecar(self, parts: Sequence[str], key: str, record: Mapping[str, Any]) -> Path:
-        """Write the sidecar to a temporary file beside its final place; returns the temp path."""
-        meta_path = self._meta_path(parts)
-        data = json.dumps(record, sort_keys=True, separators=(",", ":")).encode()
-        where = self._where(key)
-        for attempt in range(_RETRIES):
-            try:
-                os.makedirs(meta_path.parent, exist_ok=True)
-            except (FileExistsError, NotADirectoryError):
-                if attempt:
-                    raise ConflictError(f"{where}: cannot create the metadata sidecar directory") from None
-                self._clear_stale_meta(meta_path)
-                continue
-            except OSError as e:
-                raise _map_oserror(e, where, reading=False) from e
-            tmp = meta_path.parent / f"{TMP_PREFIX}{uuid.uuid4().hex}"
-            try:
-                fd = os.open(tmp, _CREATE_FLAGS, 0o666)
-            except FileNotFoundError:
-                continue
-            except OSError as e:
-                raise _map_oserror(e, where, reading=False) from e
-            try:
-                _write_all(fd, data)
-                if self._fsync:
-                    os.fsync(fd)
-            except OSError as e:
-                os.close(fd)
-                with contextlib.suppress(OSError):
-                    os.unlink(tmp)
-                raise _map_oserror(e, where, reading=False) from e
-            os.close(fd)
-            return tmp
-        raise TransientError(f"{where}: metadata directory kept disappearing while writing")
-
-    def _install_sidecar(self, tmp: Path, parts: Sequence[str], key: str) -> None:
-        meta_path = self._meta_path(parts)
-        try:
-            try:
-                os.replace(tmp, meta_path)
-            except IsADirectoryError:
-                self._clear_stale_meta(meta_path)
-                os.replace(tmp, meta_path)
-        except OSError as e:
-            with contextlib.suppress(OSError):
-                os.unlink(tmp)
-            raise _map_oserror(e, self._where(key), reading=False) from e
-
     def _commit(
         self,
-        temp: _TempFile,
+        temp: TempFile,
         parts: Sequence[str],
         key: str,
         *,
@@ -503,7 +241,7 @@ class LocalBlockStore:
         st = temp.finish()
         etag = temp.md5.hexdigest()
         record = {
-            "v": _SIDECAR_VERSION,
+            "v": SIDECAR_VERSION,
             "ino": st.st_ino,
             "size": st.st_size,
             "mtime_ns": st.st_mtime_ns,
@@ -511,20 +249,20 @@ class LocalBlockStore:
             "content_type": content_type,
             "metadata": dict(metadata),
         }
-        sidecar_tmp = self._prepare_sidecar(parts, key, record)
+        sidecar_tmp = self._sidecars.prepare(parts, self._where(key), record)
         try:
             temp.commit(if_none_match)
         except BaseException:
             with contextlib.suppress(OSError):
                 os.unlink(sidecar_tmp)
             raise
-        self._install_sidecar(sidecar_tmp, parts, key)
-        self._remember_etag(st, etag)
+        self._sidecars.install(sidecar_tmp, parts, self._where(key))
+        self._etags.remember(st, etag)
         return ObjectInfo(
             key=key,
             size=st.st_size,
             etag=etag,
-            last_modified=_datetime(st),
+            last_modified=mtime_datetime(st),
             content_type=content_type,
             metadata=dict(metadata),
         )
@@ -539,7 +277,7 @@ class LocalBlockStore:
         content_type: str,
         metadata: Mapping[str, str],
     ) -> ObjectInfo:
-        temp = _TempFile(self._path(parts), self._where(key), self._fsync)
+        temp = TempFile(self._path(parts), self._where(key), self._fsync)
         try:
             temp.open()
             temp.write(data)
@@ -551,14 +289,6 @@ class LocalBlockStore:
 
     # -- deletes (sync) ---------------------------------------------------------------------------
 
-    def _prune(self, directory: Path, stop: Path) -> None:
-        while directory != stop and stop in directory.parents:
-            try:
-                os.rmdir(directory)
-            except OSError:
-                return
-            directory = directory.parent
-
     def _delete_one(self, parts: Sequence[str], key: str) -> None:
         path = self._path(parts)
         try:
@@ -566,26 +296,26 @@ class LocalBlockStore:
         except (FileNotFoundError, NotADirectoryError):
             st = None
         except OSError as e:
-            raise _map_oserror(e, self._where(key), reading=False) from e
+            raise map_oserror(e, self._where(key), reading=False) from e
         if st is not None and stat.S_ISREG(st.st_mode):
             try:
                 os.unlink(path)
             except (FileNotFoundError, NotADirectoryError):
                 pass
             except OSError as e:
-                raise _map_oserror(e, self._where(key), reading=False) from e
-        meta_path = self._meta_path(parts)
+                raise map_oserror(e, self._where(key), reading=False) from e
+        meta_path = self._sidecars.path(parts)
         # Drop the sidecar unless it already describes a newer file put there concurrently.
         try:
             current: os.stat_result | None = os.stat(path)
         except OSError:
             current = None
-        if current is None or self._read_sidecar(parts, current) is None:
+        if current is None or self._sidecars.read(parts, current) is None:
             with contextlib.suppress(OSError):
                 if meta_path.is_file():
                     os.unlink(meta_path)
-            self._prune(meta_path.parent, self._meta_root)
-        self._prune(path.parent, self._root)
+            prune(meta_path.parent, self._meta_root)
+        prune(path.parent, self._root)
 
     def _delete_batch(self, batch: Sequence[tuple[Sequence[str], str]]) -> builtins.list[tuple[str, str]]:
         failed: builtins.list[tuple[str, str]] = []
@@ -598,38 +328,10 @@ class LocalBlockStore:
 
     # -- listing (sync generator, advanced page by page in worker threads) -------------------------
 
-    def _scan(self, directory: Path) -> builtins.list[tuple[str, str, bool]]:
-        """``(sort_key, name, is_dir)`` of the listable entries of ``directory``, in key order."""
-        at_root = directory == self._root
-        out: builtins.list[tuple[str, str, bool]] = []
-        try:
-            with os.scandir(directory) as it:
-                for entry in it:
-                    name = entry.name
-                    if name.startswith(TMP_PREFIX) or (at_root and name == META_DIR):
-                        continue
-                    try:
-                        name.encode("utf-8")
-                    except UnicodeEncodeError:
-                        continue  # not valid UTF-8: cannot be an object key
-                    try:
-                        if entry.is_dir(follow_symlinks=False):
-                            out.append((name + "/", name, True))
-                        elif entry.is_file():
-                            out.append((name, name, False))
-                    except OSError:
-                        continue
-        except (FileNotFoundError, NotADirectoryError):
-            return []
-        except OSError as e:
-            raise _map_oserror(e, f"{self.uri}: listing {directory}", reading=False) from e
-        out.sort()
-        return out
-
     def _walk_dir(
         self, directory: Path, key_prefix: str, name_prefix: str, start_after: str | None, collapse: bool
     ) -> Generator[ObjectInfo | CommonPrefix, None, None]:
-        for sort_key, name, is_dir in self._scan(directory):
+        for sort_key, name, is_dir in scan_dir(directory, self._root, self.uri):
             if not sort_key.startswith(name_prefix):
                 continue
             full = key_prefix + sort_key
@@ -657,7 +359,7 @@ class LocalBlockStore:
     ) -> Generator[ObjectInfo | CommonPrefix, None, None]:
         dir_part, _, name_prefix = prefix.rpartition("/")
         segments = dir_part.split("/") if dir_part else []
-        if not _segments_ok(segments):
+        if not segments_ok(segments):
             return  # no valid local key can start with this prefix
         key_prefix = dir_part + "/" if dir_part else ""
         collapse = delimiter == "/"
@@ -688,13 +390,13 @@ class LocalBlockStore:
                 content_type=ctype,
                 metadata=meta,
             )
-        temp = _TempFile(self._path(parts), self._where(key), self._fsync)
+        temp = TempFile(self._path(parts), self._where(key), self._fsync)
         try:
             await _run(temp.open)
             buf = bytearray()
             async for chunk in iter_body(body):
                 buf += chunk
-                if len(buf) >= _IO_CHUNK:
+                if len(buf) >= IO_CHUNK:
                     data = bytes(buf)
                     buf.clear()
                     await _run(temp.write, data)
@@ -715,9 +417,9 @@ class LocalBlockStore:
             fd, st = self._open_object(parts, key)
             try:
                 begin, end = slice_range(st.st_size, start, length)
-                return _read_exact(fd, end - begin, begin)
+                return read_exact(fd, end - begin, begin)
             except OSError as e:
-                raise _map_oserror(e, self._where(key), reading=True) from e
+                raise map_oserror(e, self._where(key), reading=True) from e
             finally:
                 os.close(fd)
 
@@ -734,9 +436,9 @@ class LocalBlockStore:
             pos, end = slice_range(st.st_size, start, length)
             while pos < end:
                 try:
-                    piece = await _run(_read_exact, fd, min(chunk_size, end - pos), pos)
+                    piece = await _run(read_exact, fd, min(chunk_size, end - pos), pos)
                 except OSError as e:
-                    raise _map_oserror(e, self._where(key), reading=True) from e
+                    raise map_oserror(e, self._where(key), reading=True) from e
                 if not piece:
                     break  # cannot happen for a file that is never modified in place
                 pos += len(piece)
@@ -757,7 +459,7 @@ class LocalBlockStore:
             except (FileNotFoundError, NotADirectoryError):
                 return False
             except OSError as e:
-                raise _map_oserror(e, self._where(key), reading=True) from e
+                raise map_oserror(e, self._where(key), reading=True) from e
 
         return await _run(check)
 
@@ -805,7 +507,7 @@ class LocalBlockStore:
     async def copy(self, src_key: str, dst_key: str, *, if_none_match: bool = False) -> ObjectInfo:
         self._parts(dst_key, field="dst_key")
         info = await self.head(src_key)
-        async with contextlib.aclosing(self.stream(src_key, chunk_size=_IO_CHUNK)) as chunks:
+        async with contextlib.aclosing(self.stream(src_key, chunk_size=IO_CHUNK)) as chunks:
             return await self.put(
                 dst_key,
                 chunks,

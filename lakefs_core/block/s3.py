@@ -46,26 +46,14 @@ import heapq
 import logging
 import random
 import re
-from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from collections.abc import AsyncGenerator, Awaitable, Callable, Mapping, Sequence
 from contextlib import AsyncExitStack
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import aioboto3
-import aiohttp
 from aiobotocore.config import AioConfig
-from botocore.exceptions import (
-    ClientError,
-    HTTPClientError,
-    IncompleteReadError,
-    NoCredentialsError,
-    NoRegionError,
-    ParamValidationError,
-    PartialCredentialsError,
-)
-from botocore.exceptions import (
-    ConnectionError as BotoConnectionError,
-)
+from botocore.exceptions import ClientError
 from tenacity import (
     AsyncRetrying,
     RetryCallState,
@@ -88,119 +76,41 @@ from lakefs_core.block._common import (
     normalize_metadata,
 )
 from lakefs_core.block.base import Body, CommonPrefix, ObjectInfo
-from lakefs_core.block.s3_settings import MAX_PART, MIB, S3Settings
-from lakefs_core.errors import (
-    BadInputError,
-    ConflictError,
-    LakeFSError,
-    NotFoundError,
-    PreconditionFailedError,
-    TransientError,
-    UnreachableError,
+from lakefs_core.block.s3_errors import (
+    ACCESS_CODES,
+    TRANSIENT_CODES,
+    error_code,
+    is_precondition,
+    is_transient,
+    translate_error,
 )
+from lakefs_core.block.s3_multipart import MAX_PARTS, MultipartUpload, multipart_etag, strip_etag
+from lakefs_core.block.s3_settings import MIB, S3Settings
+from lakefs_core.errors import BadInputError, ConflictError, LakeFSError, NotFoundError, TransientError
 
 if TYPE_CHECKING:
     from types_aiobotocore_s3.client import S3Client
 
-__all__ = ["AccessDeniedError", "S3BlockStore", "S3Settings"]
+__all__ = [
+    "MAX_PARTS",
+    "AccessDeniedError",
+    "S3BlockStore",
+    "S3Settings",
+    "is_transient",
+    "multipart_etag",
+]
 
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
-MAX_PARTS = 10_000
 DELETE_BATCH = 1000
 
 _BUCKET = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{1,253}[A-Za-z0-9]$")
 
-_TRANSIENT_CODES = frozenset(
-    {
-        "SlowDown",
-        "RequestTimeout",
-        "RequestTimeoutException",
-        "Throttling",
-        "ThrottlingException",
-        "ThrottledException",
-        "RequestThrottled",
-        "RequestThrottledException",
-        "TooManyRequestsException",
-        "RequestLimitExceeded",
-        "BandwidthLimitExceeded",
-        "ServiceUnavailable",
-        "InternalError",
-        "InternalFailure",
-        "ConditionalRequestConflict",
-        "OperationAborted",
-        "PriorRequestNotComplete",
-    }
-)
-_ACCESS_CODES = frozenset(
-    {
-        "AccessDenied",
-        "AllAccessDisabled",
-        "AccountProblem",
-        "InvalidAccessKeyId",
-        "SignatureDoesNotMatch",
-        "ExpiredToken",
-        "InvalidToken",
-        "TokenRefreshRequired",
-        "InvalidSecurity",
-    }
-)
-_NOT_FOUND_CODES = frozenset({"NoSuchKey", "404", "NotFound", "NoSuchUpload"})
-_PRECONDITION_CODES = frozenset({"PreconditionFailed", "412"})
-
-
-def _error_code(e: ClientError) -> str:
-    return str(e.response.get("Error", {}).get("Code", ""))
-
-
-def _status(e: ClientError) -> int:
-    return int(e.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0) or 0)
-
-
-def _is_precondition(e: BaseException) -> bool:
-    return isinstance(e, ClientError) and (_error_code(e) in _PRECONDITION_CODES or _status(e) == 412)
-
-
-def _is_connect_error(e: BaseException) -> bool:
-    return isinstance(e, (BotoConnectionError, aiohttp.ClientConnectorError))
-
-
-def is_transient(e: BaseException) -> bool:
-    """True for S3/transport errors worth retrying (never for this project's own errors)."""
-    if isinstance(e, LakeFSError):
-        return False
-    if isinstance(e, ClientError):
-        status = _status(e)
-        return _error_code(e) in _TRANSIENT_CODES or status >= 500 or status == 429
-    return isinstance(
-        e,
-        (
-            BotoConnectionError,
-            HTTPClientError,
-            IncompleteReadError,
-            aiohttp.ClientError,
-            asyncio.TimeoutError,
-            ConnectionError,
-        ),
-    )
-
 
 def _sort_key(item: ObjectInfo | CommonPrefix) -> str:
     return item.key if isinstance(item, ObjectInfo) else item.prefix
-
-
-def _strip_etag(etag: str) -> str:
-    return etag.strip('"')
-
-
-def multipart_etag(part_etags: Sequence[str]) -> str:
-    """The ETag S3 gives a multipart object: MD5 of the concatenated binary part MD5s, ``-<parts>``."""
-    digest = hashlib.md5(usedforsecurity=False)
-    for etag in part_etags:
-        digest.update(bytes.fromhex(_strip_etag(etag)))
-    return f"{digest.hexdigest()}-{len(part_etags)}"
 
 
 class S3BlockStore:
@@ -305,45 +215,13 @@ class S3BlockStore:
         return f"{self.uri}/{key}" if key else self.uri
 
     def _translate(self, e: BaseException, op: str, key: str | None) -> LakeFSError:
-        if isinstance(e, LakeFSError):
-            return e
         where = f"{op} {self._where(key)}"
-        if isinstance(e, ClientError):
-            code, status = _error_code(e), _status(e)
-            message = str(e.response.get("Error", {}).get("Message", "")).strip()
-            detail = f"{code or 'error'} (HTTP {status})" + (f": {message}" if message else "")
-            if code == "NoSuchBucket":
-                return NotFoundError(f"{where}: bucket {self._bucket!r} does not exist")
-            if code in _NOT_FOUND_CODES or status == 404:
-                return NotFoundError(f"{where}: no such object ({detail})")
-            if _is_precondition(e):
-                return PreconditionFailedError(f"{where}: precondition failed ({detail})")
-            if code in _ACCESS_CODES or status == 403:
-                return AccessDeniedError(f"{where}: access denied ({detail})")
-            if is_transient(e):
-                return TransientError(f"{where}: {detail} after {self._settings.max_attempts} attempt(s)")
-            if 400 <= status < 500:
-                return BadInputError(f"{where}: {detail}", field="key" if key else None)
-            return LakeFSError(f"{where}: {detail}")
-        if isinstance(e, (NoCredentialsError, PartialCredentialsError)):
-            return AccessDeniedError(f"{where}: no usable credentials ({type(e).__name__})")
-        if isinstance(e, (NoRegionError, ParamValidationError)):
-            return BadInputError(f"{where}: {type(e).__name__}: {e}")
-        if _is_connect_error(e):
-            return UnreachableError(
-                f"{where}: cannot reach {self._settings.endpoint_url or 'S3'} ({type(e).__name__}) "
-                f"after {self._settings.max_attempts} attempt(s)"
-            )
-        if is_transient(e):
-            return TransientError(
-                f"{where}: {type(e).__name__} after {self._settings.max_attempts} attempt(s)"
-            )
-        return LakeFSError(f"{where}: {type(e).__name__}: {e}")
+        return translate_error(e, where, bucket=self._bucket, key=key, settings=self._settings)
 
     def _log_retry(self, op: str, key: str | None) -> Callable[[RetryCallState], None]:
         def before_sleep(state: RetryCallState) -> None:
             exc = state.outcome.exception() if state.outcome is not None else None
-            what = _error_code(exc) if isinstance(exc, ClientError) else type(exc).__name__
+            what = error_code(exc) if isinstance(exc, ClientError) else type(exc).__name__
             log.warning(
                 "%s %s: transient %s, retrying (attempt %d of %d)",
                 op,
@@ -408,16 +286,16 @@ class S3BlockStore:
             data = bytes(body)
             if len(data) <= threshold:
                 return await self._put_single(key, data, if_none_match=if_none_match, ctype=ctype, meta=meta)
-            return await self._put_multipart(
-                key, data, None, if_none_match=if_none_match, ctype=ctype, meta=meta
+            return await self._multipart(key).put(
+                data, None, if_none_match=if_none_match, ctype=ctype, meta=meta
             )
         async with contextlib.aclosing(iter_body(body)) as chunks:
             buf = bytearray()
             async for chunk in chunks:
                 buf += chunk
                 if len(buf) > threshold:
-                    return await self._put_multipart(
-                        key, bytes(buf), chunks, if_none_match=if_none_match, ctype=ctype, meta=meta
+                    return await self._multipart(key).put(
+                        bytes(buf), chunks, if_none_match=if_none_match, ctype=ctype, meta=meta
                     )
             return await self._put_single(
                 key, bytes(buf), if_none_match=if_none_match, ctype=ctype, meta=meta
@@ -453,149 +331,26 @@ class S3BlockStore:
                 if (
                     if_none_match
                     and attempts > 1
-                    and _is_precondition(e)
+                    and is_precondition(e)
                     and await self._stored_etag(key) == expected
                 ):
                     return expected
                 raise
-            return _strip_etag(resp["ETag"])
+            return strip_etag(resp["ETag"])
 
         etag = await self._call("PutObject", key, attempt)
         return ObjectInfo(key=key, size=len(data), etag=etag, content_type=ctype, metadata=dict(meta))
 
-    def _part_size(self, number: int) -> int:
-        """Size of part ``number`` (1-based): doubles every 2,000 parts, capped at 5 GiB."""
-        return min(MAX_PART, self._settings.multipart_chunk << ((number - 1) // 2000))
-
-    async def _pieces(self, first: bytes, rest: AsyncIterator[bytes] | None) -> AsyncGenerator[bytes, None]:
-        buf = bytearray(first)
-        number = 1
-        while True:
-            size = self._part_size(number)
-            while len(buf) >= size:
-                yield bytes(buf[:size])
-                del buf[:size]
-                number += 1
-                size = self._part_size(number)
-            if rest is None:
-                break
-            try:
-                buf += await anext(rest)
-            except StopAsyncIteration:
-                break
-        if buf:
-            yield bytes(buf)
-
-    async def _put_multipart(
-        self,
-        key: str,
-        first: bytes,
-        rest: AsyncIterator[bytes] | None,
-        *,
-        if_none_match: bool,
-        ctype: str,
-        meta: dict[str, str],
-    ) -> ObjectInfo:
-        client = await self._client()
-        checksum = self._settings.request_checksum_calculation == "when_supported"
-        create_args: dict[str, Any] = {
-            "Bucket": self._bucket,
-            "Key": key,
-            "ContentType": ctype,
-            "Metadata": meta,
-        }
-        if checksum:
-            create_args["ChecksumAlgorithm"] = "CRC32"
-        created = await self._call(
-            "CreateMultipartUpload", key, lambda: client.create_multipart_upload(**create_args)
+    def _multipart(self, key: str) -> MultipartUpload:
+        return MultipartUpload(
+            bucket=self._bucket,
+            key=key,
+            where=self._where(key),
+            settings=self._settings,
+            client=self._client,
+            call=self._call,
+            stored_etag=self._stored_etag,
         )
-        upload_id = created["UploadId"]
-        parts: dict[int, dict[str, Any]] = {}
-        pending: set[asyncio.Task[tuple[int, dict[str, Any]]]] = set()
-        size = 0
-
-        async def upload(number: int, piece: bytes) -> tuple[int, dict[str, Any]]:
-            args: dict[str, Any] = {
-                "Bucket": self._bucket,
-                "Key": key,
-                "UploadId": upload_id,
-                "PartNumber": number,
-                "Body": piece,
-            }
-            if checksum:
-                args["ChecksumAlgorithm"] = "CRC32"
-            resp = await self._call(f"UploadPart {number}", key, lambda: client.upload_part(**args))
-            part: dict[str, Any] = {"PartNumber": number, "ETag": resp["ETag"]}
-            if checksum and resp.get("ChecksumCRC32"):
-                part["ChecksumCRC32"] = resp["ChecksumCRC32"]
-            return number, part
-
-        async def drain_one() -> None:
-            nonlocal pending
-            done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
-            for task in done:
-                number, part = task.result()
-                parts[number] = part
-
-        try:
-            number = 0
-            async with contextlib.aclosing(self._pieces(first, rest)) as pieces:
-                async for piece in pieces:
-                    number += 1
-                    if number > MAX_PARTS:
-                        raise BadInputError(f"{self._where(key)}: body needs more than {MAX_PARTS} parts")
-                    size += len(piece)
-                    while len(pending) >= self._settings.multipart_concurrency:
-                        await drain_one()
-                    pending.add(asyncio.ensure_future(upload(number, piece)))
-            while pending:
-                await drain_one()
-            ordered = [parts[n] for n in sorted(parts)]
-            expected = multipart_etag([p["ETag"] for p in ordered])
-            complete_args: dict[str, Any] = {
-                "Bucket": self._bucket,
-                "Key": key,
-                "UploadId": upload_id,
-                "MultipartUpload": {"Parts": ordered},
-            }
-            if if_none_match:
-                complete_args["IfNoneMatch"] = "*"
-            attempts = 0
-
-            async def complete() -> str:
-                nonlocal attempts
-                attempts += 1
-                try:
-                    resp = await client.complete_multipart_upload(**complete_args)
-                except ClientError as e:
-                    # After an attempt with unknown outcome, NoSuchUpload or 412 may mean it landed.
-                    ambiguous = _error_code(e) == "NoSuchUpload" or (if_none_match and _is_precondition(e))
-                    if attempts > 1 and ambiguous and await self._stored_etag(key) == expected:
-                        return expected
-                    raise
-                return _strip_etag(resp.get("ETag", expected))
-
-            etag = await self._call("CompleteMultipartUpload", key, complete)
-        except BaseException:
-            for task in pending:
-                task.cancel()
-            await asyncio.gather(*pending, return_exceptions=True)
-            await asyncio.shield(self._abort(key, upload_id))
-            raise
-        return ObjectInfo(key=key, size=size, etag=etag, content_type=ctype, metadata=dict(meta))
-
-    async def _abort(self, key: str, upload_id: str) -> None:
-        try:
-            client = await self._client()
-            await self._call(
-                "AbortMultipartUpload",
-                key,
-                lambda: client.abort_multipart_upload(Bucket=self._bucket, Key=key, UploadId=upload_id),
-            )
-        except NotFoundError:
-            pass  # already completed or aborted
-        except LakeFSError as e:
-            log.warning("could not abort multipart upload of %s: %s", self._where(key), e)
 
     @staticmethod
     def _range(start: int, end: int | None) -> str | None:
@@ -619,7 +374,7 @@ class S3BlockStore:
             try:
                 resp = await client.get_object(**args)
             except ClientError as e:
-                if _error_code(e) == "InvalidRange":
+                if error_code(e) == "InvalidRange":
                     return b""  # the range starts at or after the end
                 raise
             body = resp["Body"]
@@ -654,9 +409,9 @@ class S3BlockStore:
             try:
                 return await client.get_object(**args)
             except ClientError as e:
-                if _error_code(e) == "InvalidRange":
+                if error_code(e) == "InvalidRange":
                     return None
-                if pinned is not None and _is_precondition(e):
+                if pinned is not None and is_precondition(e):
                     raise ConflictError(f"{self._where(key)}: object replaced while being read") from e
                 raise
 
@@ -704,7 +459,7 @@ class S3BlockStore:
         return ObjectInfo(
             key=key,
             size=int(resp["ContentLength"]),
-            etag=_strip_etag(resp["ETag"]),
+            etag=strip_etag(resp["ETag"]),
             last_modified=resp.get("LastModified"),
             content_type=resp.get("ContentType"),
             metadata=dict(resp.get("Metadata") or {}),
@@ -739,13 +494,13 @@ class S3BlockStore:
                 errors = resp.get("Errors") or []
                 if not errors:
                     break
-                retry = [e for e in errors if e.get("Code") in _TRANSIENT_CODES]
-                final = [e for e in errors if e.get("Code") not in _TRANSIENT_CODES]
+                retry = [e for e in errors if e.get("Code") in TRANSIENT_CODES]
+                final = [e for e in errors if e.get("Code") not in TRANSIENT_CODES]
                 if final:
                     shown = ", ".join(f"{e.get('Key')} ({e.get('Code')})" for e in final[:5])
                     more = f" (+{len(final) - 5} more)" if len(final) > 5 else ""
                     message = f"DeleteObjects {self.uri}: {len(final)} key(s) not deleted: {shown}{more}"
-                    if all(e.get("Code") in _ACCESS_CODES for e in final):
+                    if all(e.get("Code") in ACCESS_CODES for e in final):
                         raise AccessDeniedError(message)
                     raise LakeFSError(message)
                 remaining = [str(e.get("Key")) for e in retry]
@@ -786,7 +541,7 @@ class S3BlockStore:
                 ObjectInfo(
                     key=c["Key"],
                     size=int(c["Size"]),
-                    etag=_strip_etag(c.get("ETag", "")),
+                    etag=strip_etag(c.get("ETag", "")),
                     last_modified=c.get("LastModified"),
                 )
                 for c in resp.get("Contents") or []

@@ -480,8 +480,11 @@ async def test_two_daemons_one_region_only_the_lease_holder_promotes(tmp_path: P
                 while await promotions(standby) < 1:
                     assert time.monotonic() < deadline, daemons[standby].log_tail()
                     await asyncio.sleep(0.05)
-                took_over = [seen for seen, holder, _ in leases if holder != old.holder]
-                assert took_over, leases[-3:]
+                # The poller samples the lease every ~0.1 s: wait for it to record the new holder.
+                deadline = time.monotonic() + 5
+                while not (took_over := [seen for seen, holder, _ in leases if holder != old.holder]):
+                    assert time.monotonic() < deadline, leases[-3:]
+                    await asyncio.sleep(0.05)
                 last_old = max(expires for _, holder, expires in leases if holder == old.holder)
                 assert took_over[0] >= last_old, (took_over[0], last_old)
                 log.info(

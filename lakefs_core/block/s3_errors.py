@@ -1,0 +1,150 @@
+"""How :class:`~lakefs_core.block.s3.S3BlockStore` classifies and reports S3 failures.
+
+:func:`is_transient` decides which botocore/aiohttp errors are worth retrying (never this project's
+own errors); :func:`translate_error` turns whatever escapes the retries into a
+:class:`~lakefs_core.errors.LakeFSError` (mapping listed in :mod:`lakefs_core.block.s3`) whose message
+names the operation and object but never credentials. The S3 error-code sets live here too, for the
+per-key results of ``DeleteObjects``. Pure functions: no I/O, no retrying.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+import aiohttp
+from botocore.exceptions import (
+    ClientError,
+    HTTPClientError,
+    IncompleteReadError,
+    NoCredentialsError,
+    NoRegionError,
+    ParamValidationError,
+    PartialCredentialsError,
+)
+from botocore.exceptions import (
+    ConnectionError as BotoConnectionError,
+)
+
+from lakefs_core.block._common import AccessDeniedError
+from lakefs_core.block.s3_settings import S3Settings
+from lakefs_core.errors import (
+    BadInputError,
+    LakeFSError,
+    NotFoundError,
+    PreconditionFailedError,
+    TransientError,
+    UnreachableError,
+)
+
+TRANSIENT_CODES = frozenset(
+    {
+        "SlowDown",
+        "RequestTimeout",
+        "RequestTimeoutException",
+        "Throttling",
+        "ThrottlingException",
+        "ThrottledException",
+        "RequestThrottled",
+        "RequestThrottledException",
+        "TooManyRequestsException",
+        "RequestLimitExceeded",
+        "BandwidthLimitExceeded",
+        "ServiceUnavailable",
+        "InternalError",
+        "InternalFailure",
+        "ConditionalRequestConflict",
+        "OperationAborted",
+        "PriorRequestNotComplete",
+    }
+)
+ACCESS_CODES = frozenset(
+    {
+        "AccessDenied",
+        "AllAccessDisabled",
+        "AccountProblem",
+        "InvalidAccessKeyId",
+        "SignatureDoesNotMatch",
+        "ExpiredToken",
+        "InvalidToken",
+        "TokenRefreshRequired",
+        "InvalidSecurity",
+    }
+)
+_NOT_FOUND_CODES = frozenset({"NoSuchKey", "404", "NotFound", "NoSuchUpload"})
+_PRECONDITION_CODES = frozenset({"PreconditionFailed", "412"})
+
+
+def error_code(e: ClientError) -> str:
+    """The S3 error code of ``e`` (``""`` when there is none)."""
+    return str(e.response.get("Error", {}).get("Code", ""))
+
+
+def _status(e: ClientError) -> int:
+    return int(e.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0) or 0)
+
+
+def is_precondition(e: BaseException) -> bool:
+    """True for a failed precondition (HTTP 412)."""
+    return isinstance(e, ClientError) and (error_code(e) in _PRECONDITION_CODES or _status(e) == 412)
+
+
+def _is_connect_error(e: BaseException) -> bool:
+    return isinstance(e, (BotoConnectionError, aiohttp.ClientConnectorError))
+
+
+def is_transient(e: BaseException) -> bool:
+    """True for S3/transport errors worth retrying (never for this project's own errors)."""
+    if isinstance(e, LakeFSError):
+        return False
+    if isinstance(e, ClientError):
+        status = _status(e)
+        return error_code(e) in TRANSIENT_CODES or status >= 500 or status == 429
+    return isinstance(
+        e,
+        (
+            BotoConnectionError,
+            HTTPClientError,
+            IncompleteReadError,
+            aiohttp.ClientError,
+            asyncio.TimeoutError,
+            ConnectionError,
+        ),
+    )
+
+
+def translate_error(
+    e: BaseException, where: str, *, bucket: str, key: str | None, settings: S3Settings
+) -> LakeFSError:
+    """The project error for ``e``, raised by the operation ``where`` (``"<op> <uri>"``) on ``key``
+    of ``bucket``; a :class:`~lakefs_core.errors.LakeFSError` is returned as it is."""
+    if isinstance(e, LakeFSError):
+        return e
+    if isinstance(e, ClientError):
+        code, status = error_code(e), _status(e)
+        message = str(e.response.get("Error", {}).get("Message", "")).strip()
+        detail = f"{code or 'error'} (HTTP {status})" + (f": {message}" if message else "")
+        if code == "NoSuchBucket":
+            return NotFoundError(f"{where}: bucket {bucket!r} does not exist")
+        if code in _NOT_FOUND_CODES or status == 404:
+            return NotFoundError(f"{where}: no such object ({detail})")
+        if is_precondition(e):
+            return PreconditionFailedError(f"{where}: precondition failed ({detail})")
+        if code in ACCESS_CODES or status == 403:
+            return AccessDeniedError(f"{where}: access denied ({detail})")
+        if is_transient(e):
+            return TransientError(f"{where}: {detail} after {settings.max_attempts} attempt(s)")
+        if 400 <= status < 500:
+            return BadInputError(f"{where}: {detail}", field="key" if key else None)
+        return LakeFSError(f"{where}: {detail}")
+    if isinstance(e, (NoCredentialsError, PartialCredentialsError)):
+        return AccessDeniedError(f"{where}: no usable credentials ({type(e).__name__})")
+    if isinstance(e, (NoRegionError, ParamValidationError)):
+        return BadInputError(f"{where}: {type(e).__name__}: {e}")
+    if _is_connect_error(e):
+        return UnreachableError(
+            f"{where}: cannot reach {settings.endpoint_url or 'S3'} ({type(e).__name__}) "
+            f"after {settings.max_attempts} attempt(s)"
+        )
+    if is_transient(e):
+        return TransientError(f"{where}: {type(e).__name__} after {settings.max_attempts} attempt(s)")
+    return LakeFSError(f"{where}: {type(e).__name__}: {e}")

@@ -1,0 +1,208 @@
+"""S3 multipart uploads for :class:`~lakefs_core.block.s3.S3BlockStore`, and S3 ETags.
+
+A :class:`MultipartUpload` puts one object: it cuts the body into parts of ``multipart_chunk`` bytes
+(doubling every 2,000 parts, capped at 5 GiB, at most 10,000 parts), uploads up to
+``multipart_concurrency`` of them at once, and completes the upload (``If-None-Match: *`` when
+create-only). A retried completion that answers ``NoSuchUpload`` or 412 succeeds when the stored ETag
+equals :func:`multipart_etag` of our parts. On any failure or cancellation the upload is aborted
+(best effort, logged) and the error re-raised. Every S3 call goes through the store's retrying call.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import logging
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
+
+from botocore.exceptions import ClientError
+
+from lakefs_core.block.base import ObjectInfo
+from lakefs_core.block.s3_errors import error_code, is_precondition
+from lakefs_core.block.s3_settings import MAX_PART, S3Settings
+from lakefs_core.errors import BadInputError, LakeFSError, NotFoundError
+
+if TYPE_CHECKING:
+    from types_aiobotocore_s3.client import S3Client
+
+
+log = logging.getLogger("lakefs_core.block.s3")  # the store's logger: one logger for the S3 driver
+
+T = TypeVar("T")
+
+MAX_PARTS = 10_000
+
+
+def strip_etag(etag: str) -> str:
+    """An S3 ETag without its surrounding double quotes."""
+    return etag.strip('"')
+
+
+def multipart_etag(part_etags: Sequence[str]) -> str:
+    """The ETag S3 gives a multipart object: MD5 of the concatenated binary part MD5s, ``-<parts>``."""
+    digest = hashlib.md5(usedforsecurity=False)
+    for etag in part_etags:
+        digest.update(bytes.fromhex(strip_etag(etag)))
+    return f"{digest.hexdigest()}-{len(part_etags)}"
+
+
+class S3Call(Protocol):
+    """The store's call of one S3 operation ``op`` on ``key``: retries, then translates errors."""
+
+    async def __call__(self, op: str, key: str | None, fn: Callable[[], Awaitable[T]]) -> T: ...
+
+
+@dataclass(frozen=True)
+class MultipartUpload:
+    """One multipart upload of ``key`` into ``bucket`` (``where`` is the object's URI, for messages).
+
+    ``client`` returns the store's S3 client, ``call`` runs one S3 operation with the store's retries
+    and ``stored_etag`` gives the ETag of the object now stored under a key (``None``: none).
+    """
+
+    bucket: str
+    key: str
+    where: str
+    settings: S3Settings
+    client: Callable[[], Awaitable[S3Client]]
+    call: S3Call
+    stored_etag: Callable[[str], Awaitable[str | None]]
+
+    def _part_size(self, number: int) -> int:
+        """Size of part ``number`` (1-based): doubles every 2,000 parts, capped at 5 GiB."""
+        return min(MAX_PART, self.settings.multipart_chunk << ((number - 1) // 2000))
+
+    async def _pieces(self, first: bytes, rest: AsyncIterator[bytes] | None) -> AsyncGenerator[bytes, None]:
+        buf = bytearray(first)
+        number = 1
+        while True:
+            size = self._part_size(number)
+            while len(buf) >= size:
+                yield bytes(buf[:size])
+                del buf[:size]
+                number += 1
+                size = self._part_size(number)
+            if rest is None:
+                break
+            try:
+                buf += await anext(rest)
+            except StopAsyncIteration:
+                break
+        if buf:
+            yield bytes(buf)
+
+    async def put(
+        self,
+        first: bytes,
+        rest: AsyncIterator[bytes] | None,
+        *,
+        if_none_match: bool,
+        ctype: str,
+        meta: dict[str, str],
+    ) -> ObjectInfo:
+        """Upload ``first`` followed by what ``rest`` yields (``None``: nothing more) as the object."""
+        key = self.key
+        client = await self.client()
+        checksum = self.settings.request_checksum_calculation == "when_supported"
+        create_args: dict[str, Any] = {
+            "Bucket": self.bucket,
+            "Key": key,
+            "ContentType": ctype,
+            "Metadata": meta,
+        }
+        if checksum:
+            create_args["ChecksumAlgorithm"] = "CRC32"
+        created = await self.call(
+            "CreateMultipartUpload", key, lambda: client.create_multipart_upload(**create_args)
+        )
+        upload_id = created["UploadId"]
+        parts: dict[int, dict[str, Any]] = {}
+        pending: set[asyncio.Task[tuple[int, dict[str, Any]]]] = set()
+        size = 0
+
+        async def upload(number: int, piece: bytes) -> tuple[int, dict[str, Any]]:
+            args: dict[str, Any] = {
+                "Bucket": self.bucket,
+                "Key": key,
+                "UploadId": upload_id,
+                "PartNumber": number,
+                "Body": piece,
+            }
+            if checksum:
+                args["ChecksumAlgorithm"] = "CRC32"
+            resp = await self.call(f"UploadPart {number}", key, lambda: client.upload_part(**args))
+            part: dict[str, Any] = {"PartNumber": number, "ETag": resp["ETag"]}
+            if checksum and resp.get("ChecksumCRC32"):
+                part["ChecksumCRC32"] = resp["ChecksumCRC32"]
+            return number, part
+
+        async def drain_one() -> None:
+            nonlocal pending
+            done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+            for task in done:
+                number, part = task.result()
+                parts[number] = part
+
+        try:
+            number = 0
+            async with contextlib.aclosing(self._pieces(first, rest)) as pieces:
+                async for piece in pieces:
+                    number += 1
+                    if number > MAX_PARTS:
+                        raise BadInputError(f"{self.where}: body needs more than {MAX_PARTS} parts")
+                    size += len(piece)
+                    while len(pending) >= self.settings.multipart_concurrency:
+                        await drain_one()
+                    pending.add(asyncio.ensure_future(upload(number, piece)))
+            while pending:
+                await drain_one()
+            ordered = [parts[n] for n in sorted(parts)]
+            expected = multipart_etag([p["ETag"] for p in ordered])
+            complete_args: dict[str, Any] = {
+                "Bucket": self.bucket,
+                "Key": key,
+                "UploadId": upload_id,
+                "MultipartUpload": {"Parts": ordered},
+            }
+            if if_none_match:
+                complete_args["IfNoneMatch"] = "*"
+            attempts = 0
+
+            async def complete() -> str:
+                nonlocal attempts
+                attempts += 1
+                try:
+                    resp = await client.complete_multipart_upload(**complete_args)
+                except ClientError as e:
+                    # After an attempt with unknown outcome, NoSuchUpload or 412 may mean it landed.
+                    ambiguous = error_code(e) == "NoSuchUpload" or (if_none_match and is_precondition(e))
+                    if attempts > 1 and ambiguous and await self.stored_etag(key) == expected:
+                        return expected
+                    raise
+                return strip_etag(resp.get("ETag", expected))
+
+            etag = await self.call("CompleteMultipartUpload", key, complete)
+        except BaseException:
+            for task in pending:
+                task.cancel()
+            await asyncio.gather(*pending, return_exceptions=True)
+            await asyncio.shield(self._abort(upload_id))
+            raise
+        return ObjectInfo(key=key, size=size, etag=etag, content_type=ctype, metadata=dict(meta))
+
+    async def _abort(self, upload_id: str) -> None:
+        key = self.key
+        try:
+            client = await self.client()
+            await self.call(
+                "AbortMultipartUpload",
+                key,
+                lambda: client.abort_multipart_upload(Bucket=self.bucket, Key=key, UploadId=upload_id),
+            )
+        except NotFoundError:
+            pass  # already completed or aborted
+        except LakeFSError as e:
+            log.warning("could not abort multipart upload of %s: %s", self.where, e)
