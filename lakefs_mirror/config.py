@@ -50,7 +50,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import Field, SecretStr, ValidationInfo, field_validator
+from pydantic import AfterValidator, Field, SecretStr, ValidationInfo, field_validator
 from sqlalchemy.engine import make_url
 
 from lakefs_core.block.s3_settings import S3Settings
@@ -86,6 +86,15 @@ def normalize_db_url(url: str) -> str:
     return normalize_sql_url(url).render_as_string(hide_password=False)
 
 
+def _non_empty_secret(value: SecretStr) -> SecretStr:
+    if not value.get_secret_value():
+        raise ValueError("must not be empty")
+    return value
+
+
+NonEmptySecret = Annotated[SecretStr, AfterValidator(_non_empty_secret)]
+
+
 class EnvCredentials(StrictModel):
     """Credentials from botocore's default chain (environment, shared files, instance/task role)."""
 
@@ -97,15 +106,9 @@ class StaticCredentials(StrictModel):
 
     source: Literal["static"]
     access_key_id: str = Field(min_length=1)
-    secret_access_key: SecretStr
+    secret_access_key: NonEmptySecret
     session_token: SecretStr | None = None
 
-    @field_validator("secret_access_key")
-    @classmethod
-    def _non_empty(cls, value: SecretStr) -> SecretStr:
-        if not value.get_secret_value():
-            raise ValueError("must not be empty")
-        return value
 
 
 class ProfileCredentials(StrictModel):
@@ -166,14 +169,8 @@ class AccessKey(StrictModel):
     """One HTTP basic-auth credential of the mirroring API."""
 
     access_key_id: str = Field(min_length=1, max_length=256, pattern=r"^[^:\s]+$")
-    secret_access_key: SecretStr
+    secret_access_key: NonEmptySecret
 
-    @field_validator("secret_access_key")
-    @classmethod
-    def _non_empty(cls, value: SecretStr) -> SecretStr:
-        if not value.get_secret_value():
-            raise ValueError("must not be empty")
-        return value
 
 
 PositiveSeconds = Annotated[float, Field(gt=0)]

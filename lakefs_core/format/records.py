@@ -59,6 +59,11 @@ _RANGE_ID = re.compile(r"[0-9a-f]{64}")
 _RANGE_ID_BYTES = re.compile(rb"[0-9a-f]{64}")
 
 
+def is_table_id(value: str) -> bool:
+    """True for a range/metarange id: exactly 64 lowercase hex digits (safe as a file name)."""
+    return _RANGE_ID.fullmatch(value) is not None
+
+
 class ValueRecord(NamedTuple):
     """A graveler record: key plus the two envelope parts, all kept verbatim.
 

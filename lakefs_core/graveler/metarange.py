@@ -62,8 +62,11 @@ class MetaRange:
     async def load(cls, tables: TableStore, metarange_id: str) -> MetaRange:
         if metarange_id == EMPTY_METARANGE_ID:
             return cls(tables, metarange_id, [])
-        reader = await tables.open(metarange_id)
-        return cls(tables, metarange_id, parse_metarange(reader, metarange_id))
+        ranges = tables.cache.metarange_ranges(metarange_id)
+        if ranges is None:
+            ranges = tuple(parse_metarange(await tables.open(metarange_id), metarange_id))
+            tables.cache.remember_metarange_ranges(metarange_id, ranges)
+        return cls(tables, metarange_id, list(ranges))
 
     def __len__(self) -> int:
         """Number of records (from the range descriptors; no range is opened)."""

@@ -21,7 +21,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
-import re
 import tempfile
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable
@@ -30,18 +29,18 @@ from pathlib import Path
 
 from lakefs_core.block.base import BlockStore
 from lakefs_core.errors import BadInputError, NotFoundError, PreconditionFailedError
+from lakefs_core.format.records import RangeInfo, is_table_id
 from lakefs_core.format.sstable.reader import TableReader
 from lakefs_core.keys import StorageNamespace
 
-_TABLE_ID = re.compile(r"^[0-9a-f]{64}$")
-
 DEFAULT_RAM_BYTES = 256 << 20
+DEFAULT_PARSED_METARANGES = 1024
 DEFAULT_BLOCK_CACHE_BLOCKS = 256
 
 
 def check_table_id(table_id: str) -> str:
     """Table ids are lowercase hex SHA-256; anything else could escape the ``_lakefs/`` folder."""
-    if not _TABLE_ID.match(table_id):
+    if not is_table_id(table_id):
         raise BadInputError(f"not a table id: {table_id[:80]!r}", field="table_id")
     return table_id
 
@@ -68,7 +67,7 @@ class DiskCache:
         self._bytes = 0
         found = []
         for entry in os.scandir(self.root):
-            if entry.is_file() and _TABLE_ID.match(entry.name):
+            if entry.is_file() and is_table_id(entry.name):
                 st = entry.stat()
                 found.append((st.st_mtime, entry.name, st.st_size))
         for _, name, size in sorted(found):
@@ -127,6 +126,7 @@ class TableCache:
         ram_bytes: int = DEFAULT_RAM_BYTES,
         disk: DiskCache | None = None,
         block_cache_blocks: int = DEFAULT_BLOCK_CACHE_BLOCKS,
+        parsed_metaranges: int = DEFAULT_PARSED_METARANGES,
     ) -> None:
         if ram_bytes <= 0:
             raise BadInputError("must be > 0", field="ram_cache_bytes")
@@ -138,6 +138,22 @@ class TableCache:
         self._sizes: dict[str, int] = {}
         self._used = 0
         self._inflight: dict[str, asyncio.Future[TableReader]] = {}
+        # Decoded range lists of metaranges (immutable by id, like the tables): every read of a
+        # commit needs one, and decoding thousands of RangeData records per read is wasted work.
+        self._parsed: OrderedDict[str, tuple[RangeInfo, ...]] = OrderedDict()
+        self.parsed_metaranges = max(1, parsed_metaranges)
+
+    def metarange_ranges(self, table_id: str) -> tuple[RangeInfo, ...] | None:
+        ranges = self._parsed.get(table_id)
+        if ranges is not None:
+            self._parsed.move_to_end(table_id)
+        return ranges
+
+    def remember_metarange_ranges(self, table_id: str, ranges: tuple[RangeInfo, ...]) -> None:
+        self._parsed[table_id] = ranges
+        self._parsed.move_to_end(table_id)
+        while len(self._parsed) > self.parsed_metaranges:
+            self._parsed.popitem(last=False)
 
     def get(self, table_id: str) -> TableReader | None:
         """The open table if it is in RAM (the synchronous hot path), else ``None``."""

@@ -186,3 +186,19 @@ def test_range_builder_ids_match_reader() -> None:
     assert reader.user_properties["min_key"] == records[0].key
     assert reader.user_properties["max_key"] == records[-1].key
     assert [ValueRecord.from_sst(k, v) for k, v in reader] == records
+
+
+async def test_parsed_metaranges_are_cached_by_id() -> None:
+    cache = TableCache(ram_bytes=1 << 20)
+    tables = memory_tables(cache)
+    mr = await write(tables, [rec(i) for i in range(2000)])
+    cold = TableStore(tables.store, tables.namespace, TableCache(ram_bytes=1 << 20, parsed_metaranges=1))
+    first = await MetaRange.load(cold, mr.id)
+    fetches = cold.cache.stats.fetches
+    again = await MetaRange.load(cold, mr.id)
+    assert cold.cache.stats.fetches == fetches and cold.cache.stats.ram_hits == 0  # no table access
+    assert again.ranges == first.ranges == mr.ranges and again.ranges is not first.ranges
+    other = await write(tables, [rec(i, b"v9") for i in range(10)])
+    await MetaRange.load(cold, other.id)  # evicts the first parse (bound of 1)
+    assert cold.cache.metarange_ranges(mr.id) is None
+    assert (await MetaRange.load(cold, mr.id)).ranges == mr.ranges

@@ -8,7 +8,7 @@ reset moto server.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 
 import asyncpg
 import pytest
@@ -21,27 +21,16 @@ from lakefs_core.errors import (
     TransientError,
 )
 from lakefs_core.kv import Expect, KVEntry, KVStore, open_kv
-from tests.support.moto import MotoServer
-from tests.support.pg import PgDatabase
+from tests.support.kv import KV_DRIVERS, kv_url_for
 
-DRIVERS = ["memory", "sqlite", "postgres", "dynamodb"]
+DRIVERS = KV_DRIVERS
 P = b"partition"
 
 
 @pytest.fixture(params=DRIVERS)
 def kv_url(request: pytest.FixtureRequest, sqlite_url: str) -> str:
     """The URL of a fresh, empty store for the parametrised driver (resolved synchronously)."""
-    driver = request.param
-    if driver == "memory":
-        return "memory://"
-    if driver == "sqlite":
-        return sqlite_url
-    if driver == "postgres":
-        db: PgDatabase = request.getfixturevalue("pg_database")
-        return db.url
-    moto: Callable[[str], MotoServer] = request.getfixturevalue("moto")
-    server = moto("us-east-1")
-    return f"dynamodb://?region=us-east-1&endpoint={server.endpoint}"
+    return kv_url_for(request.param, request, sqlite_url)
 
 
 @pytest.fixture

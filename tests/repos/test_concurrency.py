@@ -22,7 +22,7 @@ import json
 import random
 import time
 from collections import Counter
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 
 import pytest
@@ -34,8 +34,7 @@ from lakefs_core.kv.memory import MemoryKVStore
 from lakefs_core.repos.graveler import Graveler, GravelerSettings
 from lakefs_core.repos.stores import StoreRegistry
 from tests.repos.support import mem_namespace, record, unique
-from tests.support.moto import MotoServer
-from tests.support.pg import PgDatabase
+from tests.support.kv import kv_url_for
 
 DRIVERS = ["memory", "memory-jitter", "sqlite", "postgres", "dynamodb"]
 WRITERS = 8
@@ -45,17 +44,9 @@ DURATION_S = 3.5
 
 @pytest.fixture(params=DRIVERS)
 def kv_url(request: pytest.FixtureRequest, sqlite_url: str) -> str:
-    driver = request.param
-    if driver.startswith("memory"):
-        return "memory://" if driver == "memory" else "memory://?jitter"
-    if driver == "sqlite":
-        return sqlite_url
-    if driver == "postgres":
-        db: PgDatabase = request.getfixturevalue("pg_database")
-        return db.url
-    moto: Callable[[str], MotoServer] = request.getfixturevalue("moto")
-    server = moto("us-east-1")
-    return f"dynamodb://?region=us-east-1&endpoint={server.endpoint}"
+    if request.param == "memory-jitter":
+        return "memory://?jitter"
+    return kv_url_for(request.param, request, sqlite_url)
 
 
 class JitterKV:
