@@ -78,8 +78,10 @@ async def tour(root: Path) -> None:
         tables = sorted((root / "storage" / "demo-repo" / "_lakefs").glob("[0-9a-f]" * 64))
         for path in tables:
             report = inspect_table(path.read_bytes(), str(path), records=False)
-            print(f"  {path.name[:16]}  kind={report['kind']:10}  records={report['count']}  "
-                  f"id_ok={report['computed_id'] == path.name}")
+            print(
+                f"  {path.name[:16]}  kind={report['kind']:10}  records={report['count']}  "
+                f"id_ok={report['computed_id'] == path.name}"
+            )
     finally:
         await stores.close()
         await kv.close()

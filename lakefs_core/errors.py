@@ -8,9 +8,14 @@ of the branches below, so callers never need to know which driver they talk to:
 - :class:`ConflictError`: the world is not as the caller expected. :class:`PreconditionFailedError`
   is the compare-and-swap flavour (a pointer moved under us); :class:`MergeConflictError` carries
   the conflicting keys; :class:`NoChangesError` refuses an empty commit or merge.
+  :class:`NamespaceConflictError` refuses a storage namespace that equals, contains or lies inside
+  another repository's.
 - :class:`CorruptDataError`: stored bytes are not what the format promises; names the file and the
   byte offset. Never retried, never papered over.
 - :class:`BadInputError`: the caller's input is wrong; names the field or key path.
+- :class:`AccessDeniedError`: the store refused the credentials or the permission.
+- :class:`StorageFullError`: no space left (local disk, SQLite, PostgreSQL 53100, an S3-compatible
+  store's 507); not retryable, since retrying cannot free space.
 - :class:`TransientError`: the outcome is unknown or the service is temporarily unavailable;
   ``retryable`` is true. An unknown outcome must never cause a delete.
 
@@ -78,6 +83,12 @@ class NoChangesError(ConflictError):
     exit_code = 13
 
 
+class NamespaceConflictError(ConflictError):
+    """A storage namespace equals, contains or lies inside one another repository already claims."""
+
+    exit_code = 15
+
+
 class CorruptDataError(LakeFSError):
     """Stored bytes violate the format. Names the file and, where known, the byte offset."""
 
@@ -102,6 +113,19 @@ class BadInputError(LakeFSError, ValueError):
     def __init__(self, message: str, *, field: str | None = None) -> None:
         self.field = field
         super().__init__(f"{field}: {message}" if field else message)
+
+
+class AccessDeniedError(LakeFSError):
+    """The object store refused the credentials or the permission (S3 AccessDenied, EACCES)."""
+
+    exit_code = 12
+
+
+class StorageFullError(LakeFSError):
+    """No space left where data or metadata is written (ENOSPC/EDQUOT on a local namespace, SQLite
+    "database or disk is full", PostgreSQL 53100). Not retryable: retrying cannot free space."""
+
+    exit_code = 14
 
 
 class TransientError(LakeFSError):

@@ -17,6 +17,12 @@ namespace                     store_uri                   prefix
 (a local namespace is a whole directory: its path is the store root, so the store's metadata sidecars
 stay inside the namespace).
 
+Exclusivity: a repository owns its namespace and everything below it. :attr:`StorageNamespace.canonical`
+(the URI with one trailing ``/``) makes nesting a plain prefix test (:meth:`StorageNamespace.overlaps`;
+``s3://b/ab`` is not inside ``s3://b/a``), and :meth:`StorageNamespace.check_repository_namespace` is
+THE rule refusing local directories no repository may own (the root, system directories), used by
+repository creation (CLI, library, mirror engine) and the mirror API alike.
+
 Layout inside a namespace (``<ns>`` = the prefix; keys never start with ``/``):
 
 - data objects: ``<ns>/data/<slice>/<object id>``, addressed in entries by the RELATIVE address
@@ -61,9 +67,10 @@ TABLES_DIR = "_lakefs"
 DUMMY_NAME = "dummy"
 SLICE_MAX_OBJECTS = 50_000
 
-_SCHEME = re.compile(r"^([a-z][a-z0-9+.-]*)://(.*)$", re.DOTALL)
-_BUCKET = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{1,253}[A-Za-z0-9]$")
-_MEM_NAME = re.compile(r"^[A-Za-z0-9._-]+$")
+# Used with fullmatch only (``match`` with ``$`` would accept a trailing newline).
+_SCHEME = re.compile(r"([a-z][a-z0-9+.-]*)://(.*)", re.DOTALL)
+_BUCKET = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{1,253}[A-Za-z0-9]")
+_MEM_NAME = re.compile(r"[A-Za-z0-9._-]+")
 _B32HEX = "0123456789abcdefghijklmnopqrstuv"
 
 _END_OF_TIME_HOURS = int(datetime(4000, 1, 1, tzinfo=UTC).timestamp()) // 3600
@@ -100,6 +107,32 @@ def _clean_path(path: str, field_name: str, what: str) -> list[str]:
     return parts
 
 
+# Local directories a repository may never own. Under the first set lives the OS itself (or kernel
+# views of it): nothing below them is a place for versioned data. The second set are directories that
+# hold other users' or other programs' data: a repository may live BELOW them (``/tmp/x``,
+# ``/var/lib/lakefs``, ``/home/me/data``), never own them whole, since GC and hard-delete remove objects
+# under a repository's namespace.
+_SYSTEM_TREES = frozenset(
+    {"bin", "boot", "dev", "etc", "lib", "lib32", "lib64", "libx32", "proc", "sbin", "sys", "usr"}
+)
+_SHARED_DIRS = frozenset(
+    {"home", "media", "mnt", "opt", "root", "run", "srv", "tmp", "var", "var/lib", "var/tmp"}
+)
+
+
+def forbidden_local_path(path: str) -> str | None:
+    """Why a repository may not own the absolute local directory ``path`` (None: it may)."""
+    parts = [p for p in path.split("/") if p]
+    if not parts:
+        return "the filesystem root cannot be a storage namespace"
+    top = parts[0]
+    if top in _SYSTEM_TREES:
+        return f"/{top} is a system directory: no storage namespace may be in it"
+    if "/".join(parts) in _SHARED_DIRS:
+        return f"/{'/'.join(parts)} is a shared system directory: use a directory below it"
+    return None
+
+
 def _join(prefix: str, rest: str) -> str:
     return f"{prefix}/{rest}" if prefix else rest
 
@@ -125,7 +158,7 @@ class StorageNamespace:
         uri = self.uri
         if not isinstance(uri, str):
             raise BadInputError("must be a str", field="storage_namespace")
-        m = _SCHEME.match(uri)
+        m = _SCHEME.fullmatch(uri)
         if m is None:
             raise BadInputError(f"{uri!r} is not a URI (scheme://...)", field="storage_namespace")
         scheme, rest = m.group(1), m.group(2)
@@ -141,7 +174,7 @@ class StorageNamespace:
         elif scheme in ("s3", "mem"):
             location, _, path = rest.partition("/")
             pattern = _BUCKET if scheme == "s3" else _MEM_NAME
-            if not pattern.match(location):
+            if not pattern.fullmatch(location):
                 what = "bucket" if scheme == "s3" else "memory store name"
                 raise BadInputError(f"{uri!r}: invalid {what} {location!r}", field="storage_namespace")
             store_uri = f"{scheme}://{location}"
@@ -162,6 +195,44 @@ class StorageNamespace:
 
     def __str__(self) -> str:
         return self.uri
+
+    # -- exclusivity ------------------------------------------------------------------------------
+
+    @property
+    def canonical(self) -> str:
+        """The normal form with exactly one trailing ``/`` (``s3://b/a/``, ``local:///``).
+
+        Two namespaces overlap iff one canonical form is a prefix of the other: ``s3://b/a`` and
+        ``s3://b/a/`` are the same namespace, ``s3://b/ab`` is not inside ``s3://b/a``.
+        """
+        return self.uri if self.uri.endswith("/") else self.uri + "/"
+
+    def ancestors(self) -> list[str]:
+        """The canonical forms of every namespace strictly enclosing this one, outermost first
+        (``s3://b/x/y`` -> ``["s3://b/", "s3://b/x/"]``; ``local:///a`` -> ``["local:///"]``)."""
+        canonical = self.canonical
+        # The outermost namespace of a scheme: ``local:///`` (the root) or ``s3://bucket/``.
+        at = len("local:///") if self.scheme == "local" else canonical.index("/", len(self.scheme) + 3) + 1
+        out = []
+        while at < len(canonical):
+            out.append(canonical[:at])
+            at = canonical.index("/", at) + 1
+        return out
+
+    def overlaps(self, other: StorageNamespace) -> bool:
+        """True if the two namespaces are equal or one lies inside the other."""
+        a, b = self.canonical, other.canonical
+        return a.startswith(b) or b.startswith(a)
+
+    def check_repository_namespace(self) -> StorageNamespace:
+        """Refuse a namespace no repository may own: for ``local:///``, the filesystem root, the
+        system directories and everything under the ones the OS owns (see :func:`forbidden_local_path`).
+        Returns ``self``; raises :class:`BadInputError` naming ``storage_namespace``."""
+        if self.scheme == "local":
+            reason = forbidden_local_path(self.store_uri[len("local://") :])
+            if reason is not None:
+                raise BadInputError(f"{self.uri!r}: {reason}", field="storage_namespace")
+        return self
 
     # -- keys inside the namespace ---------------------------------------------------------------
 
@@ -214,22 +285,22 @@ class StorageNamespace:
         except ValueError:
             raise BadInputError(f"unknown address type {address_type!r}", field="address_type") from None
         if kind is AddressType.BY_PREFIX_DEPRECATED:
-            kind = AddressType.FULL if _SCHEME.match(address) else AddressType.RELATIVE
+            kind = AddressType.FULL if _SCHEME.fullmatch(address) else AddressType.RELATIVE
         if kind is AddressType.RELATIVE:
-            if _SCHEME.match(address):
+            if _SCHEME.fullmatch(address):
                 raise BadInputError(f"{address!r} is absolute but typed RELATIVE", field="address")
             return self.store_uri, self.key(address)
         return self._resolve_full(address)
 
     def _resolve_full(self, address: str) -> tuple[str, str]:
-        m = _SCHEME.match(address)
+        m = _SCHEME.fullmatch(address)
         if m is None:
             raise BadInputError(f"{address!r} is not an absolute URI but typed FULL", field="address")
         scheme, rest = m.group(1), m.group(2)
         if scheme in ("s3", "mem"):
             location, sep, key = rest.partition("/")
             pattern = _BUCKET if scheme == "s3" else _MEM_NAME
-            if not pattern.match(location) or not sep or not key:
+            if not pattern.fullmatch(location) or not sep or not key:
                 raise BadInputError(f"{address!r} does not name an object", field="address")
             return f"{scheme}://{location}", key
         if scheme == "local":

@@ -7,6 +7,8 @@ recycled pool. URLs are never echoed in errors (they may carry a password).
 
 from __future__ import annotations
 
+import errno
+import os
 import sqlite3
 import time
 from collections.abc import Sequence
@@ -23,18 +25,25 @@ from lakefs_core.errors import (
     ConflictError,
     LakeFSError,
     PreconditionFailedError,
+    StorageFullError,
     TransientError,
     UnreachableError,
 )
+from lakefs_core.fileperm import create_private_file, make_private_dir
+from lakefs_core.redact import sql_userinfo_end
 
 SQLITE_DRIVERS = frozenset({"sqlite", "sqlite+aiosqlite"})
 PG_DRIVERS = frozenset({"postgresql", "postgres", "postgresql+asyncpg", "postgres+asyncpg"})
 
 
 def normalize_sql_url(url: str) -> URL:
-    """Parse ``url`` and point it at the async driver. Raises :class:`ValueError` (no URL in it)."""
+    """Parse ``url`` and point it at the async driver. Raises :class:`ValueError` (no URL in it).
+
+    A password written with a raw ``@`` (``user:p@ss@host``) is taken whole, as libpq does; SQLAlchemy
+    alone would split it at the first ``@`` and take the rest for the host (see :mod:`lakefs_core.redact`).
+    """
     try:
-        parsed = make_url(url)
+        parsed = make_url(_quote_userinfo_at(url))
     except (ArgumentError, ValueError):
         # ``from None``: a mis-split URL can put part of a password into the parser's message.
         raise ValueError("not a valid SQL database URL") from None
@@ -52,6 +61,15 @@ def normalize_sql_url(url: str) -> URL:
     )
 
 
+def _quote_userinfo_at(url: str) -> str:
+    """``url`` with every ``@`` inside its userinfo percent-encoded (SQLAlchemy decodes it back)."""
+    scheme, sep, rest = url.partition("://")
+    end = sql_userinfo_end(rest) if sep else -1
+    if end <= 0 or "@" not in rest[:end]:
+        return url
+    return f"{scheme}://{rest[:end].replace('@', '%40')}{rest[end:]}"
+
+
 def create_sql_engine(
     url: URL,
     *,
@@ -66,9 +84,11 @@ def create_sql_engine(
     if url.drivername.startswith("sqlite"):
         db_path = Path(url.database or "")
         try:
-            db_path.parent.mkdir(parents=True, exist_ok=True)
+            # Owner-only (0700 directories, a 0600 file that SQLite's -wal/-shm inherit): see fileperm.
+            make_private_dir(db_path.parent)
+            create_private_file(db_path)
         except OSError as e:
-            what = f"cannot create the directory of SQLite database {db_path}"
+            what = f"cannot create SQLite database {db_path} or its directory"
             raise UnreachableError(f"{what}: {e.strerror}") from e
         # sqlite3's own "timeout" is the busy timeout too; keep it in line with the PRAGMA. A local
         # file never goes stale, so no per-checkout ping (it costs a round trip per operation).
@@ -142,25 +162,59 @@ def db_reason(e: BaseException) -> str:
     return f"{type(inner).__name__}: {text}"[:500]
 
 
+PG_DISK_FULL = "53100"  # disk_full; the rest of class 53 (out of memory, too many connections) is transient
+
+
+NEARLY_FULL_BYTES = 1 << 20  # less free space than this cannot hold SQLite's -wal/-shm growth
+
+
+def is_disk_full(e: BaseException, text: str, state: str, db_path: str | None = None) -> bool:
+    """SQLite's SQLITE_FULL ("database or disk is full"), PostgreSQL's disk_full, ENOSPC/EDQUOT; or
+    SQLite's "disk I/O error" on a filesystem with (next to) no free space: SQLite reports a failed
+    growth of its -shm/-wal files (SQLITE_IOERR_SHMSIZE, _WRITE) that way, hiding the ENOSPC."""
+    if isinstance(e, OSError) and e.errno in (errno.ENOSPC, errno.EDQUOT):
+        return True
+    if state == PG_DISK_FULL or "database or disk is full" in text or "sqlite_full" in text:
+        return True
+    if db_path and "disk i/o error" in text:
+        try:
+            fs = os.statvfs(os.path.dirname(os.path.abspath(db_path)))
+        except OSError:
+            return False
+        return fs.f_bavail * fs.f_frsize < NEARLY_FULL_BYTES
+    return False
+
+
 # PostgreSQL SQLSTATEs worth retrying: serialization failure, deadlock, lock not available, query
 # cancelled, admin/crash shutdown, cannot connect now; and whole classes: connection exception,
-# insufficient resources, system error.
+# insufficient resources (but disk_full, see PG_DISK_FULL), system error.
 PG_TRANSIENT_STATES = frozenset({"40001", "40P01", "55P03", "57014", "57P01", "57P02", "57P03"})
 PG_TRANSIENT_CLASSES = ("08", "53", "58")
 
 
 def translate_db_error(
-    e: BaseException, where: str, *, connecting: bool, write: bool, cas: bool = False
+    e: BaseException,
+    where: str,
+    *,
+    connecting: bool,
+    write: bool,
+    cas: bool = False,
+    db_path: str | None = None,
 ) -> LakeFSError:
     """Map a database failure to the project's error tree (the caller raises it ``from e``).
 
-    Connection failures are unreachable (retryable); a lost connection or timeout during a write is
-    a transient error whose outcome is unknown (never a reason to delete anything); integrity
-    violations are preconditions in compare-and-swap statements (``cas``) and conflicts otherwise.
+    A full disk is :class:`StorageFullError` (never retried). Connection failures are unreachable
+    (retryable); a lost connection or timeout during a write is a transient error whose outcome is
+    unknown (never a reason to delete anything); integrity violations are preconditions in
+    compare-and-swap statements (``cas``) and conflicts otherwise. ``db_path`` is a SQLite file's
+    path (to tell a full disk behind SQLite's "disk I/O error").
     """
     reason = db_reason(e)
     text = reason.lower()
     state = sqlstate(e) or ""
+    # First: a full disk is neither unreachable nor transient, whatever else the driver says.
+    if is_disk_full(e, text, state, db_path):
+        return StorageFullError(f"{where}: no space left: {reason}")
     if "database is locked" in text or "database table is locked" in text or "sqlite_busy" in text:
         return TransientError(f"{where} is busy (locked by another writer): {reason}")
     if isinstance(e, PoolTimeoutError):

@@ -32,8 +32,11 @@ is 401 with ``WWW-Authenticate: Basic``. Unknown routes are 404 and wrong method
 
 Errors are JSON ``{"message": ..., "field": ...}`` (``field`` names the offending path parameter,
 query parameter or body field, e.g. ``storage_namespace`` or ``branch_filter.2``; absent when no
-single field is to blame): malformed input is 400, unknown repository or mirror 404, a name already
-used in the destination region or a stale ``version`` 409, an unreachable database or KV store 503.
+single field is to blame): malformed input is 400 (also a ``mem://`` destination namespace), unknown
+repository or mirror 404; a name already used in the destination region (by a mirror, or by a
+repository that is not a read-only mirror in that namespace), a destination namespace equal to,
+inside or enclosing another mirror's or another repository's, a local system directory, or a stale
+``version`` is 409; an unreachable database or KV store 503.
 Bad input never yields a 5xx, and a request that fails validation changes nothing (creation is one
 database transaction, after all validation). Secrets (the credentials, database URLs) never appear
 in responses or logs; request bodies are not logged.
@@ -47,7 +50,7 @@ import hmac
 import json
 import logging
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from datetime import UTC, datetime
 from pathlib import Path, PurePosixPath
 from typing import Annotated, Any, Literal
@@ -63,11 +66,13 @@ from lakefs_core.errors import (
     BadInputError,
     ConflictError,
     LakeFSError,
+    NamespaceConflictError,
     NotFoundError,
     PreconditionFailedError,
     TransientError,
 )
 from lakefs_core.keys import StorageNamespace
+from lakefs_core.repos.graveler import Graveler
 from lakefs_mirror.config import MirrorConfig
 from lakefs_mirror.db import (
     MAX_BRANCH_FILTER,
@@ -107,6 +112,7 @@ SourceRepoExists = Callable[[str], Awaitable[bool]]
 _CONFIG_KEY = web.AppKey("config", MirrorConfig)
 _DB_KEY = web.AppKey("db", MirrorsDB)
 _EXISTS_KEY: web.AppKey[SourceRepoExists] = web.AppKey("source_repo_exists")
+_GRAVELERS_KEY: web.AppKey[dict[str, Graveler]] = web.AppKey("gravelers")
 _REGISTRY_KEY = web.AppKey("metrics_registry", CollectorRegistry)
 _OPENAPI_KEY = web.AppKey("openapi", bytes)
 _ACCESS_KEY_ID = web.RequestKey("access_key_id", str)
@@ -223,9 +229,18 @@ def _check_globs(globs: list[str]) -> tuple[str, ...]:
 
 
 def _check_namespace(value: str) -> str:
+    """The normalised destination namespace, or 400: malformed, or a memory store (``mem://``: its
+    objects live in one process, so no other reader, nor this daemon after a restart, would see what
+    the mirror promoted; the OpenAPI pattern excludes it too)."""
+    if value.startswith("mem://"):
+        raise BadInputError(
+            "a mirror's namespace must be durable and reachable by every reader: use s3:// or "
+            "local:///, not a mem:// store",
+            field="storage_namespace",
+        )
     if len(value) > MAX_NAMESPACE_LENGTH or not fullmatch(NAMESPACE_PATTERN, value):
         raise BadInputError(
-            "must be s3://bucket[/prefix], local:///absolute/path or mem://name[/prefix] "
+            "must be s3://bucket[/prefix] or local:///absolute/path "
             "(path segments of letters, digits, '.', '_' and '-', not starting with '.')",
             field="storage_namespace",
         )
@@ -233,6 +248,19 @@ def _check_namespace(value: str) -> str:
         return str(StorageNamespace(value))
     except BadInputError as e:
         raise BadInputError(str(e).removeprefix("storage_namespace: "), field="storage_namespace") from None
+
+
+def _check_local_dirs(namespace: str) -> None:
+    """The filesystem root and system directories can be no repository's namespace
+    (:meth:`StorageNamespace.check_repository_namespace`, the rule ``repo create`` applies too).
+
+    A 409 like :func:`_check_local_root`: the body matches the schema, the deployment refuses it.
+    """
+    try:
+        StorageNamespace(namespace).check_repository_namespace()
+    except BadInputError as e:
+        message = str(e).removeprefix("storage_namespace: ")
+        raise FieldConflictError(message, field="storage_namespace") from None
 
 
 def _check_local_root(namespace: str, roots: Sequence[Path], region: str) -> None:
@@ -459,6 +487,37 @@ async def _own_mirror(request: web.Request) -> Mirror:
     return mirror
 
 
+async def _check_destination(request: web.Request, name: str, region: str, namespace: str) -> None:
+    """409 unless the destination region's KV lets repository ``name`` live in ``namespace``: no
+    other repository may claim or use an overlapping namespace, and a repository already named
+    ``name`` there must be a read-only mirror in this very namespace (the engine adopts only such).
+
+    Advisory (a repository may appear between this check and the engine's first pass); the engine's
+    ``create_repository`` takes the namespace claim atomically and refuses the same cases.
+    """
+    dst = request.app[_GRAVELERS_KEY].get(region)
+    if dst is None:
+        return  # no KV access configured for that region (tests, or an API-only deployment)
+    try:
+        existing = await dst.repository(name)
+    except NotFoundError:
+        pass
+    else:
+        same_ns = (
+            StorageNamespace(existing.storage_namespace).canonical == StorageNamespace(namespace).canonical
+        )
+        if not (existing.read_only and same_ns):
+            raise FieldConflictError(
+                f"repository {name!r} already exists in region {region!r} and is not a read-only mirror "
+                "in this storage namespace: choose another name, or delete that repository first",
+                field="name",
+            )
+    try:
+        await dst.check_namespace_available(namespace, name)
+    except NamespaceConflictError as e:
+        raise FieldConflictError(f"{e} (in region {region!r})", field="storage_namespace") from e
+
+
 async def _require_source(request: web.Request, repo: str) -> None:
     if not await request.app[_EXISTS_KEY](repo):
         raise NotFoundError(
@@ -481,10 +540,12 @@ async def create_mirror(request: web.Request) -> web.Response:
         )
     namespace = _check_namespace(body.storage_namespace)
     _check_local_root(namespace, config.regions[body.region].local_roots, body.region)
+    _check_local_dirs(namespace)
     globs = _check_globs(body.branch_filter)
     if body.region == config.region and body.name == repo:
         raise FieldConflictError("a mirror cannot replace its own source repository", field="name")
     await _require_source(request, repo)
+    await _check_destination(request, body.name, body.region, namespace)
     mirror = await request.app[_DB_KEY].create_mirror(
         source_repo=repo,
         source_region=config.region,
@@ -625,12 +686,15 @@ def create_app(
     *,
     source_repo_exists: SourceRepoExists,
     metrics_registry: CollectorRegistry,
+    gravelers: Mapping[str, Graveler] | None = None,
 ) -> web.Application:
     """The API of this region's daemon.
 
     ``source_repo_exists(repo_id)`` answers whether a repository exists in this (the source) region
     (e.g. ``Graveler.repository`` not raising :class:`NotFoundError`); it may raise
-    :class:`~lakefs_core.errors.TransientError` (-> 503). Request metrics
+    :class:`~lakefs_core.errors.TransientError` (-> 503). ``gravelers`` (region -> Graveler over that
+    region's KV) lets creation refuse a destination namespace or name already taken by a repository
+    there (409); regions without one are not checked. Request metrics
     (``lakefs_mirror_api_requests_total``, ``lakefs_mirror_api_request_duration_seconds``) are
     registered in ``metrics_registry``, which ``GET /metrics`` exposes; create one app per registry.
     """
@@ -652,6 +716,7 @@ def create_app(
     app[_CONFIG_KEY] = config
     app[_DB_KEY] = db
     app[_EXISTS_KEY] = source_repo_exists
+    app[_GRAVELERS_KEY] = dict(gravelers or {})
     app[_REGISTRY_KEY] = metrics_registry
     document = openapi_document(sorted(config.regions), this_region=config.region, version=__version__)
     app[_OPENAPI_KEY] = json.dumps(document, indent=1).encode("utf-8")

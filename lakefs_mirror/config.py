@@ -26,6 +26,7 @@ environment as ``LAKEFS_MIRROR__REGION=eu-central-1``). Keys::
     workers: 8                        # concurrent presence checks during validation
     presence_cache_entries: 1000000   # object-presence cache size (entries)
     table_cache_bytes: 536870912      # range/metarange cache size (bytes)
+    table_max_block_bytes: 67108864   # largest table block accepted from any file (hostile-file bound)
     state_dir: null                   # local directory for persisted caches (null: memory only)
     log_level: INFO
 
@@ -56,6 +57,8 @@ from sqlalchemy.engine import make_url
 from lakefs_core.block.s3_settings import S3Settings
 from lakefs_core.config import StrictModel, load_config
 from lakefs_core.errors import BadInputError
+from lakefs_core.format.sstable.footer import DEFAULT_MAX_BLOCK_BYTES
+from lakefs_core.redact import redact_url
 from lakefs_core.sqlengine import normalize_sql_url
 
 __all__ = [
@@ -78,6 +81,7 @@ _KV_SCHEMES = frozenset(
     {"memory", "sqlite", "sqlite+aiosqlite", "postgresql", "postgres", "postgresql+asyncpg", "dynamodb"}
 )
 _HOST = re.compile(r"[A-Za-z0-9.-]+|\[[0-9A-Fa-f:.]+\]")
+_PORT = re.compile(r"[0-9]{1,5}")  # not str.isdigit(): it accepts other scripts' digits
 
 
 def normalize_db_url(url: str) -> str:
@@ -110,7 +114,6 @@ class StaticCredentials(StrictModel):
     session_token: SecretStr | None = None
 
 
-
 class ProfileCredentials(StrictModel):
     """A named profile of the shared AWS config/credentials files."""
 
@@ -133,8 +136,11 @@ class ObjectStoreConfig(StrictModel):
     @field_validator("endpoint_url")
     @classmethod
     def _endpoint(cls, value: str | None) -> str | None:
-        if value is not None and not re.fullmatch(r"https?://[^\s/]+(/\S*)?", value):
+        if value is not None and not re.fullmatch(r"https?://[!-.0-~]+(/[!-~]*)?", value):
             raise ValueError("must be an http:// or https:// URL")
+        if value is not None and redact_url(value) != value:
+            # Shown as-is by check-config, reprs and connection errors: credentials go in ``credentials``.
+            raise ValueError("must not carry credentials (user:password@); use credentials instead")
         return value
 
 
@@ -172,7 +178,6 @@ class AccessKey(StrictModel):
     secret_access_key: NonEmptySecret
 
 
-
 PositiveSeconds = Annotated[float, Field(gt=0)]
 NonNegativeSeconds = Annotated[float, Field(ge=0)]
 
@@ -194,6 +199,7 @@ class MirrorConfig(StrictModel):
     workers: int = Field(default=8, ge=1, le=1024)
     presence_cache_entries: int = Field(default=1_000_000, ge=0)
     table_cache_bytes: int = Field(default=512 * 1024 * 1024, ge=0)
+    table_max_block_bytes: int = Field(default=DEFAULT_MAX_BLOCK_BYTES, ge=1 << 20, le=1 << 31)
     state_dir: Path | None = None
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
 
@@ -217,7 +223,7 @@ class MirrorConfig(StrictModel):
     @classmethod
     def _listen(cls, value: str) -> str:
         host, sep, port = value.rpartition(":")
-        if not sep or not _HOST.fullmatch(host) or not port.isdigit() or not 0 <= int(port) <= 65535:
+        if not sep or not _HOST.fullmatch(host) or not _PORT.fullmatch(port) or not 0 <= int(port) <= 65535:
             raise ValueError("must be host:port (e.g. 127.0.0.1:8008 or [::1]:8008)")
         return value
 
@@ -254,7 +260,9 @@ class MirrorConfig(StrictModel):
     @property
     def mirrors_db_url_display(self) -> str:
         """The mirrors database URL with its password masked (for logs)."""
-        return make_url(self.mirrors_db_url.get_secret_value()).render_as_string(hide_password=True)
+        return redact_url(
+            make_url(self.mirrors_db_url.get_secret_value()).render_as_string(hide_password=True)
+        )
 
     def region_config(self, region: str) -> RegionConfig:
         try:
@@ -290,8 +298,6 @@ class MirrorConfig(StrictModel):
             secret_access_key=secret,
             session_token=token,
         )
-
-
 
 
 def _profile_credentials(profile: str, field: str) -> tuple[str, str, str | None]:

@@ -13,7 +13,12 @@ normalised. Tables are created on demand (:meth:`MirrorsDB.open`)::
                   last_promotion_at, last_checked_at, last_error, PK(mirror_id, kind, branch))
     leases(region PK, holder, expires_at)
 
-``UNIQUE(region, name)`` means two mirrors can never target the same destination repository. Times
+``UNIQUE(region, name)`` means two mirrors can never target the same destination repository, and
+:meth:`MirrorsDB.create_mirror` refuses a storage namespace equal to, inside or enclosing another
+mirror's (in any region) within the inserting transaction: SQLite serialises writers (the insert comes
+first), PostgreSQL creations take one transaction-scoped advisory lock, so of concurrent creations on
+overlapping namespaces exactly one commits. (A canonical-namespace column with a unique index would
+need an ``ALTER TABLE`` migration of existing databases; the serialised check covers equality too.) Times
 are stored as integer microseconds since the Unix epoch (exact round trips, no time-zone handling
 differences between the two databases) and returned as aware UTC :class:`~datetime.datetime`.
 
@@ -61,6 +66,7 @@ from lakefs_core.errors import (
     TransientError,
     UnreachableError,
 )
+from lakefs_core.keys import StorageNamespace
 from lakefs_core.sqlengine import create_sql_engine, db_reason, normalize_sql_url, translate_db_error
 from lakefs_mirror.db_schema import (
     MAX_REF_NAME,
@@ -125,6 +131,38 @@ class FieldConflictError(ConflictError):
     def __init__(self, message: str, *, field: str) -> None:
         self.field = field
         super().__init__(f"{field}: {message}")
+
+
+# pg_advisory_xact_lock key serialising mirror creations ("LFMIRROR" as a 64-bit integer).
+_CREATE_LOCK_KEY = 0x4C464D4952524F52
+
+
+async def _refuse_overlapping_namespace(conn: AsyncConnection, mirror_id: str, namespace: str) -> None:
+    """Raise (rolling the insert back) if another mirror's namespace equals, encloses or lies inside
+    ``namespace``. Namespaces that do not parse (rows written by other tools) overlap nothing."""
+    try:
+        mine = StorageNamespace.parse(namespace)
+    except BadInputError:
+        return
+    rows = await conn.execute(
+        select(
+            mirrors_table.c.id,
+            mirrors_table.c.name,
+            mirrors_table.c.region,
+            mirrors_table.c.storage_namespace,
+        ).where(mirrors_table.c.id != mirror_id)
+    )
+    for other_id, name, region, other_ns in rows:
+        try:
+            other = StorageNamespace.parse(other_ns)
+        except BadInputError:
+            continue
+        if mine.overlaps(other):
+            raise FieldConflictError(
+                f"storage namespace {mine.uri} overlaps {other.uri}, the namespace of mirror {other_id} "
+                f"({region}/{name}); mirrors need separate namespaces",
+                field="storage_namespace",
+            )
 
 
 # -- the database -------------------------------------------------------------------------------------
@@ -313,7 +351,12 @@ class MirrorsDB:
         stmt = mirrors_table.insert().values(**row)
 
         async def op(conn: AsyncConnection) -> None:
+            if self._dialect == "postgresql":
+                # Serialise creations: under READ COMMITTED the overlap check below then sees every
+                # mirror committed before ours (SQLite serialises writers by itself).
+                await conn.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": _CREATE_LOCK_KEY})
             await conn.execute(stmt)
+            await _refuse_overlapping_namespace(conn, ident, storage_namespace)
 
         def conflict(e: IntegrityError) -> LakeFSError:
             low = db_reason(e).lower()

@@ -49,7 +49,7 @@ from lakefs_core.refs.model import Branch, Commit, Repository, Tag
 from lakefs_core.repos.graveler import Graveler
 from lakefs_mirror.db import MirrorRecord, MirrorsDB, StatusKind, StatusRow
 from lakefs_mirror.metrics import MirrorMetrics
-from lakefs_mirror.presence import PresenceCache
+from lakefs_mirror.presence import PresenceCache, namespace_key
 from lakefs_mirror.validate import ValidationResult, Validator
 
 log = logging.getLogger(__name__)
@@ -183,9 +183,10 @@ class MirrorEngine:
                     f"repository {mirror.name!r} already exists in region {self.region!r} and is not a "
                     "read-only mirror; refusing to mirror into it"
                 )
-            if StorageNamespace.parse(dst_repo.storage_namespace).uri != StorageNamespace.parse(
-                mirror.storage_namespace
-            ).uri:
+            if (
+                StorageNamespace.parse(dst_repo.storage_namespace).uri
+                != StorageNamespace.parse(mirror.storage_namespace).uri
+            ):
                 raise ConflictError(
                     f"repository {mirror.name!r} in region {self.region!r} lives in another storage "
                     "namespace than the mirror's"
@@ -219,8 +220,10 @@ class MirrorEngine:
         for branch in source_branches:
             report.branches.append(await self._sync_ref(ctx, "branch", branch.id, branch.commit_id, report))
         async for mbranch in ctx.dst.refs.list_branches(ctx.dst_repo):
-            if mbranch.id not in wanted and mbranch.id != ctx.dst_repo.default_branch and self._wanted(
-                mirror, mbranch.id
+            if (
+                mbranch.id not in wanted
+                and mbranch.id != ctx.dst_repo.default_branch
+                and self._wanted(mirror, mbranch.id)
             ):
                 await ctx.dst.refs.delete_branch(ctx.dst_repo, mbranch.id)
                 await self.db.delete_status(mirror.id, "branch", mbranch.id)
@@ -337,6 +340,7 @@ class MirrorEngine:
             ns,
             self.presence,
             concurrency=self.settings.validation_workers,
+            incarnation=ctx.dst_repo.instance_uid,
         )
         rounds = self.settings.active_rounds if ctx.mirror.mode == "active" else 1
         for n in range(rounds):
@@ -382,7 +386,7 @@ class MirrorEngine:
                 continue
             else:
                 self.metrics.copy_bytes.labels(ctx.mirror.id).inc(info.size)
-            self.presence.forget_negative(dst_ns.uri, dst_key)
+            self.presence.forget_negative(namespace_key(dst_ns.uri, ctx.dst_repo.instance_uid), dst_key)
             seen.pop(dst_key, None)
             copied += 1
         return copied
@@ -410,9 +414,7 @@ class MirrorEngine:
                 stack.append(await ctx.dst.refs.get_commit(ctx.dst_repo, parent))
         return False
 
-    async def _promote(
-        self, ctx: _Ctx, kind: str, name: str, head: Commit, mirror_head: str | None
-    ) -> bool:
+    async def _promote(self, ctx: _Ctx, kind: str, name: str, head: Commit, mirror_head: str | None) -> bool:
         forward = mirror_head is None or await self._is_descendant(ctx, head, mirror_head)
         if not forward and not ctx.resync:
             assert mirror_head is not None

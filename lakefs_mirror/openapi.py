@@ -38,8 +38,7 @@ AFTER_PATTERN = "^[0-9a-f]{0,32}$"
 GLOB_PATTERN = "^[^\\x00]+$"
 _SEGMENTS = "(/[A-Za-z0-9_-][A-Za-z0-9._-]*)"
 NAMESPACE_PATTERN = (
-    f"^(s3://[A-Za-z0-9][A-Za-z0-9._-]{{1,253}}[A-Za-z0-9]|mem://[A-Za-z0-9._-]+){_SEGMENTS}*/?$"
-    f"|^local://{_SEGMENTS}+/?$"
+    f"^s3://[A-Za-z0-9][A-Za-z0-9._-]{{1,253}}[A-Za-z0-9]{_SEGMENTS}*/?$|^local://{_SEGMENTS}+/?$"
 )
 MAX_NAMESPACE_LENGTH = 1024
 MAX_VERSION = 2**31 - 1
@@ -115,7 +114,7 @@ def _schemas(regions: Sequence[str]) -> dict[str, Any]:
         "type": "string",
         "maxLength": MAX_NAMESPACE_LENGTH,
         "pattern": NAMESPACE_PATTERN,
-        "description": "Destination storage namespace: s3://bucket/prefix, local:///abs/path or mem://name/prefix",
+        "description": "Destination storage namespace: s3://bucket/prefix or local:///abs/path (durable; not mem://)",
     }
     region = {"type": "string", "enum": list(regions), "description": "A configured region."}
     mode = {

@@ -3,7 +3,8 @@
 lakeFS never reuses a physical path (data objects get fresh unique names; tables are named by the hash
 of their content), so once an object is seen in the destination namespace it stays "present" for
 good: positive facts never go stale and need no invalidation. :class:`PresenceCache` keeps three
-things, all keyed by the destination namespace URI (``StorageNamespace.uri``):
+things, all keyed by the destination namespace (its URI, or :func:`namespace_key` of its URI and
+incarnation):
 
 - **present**: a bounded LRU of ``(namespace, relative key)`` pairs known to exist in the destination
   (``data/<slice>/<id>`` for data objects, ``_lakefs/<id>`` for tables). A hit saves a HEAD/LIST.
@@ -23,7 +24,15 @@ either the old or the new snapshot, never a mix. An unreadable or foreign file i
 warning (the cache is only an optimisation; losing it costs requests, never correctness).
 
 The one way a positive can go stale is a destination namespace being emptied and reused under the
-same URI: call :meth:`PresenceCache.forget_namespace` when a mirror is deleted or reset.
+same URI. Two rules keep that from leaking into answers:
+
+- callers key facts by the namespace's *incarnation* (:func:`namespace_key`: the URI plus the
+  destination repository's ``instance_uid``), so a namespace whose repository was deleted and created
+  again from scratch starts with no facts (and :meth:`PresenceCache.forget_namespace` drops every
+  incarnation of a URI when a mirror is deleted or reset);
+- facts about a non-durable store (``mem://``: its objects vanish with the process) are never
+  persisted, and never loaded from an older file: after a restart they would claim objects present
+  that exist nowhere.
 
 Counters (plain ints, for the daemon's metrics) are in :attr:`PresenceCache.stats`. Single event
 loop: the in-memory structures are not locked.
@@ -54,6 +63,7 @@ __all__ = [
     "DEFAULT_NEGATIVE_COOLDOWN",
     "PresenceCache",
     "PresenceStats",
+    "namespace_key",
 ]
 
 log = logging.getLogger(__name__)
@@ -63,10 +73,31 @@ DEFAULT_MAX_TABLES = 200_000
 DEFAULT_MAX_NEGATIVES = 200_000
 DEFAULT_NEGATIVE_COOLDOWN = 30.0
 
-SCHEMA_VERSION = 1
+# 2: namespaces are incarnation keys (``uri#instance_uid``); version-1 files are ignored.
+SCHEMA_VERSION = 2
 _APPLICATION_ID = 0x4C464D50  # "LFMP": marks the file as ours
+_INCARNATION_SEP = "#"
+_NON_DURABLE_SCHEMES = ("mem://",)
 
 Key = tuple[str, str]
+
+
+def namespace_key(uri: str, incarnation: str = "") -> str:
+    """The cache key of one incarnation of a namespace: ``uri#incarnation`` (just ``uri`` without one).
+
+    ``incarnation`` is the destination repository's ``instance_uid``: it changes whenever the
+    repository (and so, potentially, its namespace's contents) is created from scratch.
+    """
+    return f"{uri}{_INCARNATION_SEP}{incarnation}" if incarnation else uri
+
+
+def _uri_of(namespace: str) -> str:
+    return namespace.partition(_INCARNATION_SEP)[0]
+
+
+def _durable(namespace: str) -> bool:
+    """Facts about a memory store must not outlive the process that held its objects."""
+    return not namespace.startswith(_NON_DURABLE_SCHEMES)
 
 
 @dataclass
@@ -261,11 +292,12 @@ class PresenceCache:
     # -- housekeeping -----------------------------------------------------------------------------
 
     def forget_namespace(self, namespace: str) -> int:
-        """Drop every fact about ``namespace`` (a mirror deleted, or its namespace emptied and reused).
-        Returns how many entries were dropped."""
+        """Drop every fact about ``namespace`` (a mirror deleted, or its namespace emptied and reused),
+        in every incarnation when given a plain URI. Returns how many entries were dropped."""
         dropped = 0
+        incarnations = namespace + _INCARNATION_SEP
         for od in (self._present, self._validated, self._negative):
-            doomed = [k for k in od if k[0] == namespace]
+            doomed = [k for k in od if k[0] == namespace or k[0].startswith(incarnations)]
             for k in doomed:
                 del od[k]
             dropped += len(doomed)
@@ -279,7 +311,7 @@ class PresenceCache:
         accepted too."""
         self._negative.pop((namespace, key), None)
         with contextlib.suppress(BadInputError):
-            prefix = StorageNamespace(namespace).prefix
+            prefix = StorageNamespace(_uri_of(namespace)).prefix
             if prefix and key.startswith(prefix + "/"):
                 self._negative.pop((namespace, key[len(prefix) + 1 :]), None)
 
@@ -306,8 +338,8 @@ class PresenceCache:
             log.warning("presence cache %s is unreadable, starting empty: %s", path, e)
             self._dirty = True  # the next flush replaces it
             return
-        self._present = OrderedDict((self._key(ns, k), None) for ns, k in present)
-        self._validated = OrderedDict((self._key(ns, t), None) for ns, t in validated)
+        self._present = OrderedDict((self._key(ns, k), None) for ns, k in present if _durable(ns))
+        self._validated = OrderedDict((self._key(ns, t), None) for ns, t in validated if _durable(ns))
         self.stats.loaded_objects = len(self._present)
         self.stats.loaded_tables = len(self._validated)
         self._dirty = False
@@ -320,8 +352,9 @@ class PresenceCache:
             if not self._dirty and self.path.exists():
                 return
             self._dirty = False
-            present = list(self._present)  # snapshot in the loop thread, oldest (LRU) first
-            validated = list(self._validated)
+            # Snapshot in the loop thread, oldest (LRU) first; memory stores' facts stay in memory.
+            present = [k for k in self._present if _durable(k[0])]
+            validated = [k for k in self._validated if _durable(k[0])]
             try:
                 await asyncio.to_thread(_write_snapshot, self.path, present, validated)
             except BaseException:

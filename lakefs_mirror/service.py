@@ -18,6 +18,7 @@ from pathlib import Path
 from aiohttp import web
 
 from lakefs_core.errors import NotFoundError
+from lakefs_core.fileperm import make_private_dir
 from lakefs_core.graveler.tables import TableCache
 from lakefs_core.kv import open_kv
 from lakefs_core.kv.base import KVStore
@@ -27,6 +28,7 @@ from lakefs_mirror.api import create_app
 from lakefs_mirror.config import MirrorConfig
 from lakefs_mirror.db import MirrorsDB
 from lakefs_mirror.engine import EngineSettings, MirrorEngine, PassReport
+from lakefs_mirror.httpserver import ApiRunner
 from lakefs_mirror.metrics import MirrorMetrics
 from lakefs_mirror.presence import PresenceCache
 
@@ -50,7 +52,9 @@ class MirrorService:
     async def open(cls, config: MirrorConfig, *, serve_api: bool = True) -> MirrorService:
         gravelers: dict[str, Graveler] = {}
         kvs: list[KVStore] = []
-        table_cache = TableCache(ram_bytes=max(config.table_cache_bytes, 1 << 20))
+        table_cache = TableCache(
+            ram_bytes=max(config.table_cache_bytes, 1 << 20), max_block_bytes=config.table_max_block_bytes
+        )
         for name, region in config.regions.items():
             kv = await open_kv(region.kv_url.get_secret_value())
             kvs.append(kv)
@@ -59,7 +63,7 @@ class MirrorService:
         db = await MirrorsDB.open(config.mirrors_db_url.get_secret_value())
         state = config.state_dir
         if state is not None:
-            state.mkdir(parents=True, exist_ok=True)
+            make_private_dir(state)  # 0700: the presence cache names every mirrored object
         presence = await PresenceCache.open(
             Path(state) / f"presence-{config.region}.sqlite3" if state is not None else None,
             max_objects=max(config.presence_cache_entries, 1),
@@ -99,8 +103,10 @@ class MirrorService:
             self.db,
             source_repo_exists=self._source_repo_exists,
             metrics_registry=self.metrics.registry,
+            gravelers=self.gravelers,
         )
-        self.runner = web.AppRunner(app, access_log=None)
+        # ApiRunner: requests aiohttp's parser rejects get JSON errors and secret-free log lines.
+        self.runner = ApiRunner(app, access_log=None)
         await self.runner.setup()
         site = web.TCPSite(self.runner, self.config.listen_host, self.config.listen_port)
         await site.start()

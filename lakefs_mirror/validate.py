@@ -67,7 +67,7 @@ from lakefs_core.format.sstable.reader import TableReader
 from lakefs_core.graveler.metarange import EMPTY_METARANGE_ID, parse_metarange
 from lakefs_core.graveler.tables import TableStore, check_table_id
 from lakefs_core.keys import TABLES_DIR, AddressType, StorageNamespace
-from lakefs_mirror.presence import PresenceCache
+from lakefs_mirror.presence import PresenceCache, namespace_key
 
 __all__ = [
     "DEFAULT_BATCH_OBJECTS",
@@ -189,7 +189,9 @@ class Validator:
 
     ``dest_tables`` is the destination namespace's table store (its cache is used for reads);
     ``dest_store`` the block store holding the namespace (``namespace.store_uri``); ``cache`` the
-    presence facts, shared with other validators and persisted by its owner.
+    presence facts, shared with other validators and persisted by its owner; ``incarnation`` (the
+    destination repository's ``instance_uid``) keys those facts, see
+    :func:`lakefs_mirror.presence.namespace_key`.
     """
 
     def __init__(
@@ -205,6 +207,7 @@ class Validator:
         max_reported: int = DEFAULT_MAX_REPORTED,
         batch_objects: int = DEFAULT_BATCH_OBJECTS,
         check_size: bool = True,
+        incarnation: str = "",
     ) -> None:
         if dest_tables.namespace.uri != namespace.uri:
             raise BadInputError(
@@ -231,17 +234,16 @@ class Validator:
         self.batch_objects = batch_objects
         self.check_size = check_size
         self._sem = asyncio.Semaphore(concurrency)
-
-    @property
-    def _ns(self) -> str:
-        return self.namespace.uri
+        # Presence facts are keyed by this incarnation of the namespace (the destination repository's
+        # instance uid), so a namespace re-created from scratch never inherits them.
+        self._ns = namespace_key(namespace.uri, incarnation)
 
     # -- entry point ----------------------------------------------------------------------------------
 
     async def validate(self, metarange_id: str) -> ValidationResult:
         """Check that the metarange ``metarange_id`` and all it references are in the destination."""
         started = time.perf_counter()
-        run = _Run(ValidationResult(metarange_id=metarange_id, namespace=self._ns))
+        run = _Run(ValidationResult(metarange_id=metarange_id, namespace=self.namespace.uri))
         try:
             await self._validate(metarange_id, run)
         finally:
@@ -454,7 +456,12 @@ class Validator:
                 self.cache.mark_missing(ns, rel)
                 return _Table.MISSING, None
             try:
-                own = TableReader(data, name=rel, block_cache_blocks=self.tables.cache.block_cache_blocks)
+                own = TableReader(
+                    data,
+                    name=rel,
+                    block_cache_blocks=self.tables.cache.block_cache_blocks,
+                    max_block_bytes=self.tables.cache.max_block_bytes,
+                )
             except CorruptDataError as e:
                 log.warning("table %s in %s is unreadable: %s", table_id, ns, e)
                 self.cache.mark_missing(ns, rel)

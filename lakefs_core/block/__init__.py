@@ -14,12 +14,12 @@ import re
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from lakefs_core.block._common import DEFAULT_CONTENT_TYPE, AccessDeniedError
+from lakefs_core.block._common import DEFAULT_CONTENT_TYPE
 from lakefs_core.block.base import BlockStore, Body, CommonPrefix, ObjectInfo
 from lakefs_core.block.local import LocalBlockStore
 from lakefs_core.block.memory import MemoryBlockStore
 from lakefs_core.block.s3_settings import S3Settings
-from lakefs_core.errors import BadInputError
+from lakefs_core.errors import AccessDeniedError, BadInputError
 
 __all__ = [
     "DEFAULT_CONTENT_TYPE",
@@ -50,15 +50,14 @@ def __getattr__(name: str) -> object:
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-_SCHEME = re.compile(r"^([a-z][a-z0-9+.-]*)://(.*)$", re.DOTALL)
+_SCHEME = re.compile(r"([a-z][a-z0-9+.-]*)://(.*)", re.DOTALL)
 
 
 def _shown(uri: str) -> str:
-    """``uri`` fit for a message: anything that looks like ``user:password@`` is masked."""
-    m = _SCHEME.match(uri)
-    if m and "@" in m.group(2).split("/", 1)[0]:
-        return f"{m.group(1)}://***@{m.group(2).split('@', 1)[1]}"
-    return uri
+    """``uri`` fit for a message: a ``user:password@`` is masked whole (even with ``@``/``/`` in it)."""
+    from lakefs_core.redact import redact_url  # the one masking function
+
+    return redact_url(uri)
 
 
 def split_store_uri(uri: str) -> tuple[str, str]:
@@ -66,7 +65,7 @@ def split_store_uri(uri: str) -> tuple[str, str]:
     ``local``, the name for ``mem``, the bucket for ``s3``. Raises :class:`BadInputError` naming it."""
     if not isinstance(uri, str):
         raise BadInputError("must be a str", field="uri")
-    m = _SCHEME.match(uri)
+    m = _SCHEME.fullmatch(uri)
     if m is None:
         raise BadInputError(f"{_shown(uri)!r} is not a store URI (scheme://...)", field="uri")
     scheme, rest = m.group(1), m.group(2)

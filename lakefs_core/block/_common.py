@@ -27,14 +27,9 @@ DEFAULT_CONTENT_TYPE = "application/octet-stream"
 MAX_KEY_BYTES = 1024
 MAX_METADATA_BYTES = 2048
 
-_TOKEN = re.compile(r"^[A-Za-z0-9!#$%&'*+.^_`|~-]+$")
-_PRINTABLE_ASCII = re.compile(r"^[\x20-\x7e]*$")
-
-
-class AccessDeniedError(LakeFSError):
-    """The object store refused the credentials or the permission (S3 AccessDenied, EACCES)."""
-
-    exit_code = 12
+# Always ``fullmatch``: ``$`` would also match before a trailing newline (a header injection).
+_TOKEN = re.compile(r"[A-Za-z0-9!#$%&'*+.^_`|~-]+")
+_PRINTABLE_ASCII = re.compile(r"[\x20-\x7e]*")
 
 
 def closed_error(uri: str) -> LakeFSError:
@@ -81,7 +76,7 @@ def slice_range(size: int, start: int, length: int | None) -> tuple[int, int]:
 def normalize_content_type(content_type: object) -> str:
     if content_type is None or content_type == "":
         return DEFAULT_CONTENT_TYPE
-    if not isinstance(content_type, str) or not _PRINTABLE_ASCII.match(content_type):
+    if not isinstance(content_type, str) or not _PRINTABLE_ASCII.fullmatch(content_type):
         raise BadInputError("must be printable ASCII", field="content_type")
     return content_type
 
@@ -93,9 +88,9 @@ def normalize_metadata(metadata: Mapping[str, str] | None) -> dict[str, str]:
     out: dict[str, str] = {}
     total = 0
     for k, v in metadata.items():
-        if not isinstance(k, str) or not _TOKEN.match(k):
+        if not isinstance(k, str) or not _TOKEN.fullmatch(k):
             raise BadInputError("metadata keys must be non-empty HTTP tokens", field=f"metadata.{k!s}")
-        if not isinstance(v, str) or not _PRINTABLE_ASCII.match(v):
+        if not isinstance(v, str) or not _PRINTABLE_ASCII.fullmatch(v):
             raise BadInputError("metadata values must be printable ASCII", field=f"metadata.{k}")
         lower = k.lower()
         if lower in out:

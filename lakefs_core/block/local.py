@@ -28,6 +28,14 @@ overlay, macOS) and survives plain ``cp -r`` of the tree along with the data.
 Empty directories left by ``delete`` are removed up to the root (S3 has no empty "directories"); a
 listing never reports a directory without objects as a common prefix.
 
+A full filesystem (ENOSPC, EDQUOT) raises :class:`~lakefs_core.errors.StorageFullError`, which is not
+retryable; other unexpected ``OSError`` s are transient (see ``local_files.map_oserror``).
+
+Leftover temporary files of writers that died (``kill -9``) are removed by the next process writing
+to the root: its first ``put`` starts one background sweep (in a worker thread, once per root per
+process, bounded) of the ``.lakefs-tmp-*`` files older than ``tmp_grace_seconds`` (default one hour)
+whose writer is not a live process of this host; see :mod:`~lakefs_core.block.local_leftovers`.
+
 All blocking file I/O runs in worker threads (``asyncio.to_thread``), streamed bodies chunk by chunk.
 """
 
@@ -39,6 +47,7 @@ import contextlib
 import hashlib
 import os
 import stat
+import threading
 from collections.abc import AsyncGenerator, Callable, Generator, Mapping, Sequence
 from itertools import islice
 from pathlib import Path
@@ -63,7 +72,6 @@ from lakefs_core.block.local_files import (
     IO_CHUNK,
     META_DIR,
     NAME_MAX,
-    TMP_PREFIX,
     TempFile,
     map_oserror,
     mtime_datetime,
@@ -71,6 +79,12 @@ from lakefs_core.block.local_files import (
     read_exact,
     scan_dir,
     segments_ok,
+)
+from lakefs_core.block.local_leftovers import (
+    DEFAULT_TMP_GRACE_SECONDS,
+    TMP_PREFIX,
+    claim_root,
+    sweep_leftovers,
 )
 from lakefs_core.block.local_meta import SIDECAR_VERSION, EtagCache, Sidecars
 from lakefs_core.errors import BadInputError, LakeFSError, NotFoundError, TransientError
@@ -112,10 +126,21 @@ async def _open_in_thread(fn: Callable[P, tuple[int, T]], *args: P.args, **kwarg
 class LocalBlockStore:
     """A block store in a local directory tree (see the module docstring for the layout)."""
 
-    def __init__(self, root: Path | str, *, fsync: bool = True) -> None:
+    def __init__(
+        self,
+        root: Path | str,
+        *,
+        fsync: bool = True,
+        tmp_grace_seconds: float | None = DEFAULT_TMP_GRACE_SECONDS,
+    ) -> None:
         raw = os.fspath(root)
         if not isinstance(raw, str) or not os.path.isabs(raw):
             raise BadInputError("must be an absolute path", field="root")
+        if tmp_grace_seconds is not None and not tmp_grace_seconds >= 0:
+            raise BadInputError("must be a number of seconds >= 0, or None", field="tmp_grace_seconds")
+        self._tmp_grace = tmp_grace_seconds
+        self._sweep: asyncio.Future[int] | None = None
+        self._sweep_stop = threading.Event()
         self._root = Path(os.path.normpath(raw))
         self._meta_root = self._root / META_DIR
         self._fsync = fsync
@@ -367,6 +392,21 @@ class LocalBlockStore:
 
     # -- BlockStore ---------------------------------------------------------------------------------
 
+    def _start_sweep(self) -> None:
+        """On the first write of this process to the root: remove leftover temporaries in the background."""
+        if self._sweep is None and self._tmp_grace is not None and claim_root(self._root):
+            self._sweep = asyncio.ensure_future(
+                _run(sweep_leftovers, self._root, self._tmp_grace, self._sweep_stop)
+            )
+
+    async def sweep_leftovers(self) -> int:
+        """Start the leftover sweep if this process has not, wait for the one this store runs, and
+        return how many temporary files it removed (0 when another store of this process swept the
+        root, or when ``tmp_grace_seconds`` is ``None``). See :mod:`~lakefs_core.block.local_leftovers`."""
+        self._check_open()
+        self._start_sweep()
+        return await asyncio.shield(self._sweep) if self._sweep is not None else 0
+
     async def put(
         self,
         key: str,
@@ -377,6 +417,7 @@ class LocalBlockStore:
         metadata: Mapping[str, str] | None = None,
     ) -> ObjectInfo:
         parts = self._parts(key)
+        self._start_sweep()
         check_body(body)
         ctype = normalize_content_type(content_type)
         meta = normalize_metadata(metadata)
@@ -518,3 +559,7 @@ class LocalBlockStore:
 
     async def close(self) -> None:
         self._closed = True
+        if self._sweep is not None:
+            self._sweep_stop.set()  # a partial sweep is fine: the next process sweeps again
+            await asyncio.wait([self._sweep])
+            self._sweep.result()

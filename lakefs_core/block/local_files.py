@@ -13,23 +13,23 @@ import contextlib
 import errno
 import hashlib
 import os
-import uuid
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 
-from lakefs_core.block._common import AccessDeniedError
+from lakefs_core.block.local_leftovers import TMP_PREFIX, temp_name
 from lakefs_core.errors import (
+    AccessDeniedError,
     BadInputError,
     ConflictError,
     LakeFSError,
     NotFoundError,
     PreconditionFailedError,
+    StorageFullError,
     TransientError,
 )
 
 META_DIR = ".lakefs-meta"
-TMP_PREFIX = ".lakefs-tmp-"
 NAME_MAX = 255
 IO_CHUNK = 1 << 20
 RETRIES = 8  # re-creating a directory removed by a concurrent delete's pruning
@@ -44,6 +44,8 @@ def map_oserror(e: OSError, where: str, *, reading: bool) -> LakeFSError:
         return AccessDeniedError(f"{where}: {os.strerror(e.errno or 0)}")
     if e.errno == errno.ENAMETOOLONG:
         return BadInputError(f"{where}: name too long for the filesystem", field="key")
+    if e.errno in (errno.ENOSPC, errno.EDQUOT):  # retrying cannot free space: not transient
+        return StorageFullError(f"{where}: {os.strerror(e.errno or 0)}")
     name = errno.errorcode.get(e.errno or 0, "OSError")
     return TransientError(f"{where}: {name}: {os.strerror(e.errno or 0)}")
 
@@ -164,7 +166,7 @@ class TempFile:
         parent = self.target.parent
         for _ in range(RETRIES):
             self.make_parent(parent, self.where)
-            tmp = parent / f"{TMP_PREFIX}{uuid.uuid4().hex}"
+            tmp = parent / temp_name()  # findable by name and age if this process dies
             try:
                 self.fd = os.open(tmp, CREATE_FLAGS, 0o666)
             except FileNotFoundError:

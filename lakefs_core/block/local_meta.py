@@ -15,13 +15,13 @@ import json
 import os
 import shutil
 import threading
-import uuid
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from lakefs_core.block.local_files import CREATE_FLAGS, RETRIES, TMP_PREFIX, map_oserror, write_all
+from lakefs_core.block.local_files import CREATE_FLAGS, RETRIES, map_oserror, write_all
+from lakefs_core.block.local_leftovers import temp_name
 from lakefs_core.errors import ConflictError, TransientError
 
 SIDECAR_VERSION = 1
@@ -86,7 +86,7 @@ class Sidecars:
                 continue
             except OSError as e:
                 raise map_oserror(e, where, reading=False) from e
-            tmp = meta_path.parent / f"{TMP_PREFIX}{uuid.uuid4().hex}"
+            tmp = meta_path.parent / temp_name()  # swept like the data files' temporaries
             try:
                 fd = os.open(tmp, CREATE_FLAGS, 0o666)
             except FileNotFoundError:

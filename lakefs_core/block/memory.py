@@ -39,7 +39,7 @@ from lakefs_core.block._common import (
 from lakefs_core.block.base import Body, CommonPrefix, ObjectInfo
 from lakefs_core.errors import BadInputError, NotFoundError, PreconditionFailedError
 
-_NAME = re.compile(r"^[A-Za-z0-9._-]+$")
+_NAME = re.compile(r"[A-Za-z0-9._-]+")
 
 
 @dataclass(frozen=True)
@@ -72,7 +72,7 @@ class MemoryBlockStore:
     """A block store held in this process's memory."""
 
     def __init__(self, name: str) -> None:
-        if not isinstance(name, str) or not _NAME.match(name):
+        if not isinstance(name, str) or not _NAME.fullmatch(name):
             raise BadInputError("must be non-empty and use only letters, digits, '.', '_', '-'", field="name")
         self._name = name
         self._space = _space(name)

@@ -18,7 +18,7 @@ Behaviour on top of the common contract:
   multipart ETag computed from the part ETags for multipart uploads). Equal means our write landed:
   success. Otherwise 412 stands. The same check resolves a retried ``CompleteMultipartUpload`` that
   answers ``NoSuchUpload``.
-- Transient failures (HTTP 5xx and 429, ``SlowDown``, ``RequestTimeout``, throttling codes, 409
+- Transient failures (HTTP 5xx but 507, and 429, ``SlowDown``, ``RequestTimeout``, throttling codes, 409
   ``ConditionalRequestConflict``/``OperationAborted``, connection errors, read timeouts, truncated
   bodies) are retried with tenacity (exponential backoff with full jitter, ``max_attempts`` attempts in
   all; botocore's own retries are off), then raised as :class:`~lakefs_core.errors.TransientError`, or
@@ -27,7 +27,9 @@ Behaviour on top of the common contract:
   ETag it started with (a replaced object raises :class:`~lakefs_core.errors.ConflictError`).
 - ``NoSuchKey``/404 -> :class:`~lakefs_core.errors.NotFoundError`; ``NoSuchBucket`` ->
   ``NotFoundError`` naming the bucket; ``AccessDenied``/403 and credential errors ->
-  :class:`AccessDeniedError`; other 4xx -> :class:`~lakefs_core.errors.BadInputError`.
+  :class:`AccessDeniedError`; other 4xx -> :class:`~lakefs_core.errors.BadInputError`; a full
+  S3-compatible store (HTTP 507, MinIO's ``XMinioStorageFull``) ->
+  :class:`~lakefs_core.errors.StorageFullError`, not retried.
 - ``put`` returns ``last_modified=None`` (``PutObject`` does not report it; ``head`` does).
 - ``copy`` is one server-side ``CopyObject`` (S3 limits it to sources up to 5 GiB) followed by a
   ``HeadObject`` of the copy. A create-only copy streams the object through ``put`` instead (see
@@ -63,7 +65,6 @@ from tenacity import (
 )
 
 from lakefs_core.block._common import (
-    AccessDeniedError,
     Rechunker,
     check_body,
     check_key,
@@ -86,7 +87,14 @@ from lakefs_core.block.s3_errors import (
 )
 from lakefs_core.block.s3_multipart import MAX_PARTS, MultipartUpload, multipart_etag, strip_etag
 from lakefs_core.block.s3_settings import MIB, S3Settings
-from lakefs_core.errors import BadInputError, ConflictError, LakeFSError, NotFoundError, TransientError
+from lakefs_core.errors import (
+    AccessDeniedError,
+    BadInputError,
+    ConflictError,
+    LakeFSError,
+    NotFoundError,
+    TransientError,
+)
 
 if TYPE_CHECKING:
     from types_aiobotocore_s3.client import S3Client
@@ -106,7 +114,7 @@ T = TypeVar("T")
 
 DELETE_BATCH = 1000
 
-_BUCKET = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{1,253}[A-Za-z0-9]$")
+_BUCKET = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{1,253}[A-Za-z0-9]")
 
 
 def _sort_key(item: ObjectInfo | CommonPrefix) -> str:
@@ -117,7 +125,7 @@ class S3BlockStore:
     """A block store in one S3 bucket."""
 
     def __init__(self, bucket: str, *, settings: S3Settings | None = None) -> None:
-        if not isinstance(bucket, str) or not _BUCKET.match(bucket):
+        if not isinstance(bucket, str) or not _BUCKET.fullmatch(bucket):
             raise BadInputError(f"{bucket!r} is not a valid bucket name", field="bucket")
         self._bucket = bucket
         self._settings = settings if settings is not None else S3Settings()

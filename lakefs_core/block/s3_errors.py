@@ -25,13 +25,14 @@ from botocore.exceptions import (
     ConnectionError as BotoConnectionError,
 )
 
-from lakefs_core.block._common import AccessDeniedError
 from lakefs_core.block.s3_settings import S3Settings
 from lakefs_core.errors import (
+    AccessDeniedError,
     BadInputError,
     LakeFSError,
     NotFoundError,
     PreconditionFailedError,
+    StorageFullError,
     TransientError,
     UnreachableError,
 )
@@ -70,6 +71,8 @@ ACCESS_CODES = frozenset(
         "InvalidSecurity",
     }
 )
+# S3-compatible stores on disks (MinIO) answer a full backend with HTTP 507; AWS S3 never does.
+STORAGE_FULL_CODES = frozenset({"XMinioStorageFull", "InsufficientStorage"})
 _NOT_FOUND_CODES = frozenset({"NoSuchKey", "404", "NotFound", "NoSuchUpload"})
 _PRECONDITION_CODES = frozenset({"PreconditionFailed", "412"})
 
@@ -88,6 +91,11 @@ def is_precondition(e: BaseException) -> bool:
     return isinstance(e, ClientError) and (error_code(e) in _PRECONDITION_CODES or _status(e) == 412)
 
 
+def is_storage_full(e: ClientError) -> bool:
+    """True for a store whose backing disk is full (HTTP 507 Insufficient Storage)."""
+    return error_code(e) in STORAGE_FULL_CODES or _status(e) == 507
+
+
 def _is_connect_error(e: BaseException) -> bool:
     return isinstance(e, (BotoConnectionError, aiohttp.ClientConnectorError))
 
@@ -97,6 +105,8 @@ def is_transient(e: BaseException) -> bool:
     if isinstance(e, LakeFSError):
         return False
     if isinstance(e, ClientError):
+        if is_storage_full(e):
+            return False  # retrying cannot free space
         status = _status(e)
         return error_code(e) in TRANSIENT_CODES or status >= 500 or status == 429
     return isinstance(
@@ -131,6 +141,8 @@ def translate_error(
             return PreconditionFailedError(f"{where}: precondition failed ({detail})")
         if code in ACCESS_CODES or status == 403:
             return AccessDeniedError(f"{where}: access denied ({detail})")
+        if is_storage_full(e):
+            return StorageFullError(f"{where}: the object store is full ({detail})")
         if is_transient(e):
             return TransientError(f"{where}: {detail} after {settings.max_attempts} attempt(s)")
         if 400 <= status < 500:

@@ -21,6 +21,8 @@ Keys (all optional):
 - ``committer``: the author recorded in commits (default ``$USER``).
 - ``cache_dir`` / ``cache_max_bytes``: an optional on-disk cache of range/metarange files shared by
   CLI processes (default: no disk cache).
+- ``table_max_block_bytes``: the largest table block a range/metarange may declare or decompress to;
+  anything larger is ``CorruptDataError`` (default 64 MiB, above lakeFS's 20 MiB maximum range).
 - ``upload_concurrency``: objects uploaded in parallel by ``fs upload --recursive`` / removed by
   ``fs rm --recursive`` (default 8).
 - ``commit_attempts``: bound of the compare-and-swap retry loops (default 20).
@@ -35,6 +37,7 @@ never appear in messages.
 from __future__ import annotations
 
 import asyncio
+import errno
 import getpass
 import os
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
@@ -48,7 +51,7 @@ import platformdirs
 from pydantic import Field, SecretStr
 
 from lakefs_core.config import StrictModel, load_config
-from lakefs_core.errors import LakeFSError
+from lakefs_core.errors import BadInputError, LakeFSError, NotFoundError, StorageFullError
 
 if TYPE_CHECKING:
     from lakefs_core.block.s3_settings import S3Settings
@@ -96,6 +99,11 @@ class CoreConfig(StrictModel):
     committer: str | None = None
     cache_dir: Path | None = None
     cache_max_bytes: int = Field(default=1 << 30, gt=0)
+    # Largest table block accepted when reading ranges/metaranges (hostile-file bound; lakeFS's
+    # ranges are at most 20 MiB by default).
+    # (a literal, not the reader's constant, to keep the format layer out of CLI start-up; a test
+    # checks they agree)
+    table_max_block_bytes: int = Field(default=64 << 20, ge=1 << 20, le=1 << 31)
     upload_concurrency: int = Field(default=8, ge=1, le=256)
     commit_attempts: int = Field(default=20, ge=1)
     cleanup_grace_seconds: float = Field(default=30.0, ge=0)
@@ -116,6 +124,21 @@ class CoreConfig(StrictModel):
             return getpass.getuser()
         except (OSError, KeyError):  # no passwd entry (containers)
             return APP_NAME
+
+
+def local_path_error(e: OSError, path: Path | str, field: str, *, doing: str = "read") -> LakeFSError:
+    """The one-line error for ``e`` raised on a local path the user gave (never a traceback).
+
+    A missing path is :class:`NotFoundError`, a full disk :class:`StorageFullError` (as anywhere
+    else), anything else (permission denied, I/O error, not a directory, ...) a
+    :class:`BadInputError` naming ``field`` and the path.
+    """
+    if isinstance(e, FileNotFoundError):
+        return NotFoundError(f"no such file or directory: {path}")
+    reason = e.strerror or type(e).__name__
+    if e.errno in (errno.ENOSPC, errno.EDQUOT):
+        return StorageFullError(f"cannot {doing} {path}: {reason}")
+    return BadInputError(f"cannot {doing} {path}: {reason}", field=field)
 
 
 def user_data_dir() -> Path:
@@ -202,7 +225,9 @@ async def open_session(config: CoreConfig) -> AsyncIterator[Session]:
     s3 = config.s3.settings()
     kv = await open_kv(config.kv())
     try:
-        stores = StoreRegistry(s3=s3, table_cache=TableCache(disk=disk))
+        stores = StoreRegistry(
+            s3=s3, table_cache=TableCache(disk=disk, max_block_bytes=config.table_max_block_bytes)
+        )
         try:
             settings = GravelerSettings(
                 commit_attempts=config.commit_attempts,

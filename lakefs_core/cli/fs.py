@@ -19,11 +19,12 @@ import os
 import sys
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
 from pathlib import Path
+from stat import S_ISDIR, S_ISREG
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
-from lakefs_core.cli.context import Session, run_session
+from lakefs_core.cli.context import Session, local_path_error, run_session
 from lakefs_core.cli.output import (
     emit,
     fmt_time,
@@ -35,7 +36,7 @@ from lakefs_core.cli.output import (
     wants_json,
 )
 from lakefs_core.cli.uri import PATH_URI, PREFIX_URI, LakeFSURI
-from lakefs_core.errors import BadInputError, NotFoundError
+from lakefs_core.errors import BadInputError, LakeFSError, NotFoundError
 
 if TYPE_CHECKING:
     from lakefs_core.repos.objects import ObjectStat
@@ -68,18 +69,54 @@ async def bounded(items: Sequence[T], limit: int, fn: Callable[[T], Awaitable[No
 
 
 async def file_chunks(path: Path, size: int = STREAM_THRESHOLD) -> AsyncIterator[bytes]:
-    f = await asyncio.to_thread(path.open, "rb")
+    """The file's bytes, chunk by chunk; a failing open or read is a one-line error naming it."""
     try:
-        while chunk := await asyncio.to_thread(f.read, size):
+        f = await asyncio.to_thread(path.open, "rb")
+    except OSError as e:
+        raise _local_error(e, path) from e
+    try:
+        while True:
+            try:
+                chunk = await asyncio.to_thread(f.read, size)
+            except OSError as e:
+                raise _local_error(e, path) from e
+            if not chunk:
+                return
             yield chunk
     finally:
         f.close()
 
 
-def _local_error(e: OSError, path: Path) -> Exception:
-    if isinstance(e, FileNotFoundError):
-        return NotFoundError(f"no such file or directory: {path}")
-    return BadInputError(f"cannot read {path}: {e.strerror or e}", field="--source")
+def _local_error(e: OSError, path: Path) -> LakeFSError:
+    return local_path_error(e, path, "--source")
+
+
+def _read_source(source: str) -> bytes | AsyncIterator[bytes]:
+    """The body of a single-file upload: stdin, a small regular file's bytes, or a chunk stream.
+
+    Anything but a regular file (a FIFO, a device) is streamed: its size says nothing about how much
+    it will yield. Unreadable sources (permission denied, I/O error) are one-line errors.
+    """
+    if source == "-":
+        if sys.stdin is None:
+            raise BadInputError("stdin is closed", field="--source")
+        try:
+            return sys.stdin.buffer.read()
+        except OSError as e:
+            raise _local_error(e, Path("<stdin>")) from e
+    path = Path(source)
+    try:
+        st = path.stat()
+    except OSError as e:
+        raise _local_error(e, path) from e
+    if S_ISDIR(st.st_mode):
+        raise BadInputError(f"{source} is a directory (use --recursive)", field="--source")
+    if not S_ISREG(st.st_mode) or st.st_size > STREAM_THRESHOLD:
+        return file_chunks(path)
+    try:
+        return path.read_bytes()
+    except OSError as e:
+        raise _local_error(e, path) from e
 
 
 def _join(prefix: str, rel: str) -> str:
@@ -130,17 +167,7 @@ def upload_cmd(
         return
     if not dest.path or dest.path.endswith("/"):
         raise BadInputError("needs an object path (not a prefix) without --recursive", field="DEST")
-    if source == "-":
-        body: bytes | AsyncIterator[bytes] = sys.stdin.buffer.read()
-    else:
-        path = Path(source)
-        try:
-            st = path.stat()
-        except OSError as e:
-            raise _local_error(e, path) from e
-        if path.is_dir():
-            raise BadInputError(f"{source} is a directory (use --recursive)", field="--source")
-        body = path.read_bytes() if st.st_size <= STREAM_THRESHOLD else file_chunks(path)
+    body = _read_source(source)
 
     async def op(s: Session) -> ObjectStat:
         return await s.objects.upload(dest.repo, dest.ref, dest.path, body, content_type=content_type)

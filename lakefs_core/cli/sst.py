@@ -20,14 +20,16 @@ import os
 import sys
 import tempfile
 from collections.abc import Iterable
-from datetime import datetime
+from datetime import UTC, datetime
 from pathlib import Path
+from stat import S_ISREG
 from typing import Any, Literal
 
 import click
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from lakefs_core.errors import BadInputError, NotFoundError
+from lakefs_core.cli.context import local_path_error
+from lakefs_core.errors import BadInputError
 from lakefs_core.format.ids import DERIVED_TABLE_PROPS, table_id
 from lakefs_core.format.proto import catalog_pb2
 from lakefs_core.format.records import (
@@ -132,23 +134,33 @@ def _print_human(report: dict[str, Any]) -> None:
         click.echo(f"    {json.dumps(detail, sort_keys=True)}")
 
 
+def read_table_file(file: Path) -> bytes:
+    """The bytes of a regular file. Anything else (a FIFO, ``/dev/zero``) is refused before it is
+    opened: opening a FIFO blocks and a device may never end."""
+    try:
+        st = file.stat()
+        if not S_ISREG(st.st_mode):
+            raise BadInputError(f"{file} is not a regular file", field="FILE")
+        return file.read_bytes()
+    except OSError as e:
+        raise local_path_error(e, file, "FILE") from e
+
+
 @sst.command("inspect")
 @click.argument("file", type=click.Path(dir_okay=False, path_type=Path))
 @click.option("--records", is_flag=True, help="List every record.")
 @click.option("--json", "as_json", is_flag=True, help="One JSON object on stdout.")
 def inspect_cmd(file: Path, records: bool, as_json: bool) -> None:
     """Describe a range, metarange or generic RocksDB table file."""
-    try:
-        data = file.read_bytes()
-    except FileNotFoundError as e:
-        raise NotFoundError(f"no such file: {file}") from e
-    except OSError as e:
-        raise BadInputError(f"cannot read {file}: {e.strerror}", field="FILE") from e
+    data = read_table_file(file)
     report = inspect_table(data, str(file), records=records)
     if as_json:
         click.echo(json.dumps(report, sort_keys=True))
     else:
         _print_human(report)
+
+
+MAX_SIZE = 2**63 - 1  # Entry.size is a protobuf int64
 
 
 class RecordLine(BaseModel):
@@ -158,12 +170,26 @@ class RecordLine(BaseModel):
 
     key: str = Field(min_length=1)
     address: str = Field(min_length=1)
-    size: int = Field(ge=0)
+    size: int = Field(ge=0, le=MAX_SIZE)
     etag: str
     last_modified: datetime | None = None
     metadata: dict[str, str] = Field(default_factory=dict)
     content_type: str = ""
     address_type: Literal["RELATIVE", "FULL"] = "RELATIVE"
+
+
+def _check_timestamp(when: datetime | None, n: int) -> None:
+    """Aware, and within protobuf Timestamp's range once in UTC (years 1 to 9999)."""
+    if when is None:
+        return
+    if when.tzinfo is None:
+        raise BadInputError("must include a timezone (RFC 3339)", field=f"line {n}: last_modified")
+    try:
+        when.astimezone(UTC)
+    except OverflowError:
+        raise BadInputError(
+            "out of range (0001-01-01 to 9999-12-31 in UTC)", field=f"line {n}: last_modified"
+        ) from None
 
 
 def parse_record_lines(lines: Iterable[str]) -> list[ValueRecord]:
@@ -178,20 +204,24 @@ def parse_record_lines(lines: Iterable[str]) -> list[ValueRecord]:
             first = e.errors(include_input=False, include_url=False)[0]
             where = ".".join(str(p) for p in first["loc"]) or "<line>"
             raise BadInputError(first["msg"], field=f"line {n}: {where}") from None
-        if item.last_modified is not None and item.last_modified.tzinfo is None:
-            raise BadInputError("must include a timezone (RFC 3339)", field=f"line {n}: last_modified")
+        _check_timestamp(item.last_modified, n)
         key = item.key.encode()
         if key in records:
             raise BadInputError(f"duplicate key {item.key!r}", field=f"line {n}: key")
-        identity, data = make_entry(
-            item.address,
-            item.size,
-            item.etag,
-            last_modified=item.last_modified,
-            metadata=item.metadata,
-            content_type=item.content_type,
-            address_type=ADDRESS_FULL if item.address_type == "FULL" else ADDRESS_RELATIVE,
-        )
+        try:
+            identity, data = make_entry(
+                item.address,
+                item.size,
+                item.etag,
+                last_modified=item.last_modified,
+                metadata=item.metadata,
+                content_type=item.content_type,
+                address_type=ADDRESS_FULL if item.address_type == "FULL" else ADDRESS_RELATIVE,
+            )
+        except BadInputError as e:
+            raise BadInputError(str(e).split(": ", 1)[-1], field=f"line {n}: {e.field}") from None
+        except (ValueError, OverflowError) as e:  # protobuf's own range checks
+            raise BadInputError(str(e), field=f"line {n}") from None
         records[key] = ValueRecord(key, identity, data)
     return [records[k] for k in sorted(records)]
 
@@ -234,6 +264,17 @@ async def write_ranges(records: list[ValueRecord], out_dir: Path) -> dict[str, A
 @click.argument("out_dir", type=click.Path(file_okay=False, path_type=Path))
 def write_range_cmd(out_dir: Path) -> None:
     """Write JSON-lines records from stdin as range files plus a metarange."""
-    records = parse_record_lines(sys.stdin)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    click.echo(json.dumps(asyncio.run(write_ranges(records, out_dir)), sort_keys=True))
+    if sys.stdin is None:
+        raise BadInputError("stdin is closed", field="stdin")
+    try:
+        records = parse_record_lines(sys.stdin)
+    except UnicodeDecodeError as e:
+        raise BadInputError(f"not UTF-8 text ({e.reason})", field="stdin") from None
+    except OSError as e:
+        raise local_path_error(e, "<stdin>", "stdin") from e
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+        report = asyncio.run(write_ranges(records, out_dir))
+    except OSError as e:
+        raise local_path_error(e, e.filename or out_dir, "OUT_DIR", doing="write") from e
+    click.echo(json.dumps(report, sort_keys=True))

@@ -20,10 +20,11 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import NamedTuple
 
 from google.protobuf.message import DecodeError
+from google.protobuf.timestamp_pb2 import Timestamp
 
 from lakefs_core.errors import BadInputError, CorruptDataError
 from lakefs_core.format.envelope import decode_envelope, encode_envelope
@@ -44,6 +45,7 @@ __all__ = [
     "encode_range_data",
     "encode_staged_entry",
     "entry_identity_of",
+    "entry_last_modified",
     "entry_to_value",
     "make_entry",
     "metarange_record",
@@ -52,6 +54,11 @@ __all__ = [
 ENTRY_IDENTITY_LEN = 32
 ADDRESS_RELATIVE = catalog_pb2.Entry.AddressType.RELATIVE
 ADDRESS_FULL = catalog_pb2.Entry.AddressType.FULL
+_ADDRESS_TYPES = frozenset(catalog_pb2.Entry.AddressType.values())
+# google.protobuf.Timestamp's valid range (0001-01-01 to 9999-12-31, what datetime can hold).
+_MIN_SECONDS = -62_135_596_800
+_MAX_SECONDS = 253_402_300_799
+_NANOS = 1_000_000_000
 
 # Range ids name files under _lakefs/: only exactly 64 lowercase hex digits are accepted, so a
 # corrupt metarange can never steer a reader to an arbitrary path.
@@ -141,11 +148,53 @@ def entry_to_value(identity: bytes, entry_bytes: bytes) -> bytes:
 
 
 def decode_entry(data: bytes, *, file: str | None = None, offset: int | None = None) -> catalog_pb2.Entry:
-    """Parse ``Entry`` bytes (for inspection only: never re-serialise the result for storage)."""
+    """Parse ``Entry`` bytes (for inspection only: never re-serialise the result for storage).
+
+    Values the protobuf decoder lets through but no caller can use are corruption too, reported with
+    the raw value: an ``address_type`` outside the enum (proto3 keeps unknown numbers) and a
+    ``last_modified`` outside what a timestamp (and ``datetime``) can represent. So a caller may
+    convert the result (``AddressType.Name``, :func:`entry_last_modified`) without a traceback.
+    """
     try:
-        return catalog_pb2.Entry.FromString(data)
+        entry = catalog_pb2.Entry.FromString(data)
     except DecodeError as e:
         raise CorruptDataError(f"invalid catalog.Entry protobuf: {e}", file=file, offset=offset) from e
+    if entry.address_type not in _ADDRESS_TYPES:
+        raise CorruptDataError(
+            f"catalog.Entry has unknown address_type {entry.address_type}", file=file, offset=offset
+        )
+    if entry.HasField("last_modified"):
+        ts = entry.last_modified
+        if not (_MIN_SECONDS <= ts.seconds <= _MAX_SECONDS and 0 <= ts.nanos < _NANOS):
+            raise CorruptDataError(
+                f"catalog.Entry last_modified out of range (seconds={ts.seconds}, nanos={ts.nanos})",
+                file=file,
+                offset=offset,
+            )
+    return entry
+
+
+def entry_last_modified(
+    entry: catalog_pb2.Entry, *, file: str | None = None, offset: int | None = None
+) -> datetime | None:
+    """The entry's ``last_modified`` as an aware UTC datetime (``None`` when unset); a value
+    ``datetime`` cannot hold raises :class:`CorruptDataError` showing the raw seconds and nanos."""
+    if not entry.HasField("last_modified"):
+        return None
+    return timestamp_datetime(entry.last_modified, "catalog.Entry last_modified", file=file, offset=offset)
+
+
+def timestamp_datetime(
+    ts: Timestamp, what: str, *, file: str | None = None, offset: int | None = None
+) -> datetime:
+    """A protobuf ``Timestamp`` as an aware UTC datetime; one that ``datetime`` cannot hold (or with
+    nanos out of range) raises :class:`CorruptDataError` showing the raw seconds and nanos."""
+    try:
+        return ts.ToDatetime(tzinfo=UTC)
+    except (ValueError, OverflowError) as e:
+        raise CorruptDataError(
+            f"{what} out of range (seconds={ts.seconds}, nanos={ts.nanos}): {e}", file=file, offset=offset
+        ) from e
 
 
 def entry_identity_of(entry: catalog_pb2.Entry) -> bytes:

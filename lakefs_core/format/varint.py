@@ -97,9 +97,7 @@ def encode_varint(n: int) -> bytes:
     return encode_uvarint(2 * n if n >= 0 else -2 * n - 1)
 
 
-def decode_varint(
-    buf: ByteBuffer, offset: int, *, file: str | None = None, base: int = 0
-) -> tuple[int, int]:
+def decode_varint(buf: ByteBuffer, offset: int, *, file: str | None = None, base: int = 0) -> tuple[int, int]:
     """Decode a zig-zag varint starting at ``buf[offset]``; return ``(value, offset_after)``."""
     u, pos = decode_uvarint(buf, offset, file=file, base=base)
     return (-(u >> 1) - 1 if u & 1 else u >> 1), pos

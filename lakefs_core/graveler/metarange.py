@@ -31,8 +31,10 @@ def parse_metarange(reader: TableReader, table_id: str) -> list[RangeInfo]:
     prev_max: bytes | None = None
     for key, value in reader:
         info = decode_metarange_record(key, value, file=name)
-        if info.max_key != key or info.min_key > info.max_key or (
-            prev_max is not None and info.min_key <= prev_max
+        if (
+            info.max_key != key
+            or info.min_key > info.max_key
+            or (prev_max is not None and info.min_key <= prev_max)
         ):
             raise CorruptDataError(f"metarange record {key!r} has an inconsistent key span", file=name)
         ranges.append(info)

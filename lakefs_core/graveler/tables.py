@@ -29,7 +29,9 @@ from pathlib import Path
 
 from lakefs_core.block.base import BlockStore
 from lakefs_core.errors import BadInputError, NotFoundError, PreconditionFailedError
+from lakefs_core.fileperm import make_private_dir
 from lakefs_core.format.records import RangeInfo, is_table_id
+from lakefs_core.format.sstable.footer import DEFAULT_MAX_BLOCK_BYTES
 from lakefs_core.format.sstable.reader import TableReader
 from lakefs_core.keys import StorageNamespace
 
@@ -62,7 +64,7 @@ class DiskCache:
             raise BadInputError("must be > 0", field="disk_cache_bytes")
         self.root = root
         self.max_bytes = max_bytes
-        self.root.mkdir(parents=True, exist_ok=True)
+        make_private_dir(self.root)  # 0700; its files come from mkstemp, 0600
         self._lru: OrderedDict[str, int] = OrderedDict()
         self._bytes = 0
         found = []
@@ -127,10 +129,16 @@ class TableCache:
         disk: DiskCache | None = None,
         block_cache_blocks: int = DEFAULT_BLOCK_CACHE_BLOCKS,
         parsed_metaranges: int = DEFAULT_PARSED_METARANGES,
+        max_block_bytes: int = DEFAULT_MAX_BLOCK_BYTES,
     ) -> None:
         if ram_bytes <= 0:
             raise BadInputError("must be > 0", field="ram_cache_bytes")
+        if max_block_bytes <= 0:
+            raise BadInputError("must be > 0", field="max_block_bytes")
         self.ram_bytes = ram_bytes
+        # Largest block (stored or decompressed) a table may hold: bounds what a hostile file can
+        # make a reader allocate. The default (64 MiB) is above lakeFS's 20 MiB maximum range size.
+        self.max_block_bytes = max_block_bytes
         self.disk = disk
         self.block_cache_blocks = block_cache_blocks
         self.stats = CacheStats()
@@ -204,7 +212,12 @@ class TableCache:
         return reader
 
     def _open(self, table_id: str, data: bytes) -> TableReader:
-        return TableReader(data, name=f"_lakefs/{table_id}", block_cache_blocks=self.block_cache_blocks)
+        return TableReader(
+            data,
+            name=f"_lakefs/{table_id}",
+            block_cache_blocks=self.block_cache_blocks,
+            max_block_bytes=self.max_block_bytes,
+        )
 
     def _insert(self, table_id: str, reader: TableReader, size: int) -> None:
         self._ram[table_id] = reader

@@ -27,14 +27,14 @@ __all__ = ["Expect", "KVEntry", "KVStore", "open_kv"]
 
 _SQL_SCHEMES = frozenset({"sqlite", "sqlite+aiosqlite", "postgresql", "postgres", "postgresql+asyncpg"})
 _DYNAMO_PARAMS = frozenset({"region", "endpoint"})
-_SCHEME_RE = re.compile(r"^[a-z][a-z0-9+.-]*$")
+_SCHEME_RE = re.compile(r"[a-z][a-z0-9+.-]*")
 
 
 def _scheme(url: str) -> str:
     if not isinstance(url, str) or "://" not in url:
         raise BadInputError("not a KV store URL (expected scheme://...)", field="url")
     scheme = url.split("://", 1)[0].lower()
-    if not _SCHEME_RE.match(scheme):
+    if not _SCHEME_RE.fullmatch(scheme):
         raise BadInputError("malformed URL scheme", field="url")
     return scheme
 

@@ -60,9 +60,7 @@ class KVStore(Protocol):
 
     async def delete(self, partition: bytes, key: bytes) -> None: ...
 
-    def scan(
-        self, partition: bytes, start: bytes = b"", *, page_size: int = 1000
-    ) -> AsyncIterator[KVEntry]:
+    def scan(self, partition: bytes, start: bytes = b"", *, page_size: int = 1000) -> AsyncIterator[KVEntry]:
         """Entries with key >= ``start`` in ascending order, fetched ``page_size`` at a time."""
         ...
 

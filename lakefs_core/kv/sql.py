@@ -30,12 +30,16 @@ Errors are translated at this edge, always with ``raise ... from e``:
   is unknown -> :class:`TransientError` (never reported as a precondition failure);
 - SQLite "database is locked" after the busy timeout, PostgreSQL serialization failures, deadlocks,
   lock/statement timeouts, admin shutdown, pool exhaustion -> :class:`TransientError`;
-- integrity errors during ``set_if`` -> :class:`PreconditionFailedError`.
+- integrity errors during ``set_if`` -> :class:`PreconditionFailedError`;
+- a full disk (SQLite "database or disk is full", or its "disk I/O error" on a full filesystem;
+  PostgreSQL 53100 disk_full) ->
+  :class:`~lakefs_core.errors.StorageFullError`, which is not retryable.
 
-The driver does not retry by itself: all of the above are ``retryable`` and callers' bounded retry
-loops (which know whether an operation is idempotent) decide. Stale pooled connections are replaced
-transparently by ``pool_pre_ping``. Messages name the database by its redacted URL only (password
-shown as ``***``) and SQL parameters are hidden from SQLAlchemy's error strings.
+The driver does not retry by itself: the unreachable and transient errors above are ``retryable``
+and callers' bounded retry loops (which know whether an operation is idempotent) decide. Stale pooled
+connections are replaced transparently by ``pool_pre_ping``. Messages name the database by its
+redacted URL only (password shown as ``***``) and SQL parameters are hidden from SQLAlchemy's error
+strings.
 """
 
 from __future__ import annotations
@@ -73,6 +77,7 @@ from lakefs_core.kv._common import (
     precondition_message,
 )
 from lakefs_core.kv.base import Expect, KVEntry
+from lakefs_core.redact import redact_url
 from lakefs_core.sqlengine import create_sql_engine, normalize_sql_url, translate_db_error
 
 T = TypeVar("T")
@@ -96,7 +101,7 @@ class SQLKVStore:
     def __init__(self, engine: AsyncEngine, *, table: str = DEFAULT_TABLE) -> None:
         self._engine = engine
         self._dialect = engine.dialect.name  # "sqlite" | "postgresql"
-        self._display = engine.url.render_as_string(hide_password=True)
+        self._display = redact_url(engine.url.render_as_string(hide_password=True))
         self._table = Table(
             table,
             MetaData(),
@@ -146,7 +151,8 @@ class SQLKVStore:
 
     def _translate(self, e: BaseException, *, connecting: bool, write: bool, cas: bool) -> LakeFSError:
         where = f"KV database {self._display}"
-        return translate_db_error(e, where, connecting=connecting, write=write, cas=cas)
+        db_path = self._engine.url.database if self._dialect == "sqlite" else None
+        return translate_db_error(e, where, connecting=connecting, write=write, cas=cas, db_path=db_path)
 
     async def _run(
         self,

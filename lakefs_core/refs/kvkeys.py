@@ -8,8 +8,15 @@
 | tag | ``<repo>-<instance_uid>`` | ``tags/<tag>`` |
 | staged entry | ``<staging token>`` | raw object key |
 | token awaiting async drop | ``cleanup-tokens`` | ``<staging token>`` |
+| storage namespace claim (ours) | ``lakefs-open-namespaces`` | canonical namespace |
 
 Staging tokens are ``<repo>-<branch>:<uuid4>``.
+
+The namespace claims are this project's addition, not lakeFS records (lakeFS ignores the partition;
+its name cannot be a repository partition, whose suffix is a hex instance uid). The key is the
+namespace's canonical form (:attr:`lakefs_core.keys.StorageNamespace.canonical`: ``s3://b/a/`` with one
+trailing ``/``), so every namespace nested in ``N`` sorts in the key range starting at ``N``'s key and
+a prefix scan finds them; the value (:mod:`lakefs_core.refs.store`) names the owning repository.
 """
 
 from __future__ import annotations
@@ -22,6 +29,7 @@ REPOS_PREFIX = b"repos/"
 BRANCHES_PREFIX = b"branches/"
 COMMITS_PREFIX = b"commits/"
 TAGS_PREFIX = b"tags/"
+NAMESPACES_PARTITION = b"lakefs-open-namespaces"
 
 
 def repo_key(repo: str) -> bytes:
@@ -54,6 +62,11 @@ def staging_partition(token: str) -> bytes:
 
 def cleanup_key(token: str) -> bytes:
     return token.encode()
+
+
+def namespace_claim_key(canonical: str) -> bytes:
+    """The claim key of a namespace, given its canonical form (``s3://b/a/``)."""
+    return canonical.encode()
 
 
 def name_after(prefix: bytes, key: bytes) -> str:

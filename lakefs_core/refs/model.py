@@ -19,17 +19,22 @@ from google.protobuf.message import DecodeError
 from lakefs_core.errors import BadInputError, CorruptDataError
 from lakefs_core.format.ids import commit_id as compute_commit_id
 from lakefs_core.format.proto import graveler_pb2
+from lakefs_core.format.records import timestamp_datetime
 
 COMMIT_VERSION = 1  # lakeFS CommitVersionParentSwitch: merge parents are [destination, source]
 
-_REPO_ID = re.compile(r"^[a-z0-9][a-z0-9-]{2,62}$")
-_BRANCH_ID = re.compile(r"^\w[-\w]*$")
-_TAG_ID = re.compile(r"^[\w][-\w.]*$")
-_COMMIT_ID = re.compile(r"^[0-9a-f]{64}$")
+# lakeFS's identifier rules (pkg/validator, pkg/graveler/validate.go) are Go RE2 patterns: they match
+# the whole string and ``\w`` is ASCII there. Python's ``$`` also matches before a trailing newline
+# and its ``\w`` is Unicode, so the classes are spelled out and every check is a ``fullmatch``.
+_REPO_ID = re.compile(r"[a-z0-9][a-z0-9-]{2,62}")
+_BRANCH_ID = re.compile(r"[A-Za-z0-9_][-A-Za-z0-9_]*")
+_TAG_ID = re.compile(r"[A-Za-z0-9_][-A-Za-z0-9_.]*")
+_COMMIT_ID = re.compile(r"[0-9a-f]{64}")
+MAX_REF_NAME = 256
 
 
 def validate_repo_id(repo: str) -> str:
-    if not _REPO_ID.match(repo):
+    if not isinstance(repo, str) or not _REPO_ID.fullmatch(repo):
         raise BadInputError(
             f"invalid repository id {repo!r}: 3-63 characters of a-z, 0-9 and '-', "
             "starting with a letter or digit",
@@ -39,19 +44,34 @@ def validate_repo_id(repo: str) -> str:
 
 
 def validate_branch_id(branch: str) -> str:
-    if not _BRANCH_ID.match(branch) or len(branch) > 256:
+    """lakeFS's branch rule, plus: not a full commit id (a ref resolves to a commit id first, so such
+    a branch could never be read by its name)."""
+    if not isinstance(branch, str) or not _BRANCH_ID.fullmatch(branch) or len(branch) > MAX_REF_NAME:
         raise BadInputError(f"invalid branch id {branch!r}: letters, digits, '_' and '-'", field="branch")
+    if is_commit_id(branch):
+        raise BadInputError(f"invalid branch id {branch!r}: looks like a commit id", field="branch")
     return branch
 
 
 def validate_tag_id(tag: str) -> str:
-    if not _TAG_ID.match(tag) or len(tag) > 256 or _COMMIT_ID.match(tag):
+    """Letters, digits, ``_``, ``-`` and ``.``; like lakeFS (git's ref rules) not ending with ``.`` or
+    ``.lock``, without ``..``; and not a full commit id."""
+    if (
+        not isinstance(tag, str)
+        or not _TAG_ID.fullmatch(tag)
+        or len(tag) > MAX_REF_NAME
+        or tag.endswith((".", ".lock"))
+        or ".." in tag
+    ):
         raise BadInputError(f"invalid tag id {tag!r}", field="tag")
+    if is_commit_id(tag):
+        raise BadInputError(f"invalid tag id {tag!r}: looks like a commit id", field="tag")
     return tag
 
 
 def is_commit_id(ref: str) -> bool:
-    return bool(_COMMIT_ID.match(ref))
+    """A full commit id: 64 lower-case hex digits (abbreviated ids are not resolved)."""
+    return isinstance(ref, str) and _COMMIT_ID.fullmatch(ref) is not None
 
 
 _M = TypeVar(
@@ -65,6 +85,12 @@ def _parse(message: _M, raw: bytes, where: str) -> _M:
     except DecodeError as e:
         raise CorruptDataError(f"undecodable {type(message).__name__} record: {e}", file=where) from e
     return message
+
+
+def _when(msg: graveler_pb2.RepositoryData | graveler_pb2.CommitData, where: str) -> datetime:
+    """``creation_date`` as an aware datetime; records from another region or writer are hostile, so a
+    timestamp ``datetime`` cannot hold is corrupt data showing the raw value, never a traceback."""
+    return timestamp_datetime(msg.creation_date, f"{type(msg).__name__} creation_date", file=where)
 
 
 def _ts(when: datetime) -> datetime:
@@ -108,7 +134,7 @@ class Repository:
             id=msg.id,
             storage_namespace=msg.storage_namespace,
             default_branch=msg.default_branch_id,
-            creation_date=msg.creation_date.ToDatetime(tzinfo=UTC),
+            creation_date=_when(msg, where),
             instance_uid=msg.instance_uid,
             read_only=msg.read_only,
             in_deletion=msg.state == graveler_pb2.IN_DELETION,
@@ -210,7 +236,7 @@ class Commit:
             id=msg.id,
             committer=msg.committer,
             message=msg.message,
-            creation_date=msg.creation_date.ToDatetime(tzinfo=UTC),
+            creation_date=_when(msg, where),
             metarange_id=msg.meta_range_id,
             metadata=dict(msg.metadata),
             parents=tuple(msg.parents),

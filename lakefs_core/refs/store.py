@@ -4,11 +4,18 @@ Every pointer move is a ``set_if`` with an explicit expectation. Reads return th
 with its predicate (the raw stored bytes) so callers can CAS on exactly what they saw. Immutable
 records (commits) are written with ``Expect.ABSENT``; an existing record with the same bytes is
 fine (content-addressed), different bytes under the same id are corrupt data.
+
+Storage namespace claims (this project's records, see :mod:`lakefs_core.refs.kvkeys`) hold
+``{"repository": <id>, "instance_uid": <uid>}`` as JSON. A released claim is overwritten with
+:data:`RELEASED_CLAIM` rather than deleted: the KV offers no delete-if-equals, and an unconditional
+delete could remove a claim another creation took meanwhile; a released claim counts as absent.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import AsyncIterator
+from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from lakefs_core.errors import ConflictError, CorruptDataError, NotFoundError, PreconditionFailedError
@@ -19,6 +26,35 @@ from lakefs_core.refs.model import Branch, Commit, Repository, Tag
 
 def _where(partition: bytes, key: bytes) -> str:
     return f"kv:{partition.decode(errors='replace')}/{key.decode(errors='replace')}"
+
+
+RELEASED_CLAIM = b'{"released":true}'
+
+
+@dataclass(frozen=True)
+class NamespaceClaim:
+    """A stored namespace claim: ``owner`` is None once released; ``raw`` is its CAS predicate."""
+
+    namespace: str  # canonical form
+    owner: str | None
+    instance_uid: str
+    raw: bytes
+
+
+def claim_value(repo: str, instance_uid: str) -> bytes:
+    return json.dumps({"repository": repo, "instance_uid": instance_uid}, sort_keys=True).encode()
+
+
+def _claim(namespace: str, raw: bytes) -> NamespaceClaim:
+    try:
+        doc = json.loads(raw)
+    except ValueError:
+        doc = None
+    if not isinstance(doc, dict):
+        msg = "a namespace claim is not a JSON object"
+        raise CorruptDataError(msg, file=_where(kvkeys.NAMESPACES_PARTITION, namespace.encode()))
+    owner, uid = doc.get("repository"), doc.get("instance_uid", "")
+    return NamespaceClaim(namespace, owner if isinstance(owner, str) else None, str(uid), raw)
 
 
 class RefStore:
@@ -59,13 +95,48 @@ class RefStore:
     async def delete_repository_record(self, repo: str) -> None:
         await self.kv.delete(kvkeys.GRAVELER_PARTITION, kvkeys.repo_key(repo))
 
-    async def list_repositories(self) -> AsyncIterator[Repository]:
+    async def list_repositories(self, *, include_deleting: bool = False) -> AsyncIterator[Repository]:
+        """Every repository record; those being deleted only with ``include_deleting``."""
         async for entry in self.kv.scan(kvkeys.GRAVELER_PARTITION, kvkeys.REPOS_PREFIX):
             if not entry.key.startswith(kvkeys.REPOS_PREFIX):
                 break
             record = Repository.from_bytes(entry.value, _where(kvkeys.GRAVELER_PARTITION, entry.key))
-            if not record.in_deletion:
+            if include_deleting or not record.in_deletion:
                 yield record
+
+    # -- storage namespace claims -------------------------------------------------------------
+
+    async def get_namespace_claim(self, canonical: str) -> NamespaceClaim | None:
+        """The claim stored for a canonical namespace (possibly released), or None."""
+        try:
+            raw = await self.kv.get(kvkeys.NAMESPACES_PARTITION, kvkeys.namespace_claim_key(canonical))
+        except NotFoundError:
+            return None
+        return _claim(canonical, raw)
+
+    async def set_namespace_claim(self, canonical: str, value: bytes, expected: Expect) -> None:
+        """Write a claim under a CAS expectation (PreconditionFailedError when it does not hold)."""
+        await self.kv.set_if(
+            kvkeys.NAMESPACES_PARTITION, kvkeys.namespace_claim_key(canonical), value, expected
+        )
+
+    async def release_namespace_claim(self, canonical: str, expected: bytes) -> bool:
+        """Mark the claim released iff it still holds ``expected``; False when it did not."""
+        try:
+            await self.set_namespace_claim(canonical, RELEASED_CLAIM, Expect.equals(expected))
+        except (PreconditionFailedError, NotFoundError):
+            return False
+        return True
+
+    async def namespace_claims_within(self, canonical: str) -> AsyncIterator[NamespaceClaim]:
+        """Live (unreleased) claims of ``canonical`` and every namespace nested in it."""
+        start = kvkeys.namespace_claim_key(canonical)
+        async for entry in self.kv.scan(kvkeys.NAMESPACES_PARTITION, start):
+            if not entry.key.startswith(start):
+                break
+            claim = _claim(entry.key.decode(errors="replace"), entry.value)
+            if claim.owner is not None:
+                yield claim
 
     # -- branches -----------------------------------------------------------------------------
 

@@ -199,9 +199,7 @@ async def _ensure_clean(g: Graveler, repo: Repository, branch: Branch) -> None:
 async def _three_way(
     g: Graveler, base: MetaRange, source: MetaRange, dest: MetaRange, strategy: MergeStrategy
 ) -> str:
-    result = await merge_metaranges(
-        dest.tables, base, source, dest, strategy, policy=g.settings.split_policy
-    )
+    result = await merge_metaranges(dest.tables, base, source, dest, strategy, policy=g.settings.split_policy)
     return result.metarange_id
 
 
@@ -297,4 +295,3 @@ async def revert(
                 await g.refs.put_commit(repo, made)
                 await g.refs.cas_branch(repo, replace(branch, commit_id=made.id), raw)
     return made
-

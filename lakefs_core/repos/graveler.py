@@ -18,6 +18,7 @@ Commits, merges and reverts live in :mod:`.committing`; object bytes in :mod:`.o
 
 from __future__ import annotations
 
+import contextlib
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable, Mapping
@@ -27,6 +28,7 @@ from datetime import UTC, datetime
 from lakefs_core.errors import (
     BadInputError,
     ConflictError,
+    NamespaceConflictError,
     NotFoundError,
     PreconditionFailedError,
     ReadOnlyError,
@@ -38,7 +40,7 @@ from lakefs_core.graveler.diff import diff as diff_metaranges
 from lakefs_core.graveler.metarange import MetaRange
 from lakefs_core.graveler.model import DiffRecord, DiffType, MergeStrategy
 from lakefs_core.keys import StorageNamespace
-from lakefs_core.kv.base import KVStore
+from lakefs_core.kv.base import Expect, KVStore
 from lakefs_core.refs import kvkeys
 from lakefs_core.refs.model import (
     Branch,
@@ -51,7 +53,7 @@ from lakefs_core.refs.model import (
     validate_tag_id,
 )
 from lakefs_core.refs.staging import StagingArea, merge_sorted, tombstone
-from lakefs_core.refs.store import RefStore
+from lakefs_core.refs.store import RefStore, claim_value
 from lakefs_core.repos import committing
 from lakefs_core.repos.refexpr import parse_ref
 from lakefs_core.repos.retry import cas_retrying, exhausted_as
@@ -124,15 +126,21 @@ class Graveler:
         claim_namespace: bool = True,
         initial_commit: Commit | None = None,
     ) -> Repository:
-        """Create a repository. ``claim_namespace`` writes ``_lakefs/dummy`` create-only, refusing a
-        namespace another repository already uses (mirrors, whose namespace receives a replica of
-        the source's, pass False). ``initial_commit`` seeds the repository with an existing root
-        commit record (a mirror copies its source's, so their histories share ids)."""
+        """Create a repository owning ``storage_namespace`` exclusively.
+
+        The namespace is claimed in the KV first (:meth:`_claim_namespace`): one that equals, lies
+        inside or encloses another repository's is refused with :class:`NamespaceConflictError`, and
+        so are the filesystem root and system directories (:class:`BadInputError`). With
+        ``claim_namespace`` the lakeFS marker ``_lakefs/dummy`` is also written create-only (mirrors,
+        whose namespace receives a replica of the source's marker, pass False; they still take the KV
+        claim). ``initial_commit`` seeds the repository with an existing root commit record (a mirror
+        copies its source's, so their histories share ids). The claim is released again when the
+        creation fails, unless a repository of this id exists by then (it owns the claim)."""
         if initial_commit is not None and (initial_commit.parents or initial_commit.metarange_id):
             raise BadInputError("must be a root commit with an empty tree", field="initial_commit")
         validate_repo_id(repo_id)
         validate_branch_id(default_branch)
-        ns = StorageNamespace.parse(storage_namespace)
+        ns = StorageNamespace.parse(storage_namespace).check_repository_namespace()
         try:
             existing, _ = await self.refs.get_repository_raw(repo_id)
         except NotFoundError:
@@ -140,19 +148,51 @@ class Graveler:
         else:
             state = " (being deleted)" if existing.in_deletion else ""
             raise ConflictError(f"repository {repo_id!r} already exists{state}")
+        instance_uid = uuid.uuid4().hex
+        claim = await self._claim_namespace(ns, repo_id, instance_uid)
+        try:
+            if claim_namespace:
+                await self._write_marker(ns, repo_id)
+            repo = await self._create_records(
+                repo_id,
+                ns,
+                default_branch,
+                instance_uid=instance_uid,
+                read_only=read_only,
+                initial_commit=initial_commit,
+            )
+        except BaseException:
+            await self._settle_claim(ns, repo_id, claim)
+            raise
+        await self._settle_claim(ns, repo_id, claim)
+        return repo
+
+    async def _write_marker(self, ns: StorageNamespace, repo_id: str) -> None:
+        # The marker names its repository, so a creation that crashed after writing it can be
+        # retried under the same id; any other id is refused.
         store = await self.stores.namespace_store(ns)
-        if claim_namespace:
-            # The marker names its repository, so a creation that crashed after claiming the
-            # namespace can be retried under the same id; any other id is refused.
-            marker = f"lakefs-open repository {repo_id}\n".encode()
-            try:
-                await store.put(ns.dummy_key(), marker, if_none_match=True)
-            except PreconditionFailedError as e:
-                if await store.get(ns.dummy_key()) != marker:
-                    msg = f"storage namespace {ns.uri} is already in use by a repository"
-                    raise ConflictError(msg) from e
+        marker = f"lakefs-open repository {repo_id}\n".encode()
+        try:
+            await store.put(ns.dummy_key(), marker, if_none_match=True)
+        except PreconditionFailedError as e:
+            if await store.get(ns.dummy_key()) != marker:
+                msg = (
+                    f"storage namespace {ns.uri} is already in use by a repository ({ns.dummy_key()} exists)"
+                )
+                raise NamespaceConflictError(msg) from e
+
+    async def _create_records(
+        self,
+        repo_id: str,
+        ns: StorageNamespace,
+        default_branch: str,
+        *,
+        instance_uid: str,
+        read_only: bool,
+        initial_commit: Commit | None,
+    ) -> Repository:
         now = self.clock()
-        repo = Repository(repo_id, ns.uri, default_branch, now, uuid.uuid4().hex, read_only=read_only)
+        repo = Repository(repo_id, ns.uri, default_branch, now, instance_uid, read_only=read_only)
         first = initial_commit or Commit.create(
             committer="", message=INITIAL_COMMIT_MESSAGE, metarange_id="", creation_date=now
         )
@@ -162,6 +202,92 @@ class Graveler:
         )
         await self.refs.create_repository(repo)
         return repo
+
+    # -- storage namespace claims -------------------------------------------------------------------
+    #
+    # Atomic without multi-key transactions: (1) CAS the claim key of N from absent (or released, or
+    # left by an earlier attempt of the SAME repository id) to ours; (2) then look for a live claim of
+    # another repository on every ancestor of N and on every namespace nested in N, and for an older
+    # repository record (created before claims existed) overlapping N; on a conflict, release ours and
+    # refuse. Of two overlapping creations, the later of the two step-(1) writes is followed by a
+    # step-(2) read that sees the earlier one (the KV is linearizable), so they never both succeed; at
+    # worst both fail. On one namespace exactly one step-(1) CAS wins.
+
+    async def _claim_namespace(self, ns: StorageNamespace, repo_id: str, instance_uid: str) -> bytes:
+        """Claim ``ns`` for ``repo_id``; returns the claim value written (see the comment above)."""
+        value = claim_value(repo_id, instance_uid)
+        for _ in range(self.settings.write_attempts):
+            current = await self.refs.get_namespace_claim(ns.canonical)
+            if current is not None and current.owner not in (None, repo_id):
+                raise NamespaceConflictError(
+                    f"storage namespace {ns.uri} is already in use by repository {current.owner!r}"
+                )
+            expected = Expect.ABSENT if current is None else Expect.equals(current.raw)
+            try:
+                await self.refs.set_namespace_claim(ns.canonical, value, expected)
+                break
+            except PreconditionFailedError:
+                continue
+        else:
+            raise TooManyRetriesError(f"the claim on storage namespace {ns.uri} kept changing")
+        try:
+            await self._check_overlaps(ns, repo_id)
+        except BaseException:
+            await self.refs.release_namespace_claim(ns.canonical, value)
+            raise
+        return value
+
+    async def check_namespace_available(self, storage_namespace: str, repo_id: str) -> None:
+        """Raise :class:`NamespaceConflictError` if a repository other than ``repo_id`` claims or uses
+        a namespace equal to, inside or enclosing ``storage_namespace`` (a read-only check, e.g. for an
+        API to refuse early; only :meth:`create_repository` claims atomically)."""
+        ns = StorageNamespace.parse(storage_namespace).check_repository_namespace()
+        current = await self.refs.get_namespace_claim(ns.canonical)
+        if current is not None and current.owner not in (None, repo_id):
+            raise NamespaceConflictError(
+                f"storage namespace {ns.uri} is already in use by repository {current.owner!r}"
+            )
+        await self._check_overlaps(ns, repo_id)
+
+    async def _check_overlaps(self, ns: StorageNamespace, repo_id: str) -> None:
+        for ancestor in ns.ancestors():
+            claim = await self.refs.get_namespace_claim(ancestor)
+            if claim is not None and claim.owner not in (None, repo_id):
+                raise NamespaceConflictError(
+                    f"storage namespace {ns.uri} is inside {ancestor.rstrip('/')}, the storage "
+                    f"namespace of repository {claim.owner!r}"
+                )
+        async for claim in self.refs.namespace_claims_within(ns.canonical):
+            if claim.owner != repo_id and claim.namespace != ns.canonical:
+                raise NamespaceConflictError(
+                    f"storage namespace {ns.uri} encloses {claim.namespace.rstrip('/')}, the storage "
+                    f"namespace of repository {claim.owner!r}"
+                )
+        # Repositories created before namespace claims existed (or by lakeFS itself) have no claim.
+        async for repo in self.refs.list_repositories(include_deleting=True):
+            try:
+                other = StorageNamespace.parse(repo.storage_namespace)
+            except BadInputError:
+                continue  # a scheme this library cannot open (gs://, https://) overlaps none of ours
+            if repo.id != repo_id and other.overlaps(ns):
+                raise NamespaceConflictError(
+                    f"storage namespace {ns.uri} overlaps {other.uri}, the storage namespace of "
+                    f"repository {repo.id!r}"
+                )
+
+    async def _settle_claim(self, ns: StorageNamespace, repo_id: str, value: bytes) -> None:
+        """After a creation attempt: if a repository ``repo_id`` exists now (ours, or a concurrent
+        attempt's under the same id) the claim names its instance uid; otherwise release ours."""
+        try:
+            repo, _ = await self.refs.get_repository_raw(repo_id)
+        except NotFoundError:
+            await self.refs.release_namespace_claim(ns.canonical, value)
+            return
+        current = await self.refs.get_namespace_claim(ns.canonical)
+        wanted = claim_value(repo_id, repo.instance_uid)
+        if current is not None and current.owner == repo_id and current.raw != wanted:
+            with contextlib.suppress(PreconditionFailedError):
+                await self.refs.set_namespace_claim(ns.canonical, wanted, Expect.equals(current.raw))
 
     async def repository(self, repo_id: str) -> Repository:
         return await self.refs.get_repository(repo_id)
@@ -180,7 +306,8 @@ class Graveler:
         return updated
 
     async def delete_repository(self, repo_id: str) -> None:
-        """Mark the repository as being deleted, drop its staging and records, then its record."""
+        """Mark the repository as being deleted, drop its staging and records, then its record, then
+        release its storage namespace claim (the namespace's objects are left alone)."""
         self._write_repos.pop(repo_id, None)
         repo, raw = await self.refs.get_repository_raw(repo_id)
         if not repo.in_deletion:
@@ -193,6 +320,13 @@ class Graveler:
         for key in keys:
             await self.kv.delete(repo.partition, key)
         await self.refs.delete_repository_record(repo_id)
+        # Last: the namespace stays claimed while any record of the repository exists. Only this
+        # instance's claim is released (a re-creation under the same id may have taken it over).
+        with contextlib.suppress(BadInputError):
+            canonical = StorageNamespace.parse(repo.storage_namespace).canonical
+            claim = await self.refs.get_namespace_claim(canonical)
+            if claim is not None and claim.raw == claim_value(repo.id, repo.instance_uid):
+                await self.refs.release_namespace_claim(canonical, claim.raw)
 
     def writable(self, repo: Repository, force: bool) -> None:
         if repo.read_only and not force:
@@ -201,20 +335,24 @@ class Graveler:
     # -- refs ---------------------------------------------------------------------------------------
 
     async def resolve(self, repo: Repository, ref: str) -> Resolved:
+        """Resolve ``ref`` in lakeFS's order: an existing full commit id, then a branch, then a tag."""
         expr = parse_ref(ref)
         branch: Branch | None = None
-        try:
-            branch, _ = await self.refs.get_branch(repo, expr.base)
-            commit_id = branch.commit_id
-        except NotFoundError:
+        commit: Commit | None = None
+        if is_commit_id(expr.base):
+            with contextlib.suppress(NotFoundError):
+                commit = await self.refs.get_commit(repo, expr.base)
+        if commit is None:
             try:
-                commit_id = (await self.refs.get_tag(repo, expr.base)).commit_id
+                branch, _ = await self.refs.get_branch(repo, expr.base)
+                commit_id = branch.commit_id
             except NotFoundError:
-                if not is_commit_id(expr.base):
+                try:
+                    commit_id = (await self.refs.get_tag(repo, expr.base)).commit_id
+                except NotFoundError:
                     what = f"ref {expr.base!r} not found in repository {repo.id!r}"
                     raise NotFoundError(f"{what} (no such branch, tag or commit)") from None
-                commit_id = expr.base
-        commit = await self.refs.get_commit(repo, commit_id)
+            commit = await self.refs.get_commit(repo, commit_id)
         for op, n in expr.modifiers:
             commit = await self._walk(repo, commit, op, n, ref)
         return Resolved(commit, branch if expr.plain else None)
@@ -348,8 +486,9 @@ class Graveler:
         slot = (repo.partition, branch_id)
         now = time.monotonic()
         cached = self._live_tokens.get(slot)
-        if cached is not None and now - cached[0] < min(self.settings.write_cache_seconds,
-                                                        self.settings.cleanup_grace_seconds / 2):
+        if cached is not None and now - cached[0] < min(
+            self.settings.write_cache_seconds, self.settings.cleanup_grace_seconds / 2
+        ):
             token = cached[1]
         else:
             token = (await self._branch_for_write(repo, branch_id)).staging_token

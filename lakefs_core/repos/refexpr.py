@@ -6,8 +6,13 @@ A ref is a branch, a tag or a commit id, optionally followed by modifiers:
 - ``^N`` (``^`` alone is ``^1``): the N-th parent (merge commits have two);
 - ``@`` right after a branch name: the branch's committed head, ignoring uncommitted changes.
 
-Resolution order for the base name: branch, then tag, then commit id (the full 64-hex id;
-abbreviated ids are not resolved).
+Resolution order for the base name, as lakeFS's: a full commit id (64 hex digits) that names an
+existing commit, then a branch, then a tag (abbreviated ids are not resolved). Branch and tag names
+may not be created with a full commit id as name (see :mod:`lakefs_core.refs.model`): such a branch
+could not be read by its name.
+
+A ref contains no ASCII whitespace (lakeFS refuses refs not matching its RE2 ``^[^\\s]+$``) and the
+modifier counts are ASCII digits.
 """
 
 from __future__ import annotations
@@ -17,7 +22,8 @@ from dataclasses import dataclass
 
 from lakefs_core.errors import BadInputError
 
-_MOD = re.compile(r"([~^])(\d*)")
+_MOD = re.compile(r"([~^])([0-9]*)")  # [0-9], not \d: int() would accept other scripts' digits
+_WHITESPACE = re.compile(r"[\t\n\f\r ]")
 
 
 @dataclass(frozen=True)
@@ -34,6 +40,8 @@ class RefExpr:
 def parse_ref(ref: str) -> RefExpr:
     if not ref:
         raise BadInputError("must not be empty", field="ref")
+    if _WHITESPACE.search(ref):
+        raise BadInputError(f"{ref!r} contains whitespace", field="ref")
     cut = len(ref)
     for i, ch in enumerate(ref):
         if ch in "~^@":

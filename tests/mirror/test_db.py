@@ -60,7 +60,7 @@ async def make(db: MirrorsDB, name: str = "mirror-a", region: str = "eu", **kw: 
         "source_region": "us",
         "name": name,
         "region": region,
-        "storage_namespace": f"s3://bucket/{name}",
+        "storage_namespace": f"s3://bucket/{region}/{name}",
     }
     args.update(kw)
     return await db.create_mirror(**args)  # type: ignore[arg-type]

@@ -12,7 +12,7 @@ from lakefs_core.errors import BadInputError
 from lakefs_mirror.presence import PresenceCache
 
 NS = "s3://dest-bucket/repo"
-OTHER = "mem://other/repo"
+OTHER = "s3://other-bucket/repo"  # durable: memory stores are never persisted
 
 
 class FakeClock:

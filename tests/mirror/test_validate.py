@@ -537,6 +537,9 @@ async def test_negative_results_respect_the_cooldown(env: Env) -> None:
     assert dict(result.requests) == {"head": 1}
 
 
+# Only durable destinations: facts about a mem:// store are never persisted (its objects die with the
+# process; see tests/mirror/test_presence_incarnations.py).
+@pytest.mark.parametrize("env", ["local"], indirect=True)
 async def test_restart_remembers_positives(env: Env) -> None:
     addresses = await env.upload((f"k{i:03d}" for i in range(50)), slice_objects=10)
     mr = await env.commit()

@@ -66,7 +66,12 @@ async def test_create_repository_writes_commit_then_branch_then_repository_recor
     g = new_graveler(hooked, stores)
     repo_id = unique()
     repo = await g.create_repository(repo_id, mem_namespace())
-    writes = [(p, k) for op, p, k in hooked.ops if op in ("set", "set_if")]
+    # The storage namespace claim (our own partition) is taken before the lakeFS records.
+    ours = [op for op in hooked.ops if op[1] == kvkeys.NAMESPACES_PARTITION]
+    assert ours[0][0] == "set_if" and hooked.ops.index(ours[0]) < 3
+    writes = [
+        (p, k) for op, p, k in hooked.ops if op in ("set", "set_if") and p != kvkeys.NAMESPACES_PARTITION
+    ]
     assert len(writes) == 3
     (p1, k1), (p2, k2), (p3, k3) = writes
     assert p1 == p2 == repo.partition == f"{repo_id}-{repo.instance_uid}".encode()
@@ -107,8 +112,11 @@ async def test_namespace_claim_refuses_second_repository(g: Graveler) -> None:
         await g.create_repository(other, ns)
     with pytest.raises(NotFoundError):
         await g.repository(other)
-    # Mirrors pass claim_namespace=False.
-    await g.create_repository(other, ns, claim_namespace=False, read_only=True)
+    # Mirrors pass claim_namespace=False: their namespace already holds the source's replicated
+    # marker. (They still take the KV claim, so they cannot share another repository's namespace.)
+    mirror_ns = StorageNamespace.parse(mem_namespace())
+    await (await g.stores.namespace_store(mirror_ns)).put(mirror_ns.dummy_key(), b"replicated marker\n")
+    await g.create_repository(other, mirror_ns.uri, claim_namespace=False, read_only=True)
 
 
 async def test_duplicate_repository_id_refused(g: Graveler, repo: str) -> None:

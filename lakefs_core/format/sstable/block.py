@@ -15,7 +15,20 @@ Provided here:
 
 Decoders accept only ``bytes`` (callers materialise a block once) and raise
 :class:`~lakefs_core.errors.CorruptDataError` naming the file and the block's file offset for any
-malformed entry or restart array. Pure: no I/O.
+malformed entry or restart array. They treat every block as hostile, at O(1) cost per entry:
+
+- an entry's shared prefix may not exceed the previous key, and its key and value must end inside
+  the entries area (before the restart array);
+- prefix compression may not inflate keys without bound: the shared bytes of one block may total at
+  most :data:`KEY_EXPANSION` times the block's size. A block of restart interval ``R`` shares less
+  than ``R - 1`` times its size (each shared byte was stored once in its restart run), so real
+  files (interval 16 for data, 1 for index and meta blocks) never come near; a crafted block whose
+  every entry re-shares a growing key (quadratic memory) is refused;
+- keys strictly increase as internal keys: data keys by user key, equal user keys only with a
+  strictly smaller trailer (an older version); index separators likewise (strictly, for user-key
+  separators), also across index partitions (``after``: the last key of the previous partition).
+
+Pure: no I/O.
 """
 
 from __future__ import annotations
@@ -33,6 +46,15 @@ KIND_SET = 1
 # kDataBlockBinaryAndHash), but only blocks up to 64 KiB use that packing.
 _HASH_INDEX_FLAG = 0x80000000
 _MAX_HASH_INDEX_BLOCK = 1 << 16
+# Bound on the bytes one block's entries may take from their predecessors' keys, per block byte.
+KEY_EXPANSION = 16
+
+DataBlock = tuple[list[bytes], list[bytes | None], int]
+
+
+def trailer_of(ikey: bytes) -> int:
+    """The internal key's trailer, ``(seqnum << 8) | kind``, as an integer (key order: descending)."""
+    return int.from_bytes(ikey[-INTERNAL_TRAILER_LEN:], "little")
 
 
 class BlockBuilder:
@@ -114,6 +136,10 @@ def _corrupt(msg: str, file: str, base: int, pos: int | None = None) -> CorruptD
     return CorruptDataError(f"malformed block: {msg}{where}", file=file, offset=base)
 
 
+def _key_bomb(file: str, base: int, pos: int) -> CorruptDataError:
+    return _corrupt(f"shared key prefixes exceed {KEY_EXPANSION}x the block size", file, base, pos)
+
+
 def restart_points(block: bytes, file: str, base: int) -> tuple[int, tuple[int, ...]]:
     """Validate the restart array; return ``(end of the entries, restart offsets)``."""
     n = len(block)
@@ -153,6 +179,7 @@ def decode_block(block: bytes, file: str, base: int) -> tuple[list[bytes], list[
     limit, _ = restart_points(block, file, base)
     keys: list[bytes] = []
     vals: list[bytes] = []
+    budget = KEY_EXPANSION * len(block)
     prev = b""
     p = 0
     while p < limit:
@@ -161,6 +188,9 @@ def decode_block(block: bytes, file: str, base: int) -> tuple[list[bytes], list[
         vend = kend + vlen
         if vend > limit or shared > len(prev):
             raise _corrupt("entry overruns the block or its shared prefix", file, base, p)
+        budget -= shared
+        if budget < 0:
+            raise _key_bomb(file, base, p)
         prev = prev[:shared] + block[start:kend]
         keys.append(prev)
         vals.append(block[kend:vend])
@@ -168,21 +198,25 @@ def decode_block(block: bytes, file: str, base: int) -> tuple[list[bytes], list[
     return keys, vals
 
 
-def decode_data_block(block: bytes, file: str, base: int) -> tuple[list[bytes], list[bytes | None]]:
-    """Decode a data block into parallel lists of user keys and values.
+def decode_data_block(block: bytes, file: str, base: int) -> DataBlock:
+    """Decode a data block into parallel lists of user keys and values, plus its entry count.
 
     Keys are internal keys (user key + 8-byte trailer); only the newest version of each user key in
     the block is kept. Its value is ``None`` unless its kind is SET (1): deletions (and kinds this
-    reader cannot resolve, such as merge operands) hide older versions but are not records. Keys
-    must ascend; anything else is corruption.
+    reader cannot resolve, such as merge operands) hide older versions but are not records. The
+    count is of all entries (hidden versions included), what ``rocksdb.num.entries`` counts. Keys
+    must strictly ascend as internal keys; anything else is corruption.
 
-    This is the reader's cache-miss hot path, so the common single-byte header is decoded inline.
+    This is the reader's cache-miss hot path, so the common single-byte header is decoded inline and
+    the hostile-input checks cost a comparison or two per entry.
     """
     limit, _ = restart_points(block, file, base)
     keys: list[bytes] = []
     vals: list[bytes | None] = []
     kapp = keys.append
     vapp = vals.append
+    budget = KEY_EXPANSION * len(block)
+    hidden = 0
     prev = b""
     last_uk = b""
     p = 0
@@ -204,7 +238,9 @@ def decode_data_block(block: bytes, file: str, base: int) -> tuple[list[bytes], 
             shared, unshared, vlen, start = _slow_header(block, p, file, base)
         kend = start + unshared
         vend = kend + vlen
-        if vend > limit or shared > len(prev):
+        if vend > limit or shared > len(prev) or (budget := budget - shared) < 0:
+            if budget < 0:
+                raise _key_bomb(file, base, p)
             raise _corrupt("entry overruns the block or its shared prefix", file, base, p)
         ikey = prev[:shared] + block[start:kend] if shared else block[start:kend]
         if len(ikey) < INTERNAL_TRAILER_LEN:
@@ -215,11 +251,15 @@ def decode_data_block(block: bytes, file: str, base: int) -> tuple[list[bytes], 
             vapp(block[kend:vend] if ikey[-8] == 1 else None)  # 1: KIND_SET
         elif uk != last_uk:
             raise _corrupt("keys out of order", file, base, p)
-        # else: an older version of the key just decoded, hidden by it.
+        elif trailer_of(ikey) >= trailer_of(prev):
+            # An older version must carry a smaller trailer, else which one is newest is undefined.
+            raise _corrupt("repeated key without a smaller sequence number", file, base, p)
+        else:
+            hidden += 1  # an older version of the key just decoded, hidden by it
         last_uk = uk
         prev = ikey
         p = vend
-    return keys, vals
+    return keys, vals, len(keys) + hidden
 
 
 def decode_index_block(
@@ -229,31 +269,46 @@ def decode_index_block(
     *,
     key_is_user_key: bool = False,
     value_delta_encoded: bool = False,
-) -> tuple[list[bytes], list[BlockHandle]]:
-    """Decode an index block into separator user keys and the block handles they point to.
+    after: bytes | None = None,
+) -> tuple[list[bytes], list[BlockHandle], bytes | None]:
+    """Decode an index block into separator user keys, the block handles they point to, and the
+    block's last key as stored (the ``after`` of the next partition of a two-level index).
 
-    Format versions 3+ may store separators as bare user keys (``key_is_user_key``) and 4+ may
-    delta-encode handles (``value_delta_encoded``): then entries have no value-length field, a
-    restart entry holds a full handle and the others only a signed size delta, the offset following
-    the previous block and its trailer.
+    Separators must strictly ascend (as internal keys, or as user keys with ``key_is_user_key``),
+    starting above ``after``. Format versions 3+ may store separators as bare user keys
+    (``key_is_user_key``) and 4+ may delta-encode handles (``value_delta_encoded``): then entries
+    have no value-length field, a restart entry holds a full handle and the others only a signed
+    size delta, the offset following the previous block and its trailer.
     """
     limit, restarts = restart_points(block, file, base)
+    trailer = 0 if key_is_user_key else INTERNAL_TRAILER_LEN
     if not value_delta_encoded:
-        return _decode_plain_index(block, limit, file, base, key_is_user_key)
+        return _decode_plain_index(block, limit, (file, base), trailer, after)
     restart_set = set(restarts)
     seps: list[bytes] = []
     handles: list[BlockHandle] = []
-    prev = b""
+    budget = KEY_EXPANSION * len(block)
+    prev = after
+    key = b""
     last = BlockHandle(0, 0)
     p = 0
     while p < limit:
         shared, q = decode_uvarint(block, p, file=file, base=base)
         unshared, start = decode_uvarint(block, q, file=file, base=base)
         kend = start + unshared
-        if kend > limit or shared > len(prev):
+        if kend > limit or shared > len(key):
             raise _corrupt("index entry overruns the block or its shared prefix", file, base, p)
-        prev = prev[:shared] + block[start:kend]
-        seps.append(_separator_user_key(prev, key_is_user_key, file, base, p))
+        budget -= shared
+        if budget < 0:
+            raise _key_bomb(file, base, p)
+        key = key[:shared] + block[start:kend]
+        if len(key) < trailer:
+            raise _corrupt("index key shorter than its 8-byte trailer", file, base, p)
+        sep = key[: len(key) - trailer]
+        if prev is not None and (not seps or sep <= seps[-1]):
+            _check_order(key, prev, trailer, (file, base, p))
+        seps.append(sep)
+        prev = key
         if p in restart_set:
             handle, q = decode_handle(block, kend, file=file, base=base)
         else:
@@ -266,27 +321,32 @@ def decode_index_block(
         handles.append(handle)
         last = handle
         p = q
-    return seps, handles
+    return seps, handles, prev
 
 
-def _separator_user_key(key: bytes, key_is_user_key: bool, file: str, base: int, p: int) -> bytes:
-    if key_is_user_key:
-        return key
-    if len(key) < INTERNAL_TRAILER_LEN:
-        raise _corrupt("index key shorter than its 8-byte trailer", file, base, p)
-    return key[:-8]
+def _check_order(key: bytes, prev: bytes, trailer: int, where: tuple[str, int, int]) -> None:
+    """Raise unless index key ``key`` sorts strictly after ``prev``: a greater user key, or the same
+    one with a smaller trailer. Called off the fast path (equal user keys, or a partition's first)."""
+    sep, prev_sep = key[: len(key) - trailer], prev[: len(prev) - trailer]
+    if sep > prev_sep:
+        return
+    if sep < prev_sep or not trailer or trailer_of(key) >= trailer_of(prev):
+        file, base, p = where
+        raise _corrupt("index separators not strictly ascending", file, base, p)
 
 
 def _decode_plain_index(
-    block: bytes, limit: int, file: str, base: int, key_is_user_key: bool
-) -> tuple[list[bytes], list[BlockHandle]]:
+    block: bytes, limit: int, where: tuple[str, int], trailer: int, after: bytes | None
+) -> tuple[list[bytes], list[BlockHandle], bytes | None]:
     """Index entries with explicit value lengths (pebble, RocksDB format 2-3). Runs once per
     data block at open, so the one-byte header is decoded inline as in :func:`decode_data_block`."""
+    file, base = where
     seps: list[bytes] = []
     handles: list[BlockHandle] = []
-    trailer = 0 if key_is_user_key else INTERNAL_TRAILER_LEN
     new_handle = tuple.__new__  # skips NamedTuple's Python-level __new__: 0.2 vs 0.55 us
-    prev = b""
+    budget = KEY_EXPANSION * len(block)
+    prev = after
+    key = b""
     p = 0
     while p < limit:
         shared = block[p]
@@ -298,12 +358,22 @@ def _decode_plain_index(
             shared, unshared, vlen, start = _slow_header(block, p, file, base)
         kend = start + unshared
         vend = kend + vlen
-        if vend > limit or shared > len(prev):
+        if vend > limit or shared > len(key):
             raise _corrupt("index entry overruns the block or its shared prefix", file, base, p)
-        prev = prev[:shared] + block[start:kend] if shared else block[start:kend]
-        if len(prev) < trailer:
+        if shared:
+            budget -= shared
+            if budget < 0:
+                raise _key_bomb(file, base, p)
+            key = key[:shared] + block[start:kend]
+        else:
+            key = block[start:kend]
+        if len(key) < trailer:
             raise _corrupt("index key shorter than its 8-byte trailer", file, base, p)
-        seps.append(prev[: len(prev) - trailer])
+        sep = key[: len(key) - trailer]
+        if prev is not None and (not seps or sep <= seps[-1]):
+            _check_order(key, prev, trailer, (file, base, p))
+        seps.append(sep)
+        prev = key
         # pebble may append block properties after the handle, so the value can be longer.
         offset, q = decode_uvarint(block, kend, file=file, base=base)
         size, q = decode_uvarint(block, q, file=file, base=base)
@@ -311,4 +381,4 @@ def _decode_plain_index(
             raise _corrupt("block handle overruns its entry", file, base, p)
         handles.append(new_handle(BlockHandle, (offset, size)))
         p = vend
-    return seps, handles
+    return seps, handles, prev

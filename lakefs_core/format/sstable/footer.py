@@ -15,6 +15,14 @@ handle, verifies the checksum and decompresses, raising
 :class:`~lakefs_core.errors.CorruptDataError` with the file name and the block's byte offset for any
 violation; :func:`verify_block` checks a block's checksum without decompressing it. Pure: operates
 on in-memory buffers only.
+
+A valid checksum proves nothing about intent, so decompression is bounded before anything is
+allocated: a block (stored or decompressed) may not exceed ``max_block_bytes``
+(:data:`DEFAULT_MAX_BLOCK_BYTES`, 64 MiB: lakeFS cuts ranges at 20 MiB by default, and no block can
+outgrow its file, so this leaves room for non-default range sizes and generic RocksDB files while
+keeping one block's memory bounded), nor the codec's maximum expansion of its payload; and the
+output must be exactly the length the block declares (the codecs decompress into a buffer of that
+size, so a short stream cannot come back zero-padded and a long one fails).
 """
 
 from __future__ import annotations
@@ -51,15 +59,20 @@ COMPRESSION_NAMES = {COMPRESSION_NONE: "NoCompression", COMPRESSION_SNAPPY: "Sna
 
 # Other codecs generic RocksDB files may use (read-only; lakeFS files are Snappy or uncompressed).
 # From format version 2 on, their payload is ``uvarint decompressed size || compressed stream``.
-_SIZED_CODECS: dict[int, Callable[[bytes, int], cramjam.Buffer]] = {
-    2: lambda b, n: cramjam.deflate.decompress(b, output_len=n),  # zlib, raw deflate stream
-    3: lambda b, n: cramjam.bzip2.decompress(b, output_len=n),
-    4: lambda b, n: cramjam.lz4.decompress_block(b, output_len=n),  # LZ4
-    5: lambda b, n: cramjam.lz4.decompress_block(b, output_len=n),  # LZ4HC, same block format
-    7: lambda b, n: cramjam.zstd.decompress(b, output_len=n),
+# Each decompresses into a caller-sized buffer (cramjam's ``output_len`` would zero-pad a short
+# stream) and returns the bytes written; a stream longer than the buffer raises.
+_SIZED_CODECS: dict[int, Callable[[bytes, bytearray], int]] = {
+    2: cramjam.deflate.decompress_into,  # zlib, raw deflate stream
+    3: cramjam.bzip2.decompress_into,
+    4: cramjam.lz4.decompress_block_into,  # LZ4
+    5: cramjam.lz4.decompress_block_into,  # LZ4HC, same block format
+    7: cramjam.zstd.decompress_into,
 }
+# Most a codec can expand its input, where a format bound exists: Snappy ~32x (RocksDB's own
+# sanity limit), deflate 1032x, LZ4 255x. bzip2 and zstd are bounded by max_block_bytes only.
+_MAX_EXPANSION = {COMPRESSION_SNAPPY: 32, 2: 1032, 4: 255, 5: 255}
 
-_MAX_BLOCK_SIZE = 1 << 30
+DEFAULT_MAX_BLOCK_BYTES = 64 << 20
 _CRC_MASK_DELTA = 0xA282EAD8
 _U32 = 0xFFFFFFFF
 _VERSION_OFFSET = 41
@@ -134,10 +147,21 @@ def verify_block(data: memoryview, handle: BlockHandle, file: str) -> None:
         raise CorruptDataError("block checksum mismatch", file=file, offset=off)
 
 
-def read_block(data: memoryview, handle: BlockHandle, file: str, *, verify: bool = True) -> bytes:
+def read_block(
+    data: memoryview,
+    handle: BlockHandle,
+    file: str,
+    *,
+    verify: bool = True,
+    max_block_bytes: int = DEFAULT_MAX_BLOCK_BYTES,
+) -> bytes:
     """Bounds-check, optionally checksum-verify, and decompress the block at ``handle``."""
     check_handle(data, handle, file)
     off, size = handle
+    if size > max_block_bytes:
+        raise CorruptDataError(
+            f"block of {size} bytes exceeds max_block_bytes ({max_block_bytes})", file=file, offset=off
+        )
     end = off + size
     stored = data[off : end + 1].tobytes()  # block bytes || compression type byte
     ctype = stored[-1]
@@ -148,29 +172,38 @@ def read_block(data: memoryview, handle: BlockHandle, file: str, *, verify: bool
     if ctype == COMPRESSION_NONE:
         return stored[:-1]
     if ctype == COMPRESSION_SNAPPY or ctype in _SIZED_CODECS:
-        return _decompress(stored[:-1], ctype, file, off)
+        return _decompress(stored[:-1], ctype, (file, off), max_block_bytes)
     raise CorruptDataError(f"unknown block compression type {ctype}", file=file, offset=end)
 
 
-def _decompress(payload: bytes, ctype: int, file: str, off: int) -> bytes:
+def _decompress(payload: bytes, ctype: int, where: tuple[str, int], max_block_bytes: int) -> bytes:
+    file, off = where
     # Both Snappy's raw format and RocksDB's framing of the others start with the uvarint length.
     expected, pos = decode_uvarint(payload, 0, file=file, base=off)
-    # A corrupt length must not make us allocate gigabytes: Snappy cannot expand more than ~32x,
-    # and no RocksDB block reaches 1 GiB.
-    limit = 32 * len(payload) + 64 if ctype == COMPRESSION_SNAPPY else _MAX_BLOCK_SIZE
+    # Checked before allocating: a corrupt (or hostile) length must not make us allocate gigabytes.
+    ratio = _MAX_EXPANSION.get(ctype)
+    limit = max_block_bytes if ratio is None else min(max_block_bytes, ratio * len(payload) + 64)
     if expected > limit:
         raise CorruptDataError(
-            f"compressed block claims an implausible size ({expected} bytes)", file=file, offset=off
+            f"compressed block claims an implausible size ({expected} bytes, at most {limit})",
+            file=file,
+            offset=off,
         )
     try:
         if ctype == COMPRESSION_SNAPPY:
+            # The raw decoder sizes its output from the length header checked above and fails on
+            # a stream that does not produce exactly that many bytes.
             out = bytes(cramjam.snappy.decompress_raw(payload))
         else:
-            out = bytes(_SIZED_CODECS[ctype](payload[pos:], expected))
+            buf = bytearray(expected)
+            written = _SIZED_CODECS[ctype](payload[pos:], buf)
+            out = bytes(buf) if written == expected else b""
     except Exception as e:  # cramjam raises its own DecompressionError; anything here is corruption
         raise CorruptDataError(f"bad compressed block (type {ctype}): {e}", file=file, offset=off) from e
     if len(out) != expected:
-        raise CorruptDataError("block decompressed to the wrong length", file=file, offset=off)
+        raise CorruptDataError(
+            f"block decompressed to the wrong length (declared {expected} bytes)", file=file, offset=off
+        )
     return out
 
 

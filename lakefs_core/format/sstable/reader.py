@@ -26,6 +26,21 @@ unknown compression, bad Snappy data, malformed entries or restart arrays, bad v
 keys) raises :class:`~lakefs_core.errors.CorruptDataError` with the file name and a byte offset.
 The reader accepts any buffer (``bytes``, ``memoryview``, ``mmap``) and does no I/O itself; it holds
 a memoryview of it until :meth:`TableReader.close`.
+
+Every file is treated as hostile, checksums notwithstanding (ranges come from other regions and
+other writers): nothing it claims may hang the process, exhaust memory or yield wrong records.
+Besides the bounds in :mod:`.footer` (``max_block_bytes``, exact decompressed lengths) and
+:mod:`.block` (entry and key-expansion bounds), the reader checks, at O(1) per block or entry:
+
+- at open: index partitions and data blocks lie in ascending, non-overlapping file order (so no
+  block is referenced twice and the work is bounded by the file size), data blocks before every
+  index and meta block; separators strictly ascend across the whole index (two-level: the
+  top-level entries too, and each partition ends at or below its top-level key);
+- per decoded data block: it is not empty, its last key is ``<=`` its separator and its first key
+  above the previous separator (equal only for older versions of a key the previous block ends
+  with, as RocksDB writes them), so scans, ``seek_ge`` and ``get`` agree and keys ascend across
+  blocks;
+- after a full scan: the entries seen equal ``rocksdb.num.entries`` (when the file states it).
 """
 
 from __future__ import annotations
@@ -37,10 +52,18 @@ from collections import deque
 from collections.abc import Iterable, Iterator
 
 from lakefs_core.errors import BadInputError, CorruptDataError
-from lakefs_core.format.sstable.block import decode_block, decode_data_block, decode_index_block
+from lakefs_core.format.sstable.block import (
+    DataBlock,
+    decode_block,
+    decode_data_block,
+    decode_index_block,
+    trailer_of,
+)
 from lakefs_core.format.sstable.footer import (
+    BLOCK_TRAILER_SIZE,
     CHECKSUM_CRC32C,
     CHECKSUM_NONE,
+    DEFAULT_MAX_BLOCK_BYTES,
     FOOTER_SIZE,
     BlockHandle,
     Footer,
@@ -68,12 +91,16 @@ DEFAULT_BLOCK_CACHE_BLOCKS = 1024  # 4 MiB of 4 KiB blocks per reader
 _MAX_ENTRIES_PER_BYTE = 64
 _SUPPORTED_INDEX_TYPES = (0, 1, INDEX_TYPE_TWO_LEVEL)  # 1 (hash search) keeps a binary-search index
 
-Block = tuple[list[bytes], list[bytes | None]]
+Block = DataBlock  # (user keys, values or None, entries in the block)
 TableData = bytes | bytearray | memoryview | mmap.mmap
 
 
 class TableReader:
-    """Random access and ordered scans over one table held in memory (or memory-mapped)."""
+    """Random access and ordered scans over one table held in memory (or memory-mapped).
+
+    ``max_block_bytes`` bounds any one block, stored or decompressed (see :mod:`.footer`); callers
+    going through :class:`~lakefs_core.graveler.tables.TableCache` set it there.
+    """
 
     def __init__(
         self,
@@ -82,8 +109,12 @@ class TableReader:
         *,
         verify_checksums: bool = True,
         block_cache_blocks: int = DEFAULT_BLOCK_CACHE_BLOCKS,
+        max_block_bytes: int = DEFAULT_MAX_BLOCK_BYTES,
     ) -> None:
+        if max_block_bytes < 1:
+            raise BadInputError("must be >= 1", field="max_block_bytes")
         self.name = name
+        self.max_block_bytes = max_block_bytes
         view = memoryview(data)
         if view.ndim != 1 or view.itemsize != 1:
             view = view.cast("B")
@@ -108,6 +139,8 @@ class TableReader:
         self.num_entries: int = uvarint_prop(props, NUM_ENTRIES, name, poff) - uvarint_prop(
             props, NUM_RANGE_DELETIONS, name, poff
         )
+        self._entries_stated = NUM_ENTRIES in props
+        self._props_offset = poff
         # len() sizes list(reader) up front, so an absurd count must not reach it. No codec packs
         # more than 64 entries (each >= 4 raw bytes) into one byte of file.
         if not 0 <= self.num_entries <= _MAX_ENTRIES_PER_BYTE * len(view):
@@ -163,36 +196,74 @@ class TableReader:
     def _read_index(self) -> tuple[list[bytes], list[BlockHandle]]:
         if self.index_type not in _SUPPORTED_INDEX_TYPES:
             raise CorruptDataError(f"unsupported index type {self.index_type}", file=self.name)
-        seps, handles = self._decode_index(self.footer.index)
+        top = self.footer.index
+        # Data blocks precede every index and meta block in RocksDB and pebble files.
+        data_end = min(
+            [top.offset, self.footer.metaindex.offset, *(h.offset for h in self.meta_blocks.values())]
+        )
+        seps, handles, _ = self._decode_index(top, None)
         if self.index_type == INDEX_TYPE_TWO_LEVEL:
+            # Partitions in file order, apart from each other and from the top level: none is read
+            # twice, so the index costs at most one pass over the file.
+            self._check_layout(handles, "index partition", 0, len(self._data) - FOOTER_SIZE, avoid=top)
             all_seps: list[bytes] = []
             all_handles: list[BlockHandle] = []
-            for partition in handles:
-                part_seps, part_handles = self._decode_index(partition)
+            last: bytes | None = None
+            for top_sep, partition in zip(seps, handles, strict=True):
+                part_seps, part_handles, last = self._decode_index(partition, last)
+                if not part_seps or part_seps[-1] > top_sep:
+                    raise CorruptDataError(
+                        "index partition empty or above its top-level key",
+                        file=self.name,
+                        offset=partition.offset,
+                    )
                 all_seps += part_seps
                 all_handles += part_handles
+            if handles:
+                data_end = min(data_end, handles[0].offset)
             seps, handles = all_seps, all_handles
-        # Lookups bisect this list, so an unsorted index would silently miss keys.
-        for i in range(1, len(seps)):
-            if seps[i - 1] > seps[i]:
-                raise CorruptDataError(
-                    f"index separators out of order at entry {i}", file=self.name, offset=handles[i].offset
-                )
+        self._check_layout(handles, "data block", 0, data_end)
         return seps, handles
 
-    def _decode_index(self, handle: BlockHandle) -> tuple[list[bytes], list[BlockHandle]]:
+    def _check_layout(
+        self, handles: list[BlockHandle], what: str, start: int, end: int, avoid: BlockHandle | None = None
+    ) -> None:
+        """Blocks ascend without overlapping (each after the previous one's trailer), inside
+        ``[start, end)`` and clear of ``avoid``."""
+        pos = start
+        for off, size in handles:
+            block_end = off + size + BLOCK_TRAILER_SIZE
+            overlaps = (
+                avoid is not None
+                and off < avoid.offset + avoid.size + BLOCK_TRAILER_SIZE
+                and avoid.offset < block_end
+            )
+            if off < pos or block_end > end or overlaps:
+                raise CorruptDataError(
+                    f"{what} (offset {off}, size {size}) overlaps another block or lies outside its region",
+                    file=self.name,
+                    offset=off,
+                )
+            pos = block_end
+
+    def _decode_index(
+        self, handle: BlockHandle, after: bytes | None
+    ) -> tuple[list[bytes], list[BlockHandle], bytes | None]:
         return decode_index_block(
             self._read(handle),
             self.name,
             handle.offset,
             key_is_user_key=self._key_is_user_key,
             value_delta_encoded=self._value_delta,
+            after=after,
         )
 
     def _read(self, handle: BlockHandle) -> bytes:
         if self._closed:
             raise BadInputError("the table reader is closed", field=self.name)
-        return read_block(self._data, handle, self.name, verify=self._verify)
+        return read_block(
+            self._data, handle, self.name, verify=self._verify, max_block_bytes=self.max_block_bytes
+        )
 
     # -- data blocks -------------------------------------------------------------------------
     #
@@ -219,7 +290,7 @@ class TableReader:
                 return cached
             while len(self._fifo) >= self._cache_cap:
                 self._evict(self._fifo.popleft())
-            keys, vals = block
+            keys, vals, _ = block
             start = self._routed_start(i, keys)
             if start == 0 and None not in vals:
                 self._records.update(zip(keys, vals, strict=True))  # type: ignore[arg-type]
@@ -241,8 +312,40 @@ class TableReader:
                 pop(key, None)
 
     def _decode(self, i: int) -> Block:
+        """Decode data block ``i`` and check it against its index separators (O(1) per block)."""
         handle = self._handles[i]
-        return decode_data_block(self._read(handle), self.name, handle.offset)
+        raw = self._read(handle)
+        block = decode_data_block(raw, self.name, handle.offset)
+        keys = block[0]
+        if not keys:
+            raise CorruptDataError("data block without entries", file=self.name, offset=handle.offset)
+        if keys[-1] > self._seps[i]:
+            # get() routes a key to the first block whose separator is >= it: a key above its
+            # separator would be returned by scans but missed by lookups.
+            raise CorruptDataError(
+                f"data block {i}: last key {keys[-1][:80]!r} above its index separator",
+                file=self.name,
+                offset=handle.offset,
+            )
+        if i and keys[0] <= self._seps[i - 1]:
+            self._check_straddle(i, raw)
+        return block
+
+    def _check_straddle(self, i: int, raw: bytes) -> None:
+        """Block ``i`` starts at (not above) the previous separator: only valid when it continues
+        the previous block's last key with older versions (the rare multi-version case, never in
+        lakeFS files), which lookups resolve in the previous block."""
+        prev = self._handles[i - 1]
+        prev_keys, _ = decode_block(self._read(prev), self.name, prev.offset)
+        first_keys, _ = decode_block(raw, self.name, self._handles[i].offset)
+        last, first = prev_keys[-1] if prev_keys else b"", first_keys[0]
+        user_key = first[:-8]
+        if user_key != self._seps[i - 1] or last[:-8] != user_key or trailer_of(first) >= trailer_of(last):
+            raise CorruptDataError(
+                f"data block {i}: first key {first[:-8][:80]!r} not above the previous separator",
+                file=self.name,
+                offset=self._handles[i].offset,
+            )
 
     def _peek(self, i: int) -> Block:
         """Block ``i`` from the cache if there, else decoded without caching (scans)."""
@@ -303,8 +406,10 @@ class TableReader:
 
     def _scan(self, first: int, start: bytes | None) -> Iterator[tuple[bytes, bytes]]:
         prev_last: bytes | None = None  # last key of the previous block
+        entries = 0
         for b in range(first, self._nblocks):
-            keys, vals = self._peek(b)
+            keys, vals, count = self._peek(b)
+            entries += count
             j = bisect_left(keys, start) if start is not None and b == first else 0
             # A key whose versions straddle two blocks: the newer one (already seen) wins.
             if prev_last is not None and j < len(keys) and keys[j] == prev_last:
@@ -318,6 +423,12 @@ class TableReader:
                         yield keys[idx], value
             if keys:
                 prev_last = keys[-1]
+        if first == 0 and start is None and self._entries_stated and entries != self.num_entries:
+            raise CorruptDataError(
+                f"the data blocks hold {entries} entries, the properties state {self.num_entries}",
+                file=self.name,
+                offset=self._props_offset,
+            )
 
     def min_key(self) -> bytes | None:
         """Smallest record key, or ``None`` for a table without records."""
@@ -328,7 +439,7 @@ class TableReader:
     def max_key(self) -> bytes | None:
         """Largest record key, or ``None`` for a table without records."""
         for b in range(self._nblocks - 1, -1, -1):
-            keys, vals = self._peek(b)
+            keys, vals, _ = self._peek(b)
             for idx in range(len(keys) - 1, -1, -1):
                 if idx == 0 and b > 0 and self._peek(b - 1)[0][-1:] == keys[:1]:
                     break  # an older version of the previous block's last key: decided there

@@ -1,0 +1,112 @@
+"""Temporary files of :class:`~lakefs_core.block.local.LocalBlockStore`: their names, and removing leftovers.
+
+Every write stages its bytes (data files and metadata sidecars alike) in a temporary file beside the
+target and renames it into place. A writer killed in between (``kill -9``, OOM, power loss) leaves
+the temporary file behind. Their names make them findable by name and age::
+
+    .lakefs-tmp-<host>-<pid>-<32 hex>      (<host>: 8 hex of the writer's host name hash;
+                                            <pid>: the writer's process id)
+    .lakefs-tmp-<32 hex>                   (written before the host and pid were recorded)
+
+and their age is their mtime (every chunk written refreshes it). Object keys can never have a
+segment starting with ``.lakefs-tmp-`` (the store refuses them), so such a file is never an object.
+
+:func:`sweep_leftovers` removes, below a store root (including its ``.lakefs-meta`` sidecars), the
+regular files whose name matches :data:`TMP_NAME` EXACTLY and whose mtime is older than the grace
+period, except those whose writer is a live process of this host (same host hash, pid alive). It
+never follows symlinks, examines a bounded number of entries, and stops early when asked to. The
+store runs it once per root per process (:func:`claim_root`), in a worker thread, in the background
+of its first write. A writer on another host stalled for longer than the grace period loses its
+temporary file; its commit then fails (the rename finds no file) rather than publishing anything.
+Everything here is synchronous and raises nothing for a file that vanished or cannot be removed: the
+sweep is best effort and the next process tries again.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import socket
+import stat
+import threading
+import time
+import uuid
+from pathlib import Path
+
+TMP_PREFIX = ".lakefs-tmp-"
+TMP_NAME = re.compile(r"\.lakefs-tmp-(?:(?P<host>[0-9a-f]{8})-(?P<pid>[0-9]{1,10})-)?[0-9a-f]{32}")
+DEFAULT_TMP_GRACE_SECONDS = 3600.0
+DEFAULT_SWEEP_LIMIT = 1_000_000  # directory entries examined by one sweep
+
+_HOST = hashlib.sha256(socket.gethostname().encode("utf-8", "surrogateescape")).hexdigest()[:8]
+_claimed: set[Path] = set()
+_claim_lock = threading.Lock()
+
+
+def temp_name() -> str:
+    """A fresh temporary file name recording this host and process (see the module docstring)."""
+    return f"{TMP_PREFIX}{_HOST}-{os.getpid()}-{uuid.uuid4().hex}"
+
+
+def claim_root(root: Path) -> bool:
+    """True the first time ``root`` is claimed in this process: its sweep is then the caller's."""
+    with _claim_lock:
+        if root in _claimed:
+            return False
+        _claimed.add(root)
+        return True
+
+
+def _pid_alive(pid: int) -> bool:
+    if pid == os.getpid():
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except (PermissionError, OverflowError, ValueError):
+        return True  # another user's live process (or not a pid we can probe): keep its file
+    return True
+
+
+def is_leftover(name: str, st: os.stat_result, cutoff: float) -> bool:
+    """Whether the file ``name`` with status ``st`` is a temporary file no live writer can own."""
+    m = TMP_NAME.fullmatch(name)
+    if m is None or not stat.S_ISREG(st.st_mode) or st.st_mtime >= cutoff:
+        return False
+    return not (m.group("host") == _HOST and _pid_alive(int(m.group("pid"))))
+
+
+def sweep_leftovers(
+    root: Path,
+    grace_seconds: float,
+    stop: threading.Event | None = None,
+    limit: int = DEFAULT_SWEEP_LIMIT,
+) -> int:
+    """Remove the leftover temporary files below ``root``; the number removed (see the module)."""
+    cutoff = time.time() - grace_seconds
+    removed = 0
+    examined = 0
+    pending = [root]
+    while pending and examined < limit and not (stop is not None and stop.is_set()):
+        directory = pending.pop()
+        try:
+            with os.scandir(directory) as entries:
+                for entry in entries:
+                    examined += 1
+                    if examined > limit:
+                        break
+                    try:
+                        if entry.is_dir(follow_symlinks=False):
+                            pending.append(Path(entry.path))
+                        elif TMP_NAME.fullmatch(entry.name) and is_leftover(
+                            entry.name, entry.stat(follow_symlinks=False), cutoff
+                        ):
+                            os.unlink(entry.path)
+                            removed += 1
+                    except OSError:
+                        continue  # vanished meanwhile or not ours to remove: the next sweep retries
+        except OSError:
+            continue  # a directory removed meanwhile (pruned by a delete) or unreadable
+    return removed

@@ -1,0 +1,145 @@
+"""Bad identifiers and unusable local files are one line on stderr with the documented exit code,
+never a traceback nor a hang (issue 8). Real processes, except the fast identifier checks."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.cli.helpers import Cli, InProcess, set_user_env, user_env
+
+BAD_INPUT = 9
+NOT_FOUND = 2
+
+
+@pytest.fixture
+def run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> InProcess:
+    set_user_env(monkeypatch, tmp_path / "home")
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "f").write_text("one\n")
+    return InProcess(capsys)
+
+
+@pytest.fixture
+def cli(tmp_path: Path) -> Cli:
+    return Cli(user_env(tmp_path / "home"), tmp_path, timeout=30)
+
+
+def test_identifiers_are_full_ascii_matches(run: InProcess, tmp_path: Path) -> None:
+    run("repo", "create", "lakefs://rr1", f"local://{tmp_path / 'ns'}").ok()
+    run("repo", "create", "lakefs://xyz\n", f"local://{tmp_path / 'ns2'}").failed(BAD_INPUT, "repository")
+    run("branch", "create", "lakefs://rr1/main\n", "--source", "lakefs://rr1/main").failed(BAD_INPUT)
+    run("branch", "create", "lakefs://rr1/br\u00fcnch", "--source", "lakefs://rr1/main").failed(BAD_INPUT)
+    run("tag", "create", "lakefs://rr1/t\n", "lakefs://rr1/main").failed(BAD_INPUT)
+    head = run.json("branch", "list", "lakefs://rr1")["results"][0]["commit_id"]
+    run("branch", "create", f"lakefs://rr1/{head}", "--source", "lakefs://rr1/main").failed(
+        BAD_INPUT, "commit id"
+    )
+    run(
+        "fs",
+        "upload",
+        "lakefs://rr1/main/a",
+        "--source",
+        str(tmp_path / "f"),
+        "--content-type",
+        "text/plain\n",
+    ).failed(BAD_INPUT, "content_type")
+    assert [b["id"] for b in run.json("branch", "list", "lakefs://rr1")["results"]] == ["main"]
+    assert run.json("tag", "list", "lakefs://rr1")["results"] == []
+    assert [r["id"] for r in run.json("repo", "list")["results"]] == ["rr1"]
+
+
+def test_upload_of_an_unreadable_file(cli: Cli, tmp_path: Path) -> None:
+    cli("repo", "create", "lakefs://rr1", f"local://{tmp_path / 'ns'}").ok()
+    # /proc/self/mem is a regular file whose read at offset 0 fails with EIO.
+    line = cli("fs", "upload", "lakefs://rr1/main/a", "--source", "/proc/self/mem").failed(BAD_INPUT)
+    assert "/proc/self/mem" in line and "Input/output error" in line
+    cli("fs", "upload", "lakefs://rr1/main/a", "--source", str(tmp_path / "nope")).failed(NOT_FOUND, "nope")
+
+
+@pytest.fixture
+def shared_dir() -> Iterator[Path]:
+    """A directory every user may enter (pytest's tmp dirs are private to root)."""
+    path = Path(tempfile.mkdtemp(prefix="lakefs-cli-perm-"))
+    path.chmod(0o777)
+    try:
+        yield path
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
+
+
+def test_upload_of_a_file_without_read_permission(shared_dir: Path) -> None:
+    """Permission denied, for a small file (read at once) and a big one (streamed in the session)."""
+    setpriv = shutil.which("setpriv")
+    if os.geteuid() != 0 or setpriv is None:
+        pytest.skip("needs root and util-linux setpriv to run the CLI as another user")
+    small, big = shared_dir / "small", shared_dir / "big"
+    small.write_bytes(b"secret")
+    with big.open("wb") as f:
+        f.truncate(9 << 20)  # above the 8 MiB streaming threshold
+    for path in (small, big):
+        path.chmod(0o600)  # root's: unreadable for the user below
+    env = user_env(shared_dir / "home")
+    nobody = [setpriv, "--reuid=65534", "--regid=65534", "--clear-groups", sys.executable, "-m"]
+
+    def as_nobody(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [*nobody, "lakefs_core.cli", *args],
+            capture_output=True,
+            text=True,
+            env=env,
+            cwd=shared_dir,
+            timeout=60,
+            check=False,
+        )
+
+    done = as_nobody("repo", "create", "lakefs://rr1", f"local://{shared_dir / 'ns'}")
+    assert done.returncode == 0, done.stderr
+    for path in (small, big):
+        done = as_nobody("fs", "upload", f"lakefs://rr1/main/{path.name}", "--source", str(path))
+        line = done.stderr.strip()
+        assert done.returncode == BAD_INPUT, done.stderr
+        assert "\n" not in line and "Traceback" not in line, done.stderr
+        assert str(path) in line and "Permission denied" in line, line
+
+
+RECORD = '{"key":"a","address":"x","size":1,"etag":"e"'
+
+
+@pytest.mark.parametrize(
+    ("line", "needle"),
+    [
+        (RECORD.replace('"size":1', '"size":9223372036854775808') + "}", "size"),
+        (RECORD.replace('"size":1', '"size":18446744073709551616') + "}", "size"),
+        (RECORD + ',"last_modified":"0001-01-01T00:00:00+01:00"}', "last_modified"),
+        (RECORD + ',"last_modified":"9999-12-31T23:59:59-01:00"}', "last_modified"),
+    ],
+)
+def test_write_range_out_of_range_values(cli: Cli, tmp_path: Path, line: str, needle: str) -> None:
+    cli("sst", "write-range", str(tmp_path / "out"), stdin=line.encode() + b"\n").failed(
+        BAD_INPUT, "line 1", needle
+    )
+    assert not (tmp_path / "out").exists()
+
+
+def test_write_range_into_an_uncreatable_directory(cli: Cli, tmp_path: Path) -> None:
+    (tmp_path / "file").write_text("x")
+    out = tmp_path / "file" / "out"
+    cli("sst", "write-range", str(out), stdin=(RECORD + "}\n").encode()).failed(
+        BAD_INPUT, "OUT_DIR", str(out)
+    )
+
+
+def test_inspect_refuses_what_is_not_a_regular_file(cli: Cli, tmp_path: Path) -> None:
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    # Reading either would never end (a FIFO without writer blocks; /dev/zero never reaches EOF).
+    for path in ("/dev/zero", str(fifo), "/dev/null"):
+        cli("sst", "inspect", path).failed(BAD_INPUT, "FILE", path, "not a regular file")
