@@ -1,23 +1,38 @@
-# Two commands matter (see README): `make demo` and `make test`. Both build .venv themselves.
+# Two commands matter (see README): `make demo` and `make test`. Both build .venv themselves:
+# `make demo` installs only what the project needs to run; `make test` (and lint, typecheck, bench)
+# add the `dev` extra (pytest, moto, ruff, mypy, ...).
 PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
-STAMP  := $(VENV)/.installed-stamp
+RUN_STAMP := $(VENV)/.installed-run
+DEV_STAMP := $(VENV)/.installed-dev
 
-.PHONY: venv demo demo-core test test-fast lint typecheck bench proto clean
+.PHONY: venv venv-run demo demo-core test test-fast lint typecheck bench proto clean
 
-$(STAMP): pyproject.toml
-	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+$(BIN)/python:
+	@echo "make: creating the virtual environment $(VENV) with $(PYTHON)"
+	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
+
+$(RUN_STAMP): pyproject.toml | $(BIN)/python
+	@echo "make: installing lakefs-open and its runtime dependencies into $(VENV) (about a minute the first time)"
+	$(BIN)/python -m pip install -q -e .
+	touch $(RUN_STAMP)
+
+$(DEV_STAMP): pyproject.toml | $(BIN)/python
+	@echo "make: installing lakefs-open with the test tool chain (extra 'dev') into $(VENV)"
 	$(BIN)/python -m pip install -q -e '.[dev]'
-	touch $(STAMP)
+	touch $(DEV_STAMP) $(RUN_STAMP)
 
-venv: $(STAMP)
+venv-run: $(RUN_STAMP)
 
-demo: venv
-	$(BIN)/python -m lakefs_mirror.demo
+venv: $(DEV_STAMP)
 
-demo-core: venv
+# DEMO_KEEP=DIR keeps the demo's directory (configs, KV stores, namespaces) instead of a temporary one.
+demo: venv-run
+	$(BIN)/python -m lakefs_mirror.demo $(if $(DEMO_KEEP),--dir $(DEMO_KEEP))
+
+demo-core: venv-run
 	$(BIN)/python -m lakefs_core.demo
 
 test: venv
