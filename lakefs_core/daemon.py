@@ -5,7 +5,13 @@
   number of consecutive failures, with full jitter, capped at ``max_backoff``;
 - two-stage graceful shutdown: the first SIGTERM/SIGINT lets the current pass finish and then
   stops; a second one cancels the pass in flight;
-- ``once``: run exactly one pass and return its outcome as the exit status.
+- ``once``: run exactly one pass and return its outcome as the exit status;
+- liveness: the loop records a monotonic heartbeat at the start and end of every pass and at least
+  every :data:`IDLE_BEAT_SECONDS` while it waits between passes. :meth:`DaemonLoop.is_live` is
+  true while the last heartbeat is younger than ``pass_timeout + grace`` (``grace`` defaults to
+  the interval plus :data:`IDLE_BEAT_SECONDS`, and is at least two idle beats), so a step that
+  never returns makes the loop not live; ``/_health`` answers 503 and the systemd watchdog stops
+  being fed (see :mod:`lakefs_core.systemd`).
 
 The loop never swallows a pass's error silently: it is logged with its class, counted in
 ``consecutive_errors``, and (with ``once``) turned into exit status 1.
@@ -16,11 +22,38 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import random
 import signal
+import time
 from collections.abc import Awaitable, Callable
 
+from sqlalchemy.engine import make_url
+from sqlalchemy.exc import ArgumentError
+
+from lakefs_core.errors import StartupError
+
 log = logging.getLogger(__name__)
+
+IDLE_BEAT_SECONDS = 0.5  # the idle wait wakes this often to beat, so idling never looks hung
+DEFAULT_PASS_TIMEOUT = 900.0  # a pass running longer than this counts as hung
+
+
+def require_sqlite_dir(url: str, *, key: str) -> None:
+    """Raise :class:`StartupError` naming ``key`` when ``url`` is a SQLite file URL whose directory
+    does not exist. Daemons call this before opening: a typo in a path must not silently create
+    a fresh, empty database somewhere (only the lakefs-core CLI's embedded default creates it)."""
+    if not url.lower().startswith("sqlite"):
+        return
+    try:
+        database = make_url(url).database
+    except ArgumentError:
+        return  # not a URL SQLAlchemy parses: the opener reports it with its own message
+    if not database or database == ":memory:" or database.startswith("file:"):
+        return
+    parent = os.path.dirname(os.path.abspath(database))
+    if not os.path.isdir(parent):
+        raise StartupError(f"directory {parent} of the SQLite database does not exist", key=key)
 
 
 class DaemonLoop:
@@ -32,6 +65,8 @@ class DaemonLoop:
         interval: float,
         max_backoff: float = 60.0,
         on_result: Callable[[int], None] | None = None,
+        pass_timeout: float = DEFAULT_PASS_TIMEOUT,
+        grace: float | None = None,
     ) -> None:
         self.step = step
         self.name = name
@@ -42,6 +77,20 @@ class DaemonLoop:
         self.passes = 0
         self._stopping = asyncio.Event()
         self._current: asyncio.Task[object] | None = None
+        self.pass_timeout = pass_timeout
+        # never below two idle beats: an idling loop must not flicker to "not live" between beats
+        self.grace = max(interval + IDLE_BEAT_SECONDS if grace is None else grace, 2 * IDLE_BEAT_SECONDS)
+        self.last_heartbeat = time.monotonic()
+
+    def beat(self) -> None:
+        self.last_heartbeat = time.monotonic()
+
+    def heartbeat_age(self) -> float:
+        return time.monotonic() - self.last_heartbeat
+
+    def is_live(self) -> bool:
+        """True while the last heartbeat is fresher than ``pass_timeout + grace``."""
+        return self.heartbeat_age() <= self.pass_timeout + self.grace
 
     def request_stop(self) -> None:
         """First call: finish the current pass, then stop. Second call: cancel the pass too."""
@@ -69,6 +118,7 @@ class DaemonLoop:
         return random.uniform(self.interval / 2, max(cap, self.interval))
 
     async def _one_pass(self) -> bool:
+        self.beat()
         self._current = asyncio.create_task(self._call())
         ok = False
         try:
@@ -81,6 +131,7 @@ class DaemonLoop:
             log.error("%s: pass failed: %s: %s", self.name, type(e).__name__, e)
         finally:
             self._current = None
+            self.beat()
             self.passes += 1
             self.consecutive_errors = 0 if ok else self.consecutive_errors + 1
             if self.on_result is not None:
@@ -98,7 +149,17 @@ class DaemonLoop:
                 return 0 if ok else 1
             if self._stopping.is_set():
                 return 0
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._stopping.wait(), timeout=self.next_delay())
+            await self._idle(self.next_delay())
             if self._stopping.is_set():
                 return 0
+
+    async def _idle(self, delay: float) -> None:
+        """Wait ``delay`` seconds or until a stop request, beating at least every IDLE_BEAT_SECONDS."""
+        deadline = time.monotonic() + delay
+        while not self._stopping.is_set():
+            self.beat()
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._stopping.wait(), timeout=min(remaining, IDLE_BEAT_SECONDS))

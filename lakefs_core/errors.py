@@ -13,6 +13,7 @@ of the branches below, so callers never need to know which driver they talk to:
 - :class:`CorruptDataError`: stored bytes are not what the format promises; names the file and the
   byte offset. Never retried, never papered over.
 - :class:`BadInputError`: the caller's input is wrong; names the field or key path.
+- :class:`StartupError`: a daemon cannot start in this environment; names the config key.
 - :class:`AccessDeniedError`: the store refused the credentials or the permission.
 - :class:`StorageFullError`: no space left (local disk, SQLite, PostgreSQL 53100, an S3-compatible
   store's 507); not retryable, since retrying cannot free space.
@@ -113,6 +114,17 @@ class BadInputError(LakeFSError, ValueError):
     def __init__(self, message: str, *, field: str | None = None) -> None:
         self.field = field
         super().__init__(f"{field}: {message}" if field else message)
+
+
+class StartupError(LakeFSError):
+    """A daemon cannot start in this environment: listen port in use, state directory not
+    creatable, a SQLite database whose directory does not exist. ``key`` names the config key."""
+
+    exit_code = 16
+
+    def __init__(self, message: str, *, key: str) -> None:
+        self.key = key
+        super().__init__(f"{key}: {message}")
 
 
 class AccessDeniedError(LakeFSError):

@@ -18,7 +18,7 @@ PATCH      ``P/{mirror_id}``               change ``branch_filter``/``paused``/`
 GET        ``P/{mirror_id}/status``        per branch/tag heads, candidate, missing counts, lag,
                                            last promotion and error -> 200
 POST       ``P/{mirror_id}/resync``        request a full re-check -> 202 mirror
-GET        ``/_health``                    200 ``{"status": "ok"}`` / 503 when the DB is unreachable
+GET        ``/_health``                    200 ``{"status": "ok"}`` / 503: DB unreachable or the loop hung
 GET        ``/metrics``                    Prometheus text exposition of the given registry
 GET        ``/openapi.json``               the OpenAPI 3.0 document (:mod:`lakefs_mirror.openapi`)
 =========  ==============================  =====================================================
@@ -115,6 +115,7 @@ _EXISTS_KEY: web.AppKey[SourceRepoExists] = web.AppKey("source_repo_exists")
 _GRAVELERS_KEY: web.AppKey[dict[str, Graveler]] = web.AppKey("gravelers")
 _REGISTRY_KEY = web.AppKey("metrics_registry", CollectorRegistry)
 _OPENAPI_KEY = web.AppKey("openapi", bytes)
+_LIVE_KEY: web.AppKey[Callable[[], bool]] = web.AppKey("is_live")
 _ACCESS_KEY_ID = web.RequestKey("access_key_id", str)
 
 
@@ -656,6 +657,12 @@ async def resync_mirror(request: web.Request) -> web.Response:
 
 async def health(request: web.Request) -> web.Response:
     region = request.app[_CONFIG_KEY].region
+    if not request.app[_LIVE_KEY]():
+        log.warning("health: the daemon loop is not live (a pass is hung)")
+        return web.json_response(
+            {"status": "unavailable", "region": region, "message": "daemon loop not live (pass hung)"},
+            status=503,
+        )
     try:
         await request.app[_DB_KEY].ping()
     except LakeFSError as e:
@@ -687,6 +694,7 @@ def create_app(
     source_repo_exists: SourceRepoExists,
     metrics_registry: CollectorRegistry,
     gravelers: Mapping[str, Graveler] | None = None,
+    is_live: Callable[[], bool] | None = None,
 ) -> web.Application:
     """The API of this region's daemon.
 
@@ -697,6 +705,8 @@ def create_app(
     there (409); regions without one are not checked. Request metrics
     (``lakefs_mirror_api_requests_total``, ``lakefs_mirror_api_request_duration_seconds``) are
     registered in ``metrics_registry``, which ``GET /metrics`` exposes; create one app per registry.
+    ``is_live()`` is the daemon loop's liveness (:meth:`DaemonLoop.is_live`): ``/_health`` answers
+    503 while it is false (a hung pass).
     """
     requests = Counter(
         "lakefs_mirror_api_requests",
@@ -718,6 +728,7 @@ def create_app(
     app[_EXISTS_KEY] = source_repo_exists
     app[_GRAVELERS_KEY] = dict(gravelers or {})
     app[_REGISTRY_KEY] = metrics_registry
+    app[_LIVE_KEY] = is_live or (lambda: True)
     document = openapi_document(sorted(config.regions), this_region=config.region, version=__version__)
     app[_OPENAPI_KEY] = json.dumps(document, indent=1).encode("utf-8")
 

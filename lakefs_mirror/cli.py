@@ -1,18 +1,25 @@
 """The ``lakefs-mirror`` command line.
 
-- ``lakefs-mirror run --config FILE [--once]``: run this region's daemon (HTTP API + mirroring
-  passes) until SIGTERM/SIGINT (a second signal cancels the pass in flight); ``--once`` runs one
-  pass and exits 0 if it succeeded. Configuration: the YAML file plus ``LAKEFS_MIRROR__...``
-  environment overrides (see ``deploy/mirror-local.yaml``).
+- ``lakefs-mirror run --config FILE [--once] [--log-format text|json] [--pass-timeout S]``: run
+  this region's daemon (HTTP API + mirroring passes) until SIGTERM/SIGINT (a second signal cancels
+  the pass in flight); ``--once`` runs one pass and exits 0 if it succeeded. Configuration: the YAML
+  file plus ``LAKEFS_MIRROR__...`` environment overrides (see ``deploy/mirror-local.yaml``). Under
+  systemd ``Type=notify`` it sends READY=1 once the API is bound and the loop runs, WATCHDOG=1
+  while the loop is live (a pass running longer than ``--pass-timeout`` is hung), STOPPING=1.
 - ``lakefs-mirror check-config --config FILE``: validate a configuration and print it with secrets
   masked.
+
+Exit codes: 0 success; 1 a ``--once`` pass failed; 9 a configuration error (bad value, unknown key:
+systemd must not restart); 16 a start-up error naming the key (``listen`` port in use,
+``state_dir`` not creatable, a SQLite ``mirrors_db_url`` or ``regions.<name>.kv_url`` whose
+directory does not exist); 64 usage; 130 Ctrl-C during start-up (``aborted``). Each is one line on
+stderr, never a traceback.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
-import logging
 import os
 import sys
 from collections.abc import Sequence
@@ -22,7 +29,9 @@ import click
 
 from lakefs_core import __version__
 from lakefs_core.cli import run
-from lakefs_core.daemon import DaemonLoop
+from lakefs_core.daemon import DEFAULT_PASS_TIMEOUT, DaemonLoop
+from lakefs_core.logfmt import LOG_FORMATS, configure_logging
+from lakefs_core.systemd import Notifier, run_notified
 from lakefs_mirror.config import MirrorConfig, load_mirror_config
 
 
@@ -36,7 +45,7 @@ def _load(config: Path | None) -> MirrorConfig:
     return load_mirror_config(config, dict(os.environ))
 
 
-async def _run(config: MirrorConfig, once: bool) -> int:
+async def _run(config: MirrorConfig, once: bool, pass_timeout: float) -> int:
     from lakefs_mirror.service import MirrorService
 
     service = await MirrorService.open(config)
@@ -47,9 +56,13 @@ async def _run(config: MirrorConfig, once: bool) -> int:
             interval=config.poll_interval_seconds,
             max_backoff=max(60.0, config.poll_interval_seconds),
             on_result=service.metrics.consecutive_errors.set,
+            pass_timeout=pass_timeout,
+            # the backoff after failed passes can exceed the interval: never read it as a hang
+            grace=max(60.0, config.poll_interval_seconds) + 1.0,
         )
+        service.loop = loop
         loop.install_signal_handlers()
-        return await loop.run(once=once)
+        return await run_notified(loop, Notifier.from_env(), once=once)
     finally:
         await service.close()
 
@@ -66,18 +79,32 @@ CONFIG_OPTION = click.option(
 @cli.command("run")
 @CONFIG_OPTION
 @click.option("--once", is_flag=True, help="Run one pass and exit (0 if it succeeded).")
-def run_cmd(config_path: Path | None, once: bool) -> None:
+@click.option(
+    "--log-format",
+    type=click.Choice(LOG_FORMATS),
+    default="text",
+    envvar="LAKEFS_MIRROR_LOG_FORMAT",
+    show_default=True,
+    help="text, or json: one object per line (time, level, logger, message, mirror/repository/branch).",
+)
+@click.option(
+    "--pass-timeout",
+    type=click.FloatRange(min=0, min_open=True),
+    default=DEFAULT_PASS_TIMEOUT,
+    envvar="LAKEFS_MIRROR_PASS_TIMEOUT",
+    show_default=True,
+    help="Seconds after which a running pass counts as hung (/_health 503, systemd watchdog unfed).",
+)
+def run_cmd(config_path: Path | None, once: bool, log_format: str, pass_timeout: float) -> None:
     """Run this region's mirroring daemon."""
     config = _load(config_path)
-    logging.basicConfig(
-        level=config.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr
-    )
+    configure_logging(config.log_level, log_format)
     try:
         import uvloop
     except ImportError:  # pragma: no cover - uvloop is a dependency; plain asyncio still works
-        status = asyncio.run(_run(config, once))
+        status = asyncio.run(_run(config, once, pass_timeout))
     else:
-        status = uvloop.run(_run(config, once))
+        status = uvloop.run(_run(config, once, pass_timeout))
     raise click.exceptions.Exit(status)
 
 
@@ -90,6 +117,8 @@ def check_config_cmd(config_path: Path | None) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    # Ctrl-C during start-up reaches click as KeyboardInterrupt -> "aborted", 130 (lakefs_core.cli.run);
+    # once the loop runs, SIGINT is a graceful stop (exit 0).
     return run(cli, argv, "lakefs-mirror")
 
 

@@ -20,7 +20,8 @@ environment as ``LAKEFS_MIRROR__REGION=eu-central-1``). Keys::
       - {access_key_id: AKIAMIRROR, secret_access_key: ...}
     poll_interval_seconds: 5          # how often source branch heads are polled
     negative_cooldown_seconds: 5      # an object found missing is not probed again before this
-    error_cooldown_seconds: 30        # a branch whose validation failed waits this long
+    error_cooldown_seconds: 30        # a failed branch (or mirror) waits this long to retry (0: at once)
+    error_cooldown_max_seconds: 600   # doubling per failure in a row up to this, with jitter
     active_copy_grace_seconds: 600    # mode "active": copy objects replication has not delivered
     lease_ttl_seconds: 30             # per-region leadership lease (one active daemon per region)
     workers: 8                        # concurrent presence checks during validation
@@ -194,6 +195,7 @@ class MirrorConfig(StrictModel):
     poll_interval_seconds: PositiveSeconds = 5.0
     negative_cooldown_seconds: NonNegativeSeconds = 5.0
     error_cooldown_seconds: NonNegativeSeconds = 30.0
+    error_cooldown_max_seconds: NonNegativeSeconds = 600.0
     active_copy_grace_seconds: NonNegativeSeconds = 600.0
     lease_ttl_seconds: PositiveSeconds = 30.0
     workers: int = Field(default=8, ge=1, le=1024)

@@ -45,6 +45,8 @@ def say(text: str) -> None:
 
 
 def write_configs(root: Path) -> dict[str, tuple[Path, int]]:
+    for name in ("us-east", "eu-west"):  # the daemon refuses a SQLite URL whose directory does not exist
+        (root / name).mkdir(parents=True, exist_ok=True)
     regions = {
         name: {
             "kv_url": f"sqlite:///{root / name / 'kv.sqlite3'}",

@@ -22,13 +22,23 @@ For every mirror whose destination is this region (and that is not paused):
    namespace (for stores without replication, and to heal objects S3 reports as FAILED).
 
 Only the holder of the region's lease in the mirrors database runs passes; a standby daemon's
-:meth:`step` does nothing until the lease expires and it takes over.
+:meth:`step` does nothing until the lease expires and it takes over (it only drops the metric
+series of mirrors that were deleted).
+
+Errors: an error while mirroring one branch or tag (or the mirror as a whole) is recorded in the
+ref's status, counted in ``lakefs_mirror_pass_errors_total{mirror,kind}`` and reported in
+:attr:`PassReport.errors`; the pass goes on with the other refs and mirrors. The failing ref (or
+mirror) then waits out an error cooldown (:class:`ErrorCooldown`: ``error_cooldown_seconds``,
+doubling per consecutive failure up to ``error_cooldown_max_seconds``, with jitter; reset by a
+success) before it is tried again. ``lakefs_mirror_consecutive_failures{mirror}`` counts the passes
+in a row in which a mirror met an error or was waiting out one's cooldown.
 """
 
 from __future__ import annotations
 
 import fnmatch
 import logging
+import random
 import time
 import uuid
 from collections.abc import Callable, Mapping
@@ -64,6 +74,45 @@ class EngineSettings:
     active_copy_limit: int = 2000  # objects copied per branch per pass
     active_rounds: int = 4  # validate/copy rounds per branch per pass in active mode
     validation_workers: int = 16
+    error_cooldown_seconds: float = 0.0  # first back-off of a failing ref or mirror (0: none)
+    error_cooldown_max_seconds: float = 600.0  # cap of the doubling back-off
+
+
+class ErrorCooldown:
+    """Back-off per failing key: after the n-th consecutive failure the key waits
+    ``min(cap, base * 2**(n-1))`` scaled by a random factor in [0.5, 1] (jitter, so many refs that
+    failed together do not retry in lockstep); a success resets it. ``base`` 0 disables it."""
+
+    def __init__(
+        self,
+        base: float,
+        cap: float,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+        rng: Callable[[], float] = random.random,
+    ) -> None:
+        self.base, self.cap = base, max(cap, base)
+        self.clock, self.rng = clock, rng
+        self._state: dict[tuple[str, ...], tuple[int, float]] = {}  # key -> (failures, until)
+
+    def failed(self, key: tuple[str, ...]) -> float:
+        """Record a failure of ``key``; returns how long it now waits."""
+        failures = self._state.get(key, (0, 0.0))[0] + 1
+        delay = min(self.cap, self.base * 2.0 ** min(failures - 1, 30)) * (0.5 + 0.5 * self.rng())
+        self._state[key] = (failures, self.clock() + delay)
+        return delay
+
+    def succeeded(self, key: tuple[str, ...]) -> None:
+        self._state.pop(key, None)
+
+    def waiting(self, key: tuple[str, ...]) -> bool:
+        state = self._state.get(key)
+        return state is not None and self.clock() < state[1]
+
+    def forget(self, mirror_id: str) -> None:
+        """Drop every key of a mirror (keys start with the mirror id)."""
+        for key in [k for k in self._state if k[0] == mirror_id]:
+            del self._state[key]
 
 
 @dataclass
@@ -97,6 +146,7 @@ class _Ctx:
     dst_repo: Repository
     resync: bool
     candidates: dict[tuple[str, str], str | None] = field(default_factory=dict)
+    unhealthy: bool = False  # a ref failed, or was skipped while waiting out its error cooldown
 
 
 def utcnow() -> datetime:
@@ -115,6 +165,7 @@ class MirrorEngine:
         settings: EngineSettings | None = None,
         holder: str | None = None,
         clock: Callable[[], datetime] = utcnow,
+        monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
         if region not in gravelers:
             raise LakeFSError(f"no settings for this daemon's region {region!r}")
@@ -135,6 +186,10 @@ class MirrorEngine:
         self._heal_slots: dict[tuple[str, str], list[str]] = {}
         self._seen_hits = 0
         self._seen_misses = 0
+        self.cooldown = ErrorCooldown(
+            self.settings.error_cooldown_seconds, self.settings.error_cooldown_max_seconds, clock=monotonic
+        )
+        self._failures: dict[str, int] = {}  # mirror id -> consecutive unhealthy passes
 
     # -- the pass -------------------------------------------------------------------------------
 
@@ -142,17 +197,18 @@ class MirrorEngine:
         now = self.clock()
         if not await self.db.try_acquire(self.region, self.holder, self.settings.lease_ttl_seconds, now):
             self.metrics.lease_held.set(0)
+            self._drop_deleted(await self.db.mirrors_for_region(self.region))
             return PassReport(active=False)
         self.metrics.lease_held.set(1)
         report = PassReport(active=True)
-        for mirror in await self.db.mirrors_for_region(self.region):
+        mirrors = await self.db.mirrors_for_region(self.region)
+        self._drop_deleted(mirrors)
+        for mirror in mirrors:
+            self.metrics.known_mirror(mirror.name, mirror.id, mirror.source_repo, mirror.source_region)
             if mirror.paused:
                 continue
             report.mirrors += 1
-            try:
-                await self._sync_mirror(mirror, report)
-            except LakeFSError as e:
-                report.errors.append(f"mirror {mirror.id}: {e}")
+            self._count_health(mirror, await self._mirror_pass(mirror, report))
         self.metrics.last_pass.set(time.time())
         stats = self.presence.stats
         self.metrics.cache_hits.inc(max(0, stats.hits - self._seen_hits))
@@ -160,6 +216,40 @@ class MirrorEngine:
         self._seen_hits, self._seen_misses = stats.hits, stats.misses
         await self.presence.flush()
         return report
+
+    async def _mirror_pass(self, mirror: MirrorRecord, report: PassReport) -> bool:
+        """Mirror one mirror (unless it waits out an error cooldown); returns whether it was healthy."""
+        key = (mirror.id,)
+        if self.cooldown.waiting(key):
+            return False
+        try:
+            healthy = await self._sync_mirror(mirror, report)
+        except LakeFSError as e:
+            report.errors.append(f"mirror {mirror.id}: {e}")
+            self.metrics.failed(mirror.name, e)
+            self.cooldown.failed(key)
+            return False
+        self.cooldown.succeeded(key)
+        return healthy
+
+    def _count_health(self, mirror: MirrorRecord, healthy: bool) -> None:
+        failures = 0 if healthy else self._failures.get(mirror.id, 0) + 1
+        self._failures[mirror.id] = failures
+        self.metrics.consecutive_failures.labels(self.region, mirror.name).set(failures)
+
+    def _drop_deleted(self, mirrors: list[MirrorRecord]) -> None:
+        """Forget the series and per-mirror state of mirrors no longer in the database."""
+        names = {m.name for m in mirrors}
+        for name in self.metrics.known_mirrors() - names:
+            self.metrics.forget_mirror(name)
+        ids = {m.id for m in mirrors}
+        for mirror_id in set(self._failures) - ids:
+            del self._failures[mirror_id]
+            self.cooldown.forget(mirror_id)
+        for slot in [s for s in self._missing_since if s[0] not in ids]:
+            del self._missing_since[slot]
+        for heal in [h for h in self._heal_slots if h[0] not in ids]:
+            del self._heal_slots[heal]
 
     async def _lease_still_ours(self) -> bool:
         return await self.db.try_acquire(
@@ -210,7 +300,8 @@ class MirrorEngine:
             initial_commit=commit,
         )
 
-    async def _sync_mirror(self, mirror: MirrorRecord, report: PassReport) -> None:
+    async def _sync_mirror(self, mirror: MirrorRecord, report: PassReport) -> bool:
+        """One pass over a mirror's refs; returns False if a ref failed or is cooling down."""
         ctx = await self._context(mirror)
         ctx.candidates = {(s.kind, s.branch): s.candidate for s in await self.db.list_status(mirror.id)}
         source_branches = [
@@ -218,7 +309,7 @@ class MirrorEngine:
         ]
         wanted = {b.id for b in source_branches}
         for branch in source_branches:
-            report.branches.append(await self._sync_ref(ctx, "branch", branch.id, branch.commit_id, report))
+            await self._sync_ref(ctx, "branch", branch.id, branch.commit_id, report)
         async for mbranch in ctx.dst.refs.list_branches(ctx.dst_repo):
             if (
                 mbranch.id not in wanted
@@ -227,11 +318,12 @@ class MirrorEngine:
             ):
                 await ctx.dst.refs.delete_branch(ctx.dst_repo, mbranch.id)
                 await self.db.delete_status(mirror.id, "branch", mbranch.id)
-                self.metrics.forget(mirror.id, mbranch.id)
+                self.metrics.forget(mirror.name, mbranch.id)
         if mirror.mirror_tags:
             await self._sync_tags(ctx, report)
         if mirror.resync_requested_at is not None:
             await self.db.clear_resync(mirror.id, mirror.resync_requested_at)
+        return not ctx.unhealthy
 
     @staticmethod
     def _wanted(mirror: MirrorRecord, name: str) -> bool:
@@ -240,7 +332,7 @@ class MirrorEngine:
     async def _sync_tags(self, ctx: _Ctx, report: PassReport) -> None:
         source_tags = {t.id: t async for t in ctx.src.refs.list_tags(ctx.src_repo)}
         for tag in source_tags.values():
-            report.branches.append(await self._sync_ref(ctx, "tag", tag.id, tag.commit_id, report))
+            await self._sync_ref(ctx, "tag", tag.id, tag.commit_id, report)
         async for mtag in ctx.dst.refs.list_tags(ctx.dst_repo):
             if mtag.id not in source_tags:
                 await ctx.dst.refs.delete_tag(ctx.dst_repo, mtag.id)
@@ -250,7 +342,12 @@ class MirrorEngine:
 
     async def _sync_ref(
         self, ctx: _Ctx, kind: StatusKind, name: str, head_id: str, report: PassReport
-    ) -> BranchReport:
+    ) -> None:
+        """Mirror one ref and append its :class:`BranchReport` (nothing while it cools down)."""
+        key = (ctx.mirror.id, kind, name)
+        if self.cooldown.waiting(key):
+            ctx.unhealthy = True
+            return
         mirror_head = await self._mirror_head(ctx, kind, name)
         out = BranchReport(name, kind, head_id, mirror_head)
         result: ValidationResult | None = None
@@ -272,8 +369,13 @@ class MirrorEngine:
         except LakeFSError as e:
             out.error = str(e)
             report.errors.append(f"{kind} {name}: {e}")
+            self.metrics.failed(ctx.mirror.name, e)
+            self.cooldown.failed(key)
+            ctx.unhealthy = True
+        else:
+            self.cooldown.succeeded(key)
         await self._record_status(ctx, out, result)
-        return out
+        report.branches.append(out)
 
     async def _try_previous_candidate(
         self, ctx: _Ctx, kind: StatusKind, name: str, head: Commit, *, out: BranchReport, report: PassReport
@@ -329,7 +431,7 @@ class MirrorEngine:
         for commit in sorted(missing.values(), key=lambda c: c.generation):
             await ctx.dst.refs.put_commit(ctx.dst_repo, commit)
         if missing:
-            self.metrics.commits_copied.labels(ctx.mirror.id).inc(len(missing))
+            self.metrics.commits_copied.labels(self.region, ctx.mirror.name).inc(len(missing))
         return len(missing)
 
     async def _validate(self, ctx: _Ctx, head: Commit, *, label: str) -> ValidationResult:
@@ -346,9 +448,11 @@ class MirrorEngine:
         for n in range(rounds):
             started = time.perf_counter()
             result = await validator.validate(head.metarange_id)
-            self.metrics.validation_duration.labels(ctx.mirror.id).observe(time.perf_counter() - started)
+            self.metrics.validation_duration.labels(self.region, ctx.mirror.name).observe(
+                time.perf_counter() - started
+            )
             for op, count in result.requests.items():
-                self.metrics.store_requests.labels(op).inc(count)
+                self.metrics.store_requests.labels(self.region, op).inc(count)
             if result.complete or ctx.mirror.mode != "active" or n == rounds - 1:
                 return result
             if not await self._heal(ctx, result, label):
@@ -385,7 +489,7 @@ class MirrorEngine:
                 log.warning("mirror %s: %s is missing at the source too", ctx.mirror.id, src_key)
                 continue
             else:
-                self.metrics.copy_bytes.labels(ctx.mirror.id).inc(info.size)
+                self.metrics.copy_bytes.labels(self.region, ctx.mirror.name).inc(info.size)
             self.presence.forget_negative(namespace_key(dst_ns.uri, ctx.dst_repo.instance_uid), dst_key)
             seen.pop(dst_key, None)
             copied += 1
@@ -437,7 +541,7 @@ class MirrorEngine:
             if branch.commit_id != mirror_head:
                 return False  # moved under us: the next pass re-evaluates
             await ctx.dst.refs.cas_branch(repo, replace(branch, commit_id=head.id), raw)
-        self.metrics.promotions.labels(ctx.mirror.id, name).inc()
+        self.metrics.promotions.labels(self.region, ctx.mirror.name, name).inc()
         return True
 
     # -- status and metrics -----------------------------------------------------------------------------
@@ -482,8 +586,9 @@ class MirrorEngine:
                 last_error=out.error,
             )
         )
+        self.metrics.promotions.labels(self.region, ctx.mirror.name, out.name)  # exists at 0
         if out.kind == "branch":
-            labels = (ctx.mirror.id, out.name)
+            labels = (self.region, ctx.mirror.name, out.name)
             self.metrics.freshness_lag.labels(*labels).set(max(lag, 0.0))
             self.metrics.commits_pending.labels(*labels).set(max(pending, 0))
             self.metrics.missing_objects.labels(*labels).set(missing_objects)

@@ -17,7 +17,8 @@ from pathlib import Path
 
 from aiohttp import web
 
-from lakefs_core.errors import NotFoundError
+from lakefs_core.daemon import DaemonLoop, require_sqlite_dir
+from lakefs_core.errors import NotFoundError, StartupError
 from lakefs_core.fileperm import make_private_dir
 from lakefs_core.graveler.tables import TableCache
 from lakefs_core.kv import open_kv
@@ -46,10 +47,12 @@ class MirrorService:
     engine: MirrorEngine
     runner: web.AppRunner | None = None
     bound_port: int | None = None
+    loop: DaemonLoop | None = None  # set by the runner; ``/_health`` reports its liveness
     _closed: bool = field(default=False, repr=False)
 
     @classmethod
     async def open(cls, config: MirrorConfig, *, serve_api: bool = True) -> MirrorService:
+        _preflight(config)
         gravelers: dict[str, Graveler] = {}
         kvs: list[KVStore] = []
         table_cache = TableCache(
@@ -62,14 +65,12 @@ class MirrorService:
             gravelers[name] = Graveler(kv, stores)
         db = await MirrorsDB.open(config.mirrors_db_url.get_secret_value())
         state = config.state_dir
-        if state is not None:
-            make_private_dir(state)  # 0700: the presence cache names every mirrored object
         presence = await PresenceCache.open(
             Path(state) / f"presence-{config.region}.sqlite3" if state is not None else None,
             max_objects=max(config.presence_cache_entries, 1),
             negative_cooldown=config.negative_cooldown_seconds,
         )
-        metrics = MirrorMetrics()
+        metrics = MirrorMetrics(region=config.region)
         engine = MirrorEngine(
             region=config.region,
             gravelers=gravelers,
@@ -80,6 +81,8 @@ class MirrorService:
                 lease_ttl_seconds=config.lease_ttl_seconds,
                 active_copy_grace_seconds=config.active_copy_grace_seconds,
                 validation_workers=config.workers,
+                error_cooldown_seconds=config.error_cooldown_seconds,
+                error_cooldown_max_seconds=config.error_cooldown_max_seconds,
             ),
             # Unique per process: two daemons of one region on one host must never share a holder
             # (``id()`` alone repeats across processes when address randomisation is off).
@@ -87,8 +90,16 @@ class MirrorService:
         )
         service = cls(config, gravelers, kvs, db, presence, metrics, engine)
         if serve_api:
-            await service._serve()
+            try:
+                await service._serve()
+            except BaseException:
+                await service.close()
+                raise
         return service
+
+    def is_live(self) -> bool:
+        """The daemon loop's liveness (true before a loop is attached: start-up is not a hang)."""
+        return self.loop is None or self.loop.is_live()
 
     async def _source_repo_exists(self, repo_id: str) -> bool:
         try:
@@ -104,12 +115,18 @@ class MirrorService:
             source_repo_exists=self._source_repo_exists,
             metrics_registry=self.metrics.registry,
             gravelers=self.gravelers,
+            is_live=self.is_live,
         )
         # ApiRunner: requests aiohttp's parser rejects get JSON errors and secret-free log lines.
         self.runner = ApiRunner(app, access_log=None)
         await self.runner.setup()
         site = web.TCPSite(self.runner, self.config.listen_host, self.config.listen_port)
-        await site.start()
+        try:
+            await site.start()
+        except OSError as e:
+            where = f"{self.config.listen_host}:{self.config.listen_port}"
+            reason = os.strerror(e.errno) if e.errno else str(e)  # uvloop's message repeats the address
+            raise StartupError(f"cannot listen on {where}: {reason}", key="listen") from e
         server = site._server  # the bound socket tells the real port when 0 was asked for
         sockets = getattr(server, "sockets", None) or []
         self.bound_port = sockets[0].getsockname()[1] if sockets else self.config.listen_port
@@ -136,3 +153,15 @@ class MirrorService:
                 await g.stores.close()
             for kv in self.kvs:
                 await kv.close()
+
+
+def _preflight(config: MirrorConfig) -> None:
+    """Start-up checks that must fail with one line naming the key, before anything is opened."""
+    for name, region in config.regions.items():
+        require_sqlite_dir(region.kv_url.get_secret_value(), key=f"regions.{name}.kv_url")
+    require_sqlite_dir(config.mirrors_db_url.get_secret_value(), key="mirrors_db_url")
+    if config.state_dir is not None:
+        try:
+            make_private_dir(config.state_dir)  # 0700: the presence cache names every mirrored object
+        except OSError as e:
+            raise StartupError(f"cannot create {config.state_dir}: {e.strerror or e}", key="state_dir") from e

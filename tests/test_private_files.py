@@ -74,6 +74,7 @@ def test_disk_cache_is_private(tmp_path: Path) -> None:
 
 async def test_mirror_state_directory_and_presence_cache_are_private(tmp_path: Path) -> None:
     state = tmp_path / "var" / "mirror-state"
+    (tmp_path / "db").mkdir()  # the mirror refuses a SQLite URL whose directory does not exist
     env = {
         "LAKEFS_MIRROR__REGION": "us-east-1",
         "LAKEFS_MIRROR__REGIONS__US-EAST-1__KV_URL": "memory://",

@@ -53,14 +53,20 @@ GROUPING = re.compile(r"\b(?:by|without|on|ignoring|group_left|group_right)\s*\(
 IDENT = re.compile(r"(?<![\w:.$])([a-zA-Z_:][\w:]*)(?!\w)(\s*\()?")
 SELECTOR = re.compile(r"([a-zA-Z_:][\w:]*)\s*\{([^}]*)\}")
 MATCHER = re.compile(r"([a-zA-Z_]\w*)\s*(?:=~|!~|!=|=)")
-LABEL_VALUES = re.compile(r"^label_values\(\s*([a-zA-Z_:][\w:]*)\s*,\s*(\w+)\s*\)$")
-GRAFANA_VARS = {"$__rate_interval": "1m", "$__interval": "1m", "$__range": "1h", "$mirror": ".*"}
+LABEL_VALUES = re.compile(r"^label_values\(\s*([a-zA-Z_:][\w:]*(?:\{[^}]*\})?)\s*,\s*(\w+)\s*\)$")
+GRAFANA_VARS = {
+    "$__rate_interval": "1m",
+    "$__interval": "1m",
+    "$__range": "1h",
+    "$mirror": ".*",
+    "$region": ".*",
+}
 
 
 def exported() -> dict[str, set[str]]:
     """Series name -> label names, for every metric a daemon's ``MirrorMetrics`` exports."""
     out: dict[str, set[str]] = {}
-    metrics = MirrorMetrics()
+    metrics = MirrorMetrics(region="r")
     for attr in vars(metrics).values():
         name = getattr(attr, "_name", None)
         kind = getattr(attr, "_type", None)
@@ -159,6 +165,27 @@ def test_expressions_name_only_exported_metrics_and_labels() -> None:
     assert families <= shown, f"metrics without a panel: {sorted(families - shown)}"
 
 
+def test_region_and_mirror_name_variables_filter_every_query() -> None:
+    """Every series carries ``region`` and per-mirror ones the mirror's name: the dashboard offers both
+    as variables and every query filters on them (one Prometheus can scrape every region)."""
+    dashboard = load()
+    variables = {v["name"]: v for v in dashboard["templating"]["list"]}
+    for name, label in (("region", "region"), ("mirror", "mirror")):
+        query = variables[name]["query"]
+        match = LABEL_VALUES.match(query["query"] if isinstance(query, dict) else query)
+        assert match and match.group(2) == label, variables[name]
+        assert variables[name]["includeAll"] and variables[name]["allValue"] == ".*"
+    series = exported()
+    assert all("region" in labels for labels in series.values())
+    panel_exprs = [t["expr"] for p in all_panels(dashboard["panels"]) for t in p.get("targets", [])]
+    for expr in panel_exprs:
+        for selector in SELECTOR.finditer(expr):
+            metric, matchers = selector.group(1), selector.group(2)
+            assert 'region=~"$region"' in matchers, expr
+            if "mirror" in series[metric]:
+                assert 'mirror=~"$mirror"' in matchers, expr
+
+
 def test_metric_name_extraction() -> None:
     expr = (
         'histogram_quantile(0.9, sum by (le, mirror) (rate(a_seconds_bucket{mirror=~"$m", x="y{z}"}'
@@ -239,7 +266,7 @@ def unit_settings(text: str) -> dict[str, list[str]]:
 def test_systemd_unit_settings(tmp_path: Path) -> None:
     text = SYSTEMD_UNIT.read_text()
     unit = unit_settings(text)
-    assert unit["Type"] == ["exec"]
+    assert unit["Type"] == ["notify"]
     assert unit["ExecStart"] == ["/opt/lakefs/.venv/bin/lakefs-mirror run --config /etc/lakefs/mirror.yaml"]
     assert unit["Restart"] == ["always"] and unit["KillSignal"] == ["SIGTERM"]
     assert (

@@ -353,7 +353,7 @@ async def test_concurrent_replication_never_exposes_an_incomplete_commit(
             status = await w.status()
             assert status.candidate == head and status.source_head == head
             assert (status.missing_objects, status.missing_ranges) == (2, 0)
-            labels = {"mirror": w.mirror_id, "branch": "main"}
+            labels = {"region": B, "mirror": MIRROR, "branch": "main"}  # mirrors labelled by name
             registry = w.service.metrics.registry
             assert registry.get_sample_value("lakefs_mirror_missing_objects", labels) == 2
 
@@ -442,7 +442,7 @@ async def test_native_mode_reports_dropped_objects_and_active_mode_heals_them(
                     async with http.get(f"http://127.0.0.1:{w.service.bound_port}/metrics") as r:
                         assert r.status == 200
                         text = await r.text()
-                    want = f'lakefs_mirror_missing_objects{{branch="main",mirror="{w.mirror_id}"}} '
+                    want = f'lakefs_mirror_missing_objects{{branch="main",mirror="{MIRROR}",region="{B}"}} '
                     lines = [line for line in text.splitlines() if line.startswith(want)]
                     return float(lines[0].split()[-1]) if lines else None
 
@@ -498,7 +498,7 @@ async def test_native_mode_reports_dropped_objects_and_active_mode_heals_them(
                 assert row["missing_objects"] == 0 and row["missing_ranges"] == 0
                 assert await scraped_missing() == 0
                 copied = w.service.metrics.registry.get_sample_value(
-                    "lakefs_mirror_copy_bytes_total", {"mirror": w.mirror_id}
+                    "lakefs_mirror_copy_bytes_total", {"region": B, "mirror": MIRROR}
                 )
                 assert copied is not None and copied > 0
                 assert w.heads == [root, c2] and w.probed == [c2]

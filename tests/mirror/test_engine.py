@@ -41,7 +41,7 @@ class World:
             gravelers={"us": self.src, "eu": self.dst},
             db=self.db,
             presence=self.presence,
-            metrics=MirrorMetrics(),
+            metrics=MirrorMetrics(region="eu"),
             settings=EngineSettings(**settings),  # type: ignore[arg-type]
             holder=holder,
         )

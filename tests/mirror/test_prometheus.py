@@ -126,7 +126,7 @@ def dashboard_queries() -> list[str]:
         panel = todo.pop(0)
         todo.extend(panel.get("panels", []))
         exprs += [t["expr"] for t in panel.get("targets", [])]
-    values = {"$__rate_interval": "15s", "$mirror": ".*"}
+    values = {"$__rate_interval": "15s", "$mirror": ".*", "$region": ".*"}
     return [re.sub(r"\$\w+", lambda m: values[m.group(0)], expr) for expr in exprs]
 
 
@@ -166,6 +166,7 @@ def test_metrics_pass_promtool_and_a_real_prometheus_scrapes_them(tmp_path: Path
         )
         assert status == 201, body
         mirror_id = json.loads(body)["id"]
+        series = {"region": "eu-west", "mirror": "origin-mirror", "branch": "main"}  # labelled by name
         status, body = http("PATCH", f"{mirrors}/{mirror_id}", {"mode": "active"}, auth=True)
         assert status == 200, body
         head = asyncio.run(workload(root, 1))
@@ -178,18 +179,16 @@ def test_metrics_pass_promtool_and_a_real_prometheus_scrapes_them(tmp_path: Path
             text = body.decode()
             samples = metric_samples(text)
             promotions = [
-                v
-                for labels, v in samples.get("lakefs_mirror_promotions_total", [])
-                if labels == {"mirror": mirror_id, "branch": "main"}
+                v for labels, v in samples.get("lakefs_mirror_promotions_total", []) if labels == series
             ]
             lag = [labels for labels, _ in samples.get("lakefs_mirror_freshness_lag_seconds", [])]
-            if promotions and promotions[0] >= 1 and {"mirror": mirror_id, "branch": "main"} in lag:
+            if promotions and promotions[0] >= 1 and series in lag:
                 return text
             return None
 
         text = wait_for("the mirror branch to be promoted", promoted, until, procs)
         samples = metric_samples(text)
-        assert samples["lakefs_mirror_lease_held"] == [({}, 1.0)]
+        assert samples["lakefs_mirror_lease_held"] == [({"region": "eu-west"}, 1.0)]
         assert samples["lakefs_mirror_commits_copied_total"][0][1] >= 1
         assert any(n.startswith("lakefs_mirror_validation_duration_seconds") for n in samples)
 
@@ -252,9 +251,9 @@ def test_metrics_pass_promtool_and_a_real_prometheus_scrapes_them(tmp_path: Path
             ups = query(f'up{{job="{JOB}"}}')
             if len(ups) != 2 or any(float(r["value"][1]) != 1 for r in ups):
                 return None
-            promotions = query(f'lakefs_mirror_promotions_total{{job="{JOB}",mirror="{mirror_id}"}} > 0')
+            promotions = query(f'lakefs_mirror_promotions_total{{job="{JOB}",mirror="origin-mirror"}} > 0')
             lag = query(
-                f'lakefs_mirror_freshness_lag_seconds{{job="{JOB}",mirror="{mirror_id}",branch="main"}}'
+                f'lakefs_mirror_freshness_lag_seconds{{job="{JOB}",mirror="origin-mirror",branch="main"}}'
             )
             return True if promotions and lag else None
 
