@@ -13,18 +13,17 @@ from pathlib import Path
 
 import pytest
 
-from tests.cli.helpers import Cli, InProcess, set_user_env, user_env
+from tests.cli.helpers import Cli, InProcess, user_env
 
 BAD_INPUT = 9
 NOT_FOUND = 2
 
 
 @pytest.fixture
-def run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> InProcess:
-    set_user_env(monkeypatch, tmp_path / "home")
-    monkeypatch.chdir(tmp_path)
+def run(run: InProcess, tmp_path: Path) -> InProcess:
+    """The shared in-process CLI, with a small file ``f`` to upload."""
     (tmp_path / "f").write_text("one\n")
-    return InProcess(capsys)
+    return run
 
 
 @pytest.fixture

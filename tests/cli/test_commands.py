@@ -20,16 +20,9 @@ from lakefs_core.kv import open_kv
 from lakefs_core.refs.staging import StagingArea
 from lakefs_core.refs.store import RefStore
 from lakefs_core.repos.objects import Objects
-from tests.cli.helpers import InProcess, set_user_env, write_tree
+from tests.cli.helpers import InProcess, write_tree
 
 ID = re.compile(r"^[0-9a-f]{64}$")
-
-
-@pytest.fixture
-def run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> InProcess:
-    set_user_env(monkeypatch, tmp_path / "home")
-    monkeypatch.chdir(tmp_path)
-    return InProcess(capsys)
 
 
 @pytest.fixture

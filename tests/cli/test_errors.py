@@ -26,18 +26,17 @@ from lakefs_core.kv import open_kv
 from lakefs_core.refs.store import RefStore
 from lakefs_core.repos.graveler import Graveler
 from lakefs_core.repos.stores import StoreRegistry
-from tests.cli.helpers import Cli, InProcess, set_user_env, user_env
+from tests.cli.helpers import Cli, InProcess, user_env
 from tests.support.moto import free_port
 
 USAGE = 64
 
 
 @pytest.fixture
-def run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> InProcess:
-    set_user_env(monkeypatch, tmp_path / "home")
-    monkeypatch.chdir(tmp_path)
+def run(run: InProcess, tmp_path: Path) -> InProcess:
+    """The shared in-process CLI, with a small file ``f`` to upload."""
     (tmp_path / "f").write_text("one\n")
-    return InProcess(capsys)
+    return run
 
 
 @pytest.fixture

@@ -4,10 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import pytest
-
 from lakefs_core.errors import BadInputError, NamespaceConflictError
-from tests.cli.helpers import Cli, InProcess, set_user_env, user_env
+from tests.cli.helpers import Cli, InProcess, user_env
 
 
 def test_nested_namespace_exits_with_the_namespace_conflict_code(tmp_path: Path) -> None:
@@ -17,13 +15,6 @@ def test_nested_namespace_exits_with_the_namespace_conflict_code(tmp_path: Path)
         NamespaceConflictError.exit_code, "repo1", "storage namespace"
     )
     assert NamespaceConflictError.exit_code == 15, line
-
-
-@pytest.fixture
-def run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> InProcess:
-    set_user_env(monkeypatch, tmp_path / "home")
-    monkeypatch.chdir(tmp_path)
-    return InProcess(capsys)
 
 
 def test_in_process_conflicts_and_system_directories(run: InProcess, tmp_path: Path) -> None:
