@@ -89,6 +89,8 @@ def create_sql_engine(
             create_private_file(db_path)
         except OSError as e:
             what = f"cannot create SQLite database {db_path} or its directory"
+            if is_disk_full(e, "", ""):
+                raise StorageFullError(f"{what}: {e.strerror}") from e
             raise UnreachableError(f"{what}: {e.strerror}") from e
         # sqlite3's own "timeout" is the busy timeout too; keep it in line with the PRAGMA. A local
         # file never goes stale, so no per-checkout ping (it costs a round trip per operation).
@@ -199,19 +201,20 @@ def translate_db_error(
     connecting: bool,
     write: bool,
     cas: bool = False,
-    db_path: str | None = None,
+    url: URL | None = None,
 ) -> LakeFSError:
     """Map a database failure to the project's error tree (the caller raises it ``from e``).
 
     A full disk is :class:`StorageFullError` (never retried). Connection failures are unreachable
     (retryable); a lost connection or timeout during a write is a transient error whose outcome is
     unknown (never a reason to delete anything); integrity violations are preconditions in
-    compare-and-swap statements (``cas``) and conflicts otherwise. ``db_path`` is a SQLite file's
-    path (to tell a full disk behind SQLite's "disk I/O error").
+    compare-and-swap statements (``cas``) and conflicts otherwise. ``url`` is the engine's URL: for a
+    SQLite file it tells a full disk behind SQLite's "disk I/O error".
     """
     reason = db_reason(e)
     text = reason.lower()
     state = sqlstate(e) or ""
+    db_path = url.database if url is not None and url.drivername in SQLITE_DRIVERS else None
     # First: a full disk is neither unreachable nor transient, whatever else the driver says.
     if is_disk_full(e, text, state, db_path):
         return StorageFullError(f"{where}: no space left: {reason}")

@@ -229,7 +229,8 @@ class MirrorsDB:
     # -- plumbing -----------------------------------------------------------------------------------
 
     def _translate(self, e: BaseException, *, connecting: bool, write: bool) -> LakeFSError:
-        return translate_db_error(e, f"mirrors database {self._display}", connecting=connecting, write=write)
+        where = f"mirrors database {self._display}"
+        return translate_db_error(e, where, connecting=connecting, write=write, url=self._engine.url)
 
     async def _run(
         self,

@@ -151,8 +151,7 @@ class SQLKVStore:
 
     def _translate(self, e: BaseException, *, connecting: bool, write: bool, cas: bool) -> LakeFSError:
         where = f"KV database {self._display}"
-        db_path = self._engine.url.database if self._dialect == "sqlite" else None
-        return translate_db_error(e, where, connecting=connecting, write=write, cas=cas, db_path=db_path)
+        return translate_db_error(e, where, connecting=connecting, write=write, cas=cas, url=self._engine.url)
 
     async def _run(
         self,
