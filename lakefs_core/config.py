@@ -8,21 +8,26 @@ Environment overrides use ``<PREFIX>__<KEY>__<SUBKEY>=value``: the part after th
 and the value is parsed as a YAML scalar (so ``8``, ``true`` and ``1.5`` become numbers and
 booleans). Overrides are applied on top of the file before validation.
 
-Validation errors become one :class:`~lakefs_core.errors.BadInputError` whose ``field`` is the exact
-dotted key path (``mirrors.0.region``) and whose message never repeats the offending value, so
-secrets cannot leak into logs through a typo.
+Validation reports EVERY problem, not the first: all pydantic errors, every environment override
+that names no key, and the model's own semantic checks (:meth:`StrictModel.config_problems`, run once
+the fields are valid) become one :class:`~lakefs_core.errors.ConfigError` (a ``BadInputError``, exit
+code 9) listing ``(key path, message)`` pairs. ``field`` is the first exact dotted key path
+(``mirrors.0.region``); messages never repeat the offending value, so secrets cannot leak into logs
+through a typo (paths are shown: they are no secret and the key alone would not say which file).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
 import yaml
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, ConfigDict, SecretStr, ValidationError
 
-from lakefs_core.errors import BadInputError
+from lakefs_core.errors import BadInputError, ConfigError, StartupError
+from lakefs_core.redact import redact_url
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -31,6 +36,13 @@ class StrictModel(BaseModel):
     """Base for configuration models: unknown keys are errors, values are not coerced loosely."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
+
+    def config_problems(self) -> list[tuple[str, str]]:
+        """Semantic problems spanning several keys, as ``(key path, message)`` (none by default).
+
+        Run by :func:`validate` after the fields validated, so a model lists cross-key problems here
+        rather than stopping at the first in a ``model_validator``."""
+        return []
 
 
 def _key_path(loc: tuple[int | str, ...], data: Any, error_type: str) -> str:
@@ -130,17 +142,50 @@ def load_raw(path: Path | None) -> dict[str, Any]:
     return data
 
 
-def validate(model: type[M], data: Mapping[str, Any]) -> M:
-    """Validate ``data`` into ``model``, reporting the first error by exact key path."""
+def problems_of(error: ValidationError, data: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """Every error of ``error`` as ``(key path, message)``, in order, without repeating values."""
+    found: list[tuple[str, str]] = []
+    for item in error.errors(include_input=False, include_url=False, include_context=False):
+        field = _key_path(tuple(item["loc"]), data, str(item["type"]))
+        problem = (field, str(item["msg"]).removeprefix("Value error, "))
+        if problem not in found:
+            found.append(problem)
+    return found
+
+
+def validate(model: type[M], data: Mapping[str, Any], prior: Sequence[tuple[str, str]] = ()) -> M:
+    """Validate ``data`` into ``model``; every problem (``prior`` ones first) in one ConfigError."""
+    problems = list(prior)
     try:
-        return model.model_validate(data)
+        value = model.model_validate(data)
     except ValidationError as e:
-        errors = e.errors(include_input=False, include_url=False, include_context=False)
-        first = errors[0]
-        field = _key_path(tuple(first["loc"]), data, str(first["type"]))
-        message = str(first["msg"]).removeprefix("Value error, ")
-        extra = f" (and {len(errors) - 1} more problem(s))" if len(errors) > 1 else ""
-        raise BadInputError(f"{message}{extra}", field=field) from None
+        problems += problems_of(e, data)
+    else:
+        if isinstance(value, StrictModel):
+            problems += value.config_problems()
+        if not problems:
+            return value
+    raise ConfigError(problems) from None
+
+
+def apply_overrides(
+    data: dict[str, Any],
+    env: Mapping[str, str],
+    prefix: str,
+    free_mappings: frozenset[tuple[str, ...]] = frozenset(),
+) -> list[tuple[str, str]]:
+    """Apply every ``PREFIX__...`` override to ``data``; the problems of those that cannot apply."""
+    problems: list[tuple[str, str]] = []
+    try:
+        overrides = env_overrides(env, prefix)
+    except BadInputError as e:
+        return [(e.field or "environment", str(e).removeprefix(f"{e.field}: "))]
+    for parts, value, name in overrides:
+        try:
+            _set_path(data, parts, value, name, free_mappings)
+        except BadInputError as e:
+            problems.append((e.field or name, str(e).removeprefix(f"{e.field}: ")))
+    return problems
 
 
 def load_config(
@@ -155,9 +200,77 @@ def load_config(
 
     ``free_mappings`` names the key paths whose children are user-chosen names (e.g.
     ``{("regions",)}``), so a numeric override segment below them is a name, not a list index.
+    Raises :class:`~lakefs_core.errors.ConfigError` listing every problem.
     """
     data = load_raw(path)
+    problems: list[tuple[str, str]] = []
     if env is not None and env_prefix:
-        for parts, value, name in env_overrides(env, env_prefix):
-            _set_path(data, parts, value, name, free_mappings)
-    return validate(model, data)
+        problems = apply_overrides(data, env, env_prefix, free_mappings)
+    return validate(model, data, problems)
+
+
+Problem = tuple[str, str]  # (key path, message without the value)
+
+
+@dataclass
+class ConfigReport:
+    """What :func:`inspect_config` found: the validated ``config`` (``None`` when invalid), the
+    configuration ``problems`` (exit 9) and the ``startup_problems`` the environment would cause."""
+
+    config: BaseModel | None
+    problems: list[Problem]
+    startup_problems: list[Problem]
+
+    @property
+    def exit_code(self) -> int:
+        if self.problems:
+            return ConfigError.exit_code
+        return StartupError.exit_code if self.startup_problems else 0
+
+
+def inspect_config(
+    model: type[M],
+    path: Path | None,
+    *,
+    env: Mapping[str, str] | None,
+    env_prefix: str,
+    free_mappings: frozenset[tuple[str, ...]] = frozenset(),
+    environment_checks: Callable[[Mapping[str, Any]], list[Problem]] | None = None,
+) -> ConfigReport:
+    """Every problem of a configuration at once, for ``check-config``: unlike :func:`load_config` it
+    also runs ``environment_checks`` on the merged raw data (file plus overrides), so a missing
+    SQLite directory is reported beside a bad value even when the file does not validate."""
+    try:
+        data = load_raw(path)
+    except BadInputError as e:
+        return ConfigReport(None, [(e.field or "config", str(e).removeprefix(f"{e.field}: "))], [])
+    problems = apply_overrides(data, env, env_prefix, free_mappings) if env is not None else []
+    startup = environment_checks(data) if environment_checks is not None else []
+    try:
+        config: BaseModel | None = validate(model, data, problems)
+    except ConfigError as e:
+        return ConfigReport(None, e.problems, startup)
+    return ConfigReport(config, [], startup)
+
+
+def format_problems(problems: Sequence[Problem]) -> str:
+    """One problem per line, ``key.path: message``."""
+    return "\n".join(f"  {field}: {message}" for field, message in problems)
+
+
+def display(value: Any, name: str = "") -> Any:
+    """A JSON-able view of a configuration with secrets masked and paths shown: a secret URL (a
+    key ending in ``url``) keeps everything but its password; any other secret is ``***``."""
+    if isinstance(value, BaseModel):
+        return {k: display(getattr(value, k), k) for k in type(value).model_fields}
+    if isinstance(value, SecretStr):
+        if name.endswith("url"):
+            return redact_url(value.get_secret_value())
+        return "***" if value.get_secret_value() else ""
+    if isinstance(value, dict):
+        return {str(k): display(v, name) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [display(v, name) for v in value]
+    if isinstance(value, Path):
+        return str(value)
+    return value

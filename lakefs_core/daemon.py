@@ -22,14 +22,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import os
 import random
 import signal
 import time
 from collections.abc import Awaitable, Callable
-
-from sqlalchemy.engine import make_url
-from sqlalchemy.exc import ArgumentError
 
 from lakefs_core.errors import StartupError
 
@@ -42,18 +38,13 @@ DEFAULT_PASS_TIMEOUT = 900.0  # a pass running longer than this counts as hung
 def require_sqlite_dir(url: str, *, key: str) -> None:
     """Raise :class:`StartupError` naming ``key`` when ``url`` is a SQLite file URL whose directory
     does not exist. Daemons call this before opening: a typo in a path must not silently create
-    a fresh, empty database somewhere (only the lakefs-core CLI's embedded default creates it)."""
-    if not url.lower().startswith("sqlite"):
-        return
-    try:
-        database = make_url(url).database
-    except ArgumentError:
-        return  # not a URL SQLAlchemy parses: the opener reports it with its own message
-    if not database or database == ":memory:" or database.startswith("file:"):
-        return
-    parent = os.path.dirname(os.path.abspath(database))
-    if not os.path.isdir(parent):
-        raise StartupError(f"directory {parent} of the SQLite database does not exist", key=key)
+    a fresh, empty database somewhere (only the lakefs-core CLI's embedded default creates it).
+    The check itself is :func:`lakefs_core.settings.sqlite_dir_problem` (also run by check-config)."""
+    from lakefs_core.settings import sqlite_dir_problem
+
+    problem = sqlite_dir_problem(url)
+    if problem is not None:
+        raise StartupError(problem, key=key)
 
 
 class DaemonLoop:

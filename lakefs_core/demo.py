@@ -14,12 +14,12 @@ import shutil
 import tempfile
 from pathlib import Path
 
+from pydantic import SecretStr
+
 from lakefs_core.cli.sst import inspect_table
 from lakefs_core.graveler.model import DiffRecord
-from lakefs_core.kv import open_kv
-from lakefs_core.repos.graveler import Graveler
-from lakefs_core.repos.objects import Objects
-from lakefs_core.repos.stores import StoreRegistry
+from lakefs_core.settings import CoreSettings
+from lakefs_core.wiring import open_core
 
 SIGNS = {"added": "+", "removed": "-", "changed": "~"}
 
@@ -34,10 +34,9 @@ def show_diff(records: list[DiffRecord]) -> None:
 
 
 async def tour(root: Path) -> None:
-    kv = await open_kv(f"sqlite:///{root / 'kv.sqlite3'}")
-    stores = StoreRegistry()
-    g = Graveler(kv, stores)
-    objects = Objects(g)
+    # The same opening as the CLI's (lakefs_core.wiring): KV, block stores, caches, Graveler, Objects.
+    core = await open_core(CoreSettings(kv_url=SecretStr(f"sqlite:///{root / 'kv.sqlite3'}")))
+    g, objects = core.graveler, core.objects
     try:
         namespace = f"local://{root / 'storage' / 'demo-repo'}"
         say(f"create repository demo-repo at {namespace}")
@@ -83,8 +82,7 @@ async def tour(root: Path) -> None:
                 f"id_ok={report['computed_id'] == path.name}"
             )
     finally:
-        await stores.close()
-        await kv.close()
+        await core.aclose()
 
 
 def main() -> None:

@@ -20,7 +20,9 @@ of the branches below, so callers never need to know which driver they talk to:
 - :class:`TransientError`: the outcome is unknown or the service is temporarily unavailable;
   ``retryable`` is true. An unknown outcome must never cause a delete.
 
-Each class carries a distinct ``exit_code`` so the CLIs can map errors to process exit codes.
+Each class carries a distinct ``exit_code`` so the CLIs can map errors to process exit codes, and an
+``http_status`` that the daemons' HTTP APIs answer (:mod:`lakefs_core.http`; a subclass inherits its
+parent's unless it says otherwise).
 """
 
 from __future__ import annotations
@@ -34,30 +36,36 @@ class LakeFSError(Exception):
 
     exit_code: ClassVar[int] = 1
     retryable: ClassVar[bool] = False
+    # The HTTP status a daemon's API answers for this class (lakefs_core.http maps errors by it alone).
+    http_status: ClassVar[int] = 500
 
 
 class NotFoundError(LakeFSError):
     """The requested object, record, ref or file does not exist."""
 
     exit_code = 2
+    http_status = 404
 
 
 class ConflictError(LakeFSError):
     """The operation conflicts with the current state."""
 
     exit_code = 3
+    http_status = 409
 
 
 class PreconditionFailedError(ConflictError):
     """A compare-and-swap expectation (absent / exists / equals bytes) did not hold."""
 
     exit_code = 4
+    http_status = 409
 
 
 class MergeConflictError(ConflictError):
     """A three-way merge found keys changed differently on both sides."""
 
     exit_code = 5
+    http_status = 409
 
     def __init__(self, keys: Sequence[bytes], message: str | None = None) -> None:
         self.keys: list[bytes] = list(keys)
@@ -70,30 +78,35 @@ class ReadOnlyError(ConflictError):
     """A write was refused because the target (e.g. a mirror repository) is read-only."""
 
     exit_code = 6
+    http_status = 409
 
 
 class TooManyRetriesError(ConflictError):
     """A bounded compare-and-swap retry loop was exhausted by concurrent writers."""
 
     exit_code = 7
+    http_status = 503  # concurrent writers won every round: retry later
 
 
 class NoChangesError(ConflictError):
     """A commit or merge would change nothing (and empty commits were not allowed)."""
 
     exit_code = 13
+    http_status = 409
 
 
 class NamespaceConflictError(ConflictError):
     """A storage namespace equals, contains or lies inside one another repository already claims."""
 
     exit_code = 15
+    http_status = 409
 
 
 class CorruptDataError(LakeFSError):
     """Stored bytes violate the format. Names the file and, where known, the byte offset."""
 
     exit_code = 8
+    http_status = 500
 
     def __init__(self, message: str, *, file: str | None = None, offset: int | None = None) -> None:
         self.file = file
@@ -110,10 +123,18 @@ class BadInputError(LakeFSError, ValueError):
     """The caller's input is invalid. ``field`` names what was wrong (a key path, argument, field)."""
 
     exit_code = 9
+    http_status = 400
 
     def __init__(self, message: str, *, field: str | None = None) -> None:
         self.field = field
         super().__init__(f"{field}: {message}" if field else message)
+
+
+class InjectedFaultError(LakeFSError):
+    """A crash test's injected failure (``LAKEFS_GC_FAULT``); never raised in normal operation."""
+
+    exit_code = 86
+    http_status = 500
 
 
 class StartupError(LakeFSError):
@@ -121,16 +142,30 @@ class StartupError(LakeFSError):
     creatable, a SQLite database whose directory does not exist. ``key`` names the config key."""
 
     exit_code = 16
+    http_status = 500
 
     def __init__(self, message: str, *, key: str) -> None:
         self.key = key
         super().__init__(f"{key}: {message}")
 
 
+class ConfigError(BadInputError):
+    """A configuration with one or more problems, ALL listed: ``problems`` holds ``(key path,
+    message)`` pairs (messages never repeat a value); ``field`` and the text start with the first."""
+
+    def __init__(self, problems: Sequence[tuple[str, str]]) -> None:
+        self.problems: list[tuple[str, str]] = list(problems) or [("config", "invalid configuration")]
+        first_field, first = self.problems[0]
+        rest = "".join(f"; {field}: {message}" for field, message in self.problems[1:])
+        more = f" ({len(self.problems)} problems)" if len(self.problems) > 1 else ""
+        super().__init__(f"{first}{rest}{more}", field=first_field)
+
+
 class AccessDeniedError(LakeFSError):
     """The object store refused the credentials or the permission (S3 AccessDenied, EACCES)."""
 
     exit_code = 12
+    http_status = 502  # a store refused THIS daemon's credentials, not the client's
 
 
 class StorageFullError(LakeFSError):
@@ -138,12 +173,14 @@ class StorageFullError(LakeFSError):
     "database or disk is full", PostgreSQL 53100). Not retryable: retrying cannot free space."""
 
     exit_code = 14
+    http_status = 507
 
 
 class TransientError(LakeFSError):
     """Temporary failure or unknown outcome: safe to retry, never grounds for a delete."""
 
     exit_code = 10
+    http_status = 503
     retryable = True
 
 
@@ -151,6 +188,7 @@ class UnreachableError(TransientError):
     """A backing service (KV store, object store, peer daemon) could not be reached."""
 
     exit_code = 11
+    http_status = 503
 
 
 def is_retryable(exc: BaseException) -> bool:

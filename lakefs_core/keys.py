@@ -28,7 +28,11 @@ Layout inside a namespace (``<ns>`` = the prefix; keys never start with ``/``):
 - data objects: ``<ns>/data/<slice>/<object id>``, addressed in entries by the RELATIVE address
   ``data/<slice>/<object id>`` (:func:`relative_address`, :meth:`StorageNamespace.data_key`);
 - ranges and metaranges, flat: ``<ns>/_lakefs/<table id>`` (:meth:`StorageNamespace.table_key`);
-- the writability probe ``<ns>/_lakefs/dummy`` (:meth:`StorageNamespace.dummy_key`).
+- the writability probe ``<ns>/_lakefs/dummy`` (:meth:`StorageNamespace.dummy_key`);
+- lakeFS's GC rules ``<ns>/_lakefs/retention/gc/rules/config.json`` (:meth:`StorageNamespace.gc_rules_key`);
+- GC runs ``<ns>/_lakefs/retention/gc/unified/<run>/...`` (:meth:`StorageNamespace.gc_path`) and their
+  active commits ``<ns>/_lakefs/retention/gc/commits/run_id=<run>/commits.csv``
+  (:meth:`StorageNamespace.gc_commits_path`); run ids come from :func:`new_run_id`.
 
 Addresses (:meth:`StorageNamespace.address_key`) are opaque strings: RELATIVE ones are joined to the
 namespace prefix as they are; FULL ones are absolute URIs resolved to their own store
@@ -262,9 +266,18 @@ class StorageNamespace:
         """``<ns>/_lakefs/dummy``, written at repository creation to prove the namespace writable."""
         return _join(self.prefix, f"{TABLES_DIR}/{DUMMY_NAME}")
 
+    def probe_key(self, token: str) -> str:
+        """``<ns>/_lakefs/probe-<token>``: a short-lived object a daemon writes, reads back and deletes
+        to check that it may use the namespace (never ``dummy``, which belongs to the repository)."""
+        return _join(self.prefix, f"{TABLES_DIR}/probe-{_segment(token, 'token')}")
+
     def data_key(self, slice_id: str, object_id: str) -> str:
         """``<ns>/data/<slice>/<id>``: the key of the data object at ``relative_address(slice, id)``."""
         return _join(self.prefix, relative_address(slice_id, object_id))
+
+    def slice_prefix(self, slice_id: str) -> str:
+        """``<ns>/data/<slice>/``: list under it to find the data objects of one slice (GC listing)."""
+        return _join(self.prefix, f"{DATA_DIR}/{_segment(slice_id, 'slice_id')}/")
 
     relative_address = staticmethod(relative_address)
 
@@ -317,6 +330,58 @@ class StorageNamespace:
                     return self.store_uri, "/".join(parts[len(root) :])
             return "local:///" + "/".join(parts[:-1]), parts[-1]
         raise BadInputError(f"{address!r}: unsupported scheme {scheme!r} (s3, local, mem)", field="address")
+
+    def relative_of(self, address: str, address_type: AddressType | int) -> str | None:
+        """THE classification of an entry's address against this namespace (mirror validation, GC).
+
+        Returns the address RELATIVE to the namespace (``data/<slice>/<id>``, the form
+        :meth:`key` maps to a store key) when the object lives inside it, or ``None`` when it lives
+        outside (an external object: never ours to copy, validate or delete). RELATIVE addresses (and
+        deprecated by-prefix ones without a ``scheme://``) are returned as they are; FULL addresses are
+        resolved (:meth:`address_key`) and, when they name a key below this namespace's prefix in this
+        namespace's store, reduced to the same relative form, so ``s3://b/ns/data/x`` and ``data/x``
+        are one object of ``s3://b/ns``. An address that cannot be resolved, or a FULL address inside
+        the namespace whose relative part is not normal (``//``, ``.`` or ``..`` segments: the store
+        would take it literally, a relative address may not), raises :class:`BadInputError`: callers
+        fail closed rather than guess whether it is ours.
+        """
+        store_uri, key = self.address_key(address, address_type)
+        if store_uri != self.store_uri:
+            return None
+        if self.prefix:
+            if not key.startswith(self.prefix + "/"):
+                return None
+            key = key[len(self.prefix) + 1 :]
+        if key == address:
+            return key  # a RELATIVE address, already checked by ``key``
+        parts = key.split("/")
+        if not key or any(p in ("", ".", "..") for p in parts):
+            raise BadInputError(
+                f"{address!r} names a key inside {self.uri} that is not a normal relative path",
+                field="address",
+            )
+        return key
+
+    def gc_rules_key(self) -> str:
+        """``<ns>/_lakefs/retention/gc/rules/config.json``: lakeFS's GC rules (binary protobuf)."""
+        return _join(self.prefix, f"{TABLES_DIR}/retention/gc/rules/config.json")
+
+    def gc_path(self, run_id: str, *parts: str) -> str:
+        """``<ns>/_lakefs/retention/gc/unified/<run_id>[/<part>...]``: a GC run's files (lakeFS's
+        layout). ``run_id`` must pass :func:`check_run_id`; each part is one key segment. Without parts
+        it is the run's directory (no trailing ``/``: add one to list below it)."""
+        rel = f"{GC_DIR}/unified/{check_run_id(run_id)}"
+        for i, part in enumerate(parts):
+            rel += "/" + _segment(part, f"parts[{i}]")
+        return _join(self.prefix, rel)
+
+    def gc_commits_path(self, run_id: str) -> str:
+        """``<ns>/_lakefs/retention/gc/commits/run_id=<run_id>/commits.csv``: a run's active commits."""
+        return _join(self.prefix, f"{GC_DIR}/commits/run_id={check_run_id(run_id)}/commits.csv")
+
+    def gc_runs_prefix(self) -> str:
+        """``<ns>/_lakefs/retention/gc/unified/``: list it with delimiter ``/`` to find every GC run."""
+        return _join(self.prefix, f"{GC_DIR}/unified/")
 
 
 # -- ids ----------------------------------------------------------------------------------------------
@@ -396,3 +461,65 @@ class SliceAllocator:
 def new_relative_address(now: datetime | None = None) -> str:
     """``data/<slice of now>/<fresh object id>``: a never-used RELATIVE address."""
     return relative_address(new_slice_id(now), new_object_id())
+
+
+def table_name(table_id: str) -> str:
+    """``_lakefs/<id>``: a range or metarange relative to its namespace (also its name in errors)."""
+    return f"{TABLES_DIR}/{_segment(table_id, 'table_id')}"
+
+
+# -- GC: ids decoded, run ids --------------------------------------------------------------------------
+
+GC_DIR = f"{TABLES_DIR}/retention/gc"
+_SLICE_ID = re.compile(r"[0-9a-v]{10}")
+_OBJECT_ID = re.compile(r"[0-9a-v]{26}")
+# Ours (new_run_id) and lakeFS's (UUIDs); a run id arrives in API paths, so it is checked before use.
+_RUN_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
+_run_id_lock = threading.Lock()
+_last_run_ms = [0]  # the newest run id's milliseconds in this process (under the lock)
+
+
+def slice_hour(slice_id: str) -> datetime:
+    """The start (UTC) of the hour whose objects :func:`new_slice_id` put in ``slice_id``: every object
+    of the slice was written at or after it (GC skips slices whose hour is after its cutoff). A name
+    that is not a slice id of ours raises :class:`~lakefs_core.errors.BadInputError`."""
+    if not isinstance(slice_id, str) or not _SLICE_ID.fullmatch(slice_id):
+        raise BadInputError(f"{slice_id!r} is not a slice id (10 base32hex digits)", field="slice_id")
+    remaining = int(slice_id[:_SLICE_HOUR_DIGITS], 32)
+    if remaining == 0:
+        raise BadInputError(f"{slice_id!r} encodes no hour before the year 4000", field="slice_id")
+    return datetime.fromtimestamp((_END_OF_TIME_HOURS - remaining) * 3600, UTC)
+
+
+def object_id_time(object_id: str) -> datetime | None:
+    """When :func:`new_object_id` made ``object_id`` (millisecond precision, UTC), or ``None`` for a
+    name that is not one of our object ids (lakeFS's, a legacy root object): the caller then relies on
+    the object's modification time alone."""
+    if not isinstance(object_id, str) or not _OBJECT_ID.fullmatch(object_id):
+        return None
+    raw = base64.b32hexdecode(object_id.upper() + "======")
+    return datetime.fromtimestamp(int.from_bytes(raw[:6], "big") / 1000, UTC)
+
+
+def check_run_id(run_id: object) -> str:
+    """``run_id`` if it is a usable GC run id (1-128 of ``[A-Za-z0-9._-]``, starting alphanumeric)."""
+    if not isinstance(run_id, str) or not _RUN_ID.fullmatch(run_id):
+        raise BadInputError(f"{run_id!r} is not a GC run id", field="run_id")
+    return run_id
+
+
+def new_run_id(now: datetime | None = None) -> str:
+    """A fresh GC run id: ``YYYYMMDDTHHMMSSmmmZ-<16 hex>`` (UTC, milliseconds, 64 random bits).
+
+    Ids sort by creation time (fixed width); within this process they strictly increase even when the
+    clock stands still or steps back (the millisecond part then moves one past the previous id's).
+    """
+    if now is None:
+        now = datetime.now(UTC)
+    if not isinstance(now, datetime) or now.tzinfo is None or now.utcoffset() is None:
+        raise BadInputError("must be a timezone-aware datetime", field="now")
+    with _run_id_lock:
+        ms = max(int(now.timestamp() * 1000), _last_run_ms[0] + 1)
+        _last_run_ms[0] = ms
+    at = datetime.fromtimestamp(ms / 1000, UTC)
+    return f"{at:%Y%m%dT%H%M%S}{ms % 1000:03d}Z-{os.urandom(8).hex()}"

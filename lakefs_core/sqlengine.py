@@ -1,25 +1,30 @@
 """One way to open SQLAlchemy async engines on SQLite (aiosqlite) or PostgreSQL (asyncpg).
 
-Used by the SQL KV driver and by the mirrors database. SQLite gets WAL journalling and a busy
-timeout on every connection, so several processes can share one file; PostgreSQL gets a bounded,
+Used by the SQL KV driver, the mirrors database and the SQL lease. SQLite gets WAL journalling and a
+busy timeout on every connection, so several processes can share one file; PostgreSQL gets a bounded,
 recycled pool. URLs are never echoed in errors (they may carry a password).
+
+:func:`run_transaction` is THE way those users run a unit of work: one transaction on a fresh pooled
+connection, no retries (callers' bounded loops know what is idempotent), database errors translated
+at this edge (``raise ... from e``) and errors of the project's tree passed through unchanged.
 """
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 import sqlite3
 import time
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol, TypeVar
 
 from sqlalchemy import event
 from sqlalchemy.engine import URL, make_url
-from sqlalchemy.exc import ArgumentError, DBAPIError, IntegrityError
+from sqlalchemy.exc import ArgumentError, DBAPIError, IntegrityError, SQLAlchemyError
 from sqlalchemy.exc import TimeoutError as PoolTimeoutError
-from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 
 from lakefs_core.errors import (
     ConflictError,
@@ -31,6 +36,8 @@ from lakefs_core.errors import (
 )
 from lakefs_core.fileperm import create_private_file, make_private_dir
 from lakefs_core.redact import sql_userinfo_end
+
+T = TypeVar("T")
 
 SQLITE_DRIVERS = frozenset({"sqlite", "sqlite+aiosqlite"})
 PG_DRIVERS = frozenset({"postgresql", "postgres", "postgresql+asyncpg", "postgres+asyncpg"})
@@ -239,3 +246,51 @@ def translate_db_error(
     if "unable to open database file" in text or "disk i/o error" in text:
         return UnreachableError(f"{where}: {reason}")
     return LakeFSError(f"{where}: {reason}")
+
+
+# The errors a driver raises for database trouble (SQLAlchemy's tree, socket errors, timeouts).
+DB_ERRORS = (SQLAlchemyError, OSError, TimeoutError)
+
+
+class Translate(Protocol):
+    """Maps a database failure to the error tree (e.g. :func:`translate_db_error` with ``where`` bound)."""
+
+    def __call__(self, e: BaseException, *, connecting: bool, write: bool) -> LakeFSError: ...
+
+
+async def run_transaction(
+    engine: AsyncEngine,
+    op: Callable[[AsyncConnection], Awaitable[T]],
+    *,
+    write: bool,
+    translate: Translate,
+    on_integrity: Callable[[IntegrityError], LakeFSError] | None = None,
+) -> T:
+    """Run ``op`` in ONE transaction on a fresh pooled connection and return its result.
+
+    Committed when ``op`` returns, rolled back when it raises. Never retried here. A failure to
+    connect is ``translate(e, connecting=True, write=write)``; a database error while running ``op``
+    is ``on_integrity(e)`` for an integrity violation when given, else ``translate(e,
+    connecting=False, write=write)`` (``write``: the outcome of a lost write is unknown, see
+    :func:`translate_db_error`). A :class:`LakeFSError` raised by ``op`` itself propagates unchanged.
+    """
+    conn = engine.connect()
+    try:
+        await conn.start()
+    except DB_ERRORS as e:
+        raise translate(e, connecting=True, write=write) from e
+    try:
+        async with conn.begin():
+            return await op(conn)
+    except LakeFSError:
+        raise
+    except IntegrityError as e:
+        if on_integrity is not None:
+            raise on_integrity(e) from e
+        raise translate(e, connecting=False, write=write) from e
+    except DB_ERRORS as e:
+        raise translate(e, connecting=False, write=write) from e
+    finally:
+        # A broken connection may fail to close cleanly; the pool has already discarded it.
+        with contextlib.suppress(*DB_ERRORS):
+            await conn.close()

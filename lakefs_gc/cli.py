@@ -9,12 +9,16 @@ import click
 
 from lakefs_core import __version__
 from lakefs_core.cli import run
+from lakefs_gc.cli_jobs import register as register_jobs
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="lakefs-gc")
 def cli() -> None:
     """Retention garbage collection and hard-delete daemons."""
+
+
+register_jobs(cli)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

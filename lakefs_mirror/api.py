@@ -1,7 +1,8 @@
-"""The mirroring daemon's HTTP API (aiohttp): lakeFS's replication API plus status, update and resync.
+"""The mirroring daemon's HTTP API: lakeFS's replication API plus status, update and resync.
 
-Routes (``P = /service/replication/v1/repositories/{source_repo}/mirrors``; the daemon's own region
-is the SOURCE region of the mirrors it creates):
+Served by :func:`lakefs_core.http.build_app` (basic auth, errors by ``http_status``, ``/_health``,
+``/_ready``, ``/metrics``, ``/openapi.json`` generated from :mod:`lakefs_mirror.api_models`).
+Routes (``P = /service/replication/v1/repositories/{source_repo}/mirrors``):
 
 =========  ==============================  =====================================================
 method     path                            what
@@ -10,274 +11,142 @@ POST       ``P``                           create ``{"name", "region", "storage_
                                            (+ optional ``branch_filter``, ``paused``, ``mode``,
                                            ``mirror_tags``) -> 201 mirror (lakeFS)
 GET        ``P``                           list the source repository's mirrors -> 200
-                                           ``{"results", "pagination"}`` (lakeFS; ``?after=&amount=``)
+                                           ``{"results", "pagination"}`` (lakeFS; ``?after=&amount=``,
+                                           ``&source_region=``, default this daemon's region)
 GET        ``P/{mirror_id}``               one mirror -> 200 (lakeFS)
 DELETE     ``P/{mirror_id}``               delete the mirror and its status -> 204 (lakeFS)
 PATCH      ``P/{mirror_id}``               change ``branch_filter``/``paused``/``mode``/``mirror_tags``,
                                            optionally only at ``version`` -> 200 mirror
 GET        ``P/{mirror_id}/status``        per branch/tag heads, candidate, missing counts, lag,
-                                           last promotion and error -> 200
+                                           last promotion and error, and ``blocked_reason`` -> 200
 POST       ``P/{mirror_id}/resync``        request a full re-check -> 202 mirror
-GET        ``/_health``                    200 ``{"status": "ok"}`` / 503: DB unreachable or the loop hung
-GET        ``/metrics``                    Prometheus text exposition of the given registry
-GET        ``/openapi.json``               the OpenAPI 3.0 document (:mod:`lakefs_mirror.openapi`)
 =========  ==============================  =====================================================
 
-Authentication: HTTP basic auth with one of the configured ``access_keys`` (compared in constant
-time with :func:`hmac.compare_digest`) on every ``/service/...`` route; ``/_health``, ``/metrics`` and
-``/openapi.json`` are open (they reveal no mirror data; put them behind the network boundary if the
-metrics labels, which carry mirror ids and branch names, are sensitive). A missing or wrong credential
-is 401 with ``WWW-Authenticate: Basic``. Unknown routes are 404 and wrong methods 405 (with
-``Allow``) before authentication, since the route table is public anyway.
+Any daemon answers for any mirror: every region's daemons share the mirrors database, and a mirror
+is addressed by its (global) id under its source repository's name, so the routes by id work on
+every daemon. Creation makes THIS daemon's region the source region; listing defaults to it.
 
-Errors are JSON ``{"message": ..., "field": ...}`` (``field`` names the offending path parameter,
-query parameter or body field, e.g. ``storage_namespace`` or ``branch_filter.2``; absent when no
-single field is to blame): malformed input is 400 (also a ``mem://`` destination namespace), unknown
-repository or mirror 404; a name already used in the destination region (by a mirror, or by a
-repository that is not a read-only mirror in that namespace), a destination namespace equal to,
-inside or enclosing another mirror's or another repository's, a local system directory, or a stale
-``version`` is 409; an unreachable database or KV store 503.
-Bad input never yields a 5xx, and a request that fails validation changes nothing (creation is one
-database transaction, after all validation). Secrets (the credentials, database URLs) never appear
-in responses or logs; request bodies are not logged.
+Creation checks, in order, before the one database transaction that creates the mirror: the body
+(400 naming the field; also a ``mem://`` namespace), ``local_roots`` and system directories (409),
+the source repository exists here (404 naming it), the destination region's KV lets repository
+``name`` live in the namespace (409; see :func:`_check_destination`), and, when a namespace probe
+is configured, that this daemon can write, read back and delete a probe object under the
+namespace's ``_lakefs/`` through the destination region's block store (422 on ``storage_namespace``
+naming the failed step; 503 when the store is only unreachable).
+
+Deletion removes the mirror record and its status rows only. The destination repository stays, read
+only, with its branches, tags and objects: nothing is deleted from the destination on a request.
+Re-creating a mirror of the same source repository under the same name and namespace ADOPTS that
+repository (the engine continues from its heads); any other use of the name is refused with a 409
+saying to delete the leftover repository (``lakefs-core repo delete lakefs://NAME`` with the
+destination region's configuration) or to choose another name.
+
+Secrets (the credentials, database URLs) never appear in responses or logs; bodies are not logged.
 """
 
 from __future__ import annotations
 
-import base64
-import binascii
-import hmac
-import json
 import logging
-import time
+import uuid
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from datetime import UTC, datetime
 from pathlib import Path, PurePosixPath
-from typing import Annotated, Any, Literal
+from typing import Any
 
 from aiohttp import web
-from aiohttp.http_exceptions import HttpProcessingError
-from aiohttp.web_protocol import RequestPayloadError
-from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Histogram, generate_latest
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from prometheus_client import CollectorRegistry
+from pydantic import BaseModel
 
 from lakefs_core import __version__
 from lakefs_core.errors import (
     BadInputError,
-    ConflictError,
+    CorruptDataError,
     LakeFSError,
     NamespaceConflictError,
     NotFoundError,
     PreconditionFailedError,
     TransientError,
 )
-from lakefs_core.keys import StorageNamespace
-from lakefs_core.repos.graveler import Graveler
+from lakefs_core.http import (
+    ReadinessProbe,
+    Route,
+    ServiceSpec,
+    access_key_id,
+    build_app,
+    json_object,
+    parse_model,
+)
+from lakefs_core.repos.graveler import Graveler, StorageNamespace
+from lakefs_mirror import api_models as m
 from lakefs_mirror.config import MirrorConfig
-from lakefs_mirror.db import (
-    MAX_BRANCH_FILTER,
-    MAX_GLOB_LENGTH,
-    FieldConflictError,
-    Lease,
-    Mirror,
-    MirrorsDB,
-    MirrorStatus,
-    check_branch_filter,
-)
-from lakefs_mirror.openapi import (
-    AFTER_PATTERN,
-    API_PREFIX,
-    GLOB_PATTERN,
-    MAX_AMOUNT,
-    MAX_NAMESPACE_LENGTH,
-    MAX_VERSION,
-    MIRROR_ID_PATTERN,
-    NAMESPACE_PATTERN,
-    REPO_ID_PATTERN,
-    fullmatch,
-    openapi_document,
-)
+from lakefs_mirror.db import FieldConflictError, Lease, Mirror, MirrorsDB, MirrorStatus, check_branch_filter
 
-__all__ = ["PUBLIC_PATHS", "create_app"]
+__all__ = [
+    "NamespaceProbe",
+    "NamespaceUnusableError",
+    "create_app",
+    "mirror_json",
+    "status_json",
+    "store_probe",
+]
 
 log = logging.getLogger(__name__)
 
-PUBLIC_PATHS = frozenset({"/_health", "/metrics", "/openapi.json"})
-MAX_BODY_BYTES = 1024 * 1024
-_METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
-_REALM = 'Basic realm="lakefs-mirror", charset="UTF-8"'
-
 SourceRepoExists = Callable[[str], Awaitable[bool]]
+NamespaceProbe = Callable[[str, str], Awaitable[None]]  # (destination region, namespace) -> raises
 
 _CONFIG_KEY = web.AppKey("config", MirrorConfig)
 _DB_KEY = web.AppKey("db", MirrorsDB)
 _EXISTS_KEY: web.AppKey[SourceRepoExists] = web.AppKey("source_repo_exists")
 _GRAVELERS_KEY: web.AppKey[dict[str, Graveler]] = web.AppKey("gravelers")
-_REGISTRY_KEY = web.AppKey("metrics_registry", CollectorRegistry)
-_OPENAPI_KEY = web.AppKey("openapi", bytes)
-_LIVE_KEY: web.AppKey[Callable[[], bool]] = web.AppKey("is_live")
-_ACCESS_KEY_ID = web.RequestKey("access_key_id", str)
+_PROBE_KEY: web.AppKey[NamespaceProbe | None] = web.AppKey("namespace_probe")
+_MODELS_KEY = web.AppKey("models", m.RegionalModels)
 
 
-# -- request bodies ------------------------------------------------------------------------------------
+class NamespaceUnusableError(BadInputError):
+    """The destination namespace is well-formed but this daemon cannot write or read it there."""
+
+    http_status = 422
 
 
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", strict=True)
+# -- the namespace probe ---------------------------------------------------------------------------------
 
 
-Glob = Annotated[str, Field(min_length=1, max_length=MAX_GLOB_LENGTH)]
+def store_probe(gravelers: Mapping[str, Graveler]) -> NamespaceProbe:
+    """A probe writing ``<ns>/_lakefs/probe-<random>`` through the region's block store (as this
+    daemon's configuration reaches that region), reading it back and deleting it. Only the probe's
+    own, freshly named object is ever deleted. Regions without a Graveler are not probed."""
 
-
-class _CreateBody(_Strict):
-    name: str
-    region: str
-    storage_namespace: str
-    branch_filter: list[Glob] = Field(
-        default_factory=lambda: ["*"], min_length=1, max_length=MAX_BRANCH_FILTER
-    )
-    paused: bool = False
-    mode: Literal["native", "active"] = "native"
-    mirror_tags: bool = True
-
-
-class _UpdateBody(_Strict):
-    """Every field optional but never null: which were given is ``model_fields_set``."""
-
-    branch_filter: list[Glob] = Field(
-        default_factory=lambda: ["*"], min_length=1, max_length=MAX_BRANCH_FILTER
-    )
-    paused: bool = False
-    mode: Literal["native", "active"] = "native"
-    mirror_tags: bool = True
-    version: int = Field(default=1, ge=1, le=MAX_VERSION)
-
-
-class _UnreadableBodyError(BadInputError):
-    """The request body could not be decoded; aiohttp will drop the connection after the response."""
-
-
-def _bad_strings(value: Any) -> str | None:
-    """The path of the first string (or key) that is not valid Unicode text (a lone surrogate).
-
-    Iterative: the JSON parser already bounded the depth, this must not add recursion of its own.
-    """
-    stack: list[tuple[str, Any]] = [("", value)]
-    while stack:
-        path, node = stack.pop()
-        if isinstance(node, str):
+    async def probe(region: str, namespace: str) -> None:
+        g = gravelers.get(region)
+        if g is None:
+            return
+        ns = StorageNamespace(namespace)
+        token = uuid.uuid4().hex
+        key = ns.probe_key(token)
+        payload = f"lakefs-mirror namespace probe {token}\n".encode()
+        step = "open the store of"
+        try:
+            store = await g.namespace_store(ns)
+            step = "write"
+            await store.put(key, payload, if_none_match=True)
             try:
-                node.encode("utf-8")
-            except UnicodeEncodeError:
-                return path or "body"
-        elif isinstance(node, dict):
-            for k, v in reversed(node.items()):
-                sub = f"{path}.{k}" if path else str(k)
-                stack.append((sub, v))
-                stack.append((sub, k))
-        elif isinstance(node, list):
-            for i in reversed(range(len(node))):
-                stack.append((f"{path}.{i}" if path else str(i), node[i]))
-    return None
+                step = "read back"
+                if await store.get(key) != payload:
+                    raise CorruptDataError("read back other bytes than written", file=key)
+            finally:
+                step = "delete"
+                await store.delete(key)
+        except TransientError:
+            raise  # unreachable for now: 503, retry later
+        except LakeFSError as e:
+            raise NamespaceUnusableError(
+                f"this daemon cannot use the namespace in region {region!r}: {step} "
+                f"{key} failed ({type(e).__name__}: {e})",
+                field="storage_namespace",
+            ) from e
 
-
-def _reject_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not valid JSON")
-
-
-async def _json_object(request: web.Request) -> dict[str, Any]:
-    try:
-        raw = await request.read()
-    except (RequestPayloadError, HttpProcessingError):
-        raise _UnreadableBodyError(
-            "the body cannot be read (bad Content-Encoding or framing)", field="body"
-        ) from None
-    if not raw.strip():
-        raise BadInputError("a JSON object body is required", field="body")
-    try:
-        data = json.loads(raw.decode("utf-8"), parse_constant=_reject_constant)
-    except (UnicodeDecodeError, ValueError, RecursionError):
-        raise BadInputError("the body is not valid JSON", field="body") from None
-    if not isinstance(data, dict):
-        raise BadInputError("the body must be a JSON object", field="body")
-    bad = _bad_strings(data)
-    if bad is not None:
-        raise BadInputError("strings must be valid Unicode (no lone surrogates)", field=bad)
-    return data
-
-
-def _parse(model: type[_Strict], data: dict[str, Any]) -> Any:
-    try:
-        return model.model_validate(data)
-    except ValidationError as e:
-        first = e.errors(include_input=False, include_url=False, include_context=False)[0]
-        field = ".".join(str(p) for p in first["loc"]) or "body"
-        kind = first["type"]
-        if kind == "extra_forbidden":
-            message = "unknown field"
-        elif kind == "missing":
-            message = "required field is missing"
-        else:
-            message = str(first["msg"])
-        raise BadInputError(message, field=field) from None
-
-
-def _check_globs(globs: list[str]) -> tuple[str, ...]:
-    for i, glob in enumerate(globs):
-        if not fullmatch(GLOB_PATTERN, glob):
-            raise BadInputError("glob patterns must not contain NUL", field=f"branch_filter.{i}")
-    return check_branch_filter(globs)
-
-
-def _check_namespace(value: str) -> str:
-    """The normalised destination namespace, or 400: malformed, or a memory store (``mem://``: its
-    objects live in one process, so no other reader, nor this daemon after a restart, would see what
-    the mirror promoted; the OpenAPI pattern excludes it too)."""
-    if value.startswith("mem://"):
-        raise BadInputError(
-            "a mirror's namespace must be durable and reachable by every reader: use s3:// or "
-            "local:///, not a mem:// store",
-            field="storage_namespace",
-        )
-    if len(value) > MAX_NAMESPACE_LENGTH or not fullmatch(NAMESPACE_PATTERN, value):
-        raise BadInputError(
-            "must be s3://bucket[/prefix] or local:///absolute/path "
-            "(path segments of letters, digits, '.', '_' and '-', not starting with '.')",
-            field="storage_namespace",
-        )
-    try:
-        return str(StorageNamespace(value))
-    except BadInputError as e:
-        raise BadInputError(str(e).removeprefix("storage_namespace: "), field="storage_namespace") from None
-
-
-def _check_local_dirs(namespace: str) -> None:
-    """The filesystem root and system directories can be no repository's namespace
-    (:meth:`StorageNamespace.check_repository_namespace`, the rule ``repo create`` applies too).
-
-    A 409 like :func:`_check_local_root`: the body matches the schema, the deployment refuses it.
-    """
-    try:
-        StorageNamespace(namespace).check_repository_namespace()
-    except BadInputError as e:
-        message = str(e).removeprefix("storage_namespace: ")
-        raise FieldConflictError(message, field="storage_namespace") from None
-
-
-def _check_local_root(namespace: str, roots: Sequence[Path], region: str) -> None:
-    """A ``local://`` namespace must lie under one of its region's configured ``local_roots``.
-
-    A 409 (not 400): the body is schema-valid; it conflicts with this deployment's configuration.
-    """
-    ns = StorageNamespace(namespace)
-    if ns.scheme != "local" or not roots:
-        return
-    path = PurePosixPath(ns.store_uri.removeprefix("local://"))
-    if not any(path == root or root in path.parents for root in map(PurePosixPath, roots)):
-        raise FieldConflictError(
-            f"a local namespace in region {region!r} must be under one of its local_roots",
-            field="storage_namespace",
-        )
+    return probe
 
 
 # -- responses -------------------------------------------------------------------------------------------
@@ -289,209 +158,183 @@ def _iso(when: datetime | None) -> str | None:
     return when.astimezone(UTC).isoformat().replace("+00:00", "Z")
 
 
-def mirror_json(m: Mirror) -> dict[str, Any]:
+def _mirror_model(mirror: Mirror) -> m.Mirror:
+    return m.Mirror(
+        id=mirror.id,
+        source_repo=mirror.source_repo,
+        source_region=mirror.source_region,
+        name=mirror.name,
+        region=mirror.region,
+        storage_namespace=mirror.storage_namespace,
+        branch_filter=list(mirror.branch_filter),
+        paused=mirror.paused,
+        mode=mirror.mode,
+        mirror_tags=mirror.mirror_tags,
+        created_at=_iso(mirror.created_at) or "",
+        updated_at=_iso(mirror.updated_at) or "",
+        resync_requested_at=_iso(mirror.resync_requested_at),
+        version=mirror.version,
+    )
+
+
+def mirror_json(mirror: Mirror) -> dict[str, Any]:
     """The API representation of a mirror."""
-    return {
-        "id": m.id,
-        "source_repo": m.source_repo,
-        "source_region": m.source_region,
-        "name": m.name,
-        "region": m.region,
-        "storage_namespace": m.storage_namespace,
-        "branch_filter": list(m.branch_filter),
-        "paused": m.paused,
-        "mode": m.mode,
-        "mirror_tags": m.mirror_tags,
-        "created_at": _iso(m.created_at),
-        "updated_at": _iso(m.updated_at),
-        "resync_requested_at": _iso(m.resync_requested_at),
-        "version": m.version,
-    }
+    return _mirror_model(mirror).model_dump()
+
+
+def _row_blocked(s: MirrorStatus) -> str | None:
+    """Why one branch (tag) does not progress, from its status row (None: up to date or moving)."""
+    if s.last_error:
+        return f"last error: {s.last_error}"
+    if s.candidate is not None and s.candidate != s.mirror_head and (s.missing_objects or s.missing_ranges):
+        return (
+            f"waiting for {s.missing_objects} object(s) and {s.missing_ranges} range(s) of commit "
+            f"{s.candidate[:12]} to arrive in the destination namespace"
+        )
+    return None
+
+
+def _status_model(s: MirrorStatus, blocked: str | None) -> m.BranchStatus:
+    return m.BranchStatus(
+        kind=s.kind,
+        name=s.branch,
+        source_head=s.source_head,
+        mirror_head=s.mirror_head,
+        candidate=s.candidate,
+        missing_objects=s.missing_objects,
+        missing_ranges=s.missing_ranges,
+        external_objects=s.external_objects,
+        lag_seconds=s.lag_seconds,
+        last_promotion_at=_iso(s.last_promotion_at),
+        last_checked_at=_iso(s.last_checked_at),
+        last_error=s.last_error,
+        blocked_reason=blocked or _row_blocked(s),
+    )
 
 
 def status_json(s: MirrorStatus) -> dict[str, Any]:
     """The API representation of one branch's (or tag's) mirroring status."""
-    return {
-        "kind": s.kind,
-        "name": s.branch,
-        "source_head": s.source_head,
-        "mirror_head": s.mirror_head,
-        "candidate": s.candidate,
-        "missing_objects": s.missing_objects,
-        "missing_ranges": s.missing_ranges,
-        "external_objects": s.external_objects,
-        "lag_seconds": s.lag_seconds,
-        "last_promotion_at": _iso(s.last_promotion_at),
-        "last_checked_at": _iso(s.last_checked_at),
-        "last_error": s.last_error,
-    }
+    return _status_model(s, None).model_dump()
 
 
-def _leader_json(lease: Lease | None) -> dict[str, Any] | None:
+def _mirror_blocked(mirror: Mirror, lease: Lease | None, now: datetime) -> str | None:
+    """Why nothing of the mirror progresses: paused, or no live daemon in its destination region."""
+    if mirror.paused:
+        return 'paused (PATCH {"paused": false} to resume)'
     if lease is None:
-        return None
-    return {
-        "holder": lease.holder,
-        "expires_at": _iso(lease.expires_at),
-        "live": lease.expires_at > datetime.now(UTC),
-    }
-
-
-def _error(
-    status: int, message: str, field: str | None = None, headers: dict[str, str] | None = None
-) -> web.Response:
-    body: dict[str, Any] = {"message": message}
-    if field is not None:
-        body["field"] = field
-    return web.json_response(body, status=status, headers=headers)
-
-
-def _unauthorized(message: str) -> web.Response:
-    return _error(401, message, headers={"WWW-Authenticate": _REALM})
-
-
-# -- authentication --------------------------------------------------------------------------------------
-
-
-def _credentials(header: str | None) -> tuple[bytes, bytes] | None:
-    if not header:
-        return None
-    scheme, _, token = header.strip().partition(" ")
-    if scheme.lower() != "basic" or not token.strip():
-        return None
-    try:
-        decoded = base64.b64decode(token.strip(), validate=True)
-    except (binascii.Error, ValueError):
-        return None
-    key_id, sep, secret = decoded.partition(b":")
-    if not sep:
-        return None
-    return key_id, secret
-
-
-def _authenticated(config: MirrorConfig, key_id: bytes, secret: bytes) -> str | None:
-    """The matching access key id, comparing every configured key in constant time."""
-    match: str | None = None
-    for key in config.access_keys:
-        id_ok = hmac.compare_digest(key_id, key.access_key_id.encode("utf-8"))
-        secret_ok = hmac.compare_digest(secret, key.secret_access_key.get_secret_value().encode("utf-8"))
-        if id_ok and secret_ok:
-            match = key.access_key_id
-    return match
-
-
-# -- middlewares -----------------------------------------------------------------------------------------
-
-
-def _route_name(request: web.Request) -> str:
-    info = request.match_info
-    if info.http_exception is not None:
-        return "unmatched"
-    return info.route.resource.canonical if info.route.resource is not None else "unmatched"
-
-
-def _error_middleware(requests: Counter, latency: Histogram) -> Any:
-    @web.middleware
-    async def middleware(
-        request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
-    ) -> web.StreamResponse:
-        started = time.monotonic()
-        response: web.StreamResponse
-        try:
-            response = await handler(request)
-        except web.HTTPException as e:
-            if e.status < 400:
-                raise
-            headers = {k: v for k, v in e.headers.items() if k.lower() in ("allow", "www-authenticate")}
-            messages = {404: "no such route", 405: "method not allowed", 413: "request body too large"}
-            response = _error(e.status, messages.get(e.status, e.reason), headers=headers or None)
-        except BadInputError as e:
-            message = str(e)
-            if e.field and message.startswith(f"{e.field}: "):
-                message = message[len(e.field) + 2 :]
-            response = _error(400, message, e.field)
-            if isinstance(e, _UnreadableBodyError):
-                response.force_close()  # say "Connection: close": the rest of the body is unusable
-        except NotFoundError as e:
-            response = _error(404, str(e))
-        except PreconditionFailedError as e:
-            response = _error(409, str(e), "version")
-        except FieldConflictError as e:
-            response = _error(409, str(e).removeprefix(f"{e.field}: "), e.field)
-        except ConflictError as e:
-            response = _error(409, str(e))
-        except TransientError as e:
-            log.warning("%s %s: temporarily unavailable: %s", request.method, _route_name(request), e)
-            response = _error(503, "temporarily unavailable, retry later", headers={"Retry-After": "1"})
-        except LakeFSError:
-            log.exception("%s %s failed", request.method, _route_name(request))
-            response = _error(500, "internal error")
-        except Exception:
-            log.exception("%s %s failed unexpectedly", request.method, _route_name(request))
-            response = _error(500, "internal error")
-        route = _route_name(request)
-        method = request.method if request.method in _METHODS else "OTHER"
-        requests.labels(method, route, str(response.status)).inc()
-        latency.labels(method, route).observe(time.monotonic() - started)
-        return response
-
-    return middleware
-
-
-@web.middleware
-async def _auth_middleware(
-    request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
-) -> web.StreamResponse:
-    if request.path in PUBLIC_PATHS or request.match_info.http_exception is not None:
-        return await handler(request)
-    creds = _credentials(request.headers.get("Authorization"))
-    if creds is None:
-        return _unauthorized("authentication required (HTTP basic auth with an access key id and secret)")
-    key_id = _authenticated(request.app[_CONFIG_KEY], *creds)
-    if key_id is None:
-        return _unauthorized("wrong access key id or secret")
-    request[_ACCESS_KEY_ID] = key_id
-    return await handler(request)
-
-
-# -- handlers --------------------------------------------------------------------------------------------
-
-
-def _source_repo(request: web.Request) -> str:
-    repo = request.match_info["source_repo"]
-    if not fullmatch(REPO_ID_PATTERN, repo):
-        raise BadInputError(
-            "invalid repository id: 3-63 characters of a-z, 0-9 and '-', starting with a letter or digit",
-            field="source_repo",
+        return (
+            f"no daemon of region {mirror.region!r} has taken its lease: "
+            "is a lakefs-mirror daemon running there?"
         )
-    return repo
+    if lease.expires_at <= now:
+        return (
+            f"no daemon holds region {mirror.region!r}'s lease (the last holder, {lease.holder}, let it "
+            f"expire at {_iso(lease.expires_at)}): is a lakefs-mirror daemon running there?"
+        )
+    return None
 
 
-def _mirror_id(request: web.Request) -> str:
-    mirror_id = request.match_info["mirror_id"]
-    if not fullmatch(MIRROR_ID_PATTERN, mirror_id):
-        raise BadInputError("invalid mirror id: 32 lower-case hex digits", field="mirror_id")
-    return mirror_id
+def _json(model: BaseModel, status: int = 200) -> web.Response:
+    return web.json_response(model.model_dump(), status=status)
+
+
+# -- input checks ----------------------------------------------------------------------------------------
+
+
+def _path(request: web.Request, model: type[m.RepoPath]) -> Any:
+    return parse_model(model, request.match_info, m.HINTS)
+
+
+def _check_local_dirs(namespace: str) -> None:
+    """The filesystem root and system directories can be no repository's namespace
+    (:meth:`StorageNamespace.check_repository_namespace`, the rule ``repo create`` applies too).
+    A 409: the body matches the schema, the deployment refuses it."""
+    try:
+        StorageNamespace(namespace).check_repository_namespace()
+    except BadInputError as e:
+        message = str(e).removeprefix("storage_namespace: ")
+        raise FieldConflictError(message, field="storage_namespace") from None
+
+
+def _check_local_root(namespace: str, roots: Sequence[Path], region: str) -> None:
+    """A ``local://`` namespace must lie under one of its region's configured ``local_roots`` (409)."""
+    ns = StorageNamespace(namespace)
+    if ns.scheme != "local" or not roots:
+        return
+    path = PurePosixPath(ns.store_uri.removeprefix("local://"))
+    if not any(path == root or root in path.parents for root in map(PurePosixPath, roots)):
+        raise FieldConflictError(
+            f"a local namespace in region {region!r} must be under one of its local_roots",
+            field="storage_namespace",
+        )
+
+
+def _normalised_namespace(value: str) -> str:
+    try:
+        return str(StorageNamespace(value))
+    except BadInputError as e:
+        raise BadInputError(str(e).removeprefix("storage_namespace: "), field="storage_namespace") from None
 
 
 async def _own_mirror(request: web.Request) -> Mirror:
-    """The mirror named by the path, which must belong to the path's source repository here."""
-    repo = _source_repo(request)
-    mirror_id = _mirror_id(request)
-    config = request.app[_CONFIG_KEY]
+    """The mirror named by the path, which must belong to the path's source repository (any region:
+    mirror ids are global, and every daemon reads the shared mirrors database)."""
+    path: m.MirrorPath = _path(request, m.MirrorPath)
     try:
-        mirror = await request.app[_DB_KEY].get_mirror(mirror_id)
+        mirror = await request.app[_DB_KEY].get_mirror(path.mirror_id)
     except NotFoundError:
         mirror = None
-    if mirror is None or mirror.source_repo != repo or mirror.source_region != config.region:
-        raise NotFoundError(f"repository {repo!r} has no mirror {mirror_id!r}")
+    if mirror is None or mirror.source_repo != path.source_repo:
+        raise NotFoundError(f"repository {path.source_repo!r} has no mirror {path.mirror_id!r}")
     return mirror
 
 
-async def _check_destination(request: web.Request, name: str, region: str, namespace: str) -> None:
+async def _require_source(request: web.Request, repo: str, region: str) -> None:
+    """404 unless ``repo`` exists in ``region`` (regions this daemon has no KV access to: unchecked)."""
+    if region == request.app[_CONFIG_KEY].region:
+        exists = await request.app[_EXISTS_KEY](repo)
+    else:
+        g = request.app[_GRAVELERS_KEY].get(region)
+        if g is None:
+            return
+        try:
+            await g.repository(repo)
+            exists = True
+        except NotFoundError:
+            exists = False
+    if not exists:
+        raise NotFoundError(f"source repository {repo!r} not found in region {region!r}")
+
+
+def _delete_hint(name: str, region: str) -> str:
+    return (
+        f"delete the leftover repository (`lakefs-core repo delete lakefs://{name}` with region "
+        f"{region!r}'s configuration) or choose another name"
+    )
+
+
+async def _check_adoptable(request: web.Request, source_repo: str, name: str, region: str, head: str) -> None:
+    """A leftover mirror repository is adopted only if it mirrored THIS source: its default branch
+    head (a commit copied verbatim from the source) must be a commit of the source repository."""
+    src = request.app[_GRAVELERS_KEY].get(request.app[_CONFIG_KEY].region)
+    if src is None:
+        return
+    try:
+        await src.get_commit(source_repo, head)
+    except NotFoundError:
+        raise FieldConflictError(
+            f"repository {name!r} in region {region!r} is a leftover mirror of another source repository "
+            f"(its head {head[:12]} is no commit of {source_repo!r}): {_delete_hint(name, region)}",
+            field="name",
+        ) from None
+
+
+async def _check_destination(
+    request: web.Request, source_repo: str, name: str, region: str, namespace: str
+) -> None:
     """409 unless the destination region's KV lets repository ``name`` live in ``namespace``: no
     other repository may claim or use an overlapping namespace, and a repository already named
-    ``name`` there must be a read-only mirror in this very namespace (the engine adopts only such).
+    ``name`` there must be a read-only mirror of this source in this very namespace (it is adopted).
 
     Advisory (a repository may appear between this check and the engine's first pass); the engine's
     ``create_repository`` takes the namespace claim atomically and refuses the same cases.
@@ -504,49 +347,53 @@ async def _check_destination(request: web.Request, name: str, region: str, names
     except NotFoundError:
         pass
     else:
-        same_ns = (
-            StorageNamespace(existing.storage_namespace).canonical == StorageNamespace(namespace).canonical
-        )
-        if not (existing.read_only and same_ns):
+        if not existing.read_only:
             raise FieldConflictError(
                 f"repository {name!r} already exists in region {region!r} and is not a read-only mirror "
-                "in this storage namespace: choose another name, or delete that repository first",
+                "in this storage namespace: choose another name",
                 field="name",
             )
+        there = StorageNamespace(existing.storage_namespace)
+        if there.canonical != StorageNamespace(namespace).canonical:
+            raise FieldConflictError(
+                f"repository {name!r} in region {region!r} is a leftover read-only mirror in another "
+                f"storage namespace ({there}): use that storage_namespace to adopt it, or "
+                f"{_delete_hint(name, region)}",
+                field="name",
+            )
+        try:
+            head = (await dst.get_commit(name, existing.default_branch)).id
+        except NotFoundError:
+            raise FieldConflictError(
+                f"repository {name!r} in region {region!r} has no default branch to continue from: "
+                f"{_delete_hint(name, region)}",
+                field="name",
+            ) from None
+        await _check_adoptable(request, source_repo, name, region, head)
     try:
         await dst.check_namespace_available(namespace, name)
     except NamespaceConflictError as e:
         raise FieldConflictError(f"{e} (in region {region!r})", field="storage_namespace") from e
 
 
-async def _require_source(request: web.Request, repo: str) -> None:
-    if not await request.app[_EXISTS_KEY](repo):
-        raise NotFoundError(
-            f"source repository {repo!r} not found in region {request.app[_CONFIG_KEY].region!r}"
-        )
+# -- handlers --------------------------------------------------------------------------------------------
 
 
 async def create_mirror(request: web.Request) -> web.Response:
-    repo = _source_repo(request)
-    body: _CreateBody = _parse(_CreateBody, await _json_object(request))
+    repo = _path(request, m.RepoPath).source_repo
     config = request.app[_CONFIG_KEY]
-    if not fullmatch(REPO_ID_PATTERN, body.name):
-        raise BadInputError(
-            "invalid repository id: 3-63 characters of a-z, 0-9 and '-', starting with a letter or digit",
-            field="name",
-        )
-    if body.region not in config.regions:
-        raise BadInputError(
-            f"must be a configured region ({', '.join(sorted(config.regions))})", field="region"
-        )
-    namespace = _check_namespace(body.storage_namespace)
+    body = parse_model(request.app[_MODELS_KEY].creation, await json_object(request), m.HINTS)
+    namespace = _normalised_namespace(body.storage_namespace)
     _check_local_root(namespace, config.regions[body.region].local_roots, body.region)
     _check_local_dirs(namespace)
-    globs = _check_globs(body.branch_filter)
+    globs = check_branch_filter(body.branch_filter)
     if body.region == config.region and body.name == repo:
         raise FieldConflictError("a mirror cannot replace its own source repository", field="name")
-    await _require_source(request, repo)
-    await _check_destination(request, body.name, body.region, namespace)
+    await _require_source(request, repo, config.region)
+    await _check_destination(request, repo, body.name, body.region, namespace)
+    probe = request.app[_PROBE_KEY]
+    if probe is not None:
+        await probe(body.region, namespace)
     mirror = await request.app[_DB_KEY].create_mirror(
         source_repo=repo,
         source_region=config.region,
@@ -565,72 +412,65 @@ async def create_mirror(request: web.Request) -> web.Response:
         repo,
         mirror.region,
         mirror.name,
-        request.get(_ACCESS_KEY_ID),
+        access_key_id(request),
     )
-    return web.json_response(mirror_json(mirror), status=201)
-
-
-def _query_amount(request: web.Request) -> int:
-    raw = request.query.get("amount")
-    if raw is None:
-        return MAX_AMOUNT
-    if not fullmatch("^-?[0-9]{1,12}$", raw) or not 1 <= int(raw) <= MAX_AMOUNT:
-        raise BadInputError(f"must be an integer from 1 to {MAX_AMOUNT}", field="amount")
-    return int(raw)
+    return _json(_mirror_model(mirror), 201)
 
 
 async def list_mirrors(request: web.Request) -> web.Response:
-    repo = _source_repo(request)
-    after = request.query.get("after", "")
-    if not fullmatch(AFTER_PATTERN, after):
-        raise BadInputError("must be a mirror id (up to 32 lower-case hex digits)", field="after")
-    amount = _query_amount(request)
-    config = request.app[_CONFIG_KEY]
-    page = await request.app[_DB_KEY].list_mirrors(
-        source_repo=repo, source_region=config.region, after=after, limit=amount + 1
+    repo = _path(request, m.RepoPath).source_repo
+    query = parse_model(
+        request.app[_MODELS_KEY].list_query, {k: request.query[k] for k in request.query}, m.HINTS
     )
-    if not page and not after:
-        await _require_source(request, repo)
+    region = query.source_region or request.app[_CONFIG_KEY].region
+    amount = query.amount
+    page = await request.app[_DB_KEY].list_mirrors(
+        source_repo=repo, source_region=region, after=query.after, limit=amount + 1
+    )
+    if not page and not query.after:
+        await _require_source(request, repo, region)
     has_more = len(page) > amount
     page = page[:amount]
-    return web.json_response(
-        {
-            "results": [mirror_json(m) for m in page],
-            "pagination": {
-                "has_more": has_more,
-                "next_offset": page[-1].id if has_more else "",
-                "results": len(page),
-                "max_per_page": amount,
-            },
-        }
+    pagination = m.Pagination(
+        has_more=has_more, next_offset=page[-1].id if has_more else "", results=len(page), max_per_page=amount
     )
+    return _json(m.MirrorList(results=[_mirror_model(x) for x in page], pagination=pagination))
 
 
 async def get_mirror(request: web.Request) -> web.Response:
-    return web.json_response(mirror_json(await _own_mirror(request)))
+    return _json(_mirror_model(await _own_mirror(request)))
 
 
 async def update_mirror(request: web.Request) -> web.Response:
     mirror = await _own_mirror(request)
-    body: _UpdateBody = _parse(_UpdateBody, await _json_object(request))
+    body = parse_model(m.MirrorUpdate, await json_object(request), m.HINTS)
     given = body.model_fields_set
     changes: dict[str, Any] = {}
     if "branch_filter" in given:
-        changes["branch_filter"] = _check_globs(body.branch_filter)
+        changes["branch_filter"] = check_branch_filter(body.branch_filter)
     for key in ("paused", "mode", "mirror_tags"):
         if key in given:
             changes[key] = getattr(body, key)
     version = body.version if "version" in given else None
-    updated = await request.app[_DB_KEY].update_mirror(mirror.id, version, **changes)
+    try:
+        updated = await request.app[_DB_KEY].update_mirror(mirror.id, version, **changes)
+    except PreconditionFailedError as e:
+        raise FieldConflictError(str(e), field="version") from e
     if changes:
-        log.info("updated mirror %s: %s (by %s)", mirror.id, sorted(changes), request.get(_ACCESS_KEY_ID))
-    return web.json_response(mirror_json(updated))
+        log.info("updated mirror %s: %s (by %s)", mirror.id, sorted(changes), access_key_id(request))
+    return _json(_mirror_model(updated))
 
 
 async def delete_mirror(request: web.Request) -> web.Response:
     mirror = await _own_mirror(request)
     await request.app[_DB_KEY].delete_mirror(mirror.id)
-    log.info("deleted mirror %s (by %s)", mirror.id, request.get(_ACCESS_KEY_ID))
+    log.info(
+        "deleted mirror %s (by %s); repository %r stays in region %s, read-only",
+        mirror.id,
+        access_key_id(request),
+        mirror.name,
+        mirror.region,
+    )
     return web.Response(status=204)
 
 
@@ -639,52 +479,143 @@ async def mirror_status(request: web.Request) -> web.Response:
     db = request.app[_DB_KEY]
     rows = await db.list_status(mirror.id)
     lease = await db.lease(mirror.region)
-    return web.json_response(
-        {
-            "mirror": mirror_json(mirror),
-            "destination_leader": _leader_json(lease),
-            "results": [status_json(s) for s in rows],
-        }
+    now = datetime.now(UTC)
+    blocked = _mirror_blocked(mirror, lease, now)
+    leader = (
+        None
+        if lease is None
+        else m.Leader(
+            holder=lease.holder, expires_at=_iso(lease.expires_at) or "", live=lease.expires_at > now
+        )
+    )
+    return _json(
+        m.MirrorStatus(
+            mirror=_mirror_model(mirror),
+            destination_leader=leader,
+            blocked_reason=blocked,
+            results=[_status_model(s, blocked) for s in rows],
+        )
     )
 
 
 async def resync_mirror(request: web.Request) -> web.Response:
     mirror = await _own_mirror(request)
     updated = await request.app[_DB_KEY].request_resync(mirror.id)
-    log.info("resync requested for mirror %s (by %s)", mirror.id, request.get(_ACCESS_KEY_ID))
-    return web.json_response(mirror_json(updated), status=202)
-
-
-async def health(request: web.Request) -> web.Response:
-    region = request.app[_CONFIG_KEY].region
-    if not request.app[_LIVE_KEY]():
-        log.warning("health: the daemon loop is not live (a pass is hung)")
-        return web.json_response(
-            {"status": "unavailable", "region": region, "message": "daemon loop not live (pass hung)"},
-            status=503,
-        )
-    try:
-        await request.app[_DB_KEY].ping()
-    except LakeFSError as e:
-        log.warning("health: mirrors database unreachable: %s", e)
-        return web.json_response(
-            {"status": "unavailable", "region": region, "message": "mirrors database unreachable"}, status=503
-        )
-    return web.json_response({"status": "ok", "region": region})
-
-
-async def metrics(request: web.Request) -> web.Response:
-    payload = generate_latest(request.app[_REGISTRY_KEY])
-    response = web.Response(body=payload)
-    response.headers["Content-Type"] = CONTENT_TYPE_LATEST
-    return response
-
-
-async def openapi(request: web.Request) -> web.Response:
-    return web.Response(body=request.app[_OPENAPI_KEY], content_type="application/json")
+    log.info("resync requested for mirror %s (by %s)", mirror.id, access_key_id(request))
+    return _json(_mirror_model(updated), 202)
 
 
 # -- the application -------------------------------------------------------------------------------------
+
+_BY_ID = {"source_repo": "$request.path.source_repo", "mirror_id": "$response.body#/id"}
+_LINKS = {
+    name: {"operationId": op, "parameters": _BY_ID}
+    for name, op in (
+        ("GetMirror", "getMirror"),
+        ("UpdateMirror", "updateMirror"),
+        ("GetMirrorStatus", "getMirrorStatus"),
+        ("ResyncMirror", "resyncMirror"),
+        ("DeleteMirror", "deleteMirror"),
+    )
+}
+
+
+_MIRRORS = f"{m.API_PREFIX}/repositories/{{source_repo}}/mirrors"
+_ONE = f"{_MIRRORS}/{{mirror_id}}"
+
+
+def routes(models: m.RegionalModels) -> list[Route]:
+    """The mirror routes (the shared ones come from :func:`lakefs_core.http.build_app`)."""
+    mirrors = _MIRRORS
+    return [
+        Route(
+            "POST",
+            mirrors,
+            create_mirror,
+            "createMirror",
+            "Create a mirror of the source repository in another (or this) region (lakeFS).",
+            status=201,
+            response=m.Mirror,
+            request=models.creation,
+            path_params=m.RepoPath,
+            errors=(404, 409, 422),
+            links=_LINKS,
+            description="Created.",
+        ),
+        Route(
+            "GET",
+            mirrors,
+            list_mirrors,
+            "listMirrors",
+            "List the mirrors of the source repository, by id (lakeFS).",
+            response=m.MirrorList,
+            path_params=m.RepoPath,
+            query=models.list_query,
+            errors=(404,),
+        ),
+        *_by_id_routes(),
+    ]
+
+
+def _by_id_routes() -> list[Route]:
+    """The routes of one mirror (any daemon answers them: mirror ids are global)."""
+    one = _ONE
+    return [
+        Route(
+            "GET",
+            one,
+            get_mirror,
+            "getMirror",
+            "One mirror (lakeFS).",
+            response=m.Mirror,
+            path_params=m.MirrorPath,
+            errors=(404,),
+        ),
+        Route(
+            "PATCH",
+            one,
+            update_mirror,
+            "updateMirror",
+            "Change branch filter, pause, mode or tag mirroring (optionally at a version).",
+            response=m.Mirror,
+            request=m.MirrorUpdate,
+            path_params=m.MirrorPath,
+            errors=(404, 409),
+        ),
+        Route(
+            "DELETE",
+            one,
+            delete_mirror,
+            "deleteMirror",
+            "Delete the mirror and its status (lakeFS); the destination repository stays, read-only.",
+            status=204,
+            path_params=m.MirrorPath,
+            errors=(404,),
+            description="Deleted.",
+        ),
+        Route(
+            "GET",
+            f"{one}/status",
+            mirror_status,
+            "getMirrorStatus",
+            "Per branch/tag: heads, candidate, missing objects and ranges, lag, errors, blocking reason.",
+            response=m.MirrorStatus,
+            path_params=m.MirrorPath,
+            errors=(404,),
+        ),
+        Route(
+            "POST",
+            f"{one}/resync",
+            resync_mirror,
+            "resyncMirror",
+            "Ask the destination daemon to re-check every branch from scratch.",
+            status=202,
+            response=m.Mirror,
+            path_params=m.MirrorPath,
+            errors=(404,),
+            description="Resync requested.",
+        ),
+    ]
 
 
 def create_app(
@@ -695,53 +626,82 @@ def create_app(
     metrics_registry: CollectorRegistry,
     gravelers: Mapping[str, Graveler] | None = None,
     is_live: Callable[[], bool] | None = None,
+    namespace_probe: NamespaceProbe | None = None,
+    lease_holder: Callable[[], str] | None = None,
 ) -> web.Application:
     """The API of this region's daemon.
 
-    ``source_repo_exists(repo_id)`` answers whether a repository exists in this (the source) region
-    (e.g. ``Graveler.repository`` not raising :class:`NotFoundError`); it may raise
-    :class:`~lakefs_core.errors.TransientError` (-> 503). ``gravelers`` (region -> Graveler over that
-    region's KV) lets creation refuse a destination namespace or name already taken by a repository
-    there (409); regions without one are not checked. Request metrics
-    (``lakefs_mirror_api_requests_total``, ``lakefs_mirror_api_request_duration_seconds``) are
-    registered in ``metrics_registry``, which ``GET /metrics`` exposes; create one app per registry.
-    ``is_live()`` is the daemon loop's liveness (:meth:`DaemonLoop.is_live`): ``/_health`` answers
-    503 while it is false (a hung pass).
+    ``source_repo_exists(repo_id)`` answers whether a repository exists in this (the source) region;
+    it may raise :class:`~lakefs_core.errors.TransientError` (-> 503). ``gravelers`` (region ->
+    Graveler over that region's KV) lets creation refuse a destination namespace or name already
+    taken there (409) and adopt a leftover mirror repository; regions without one are not checked.
+    ``namespace_probe`` (e.g. :func:`store_probe`) checks that the destination namespace is usable
+    (422). ``metrics_registry`` gets the API's request metrics and ``lakefs_mirror_build_info``;
+    create one app per registry. ``is_live()`` is the daemon loop's liveness (``/_health``);
+    ``lease_holder()`` names this daemon's lease holder id, which ``/_ready`` compares with the
+    region's lease row (reported, not gating: a standby daemon is ready too).
     """
-    requests = Counter(
-        "lakefs_mirror_api_requests",
-        "HTTP API requests by method, route template and status.",
-        ["method", "route", "status"],
+    models = m.regional_models(list(config.regions))
+    app_gravelers = dict(gravelers or {})
+    probes = [ReadinessProbe("mirrors_database", _db_probe(db))]
+    for region, g in sorted(app_gravelers.items()):
+        probes.append(ReadinessProbe(f"kv_{region}", _kv_probe(g)))
+    if lease_holder is not None:
+        probes.append(
+            ReadinessProbe("holds_lease", _lease_probe(db, config.region, lease_holder), gates=False)
+        )
+    spec = ServiceSpec(
+        daemon="mirror",
+        region=config.region,
+        version=__version__,
+        title="lakefs-mirror replication API",
+        description=(
+            "lakeFS-compatible transactional mirroring API; every region's daemon (this one: "
+            f"{config.region}) answers for every mirror. The four lakeFS calls (create, list, get, "
+            "delete mirrors) work unchanged; status, update and resync go beyond lakeFS. All /service "
+            "routes need HTTP basic auth; /_health, /_ready, /metrics and /openapi.json do not. Errors "
+            'are JSON {"message", "field"}.'
+        ),
+        routes=routes(models),
+        access_keys=config.access_keys,
         registry=metrics_registry,
+        is_live=is_live or (lambda: True),
+        probes=probes,
     )
-    latency = Histogram(
-        "lakefs_mirror_api_request_duration_seconds",
-        "HTTP API request latency by method and route template.",
-        ["method", "route"],
-        registry=metrics_registry,
-    )
-    app = web.Application(
-        middlewares=[_error_middleware(requests, latency), _auth_middleware], client_max_size=MAX_BODY_BYTES
-    )
+    app = build_app(spec)
     app[_CONFIG_KEY] = config
     app[_DB_KEY] = db
     app[_EXISTS_KEY] = source_repo_exists
-    app[_GRAVELERS_KEY] = dict(gravelers or {})
-    app[_REGISTRY_KEY] = metrics_registry
-    app[_LIVE_KEY] = is_live or (lambda: True)
-    document = openapi_document(sorted(config.regions), this_region=config.region, version=__version__)
-    app[_OPENAPI_KEY] = json.dumps(document, indent=1).encode("utf-8")
-
-    mirrors = f"{API_PREFIX}/repositories/{{source_repo}}/mirrors"
-    one = f"{mirrors}/{{mirror_id}}"
-    app.router.add_get("/_health", health, allow_head=False)
-    app.router.add_get("/metrics", metrics, allow_head=False)
-    app.router.add_get("/openapi.json", openapi, allow_head=False)
-    app.router.add_post(mirrors, create_mirror)
-    app.router.add_get(mirrors, list_mirrors, allow_head=False)
-    app.router.add_get(one, get_mirror, allow_head=False)
-    app.router.add_patch(one, update_mirror)
-    app.router.add_delete(one, delete_mirror)
-    app.router.add_get(f"{one}/status", mirror_status, allow_head=False)
-    app.router.add_post(f"{one}/resync", resync_mirror)
+    app[_GRAVELERS_KEY] = app_gravelers
+    app[_PROBE_KEY] = namespace_probe
+    app[_MODELS_KEY] = models
     return app
+
+
+def _db_probe(db: MirrorsDB) -> Callable[[], Awaitable[tuple[bool, str]]]:
+    async def check() -> tuple[bool, str]:
+        await db.ping()
+        return True, "reachable"
+
+    return check
+
+
+def _kv_probe(g: Graveler) -> Callable[[], Awaitable[tuple[bool, str]]]:
+    async def check() -> tuple[bool, str]:
+        async for _ in g.list_repositories():
+            break  # one read answered: the KV store is reachable
+        return True, "reachable"
+
+    return check
+
+
+def _lease_probe(
+    db: MirrorsDB, region: str, holder: Callable[[], str]
+) -> Callable[[], Awaitable[tuple[bool, str]]]:
+    async def check() -> tuple[bool, str]:
+        lease = await db.lease(region)
+        if lease is not None and lease.holder == holder() and lease.expires_at > datetime.now(UTC):
+            return True, f"this daemon holds region {region!r}'s lease (it runs the region's mirrors)"
+        return False, f"standby: this daemon does not hold region {region!r}'s lease"
+
+    return check

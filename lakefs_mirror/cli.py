@@ -5,12 +5,16 @@
   the pass in flight); ``--once`` runs one pass and exits 0 if it succeeded. Configuration: the YAML
   file plus ``LAKEFS_MIRROR__...`` environment overrides (see ``deploy/mirror-local.yaml``). Under
   systemd ``Type=notify`` it sends READY=1 once the API is bound and the loop runs, WATCHDOG=1
-  while the loop is live (a pass running longer than ``--pass-timeout`` is hung), STOPPING=1.
-- ``lakefs-mirror check-config --config FILE``: validate a configuration and print it with secrets
-  masked.
+  while the loop is live (a pass running longer than ``pass_timeout_seconds``, or ``--pass-timeout``
+  when given, is hung), STOPPING=1.
+- ``lakefs-mirror check-config --config FILE``: report EVERY problem at once, one per line on
+  stderr, each naming its key path (schema problems, exit 9; and what would stop the start-up: a
+  SQLite directory missing, ``state_dir`` not creatable, exit 16 when nothing else is wrong); a
+  valid configuration is printed as JSON with secrets masked (URLs keep all but their password) and
+  paths shown.
 
 Exit codes: 0 success; 1 a ``--once`` pass failed; 9 a configuration error (bad value, unknown key:
-systemd must not restart); 16 a start-up error naming the key (``listen`` port in use,
+every problem listed; systemd must not restart); 16 a start-up error naming the key (``listen`` port in use,
 ``state_dir`` not creatable, a SQLite ``mirrors_db_url`` or ``regions.<name>.kv_url`` whose
 directory does not exist); 64 usage; 130 Ctrl-C during start-up (``aborted``). Each is one line on
 stderr, never a traceback.
@@ -29,10 +33,11 @@ import click
 
 from lakefs_core import __version__
 from lakefs_core.cli import run
-from lakefs_core.daemon import DEFAULT_PASS_TIMEOUT, DaemonLoop
+from lakefs_core.config import display, format_problems
+from lakefs_core.daemon import DaemonLoop
 from lakefs_core.logfmt import LOG_FORMATS, configure_logging
 from lakefs_core.systemd import Notifier, run_notified
-from lakefs_mirror.config import MirrorConfig, load_mirror_config
+from lakefs_mirror.config import MirrorConfig, inspect_mirror_config, load_mirror_config
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -45,7 +50,12 @@ def _load(config: Path | None) -> MirrorConfig:
     return load_mirror_config(config, dict(os.environ))
 
 
-async def _run(config: MirrorConfig, once: bool, pass_timeout: float) -> int:
+def pass_timeout_of(config: MirrorConfig, flag: float | None) -> float:
+    """The ``--pass-timeout`` flag (or its env variable) when given, else ``pass_timeout_seconds``."""
+    return config.pass_timeout_seconds if flag is None else flag
+
+
+async def _run(config: MirrorConfig, once: bool, pass_timeout: float | None) -> int:
     from lakefs_mirror.service import MirrorService
 
     service = await MirrorService.open(config)
@@ -56,7 +66,7 @@ async def _run(config: MirrorConfig, once: bool, pass_timeout: float) -> int:
             interval=config.poll_interval_seconds,
             max_backoff=max(60.0, config.poll_interval_seconds),
             on_result=service.metrics.consecutive_errors.set,
-            pass_timeout=pass_timeout,
+            pass_timeout=pass_timeout_of(config, pass_timeout),
             # the backoff after failed passes can exceed the interval: never read it as a hang
             grace=max(60.0, config.poll_interval_seconds) + 1.0,
         )
@@ -90,12 +100,12 @@ CONFIG_OPTION = click.option(
 @click.option(
     "--pass-timeout",
     type=click.FloatRange(min=0, min_open=True),
-    default=DEFAULT_PASS_TIMEOUT,
+    default=None,
     envvar="LAKEFS_MIRROR_PASS_TIMEOUT",
-    show_default=True,
-    help="Seconds after which a running pass counts as hung (/_health 503, systemd watchdog unfed).",
+    help="Seconds after which a running pass counts as hung (/_health 503, systemd watchdog unfed); "
+    "overrides the pass_timeout_seconds key (default 900).",
 )
-def run_cmd(config_path: Path | None, once: bool, log_format: str, pass_timeout: float) -> None:
+def run_cmd(config_path: Path | None, once: bool, log_format: str, pass_timeout: float | None) -> None:
     """Run this region's mirroring daemon."""
     config = _load(config_path)
     configure_logging(config.log_level, log_format)
@@ -111,9 +121,15 @@ def run_cmd(config_path: Path | None, once: bool, log_format: str, pass_timeout:
 @cli.command("check-config")
 @CONFIG_OPTION
 def check_config_cmd(config_path: Path | None) -> None:
-    """Validate a configuration file (plus environment overrides) and print it, secrets masked."""
-    config = _load(config_path)
-    click.echo(json.dumps(json.loads(config.model_dump_json()), indent=2, sort_keys=True))
+    """Report every problem of a configuration (file plus environment), or print it, secrets masked."""
+    report = inspect_mirror_config(config_path, dict(os.environ))
+    problems = report.problems + report.startup_problems
+    if problems:
+        where = f" in {config_path}" if config_path is not None else ""
+        click.echo(f"lakefs-mirror: {len(problems)} configuration problem(s){where}:", err=True)
+        click.echo(format_problems(problems), err=True)
+        raise click.exceptions.Exit(report.exit_code)
+    click.echo(json.dumps(display(report.config), indent=2, sort_keys=True))
 
 
 def main(argv: Sequence[str] | None = None) -> int:

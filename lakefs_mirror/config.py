@@ -7,12 +7,13 @@ environment as ``LAKEFS_MIRROR__REGION=eu-central-1``). Keys::
     regions:                          # every region taking part, by name (lower case a-z, 0-9, '-')
       us-east-1:
         kv_url: dynamodb://lakefs?region=us-east-1      # the region's lakeFS KV store (open_kv URL)
-        object_store:                 # how to reach the region's S3 (all optional)
-          endpoint_url: null          # e.g. http://127.0.0.1:9000 for MinIO / moto
-          region: us-east-1
+        object_store:                 # how to reach the region's S3 (all optional; the shared
+          endpoint_url: null          # schema lakefs_core.settings.S3Config, also the CLI's ``s3``)
+          region: us-east-1           # e.g. endpoint_url: http://127.0.0.1:9000 for MinIO / moto
           credentials: {source: env}  # env (botocore default chain) | static | profile
           #   {source: static, access_key_id: AKIA..., secret_access_key: ..., session_token: ...}
           #   {source: profile, profile: mirror}
+          # addressing_style, max_attempts, connect_timeout, read_timeout, multipart_*: see S3Config
         local_roots: []               # local directories holding this region's local:// namespaces
     mirrors_db_url: postgresql+asyncpg://user:pw@host/mirrors  # shared by ALL regions
     listen: 127.0.0.1:8008            # host:port of the HTTP API ([::1]:8008 for IPv6)
@@ -28,6 +29,9 @@ environment as ``LAKEFS_MIRROR__REGION=eu-central-1``). Keys::
     presence_cache_entries: 1000000   # object-presence cache size (entries)
     table_cache_bytes: 536870912      # range/metarange cache size (bytes)
     table_max_block_bytes: 67108864   # largest table block accepted from any file (hostile-file bound)
+    temp_sweep_grace_seconds: 3600    # leftover temp files of local namespaces older than this are swept
+    pass_timeout_seconds: 900         # a pass running longer is hung (/_health 503, watchdog unfed);
+                                      # ``lakefs-mirror run --pass-timeout`` overrides it
     state_dir: null                   # local directory for persisted caches (null: memory only)
     log_level: INFO
 
@@ -37,8 +41,10 @@ segment addresses a list item, so secrets can stay out of the file:
 ``LAKEFS_MIRROR__ACCESS_KEYS__0__SECRET_ACCESS_KEY=...``. An override may not add a list item
 beyond the end + 1.
 
-Validation errors are :class:`~lakefs_core.errors.BadInputError` whose ``field`` is the exact key path
-in the file (``regions.us-east-1.object_store.credentials.secret_access_key``). Secrets
+Validation reports every problem at once (:class:`~lakefs_core.errors.ConfigError`, exit 9), each
+naming the exact key path in the file (``regions.us-east-1.object_store.credentials.secret_access_key``);
+``lakefs-mirror check-config`` adds what would stop the start-up (a SQLite directory missing,
+``state_dir`` not creatable: :func:`startup_problems`, exit 16 from ``run``). Secrets
 (``secret_access_key``, ``session_token``, ``mirrors_db_url``, ``kv_url``) are pydantic
 :class:`~pydantic.SecretStr`: never shown by ``repr``/``str`` and never repeated in error messages.
 The two SQL URLs are kept secret because they may carry a password; ``mirrors_db_url_display`` shows
@@ -52,27 +58,43 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, Field, SecretStr, ValidationInfo, field_validator
+from pydantic import Field, SecretStr, ValidationInfo, field_validator
 from sqlalchemy.engine import make_url
 
 from lakefs_core.block.s3_settings import S3Settings
-from lakefs_core.config import StrictModel, load_config
+from lakefs_core.config import ConfigReport, Problem, StrictModel, inspect_config, load_config
+from lakefs_core.daemon import DEFAULT_PASS_TIMEOUT
 from lakefs_core.errors import BadInputError
 from lakefs_core.format.sstable.footer import DEFAULT_MAX_BLOCK_BYTES
 from lakefs_core.redact import redact_url
+from lakefs_core.settings import (
+    DEFAULT_TEMP_SWEEP_GRACE_SECONDS,
+    CoreSettings,
+    Credentials,
+    EnvCredentials,
+    NonEmptySecret,
+    ProfileCredentials,
+    S3Config,
+    StaticCredentials,
+    directory_problem,
+    sqlite_dir_problem,
+)
 from lakefs_core.sqlengine import normalize_sql_url
 
 __all__ = [
     "ENV_PREFIX",
     "AccessKey",
+    "Credentials",
     "EnvCredentials",
     "MirrorConfig",
     "ObjectStoreConfig",
     "ProfileCredentials",
     "RegionConfig",
     "StaticCredentials",
+    "inspect_mirror_config",
     "load_mirror_config",
     "normalize_db_url",
+    "startup_problems",
 ]
 
 ENV_PREFIX = "LAKEFS_MIRROR"
@@ -91,65 +113,15 @@ def normalize_db_url(url: str) -> str:
     return normalize_sql_url(url).render_as_string(hide_password=False)
 
 
-def _non_empty_secret(value: SecretStr) -> SecretStr:
-    if not value.get_secret_value():
-        raise ValueError("must not be empty")
-    return value
-
-
-NonEmptySecret = Annotated[SecretStr, AfterValidator(_non_empty_secret)]
-
-
-class EnvCredentials(StrictModel):
-    """Credentials from botocore's default chain (environment, shared files, instance/task role)."""
-
-    source: Literal["env"] = "env"
-
-
-class StaticCredentials(StrictModel):
-    """An access key written in the configuration (or, better, injected through the environment)."""
-
-    source: Literal["static"]
-    access_key_id: str = Field(min_length=1)
-    secret_access_key: NonEmptySecret
-    session_token: SecretStr | None = None
-
-
-class ProfileCredentials(StrictModel):
-    """A named profile of the shared AWS config/credentials files."""
-
-    source: Literal["profile"]
-    profile: str = Field(min_length=1)
-
-
-Credentials = Annotated[
-    EnvCredentials | StaticCredentials | ProfileCredentials, Field(discriminator="source")
-]
-
-
-class ObjectStoreConfig(StrictModel):
-    """How to reach one region's S3 (or S3-compatible) object store."""
-
-    endpoint_url: str | None = None
-    region: str | None = None
-    credentials: Credentials = EnvCredentials()
-
-    @field_validator("endpoint_url")
-    @classmethod
-    def _endpoint(cls, value: str | None) -> str | None:
-        if value is not None and not re.fullmatch(r"https?://[!-.0-~]+(/[!-~]*)?", value):
-            raise ValueError("must be an http:// or https:// URL")
-        if value is not None and redact_url(value) != value:
-            # Shown as-is by check-config, reprs and connection errors: credentials go in ``credentials``.
-            raise ValueError("must not carry credentials (user:password@); use credentials instead")
-        return value
+# One S3 schema for every entry point (the CLI's ``s3`` section is the same model).
+ObjectStoreConfig = S3Config
 
 
 class RegionConfig(StrictModel):
     """One region taking part in mirroring."""
 
     kv_url: SecretStr
-    object_store: ObjectStoreConfig = ObjectStoreConfig()
+    object_store: S3Config = S3Config()
     local_roots: list[Path] = Field(default_factory=list)
 
     @field_validator("kv_url")
@@ -202,6 +174,8 @@ class MirrorConfig(StrictModel):
     presence_cache_entries: int = Field(default=1_000_000, ge=0)
     table_cache_bytes: int = Field(default=512 * 1024 * 1024, ge=0)
     table_max_block_bytes: int = Field(default=DEFAULT_MAX_BLOCK_BYTES, ge=1 << 20, le=1 << 31)
+    temp_sweep_grace_seconds: NonNegativeSeconds = DEFAULT_TEMP_SWEEP_GRACE_SECONDS
+    pass_timeout_seconds: PositiveSeconds = DEFAULT_PASS_TIMEOUT
     state_dir: Path | None = None
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
 
@@ -273,54 +247,22 @@ class MirrorConfig(StrictModel):
             raise BadInputError(f"region {region!r} is not configured", field="region") from None
 
     def s3_settings(self, region: str | None = None) -> S3Settings:
-        """The :class:`S3Settings` reaching ``region``'s object store (default: this daemon's region).
-
-        Static credentials are passed as they are; ``env`` leaves them to botocore's default chain;
-        ``profile`` credentials are resolved here, once, from the shared AWS files (so temporary
-        credentials of an assume-role profile are not refreshed: restart, or prefer ``env``).
-        """
+        """The :class:`S3Settings` reaching ``region``'s object store (default: this daemon's region);
+        see :meth:`lakefs_core.settings.S3Config.settings` (profile credentials resolve here)."""
         name = self.region if region is None else region
-        store = self.region_config(name).object_store
-        creds = store.credentials
-        access_key_id: str | None = None
-        secret: str | None = None
-        token: str | None = None
-        if isinstance(creds, StaticCredentials):
-            access_key_id = creds.access_key_id
-            secret = creds.secret_access_key.get_secret_value()
-            token = creds.session_token.get_secret_value() if creds.session_token is not None else None
-        elif isinstance(creds, ProfileCredentials):
-            access_key_id, secret, token = _profile_credentials(
-                creds.profile, f"regions.{name}.object_store.credentials.profile"
-            )
-        return S3Settings(
-            region=store.region,
-            endpoint_url=store.endpoint_url,
-            access_key_id=access_key_id,
-            secret_access_key=secret,
-            session_token=token,
+        return self.region_config(name).object_store.settings(f"regions.{name}.object_store")
+
+    def core_settings(self, region: str | None = None) -> CoreSettings:
+        """What :func:`lakefs_core.wiring.open_core` takes to open ``region``'s core."""
+        name = self.region if region is None else region
+        conf = self.region_config(name)
+        return CoreSettings(
+            kv_url=conf.kv_url,
+            s3=conf.object_store,
+            table_cache_bytes=max(self.table_cache_bytes, 1 << 20),
+            table_max_block_bytes=self.table_max_block_bytes,
+            temp_sweep_grace_seconds=self.temp_sweep_grace_seconds,
         )
-
-
-def _profile_credentials(profile: str, field: str) -> tuple[str, str, str | None]:
-    import botocore.exceptions
-    import botocore.session
-
-    try:
-        session = botocore.session.Session(profile=profile)
-        found = session.get_credentials()
-    except botocore.exceptions.ProfileNotFound:
-        raise BadInputError("no such AWS profile", field=field) from None
-    except botocore.exceptions.BotoCoreError as e:
-        raise BadInputError(
-            f"cannot resolve the AWS profile's credentials ({type(e).__name__})", field=field
-        ) from None
-    if found is None:
-        raise BadInputError("the AWS profile has no credentials", field=field)
-    frozen = found.get_frozen_credentials()
-    if not frozen.access_key or not frozen.secret_key:
-        raise BadInputError("the AWS profile has no credentials", field=field)
-    return frozen.access_key, frozen.secret_key, frozen.token
 
 
 # -- loading ----------------------------------------------------------------------------------------
@@ -330,14 +272,65 @@ def load_mirror_config(path: Path | str | None, env: Mapping[str, str] | None = 
     """Load ``path`` (YAML; ``None``: nothing), apply ``LAKEFS_MIRROR__...`` overrides from ``env``.
 
     ``env`` is usually ``os.environ``; ``None`` applies no overrides. Raises
-    :class:`~lakefs_core.errors.BadInputError` naming the exact key path of the first problem.
+    :class:`~lakefs_core.errors.ConfigError` naming the exact key path of every problem.
     """
     return load_config(
         MirrorConfig,
         Path(path) if path is not None else None,
         env=env,
         env_prefix=ENV_PREFIX,
-        free_mappings=frozenset({("regions",)}),
+        free_mappings=_FREE,
+    )
+
+
+_FREE = frozenset({("regions",)})
+
+
+def startup_problems(data: Mapping[str, Any]) -> list[Problem]:
+    """What would stop a daemon starting with this (raw or dumped) configuration, checked without
+    creating anything: a SQLite ``regions.<name>.kv_url`` / ``mirrors_db_url`` whose directory does
+    not exist, a ``state_dir`` that cannot be created. Values of the wrong type are skipped (the
+    schema reports them)."""
+    problems: list[Problem] = []
+    regions = data.get("regions")
+    urls: list[tuple[str, Any]] = []
+    if isinstance(regions, Mapping):
+        urls += [
+            (f"regions.{n}.kv_url", r.get("kv_url")) for n, r in regions.items() if isinstance(r, Mapping)
+        ]
+    urls.append(("mirrors_db_url", data.get("mirrors_db_url")))
+    for key, url in urls:
+        text = url.get_secret_value() if isinstance(url, SecretStr) else url
+        problem = sqlite_dir_problem(text) if isinstance(text, str) else None
+        if problem is not None:
+            problems.append((key, problem))
+    state = data.get("state_dir")
+    if isinstance(state, (str, Path)) and str(state):
+        problem = directory_problem(Path(state))
+        if problem is not None:
+            problems.append(("state_dir", problem))
+    return problems
+
+
+def config_startup_problems(config: MirrorConfig) -> list[Problem]:
+    """:func:`startup_problems` of a validated configuration."""
+    data: dict[str, Any] = {
+        "regions": {n: {"kv_url": r.kv_url} for n, r in config.regions.items()},
+        "mirrors_db_url": config.mirrors_db_url,
+        "state_dir": config.state_dir,
+    }
+    return startup_problems(data)
+
+
+def inspect_mirror_config(path: Path | str | None, env: Mapping[str, str] | None) -> ConfigReport:
+    """Every problem of a configuration (schema and start-up) at once, for ``check-config``."""
+    return inspect_config(
+        MirrorConfig,
+        Path(path) if path is not None else None,
+        env=env,
+        env_prefix=ENV_PREFIX,
+        free_mappings=_FREE,
+        environment_checks=startup_problems,
     )
 
 

@@ -12,6 +12,8 @@ normalised. Tables are created on demand (:meth:`MirrorsDB.open`)::
                   candidate, missing_objects, missing_ranges, external_objects, lag_seconds,
                   last_promotion_at, last_checked_at, last_error, PK(mirror_id, kind, branch))
     leases(region PK, holder, expires_at)
+    mirror_gc_applied(mirror_id FK -> mirrors ON DELETE CASCADE, run_id, applied_at,
+                      PK(mirror_id, run_id))   -- source GC sweeps applied (lakefs_mirror.gc_apply)
 
 ``UNIQUE(region, name)`` means two mirrors can never target the same destination repository, and
 :meth:`MirrorsDB.create_mirror` refuses a storage namespace equal to, inside or enclosing another
@@ -22,17 +24,13 @@ need an ``ALTER TABLE`` migration of existing databases; the serialised check co
 are stored as integer microseconds since the Unix epoch (exact round trips, no time-zone handling
 differences between the two databases) and returned as aware UTC :class:`~datetime.datetime`.
 
-Atomicity: every write is ONE transaction whose first statement is a write (so SQLite never has to
-upgrade a read lock, which could fail at once under contention). The lease operations are single
-conditional statements:
-
-- :meth:`MirrorsDB.try_acquire`: ``INSERT ... ON CONFLICT (region) DO UPDATE ... WHERE the lease
-  expired OR is already ours RETURNING holder``. Under PostgreSQL a racing insert blocks on the
-  conflicting row and re-evaluates the ``WHERE`` on its new version; SQLite serialises writers. So at
-  most one contender holds a region's lease at any instant, and an expired lease can be taken over.
-- :meth:`MirrorsDB.renew`: ``UPDATE ... WHERE holder = me AND expires_at > now`` (a lapsed lease is
-  not silently revived: re-acquire it).
-- :meth:`MirrorsDB.release`: ``DELETE ... WHERE holder = me``.
+Atomicity: every write is ONE transaction (:func:`lakefs_core.sqlengine.run_transaction`) whose first
+statement is a write (so SQLite never has to upgrade a read lock, which could fail at once under
+contention). The region leases are :class:`lakefs_core.lease.SQLLease` over the ``leases`` table
+(:meth:`MirrorsDB.region_lease`; :meth:`MirrorsDB.try_acquire`, :meth:`MirrorsDB.renew`,
+:meth:`MirrorsDB.release` and :meth:`MirrorsDB.lease` delegate to it): single conditional
+statements, so at most one contender holds a region's lease at any instant, an expired lease can be
+taken over, and a lapsed lease is not silently revived by a renew.
 
 Errors: unique violations become :class:`~lakefs_core.errors.ConflictError` naming the field,
 missing rows :class:`~lakefs_core.errors.NotFoundError`, a stale ``expected_version``
@@ -44,16 +42,15 @@ missing rows :class:`~lakefs_core.errors.NotFoundError`, a stale ``expected_vers
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from datetime import datetime
 from typing import Any, TypeVar
 
-from sqlalchemy import Table, and_, delete, func, or_, select, text, update
+from sqlalchemy import Table, and_, delete, func, select, text, update
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
-from sqlalchemy.exc import IntegrityError, SQLAlchemyError
+from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from sqlalchemy.schema import CreateTable
 
@@ -66,11 +63,18 @@ from lakefs_core.errors import (
     TransientError,
     UnreachableError,
 )
-from lakefs_core.keys import StorageNamespace
-from lakefs_core.sqlengine import create_sql_engine, db_reason, normalize_sql_url, translate_db_error
+from lakefs_core.lease import DEFAULT_TTL, SQLLease
+from lakefs_core.repos.graveler import StorageNamespace
+from lakefs_core.sqlengine import (
+    create_sql_engine,
+    db_reason,
+    normalize_sql_url,
+    run_transaction,
+    translate_db_error,
+)
 from lakefs_mirror.db_schema import (
     MAX_REF_NAME,
-    from_us,
+    gc_applied_table,
     leases_table,
     mirror_from_row,
     mirrors_table,
@@ -240,27 +244,14 @@ class MirrorsDB:
         on_integrity: Callable[[IntegrityError], LakeFSError] | None = None,
     ) -> T:
         """Run ``fn`` in one transaction on a fresh pooled connection, translating errors."""
+        self._check_open()
+        return await run_transaction(
+            self._engine, fn, write=write, translate=self._translate, on_integrity=on_integrity
+        )
+
+    def _check_open(self) -> None:
         if self._closed:
             raise LakeFSError("the mirrors database is closed")
-        conn = self._engine.connect()
-        try:
-            await conn.start()
-        except (SQLAlchemyError, OSError, TimeoutError) as e:
-            raise self._translate(e, connecting=True, write=write) from e
-        try:
-            async with conn.begin():
-                return await fn(conn)
-        except LakeFSError:
-            raise
-        except IntegrityError as e:
-            if on_integrity is not None:
-                raise on_integrity(e) from e
-            raise self._translate(e, connecting=False, write=write) from e
-        except (SQLAlchemyError, OSError, TimeoutError) as e:
-            raise self._translate(e, connecting=False, write=write) from e
-        finally:
-            with contextlib.suppress(SQLAlchemyError, OSError, TimeoutError):
-                await conn.close()
 
     def _insert(self, table: Table) -> Any:
         return pg_insert(table) if self._dialect == "postgresql" else sqlite_insert(table)
@@ -607,73 +598,96 @@ class MirrorsDB:
         return await self._run(op, write=False)
 
     # -- leases -------------------------------------------------------------------------------------
+    #
+    # Thin delegates to lakefs_core.lease.SQLLease over the ``leases`` table (keyed by region).
+
+    def region_lease(
+        self, region: str, holder: str, ttl: float = DEFAULT_TTL, *, extra: Mapping[str, str] | None = None
+    ) -> SQLLease:
+        """The lease of ``region``'s mirroring, as contender ``holder`` (keep one per daemon: it
+        remembers whether it held the lease, for the lifecycle logs)."""
+        where = f"mirrors database {self._display}"
+        return SQLLease(self._engine, leases_table, region, holder, ttl, where=where, extra=extra)
 
     async def try_acquire(
         self, region: str, holder: str, ttl: float, now: datetime | float | None = None
     ) -> bool:
-        """Take (or extend) the lease of ``region`` for ``holder`` until ``now + ttl``.
-
-        True when ``holder`` now holds it: the lease was free, expired (``expires_at <= now``) or
-        already ``holder``'s. One conditional statement, so racing contenders never both win.
-        """
-        check_text(region, "region", 63)
-        check_text(holder, "holder", 256)
-        if not ttl > 0:
-            raise BadInputError("must be > 0", field="ttl")
-        at = now_us(now)
-        expires = at + round(ttl * 1_000_000)
-        t = leases_table
-        ins = self._insert(t).values(region=region, holder=holder, expires_at=expires)
-        stmt = ins.on_conflict_do_update(
-            index_elements=[t.c.region],
-            set_={"holder": ins.excluded.holder, "expires_at": ins.excluded.expires_at},
-            where=or_(t.c.expires_at <= at, t.c.holder == holder),
-        ).returning(t.c.holder)
-
-        async def op(conn: AsyncConnection) -> bool:
-            got = (await conn.execute(stmt)).scalar_one_or_none()
-            return got == holder
-
-        return await self._run(op, write=True)
+        """Take (or extend) the lease of ``region`` for ``holder`` until ``now + ttl``
+        (:meth:`lakefs_core.lease.SQLLease.try_acquire`)."""
+        self._check_open()
+        return await self.region_lease(region, holder, ttl).try_acquire(now)
 
     async def renew(self, region: str, holder: str, ttl: float, now: datetime | float | None = None) -> bool:
         """Extend ``holder``'s unexpired lease to ``now + ttl``; False when it is not (any longer) held."""
-        if not ttl > 0:
-            raise BadInputError("must be > 0", field="ttl")
-        at = now_us(now)
-        t = leases_table
-        stmt = (
-            update(t)
-            .where(t.c.region == region, t.c.holder == holder, t.c.expires_at > at)
-            .values(expires_at=at + round(ttl * 1_000_000))
-        )
-
-        async def op(conn: AsyncConnection) -> int:
-            return int((await conn.execute(stmt)).rowcount)
-
-        return await self._run(op, write=True) == 1
+        self._check_open()
+        return await self.region_lease(region, holder, ttl).renew(now)
 
     async def release(self, region: str, holder: str) -> bool:
         """Give the lease up (only ``holder``'s own); True when it was released."""
-        t = leases_table
-        stmt = delete(t).where(t.c.region == region, t.c.holder == holder)
-
-        async def op(conn: AsyncConnection) -> int:
-            return int((await conn.execute(stmt)).rowcount)
-
-        return await self._run(op, write=True) == 1
+        self._check_open()
+        return await self.region_lease(region, holder).release()
 
     async def lease(self, region: str) -> Lease | None:
         """The lease row of ``region`` (possibly expired), or None."""
-        t = leases_table
-        stmt = select(t).where(t.c.region == region)
+        self._check_open()
+        # Any holder id reads the row; "-" is never written (reads write nothing).
+        state = await self.region_lease(region, "-").current()
+        if state is None:
+            return None
+        return Lease(region=state.name, holder=state.holder, expires_at=state.expires_at)
 
-        async def op(conn: AsyncConnection) -> Lease | None:
-            row = (await conn.execute(stmt)).mappings().first()
-            if row is None:
-                return None
-            expires = from_us(row["expires_at"])
-            assert expires is not None
-            return Lease(region=row["region"], holder=row["holder"], expires_at=expires)
+    # -- retention GC ---------------------------------------------------------------------------------
+
+    async def pinned_commits(self, source_repo: str, *, source_region: str | None = None) -> set[str]:
+        """Every non-empty ``mirror_head`` and ``candidate`` of the mirrors of ``source_repo`` (in
+        every destination region; only those whose source is in ``source_region`` when given), paused
+        mirrors included: retention GC on the source treats them as branch heads (gc.md §3d).
+        Values are returned as stored; the caller checks them."""
+        m, s = mirrors_table, status_table
+        stmt = (
+            select(s.c.mirror_head, s.c.candidate)
+            .select_from(s.join(m, m.c.id == s.c.mirror_id))
+            .where(m.c.source_repo == source_repo)
+        )
+        if source_region is not None:
+            stmt = stmt.where(m.c.source_region == source_region)
+
+        async def op(conn: AsyncConnection) -> set[str]:
+            out: set[str] = set()
+            for head, candidate in (await conn.execute(stmt)).all():
+                out.update(v for v in (head, candidate) if v)
+            return out
+
+        return await self._run(op, write=False)
+
+    async def set_gc_applied(
+        self, mirror_id: str, run_id: str, *, now: datetime | float | None = None
+    ) -> None:
+        """Record that source GC run ``run_id`` was applied to mirror ``mirror_id``'s namespace
+        (:mod:`lakefs_mirror.gc_apply`). Idempotent; :class:`NotFoundError` if the mirror is gone."""
+        check_text(mirror_id, "mirror_id", 64)
+        check_text(run_id, "run_id", 128)
+        t = gc_applied_table
+        stmt = (
+            self._insert(t)
+            .values(mirror_id=mirror_id, run_id=run_id, applied_at=now_us(now))
+            .on_conflict_do_nothing(index_elements=[t.c.mirror_id, t.c.run_id])
+        )
+
+        async def op(conn: AsyncConnection) -> None:
+            await conn.execute(stmt)
+
+        def gone(e: IntegrityError) -> LakeFSError:
+            return NotFoundError(f"mirror {mirror_id} not found")
+
+        await self._run(op, write=True, on_integrity=gone)
+
+    async def gc_applied_runs(self, mirror_id: str) -> set[str]:
+        """The source GC runs already applied to mirror ``mirror_id`` (see :meth:`set_gc_applied`)."""
+        t = gc_applied_table
+        stmt = select(t.c.run_id).where(t.c.mirror_id == mirror_id)
+
+        async def op(conn: AsyncConnection) -> set[str]:
+            return {str(r) for (r,) in (await conn.execute(stmt)).all()}
 
         return await self._run(op, write=False)

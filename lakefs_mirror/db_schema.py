@@ -1,6 +1,6 @@
 """The tables of the mirrors database and how records map to their rows.
 
-Defines the SQLAlchemy tables ``mirrors``, ``mirror_status`` and ``leases`` (layout in
+Defines the SQLAlchemy tables ``mirrors``, ``mirror_status``, ``leases`` and ``mirror_gc_applied`` (layout in
 :mod:`lakefs_mirror.db`) on :data:`schema_meta`, the time encoding of their columns (integer
 microseconds since the Unix epoch, read back as aware UTC :class:`~datetime.datetime`), and the
 conversion of result rows to :mod:`lakefs_mirror.records`. Queries and transactions are
@@ -82,6 +82,18 @@ leases_table = Table(
     Column("region", String(63), primary_key=True),
     Column("holder", String(256), nullable=False),
     Column("expires_at", BigInteger, nullable=False),
+)
+
+# Source GC sweeps a mirror has applied to its own namespace (lakefs_mirror.gc_apply): one row per
+# (mirror, source run), so a sweep finished out of run order is still applied once. A new table (not
+# a column) so existing databases gain it through CREATE TABLE IF NOT EXISTS, without a migration.
+gc_applied_table = Table(
+    "mirror_gc_applied",
+    schema_meta,
+    Column("mirror_id", String(64), ForeignKey("mirrors.id", ondelete="CASCADE"), nullable=False),
+    Column("run_id", String(128), nullable=False),
+    Column("applied_at", BigInteger, nullable=False),
+    PrimaryKeyConstraint("mirror_id", "run_id", name="mirror_gc_applied_pkey"),
 )
 
 

@@ -24,11 +24,10 @@ import time
 from pathlib import Path
 
 import yaml
+from pydantic import SecretStr
 
-from lakefs_core.kv import open_kv
-from lakefs_core.repos.graveler import Graveler
-from lakefs_core.repos.objects import Objects
-from lakefs_core.repos.stores import StoreRegistry
+from lakefs_core.settings import CoreSettings
+from lakefs_core.wiring import open_core
 
 KEY, SECRET = "demo-access-key", "demo-secret-key"
 API = "/service/replication/v1/repositories"
@@ -100,11 +99,14 @@ def wait_healthy(port: int, proc: subprocess.Popen[bytes], timeout: float = 30) 
     raise SystemExit(f"daemon on port {port} did not become healthy")
 
 
+def region_core(root: Path, region: str) -> CoreSettings:
+    """The core settings of ``region`` of the demo (what ``lakefs-core`` with that KV would open)."""
+    return CoreSettings(kv_url=SecretStr(f"sqlite:///{root / region / 'kv.sqlite3'}"))
+
+
 async def workload(root: Path, step: int) -> str:
-    kv = await open_kv(f"sqlite:///{root / 'us-east' / 'kv.sqlite3'}")
-    g = Graveler(kv, StoreRegistry())
-    objects = Objects(g)
-    try:
+    async with await open_core(region_core(root, "us-east")) as core:
+        g, objects = core.graveler, core.objects
         if step == 0:
             await g.create_repository("origin", f"local://{root / 'us-east' / 'storage' / 'origin'}")
             return ""
@@ -118,22 +120,13 @@ async def workload(root: Path, step: int) -> str:
             await objects.delete("origin", "main", "events/day=5.csv")
             commit = await g.commit("origin", "main", committer="demo", message="fix day 3, drop day 5")
         return commit.id
-    finally:
-        await g.stores.close()
-        await kv.close()
 
 
 async def read_mirror(root: Path) -> tuple[list[str], str]:
-    kv = await open_kv(f"sqlite:///{root / 'eu-west' / 'kv.sqlite3'}")
-    g = Graveler(kv, StoreRegistry())
-    try:
-        objects = Objects(g)
-        page = await objects.list("origin-mirror", "main", prefix="events/")
-        day3 = (await objects.read_all("origin-mirror", "main", "events/day=3.csv")).decode().strip()
+    async with await open_core(region_core(root, "eu-west")) as core:
+        page = await core.objects.list("origin-mirror", "main", prefix="events/")
+        day3 = (await core.objects.read_all("origin-mirror", "main", "events/day=3.csv")).decode().strip()
         return [o.path for o in page.objects], day3
-    finally:
-        await g.stores.close()
-        await kv.close()
 
 
 def wait_for_head(url: str, head: str, timeout: float = 60) -> dict[str, object]:

@@ -42,7 +42,7 @@ import random
 import time
 import uuid
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
 from lakefs_core.block import copy_object
@@ -53,11 +53,10 @@ from lakefs_core.errors import (
     NotFoundError,
     PreconditionFailedError,
 )
-from lakefs_core.keys import StorageNamespace
-from lakefs_core.refs import kvkeys
-from lakefs_core.refs.model import Branch, Commit, Repository, Tag
-from lakefs_core.repos.graveler import Graveler
+from lakefs_core.lease import Lease
+from lakefs_core.repos.graveler import Commit, Graveler, Repository, StorageNamespace
 from lakefs_mirror.db import MirrorRecord, MirrorsDB, StatusKind, StatusRow
+from lakefs_mirror.gc_apply import apply_source_sweeps
 from lakefs_mirror.metrics import MirrorMetrics
 from lakefs_mirror.presence import PresenceCache, namespace_key
 from lakefs_mirror.validate import ValidationResult, Validator
@@ -177,6 +176,9 @@ class MirrorEngine:
         self.settings = settings or EngineSettings()
         self.holder = holder or f"{uuid.uuid4().hex[:12]}"
         self.clock = clock
+        # One contender object for the daemon's life: it remembers whether it held the lease, so
+        # acquired / lost / handed over are logged once each.
+        self.lease: Lease = db.region_lease(region, self.holder, self.settings.lease_ttl_seconds)
         # Active mode, per (mirror, ref): the candidate metarange being healed and since when it has
         # been incomplete, and since when each of its keys has been seen missing (only keys still
         # missing are kept, so keys that replication delivered do not accumulate).
@@ -190,12 +192,13 @@ class MirrorEngine:
             self.settings.error_cooldown_seconds, self.settings.error_cooldown_max_seconds, clock=monotonic
         )
         self._failures: dict[str, int] = {}  # mirror id -> consecutive unhealthy passes
+        self._known: dict[str, MirrorRecord] = {}  # mirror id -> as last seen (lifecycle logs)
 
     # -- the pass -------------------------------------------------------------------------------
 
     async def step(self) -> PassReport:
         now = self.clock()
-        if not await self.db.try_acquire(self.region, self.holder, self.settings.lease_ttl_seconds, now):
+        if not await self.lease.try_acquire(now):
             self.metrics.lease_held.set(0)
             self._drop_deleted(await self.db.mirrors_for_region(self.region))
             return PassReport(active=False)
@@ -205,11 +208,19 @@ class MirrorEngine:
         self._drop_deleted(mirrors)
         for mirror in mirrors:
             self.metrics.known_mirror(mirror.name, mirror.id, mirror.source_repo, mirror.source_region)
+            self._note_lifecycle(mirror)
             if mirror.paused:
                 continue
             report.mirrors += 1
             self._count_health(mirror, await self._mirror_pass(mirror, report))
         self.metrics.last_pass.set(time.time())
+        log.debug(
+            "pass: %d mirrors, %d promotions, %d commits copied, %d errors",
+            report.mirrors,
+            report.promotions,
+            report.commits_copied,
+            len(report.errors),
+        )
         stats = self.presence.stats
         self.metrics.cache_hits.inc(max(0, stats.hits - self._seen_hits))
         self.metrics.cache_misses.inc(max(0, stats.misses - self._seen_misses))
@@ -237,12 +248,35 @@ class MirrorEngine:
         self._failures[mirror.id] = failures
         self.metrics.consecutive_failures.labels(self.region, mirror.name).set(failures)
 
+    def _note_lifecycle(self, mirror: MirrorRecord) -> None:
+        """INFO when this daemon first works on a mirror, and when it sees it paused or resumed."""
+        before = self._known.get(mirror.id)
+        extra = {"mirror": mirror.name, "repository": mirror.source_repo}
+        if before is None:
+            state = " (paused)" if mirror.paused else ""
+            log.info(
+                "mirror %s of %s/%s active%s",
+                mirror.name,
+                mirror.source_region,
+                mirror.source_repo,
+                state,
+                extra=extra,
+            )
+        elif before.paused != mirror.paused:
+            log.info("mirror %s %s", mirror.name, "paused" if mirror.paused else "resumed", extra=extra)
+        self._known[mirror.id] = mirror
+
     def _drop_deleted(self, mirrors: list[MirrorRecord]) -> None:
         """Forget the series and per-mirror state of mirrors no longer in the database."""
+        ids = {m.id for m in mirrors}
+        for mirror_id in set(self._known) - ids:
+            gone = self._known.pop(mirror_id)
+            log.info(
+                "mirror %s deleted", gone.name, extra={"mirror": gone.name, "repository": gone.source_repo}
+            )
         names = {m.name for m in mirrors}
         for name in self.metrics.known_mirrors() - names:
             self.metrics.forget_mirror(name)
-        ids = {m.id for m in mirrors}
         for mirror_id in set(self._failures) - ids:
             del self._failures[mirror_id]
             self.cooldown.forget(mirror_id)
@@ -252,9 +286,7 @@ class MirrorEngine:
             del self._heal_slots[heal]
 
     async def _lease_still_ours(self) -> bool:
-        return await self.db.try_acquire(
-            self.region, self.holder, self.settings.lease_ttl_seconds, self.clock()
-        )
+        return await self.lease.try_acquire(self.clock())
 
     async def _context(self, mirror: MirrorRecord) -> _Ctx:
         src = self.gravelers.get(mirror.source_region)
@@ -286,41 +318,53 @@ class MirrorEngine:
     async def _create_mirror_repo(
         self, src: Graveler, src_repo: Repository, dst: Graveler, mirror: MirrorRecord
     ) -> Repository:
-        default, _ = await src.refs.get_branch(src_repo, src_repo.default_branch)
-        commit = await src.refs.get_commit(src_repo, default.commit_id)
-        while commit.parents:
-            commit = await src.refs.get_commit(src_repo, commit.parents[0])
-        self._check_id(commit)
-        return await dst.create_repository(
+        root: Commit | None = None
+        async for commit in src.log(src_repo.id, src_repo.default_branch):
+            root = commit  # the first-parent walk ends at the root commit
+        if root is None:
+            raise NotFoundError(f"repository {src_repo.id!r} has no root commit")
+        self._check_id(root)
+        repo = await dst.create_repository(
             mirror.name,
             mirror.storage_namespace,
             src_repo.default_branch,
             read_only=True,
             claim_namespace=False,
-            initial_commit=commit,
+            initial_commit=root,
         )
+        log.info(
+            "mirror repository %s created in %s (%s)",
+            mirror.name,
+            self.region,
+            mirror.storage_namespace,
+            extra={"mirror": mirror.name, "repository": src_repo.id},
+        )
+        return repo
 
     async def _sync_mirror(self, mirror: MirrorRecord, report: PassReport) -> bool:
         """One pass over a mirror's refs; returns False if a ref failed or is cooling down."""
         ctx = await self._context(mirror)
         ctx.candidates = {(s.kind, s.branch): s.candidate for s in await self.db.list_status(mirror.id)}
         source_branches = [
-            b async for b in ctx.src.refs.list_branches(ctx.src_repo) if self._wanted(mirror, b.id)
+            b async for b in ctx.src.list_branches(ctx.src_repo.id) if self._wanted(mirror, b.id)
         ]
         wanted = {b.id for b in source_branches}
         for branch in source_branches:
             await self._sync_ref(ctx, "branch", branch.id, branch.commit_id, report)
-        async for mbranch in ctx.dst.refs.list_branches(ctx.dst_repo):
+        async for mbranch in ctx.dst.list_branches(ctx.dst_repo.id):
             if (
                 mbranch.id not in wanted
                 and mbranch.id != ctx.dst_repo.default_branch
                 and self._wanted(mirror, mbranch.id)
             ):
-                await ctx.dst.refs.delete_branch(ctx.dst_repo, mbranch.id)
+                await ctx.dst.delete_branch(ctx.dst_repo.id, mbranch.id, force=True)
                 await self.db.delete_status(mirror.id, "branch", mbranch.id)
                 self.metrics.forget(mirror.name, mbranch.id)
         if mirror.mirror_tags:
             await self._sync_tags(ctx, report)
+        # After the refs moved: a completed source GC sweep is applied to the mirror's namespace,
+        # minus whatever the (now current) mirror heads and candidates reference.
+        await apply_source_sweeps(mirror, src=ctx.src, dst=ctx.dst, db=self.db, presence=self.presence)
         if mirror.resync_requested_at is not None:
             await self.db.clear_resync(mirror.id, mirror.resync_requested_at)
         return not ctx.unhealthy
@@ -330,12 +374,12 @@ class MirrorEngine:
         return any(fnmatch.fnmatchcase(name, pattern) for pattern in mirror.branch_filter)
 
     async def _sync_tags(self, ctx: _Ctx, report: PassReport) -> None:
-        source_tags = {t.id: t async for t in ctx.src.refs.list_tags(ctx.src_repo)}
+        source_tags = {t.id: t async for t in ctx.src.list_tags(ctx.src_repo.id)}
         for tag in source_tags.values():
             await self._sync_ref(ctx, "tag", tag.id, tag.commit_id, report)
-        async for mtag in ctx.dst.refs.list_tags(ctx.dst_repo):
+        async for mtag in ctx.dst.list_tags(ctx.dst_repo.id):
             if mtag.id not in source_tags:
-                await ctx.dst.refs.delete_tag(ctx.dst_repo, mtag.id)
+                await ctx.dst.delete_tag(ctx.dst_repo.id, mtag.id, force=True)
                 await self.db.delete_status(ctx.mirror.id, "tag", mtag.id)
 
     # -- one branch or tag ------------------------------------------------------------------------
@@ -352,7 +396,7 @@ class MirrorEngine:
         out = BranchReport(name, kind, head_id, mirror_head)
         result: ValidationResult | None = None
         try:
-            head = await ctx.src.refs.get_commit(ctx.src_repo, head_id)
+            head = await ctx.src.get_commit_by_id(ctx.src_repo.id, head_id)
             report.commits_copied += await self._copy_commits(ctx, head)
             if mirror_head == head.id:
                 out.complete = True
@@ -388,11 +432,11 @@ class MirrorEngine:
         previous = ctx.candidates.get((kind, name))
         if previous is None or previous in (head.id, out.mirror_head):
             return None
-        if not await ctx.dst.refs.has_commit(ctx.dst_repo, previous):
+        if not await ctx.dst.has_commit(ctx.dst_repo.id, previous):
             return None
-        if not await self._is_descendant(ctx, head, previous):
+        if not await ctx.dst.is_descendant(ctx.dst_repo.id, head.id, previous):
             return None  # the source moved elsewhere: the old candidate is no longer on its way
-        older = await ctx.dst.refs.get_commit(ctx.dst_repo, previous)
+        older = await ctx.dst.get_commit_by_id(ctx.dst_repo.id, previous)
         result = await self._validate(ctx, older, label=name)
         if not result.complete:
             out.candidate = previous  # sticky until it arrives
@@ -405,8 +449,8 @@ class MirrorEngine:
     async def _mirror_head(self, ctx: _Ctx, kind: str, name: str) -> str | None:
         try:
             if kind == "branch":
-                return (await ctx.dst.refs.get_branch(ctx.dst_repo, name))[0].commit_id
-            return (await ctx.dst.refs.get_tag(ctx.dst_repo, name)).commit_id
+                return (await ctx.dst.branch(ctx.dst_repo.id, name)).commit_id
+            return (await ctx.dst.tag(ctx.dst_repo.id, name)).commit_id
         except NotFoundError:
             return None
 
@@ -421,15 +465,15 @@ class MirrorEngine:
         stack = [head]
         while stack:
             commit = stack.pop()
-            if commit.id in missing or await ctx.dst.refs.has_commit(ctx.dst_repo, commit.id):
+            if commit.id in missing or await ctx.dst.has_commit(ctx.dst_repo.id, commit.id):
                 continue
             self._check_id(commit)
             missing[commit.id] = commit
             for parent in commit.parents:
                 if parent not in missing:
-                    stack.append(await ctx.src.refs.get_commit(ctx.src_repo, parent))
+                    stack.append(await ctx.src.get_commit_by_id(ctx.src_repo.id, parent))
         for commit in sorted(missing.values(), key=lambda c: c.generation):
-            await ctx.dst.refs.put_commit(ctx.dst_repo, commit)
+            await ctx.dst.put_commit(ctx.dst_repo.id, commit, force=True)
         if missing:
             self.metrics.commits_copied.labels(self.region, ctx.mirror.name).inc(len(missing))
         return len(missing)
@@ -437,8 +481,8 @@ class MirrorEngine:
     async def _validate(self, ctx: _Ctx, head: Commit, *, label: str) -> ValidationResult:
         ns = StorageNamespace.parse(ctx.mirror.storage_namespace)
         validator = Validator(
-            await ctx.dst.stores.tables(ns),
-            await ctx.dst.stores.namespace_store(ns),
+            await ctx.dst.namespace_tables(ns),
+            await ctx.dst.namespace_store(ns),
             ns,
             self.presence,
             concurrency=self.settings.validation_workers,
@@ -465,8 +509,8 @@ class MirrorEngine:
         grace = self.settings.active_copy_grace_seconds
         src_ns = StorageNamespace.parse(ctx.src_repo.storage_namespace)
         dst_ns = StorageNamespace.parse(ctx.mirror.storage_namespace)
-        src_store = await ctx.src.stores.namespace_store(src_ns)
-        dst_store = await ctx.dst.stores.namespace_store(dst_ns)
+        src_store = await ctx.src.namespace_store(src_ns)
+        dst_store = await ctx.dst.namespace_store(dst_ns)
         keys = [(src_ns.table_key(t), dst_ns.table_key(t)) for t in result.missing_tables()]
         keys += [(src_ns.key(a), dst_ns.key(a)) for a in result.missing_objects]
         # A key's grace runs from when it was first seen missing or, if earlier, from when this
@@ -504,22 +548,9 @@ class MirrorEngine:
         while len(recent) > keep:
             self._missing_since.pop((mirror_id, label, recent.pop(0)), None)
 
-    async def _is_descendant(self, ctx: _Ctx, head: Commit, ancestor_id: str) -> bool:
-        ancestor = await ctx.dst.refs.get_commit(ctx.dst_repo, ancestor_id)
-        stack, seen = [head], set()
-        while stack:
-            commit = stack.pop()
-            if commit.id == ancestor_id:
-                return True
-            if commit.id in seen or commit.generation <= ancestor.generation:
-                continue
-            seen.add(commit.id)
-            for parent in commit.parents:
-                stack.append(await ctx.dst.refs.get_commit(ctx.dst_repo, parent))
-        return False
-
     async def _promote(self, ctx: _Ctx, kind: str, name: str, head: Commit, mirror_head: str | None) -> bool:
-        forward = mirror_head is None or await self._is_descendant(ctx, head, mirror_head)
+        repo_id = ctx.dst_repo.id
+        forward = mirror_head is None or await ctx.dst.is_descendant(repo_id, head.id, mirror_head)
         if not forward and not ctx.resync:
             assert mirror_head is not None
             raise LakeFSError(
@@ -528,21 +559,32 @@ class MirrorEngine:
             )
         if not await self._lease_still_ours():
             raise LakeFSError("lost the region lease before promotion; another daemon is active")
-        repo = ctx.dst_repo
-        if kind == "tag":
-            if mirror_head is not None:
-                await ctx.dst.refs.delete_tag(repo, name)
-            await ctx.dst.refs.create_tag(repo, Tag(name, head.id))
-        elif mirror_head is None:
-            token = kvkeys.new_staging_token(repo.id, name)
-            await ctx.dst.refs.create_branch(repo, Branch(name, head.id, token))
-        else:
-            branch, raw = await ctx.dst.refs.get_branch(repo, name)
-            if branch.commit_id != mirror_head:
-                return False  # moved under us: the next pass re-evaluates
-            await ctx.dst.refs.cas_branch(repo, replace(branch, commit_id=head.id), raw)
+        try:
+            # force: the mirror repository is read-only to everyone but its mirror.
+            if kind == "tag":
+                await ctx.dst.set_tag_if(repo_id, name, mirror_head, head.id, force=True)
+            else:
+                await ctx.dst.set_branch_head_if(repo_id, name, mirror_head, head.id, force=True)
+        except PreconditionFailedError:
+            return False  # moved under us: the next pass re-evaluates
+        log.info(
+            "promoted %s %s from %s to %s",
+            kind,
+            name,
+            mirror_head[:12] if mirror_head else "(none)",
+            head.id[:12],
+            extra=self._extra(ctx, name),
+        )
         self.metrics.promotions.labels(self.region, ctx.mirror.name, name).inc()
         return True
+
+    @staticmethod
+    def _extra(ctx: _Ctx, branch: str | None = None) -> dict[str, str]:
+        """The log context fields (lakefs_core.logfmt.CONTEXT_FIELDS) of a mirror's records."""
+        extra = {"mirror": ctx.mirror.name, "repository": ctx.src_repo.id}
+        if branch is not None:
+            extra["branch"] = branch
+        return extra
 
     # -- status and metrics -----------------------------------------------------------------------------
 
@@ -552,11 +594,10 @@ class MirrorEngine:
             return 0.0, 0
         oldest: Commit | None = None
         pending = 0
-        commit: Commit | None = await ctx.src.refs.get_commit(ctx.src_repo, head_id)
-        while commit is not None and commit.id != mirror_head and pending < MAX_LAG_WALK:
+        async for commit in ctx.src.log(ctx.src_repo.id, head_id, amount=MAX_LAG_WALK):
+            if commit.id == mirror_head:
+                break
             oldest, pending = commit, pending + 1
-            parent = commit.parents[0] if commit.parents else None
-            commit = await ctx.src.refs.get_commit(ctx.src_repo, parent) if parent else None
         if oldest is None:
             return 0.0, 0
         return max(0.0, (self.clock() - oldest.creation_date).total_seconds()), pending

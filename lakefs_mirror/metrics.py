@@ -8,7 +8,8 @@ Contract:
   collection time.
 - **Mirrors are labelled by name**: ``mirror`` is the mirror's name, which is unique within its
   destination region and equals the mirror repository's name there. A mirror's series are exported
-  only by the daemons of its destination region, so ``{region, mirror}`` identifies one mirror.
+  only by the daemons of its destination region (in practice by the one holding the region's lease,
+  which runs the mirror), so ``{region, mirror}`` identifies one mirror.
   The mirror's id (and source) is on ``lakefs_mirror_info{region,mirror,id,source_repository,
   source_region} 1``, for joins.
 - Labels are otherwise low-cardinality: ``branch``, ``kind`` (a fixed set, :data:`ERROR_KINDS`) and

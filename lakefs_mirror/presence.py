@@ -2,7 +2,9 @@
 
 lakeFS never reuses a physical path (data objects get fresh unique names; tables are named by the hash
 of their content), so once an object is seen in the destination namespace it stays "present" for
-good: positive facts never go stale and need no invalidation. :class:`PresenceCache` keeps three
+good: positive facts never go stale and need no invalidation, except when retention GC deletes
+objects (a mirror applying a source sweep calls :meth:`PresenceCache.forget` for the swept keys and
+:meth:`PresenceCache.retain_tables` for the tables its heads still use). :class:`PresenceCache` keeps three
 things, all keyed by the destination namespace (its URI, or :func:`namespace_key` of its URI and
 incarnation):
 
@@ -49,12 +51,12 @@ import sys
 import tempfile
 import time
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from lakefs_core.errors import BadInputError
-from lakefs_core.keys import StorageNamespace
+from lakefs_core.repos.graveler import StorageNamespace
 
 __all__ = [
     "DEFAULT_MAX_NEGATIVES",
@@ -317,6 +319,39 @@ class PresenceCache:
 
     def clear_negatives(self) -> None:
         self._negative.clear()
+
+    def forget(self, namespace: str, keys: Iterable[str]) -> int:
+        """Drop the presence facts (positive and negative) of ``keys`` in ``namespace``: objects a
+        source GC sweep deleted there (:mod:`lakefs_mirror.gc_apply`), the one case where a positive
+        goes stale. ``namespace`` is the cache key the facts were recorded under (an incarnation key
+        from :func:`namespace_key`); ``keys`` are relative to it (a store key carrying the
+        namespace's prefix is accepted too). Returns how many positive facts were dropped."""
+        prefix = ""
+        with contextlib.suppress(BadInputError):
+            prefix = StorageNamespace(_uri_of(namespace)).prefix
+        dropped = 0
+        for key in keys:
+            relative = key[len(prefix) + 1 :] if prefix and key.startswith(prefix + "/") else key
+            k = (namespace, relative)
+            self._negative.pop(k, None)
+            if self._present.pop(k, False) is None:  # stored values are None: present
+                dropped += 1
+        if dropped:
+            self._dirty = True
+        return dropped
+
+    def retain_tables(self, namespace: str, keep: Iterable[str]) -> int:
+        """Drop every validated-table fact of ``namespace`` except the tables in ``keep``. After a
+        sweep deleted objects there, a table validated earlier may reference one of them; only the
+        tables of the mirror's current heads and candidates (whose objects the sweep spared) stay
+        trusted. Returns how many facts were dropped."""
+        kept = set(keep)
+        doomed = [k for k in self._validated if k[0] == namespace and k[1] not in kept]
+        for k in doomed:
+            del self._validated[k]
+        if doomed:
+            self._dirty = True
+        return len(doomed)
 
     # -- persistence ------------------------------------------------------------------------------
 

@@ -17,19 +17,16 @@ from pathlib import Path
 
 from aiohttp import web
 
-from lakefs_core.daemon import DaemonLoop, require_sqlite_dir
+from lakefs_core.daemon import DaemonLoop
 from lakefs_core.errors import NotFoundError, StartupError
 from lakefs_core.fileperm import make_private_dir
-from lakefs_core.graveler.tables import TableCache
-from lakefs_core.kv import open_kv
-from lakefs_core.kv.base import KVStore
+from lakefs_core.http import ApiRunner
 from lakefs_core.repos.graveler import Graveler
-from lakefs_core.repos.stores import StoreRegistry
-from lakefs_mirror.api import create_app
-from lakefs_mirror.config import MirrorConfig
+from lakefs_core.wiring import Core, build_table_cache, open_core
+from lakefs_mirror.api import create_app, store_probe
+from lakefs_mirror.config import MirrorConfig, config_startup_problems
 from lakefs_mirror.db import MirrorsDB
 from lakefs_mirror.engine import EngineSettings, MirrorEngine, PassReport
-from lakefs_mirror.httpserver import ApiRunner
 from lakefs_mirror.metrics import MirrorMetrics
 from lakefs_mirror.presence import PresenceCache
 
@@ -40,7 +37,7 @@ log = logging.getLogger(__name__)
 class MirrorService:
     config: MirrorConfig
     gravelers: dict[str, Graveler]
-    kvs: list[KVStore]
+    cores: list[Core]
     db: MirrorsDB
     presence: PresenceCache
     metrics: MirrorMetrics
@@ -53,16 +50,8 @@ class MirrorService:
     @classmethod
     async def open(cls, config: MirrorConfig, *, serve_api: bool = True) -> MirrorService:
         _preflight(config)
-        gravelers: dict[str, Graveler] = {}
-        kvs: list[KVStore] = []
-        table_cache = TableCache(
-            ram_bytes=max(config.table_cache_bytes, 1 << 20), max_block_bytes=config.table_max_block_bytes
-        )
-        for name, region in config.regions.items():
-            kv = await open_kv(region.kv_url.get_secret_value())
-            kvs.append(kv)
-            stores = StoreRegistry(s3=config.s3_settings(name), table_cache=table_cache)
-            gravelers[name] = Graveler(kv, stores)
+        cores = await _open_cores(config)
+        gravelers = {name: core.graveler for name, core in zip(config.regions, cores, strict=True)}
         db = await MirrorsDB.open(config.mirrors_db_url.get_secret_value())
         state = config.state_dir
         presence = await PresenceCache.open(
@@ -88,7 +77,7 @@ class MirrorService:
             # (``id()`` alone repeats across processes when address randomisation is off).
             holder=f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:12]}",
         )
-        service = cls(config, gravelers, kvs, db, presence, metrics, engine)
+        service = cls(config, gravelers, cores, db, presence, metrics, engine)
         if serve_api:
             try:
                 await service._serve()
@@ -116,6 +105,9 @@ class MirrorService:
             metrics_registry=self.metrics.registry,
             gravelers=self.gravelers,
             is_live=self.is_live,
+            # POST probes the destination namespace through that region's block store, configured here
+            namespace_probe=store_probe(self.gravelers),
+            lease_holder=lambda: self.engine.holder,
         )
         # ApiRunner: requests aiohttp's parser rejects get JSON errors and secret-free log lines.
         self.runner = ApiRunner(app, access_log=None)
@@ -145,21 +137,45 @@ class MirrorService:
         if self.runner is not None:
             await self.runner.cleanup()
         try:
-            await self.db.release(self.config.region, self.engine.holder)
+            await self.engine.lease.release()  # hand over to a standby at once
         finally:
             await self.presence.close()
             await self.db.close()
-            for g in self.gravelers.values():
-                await g.stores.close()
-            for kv in self.kvs:
-                await kv.close()
+            for core in self.cores:
+                await core.aclose()
+
+
+async def _open_cores(config: MirrorConfig) -> list[Core]:
+    """Every region's core (this daemon reads sources elsewhere and writes its own region's mirrors),
+    sharing one table cache (ids name the same bytes wherever they live); all closed on a failure."""
+    first = config.core_settings()
+    table_cache = build_table_cache(first)
+    cores: list[Core] = []
+    try:
+        for name in config.regions:
+            settings = first if name == config.region else config.core_settings(name)
+            cores.append(
+                await open_core(
+                    settings,
+                    table_cache=table_cache,
+                    kv_key=f"regions.{name}.kv_url",
+                    s3_key=f"regions.{name}.object_store",
+                )
+            )
+    except BaseException:
+        for core in cores:
+            await core.aclose()
+        raise
+    return cores
 
 
 def _preflight(config: MirrorConfig) -> None:
-    """Start-up checks that must fail with one line naming the key, before anything is opened."""
-    for name, region in config.regions.items():
-        require_sqlite_dir(region.kv_url.get_secret_value(), key=f"regions.{name}.kv_url")
-    require_sqlite_dir(config.mirrors_db_url.get_secret_value(), key="mirrors_db_url")
+    """Start-up checks that must fail with one line naming the key(s), before anything is opened:
+    every missing SQLite directory and an uncreatable ``state_dir`` at once (StartupError, exit 16)."""
+    problems = config_startup_problems(config)
+    if problems:
+        (key, first), rest = problems[0], problems[1:]
+        raise StartupError(first + "".join(f"; {k}: {m}" for k, m in rest), key=key)
     if config.state_dir is not None:
         try:
             make_private_dir(config.state_dir)  # 0700: the presence cache names every mirrored object

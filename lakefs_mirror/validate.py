@@ -14,17 +14,21 @@ source namespace's keys to the destination under the same layout, asynchronously
 2. Each range of the metarange that is not in the validated-tables set: absent -> ``missing_ranges``
    (its contents are not looked at); present but corrupt (e.g. a truncated copy) -> ``unreadable_tables``;
    present -> its entries are read.
-3. The data objects of the present ranges. RELATIVE addresses (``data/<slice>/<id>``; also the
-   deprecated by-prefix type without a scheme) are resolved inside the destination namespace and
-   required. FULL addresses (absolute URIs, e.g. imported data outside the namespace) are *not*
-   required: namespace replication does not copy them and the mirror cannot make them arrive; they are
-   counted and listed in ``external_objects`` so the caller can see them. Objects already known present
-   are skipped (no request); objects found missing within ``negative_cooldown`` are reported missing
-   without asking again. The rest is asked for by DENSITY: grouped by directory (``.../data/<slice>/``),
-   a group of at least ``list_threshold`` keys is answered by one paged LIST of that directory starting
-   just before its smallest key and stopping at its largest (page budget ``ceil(n / list_threshold)``;
-   keys the budget did not reach are HEADed), a smaller group by one HEAD per key. A present object
-   whose size differs from its entry's size is treated as not arrived (``size_mismatches``).
+3. The data objects of the present ranges, read with
+   :func:`lakefs_core.graveler.addresses.iter_range_entries` and classified by
+   :meth:`StorageNamespace.relative_of` against the destination namespace (the classification GC
+   uses too). Objects inside it (RELATIVE addresses ``data/<slice>/<id>``, the deprecated by-prefix
+   type without a scheme, FULL addresses naming a key inside the destination namespace) are required.
+   Objects outside it (FULL addresses elsewhere, e.g. imported data or the source's own namespace) are
+   *not* required: namespace replication does not copy them and the mirror cannot make them arrive;
+   they are counted and listed in ``external_objects`` so the caller can see them. Objects already
+   known present are skipped (no request); objects found missing within ``negative_cooldown`` are
+   reported missing without asking again. The rest is asked for by DENSITY: grouped by directory
+   (``.../data/<slice>/``), a group of at least ``list_threshold`` keys is answered by one paged LIST
+   of that directory starting just before its smallest key and stopping at its largest (page budget
+   ``ceil(n / list_threshold)``; keys the budget did not reach are HEADed), a smaller group by one
+   HEAD per key. A present object whose size differs from its entry's size is treated as not arrived
+   (``size_mismatches``).
 
 A range whose table is readable and whose required objects are all present joins the validated-tables
 set, so a later commit reusing it whole costs nothing for it; when everything is present the metarange
@@ -52,21 +56,23 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import enum
+import heapq
 import logging
-import re
 import time
 from collections import Counter, defaultdict
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import TypeVar
 
 from lakefs_core.block.base import BlockStore, CommonPrefix, ObjectInfo
 from lakefs_core.errors import BadInputError, CorruptDataError, NotFoundError
-from lakefs_core.format.records import RangeInfo, decode_entry, decode_range_record
+from lakefs_core.format.records import RangeInfo
 from lakefs_core.format.sstable.reader import TableReader
+from lakefs_core.graveler.addresses import iter_range_entries
 from lakefs_core.graveler.metarange import EMPTY_METARANGE_ID, parse_metarange
 from lakefs_core.graveler.tables import TableStore, check_table_id
-from lakefs_core.keys import TABLES_DIR, AddressType, StorageNamespace
+from lakefs_core.offloop import run_cpu
+from lakefs_core.repos.graveler import StorageNamespace, table_name
 from lakefs_mirror.presence import PresenceCache, namespace_key
 
 __all__ = [
@@ -87,8 +93,8 @@ DEFAULT_LIST_PAGE_SIZE = 1000
 DEFAULT_MAX_REPORTED = 100
 DEFAULT_BATCH_OBJECTS = 100_000
 
-_SCHEME = re.compile(r"^[a-z][a-z0-9+.-]*://")
-_YIELD_EVERY = 1024  # records decoded between two event-loop yields
+_SCAN_BATCH = 8192  # range entries decoded per call in the CPU pool (a cancellation point between)
+_YIELD_EVERY = 4096  # per-object bookkeeping steps on the loop between two yields to it
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -246,8 +252,8 @@ class Validator:
         run = _Run(ValidationResult(metarange_id=metarange_id, namespace=self.namespace.uri))
         try:
             await self._validate(metarange_id, run)
+            await self._report(run)
         finally:
-            self._report(run)
             run.time("total", started)
         res = run.res
         log.debug(
@@ -259,14 +265,16 @@ class Validator:
         )
         return res
 
-    def _report(self, run: _Run) -> None:
+    async def _report(self, run: _Run) -> None:
+        # Picking the smallest names of up to millions of keys is CPU work: done in the CPU pool
+        # (the sets are this run's own, and nothing touches them any more).
         res, cap = run.res, self.max_reported
-        res.missing_ranges = sorted(run.missing_ranges)[:cap]
+        res.missing_ranges, res.missing_objects, res.external_objects = await run_cpu(
+            _smallest, (run.missing_ranges, run.missing_objects, run.external), cap
+        )
         res.missing_ranges_total = len(run.missing_ranges)
         res.unreadable_tables = sorted(run.unreadable)
-        res.missing_objects = sorted(run.missing_objects)[:cap]
         res.missing_objects_total = len(run.missing_objects)
-        res.external_objects = sorted(run.external)[:cap]
         res.external_objects_total = len(run.external)
 
     async def _validate(self, metarange_id: str, run: _Run) -> None:
@@ -284,7 +292,7 @@ class Validator:
         if status is _Table.PRESENT:
             assert reader is not None
             try:
-                ranges = parse_metarange(reader, metarange_id)
+                ranges = await run_cpu(parse_metarange, reader, metarange_id)
             except CorruptDataError as e:
                 log.warning("metarange %s in %s is unreadable: %s", metarange_id, self._ns, e)
                 status = _Table.UNREADABLE
@@ -337,8 +345,12 @@ class Validator:
         ns = self._ns
         state: dict[str, bool] = {}  # rel -> known present (True) / missing without asking (False)
         unknown: dict[str, _Object] = {}  # store key -> object to ask about
+        steps = 0
         for work in works:
             for obj in work.objects:
+                steps += 1
+                if steps % _YIELD_EVERY == 0:
+                    await asyncio.sleep(0)  # a wave holds up to batch_objects objects
                 if obj.rel in state or obj.key in unknown:
                     continue
                 res.objects_referenced += 1
@@ -351,8 +363,10 @@ class Validator:
                 else:
                     unknown[obj.key] = obj
         res.objects_checked += len(unknown)
-        sizes = await self._resolve(sorted(unknown), run)
-        for key, obj in unknown.items():
+        sizes = await self._resolve(list(unknown), run)
+        for steps, (key, obj) in enumerate(unknown.items(), 1):
+            if steps % _YIELD_EVERY == 0:
+                await asyncio.sleep(0)
             size = sizes[key]
             if size is None:
                 arrived = False
@@ -374,6 +388,7 @@ class Validator:
             else:
                 self.cache.mark_missing(ns, obj.rel)
         for work in works:
+            await asyncio.sleep(0)  # one range's objects at a time
             missing = [obj.rel for obj in work.objects if not state[obj.rel]]
             if missing:
                 run.missing_objects.update(missing)
@@ -399,31 +414,21 @@ class Validator:
         return None
 
     async def _range_objects(self, reader: TableReader, table_id: str, run: _Run) -> list[_Object]:
-        """The distinct RELATIVE objects a range references (FULL ones go to ``run.external``)."""
-        name = f"{TABLES_DIR}/{table_id}"
-        objects: list[_Object] = []
-        seen: set[str] = set()
-        for n, (key, value) in enumerate(reader):
-            if n % _YIELD_EVERY == _YIELD_EVERY - 1:
-                await asyncio.sleep(0)  # a big range must not hog the event loop
-            record = decode_range_record(key, value, file=name)
-            entry = decode_entry(record.data, file=name)
-            address, kind = entry.address, int(entry.address_type)
-            if kind == AddressType.FULL or (
-                kind == AddressType.BY_PREFIX_DEPRECATED and _SCHEME.match(address)
-            ):
-                run.external.add(address)
-                continue
-            _, store_key = self.namespace.address_key(address, kind)  # BadInputError: unusable address
-            if address not in seen:
-                seen.add(address)
-                objects.append(_Object(address, store_key, entry.size))
-        return objects
+        """The distinct objects inside the namespace a range references (others go to ``run.external``).
+
+        Decoding is CPU work proportional to the range: it runs in the CPU pool, a batch of entries
+        per call, so the loop stays free and a cancelled validation stops at the next batch.
+        """
+        scan = _RangeScan(reader, table_name(table_id), self.namespace)
+        while not await run_cpu(scan.step, _SCAN_BATCH):
+            pass
+        run.external.update(scan.external)
+        return scan.objects
 
     async def _open_table(self, table_id: str, run: _Run) -> tuple[_Table, TableReader | None]:
         """Presence (in THIS namespace) and an open reader for a range or metarange."""
         ns = self._ns
-        rel = f"{TABLES_DIR}/{table_id}"
+        rel = table_name(table_id)
         key = self.tables.key(table_id)
         known = self.cache.is_present(ns, rel)
         if not known and self.cache.recently_missing(ns, rel):
@@ -456,7 +461,8 @@ class Validator:
                 self.cache.mark_missing(ns, rel)
                 return _Table.MISSING, None
             try:
-                own = TableReader(
+                own = await run_cpu(
+                    TableReader,
                     data,
                     name=rel,
                     block_cache_blocks=self.tables.cache.block_cache_blocks,
@@ -474,19 +480,9 @@ class Validator:
     # -- objects ----------------------------------------------------------------------------------
 
     async def _resolve(self, keys: Sequence[str], run: _Run) -> dict[str, int | None]:
-        """Size of each (sorted) store key in the destination, ``None`` if absent: LIST dense
-        directories, HEAD the rest."""
-        groups: dict[str, list[str]] = defaultdict(list)
-        for key in keys:
-            directory, sep, _ = key.rpartition("/")
-            groups[directory + sep].append(key)
-        lists: list[tuple[str, list[str]]] = []
-        heads: list[str] = []
-        for prefix, members in groups.items():
-            if len(members) >= self.list_threshold:
-                lists.append((prefix, members))
-            else:
-                heads.extend(members)
+        """Size of each store key in the destination, ``None`` if absent: LIST dense directories,
+        HEAD the rest."""
+        lists, heads = await run_cpu(_plan_requests, keys, self.list_threshold)
         sizes: dict[str, int | None] = {}
         jobs: list[tuple[str, list[str]] | str] = [*lists, *heads]
 
@@ -598,3 +594,56 @@ async def _aclose(items: AsyncIterator[ObjectInfo | CommonPrefix]) -> None:
     if aclose is not None:
         with contextlib.suppress(Exception):
             await aclose()
+
+
+class _RangeScan:
+    """The distinct objects a range references, decoded a batch at a time (in the CPU pool).
+
+    One classification for the mirror and GC (:meth:`StorageNamespace.relative_of`): objects inside
+    the namespace go to ``objects`` (first occurrence, in key order), others to ``external``. Raises
+    :class:`CorruptDataError` (a record that does not decode) or :class:`BadInputError` (an unusable
+    address) from :meth:`step`.
+    """
+
+    def __init__(self, reader: TableReader, name: str, namespace: StorageNamespace) -> None:
+        self._entries = iter_range_entries(reader, name=name)
+        self._namespace = namespace
+        self._seen: set[str] = set()
+        self.objects: list[_Object] = []
+        self.external: set[str] = set()
+
+    def step(self, limit: int) -> bool:
+        """Decode up to ``limit`` more entries; True when the range is exhausted."""
+        ns, seen, objects = self._namespace, self._seen, self.objects
+        for n, entry in enumerate(self._entries, 1):
+            rel = ns.relative_of(entry.address, entry.address_type)
+            if rel is None:
+                self.external.add(entry.address)
+            elif rel not in seen:
+                seen.add(rel)
+                objects.append(_Object(rel, ns.key(rel), entry.size))
+            if n >= limit:
+                return False
+        return True
+
+
+def _plan_requests(keys: Sequence[str], list_threshold: int) -> tuple[list[tuple[str, list[str]]], list[str]]:
+    """Store keys grouped by directory, sorted: dense groups (at least ``list_threshold`` keys, to be
+    LISTed) and the keys of the others (to be HEADed)."""
+    groups: dict[str, list[str]] = defaultdict(list)
+    for key in sorted(keys):
+        directory, sep, _ = key.rpartition("/")
+        groups[directory + sep].append(key)
+    lists: list[tuple[str, list[str]]] = []
+    heads: list[str] = []
+    for prefix, members in groups.items():
+        if len(members) >= list_threshold:
+            lists.append((prefix, members))
+        else:
+            heads.extend(members)
+    return lists, heads
+
+
+def _smallest(sets: Sequence[Collection[str]], cap: int) -> list[list[str]]:
+    """The ``cap`` smallest members of each set, sorted (``sorted(s)[:cap]`` without sorting it all)."""
+    return [heapq.nsmallest(cap, s) for s in sets]

@@ -15,7 +15,16 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from lakefs_core.block._common import DEFAULT_CONTENT_TYPE
-from lakefs_core.block.base import BlockStore, Body, CommonPrefix, ObjectInfo
+from lakefs_core.block.base import (
+    MAX_DELETE_BATCH,
+    BlockStore,
+    Body,
+    CommonPrefix,
+    DeleteResult,
+    FailedKey,
+    KeyInfo,
+    ObjectInfo,
+)
 from lakefs_core.block.local import LocalBlockStore
 from lakefs_core.block.memory import MemoryBlockStore
 from lakefs_core.block.s3_settings import S3Settings
@@ -23,10 +32,14 @@ from lakefs_core.errors import AccessDeniedError, BadInputError
 
 __all__ = [
     "DEFAULT_CONTENT_TYPE",
+    "MAX_DELETE_BATCH",
     "AccessDeniedError",
     "BlockStore",
     "Body",
     "CommonPrefix",
+    "DeleteResult",
+    "FailedKey",
+    "KeyInfo",
     "LocalBlockStore",
     "MemoryBlockStore",
     "ObjectInfo",
@@ -97,14 +110,19 @@ def split_store_uri(uri: str) -> tuple[str, str]:
     raise BadInputError(f"{_shown(uri)!r}: unsupported scheme {scheme!r} (local, mem, s3)", field="uri")
 
 
-async def open_block_store(uri: str, *, s3: S3Settings | None = None) -> BlockStore:
+async def open_block_store(
+    uri: str, *, s3: S3Settings | None = None, local_tmp_grace_seconds: float | None = None
+) -> BlockStore:
     """Open the block store named by ``uri``: ``local:///abs/root``, ``mem://name`` or ``s3://bucket``.
 
     ``s3`` configures S3 stores (default :class:`S3Settings()`: region and credentials from the
-    environment). The caller owns the store and must ``await store.close()`` it.
+    environment). ``local_tmp_grace_seconds`` is a local store's leftover temp-file sweep grace
+    (``None``: the store's default). The caller owns the store and must ``await store.close()`` it.
     """
     scheme, location = split_store_uri(uri)
     if scheme == "local":
+        if local_tmp_grace_seconds is not None:
+            return LocalBlockStore(Path(location), tmp_grace_seconds=local_tmp_grace_seconds)
         return LocalBlockStore(Path(location))
     if scheme == "mem":
         return MemoryBlockStore(location)

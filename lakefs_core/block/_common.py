@@ -215,3 +215,38 @@ class Rechunker:
         piece = bytes(self.buf)
         self.buf.clear()
         return piece
+
+
+def check_list_keys_args(prefix: object, start_after: object) -> tuple[str, str | None]:
+    """Checked ``list_keys`` arguments (an empty ``start_after`` is no ``start_after``)."""
+    if not isinstance(prefix, str):
+        raise BadInputError("must be a str", field="prefix")
+    if start_after is not None and not isinstance(start_after, str):
+        raise BadInputError("must be None or a str", field="start_after")
+    return prefix, start_after or None
+
+
+def check_delete_batch(
+    keys: object, if_match: Mapping[str, str] | None, limit: int
+) -> tuple[list[str], dict[str, str]]:
+    """``(keys without duplicates, key -> bare ETag)`` for ``delete_batch``; at most ``limit`` keys,
+    each valid, and ``if_match`` only naming keys of the batch."""
+    if isinstance(keys, (str, bytes)) or not isinstance(keys, Iterable):
+        raise BadInputError("must be a sequence of keys", field="keys")
+    given = list(keys)
+    if len(given) > limit:
+        raise BadInputError(f"{len(given)} keys: at most {limit} per batch", field="keys")
+    checked = list(dict.fromkeys(check_key(k, field="keys") for k in given))
+    etags: dict[str, str] = {}
+    if if_match:
+        if not isinstance(if_match, Mapping):
+            raise BadInputError("must be a mapping of key to ETag", field="if_match")
+        wanted = set(checked)
+        for k, v in if_match.items():
+            if k not in wanted:
+                raise BadInputError(f"{k!r} is not in the batch", field="if_match")
+            bare = v.strip('"') if isinstance(v, str) else ""
+            if not bare or not _PRINTABLE_ASCII.fullmatch(bare):
+                raise BadInputError("ETags must be non-empty printable ASCII", field=f"if_match.{k}")
+            etags[k] = bare
+    return checked, etags

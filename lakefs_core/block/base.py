@@ -23,6 +23,19 @@ Contract every driver honours (checked by ``tests/block/test_contract.py``):
   and last-modified; ``head`` gives content type and metadata too.
 - ``copy`` copies within the store (server-side where the backend can), keeping content type and
   metadata; ``if_none_match=True`` makes it create-only like ``put``.
+- ``list_keys`` is the lean listing for bulk scans (GC): every object below ``prefix`` (no delimiter),
+  ascending, strictly after ``start_after``, as :class:`KeyInfo` (key, size, mtime in POSIX seconds) and
+  nothing else: no ETag, no metadata, no sidecar read (local), no MD5. It skips what ``list`` skips.
+- ``delete_batch`` deletes at most :data:`MAX_DELETE_BATCH` keys in one go and reports an outcome
+  PER KEY in a :class:`DeleteResult` instead of raising for a key: a missing key counts as deleted (S3
+  semantics), a key that could not be deleted is in ``failed`` with a code and whether retrying may
+  help. The driver never sleeps and never retries here (one ``DeleteObjects`` request on S3): the
+  caller paces and retries (``lakefs_gc.deleter``). A backend asking to slow down sets ``throttled``
+  (every key then failed, transient) and ``retry_after`` when it said how long to wait. ``if_match``
+  maps keys to ETags: such a key is deleted only while its ETag matches (``PreconditionFailed``
+  otherwise; not atomic on the local driver). Bad input (over 1,000 keys, a bad key) raises
+  :class:`~lakefs_core.errors.BadInputError` before anything is deleted; a failure of the whole
+  request that retrying cannot fix (access denied, no such bucket) raises as usual.
 - Transient backend failures surface as :class:`~lakefs_core.errors.TransientError` after the
   driver's own bounded retries; they never look like "not found".
 """
@@ -32,7 +45,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterable, AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Protocol, runtime_checkable
+from typing import NamedTuple, Protocol, runtime_checkable
 
 
 @dataclass(frozen=True)
@@ -51,6 +64,35 @@ class CommonPrefix:
 
 
 Body = bytes | AsyncIterable[bytes]
+
+MAX_DELETE_BATCH = 1000  # S3's DeleteObjects limit, the same for every driver
+
+
+class KeyInfo(NamedTuple):
+    """One object of a lean listing (:meth:`BlockStore.list_keys`). A tuple, not a dataclass: GC lists
+    millions of them and a tuple is the cheapest record Python builds."""
+
+    key: str
+    size: int
+    mtime: float  # last modified, POSIX seconds (UTC)
+
+
+class FailedKey(NamedTuple):
+    """A key ``delete_batch`` did not delete: the backend's error ``code`` and whether a retry may help."""
+
+    key: str
+    code: str
+    transient: bool
+
+
+@dataclass
+class DeleteResult:
+    """The outcome of one ``delete_batch``: every key given is in ``deleted`` or in ``failed``."""
+
+    deleted: list[str] = field(default_factory=list)
+    failed: list[FailedKey] = field(default_factory=list)
+    throttled: bool = False  # the backend asked us to slow down (S3 503 SlowDown and kin)
+    retry_after: float | None = None  # seconds the backend asked us to wait, when it said
 
 
 @runtime_checkable
@@ -96,3 +138,9 @@ class BlockStore(Protocol):
     async def copy(self, src_key: str, dst_key: str, *, if_none_match: bool = False) -> ObjectInfo: ...
 
     async def close(self) -> None: ...
+
+    def list_keys(self, prefix: str = "", *, start_after: str | None = None) -> AsyncIterator[KeyInfo]: ...
+
+    async def delete_batch(
+        self, keys: Sequence[str], *, if_match: Mapping[str, str] | None = None
+    ) -> DeleteResult: ...

@@ -36,6 +36,10 @@ to the root: its first ``put`` starts one background sweep (in a worker thread, 
 process, bounded) of the ``.lakefs-tmp-*`` files older than ``tmp_grace_seconds`` (default one hour)
 whose writer is not a live process of this host; see :mod:`~lakefs_core.block.local_leftovers`.
 
+``list_keys`` and ``delete_batch`` (bulk scans and deletes for GC) are in
+:mod:`~lakefs_core.block.local_keys`: one ``scandir`` plus one ``stat`` per listed object, one
+``unlink`` (plus the sidecar's) per deleted key, emptied directories pruned once per batch.
+
 All blocking file I/O runs in worker threads (``asyncio.to_thread``), streamed bodies chunk by chunk.
 """
 
@@ -57,8 +61,10 @@ from typing import ParamSpec, TypeVar
 from lakefs_core.block._common import (
     Grouper,
     check_body,
+    check_delete_batch,
     check_key,
     check_list_args,
+    check_list_keys_args,
     check_positive,
     check_range,
     closed_error,
@@ -67,7 +73,7 @@ from lakefs_core.block._common import (
     normalize_metadata,
     slice_range,
 )
-from lakefs_core.block.base import Body, CommonPrefix, ObjectInfo
+from lakefs_core.block.base import MAX_DELETE_BATCH, Body, CommonPrefix, DeleteResult, KeyInfo, ObjectInfo
 from lakefs_core.block.local_files import (
     IO_CHUNK,
     META_DIR,
@@ -80,6 +86,7 @@ from lakefs_core.block.local_files import (
     scan_dir,
     segments_ok,
 )
+from lakefs_core.block.local_keys import delete_keys, walk_keys
 from lakefs_core.block.local_leftovers import (
     DEFAULT_TMP_GRACE_SECONDS,
     TMP_PREFIX,
@@ -92,6 +99,7 @@ from lakefs_core.errors import BadInputError, LakeFSError, NotFoundError, Transi
 __all__ = ["META_DIR", "TMP_PREFIX", "LocalBlockStore"]
 
 P = ParamSpec("P")
+_KEYS_PER_HOP = 2000  # list_keys entries per worker-thread hop: the hop costs more than a stat
 T = TypeVar("T")
 
 
@@ -544,6 +552,60 @@ class LocalBlockStore:
                     return
         finally:
             walker.close()
+
+    async def list_keys(
+        self, prefix: str = "", *, start_after: str | None = None
+    ) -> AsyncGenerator[KeyInfo, None]:
+        prefix, start_after = check_list_keys_args(prefix, start_after)
+        self._check_open()
+        walker = walk_keys(self._root, self.uri, prefix, start_after)
+
+        def take() -> builtins.list[KeyInfo] | None:
+            """At least ``_KEYS_PER_HOP`` keys (whole directories), or ``None`` at the end."""
+            page: builtins.list[KeyInfo] = []
+            for chunk in walker:
+                page += chunk
+                if len(page) >= _KEYS_PER_HOP:
+                    return page
+            return page or None
+
+        try:
+            while True:
+                self._check_open()
+                page = await _run(take)
+                if page is None:
+                    return
+                for info in page:
+                    yield info
+        finally:
+            walker.close()
+
+    async def delete_batch(
+        self, keys: Sequence[str], *, if_match: Mapping[str, str] | None = None
+    ) -> DeleteResult:
+        checked, etags = check_delete_batch(keys, if_match, MAX_DELETE_BATCH)
+        self._check_open()
+        if not checked:
+            return DeleteResult()
+
+        def etag_of(parts: Sequence[str], key: str) -> str:
+            return self._describe(parts, key, full=False).etag
+
+        def sidecar_is_current(parts: Sequence[str], st: os.stat_result) -> bool:
+            return self._sidecars.read(parts, st) is not None
+
+        def run() -> DeleteResult:
+            batch = [(self._parts(k, field="keys"), k) for k in checked]  # every key checked first
+            return delete_keys(
+                self._root,
+                self._meta_root,
+                batch,
+                etags=etags,
+                etag_of=etag_of,
+                sidecar_is_current=sidecar_is_current,
+            )
+
+        return await _run(run)
 
     async def copy(self, src_key: str, dst_key: str, *, if_none_match: bool = False) -> ObjectInfo:
         self._parts(dst_key, field="dst_key")

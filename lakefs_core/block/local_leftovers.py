@@ -16,7 +16,8 @@ regular files whose name matches :data:`TMP_NAME` EXACTLY and whose mtime is old
 period, except those whose writer is a live process of this host (same host hash, pid alive). It
 never follows symlinks, examines a bounded number of entries, and stops early when asked to. The
 store runs it once per root per process (:func:`claim_root`), in a worker thread, in the background
-of its first write. A writer on another host stalled for longer than the grace period loses its
+of its first write; the grace period is the configuration key ``temp_sweep_grace_seconds`` (default
+one hour) of the CLI and the daemons. A writer on another host stalled for longer than it loses its
 temporary file; its commit then fails (the rename finds no file) rather than publishing anything.
 Everything here is synchronous and raises nothing for a file that vanished or cannot be removed: the
 sweep is best effort and the next process tries again.
@@ -36,6 +37,8 @@ from pathlib import Path
 
 TMP_PREFIX = ".lakefs-tmp-"
 TMP_NAME = re.compile(r"\.lakefs-tmp-(?:(?P<host>[0-9a-f]{8})-(?P<pid>[0-9]{1,10})-)?[0-9a-f]{32}")
+# Configurable as ``temp_sweep_grace_seconds`` (lakefs_core.settings.CoreSettings, which repeats this
+# literal to keep the drivers out of a CLI's start-up; a test checks they agree).
 DEFAULT_TMP_GRACE_SECONDS = 3600.0
 DEFAULT_SWEEP_LIMIT = 1_000_000  # directory entries examined by one sweep
 

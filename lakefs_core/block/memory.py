@@ -25,8 +25,10 @@ from types import TracebackType
 from lakefs_core.block._common import (
     Grouper,
     check_body,
+    check_delete_batch,
     check_key,
     check_list_args,
+    check_list_keys_args,
     check_positive,
     check_range,
     closed_error,
@@ -36,7 +38,15 @@ from lakefs_core.block._common import (
     prefix_successor,
     slice_range,
 )
-from lakefs_core.block.base import Body, CommonPrefix, ObjectInfo
+from lakefs_core.block.base import (
+    MAX_DELETE_BATCH,
+    Body,
+    CommonPrefix,
+    DeleteResult,
+    FailedKey,
+    KeyInfo,
+    ObjectInfo,
+)
 from lakefs_core.errors import BadInputError, NotFoundError, PreconditionFailedError
 
 _NAME = re.compile(r"[A-Za-z0-9._-]+")
@@ -246,6 +256,45 @@ class MemoryBlockStore:
             for item in page:
                 yield item
             await asyncio.sleep(0)
+
+    async def list_keys(
+        self, prefix: str = "", *, start_after: str | None = None
+    ) -> AsyncGenerator[KeyInfo, None]:
+        prefix, start_after = check_list_keys_args(prefix, start_after)
+        self._check_open()
+        lower, inclusive = (
+            (start_after, False) if start_after is not None and start_after >= prefix else (prefix, True)
+        )
+        while True:
+            self._check_open()
+            keys, objects = self._space.keys, self._space.objects
+            i = bisect_left(keys, lower) if inclusive else bisect_right(keys, lower)
+            page = [
+                KeyInfo(k, len(objects[k].data), objects[k].last_modified.timestamp())
+                for k in keys[i : i + 1000]
+                if k.startswith(prefix)
+            ]
+            for info in page:
+                yield info
+            if len(page) < 1000:
+                return
+            lower, inclusive = page[-1].key, False
+            await asyncio.sleep(0)
+
+    async def delete_batch(
+        self, keys: Sequence[str], *, if_match: Mapping[str, str] | None = None
+    ) -> DeleteResult:
+        checked, etags = check_delete_batch(keys, if_match, MAX_DELETE_BATCH)
+        self._check_open()
+        result = DeleteResult()
+        for key in checked:
+            obj = self._space.objects.get(key)
+            if obj is not None and key in etags and obj.etag != etags[key]:
+                result.failed.append(FailedKey(key, "PreconditionFailed", False))
+                continue
+            self._remove(key)
+            result.deleted.append(key)
+        return result
 
     async def copy(self, src_key: str, dst_key: str, *, if_none_match: bool = False) -> ObjectInfo:
         src = self._lookup(src_key)

@@ -34,6 +34,9 @@ Behaviour on top of the common contract:
 - ``copy`` is one server-side ``CopyObject`` (S3 limits it to sources up to 5 GiB) followed by a
   ``HeadObject`` of the copy. A create-only copy streams the object through ``put`` instead (see
   :meth:`S3BlockStore.copy`).
+- ``list_keys`` is ``ListObjectsV2`` reduced to key, size and mtime; ``delete_batch`` is ONE
+  ``DeleteObjects`` (``Quiet=False``, an optional ``ETag`` per key) without retries or sleeps: the
+  outcome per key, ``throttled`` and ``Retry-After`` go back to the caller's limiter.
 - Credentials never appear in messages, logs or ``repr``.
 """
 
@@ -67,8 +70,10 @@ from tenacity import (
 from lakefs_core.block._common import (
     Rechunker,
     check_body,
+    check_delete_batch,
     check_key,
     check_list_args,
+    check_list_keys_args,
     check_positive,
     check_range,
     closed_error,
@@ -76,13 +81,24 @@ from lakefs_core.block._common import (
     normalize_content_type,
     normalize_metadata,
 )
-from lakefs_core.block.base import Body, CommonPrefix, ObjectInfo
+from lakefs_core.block.base import (
+    MAX_DELETE_BATCH,
+    Body,
+    CommonPrefix,
+    DeleteResult,
+    FailedKey,
+    KeyInfo,
+    ObjectInfo,
+)
 from lakefs_core.block.s3_errors import (
     ACCESS_CODES,
+    THROTTLE_CODES,
     TRANSIENT_CODES,
     error_code,
     is_precondition,
+    is_throttle,
     is_transient,
+    retry_after_seconds,
     translate_error,
 )
 from lakefs_core.block.s3_multipart import MAX_PARTS, MultipartUpload, multipart_etag, strip_etag
@@ -119,6 +135,28 @@ _BUCKET = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{1,253}[A-Za-z0-9]")
 
 def _sort_key(item: ObjectInfo | CommonPrefix) -> str:
     return item.key if isinstance(item, ObjectInfo) else item.prefix
+
+
+def _delete_outcome(keys: Sequence[str], resp: Mapping[str, Any]) -> DeleteResult:
+    """The per-key outcome of a ``DeleteObjects`` answer for the batch ``keys``; whatever it names
+    outside the batch is ignored (it cannot vouch for keys we did not send)."""
+    asked = set(keys)
+    result = DeleteResult()
+    failed: dict[str, FailedKey] = {}
+    for err in resp.get("Errors") or []:
+        key, code = str(err.get("Key", "")), str(err.get("Code", "") or "Unknown")
+        if key in asked and key not in failed:
+            failed[key] = FailedKey(key, code, code in TRANSIENT_CODES)
+            result.throttled = result.throttled or code in THROTTLE_CODES
+    deleted = {str(d.get("Key", "")) for d in resp.get("Deleted") or []}
+    for key in keys:
+        if key in failed:
+            result.failed.append(failed[key])
+        elif key in deleted:
+            result.deleted.append(key)
+        else:
+            result.failed.append(FailedKey(key, "NoOutcome", True))
+    return result
 
 
 class S3BlockStore:
@@ -565,6 +603,57 @@ class S3BlockStore:
             token = resp.get("NextContinuationToken")
             if not resp.get("IsTruncated") or not token:
                 return
+
+    async def list_keys(
+        self, prefix: str = "", *, start_after: str | None = None
+    ) -> AsyncGenerator[KeyInfo, None]:
+        """``ListObjectsV2`` pages of 1,000 (each retried like any call), reduced to key, size, mtime."""
+        prefix, start_after = check_list_keys_args(prefix, start_after)
+        client = await self._client()
+        base: dict[str, Any] = {"Bucket": self._bucket, "Prefix": prefix, "MaxKeys": 1000}
+        if start_after is not None:
+            base["StartAfter"] = start_after
+        token: str | None = None
+        while True:
+            args = dict(base, ContinuationToken=token) if token is not None else base
+            resp = await self._call(
+                "ListObjectsV2", prefix or None, functools.partial(client.list_objects_v2, **args)
+            )
+            for c in resp.get("Contents") or []:
+                yield KeyInfo(c["Key"], int(c["Size"]), c["LastModified"].timestamp())
+            token = resp.get("NextContinuationToken")
+            if not resp.get("IsTruncated") or not token:
+                return
+
+    async def delete_batch(
+        self, keys: Sequence[str], *, if_match: Mapping[str, str] | None = None
+    ) -> DeleteResult:
+        """ONE ``DeleteObjects`` request (``Quiet=False``), never retried here: see the contract in
+        :mod:`lakefs_core.block.base`. A transient failure of the whole request fails every key
+        (transient; ``throttled`` for 503/429/SlowDown, with its ``Retry-After``); a key the answer
+        does not mention is failed (``NoOutcome``, transient), never assumed deleted."""
+        checked, etags = check_delete_batch(keys, if_match, MAX_DELETE_BATCH)
+        if not checked:
+            return DeleteResult()
+        client = await self._client()
+        objects: builtins.list[dict[str, str]] = [
+            {"Key": k, "ETag": f'"{etags[k]}"'} if k in etags else {"Key": k} for k in checked
+        ]
+        try:
+            resp = await client.delete_objects(
+                Bucket=self._bucket,
+                Delete={"Objects": objects, "Quiet": False},  # type: ignore[typeddict-item]
+            )
+        except Exception as e:
+            if not is_transient(e):
+                raise self._translate(e, "DeleteObjects", None) from e
+            code = error_code(e) if isinstance(e, ClientError) else type(e).__name__
+            return DeleteResult(
+                failed=[FailedKey(k, code or "Transient", True) for k in checked],
+                throttled=is_throttle(e),
+                retry_after=retry_after_seconds(e),
+            )
+        return _delete_outcome(checked, resp)
 
     async def copy(self, src_key: str, dst_key: str, *, if_none_match: bool = False) -> ObjectInfo:
         """Server-side ``CopyObject``; a create-only copy streams through ``put(if_none_match=True)``

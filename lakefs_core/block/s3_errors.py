@@ -10,6 +10,8 @@ per-key results of ``DeleteObjects``. Pure functions: no I/O, no retrying.
 from __future__ import annotations
 
 import asyncio
+import time
+from email.utils import parsedate_to_datetime
 
 import aiohttp
 from botocore.exceptions import (
@@ -160,3 +162,53 @@ def translate_error(
     if is_transient(e):
         return TransientError(f"{where}: {type(e).__name__} after {settings.max_attempts} attempt(s)")
     return LakeFSError(f"{where}: {type(e).__name__}: {e}")
+
+
+# Codes (and statuses) by which S3 asks a client to slow down: ``delete_batch`` reports them as
+# ``throttled`` so the caller's rate limiter backs off (gc.md §3b).
+THROTTLE_CODES = frozenset(
+    {
+        "SlowDown",
+        "Throttling",
+        "ThrottlingException",
+        "ThrottledException",
+        "RequestThrottled",
+        "RequestThrottledException",
+        "TooManyRequestsException",
+        "RequestLimitExceeded",
+        "BandwidthLimitExceeded",
+        "ServiceUnavailable",
+    }
+)
+MAX_RETRY_AFTER = 3600.0  # a hostile or broken Retry-After never stalls a caller longer than this
+
+
+def is_throttle(e: BaseException) -> bool:
+    """True when ``e`` is S3 asking to slow down (503, 429 or a throttling code)."""
+    if not isinstance(e, ClientError):
+        return False
+    return error_code(e) in THROTTLE_CODES or _status(e) in (503, 429)
+
+
+def retry_after_seconds(e: BaseException, now: float | None = None) -> float | None:
+    """The ``Retry-After`` of the response behind ``e`` in seconds (delta-seconds or an HTTP date,
+    clamped to [0, :data:`MAX_RETRY_AFTER`]), or ``None`` when absent or unreadable."""
+    if not isinstance(e, ClientError):
+        return None
+    headers = e.response.get("ResponseMetadata", {}).get("HTTPHeaders", {}) or {}
+    raw = next((str(v) for k, v in headers.items() if str(k).lower() == "retry-after"), None)
+    if raw is None:
+        return None
+    raw = raw.strip()
+    seconds: float | None = None
+    if raw.isdigit() or raw.replace(".", "", 1).isdigit():
+        seconds = float(raw)
+    else:
+        try:
+            when = parsedate_to_datetime(raw)
+        except (TypeError, ValueError, IndexError):
+            return None
+        if when.tzinfo is None:
+            return None
+        seconds = when.timestamp() - (time.time() if now is None else now)
+    return min(max(seconds, 0.0), MAX_RETRY_AFTER)

@@ -5,7 +5,8 @@ Commands follow lakectl's shapes (URIs are ``lakefs://repo/ref/path``):
 - ``repo create|list|delete``, ``branch create|list|delete|reset|revert``,
   ``fs upload|cat|stat|rm|ls``, ``commit``, ``log``, ``diff``, ``merge``, ``tag create|list|delete``,
   ``show commit`` (see :mod:`.repo`, :mod:`.branch`, :mod:`.fs`, :mod:`.refs_cmds`);
-- ``sst inspect|write-range`` (see :mod:`.sst`).
+- ``sst inspect|write-range`` (see :mod:`.sst`);
+- ``check-config``: every configuration problem at once, or the configuration (:mod:`.config_cmd`).
 
 Global options: ``--json`` (one JSON document on stdout; every repository command also takes
 ``--json`` itself) and ``--config PATH`` (env ``LAKEFS_CORE_CONFIG``; see :mod:`.context` for the keys
@@ -55,7 +56,9 @@ def one_line(message: str) -> str:
 def run(group: click.Group, argv: Sequence[str] | None, prog_name: str) -> int:
     """Invoke a click group, mapping project errors to one-line messages and exit codes."""
     try:
-        group.main(args=list(argv) if argv is not None else None, prog_name=prog_name, standalone_mode=False)
+        result = group.main(
+            args=list(argv) if argv is not None else None, prog_name=prog_name, standalone_mode=False
+        )
     except LakeFSError as e:
         click.echo(f"{prog_name}: {one_line(str(e))}", err=True)
         return e.exit_code
@@ -67,12 +70,15 @@ def run(group: click.Group, argv: Sequence[str] | None, prog_name: str) -> int:
         return USAGE_EXIT if isinstance(e, click.UsageError) else e.exit_code
     except click.exceptions.Exit as e:
         return e.exit_code
-    return 0
+    # Without standalone mode click RETURNS the code of an explicit ``Exit`` (``run --once``'s status,
+    # ``check-config``'s); commands themselves return None.
+    return result if type(result) is int else 0
 
 
 def _register() -> None:
-    from lakefs_core.cli import branch, fs, refs_cmds, repo, sst
+    from lakefs_core.cli import branch, config_cmd, fs, refs_cmds, repo, sst
 
+    cli.add_command(config_cmd.check_config_cmd)
     cli.add_command(sst.sst)
     cli.add_command(repo.repo)
     cli.add_command(branch.branch)

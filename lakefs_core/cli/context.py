@@ -14,21 +14,30 @@ Keys (all optional):
 
 - ``kv_url``: the KV store (``sqlite:///abs/path``, ``postgresql://user:pw@host/db``,
   ``dynamodb://TABLE?region=R&endpoint=URL``, ``memory://``). Default: the embedded SQLite database
-  ``<user data dir>/lakefs-core/kv.sqlite3`` (``$XDG_DATA_HOME`` on Linux).
-- ``s3``: how to reach S3 for ``s3://`` namespaces: ``region``, ``endpoint_url``, ``access_key_id``,
-  ``secret_access_key``, ``session_token``, ``addressing_style`` (auto|path|virtual), ``max_attempts``,
-  ``connect_timeout``, ``read_timeout``. Credentials left out come from the standard AWS chain.
+  ``<user data dir>/lakefs-core/kv.sqlite3`` (``$XDG_DATA_HOME`` on Linux), whose directory is
+  created; an explicit SQLite URL whose directory does not exist is refused (exit 16).
+- ``s3``: how to reach S3 for ``s3://`` namespaces, the shared schema of
+  :class:`lakefs_core.settings.S3Config`: ``region``, ``endpoint_url``, ``credentials``
+  (``{source: env|static|profile, ...}``; the flat ``access_key_id`` / ``secret_access_key`` /
+  ``session_token`` keys still work), ``addressing_style`` (auto|path|virtual), ``max_attempts``,
+  ``connect_timeout``, ``read_timeout``, ``multipart_*``. Credentials left out come from the
+  standard AWS chain.
 - ``committer``: the author recorded in commits (default ``$USER``).
 - ``cache_dir`` / ``cache_max_bytes``: an optional on-disk cache of range/metarange files shared by
-  CLI processes (default: no disk cache).
+  CLI processes (default: no disk cache); ``table_cache_bytes``: the in-memory cache (256 MiB).
 - ``table_max_block_bytes``: the largest table block a range/metarange may declare or decompress to;
   anything larger is ``CorruptDataError`` (default 64 MiB, above lakeFS's 20 MiB maximum range).
+- ``temp_sweep_grace_seconds``: leftover ``.lakefs-tmp-*`` files of local namespaces older than
+  this are swept by the first write of a process (default 3600).
 - ``upload_concurrency``: objects uploaded in parallel by ``fs upload --recursive`` / removed by
   ``fs rm --recursive`` (default 8).
 - ``commit_attempts``: bound of the compare-and-swap retry loops (default 20).
 - ``cleanup_grace_seconds`` / ``cleanup_limit``: after ``commit``, ``branch reset`` and
   ``branch delete`` one bounded pass drops at most ``cleanup_limit`` consumed staging tokens marked
   at least ``cleanup_grace_seconds`` ago (defaults 30 s and 100; a limit of 0 disables it).
+
+Every problem of the configuration is reported at once (``lakefs-core check-config`` prints the
+effective configuration, secrets masked).
 
 Secrets (``kv_url``, ``s3.secret_access_key``, ``s3.session_token``) are held as ``SecretStr`` and
 never appear in messages.
@@ -44,19 +53,21 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Literal, TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 import click
 import platformdirs
-from pydantic import Field, SecretStr
+from pydantic import Field
 
-from lakefs_core.config import StrictModel, load_config
+from lakefs_core.config import load_config
 from lakefs_core.errors import BadInputError, LakeFSError, NotFoundError, StorageFullError
+from lakefs_core.settings import CoreSettings, S3Config
 
 if TYPE_CHECKING:
-    from lakefs_core.block.s3_settings import S3Settings
     from lakefs_core.repos.graveler import Graveler
     from lakefs_core.repos.objects import Objects
+
+__all__ = ["CoreConfig", "S3Config", "Session", "load_core_config", "open_session", "run_session"]
 
 APP_NAME = "lakefs-core"
 ENV_PREFIX = "LAKEFS_CORE"
@@ -66,47 +77,11 @@ DEBUG_ENV = "LAKEFS_CORE_DEBUG"
 T = TypeVar("T")
 
 
-class S3Config(StrictModel):
-    region: str | None = None
-    endpoint_url: str | None = None
-    access_key_id: str | None = None
-    secret_access_key: SecretStr | None = None
-    session_token: SecretStr | None = None
-    addressing_style: Literal["auto", "path", "virtual"] | None = None
-    max_attempts: int = Field(default=5, ge=1)
-    connect_timeout: float = Field(default=10.0, ge=0)
-    read_timeout: float = Field(default=60.0, ge=0)
+class CoreConfig(CoreSettings):
+    """The CLI's configuration: the shared :class:`~lakefs_core.settings.CoreSettings` plus its own keys."""
 
-    def settings(self) -> S3Settings:
-        from lakefs_core.block.s3_settings import S3Settings
-
-        return S3Settings(
-            region=self.region,
-            endpoint_url=self.endpoint_url,
-            access_key_id=self.access_key_id,
-            secret_access_key=self.secret_access_key.get_secret_value() if self.secret_access_key else None,
-            session_token=self.session_token.get_secret_value() if self.session_token else None,
-            addressing_style=self.addressing_style,
-            max_attempts=self.max_attempts,
-            connect_timeout=self.connect_timeout,
-            read_timeout=self.read_timeout,
-        )
-
-
-class CoreConfig(StrictModel):
-    kv_url: SecretStr | None = None
-    s3: S3Config = S3Config()
     committer: str | None = None
-    cache_dir: Path | None = None
-    cache_max_bytes: int = Field(default=1 << 30, gt=0)
-    # Largest table block accepted when reading ranges/metaranges (hostile-file bound; lakeFS's
-    # ranges are at most 20 MiB by default).
-    # (a literal, not the reader's constant, to keep the format layer out of CLI start-up; a test
-    # checks they agree)
-    table_max_block_bytes: int = Field(default=64 << 20, ge=1 << 20, le=1 << 31)
     upload_concurrency: int = Field(default=8, ge=1, le=256)
-    commit_attempts: int = Field(default=20, ge=1)
-    cleanup_grace_seconds: float = Field(default=30.0, ge=0)
     cleanup_limit: int = Field(default=100, ge=0)
 
     def kv(self) -> str:
@@ -214,32 +189,15 @@ class Session:
 
 @asynccontextmanager
 async def open_session(config: CoreConfig) -> AsyncIterator[Session]:
-    """Open the KV store and a store registry; close both (in that order of dependency) on exit."""
-    from lakefs_core.graveler.tables import DiskCache, TableCache
-    from lakefs_core.kv import open_kv
-    from lakefs_core.repos.graveler import Graveler, GravelerSettings
-    from lakefs_core.repos.objects import Objects
-    from lakefs_core.repos.stores import StoreRegistry
+    """Open the core (:func:`lakefs_core.wiring.open_core`: KV, block stores, caches); close on exit.
 
-    disk = DiskCache(config.cache_dir, config.cache_max_bytes) if config.cache_dir is not None else None
-    s3 = config.s3.settings()
-    kv = await open_kv(config.kv())
-    try:
-        stores = StoreRegistry(
-            s3=s3, table_cache=TableCache(disk=disk, max_block_bytes=config.table_max_block_bytes)
-        )
-        try:
-            settings = GravelerSettings(
-                commit_attempts=config.commit_attempts,
-                write_attempts=config.commit_attempts,
-                cleanup_grace_seconds=config.cleanup_grace_seconds,
-            )
-            graveler = Graveler(kv, stores, settings)
-            yield Session(config, graveler, Objects(graveler))
-        finally:
-            await stores.close()
-    finally:
-        await kv.close()
+    An unset ``kv_url`` is the embedded default (created on first use); an explicit SQLite URL whose
+    directory does not exist is a StartupError naming ``kv_url``.
+    """
+    from lakefs_core.wiring import open_core
+
+    async with await open_core(config, default_kv_url=default_kv_url()) as core:
+        yield Session(config, core.graveler, core.objects)
 
 
 def run_session(fn: Callable[[Session], Awaitable[T]]) -> T:

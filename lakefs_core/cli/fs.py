@@ -1,10 +1,13 @@
 """``lakefs-core fs``: objects on a ref (lakectl's ``fs upload/cat/stat/rm/ls``).
 
 - ``fs upload lakefs://repo/branch/path --source FILE`` stages one object (``--source -`` reads stdin);
-  with ``--recursive`` the directory tree under ``--source`` is uploaded below the path prefix, up to
-  ``upload_concurrency`` objects at a time, with a tqdm progress bar on stderr (only when stderr is
-  a terminal, never with ``--no-progress``).
-- ``fs cat`` writes the object's bytes to stdout; ``fs stat`` describes it.
+  with ``--recursive`` the directory tree under ``--source`` is uploaded below the path prefix in
+  batches staged in one KV batch each, up to ``upload_concurrency`` PUTs at a time, with a tqdm
+  progress bar in bytes and files on stderr (only when stderr is a terminal, never with
+  ``--no-progress``).
+- ``fs cat`` streams the object's bytes to stdout (constant memory, ``--json`` too); ``fs download``
+  writes an object, or with ``--recursive`` a prefix, to local files; ``fs stat`` describes it. The
+  bulk and streaming paths live in :mod:`.fs_transfer`.
 - ``fs rm`` stages a deletion; ``--recursive`` deletes every object under the path taken as a
   directory prefix (``dir`` means ``dir/``).
 - ``fs ls lakefs://repo/ref/[prefix]`` lists like lakectl: without ``--recursive`` it groups by ``/``
@@ -13,18 +16,18 @@
 
 from __future__ import annotations
 
-import asyncio
-import base64
 import os
 import sys
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
+from collections.abc import AsyncIterator, Iterable
 from pathlib import Path
 from stat import S_ISDIR, S_ISREG
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any
 
 import click
 
+from lakefs_core.cli import fs_transfer
 from lakefs_core.cli.context import Session, local_path_error, run_session
+from lakefs_core.cli.fs_transfer import STREAM_THRESHOLD, bounded, file_chunks
 from lakefs_core.cli.output import (
     emit,
     fmt_time,
@@ -41,50 +44,7 @@ from lakefs_core.errors import BadInputError, LakeFSError, NotFoundError
 if TYPE_CHECKING:
     from lakefs_core.repos.objects import ObjectStat
 
-T = TypeVar("T")
-
-STREAM_THRESHOLD = 8 << 20  # bigger files are streamed to the store in chunks of this size
 LIST_PAGE = 1000
-
-
-def _first_error(group: BaseExceptionGroup[BaseException]) -> BaseException:
-    first = group.exceptions[0]
-    return _first_error(first) if isinstance(first, BaseExceptionGroup) else first
-
-
-async def bounded(items: Sequence[T], limit: int, fn: Callable[[T], Awaitable[None]]) -> None:
-    """Call ``fn`` on every item, at most ``limit`` at a time; the first failure stops the rest."""
-    it = iter(items)
-
-    async def worker() -> None:
-        for item in it:  # one shared iterator: each item is taken by exactly one worker
-            await fn(item)
-
-    try:
-        async with asyncio.TaskGroup() as tg:
-            for _ in range(min(limit, len(items))):
-                tg.create_task(worker())
-    except BaseExceptionGroup as group:
-        raise _first_error(group) from None
-
-
-async def file_chunks(path: Path, size: int = STREAM_THRESHOLD) -> AsyncIterator[bytes]:
-    """The file's bytes, chunk by chunk; a failing open or read is a one-line error naming it."""
-    try:
-        f = await asyncio.to_thread(path.open, "rb")
-    except OSError as e:
-        raise _local_error(e, path) from e
-    try:
-        while True:
-            try:
-                chunk = await asyncio.to_thread(f.read, size)
-            except OSError as e:
-                raise _local_error(e, path) from e
-            if not chunk:
-                return
-            yield chunk
-    finally:
-        f.close()
 
 
 def _local_error(e: OSError, path: Path) -> LakeFSError:
@@ -177,8 +137,6 @@ def upload_cmd(
 
 
 def _upload_tree(dest: LakeFSURI, source: str, content_type: str | None, no_progress: bool) -> None:
-    from tqdm import tqdm
-
     root = Path(source)
     if not root.is_dir():
         if not root.exists():
@@ -189,43 +147,11 @@ def _upload_tree(dest: LakeFSURI, source: str, content_type: str | None, no_prog
     except OSError as e:
         raise _local_error(e, Path(e.filename or source)) from e
     total = sum(size for _, _, size in files)
-    results: list[ObjectStat] = []
 
-    async def op(s: Session) -> None:
-        bar = tqdm(
-            total=total,
-            unit="B",
-            unit_scale=True,
-            unit_divisor=1024,
-            desc=f"upload {len(files)} objects",
-            file=sys.stderr,
-            disable=no_progress or not sys.stderr.isatty(),
-            leave=False,
-        )
+    async def op(s: Session) -> list[ObjectStat]:
+        return await fs_transfer.upload_tree(s, dest, files, content_type, no_progress)
 
-        async def one(item: tuple[Path, str, int]) -> None:
-            local, rel, size = item
-            try:
-                body = (
-                    await asyncio.to_thread(local.read_bytes)
-                    if size <= STREAM_THRESHOLD
-                    else file_chunks(local)
-                )
-            except OSError as e:
-                raise _local_error(e, local) from e
-            stat = await s.objects.upload(
-                dest.repo, dest.ref, _join(dest.path, rel), body, content_type=content_type
-            )
-            results.append(stat)
-            bar.update(size)
-
-        try:
-            await bounded(files, s.config.upload_concurrency, one)
-        finally:
-            bar.close()
-
-    run_session(op)
-    results.sort(key=lambda st: st.path)
+    results = sorted(run_session(op), key=lambda st: st.path)
     emit(
         {"results": [object_doc(st) for st in results], "count": len(results), "size_bytes": total},
         lambda: click.echo(f"Uploaded {len(results)} objects ({human_bytes(total)}) to {dest}"),
@@ -239,25 +165,47 @@ def cat_cmd(path: LakeFSURI) -> None:
     """Write an object's content to stdout."""
     as_json = wants_json()
     out = sys.stdout.buffer
-    collected: list[bytes] = []
 
     async def op(s: Session) -> None:
+        if as_json:
+            await fs_transfer.cat_json(s, path, out)
+            return
         async for chunk in s.objects.read(path.repo, path.ref, path.path):
-            if as_json:
-                collected.append(chunk)
-            else:
-                out.write(chunk)
+            out.write(chunk)
 
     run_session(op)
     out.flush()
-    if as_json:
-        data = b"".join(collected)
-        doc: dict[str, Any] = {"path": path.path, "size_bytes": len(data)}
-        try:
-            doc.update(encoding="utf-8", content=data.decode("utf-8"))
-        except UnicodeDecodeError:
-            doc.update(encoding="base64", content=base64.b64encode(data).decode())
-        emit(doc, lambda: None)
+
+
+@fs.command("download")
+@click.argument("src", metavar="lakefs://<repository>/<ref>/<path>", type=PREFIX_URI)
+@click.argument("dest", metavar="[DESTINATION]", required=False, type=click.Path(path_type=Path))
+@click.option("--recursive", "-r", is_flag=True, help="Download every object under the path (a prefix).")
+@click.option(
+    "--parallelism", "-p", default=None, type=click.IntRange(1, 256), help="Objects downloaded at once."
+)
+@click.option("--no-progress", is_flag=True, help="Never show a progress bar.")
+@json_option
+def download_cmd(
+    src: LakeFSURI, dest: Path | None, recursive: bool, parallelism: int | None, no_progress: bool
+) -> None:
+    """Download an object (or, with --recursive, all objects under a prefix) to local files."""
+    target = dest if dest is not None else Path(".")
+
+    async def op(s: Session) -> list[tuple[ObjectStat, Path]]:
+        limit = parallelism or s.config.upload_concurrency
+        return await fs_transfer.download(
+            s, src, target, recursive=recursive, parallelism=limit, no_progress=no_progress
+        )
+
+    plan = run_session(op)
+    docs = [{"path": st.path, "destination": str(local), "size_bytes": st.size} for st, local in plan]
+
+    def human() -> None:
+        for st, local in plan:
+            click.echo(f"download: {src.with_path(st.path)} to {local}")
+
+    emit({"results": docs, "count": len(docs), "size_bytes": sum(st.size for st, _ in plan)}, human)
 
 
 @fs.command("stat")

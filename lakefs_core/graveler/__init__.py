@@ -6,4 +6,11 @@
 - :mod:`.writer`: range and metarange writers with content-defined boundaries.
 - :mod:`.metarange`: point lookup, seek-ge and ordered iteration over a whole metarange.
 - :mod:`.apply`, :mod:`.diff`, :mod:`.merge`: commit a change stream, two-way diff, three-way merge.
+- :mod:`.addresses`: the object addresses of a range and the ranges of a metarange (pure), shared by
+  mirror validation and GC; :func:`read_table` fetches a table's bytes uncached.
 """
+
+from lakefs_core.graveler.addresses import iter_range_addresses, metarange_ranges
+from lakefs_core.graveler.tables import read_table
+
+__all__ = ["iter_range_addresses", "metarange_ranges", "read_table"]

@@ -15,31 +15,18 @@ from __future__ import annotations
 from bisect import bisect_left
 from collections.abc import AsyncIterator, Iterator
 
-from lakefs_core.errors import CorruptDataError
-from lakefs_core.format.records import decode_metarange_record
 from lakefs_core.format.sstable.reader import TableReader
+from lakefs_core.graveler.addresses import metarange_ranges
 from lakefs_core.graveler.model import RangeInfo, ValueRecord
 from lakefs_core.graveler.tables import TableStore
+from lakefs_core.keys import table_name
 
 EMPTY_METARANGE_ID = ""
 
 
 def parse_metarange(reader: TableReader, table_id: str) -> list[RangeInfo]:
     """The ranges a metarange table lists, checked to be ordered and non-overlapping."""
-    name = f"_lakefs/{table_id}"
-    ranges: list[RangeInfo] = []
-    prev_max: bytes | None = None
-    for key, value in reader:
-        info = decode_metarange_record(key, value, file=name)
-        if (
-            info.max_key != key
-            or info.min_key > info.max_key
-            or (prev_max is not None and info.min_key <= prev_max)
-        ):
-            raise CorruptDataError(f"metarange record {key!r} has an inconsistent key span", file=name)
-        ranges.append(info)
-        prev_max = info.max_key
-    return ranges
+    return list(metarange_ranges(reader, name=table_name(table_id)))
 
 
 def _records(reader: TableReader, name: str, start: bytes | None) -> Iterator[ValueRecord]:
@@ -56,7 +43,7 @@ class MetaRange:
         self.id = metarange_id
         self.ranges = ranges
         self._max_keys = [r.max_key for r in ranges]
-        self._names = [f"_lakefs/{r.id}" for r in ranges]
+        self._names = [table_name(r.id) for r in ranges]
         self._readers: list[TableReader | None] = [None] * len(ranges)
         self.ranges_opened = 0
 

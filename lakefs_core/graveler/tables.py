@@ -12,6 +12,13 @@ Tiers, fastest first:
    share one cache directory; a file another process evicts is simply fetched again.
 3. The object store (``<namespace>/_lakefs/<id>``), the source of truth.
 
+:func:`read_table` bypasses every tier: one GET of a table's bytes, for workers (GC executors) that
+read each table once and parse it themselves (:mod:`lakefs_core.graveler.addresses`).
+
+Opening a table larger than :data:`INLINE_OPEN_BYTES` (checking every block's CRC32C, parsing its
+index: work proportional to its size) runs in the CPU pool of :mod:`lakefs_core.offloop`, never on
+the event loop, so a daemon's API keeps answering while a pass opens big ranges.
+
 Concurrent misses for the same id are collapsed into one fetch (single flight). One
 :class:`TableCache` may serve many namespaces: an id names the same bytes wherever it lives.
 """
@@ -33,11 +40,13 @@ from lakefs_core.fileperm import make_private_dir
 from lakefs_core.format.records import RangeInfo, is_table_id
 from lakefs_core.format.sstable.footer import DEFAULT_MAX_BLOCK_BYTES
 from lakefs_core.format.sstable.reader import TableReader
-from lakefs_core.keys import StorageNamespace
+from lakefs_core.keys import StorageNamespace, table_name
+from lakefs_core.offloop import run_cpu
 
 DEFAULT_RAM_BYTES = 256 << 20
 DEFAULT_PARSED_METARANGES = 1024
 DEFAULT_BLOCK_CACHE_BLOCKS = 256
+INLINE_OPEN_BYTES = 64 << 10  # tables up to this size are opened on the loop (cheap)
 
 
 def check_table_id(table_id: str) -> str:
@@ -203,18 +212,23 @@ class TableCache:
             data = await fetch()
             self.stats.fetches += 1
             # Parse before caching on disk: a corrupt download must not poison the disk tier.
-            reader = self._open(table_id, data)
+            reader = await self._open_off_loop(table_id, data)
             if self.disk is not None:
                 await asyncio.to_thread(self.disk.write, table_id, data)
         else:
-            reader = self._open(table_id, data)
+            reader = await self._open_off_loop(table_id, data)
         self._insert(table_id, reader, len(data))
         return reader
+
+    async def _open_off_loop(self, table_id: str, data: bytes) -> TableReader:
+        if len(data) <= INLINE_OPEN_BYTES:  # well under a millisecond: not worth a thread hop
+            return self._open(table_id, data)
+        return await run_cpu(self._open, table_id, data)
 
     def _open(self, table_id: str, data: bytes) -> TableReader:
         return TableReader(
             data,
-            name=f"_lakefs/{table_id}",
+            name=table_name(table_id),
             block_cache_blocks=self.block_cache_blocks,
             max_block_bytes=self.max_block_bytes,
         )
@@ -264,3 +278,15 @@ class TableStore:
                 raise NotFoundError(f"table {table_id} not found at {self.store.uri}/{key}") from e
 
         return await self.cache.load(table_id, fetch)
+
+
+async def read_table(store: BlockStore, namespace: StorageNamespace, table_id: str) -> bytes:
+    """The bytes of range or metarange ``table_id`` of ``namespace``, uncached (executor-side reads).
+
+    :class:`NotFoundError` names the table's key; the bytes are not parsed here.
+    """
+    key = namespace.table_key(check_table_id(table_id))
+    try:
+        return await store.get(key)
+    except NotFoundError as e:
+        raise NotFoundError(f"table {table_id} not found at {store.uri}/{key}") from e

@@ -21,9 +21,9 @@ import re
 from urllib.parse import parse_qsl, urlsplit
 
 from lakefs_core.errors import BadInputError
-from lakefs_core.kv.base import Expect, KVEntry, KVStore
+from lakefs_core.kv.base import Expect, KVEntry, KVItem, KVStore
 
-__all__ = ["Expect", "KVEntry", "KVStore", "open_kv"]
+__all__ = ["Expect", "KVEntry", "KVItem", "KVStore", "open_kv"]
 
 _SQL_SCHEMES = frozenset({"sqlite", "sqlite+aiosqlite", "postgresql", "postgres", "postgresql+asyncpg"})
 _DYNAMO_PARAMS = frozenset({"region", "endpoint"})

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 from lakefs_core.errors import BadInputError, LakeFSError
-from lakefs_core.kv.base import Expect
+from lakefs_core.kv.base import Expect, KVItem
 
 _KINDS = frozenset({"absent", "exists", "equals"})
 
@@ -56,3 +58,20 @@ def precondition_message(expected: Expect) -> str:
 def closed_error(driver: str) -> LakeFSError:
     """The error for an operation on a store after ``close()`` (a programming error, not retryable)."""
     return LakeFSError(f"{driver} KV store is closed")
+
+
+def check_items(items: Iterable[object]) -> list[KVItem]:
+    """Validate a :meth:`~lakefs_core.kv.base.KVStore.set_many` batch; a key given twice keeps its last
+    value (at the position of its last occurrence), since no backend accepts one key twice per batch."""
+    last: dict[tuple[bytes, bytes], KVItem] = {}
+    for item in items:
+        if not isinstance(item, tuple) or len(item) != 3:
+            raise BadInputError("must be (partition, key, value) tuples", field="items")
+        p, k, v = item
+        if type(p) is not bytes or type(k) is not bytes or type(v) is not bytes or not p or not k:
+            p, k = check_key(p, k)  # the slow path: converts bytes-like values, raises for bad ones
+            v = as_bytes(v, "value")
+        if (p, k) in last:
+            del last[(p, k)]
+        last[(p, k)] = (p, k, v)
+    return list(last.values())

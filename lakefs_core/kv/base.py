@@ -12,13 +12,20 @@ expectation, never a blind overwrite:
 A failed expectation raises :class:`~lakefs_core.errors.PreconditionFailedError`; a missing key in
 ``get`` raises :class:`~lakefs_core.errors.NotFoundError`; an unreachable backend raises
 :class:`~lakefs_core.errors.UnreachableError` (retryable). ``delete`` of a missing key is not an
-error. Drivers: :mod:`.memory`, :mod:`.sql` (SQLite, PostgreSQL), :mod:`.dynamodb`; open one from a
+error.
+
+:meth:`KVStore.set_many` writes a batch of unconditional upserts ``(partition, key, value)`` (any
+partitions; a key given twice keeps its last value). It is all-or-nothing where the backend has
+transactions (SQL: one transaction; memory: one lock) and at-least-per-item on DynamoDB
+(``BatchWriteItem`` in chunks of 25, unprocessed items retried): when it returns every item is
+stored; when it raises, any subset may be (the items are idempotent upserts: retrying the whole batch
+is always safe). Drivers: :mod:`.memory`, :mod:`.sql` (SQLite, PostgreSQL), :mod:`.dynamodb`; open one from a
 URL with :func:`lakefs_core.kv.open_kv`.
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterable
 from dataclasses import dataclass
 from typing import ClassVar, Protocol, runtime_checkable
 
@@ -48,6 +55,10 @@ class KVEntry:
     value: bytes
 
 
+KVItem = tuple[bytes, bytes, bytes]
+"""One item of :meth:`KVStore.set_many`: ``(partition, key, value)``."""
+
+
 @runtime_checkable
 class KVStore(Protocol):
     async def get(self, partition: bytes, key: bytes) -> bytes:
@@ -57,6 +68,10 @@ class KVStore(Protocol):
     async def set(self, partition: bytes, key: bytes, value: bytes) -> None: ...
 
     async def set_if(self, partition: bytes, key: bytes, value: bytes, expected: Expect) -> None: ...
+
+    async def set_many(self, items: Iterable[KVItem]) -> None:
+        """Upsert every ``(partition, key, value)`` of ``items`` as one batch (see the module doc)."""
+        ...
 
     async def delete(self, partition: bytes, key: bytes) -> None: ...
 

@@ -7,6 +7,11 @@ Table (default ``kvstore``, PAY_PER_REQUEST, created on demand and awaited until
 (with ``ItemKey >= :start`` when a start key is given), ``Limit`` = page size, paged with
 ``LastEvaluatedKey``; DynamoDB orders binary range keys bytewise (unsigned).
 
+``set_many`` = ``BatchWriteItem`` of ``PutRequest`` items, 25 per request (DynamoDB's limit); the
+``UnprocessedItems`` a request hands back (throttled shards) are re-sent with exponential backoff
+and full jitter, at most ``attempts`` times each, then :class:`TransientError`. A batch is not atomic
+on DynamoDB: a failed call may have stored any subset (the items are upserts; re-sending is safe).
+
 One aiobotocore client is opened by :meth:`DynamoKVStore.open` and kept for the store's life;
 :meth:`DynamoKVStore.close` exits it.
 
@@ -44,9 +49,10 @@ errors raise a plain non-retryable :class:`LakeFSError`.
 from __future__ import annotations
 
 import asyncio
+import random
 import socket
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
 from contextlib import AsyncExitStack
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
@@ -80,17 +86,19 @@ from lakefs_core.errors import (
 from lakefs_core.kv._common import (
     as_bytes,
     check_expect,
+    check_items,
     check_key,
     check_page_size,
     check_partition,
     closed_error,
     precondition_message,
 )
-from lakefs_core.kv.base import Expect, KVEntry
+from lakefs_core.kv.base import Expect, KVEntry, KVItem
 
 if TYPE_CHECKING:
     from types_aiobotocore_dynamodb.client import DynamoDBClient
     from types_aiobotocore_dynamodb.type_defs import (
+        BatchWriteItemOutputTypeDef,
         PutItemInputTypeDef,
         QueryInputTypeDef,
         QueryOutputTypeDef,
@@ -100,6 +108,7 @@ if TYPE_CHECKING:
 T = TypeVar("T")
 
 DEFAULT_TABLE = "kvstore"
+BATCH_WRITE_ITEMS = 25  # DynamoDB's BatchWriteItem limit
 PARTITION_ATTR = "PartitionKey"
 KEY_ATTR = "ItemKey"
 VALUE_ATTR = "ItemValue"
@@ -440,6 +449,33 @@ class DynamoKVStore:
             await client.put_item(**request)
 
         await self._call(put, "cas", exp)
+
+    async def set_many(self, items: Iterable[KVItem]) -> None:
+        batch = check_items(items)
+        for i in range(0, len(batch), BATCH_WRITE_ITEMS):
+            await self._batch_write(batch[i : i + BATCH_WRITE_ITEMS])
+
+    async def _batch_write(self, chunk: Sequence[KVItem]) -> None:
+        """One ``BatchWriteItem`` of at most 25 puts, re-sending unprocessed items with backoff."""
+        client = self._client
+        pending: list[Any] = [
+            {"PutRequest": {"Item": {**self._key(p, k), VALUE_ATTR: _b(v)}}} for p, k, v in chunk
+        ]
+        for attempt in range(self._attempts):
+            if attempt:
+                cap = min(self._backoff_max, self._backoff_initial * 2**attempt)
+                await asyncio.sleep(random.uniform(0, cap))  # full jitter, as the retry loop uses
+
+            async def write(requests: list[Any] = pending) -> BatchWriteItemOutputTypeDef:
+                return await client.batch_write_item(RequestItems={self._table: requests})
+
+            resp = await self._call(write, "idempotent")
+            pending = list(resp.get("UnprocessedItems", {}).get(self._table, []))
+            if not pending:
+                return
+        raise TransientError(
+            f"{self._display}: {len(pending)} items stayed unprocessed after {self._attempts} batch writes"
+        )
 
     async def delete(self, partition: bytes, key: bytes) -> None:
         p, k = check_key(partition, key)

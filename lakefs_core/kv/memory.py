@@ -1,10 +1,11 @@
 """In-process KV store: one sorted key list plus a dict per partition.
 
-Every operation runs its read-check-write without an ``await`` inside the critical section, so it is
-atomic with respect to other asyncio tasks; a small :class:`threading.Lock` additionally makes it
-safe when several event loops or threads share one store. Each operation first yields to the event
-loop once (``await asyncio.sleep(0)``) so that races in callers interleave the way they would
-against a real backend instead of hiding behind synchronous completion.
+Every operation (a ``set_many`` batch included) runs its read-check-write without an ``await``
+inside the critical section, so it is atomic with respect to other asyncio tasks; a small
+:class:`threading.Lock` additionally makes it safe when several event loops or threads share one
+store. Each operation first yields to the event loop once (``await asyncio.sleep(0)``) so that races
+in callers interleave the way they would against a real backend instead of hiding behind
+synchronous completion.
 
 Scans page through the sorted key list by key (keyset pagination), so they never hold the lock
 across a ``yield`` and concurrent writes are allowed while a scan is in progress (each page is
@@ -16,19 +17,20 @@ from __future__ import annotations
 import asyncio
 import bisect
 import threading
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterable
 
 from lakefs_core.errors import NotFoundError, PreconditionFailedError
 from lakefs_core.kv._common import (
     as_bytes,
     check_expect,
+    check_items,
     check_key,
     check_page_size,
     check_partition,
     closed_error,
     precondition_message,
 )
-from lakefs_core.kv.base import Expect, KVEntry
+from lakefs_core.kv.base import Expect, KVEntry, KVItem
 
 
 class _Partition:
@@ -106,6 +108,14 @@ class MemoryKVStore:
             if part is None:
                 part = self._partitions[p] = _Partition()
             part.put(k, v)
+
+    async def set_many(self, items: Iterable[KVItem]) -> None:
+        batch = check_items(items)
+        await asyncio.sleep(0)
+        self._check_open()
+        with self._lock:  # one lock: the batch is atomic for every reader
+            for p, k, v in batch:
+                self._partitions.setdefault(p, _Partition()).put(k, v)
 
     async def delete(self, partition: bytes, key: bytes) -> None:
         p, k = check_key(partition, key)

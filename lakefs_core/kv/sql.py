@@ -9,6 +9,8 @@ is tolerated). Every operation is ONE statement in its own short transaction, so
 atomic across connections and processes without read-then-write:
 
 - ``set`` = upsert (``INSERT ... ON CONFLICT (partition_key, key) DO UPDATE``);
+- ``set_many`` = the same upsert in ONE transaction, so the batch is atomic: on PostgreSQL one
+  statement over arrays (``INSERT ... SELECT * FROM unnest(...)``), on SQLite one ``executemany``;
 - ``set_if(ABSENT)`` = ``INSERT ... ON CONFLICT DO NOTHING``, success iff one row was inserted;
 - ``set_if(EXISTS)`` = ``UPDATE ... WHERE partition_key=:p AND key=:k``, success iff one row;
 - ``set_if(equals(pred))`` = the same ``UPDATE`` with ``AND value=:pred``; under PostgreSQL's READ
@@ -23,7 +25,8 @@ processes (CLI invocations) can share one database file: writers queue on SQLite
 to ``busy_timeout`` before failing. ``sqlite:///:memory:`` is refused (each pooled connection would
 see its own empty database); use ``memory://`` instead.
 
-Errors are translated at this edge, always with ``raise ... from e``:
+Every operation runs through :func:`lakefs_core.sqlengine.run_transaction` (shared with the mirrors
+database). Errors are translated at this edge, always with ``raise ... from e``:
 
 - cannot obtain a connection (refused, DNS, auth, unopenable file) -> :class:`UnreachableError`;
 - connection lost while a *read* runs -> :class:`UnreachableError`; while a *write* runs the outcome
@@ -44,8 +47,8 @@ strings.
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
+from functools import partial
 from typing import Any, TypeVar
 
 from sqlalchemy import Column, LargeBinary, MetaData, Table, inspect, select, update
@@ -53,9 +56,6 @@ from sqlalchemy import delete as sql_delete
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.engine import URL
-from sqlalchemy.exc import (
-    SQLAlchemyError,
-)
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from sqlalchemy.schema import CreateTable
 
@@ -70,15 +70,16 @@ from lakefs_core.errors import (
 from lakefs_core.kv._common import (
     as_bytes,
     check_expect,
+    check_items,
     check_key,
     check_page_size,
     check_partition,
     closed_error,
     precondition_message,
 )
-from lakefs_core.kv.base import Expect, KVEntry
+from lakefs_core.kv.base import Expect, KVEntry, KVItem
 from lakefs_core.redact import redact_url
-from lakefs_core.sqlengine import create_sql_engine, normalize_sql_url, translate_db_error
+from lakefs_core.sqlengine import create_sql_engine, normalize_sql_url, run_transaction, translate_db_error
 
 T = TypeVar("T")
 
@@ -162,22 +163,8 @@ class SQLKVStore:
     ) -> T:
         if self._closed:
             raise closed_error("SQL")
-        conn = self._engine.connect()
-        try:
-            await conn.start()
-        except (SQLAlchemyError, OSError, TimeoutError) as e:
-            raise self._translate(e, connecting=True, write=write, cas=cas) from e
-        try:
-            async with conn.begin():
-                return await fn(conn)
-        except LakeFSError:
-            raise
-        except (SQLAlchemyError, OSError, TimeoutError) as e:
-            raise self._translate(e, connecting=False, write=write, cas=cas) from e
-        finally:
-            # A broken connection may fail to close cleanly; the pool has already discarded it.
-            with contextlib.suppress(SQLAlchemyError, OSError, TimeoutError):
-                await conn.close()
+        translate = partial(self._translate, cas=cas)
+        return await run_transaction(self._engine, fn, write=write, translate=translate)
 
     def _insert(self) -> Any:
         return pg_insert(self._table) if self._dialect == "postgresql" else sqlite_insert(self._table)
@@ -234,6 +221,33 @@ class SQLKVStore:
 
         async def op(conn: AsyncConnection) -> None:
             await conn.execute(stmt)
+
+        await self._run(op, write=True)
+
+    async def set_many(self, items: Iterable[KVItem]) -> None:
+        batch = check_items(items)
+        if not batch:
+            return
+        # Raw DBAPI statements, no per-value SQLAlchemy processing; only the table name (ours,
+        # quoted) is interpolated. PostgreSQL: ONE statement over three arrays (unnest); SQLite:
+        # executemany of one prepared statement (in-process, no round trip per row).
+        name = self._engine.dialect.identifier_preparer.quote(self._table.name)
+        upsert = "ON CONFLICT (partition_key, key) DO UPDATE SET value = excluded.value"
+        if self._dialect == "postgresql":
+            sql = (
+                f"INSERT INTO {name} (partition_key, key, value) "
+                f"SELECT * FROM unnest($1::bytea[], $2::bytea[], $3::bytea[]) {upsert}"
+            )
+            columns = tuple(list(column) for column in zip(*batch, strict=True))
+
+            async def op(conn: AsyncConnection) -> None:
+                await conn.exec_driver_sql(sql, columns)
+
+        else:
+            sql = f"INSERT INTO {name} (partition_key, key, value) VALUES (?, ?, ?) {upsert}"
+
+            async def op(conn: AsyncConnection) -> None:
+                await conn.exec_driver_sql(sql, batch)  # rows
 
         await self._run(op, write=True)
 

@@ -9,6 +9,12 @@
 | staged entry | ``<staging token>`` | raw object key |
 | token awaiting async drop | ``cleanup-tokens`` | ``<staging token>`` |
 | storage namespace claim (ours) | ``lakefs-open-namespaces`` | canonical namespace |
+| lease (ours, :mod:`lakefs_core.lease`) | ``lakefs-open-leases`` | ``<lease name>`` |
+| GC settings of a repository (ours) | ``<repo>-<instance_uid>`` | ``gc-settings`` |
+| upload intent (ours, hard-delete journal) | ``<repo>-<instance_uid>`` | ``gc-intents/<address>`` |
+| token consumed by a commit (ours) | ``<repo>-<uid>`` | ``gc-consumed/<branch>/<token>/<commit>`` |
+| fate of a token marked for cleanup (ours) | ``lakefs-open-gc`` | ``token-fates/<staging token>`` |
+| namespace of a deleted repository (ours) | ``lakefs-open-gc`` | ``deleted-repos/<repo>-<instance_uid>`` |
 
 Staging tokens are ``<repo>-<branch>:<uuid4>``.
 
@@ -17,11 +23,21 @@ its name cannot be a repository partition, whose suffix is a hex instance uid). 
 namespace's canonical form (:attr:`lakefs_core.keys.StorageNamespace.canonical`: ``s3://b/a/`` with one
 trailing ``/``), so every namespace nested in ``N`` sorts in the key range starting at ``N``'s key and
 a prefix scan finds them; the value (:mod:`lakefs_core.refs.store`) names the owning repository.
+
+The hard-delete journal's records (:mod:`lakefs_core.repos.journal`) live in the repository's own
+partition, so they name one instance of a repository (a re-created repository of the same id starts
+with none) and go with it when the repository is deleted; lakeFS reads that partition only under the
+``branches/``, ``commits/`` and ``tags/`` prefixes. The ``<repo>`` of the journal's key names in the GC
+spec is therefore the partition, not a key segment. Records that must outlive a repository (its
+deleted namespace) or that describe tokens (whose partitions are not a repository's) live in
+``lakefs-open-gc``.
 """
 
 from __future__ import annotations
 
 import uuid
+
+from lakefs_core.errors import BadInputError
 
 GRAVELER_PARTITION = b"graveler"
 CLEANUP_PARTITION = b"cleanup-tokens"
@@ -72,3 +88,63 @@ def namespace_claim_key(canonical: str) -> bytes:
 def name_after(prefix: bytes, key: bytes) -> str:
     """The id part of a prefixed key (``branches/main`` -> ``main``)."""
     return key[len(prefix) :].decode()
+
+
+LEASES_PARTITION = b"lakefs-open-leases"
+
+
+def lease_key(name: str) -> bytes:
+    """The key of the lease ``name`` (e.g. ``gc/<repository>``) in :data:`LEASES_PARTITION`."""
+    if not name or "\0" in name:
+        raise BadInputError("must be a non-empty string without NUL", field="lease")
+    return name.encode()
+
+
+# -- retention GC and the hard-delete journal (ours; see the table above) ---------------------------------
+
+GC_PARTITION = b"lakefs-open-gc"
+GC_SETTINGS_KEY = b"gc-settings"
+GC_INTENTS_PREFIX = b"gc-intents/"
+GC_CONSUMED_PREFIX = b"gc-consumed/"
+TOKEN_FATES_PREFIX = b"token-fates/"
+DELETED_REPOS_PREFIX = b"deleted-repos/"
+MAX_ADDRESS_LENGTH = 1024
+
+
+def _segment(value: str, field: str) -> bytes:
+    """One ``/``-free, NUL-free, non-empty key segment."""
+    if not value or "/" in value or "\0" in value:
+        raise BadInputError("must be a non-empty string without '/' or NUL", field=field)
+    return value.encode()
+
+
+def gc_settings_key() -> bytes:
+    """The key of a repository's GC settings, in the repository's partition."""
+    return GC_SETTINGS_KEY
+
+
+def gc_intent_key(address: str) -> bytes:
+    """``gc-intents/<address>`` in the repository's partition: the journal intent of one upload."""
+    if not address or "\0" in address or len(address) > MAX_ADDRESS_LENGTH:
+        raise BadInputError(f"must be 1-{MAX_ADDRESS_LENGTH} characters without NUL", field="address")
+    return GC_INTENTS_PREFIX + address.encode()
+
+
+def gc_consumed_prefix(branch: str) -> bytes:
+    """``gc-consumed/<branch>/``: scan under it for the commit attempts that consumed the branch's tokens."""
+    return GC_CONSUMED_PREFIX + _segment(branch, "branch") + b"/"
+
+
+def gc_consumed_key(branch: str, token: str, commit_id: str) -> bytes:
+    """``gc-consumed/<branch>/<token>/<commit>`` in the repository's partition."""
+    return gc_consumed_prefix(branch) + _segment(token, "token") + b"/" + _segment(commit_id, "commit")
+
+
+def token_fate_key(token: str) -> bytes:
+    """``token-fates/<token>`` in :data:`GC_PARTITION`: why a token was marked for cleanup."""
+    return TOKEN_FATES_PREFIX + token.encode()
+
+
+def deleted_repo_key(repo: str, instance_uid: str) -> bytes:
+    """``deleted-repos/<repo>-<instance_uid>`` in :data:`GC_PARTITION`: a deleted repository's namespace."""
+    return DELETED_REPOS_PREFIX + _segment(f"{repo}-{instance_uid}", "repository")

@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import TypeVar
 
 from google.protobuf.message import DecodeError
@@ -20,6 +20,7 @@ from lakefs_core.errors import BadInputError, CorruptDataError
 from lakefs_core.format.ids import commit_id as compute_commit_id
 from lakefs_core.format.proto import graveler_pb2
 from lakefs_core.format.records import timestamp_datetime
+from lakefs_core.refs import kvkeys
 
 COMMIT_VERSION = 1  # lakeFS CommitVersionParentSwitch: merge parents are [destination, source]
 
@@ -112,7 +113,7 @@ class Repository:
 
     @property
     def partition(self) -> bytes:
-        return f"{self.id}-{self.instance_uid}".encode()
+        return kvkeys.repo_partition(self.id, self.instance_uid)
 
     def to_bytes(self) -> bytes:
         msg = graveler_pb2.RepositoryData(
@@ -165,6 +166,18 @@ class Branch:
         return cls(msg.id, msg.commit_id, msg.staging_token, tuple(msg.sealed_tokens), msg.hidden)
 
 
+@dataclass(frozen=True, slots=True)
+class CommitNode:
+    """A commit reduced to what graph walks need: no message, committer or metadata."""
+
+    id: str
+    parents: tuple[str, ...]
+    main_parent: str | None
+    creation_us: int  # microseconds since the Unix epoch (UTC)
+    metarange_id: str
+    version: int
+
+
 @dataclass(frozen=True)
 class Commit:
     id: str
@@ -202,6 +215,30 @@ class Commit:
             parents=parents,
         )
         return cls(cid, committer, message, when, metarange_id, meta, parents, COMMIT_VERSION, generation)
+
+    @property
+    def main_parent(self) -> str | None:
+        """The first-parent link lakeFS's log and retention walk follow.
+
+        Version-0 commits (``CommitVersionInitial``) stored the merge source first and the branch's own
+        parent last; from version 1 (``CommitVersionParentSwitch``) the branch's parent is first.
+        """
+        if not self.parents:
+            return None
+        return self.parents[-1] if self.version == 0 else self.parents[0]
+
+    def node(self) -> CommitNode:
+        """The slim view of this commit that graph walks (retention, lag) keep in memory or on disk."""
+        return CommitNode(
+            id=self.id,
+            parents=self.parents,
+            main_parent=self.main_parent,
+            # Integer arithmetic, like Go's UnixMicro: float timestamp() rounds far from 1970 and
+            # int() truncates towards zero before it.
+            creation_us=(self.creation_date - datetime(1970, 1, 1, tzinfo=UTC)) // timedelta(microseconds=1),
+            metarange_id=self.metarange_id,
+            version=self.version,
+        )
 
     def computed_id(self) -> str:
         return compute_commit_id(

@@ -9,19 +9,42 @@ Storage namespace claims (this project's records, see :mod:`lakefs_core.refs.kvk
 ``{"repository": <id>, "instance_uid": <uid>}`` as JSON. A released claim is overwritten with
 :data:`RELEASED_CLAIM` rather than deleted: the KV offers no delete-if-equals, and an unconditional
 delete could remove a claim another creation took meanwhile; a released claim counts as absent.
+
+Cleanup marks keep lakeFS's shape (``cleanup-tokens/<token>`` = the marking time in Unix seconds, as
+text). Their reason (``committed``: the token's entries are in a commit; ``discarded``: a reset or a
+branch deletion threw them away) is a separate record, ``token-fates/<token>`` in ``lakefs-open-gc``,
+written before the mark and removed after it, so older readers of the mark keep working. A mark
+without a fate (written by lakeFS or an older version) reads as ``unknown``: still dropped by the
+token cleaner, never treated as garbage by the hard-delete reconciler.
+
+A deleted repository leaves ``deleted-repos/<repo>-<uid>`` = ``{"ns": <namespace>, "t": <unix s>}`` so
+the objects of its namespace can be purged later instead of being orphaned.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from typing import Literal
 
-from lakefs_core.errors import ConflictError, CorruptDataError, NotFoundError, PreconditionFailedError
+from lakefs_core.errors import (
+    BadInputError,
+    ConflictError,
+    CorruptDataError,
+    NotFoundError,
+    PreconditionFailedError,
+)
 from lakefs_core.kv.base import Expect, KVStore
 from lakefs_core.refs import kvkeys
 from lakefs_core.refs.model import Branch, Commit, Repository, Tag
+
+
+def where_of(partition: bytes, key: bytes) -> str:
+    """How errors name a KV record: ``kv:<partition>/<key>``."""
+    return _where(partition, key)
 
 
 def _where(partition: bytes, key: bytes) -> str:
@@ -29,6 +52,48 @@ def _where(partition: bytes, key: bytes) -> str:
 
 
 RELEASED_CLAIM = b'{"released":true}'
+CleanupReason = Literal["committed", "discarded"]
+CLEANUP_REASONS: frozenset[str] = frozenset(("committed", "discarded"))
+MAX_GC_RECORD = 4096  # bytes: our JSON records are far smaller; anything bigger is hostile
+
+
+@dataclass(frozen=True)
+class CleanupMark:
+    """A token awaiting its drop: when it was marked (Unix seconds, 0 if unreadable) and why."""
+
+    token: str
+    marked: int
+    reason: Literal["committed", "discarded", "unknown"]
+
+
+@dataclass(frozen=True)
+class DeletedRepository:
+    """What a deleted repository left behind: its namespace, and when it was deleted (Unix seconds)."""
+
+    repo: str
+    instance_uid: str
+    namespace: str
+    deleted_at: float
+
+
+def _marked_at(raw: bytes) -> int:
+    try:
+        return int(raw)
+    except ValueError:
+        return 0  # lakeFS's own marks carry no time: due at once, as before
+
+
+def parse_json_record(raw: bytes, where: str, what: str, limit: int = MAX_GC_RECORD) -> dict[str, object]:
+    """Parse one of our small JSON records, hostile until checked: bounded size, an object."""
+    if len(raw) > limit:
+        raise CorruptDataError(f"{what} is {len(raw)} bytes (at most {limit})", file=where)
+    try:
+        doc = json.loads(raw)
+    except ValueError:
+        doc = None
+    if not isinstance(doc, dict):
+        raise CorruptDataError(f"{what} is not a JSON object", file=where)
+    return doc
 
 
 @dataclass(frozen=True)
@@ -224,6 +289,20 @@ class RefStore:
             raise NotFoundError(f"tag {tag!r} not found in repository {repo.id!r}") from e
         return Tag.from_bytes(raw, _where(repo.partition, key))
 
+    async def get_tag_raw(self, repo: Repository, tag: str) -> tuple[Tag, bytes]:
+        """The tag and its stored bytes (the predicate for :meth:`cas_tag`)."""
+        key = kvkeys.tag_key(tag)
+        try:
+            raw = await self.kv.get(repo.partition, key)
+        except NotFoundError as e:
+            raise NotFoundError(f"tag {tag!r} not found in repository {repo.id!r}") from e
+        return Tag.from_bytes(raw, _where(repo.partition, key)), raw
+
+    async def cas_tag(self, repo: Repository, tag: Tag, expected: bytes) -> None:
+        """Replace the tag record iff it still holds ``expected`` (administrative moves only: lakeFS
+        tags are immutable to users)."""
+        await self.kv.set_if(repo.partition, kvkeys.tag_key(tag.id), tag.to_bytes(), Expect.equals(expected))
+
     async def delete_tag(self, repo: Repository, tag: str) -> None:
         await self.get_tag(repo, tag)
         await self.kv.delete(repo.partition, kvkeys.tag_key(tag))
@@ -236,19 +315,94 @@ class RefStore:
 
     # -- staging tokens awaiting their asynchronous drop ------------------------------------------
 
-    async def mark_for_cleanup(self, tokens: tuple[str, ...], now: datetime | None = None) -> None:
+    async def mark_for_cleanup(
+        self, tokens: tuple[str, ...], now: datetime | None, reason: CleanupReason
+    ) -> None:
+        """Mark ``tokens`` for their asynchronous drop, recording why (fate first, then the mark: a
+        mark never exists without its fate, except lakeFS's and older versions' marks)."""
+        if reason not in CLEANUP_REASONS:
+            raise BadInputError(f"must be one of {sorted(CLEANUP_REASONS)}", field="reason")
         stamp = str(int((now or datetime.now(UTC)).timestamp())).encode()
         for token in tokens:
+            await self.kv.set(kvkeys.GC_PARTITION, kvkeys.token_fate_key(token), reason.encode())
             await self.kv.set(kvkeys.CLEANUP_PARTITION, kvkeys.cleanup_key(token), stamp)
 
     async def pending_cleanup(self) -> AsyncIterator[tuple[str, int]]:
         """``(token, unix seconds when marked)`` for every token awaiting its drop."""
         async for entry in self.kv.scan(kvkeys.CLEANUP_PARTITION):
-            try:
-                marked = int(entry.value)
-            except ValueError:
-                marked = 0
-            yield entry.key.decode(), marked
+            yield entry.key.decode(), _marked_at(entry.value)
+
+    async def _fate(self, token: str) -> Literal["committed", "discarded", "unknown"]:
+        try:
+            raw = await self.kv.get(kvkeys.GC_PARTITION, kvkeys.token_fate_key(token))
+        except NotFoundError:
+            return "unknown"
+        if raw == b"committed":
+            return "committed"
+        if raw == b"discarded":
+            return "discarded"
+        return "unknown"  # never trust a fate we cannot read: unknown is never garbage
+
+    async def cleanup_mark(self, token: str) -> CleanupMark | None:
+        """The cleanup mark of ``token`` with its reason, or None if it is not marked."""
+        try:
+            raw = await self.kv.get(kvkeys.CLEANUP_PARTITION, kvkeys.cleanup_key(token))
+        except NotFoundError:
+            return None
+        return CleanupMark(token, _marked_at(raw), await self._fate(token))
+
+    async def cleanup_marks(self) -> AsyncIterator[CleanupMark]:
+        """Every token awaiting its drop, with when and why it was marked."""
+        async for token, marked in self.pending_cleanup():
+            yield CleanupMark(token, marked, await self._fate(token))
 
     async def unmark_cleanup(self, token: str) -> None:
+        """Remove the mark, then its fate (a crash between leaves only a small, inert fate record)."""
         await self.kv.delete(kvkeys.CLEANUP_PARTITION, kvkeys.cleanup_key(token))
+        await self.kv.delete(kvkeys.GC_PARTITION, kvkeys.token_fate_key(token))
+
+    # -- staging tokens of branches (retention GC's uncommitted scan) ----------------------------
+
+    async def live_tokens(self, repo: Repository) -> AsyncIterator[tuple[str, str]]:
+        """``(branch, token)`` for the live and sealed tokens of every branch, hidden ones too; each
+        branch's tokens newest first (live, then sealed in their stored order)."""
+        async for branch in self.list_branches(repo):
+            for token in (branch.staging_token, *branch.sealed_tokens):
+                yield branch.id, token
+
+    # -- namespaces of deleted repositories ------------------------------------------------------
+
+    async def record_deleted_repository(self, repo: Repository, now: datetime) -> None:
+        """Leave ``deleted-repos/<repo>-<uid>`` (create-only: a resumed deletion keeps the first time)."""
+        value = json.dumps({"ns": repo.storage_namespace, "t": now.timestamp()}, sort_keys=True).encode()
+        key = kvkeys.deleted_repo_key(repo.id, repo.instance_uid)
+        with contextlib.suppress(PreconditionFailedError):  # recorded by an interrupted deletion
+            await self.kv.set_if(kvkeys.GC_PARTITION, key, value, Expect.ABSENT)
+
+    async def deleted_repositories(self) -> AsyncIterator[DeletedRepository]:
+        """Every deleted repository whose namespace has not been purged and forgotten yet."""
+        prefix = kvkeys.DELETED_REPOS_PREFIX
+        async for entry in self.kv.scan(kvkeys.GC_PARTITION, prefix):
+            if not entry.key.startswith(prefix):
+                break
+            where = _where(kvkeys.GC_PARTITION, entry.key)
+            doc = parse_json_record(entry.value, where, "a deleted-repository record")
+            ns, when = doc.get("ns"), doc.get("t")
+            if (
+                not isinstance(ns, str)
+                or not ns
+                or isinstance(when, bool)
+                or not isinstance(when, int | float)
+            ):
+                raise CorruptDataError(
+                    "a deleted-repository record needs a string ns and a number t", file=where
+                )
+            name = kvkeys.name_after(prefix, entry.key)
+            repo, sep, uid = name.rpartition("-")
+            if not sep or not repo or not uid:
+                raise CorruptDataError("a deleted-repository key is not <repo>-<instance uid>", file=where)
+            yield DeletedRepository(repo, uid, ns, float(when))
+
+    async def forget_deleted_repository(self, repo: str, instance_uid: str) -> None:
+        """Drop the record once the namespace has been purged (or claimed again and kept)."""
+        await self.kv.delete(kvkeys.GC_PARTITION, kvkeys.deleted_repo_key(repo, instance_uid))

@@ -4,7 +4,9 @@ Commits, resets and branch deletions mark the tokens they no longer need in the 
 partition, with the time of marking. :meth:`TokenCleaner.step` drops the partitions of tokens
 marked longer ago than the grace period (readers that resolved the branch just before a commit may
 still be reading a sealed token), then removes the mark. Marks live in the KV store, so drops that
-a crashed or short-lived process did not finish are picked up by the next one.
+a crashed or short-lived process did not finish are picked up by the next one. Every mark is
+dropped whatever its reason (``committed``, ``discarded`` or an older mark's ``unknown``); removing
+a mark also removes its reason record (:meth:`RefStore.unmark_cleanup`).
 """
 
 from __future__ import annotations

@@ -12,7 +12,11 @@ Commit:
    changes were committed by a concurrent commit, whose head is returned. Bounded, with backoff.
    If the owned tokens change nothing on the head (empty, or rewrites of committed values), the
    branch is CASed to just unseal them and :class:`NoChangesError` is raised.
-5. mark the consumed tokens for the asynchronous drop (``cleanup-tokens``).
+5. mark the consumed tokens for the asynchronous drop (``cleanup-tokens``, reason ``committed``).
+
+With the hard-delete journal on (:mod:`.journal`), each attempt records ``gc-consumed/<branch>/<token>/
+<commit>`` for its owned tokens after storing its commit record and before its branch CAS (for a no-op
+attempt, ``<commit>`` is the unchanged head, which holds whatever those tokens staged).
 
 Each staged write is therefore in exactly one commit, and first-parent history stays linear.
 
@@ -42,6 +46,7 @@ from lakefs_core.graveler.model import MergeStrategy
 from lakefs_core.refs import kvkeys
 from lakefs_core.refs.model import Branch, Commit, Repository
 from lakefs_core.refs.staging import merged_changes
+from lakefs_core.repos.journal import Journal
 from lakefs_core.repos.retry import cas_retrying, exhausted_as
 
 if TYPE_CHECKING:
@@ -119,6 +124,7 @@ async def commit(
     branch, raw, owned = await _rotate(g, repo, branch_id)
     sealed_on = branch.commit_id
     built: tuple[tuple[str, tuple[str, ...]], Commit | None] | None = None
+    recorded: set[tuple[str, tuple[str, ...]]] = set()
     attempts = cas_retrying(g.settings)
     with exhausted_as(f"branch {branch_id!r}: too many concurrent commits"):
         async for attempt in attempts:
@@ -149,6 +155,10 @@ async def commit(
                         made = None
                     built = ((branch.commit_id, mine), made)
                 new_commit = built[1]
+                target = new_commit.id if new_commit is not None else branch.commit_id
+                if (target, mine) not in recorded:
+                    await _record_consumed(g, repo, branch_id, mine, target)
+                    recorded.add((target, mine))
                 rest = tuple(t for t in branch.sealed_tokens if t not in owned)
                 try:
                     if new_commit is None:
@@ -159,10 +169,19 @@ async def commit(
                 except PreconditionFailedError:
                     branch, raw = await g.refs.get_branch(repo, branch_id)
                     raise
-    await g.refs.mark_for_cleanup(mine, g.clock())
+    await g.refs.mark_for_cleanup(mine, g.clock(), "committed")
     if new_commit is None:
         raise NoChangesError(f"branch {branch_id!r} has no effective uncommitted changes")
     return new_commit
+
+
+async def _record_consumed(
+    g: Graveler, repo: Repository, branch_id: str, tokens: tuple[str, ...], commit_id: str
+) -> None:
+    # Read the flag fresh, right before the CAS: a journal turned on meanwhile must see this record
+    # (intents older than the switch are not decided by the journal, see journal.py).
+    if await g.journal_enabled(repo, cached=False):
+        await Journal(g, repo).record_consumed(branch_id, tokens, commit_id, g.clock())
 
 
 async def merge_base(g: Graveler, repo: Repository, a: Commit, b: Commit) -> Commit | None:

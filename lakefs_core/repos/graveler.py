@@ -11,9 +11,15 @@ namespaces sees what it would see in a lakeFS installation.
   committed data only.
 - Writers write to the live token and re-read the branch; if a commit rotated the token meanwhile
   the write is repeated on the new token (idempotent by identity), so no write is lost to a commit.
+  One entry or a batch in one KV ``set_many``: :mod:`.staging_writes`.
 - Read-only repositories (mirrors) refuse every write unless the caller passes ``force=True``.
+- Daemons use this facade only: administrative compare-and-swap ref moves, verbatim commit copies and
+  ancestry queries live in :mod:`.admin`; the model types, :class:`StorageNamespace` and
+  :func:`~lakefs_core.keys.table_name` are re-exported here for them.
 
-Commits, merges and reverts live in :mod:`.committing`; object bytes in :mod:`.objects`.
+Commits, merges and reverts live in :mod:`.committing`; object bytes in :mod:`.objects`; the
+hard-delete journal and retention GC's uncommitted seam in :mod:`.journal` (reached through
+:meth:`Graveler.journal` and :meth:`Graveler.staged_addresses`).
 """
 
 from __future__ import annotations
@@ -21,10 +27,11 @@ from __future__ import annotations
 import contextlib
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 
+from lakefs_core.block.base import BlockStore
 from lakefs_core.errors import (
     BadInputError,
     ConflictError,
@@ -39,12 +46,14 @@ from lakefs_core.format.splitter import SplitPolicy
 from lakefs_core.graveler.diff import diff as diff_metaranges
 from lakefs_core.graveler.metarange import MetaRange
 from lakefs_core.graveler.model import DiffRecord, DiffType, MergeStrategy
-from lakefs_core.keys import StorageNamespace
-from lakefs_core.kv.base import Expect, KVStore
+from lakefs_core.graveler.tables import TableStore
+from lakefs_core.keys import StorageNamespace, table_name
+from lakefs_core.kv.base import Expect, KVItem, KVStore
 from lakefs_core.refs import kvkeys
 from lakefs_core.refs.model import (
     Branch,
     Commit,
+    CommitNode,
     Repository,
     Tag,
     is_commit_id,
@@ -53,11 +62,30 @@ from lakefs_core.refs.model import (
     validate_tag_id,
 )
 from lakefs_core.refs.staging import StagingArea, merge_sorted, tombstone
-from lakefs_core.refs.store import RefStore, claim_value
-from lakefs_core.repos import committing
+from lakefs_core.refs.store import DeletedRepository, RefStore, claim_value
+from lakefs_core.repos import admin, committing, staging_writes
+from lakefs_core.repos.journal import GCSettings, Journal, read_settings
+from lakefs_core.repos.journal import staged_addresses as journal_staged_addresses
 from lakefs_core.repos.refexpr import parse_ref
 from lakefs_core.repos.retry import cas_retrying, exhausted_as
 from lakefs_core.repos.stores import StoreRegistry
+
+# The facade is the seam for daemons: what they need of the model and of the key layout is
+# re-exported here, so they never import lakefs_core.refs, repos.stores or the key modules.
+__all__ = [
+    "Branch",
+    "Commit",
+    "CommitNode",
+    "Graveler",
+    "GravelerSettings",
+    "Journal",
+    "Repository",
+    "Resolved",
+    "StorageNamespace",
+    "StoreRegistry",
+    "Tag",
+    "table_name",
+]
 
 INITIAL_COMMIT_MESSAGE = "Repository created"
 
@@ -74,6 +102,10 @@ class GravelerSettings:
     # seconds (the writer protocol's re-read catches a stale token; see ``set_entry``). A read-only
     # flag set by another process therefore reaches this process's writers within this delay.
     write_cache_seconds: float = 1.0
+    # The hard-delete journal (journal.py) for repositories created without an explicit choice. Off
+    # in the library (a repository shared with a writer that keeps no journal must not have it); the
+    # project's configuration turns it on for new repositories.
+    hard_delete_journal: bool = False
 
 
 @dataclass(frozen=True)
@@ -113,6 +145,7 @@ class Graveler:
         self.staging = StagingArea(kv)
         self._write_repos: dict[str, tuple[float, Repository]] = {}
         self._live_tokens: dict[tuple[bytes, str], tuple[float, str]] = {}
+        self._journal_flags: dict[bytes, tuple[float, bool]] = {}
 
     # -- repositories -----------------------------------------------------------------------------
 
@@ -125,6 +158,7 @@ class Graveler:
         read_only: bool = False,
         claim_namespace: bool = True,
         initial_commit: Commit | None = None,
+        hard_delete_journal: bool | None = None,
     ) -> Repository:
         """Create a repository owning ``storage_namespace`` exclusively.
 
@@ -135,7 +169,8 @@ class Graveler:
         whose namespace receives a replica of the source's marker, pass False; they still take the KV
         claim). ``initial_commit`` seeds the repository with an existing root commit record (a mirror
         copies its source's, so their histories share ids). The claim is released again when the
-        creation fails, unless a repository of this id exists by then (it owns the claim)."""
+        creation fails, unless a repository of this id exists by then (it owns the claim).
+        ``hard_delete_journal`` (default: the settings') turns the journal on from the start."""
         if initial_commit is not None and (initial_commit.parents or initial_commit.metarange_id):
             raise BadInputError("must be a root commit with an empty tree", field="initial_commit")
         validate_repo_id(repo_id)
@@ -160,6 +195,9 @@ class Graveler:
                 instance_uid=instance_uid,
                 read_only=read_only,
                 initial_commit=initial_commit,
+                journal_on=self.settings.hard_delete_journal
+                if hard_delete_journal is None
+                else hard_delete_journal,
             )
         except BaseException:
             await self._settle_claim(ns, repo_id, claim)
@@ -190,6 +228,7 @@ class Graveler:
         instance_uid: str,
         read_only: bool,
         initial_commit: Commit | None,
+        journal_on: bool,
     ) -> Repository:
         now = self.clock()
         repo = Repository(repo_id, ns.uri, default_branch, now, instance_uid, read_only=read_only)
@@ -200,6 +239,9 @@ class Graveler:
         await self.refs.create_branch(
             repo, Branch(default_branch, first.id, kvkeys.new_staging_token(repo_id, default_branch))
         )
+        if journal_on:  # before the repository record: no upload can precede it
+            settings = GCSettings(True, since=0.0)
+            await self.kv.set(repo.partition, kvkeys.gc_settings_key(), settings.to_bytes())
         await self.refs.create_repository(repo)
         return repo
 
@@ -306,13 +348,15 @@ class Graveler:
         return updated
 
     async def delete_repository(self, repo_id: str) -> None:
-        """Mark the repository as being deleted, drop its staging and records, then its record, then
-        release its storage namespace claim (the namespace's objects are left alone)."""
+        """Mark the repository as being deleted, record its namespace in ``deleted-repos/`` (so its
+        objects can be purged later instead of being orphaned), drop its staging and records, then its
+        record, then release its storage namespace claim (the namespace's objects are left alone)."""
         self._write_repos.pop(repo_id, None)
         repo, raw = await self.refs.get_repository_raw(repo_id)
         if not repo.in_deletion:
             marked = replace(repo, in_deletion=True)
             await self.refs.update_repository(marked, raw)
+        await self.refs.record_deleted_repository(repo, self.clock())
         async for branch in self.refs.list_branches(repo):
             for token in (branch.staging_token, *branch.sealed_tokens):
                 await self.staging.drop(token)
@@ -370,6 +414,14 @@ class Graveler:
             commit = await self.refs.get_commit(repo, commit.parents[0])
         return commit
 
+    async def namespace_store(self, namespace: StorageNamespace) -> BlockStore:
+        """The block store holding ``namespace`` (opened once per process)."""
+        return await self.stores.namespace_store(namespace)
+
+    async def namespace_tables(self, namespace: StorageNamespace) -> TableStore:
+        """The ranges and metaranges of ``namespace``, through the shared table cache."""
+        return await self.stores.tables(namespace)
+
     async def metarange(self, repo: Repository, metarange_id: str) -> MetaRange:
         tables = await self.stores.tables(StorageNamespace.parse(repo.storage_namespace))
         return await MetaRange.load(tables, metarange_id)
@@ -401,7 +453,8 @@ class Graveler:
             raise ConflictError(f"cannot delete the default branch {name!r} of repository {repo.id!r}")
         branch, _ = await self.refs.get_branch(repo, name)
         await self.refs.delete_branch(repo, name)
-        await self.refs.mark_for_cleanup((branch.staging_token, *branch.sealed_tokens), self.clock())
+        tokens = (branch.staging_token, *branch.sealed_tokens)
+        await self.refs.mark_for_cleanup(tokens, self.clock(), "discarded")
 
     async def reset_branch(
         self, repo_id: str, name: str, to_ref: str | None = None, *, force: bool = False
@@ -421,7 +474,8 @@ class Graveler:
                         commit_id=target or branch.commit_id,
                     )
                     await self.refs.cas_branch(repo, reset, raw)
-        await self.refs.mark_for_cleanup((branch.staging_token, *branch.sealed_tokens), self.clock())
+        tokens = (branch.staging_token, *branch.sealed_tokens)
+        await self.refs.mark_for_cleanup(tokens, self.clock(), "discarded")
         return reset
 
     # -- tags ------------------------------------------------------------------------------------------
@@ -444,6 +498,41 @@ class Graveler:
         async for tag in self.refs.list_tags(repo):
             yield tag
 
+    async def tag(self, repo_id: str, tag: str) -> Tag:
+        repo = await self.repository(repo_id)
+        return await self.refs.get_tag(repo, tag)
+
+    # -- administrative moves and history queries (see admin.py) -------------------------------------
+
+    async def set_branch_head_if(
+        self, repo_id: str, branch: str, expected: str | None, new_commit: str, *, force: bool = False
+    ) -> Branch:
+        """Move ``branch`` to ``new_commit`` iff its head is ``expected`` (None: create it)."""
+        return await admin.set_branch_head_if(self, repo_id, branch, expected, new_commit, force=force)
+
+    async def set_tag_if(
+        self, repo_id: str, tag: str, expected: str | None, commit_id: str, *, force: bool = False
+    ) -> Tag:
+        """Point ``tag`` at ``commit_id`` iff it points at ``expected`` (None: create it)."""
+        return await admin.set_tag_if(self, repo_id, tag, expected, commit_id, force=force)
+
+    async def put_commit(self, repo_id: str, commit: Commit, *, force: bool = False) -> None:
+        """Store a commit record verbatim (checked to hash to its id; idempotent)."""
+        await admin.put_commit(self, repo_id, commit, force=force)
+
+    async def get_commit_by_id(self, repo_id: str, commit_id: str) -> Commit:
+        """The commit record ``commit_id`` (no ref resolution); :class:`NotFoundError` if absent."""
+        repo = await self.repository(repo_id)
+        return await self.refs.get_commit(repo, commit_id)
+
+    async def has_commit(self, repo_id: str, commit_id: str) -> bool:
+        repo = await self.repository(repo_id)
+        return await self.refs.has_commit(repo, commit_id)
+
+    async def is_descendant(self, repo_id: str, commit_id: str, ancestor_id: str) -> bool:
+        """True iff ``ancestor_id`` is ``commit_id`` or one of its ancestors."""
+        return await admin.is_descendant(self, repo_id, commit_id, ancestor_id)
+
     # -- entries --------------------------------------------------------------------------------------
 
     async def get_entry(self, repo_id: str, ref: str, key: bytes) -> ValueRecord:
@@ -459,56 +548,28 @@ class Graveler:
             raise NotFoundError(f"object {key.decode(errors='replace')!r} not found in {ref!r}")
         return found
 
-    async def _repository_for_write(self, repo_id: str) -> Repository:
-        now = time.monotonic()
-        hit = self._write_repos.get(repo_id)
-        if hit is not None and now - hit[0] < self.settings.write_cache_seconds:
-            return hit[1]
-        repo = await self.repository(repo_id)
-        self._write_repos[repo_id] = (now, repo)
-        return repo
-
     async def set_entry(
         self, repo_id: str, branch_id: str, record: ValueRecord, *, force: bool = False
     ) -> None:
-        """Stage ``record`` (or a tombstone) on the branch, surviving concurrent token rotations.
+        """Stage ``record`` (or a tombstone) on the branch, surviving concurrent token rotations (the
+        writer protocol of :mod:`.staging_writes`: write, re-read the branch, repeat if rotated)."""
+        await staging_writes.stage_entry(self, repo_id, branch_id, record, force=force)
 
-        Write to the live token, then re-read the branch: if a commit sealed the token meanwhile,
-        write again to the new live token (writes are idempotent by identity). A token seen live
-        less than ``write_cache_seconds`` ago may be written without reading the branch first: it
-        cannot have been dropped yet (drops wait ``cleanup_grace_seconds``), and the re-read still
-        catches a rotation. Costs two KV operations per write in the common case.
-        """
-        if not record.key:
-            raise BadInputError("must not be empty", field="path")
-        repo = await self._repository_for_write(repo_id)
-        self.writable(repo, force)
-        slot = (repo.partition, branch_id)
-        now = time.monotonic()
-        cached = self._live_tokens.get(slot)
-        if cached is not None and now - cached[0] < min(
-            self.settings.write_cache_seconds, self.settings.cleanup_grace_seconds / 2
-        ):
-            token = cached[1]
-        else:
-            token = (await self._branch_for_write(repo, branch_id)).staging_token
-        for _ in range(self.settings.write_attempts):
-            await self.staging.set(token, record)
-            again = await self._branch_for_write(repo, branch_id)
-            if again.staging_token == token:
-                self._live_tokens[slot] = (time.monotonic(), token)
-                return
-            token = again.staging_token  # a commit sealed the token we wrote to: write again
-        raise TooManyRetriesError(f"branch {branch_id!r}: staging token kept rotating during a write")
-
-    async def _branch_for_write(self, repo: Repository, branch_id: str) -> Branch:
-        try:
-            return (await self.refs.get_branch(repo, branch_id))[0]
-        except NotFoundError:
-            # The repository may have been deleted or re-created: forget what was cached for it.
-            self._write_repos.pop(repo.id, None)
-            self._live_tokens.pop((repo.partition, branch_id), None)
-            raise
+    async def set_entries(
+        self,
+        repo_id: str,
+        branch_id: str,
+        records: Sequence[ValueRecord],
+        *,
+        force: bool = False,
+        with_items: Sequence[KVItem] = (),
+    ) -> None:
+        """Stage ``records`` in one KV batch (one transaction on SQL, ``BatchWriteItem`` on DynamoDB)
+        with :meth:`set_entry`'s guarantee per record; ``with_items`` are KV upserts written in the
+        same batch (the journal's settled intents)."""
+        await staging_writes.set_entries(
+            self, repo_id, branch_id, records, force=force, with_items=with_items
+        )
 
     async def delete_entry(self, repo_id: str, branch_id: str, key: bytes, *, force: bool = False) -> None:
         await self.get_entry(repo_id, branch_id, key)  # NotFoundError for a missing object
@@ -551,6 +612,16 @@ class Graveler:
             elif commit.id == after:
                 skipping = False
             commit = await self.refs.get_commit(repo, commit.parents[0]) if commit.parents else None
+
+    async def commit_nodes(self, repo_id: str) -> AsyncIterator[CommitNode]:
+        """Every commit of the repository (reachable or not, in KV key order), as slim graph nodes.
+
+        A stream: nothing is held beyond the current KV page, so a repository with millions of commits
+        is enumerated in bounded memory (retention GC builds its on-disk graph from this).
+        """
+        repo = await self.repository(repo_id)
+        async for commit in self.refs.list_commits(repo):
+            yield commit.node()
 
     async def diff(self, repo_id: str, left_ref: str, right_ref: str) -> AsyncIterator[DiffRecord]:
         """Committed differences from ``left_ref`` to ``right_ref``."""
@@ -651,3 +722,40 @@ class Graveler:
             message=message,
             force=force,
         )
+
+    # -- retention GC and the hard-delete journal (see journal.py) -----------------------------------
+
+    async def journal(self, repo_id: str) -> Journal:
+        """The hard-delete journal of the repository (its reconciler's reads and moves)."""
+        return Journal(self, await self.repository(repo_id))
+
+    async def journal_enabled(self, repo: Repository, *, cached: bool = True) -> bool:
+        """Whether the repository keeps the journal; ``cached`` answers may be ``write_cache_seconds``
+        old (uploads); commits read it fresh, so a commit never skips its consumption record."""
+        now = time.monotonic()
+        hit = self._journal_flags.get(repo.partition)
+        if cached and hit is not None and now - hit[0] < self.settings.write_cache_seconds:
+            return hit[1]
+        on = (await read_settings(self, repo)).hard_delete_journal
+        self._journal_flags[repo.partition] = (now, on)
+        return on
+
+    async def set_hard_delete_journal(self, repo_id: str, on: bool) -> None:
+        """Turn the journal on or off. Turning it on records when: intents older than that (plus the
+        clock-skew margin) are handed to retention GC, as commits before it recorded nothing."""
+        repo = await self.repository(repo_id)
+        settings = GCSettings(on, since=self.clock().timestamp() if on else 0.0)
+        await self.kv.set(repo.partition, kvkeys.gc_settings_key(), settings.to_bytes())
+        self._journal_flags.pop(repo.partition, None)
+
+    async def staged_addresses(self, repo_id: str) -> AsyncIterator[tuple[str, str, int]]:
+        """``(branch, address, address_type)``: the newest staged value of every key on every branch
+        (hidden ones too), tombstones, shadowed values and tokens marked for cleanup skipped; a
+        stream in bounded memory (retention GC's uncommitted set)."""
+        repo = await self.repository(repo_id)
+        async for row in journal_staged_addresses(self, repo):
+            yield row
+
+    def deleted_repositories(self) -> AsyncIterator[DeletedRepository]:
+        """Namespaces that deleted repositories left behind (and nobody purged and forgot yet)."""
+        return self.refs.deleted_repositories()

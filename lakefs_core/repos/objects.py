@@ -6,23 +6,50 @@ last modified) for the path. The entry bytes are produced once here and carried 
 by commits. Reads resolve the entry (staging over committed) and stream its address, RELATIVE to
 the namespace or FULL. Listing supports a prefix, a delimiter (common prefixes are skipped by
 re-seeking, not by reading every key under them) and pagination with an ``after`` cursor.
+
+With the repository's hard-delete journal on (:mod:`.journal`), upload writes the address's intent
+(``pending``) before the PUT and CASes it to ``stored`` after it, before staging; if the reconciler
+claimed the intent meanwhile (the PUT outlived the upload timeout) the upload fails rather than stage
+an entry whose object is being deleted. Upload is the only path that writes a data object into a
+namespace for an entry (a mirror copies committed objects of its source, which are not uploads), and
+it never reuses an address: keep both true, or journal the new path too.
+
+:meth:`Objects.upload_many` is the batch form (``fs upload --recursive``): one repository and branch
+read per batch, bounded concurrent PUTs, the journal's intents in one KV batch before them and the
+settled intents plus every staged entry in one KV batch after them.
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterable, AsyncIterator, Mapping
+import asyncio
+import time
+from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
-from lakefs_core.block.base import BlockStore
+from lakefs_core.block.base import BlockStore, ObjectInfo
 from lakefs_core.errors import BadInputError, NotFoundError
 from lakefs_core.format.proto import catalog_pb2
 from lakefs_core.format.records import ADDRESS_RELATIVE, ValueRecord, decode_entry, make_entry
 from lakefs_core.keys import SliceAllocator, StorageNamespace
 from lakefs_core.refs.model import Repository
 from lakefs_core.repos.graveler import Graveler
+from lakefs_core.repos.journal import Intent, Journal
 
 MAX_LIST_AMOUNT = 10_000
+
+Body = bytes | AsyncIterable[bytes]
+
+
+@dataclass(frozen=True)
+class UploadItem:
+    """One object of :meth:`Objects.upload_many`; ``body`` may be a coroutine function opening it
+    only when its PUT starts (so a batch never holds every body at once)."""
+
+    path: str
+    body: Body | Callable[[], Awaitable[Body]]
+    content_type: str | None = None
+    metadata: Mapping[str, str] | None = None
 
 
 @dataclass(frozen=True)
@@ -103,9 +130,13 @@ class Objects:
         await self.g.refs.get_branch(repo, branch)  # fail before writing bytes for an unknown branch
         ns, store = await self._namespace(repo)
         relative = self.slices.new_relative_address()
+        journal = Journal(self.g, repo) if await self.g.journal_enabled(repo) else None
+        intent = await journal.record_intent(relative, branch, key, self.g.clock()) if journal else None
         info = await store.put(
             ns.key(relative), body, if_none_match=True, content_type=content_type, metadata=metadata
         )
+        if journal is not None and intent is not None:
+            await journal.mark_stored(intent, self.g.clock())
         identity, data = make_entry(
             relative,
             info.size,
@@ -119,6 +150,97 @@ class Objects:
         await self.g.set_entry(repo_id, branch, record, force=force)
         return ObjectStat.from_record(record)
 
+    async def upload_many(
+        self,
+        repo_id: str,
+        branch: str,
+        items: Sequence[UploadItem],
+        *,
+        concurrency: int = 8,
+        on_stored: Callable[[UploadItem, ObjectInfo], None] | None = None,
+        force: bool = False,
+    ) -> list[ObjectStat]:
+        """Upload a batch: one repository and branch read, the PUTs ``concurrency`` at a time, then
+        every entry staged in ONE KV batch (:meth:`Graveler.set_entries`). With the journal on, the
+        intents of the whole batch are recorded in one KV batch before the PUTs and settled in the
+        staging batch (:meth:`Journal.settled_items`). The first failing PUT fails the batch (nothing
+        is staged; the objects already written are garbage the journal or retention GC removes).
+        ``on_stored`` is called after each PUT (progress). Results are in the order of ``items``."""
+        if concurrency < 1:
+            raise BadInputError("must be at least 1", field="concurrency")
+        keys = [_path_bytes(item.path) for item in items]
+        repo = await self.g.repository(repo_id)
+        self.g.writable(repo, force)
+        await self.g.refs.get_branch(repo, branch)  # fail before writing bytes for an unknown branch
+        ns, store = await self._namespace(repo)
+        addresses = [self.slices.new_relative_address() for _ in items]
+        journal = Journal(self.g, repo) if await self.g.journal_enabled(repo) else None
+        intents: list[Intent] = []
+        recorded_at = time.monotonic()
+        if journal is not None:
+            now = self.g.clock().timestamp()
+            intents = await journal.record_intents(
+                [Intent(a, branch, k, now) for a, k in zip(addresses, keys, strict=True)]
+            )
+        targets = [ns.key(address) for address in addresses]
+        infos = await self._put_all(store, items, targets, concurrency, on_stored)
+        settled: list[tuple[bytes, bytes, bytes]] = []
+        if journal is not None:
+            settled = await journal.settled_items(intents, self.g.clock(), time.monotonic() - recorded_at)
+        records = [
+            self._record(key, address, info, item.metadata)
+            for key, address, info, item in zip(keys, addresses, infos, items, strict=True)
+        ]
+        await self.g.set_entries(repo_id, branch, records, force=force, with_items=settled)
+        return [ObjectStat.from_record(record) for record in records]
+
+    async def _put_all(
+        self,
+        store: BlockStore,
+        items: Sequence[UploadItem],
+        targets: Sequence[str],
+        concurrency: int,
+        on_stored: Callable[[UploadItem, ObjectInfo], None] | None,
+    ) -> list[ObjectInfo]:
+        infos: list[ObjectInfo | None] = [None] * len(items)
+        todo = iter(range(len(items)))
+
+        async def worker() -> None:
+            for i in todo:  # one shared iterator: each item is taken by exactly one worker
+                item = items[i]
+                body = item.body if isinstance(item.body, bytes | AsyncIterable) else await item.body()
+                infos[i] = await store.put(
+                    targets[i],
+                    body,
+                    if_none_match=True,
+                    content_type=item.content_type,
+                    metadata=item.metadata,
+                )
+                if on_stored is not None:
+                    on_stored(item, infos[i])  # type: ignore[arg-type]  # just set
+
+        try:
+            async with asyncio.TaskGroup() as tg:
+                for _ in range(min(concurrency, len(items))):
+                    tg.create_task(worker())
+        except BaseExceptionGroup as group:
+            raise _first_error(group) from None
+        return [info for info in infos if info is not None]
+
+    def _record(
+        self, key: bytes, relative: str, info: ObjectInfo, metadata: Mapping[str, str] | None
+    ) -> ValueRecord:
+        identity, data = make_entry(
+            relative,
+            info.size,
+            info.etag,
+            last_modified=info.last_modified or self.g.clock(),
+            metadata=dict(metadata or {}),
+            content_type=info.content_type or "",
+            address_type=ADDRESS_RELATIVE,
+        )
+        return ValueRecord(key, identity, data)
+
     async def stat(self, repo_id: str, ref: str, path: str) -> ObjectStat:
         return ObjectStat.from_record(await self.g.get_entry(repo_id, ref, _path_bytes(path)))
 
@@ -126,17 +248,25 @@ class Objects:
         self, repo_id: str, ref: str, path: str, *, start: int = 0, length: int | None = None
     ) -> AsyncIterator[bytes]:
         """Stream the object's bytes (a byte range when ``start``/``length`` are given)."""
+        stat = await self.stat(repo_id, ref, path)
+        async for chunk in self.read_stat(repo_id, stat, start=start, length=length):
+            yield chunk
+
+    async def read_stat(
+        self, repo_id: str, stat: ObjectStat, *, start: int = 0, length: int | None = None
+    ) -> AsyncIterator[bytes]:
+        """Stream the bytes of the object ``stat`` describes (its address: the same bytes however
+        often it is read, whatever happens to the path meanwhile)."""
         repo = await self.g.repository(repo_id)
-        record = await self.g.get_entry(repo_id, ref, _path_bytes(path))
-        entry = decode_entry(record.data)
         ns = StorageNamespace.parse(repo.storage_namespace)
-        store_uri, key = ns.address_key(entry.address, entry.address_type)
+        address_type = catalog_pb2.Entry.AddressType.Value(stat.address_type)
+        store_uri, key = ns.address_key(stat.physical_address, address_type)
         store = await self.g.stores.block_store(store_uri)
         try:
             async for chunk in store.stream(key, start=start, length=length):
                 yield chunk
         except NotFoundError as e:
-            raise NotFoundError(f"data of {path!r} is missing at {entry.address}") from e
+            raise NotFoundError(f"data of {stat.path!r} is missing at {stat.physical_address}") from e
 
     async def read_all(self, repo_id: str, ref: str, path: str) -> bytes:
         return b"".join([chunk async for chunk in self.read(repo_id, ref, path)])
@@ -187,3 +317,8 @@ class Objects:
             if restart is None:
                 return ListPage(objects, prefixes, False, "")
             start = restart
+
+
+def _first_error(group: BaseExceptionGroup[BaseException]) -> BaseException:
+    first = group.exceptions[0]
+    return _first_error(first) if isinstance(first, BaseExceptionGroup) else first

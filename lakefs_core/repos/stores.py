@@ -16,8 +16,15 @@ from lakefs_core.keys import StorageNamespace
 
 
 class StoreRegistry:
-    def __init__(self, *, s3: S3Settings | None = None, table_cache: TableCache | None = None) -> None:
+    def __init__(
+        self,
+        *,
+        s3: S3Settings | None = None,
+        table_cache: TableCache | None = None,
+        local_tmp_grace_seconds: float | None = None,
+    ) -> None:
         self.s3 = s3
+        self.local_tmp_grace_seconds = local_tmp_grace_seconds  # None: LocalBlockStore's default
         self.table_cache = table_cache or TableCache()
         self._stores: dict[str, BlockStore] = {}
         self._lock = asyncio.Lock()
@@ -29,7 +36,9 @@ class StoreRegistry:
         async with self._lock:
             store = self._stores.get(store_uri)
             if store is None:
-                store = await open_block_store(store_uri, s3=self.s3)
+                store = await open_block_store(
+                    store_uri, s3=self.s3, local_tmp_grace_seconds=self.local_tmp_grace_seconds
+                )
                 self._stores[store_uri] = store
         return store
 

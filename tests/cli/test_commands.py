@@ -14,12 +14,12 @@ from pathlib import Path
 
 import pytest
 
+from lakefs_core.block.local import LocalBlockStore
 from lakefs_core.cli import fs as fs_module
 from lakefs_core.cli.context import default_kv_url
 from lakefs_core.kv import open_kv
 from lakefs_core.refs.staging import StagingArea
 from lakefs_core.refs.store import RefStore
-from lakefs_core.repos.objects import Objects
 from tests.cli.helpers import InProcess, write_tree
 
 ID = re.compile(r"^[0-9a-f]{64}$")
@@ -190,10 +190,11 @@ def test_recursive_upload_concurrency_is_bounded(
 ) -> None:
     run("repo", "create", "lakefs://many", f"local://{tmp_path / 'ns'}").ok()
     src = write_tree(tmp_path / "many", {f"f{i:02}": str(i).encode() for i in range(12)})
-    real_upload = Objects.upload
+    # Uploads of a tree are batched (Objects.upload_many): the bound applies to the data PUTs.
+    real_upload = LocalBlockStore.put
     in_flight = peak = 0
 
-    async def tracking(self: Objects, *args: object, **kwargs: object) -> object:
+    async def tracking(self: LocalBlockStore, *args: object, **kwargs: object) -> object:
         nonlocal in_flight, peak
         in_flight += 1
         peak = max(peak, in_flight)
@@ -203,7 +204,7 @@ def test_recursive_upload_concurrency_is_bounded(
         finally:
             in_flight -= 1
 
-    monkeypatch.setattr(Objects, "upload", tracking)
+    monkeypatch.setattr(LocalBlockStore, "put", tracking)
     monkeypatch.setenv("LAKEFS_CORE__UPLOAD_CONCURRENCY", "3")
     done = run(
         "fs", "upload", "lakefs://many/main/in", "-s", str(src), "-r", "--no-progress", "--json"

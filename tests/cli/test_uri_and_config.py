@@ -2,14 +2,22 @@
 
 from __future__ import annotations
 
+import os
+import time
 from pathlib import Path
 
+import click
 import pytest
+from pydantic import SecretStr
 
+from lakefs_core.block.local import LocalBlockStore
+from lakefs_core.cli import run
 from lakefs_core.cli.context import CoreConfig, default_kv_url, load_core_config, user_config_file
 from lakefs_core.cli.output import human_bytes
 from lakefs_core.cli.uri import Kind, LakeFSURI, parse_uri
-from lakefs_core.errors import BadInputError
+from lakefs_core.config import load_config, validate
+from lakefs_core.errors import BadInputError, ConfigError, StartupError
+from lakefs_core.settings import CoreSettings, S3Config, StaticCredentials
 from tests.cli.helpers import InProcess, set_user_env
 
 
@@ -132,3 +140,120 @@ def test_user_config_file_is_used_by_the_cli(
 )
 def test_human_bytes_like_go_humanize(n: int, shown: str) -> None:
     assert human_bytes(n) == shown
+
+
+def test_explicit_sqlite_kv_url_in_a_missing_directory_is_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    set_user_env(monkeypatch, tmp_path / "home", LAKEFS_CORE__KV_URL=f"sqlite:///{tmp_path}/typo/kv.sqlite3")
+    result = InProcess(capsys)("repo", "list")
+    line = result.failed(StartupError.exit_code, "kv_url: ", f"{tmp_path}/typo")
+    assert "does not exist" in line
+    assert not (tmp_path / "typo").exists()  # no fresh, empty database somewhere
+    # the embedded default (no kv_url) still creates its own directory
+    monkeypatch.delenv("LAKEFS_CORE__KV_URL")
+    InProcess(capsys)("repo", "list").ok()
+    assert (tmp_path / "home/data/lakefs-core/kv.sqlite3").is_file()
+
+
+def test_check_config_lists_every_problem(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    set_user_env(monkeypatch, tmp_path / "home")
+    config = tmp_path / "core.yaml"
+    config.write_text(
+        f"kv_url: sqlite:///{tmp_path}/missing/kv.sqlite3\n"
+        "upload_concurrency: 0\ncomitter: typo\n"
+        "s3:\n  endpoint_url: ftp://x\n  access_key_id: AKID\n  secret_access_key: s3sekret\n"
+    )
+    result = InProcess(capsys)("--config", str(config), "check-config")
+    assert result.returncode == BadInputError.exit_code, result.err
+    lines = result.err.splitlines()
+    assert lines[0] == f"lakefs-core: 4 configuration problem(s) in {config}:", result.err
+    keys = sorted(line.strip().split(": ", 1)[0] for line in lines[1:])
+    assert keys == ["comitter", "kv_url", "s3.endpoint_url", "upload_concurrency"], result.err
+    assert "s3sekret" not in result.err and f"{tmp_path}/missing" in result.err
+    # the ordinary commands report every schema problem too, on one line, with the config's code
+    line = InProcess(capsys)("--config", str(config), "repo", "list").failed(BadInputError.exit_code)
+    assert all(f"{key}: " in line for key in ("comitter", "s3.endpoint_url", "upload_concurrency"))
+
+
+def test_check_config_prints_the_configuration_secrets_masked(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    set_user_env(monkeypatch, tmp_path / "home", LAKEFS_CORE__TEMP_SWEEP_GRACE_SECONDS="60")
+    config = tmp_path / "core.yaml"
+    config.write_text(
+        "kv_url: postgresql://u:pgsekret@db/x\ns3:\n  access_key_id: AKID\n  secret_access_key: s3sekret\n"
+    )
+    shown = InProcess(capsys)("--config", str(config), "check-config").json()
+    assert shown["kv_url"] == shown["effective_kv_url"] == "postgresql://***@db/x"
+    assert shown["s3"]["credentials"] == {
+        "source": "static",
+        "access_key_id": "AKID",
+        "secret_access_key": "***",
+        "session_token": None,
+    }
+    assert shown["temp_sweep_grace_seconds"] == 60.0 and shown["config_file"] == str(config)
+    default = InProcess(capsys)("check-config").json()
+    assert default["kv_url"] is None and default["effective_kv_url"] == default_kv_url()
+
+
+def test_s3_section_is_the_shared_schema_with_the_flat_keys_kept() -> None:
+    flat = CoreConfig.model_validate({"s3": {"access_key_id": "AKID", "secret_access_key": "s"}})
+    assert isinstance(flat.s3, S3Config) and isinstance(flat.s3.credentials, StaticCredentials)
+    assert (flat.s3.settings().access_key_id, flat.s3.settings().secret_access_key) == ("AKID", "s")
+    nested = CoreConfig.model_validate(
+        {"s3": {"credentials": {"source": "static", "access_key_id": "AKID", "secret_access_key": "s"}}}
+    )
+    assert nested == flat
+    both = {"s3": {"access_key_id": "AKID", "secret_access_key": "s", "credentials": {"source": "env"}}}
+    with pytest.raises(ConfigError) as info:
+        validate(CoreConfig, both)
+    assert info.value.field == "s3" and "not both" in str(info.value)
+    with pytest.raises(ConfigError) as info:
+        load_config(CoreConfig, None, env={"APP__S3__SECRET_ACCESS_KEY": "s3sekret"}, env_prefix="APP")
+    assert info.value.field == "s3.access_key_id" and "s3sekret" not in str(info.value)
+
+
+async def test_open_core_passes_the_temp_sweep_grace_to_local_namespaces(tmp_path: Path) -> None:
+    from lakefs_core.block.local_leftovers import DEFAULT_TMP_GRACE_SECONDS, TMP_PREFIX
+    from lakefs_core.wiring import open_core
+
+    assert CoreSettings().temp_sweep_grace_seconds == DEFAULT_TMP_GRACE_SECONDS
+    (tmp_path / "kv").mkdir()
+    leftovers = {}
+    for name, grace in (("short", 5.0), ("default", None)):
+        root = tmp_path / name
+        root.mkdir()
+        leftover = root / f"{TMP_PREFIX}{'0' * 32}"  # an interrupted write of long ago (10 minutes)
+        leftover.write_bytes(b"partial")
+        os.utime(leftover, (time.time() - 600, time.time() - 600))
+        leftovers[name] = leftover
+        extra = {} if grace is None else {"temp_sweep_grace_seconds": grace}
+        settings = CoreSettings(kv_url=SecretStr(f"sqlite:///{tmp_path}/kv/{name}.sqlite3"), **extra)
+        async with await open_core(settings) as core:
+            await core.graveler.create_repository("repo", f"local://{root}")
+            await core.objects.upload("repo", "main", "a.txt", b"x")  # the first write sweeps
+            store = await core.graveler.stores.block_store(f"local://{root}")
+            assert isinstance(store, LocalBlockStore)
+            await store.sweep_leftovers()
+    assert not leftovers["short"].exists()  # older than the configured 5 s
+    assert leftovers["default"].exists()  # younger than the default hour
+
+
+def test_run_returns_the_code_of_an_explicit_click_exit() -> None:
+    @click.group()
+    def group() -> None:
+        pass
+
+    @group.command("fail")
+    def fail() -> None:
+        raise click.exceptions.Exit(3)
+
+    @group.command("fine")
+    def fine() -> None:
+        pass
+
+    assert run(group, ["fail"], "prog") == 3  # lakefs-mirror run --once: a failed pass exits 1
+    assert run(group, ["fine"], "prog") == 0

@@ -388,3 +388,61 @@ async def test_data_persists_across_reopen(kv_url: str) -> None:
     finally:
         await second.delete(b"persist", b"k")
         await second.close()
+
+
+# -- set_many -----------------------------------------------------------------------------------
+
+
+async def test_set_many_writes_every_item_across_partitions(kv: KVStore) -> None:
+    await kv.set(P, b"old", b"before")
+    items = [(P, b"k%04d" % i, b"v%d" % i) for i in range(700)]  # > SQL rows/statement, > 25 (DynamoDB)
+    items += [(b"other", b"x", b"in another partition"), (P, b"old", b"after")]
+    await kv.set_many(items)
+    assert await keys_of(kv) == sorted([b"k%04d" % i for i in range(700)] + [b"old"])
+    assert await kv.get(P, b"k0699") == b"v699"
+    assert await kv.get(P, b"old") == b"after"
+    assert await kv.get(b"other", b"x") == b"in another partition"
+
+
+async def test_set_many_repeated_key_keeps_the_last_value(kv: KVStore) -> None:
+    await kv.set_many([(P, b"dup", b"first"), (P, b"a", b"1"), (P, b"dup", b"last"), (P, b"dup", b"")])
+    assert await kv.get(P, b"dup") == b""
+    assert await kv.get(P, b"a") == b"1"
+
+
+async def test_set_many_empty_batch_and_generator(kv: KVStore) -> None:
+    await kv.set_many([])
+    assert await keys_of(kv) == []
+    await kv.set_many((P, b"g%d" % i, bytearray(b"v")) for i in range(3))
+    assert await keys_of(kv) == [b"g0", b"g1", b"g2"]
+    assert await kv.get(P, b"g1") == b"v"
+
+
+async def test_set_many_bad_item_rejected_before_anything_is_written(kv: KVStore) -> None:
+    bad_batches: list[list[object]] = [
+        [(P, b"ok", b"1"), (P, b"", b"empty key")],
+        [(P, b"ok", b"1"), (b"", b"k", b"empty partition")],
+        [(P, b"ok", b"1"), (P, b"k", "not bytes")],
+        [(P, b"ok", b"1"), (P, b"k")],
+        [(P, b"ok", b"1"), "not a tuple"],
+    ]
+    for batch in bad_batches:
+        with pytest.raises(BadInputError):
+            await kv.set_many(batch)  # type: ignore[arg-type]
+    assert await keys_of(kv) == []
+
+
+async def test_set_many_large_values(kv: KVStore) -> None:
+    big = bytes(range(256)) * 1000  # 256 KB each, under DynamoDB's 400 KB item limit
+    await kv.set_many([(P, b"big1", big), (P, b"big2", big[::-1])])
+    assert await kv.get(P, b"big1") == big
+    assert await kv.get(P, b"big2") == big[::-1]
+
+
+async def test_concurrent_set_many_batches_all_land(kv: KVStore) -> None:
+    async def writer(w: int) -> None:
+        for b in range(3):
+            await kv.set_many([(P, b"w%d-%d-%02d" % (w, b, i), b"%d" % w) for i in range(40)])
+
+    await asyncio.gather(*(writer(w) for w in range(4)))
+    assert len(await keys_of(kv)) == 4 * 3 * 40

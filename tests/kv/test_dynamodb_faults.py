@@ -254,3 +254,59 @@ async def test_foreign_items_in_the_table(scripted: tuple[DynamoKVStore, Scripte
     )
     with pytest.raises(CorruptDataError):
         await store.get(b"p", b"text")
+
+
+class PartialBatchClient(ScriptedClient):
+    """Applies only the first ``take`` items of each ``BatchWriteItem`` (on the real moto table) and
+    hands the rest back as ``UnprocessedItems``, as a throttled DynamoDB does."""
+
+    def __init__(self, real: Any, take: int, stuck: bool = False) -> None:
+        super().__init__(real)
+        self.take = take
+        self.stuck = stuck  # never process anything (after the first call)
+        self.batch_sizes: list[int] = []
+
+    async def batch_write_item(self, **kwargs: Any) -> Any:
+        ((table, requests),) = kwargs["RequestItems"].items()
+        self.batch_sizes.append(len(requests))
+        take = 0 if self.stuck and len(self.batch_sizes) > 1 else self.take
+        if requests[:take]:
+            await self.real.batch_write_item(RequestItems={table: requests[:take]})
+        rest = requests[take:]
+        return {"UnprocessedItems": {table: rest} if rest else {}}
+
+
+@pytest.fixture
+async def real_client(moto: Callable[[str], MotoServer]) -> AsyncIterator[Any]:
+    server = moto("us-east-1")
+    async with aioboto3.Session().client("dynamodb", **server.client_kwargs()) as real:
+        yield real
+
+
+async def test_set_many_resends_unprocessed_items(real_client: Any) -> None:
+    client = PartialBatchClient(real_client, take=7)
+    store = DynamoKVStore(client, attempts=6, backoff_initial=0.001, backoff_max=0.01)  # type: ignore[arg-type]
+    await store.create_table()
+    try:
+        await store.set_many([(b"p", b"k%02d" % i, b"v%d" % i) for i in range(30)])
+        # 25 + 5 items: each request at most 25, the unprocessed rest re-sent until empty.
+        assert max(client.batch_sizes) == 25
+        assert client.batch_sizes == [25, 18, 11, 4, 5]
+        assert [e.key async for e in store.scan(b"p")] == [b"k%02d" % i for i in range(30)]
+        assert await store.get(b"p", b"k29") == b"v29"
+    finally:
+        await store.close()
+
+
+async def test_set_many_items_that_stay_unprocessed_are_transient(real_client: Any) -> None:
+    client = PartialBatchClient(real_client, take=3, stuck=True)
+    store = DynamoKVStore(client, attempts=3, backoff_initial=0.001, backoff_max=0.01)  # type: ignore[arg-type]
+    await store.create_table()
+    try:
+        with pytest.raises(TransientError) as info:
+            await store.set_many([(b"p", b"k%02d" % i, b"v") for i in range(10)])
+        assert info.value.retryable
+        assert "7 items stayed unprocessed" in str(info.value)
+        assert len(client.batch_sizes) == 3  # bounded by attempts
+    finally:
+        await store.close()

@@ -24,6 +24,7 @@ from typing import Any
 import aiohttp
 import pytest
 from aiohttp import web
+from openapi_spec_validator import validate
 from prometheus_client import CollectorRegistry
 
 from lakefs_core.errors import UnreachableError
@@ -305,7 +306,9 @@ async def test_public_endpoints_need_no_credentials(server: Server) -> None:
     assert status == 200 and doc["openapi"].startswith("3.0")
 
 
-async def test_health_reports_an_unreachable_database(tmp_path: Path) -> None:
+async def test_readiness_reports_an_unreachable_database(tmp_path: Path) -> None:
+    """An unreachable database makes the daemon unready (``/_ready`` 503), not dead: ``/_health``
+    is liveness only (a restart would not bring the database back)."""
     config = make_config(tmp_path / "m.sqlite3")
     db = await MirrorsDB.open(config.mirrors_db_url.get_secret_value())
 
@@ -315,8 +318,11 @@ async def test_health_reports_an_unreachable_database(tmp_path: Path) -> None:
     app = create_app(config, db, source_repo_exists=exists, metrics_registry=CollectorRegistry())
     await db.close()
     async with serve(app) as url, aiohttp.ClientSession() as session:
-        status, body, _ = await call(session, "GET", f"{url}/_health")
+        status, body, _ = await call(session, "GET", f"{url}/_ready")
         assert status == 503 and body["status"] == "unavailable"
+        assert [(c["name"], c["ok"]) for c in body["checks"]] == [("mirrors_database", False)]
+        status, body, _ = await call(session, "GET", f"{url}/_health")
+        assert (status, body["status"]) == (200, "ok")
         status, body, _ = await call(
             session, "GET", f"{url}{PREFIX}/src-repo/mirrors", headers={"Authorization": basic(KEY, SECRET)}
         )
@@ -570,7 +576,13 @@ async def test_status_and_resync(server: Server) -> None:
     url = f"{server.mirrors()}/{created['id']}"
     status, payload, _ = await call(server.session, "GET", f"{url}/status")
     assert status == 200
-    assert payload == {"mirror": created, "destination_leader": None, "results": []}
+    assert payload == {
+        "mirror": created,
+        "destination_leader": None,
+        "blocked_reason": payload["blocked_reason"],
+        "results": [],
+    }
+    assert "no daemon of region 'eu-west-1'" in payload["blocked_reason"]
     head, older = "a" * 64, "b" * 64
     await server.db.upsert_status(
         MirrorStatus(
@@ -607,10 +619,12 @@ async def test_status_and_resync(server: Server) -> None:
         "last_promotion_at": None,
         "last_checked_at": None,
         "last_error": "metarange not replicated yet",
+        "blocked_reason": "last error: metarange not replicated yet",
     }
     assert (tag["kind"], tag["name"], tag["mirror_head"]) == ("tag", "v1.0", head)
     assert payload["destination_leader"]["holder"] == "eu-daemon-1"
     assert payload["destination_leader"]["live"] is True
+    assert payload["blocked_reason"] is None and tag["blocked_reason"] is None
 
     status, asked, _ = await call(server.session, "POST", f"{url}/resync")
     assert status == 202 and asked["resync_requested_at"] is not None
@@ -681,6 +695,7 @@ async def test_secrets_never_logged_or_returned(server: Server, caplog: pytest.L
 async def test_openapi_document_describes_every_route(server: Server) -> None:
     status, doc, _ = await call(server.anon, "GET", f"{server.url}/openapi.json")
     assert status == 200
+    validate(doc)  # openapi-spec-validator: generated from the models, and a valid OpenAPI 3.0 document
     routes = {
         (route.method.lower(), route.resource.canonical)
         for route in server.app.router.routes()
@@ -750,7 +765,7 @@ async def test_schemathesis_fuzzing_finds_no_failures(server: Server, tmp_path: 
     assert "No issues found" in report, report[-3000:]
     assert SECRET not in report
     # it really exercised the API: mirrors were created through the fuzzed POSTs
-    assert "Tested: 9" in report
+    assert "Tested: 10" in report  # every operation but one (/_ready joined the nine of before)
 
 
 async def test_local_namespaces_must_be_under_the_regions_local_roots(server: Server) -> None:

@@ -22,6 +22,7 @@ from sqlalchemy import text
 
 from lakefs_core.errors import NotFoundError
 from lakefs_core.kv.memory import MemoryKVStore
+from lakefs_core.refs.model import Commit
 from lakefs_core.repos.graveler import Graveler
 from lakefs_core.repos.stores import StoreRegistry
 from lakefs_mirror.api import create_app
@@ -50,9 +51,12 @@ class Env:
         return status, payload
 
 
-async def create(g: Graveler, repo: str, ns: str, *, read_only: bool = False) -> None:
+async def create(
+    g: Graveler, repo: str, ns: str, *, read_only: bool = False, root: Commit | None = None
+) -> None:
     # No S3 server here: skip the _lakefs/dummy marker. The KV claim, which the API consults, is taken.
-    await g.create_repository(repo, ns, read_only=read_only, claim_namespace=False)
+    # ``root``: seed with a source's root commit, as the engine creates a mirror repository.
+    await g.create_repository(repo, ns, read_only=read_only, claim_namespace=False, initial_commit=root)
 
 
 @pytest.fixture
@@ -147,7 +151,8 @@ async def test_name_of_a_non_mirror_repository_refused(env: Env) -> None:
     assert (status, payload["field"]) == (409, "name"), payload
     assert "not a read-only mirror" in payload["message"]
     # a read-only mirror repository left in place (its mirror record deleted) may be adopted again
-    await create(env.gravelers[DEST], "old-mirror", "s3://dst-bucket/old-mirror", read_only=True)
+    root = await env.gravelers[THIS_REGION].get_commit("src-repo", "main")
+    await create(env.gravelers[DEST], "old-mirror", "s3://dst-bucket/old-mirror", read_only=True, root=root)
     status, payload = await env.post("old-mirror", "s3://dst-bucket/other-ns")
     assert (status, payload["field"]) == (409, "name"), payload
     status, payload = await env.post("old-mirror", "s3://dst-bucket/old-mirror")

@@ -6,7 +6,11 @@ from pathlib import Path
 
 import pytest
 
-from lakefs_core.errors import BadInputError
+from lakefs_core.block.local_leftovers import DEFAULT_TMP_GRACE_SECONDS
+from lakefs_core.daemon import DEFAULT_PASS_TIMEOUT
+from lakefs_core.errors import BadInputError, ConfigError
+from lakefs_core.settings import S3Config
+from lakefs_mirror.cli import pass_timeout_of
 from lakefs_mirror.config import (
     EnvCredentials,
     ProfileCredentials,
@@ -225,13 +229,13 @@ def test_s3_settings_per_credentials_source(tmp_path: Path, monkeypatch: pytest.
 
 def test_deploy_local_example_loads() -> None:
     conf = load_mirror_config(REPO_ROOT / "deploy" / "mirror-local.yaml", {})
-    assert set(conf.regions) == {"region-a", "region-b"}
+    assert set(conf.regions) == {"us-east", "eu-west"}  # the README's and the demo's names
     assert conf.mirrors_db_url.get_secret_value().startswith("sqlite+aiosqlite:///")
     for region in conf.regions.values():
         assert region.kv_url.get_secret_value().startswith("sqlite:///")
         assert region.local_roots
-    b = load_mirror_config(REPO_ROOT / "deploy" / "mirror-local.yaml", {"LAKEFS_MIRROR__REGION": "region-b"})
-    assert b.region == "region-b"
+    b = load_mirror_config(REPO_ROOT / "deploy" / "mirror-local.yaml", {"LAKEFS_MIRROR__REGION": "eu-west"})
+    assert b.region == "eu-west"
 
 
 def test_deploy_aws_example_needs_its_secrets_from_env() -> None:
@@ -255,3 +259,70 @@ def test_deploy_aws_example_needs_its_secrets_from_env() -> None:
             load_mirror_config(path, {k: v for k, v in env.items() if k != missing})
         assert info.value.field == field
         assert SECRET not in str(info.value) and DB_PASSWORD not in str(info.value)
+
+
+def test_every_problem_is_reported_at_once(tmp_path: Path) -> None:
+    text = (
+        BASE.replace(
+            "region: us-east-1\n", "region: us-east-1\nlisten: nowhere\nworkers: 0\nlog_levl: INFO\n", 1
+        )
+        .replace("endpoint_url: http://127.0.0.1:9000", "endpoint_url: 127.0.0.1:9000")
+        .replace("mirrors_db_url: postgresql", "mirrors_db_url: mysql")
+    )
+    env = {"LAKEFS_MIRROR__ACCESS_KEYS__7__ACCESS_KEY_ID": "x"}
+    err = error_for(tmp_path, text, env)
+    assert isinstance(err, ConfigError)
+    fields = [field for field, _ in err.problems]
+    assert set(fields) == {
+        "access_keys.7",
+        "listen",
+        "workers",
+        "log_levl",
+        "regions.us-east-1.object_store.endpoint_url",
+        "mirrors_db_url",
+    }, err.problems
+    assert err.field == fields[0] and str(err).startswith(f"{fields[0]}: ")
+    for field in fields:
+        assert f"{field}: " in str(err)
+    assert SECRET not in str(err) and DB_PASSWORD not in str(err)
+
+
+def test_region_must_name_a_configured_region_beside_other_problems(tmp_path: Path) -> None:
+    text = BASE.replace("region: us-east-1\n", "region: mars-1\nworkers: lots\n", 1)
+    err = error_for(tmp_path, text)
+    assert isinstance(err, ConfigError)
+    assert sorted(f for f, _ in err.problems) == ["region", "workers"]
+
+
+def test_object_store_is_the_shared_s3_schema(tmp_path: Path) -> None:
+    text = BASE.replace(
+        "      region: us-east-1\n",
+        "      region: us-east-1\n      addressing_style: virtual\n      max_attempts: 9\n"
+        "      multipart_chunk: 6291456\n",
+        1,
+    )
+    conf = load_mirror_config(write(tmp_path, text), {})
+    assert isinstance(conf.this_region.object_store, S3Config)
+    s3 = conf.s3_settings()
+    assert (s3.addressing_style, s3.max_attempts, s3.multipart_chunk) == ("virtual", 9, 6291456)
+    assert s3.access_key_id == "AKIAA"
+    bad = text.replace("multipart_chunk: 6291456", "multipart_chunk: 1024")
+    assert error_for(tmp_path, bad).field == "regions.us-east-1.object_store.multipart_chunk"
+
+
+def test_pass_timeout_and_temp_sweep_grace_are_config_keys(tmp_path: Path) -> None:
+    conf = load_mirror_config(write(tmp_path, BASE), {})
+    assert conf.pass_timeout_seconds == DEFAULT_PASS_TIMEOUT
+    assert conf.temp_sweep_grace_seconds == DEFAULT_TMP_GRACE_SECONDS
+    env = {"LAKEFS_MIRROR__PASS_TIMEOUT_SECONDS": "42", "LAKEFS_MIRROR__TEMP_SWEEP_GRACE_SECONDS": "7"}
+    conf = load_mirror_config(write(tmp_path, BASE), env)
+    assert pass_timeout_of(conf, None) == 42.0  # the key, unless the flag is given
+    assert pass_timeout_of(conf, 5.0) == 5.0
+    core = conf.core_settings("eu-west-1")
+    assert core.temp_sweep_grace_seconds == 7.0
+    assert core.kv_url is not None and core.kv_url.get_secret_value().startswith("postgresql://kv:")
+    assert core.s3 is conf.regions["eu-west-1"].object_store
+    assert (
+        error_for(tmp_path, BASE, {"LAKEFS_MIRROR__PASS_TIMEOUT_SECONDS": "0"}).field
+        == "pass_timeout_seconds"
+    )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import random
 import uuid
 from collections.abc import AsyncIterator
@@ -266,3 +267,51 @@ async def test_refuses_to_adopt_a_repository_that_is_not_a_mirror(world: World) 
     assert report.promotions == 0
     assert any("not a read-only mirror" in e for e in report.errors)
     assert await mirror_head(w) == before
+
+
+async def test_lifecycle_logs_carry_the_mirror_context(
+    world: World, caplog: pytest.LogCaptureFixture
+) -> None:
+    """INFO: lease acquired, repository created, each promotion (from/to), paused, resumed, deleted;
+    DEBUG: a pass summary. Records carry the logfmt context fields (mirror, repository, branch)."""
+    caplog.set_level(logging.DEBUG)
+    w = world
+    c1 = await write_commit(w.src, 2, "one")
+    await w.src.create_tag("origin", "v1", "main")
+    mid = await add_mirror(w, mode="active")
+    engine = w.engine("daemon-a", active_copy_grace_seconds=0)
+    root = (await w.src.get_commit("origin", "main~1")).id
+    await engine.step()
+    # the source re-points its tag: the mirror moves its own tag by compare-and-swap
+    await w.src.delete_tag("origin", "v1")
+    c2 = await write_commit(w.src, 1, "two")
+    await w.src.create_tag("origin", "v1", "main")
+    assert (await engine.step()).promotions == 2
+    assert (await w.dst.tag("mirror", "v1")).commit_id == c2
+    await w.db.update_mirror(mid, None, paused=True)
+    await engine.step()
+    await w.db.update_mirror(mid, None, paused=False)
+    await engine.step()
+    await w.db.delete_mirror(mid)
+    await engine.step()
+
+    ours = [r for r in caplog.records if r.name.startswith(("lakefs_mirror", "lakefs_core.lease"))]
+    info = [
+        (r.getMessage(), r.__dict__.get("mirror"), r.__dict__.get("branch")) for r in ours if r.levelno == 20
+    ]
+    assert info == [
+        ("lease eu acquired by daemon-a", None, None),
+        ("mirror mirror of us/origin active", "mirror", None),
+        (f"mirror repository mirror created in eu ({w.dst_ns.uri})", "mirror", None),
+        (f"promoted branch main from {root[:12]} to {c1[:12]}", "mirror", "main"),
+        (f"promoted tag v1 from (none) to {c1[:12]}", "mirror", "v1"),
+        (f"promoted branch main from {c1[:12]} to {c2[:12]}", "mirror", "main"),
+        (f"promoted tag v1 from {c1[:12]} to {c2[:12]}", "mirror", "v1"),
+        ("mirror mirror paused", "mirror", None),
+        ("mirror mirror resumed", "mirror", None),
+        ("mirror mirror deleted", "mirror", None),
+    ]
+    assert all(
+        r.__dict__.get("repository") == "origin" for r in ours if r.levelno == 20 and "mirror" in r.__dict__
+    )
+    assert any(r.levelno == 10 and r.getMessage().startswith("pass: 1 mirrors, 2 promotions") for r in ours)

@@ -158,3 +158,73 @@ def test_systemd_unit_is_notify_with_watchdog_and_no_restart_on_config_errors() 
     assert any(line.startswith("WatchdogSec=") for line in lines)
     prevent = next(line for line in lines if line.startswith("RestartPreventExitStatus="))
     assert str(BadInputError.exit_code) in prevent.split("=", 1)[1].split()
+
+
+CHECK = [sys.executable, "-m", "lakefs_mirror", "check-config"]
+
+
+def test_run_names_every_missing_sqlite_directory_at_once(tmp_path: Path) -> None:
+    config = write_config(
+        tmp_path,
+        kv_url=f"sqlite:///{tmp_path}/missing-kv/kv.sqlite3",
+        mirrors_db_url=f"sqlite:///{tmp_path}/missing-db/m.sqlite3",
+    )
+    done = subprocess.run(
+        [*CMD, "--config", str(config)], check=False, capture_output=True, text=True, timeout=60, env=env()
+    )
+    assert done.returncode == StartupError.exit_code, done.stderr
+    lines = done.stderr.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("lakefs-mirror: regions.region-a.kv_url: "), done.stderr
+    assert "; mirrors_db_url: " in lines[0] and f"{tmp_path}/missing-db" in lines[0]
+    assert not (tmp_path / "missing-kv").exists() and not (tmp_path / "missing-db").exists()
+
+
+def test_check_config_lists_every_problem_with_its_key(tmp_path: Path) -> None:
+    (tmp_path / "a-file").write_text("")
+    config = write_config(
+        tmp_path,
+        poll_interval_seconds="-5",
+        listen="nowhere",
+        kv_url=f"sqlite:///{tmp_path}/missing/kv.sqlite3",
+        state_dir=f"{tmp_path}/a-file/state",
+    )
+    done = subprocess.run(
+        [*CHECK, "--config", str(config)], check=False, capture_output=True, text=True, timeout=60, env=env()
+    )
+    # A bad value wins the exit code (9: systemd must not restart), but every problem is listed.
+    assert (done.returncode, done.stdout) == (BadInputError.exit_code, ""), done.stderr
+    lines = done.stderr.splitlines()
+    assert lines[0] == f"lakefs-mirror: 4 configuration problem(s) in {config}:", done.stderr
+    keys = sorted(line.strip().split(": ", 1)[0] for line in lines[1:])
+    assert keys == ["listen", "poll_interval_seconds", "regions.region-a.kv_url", "state_dir"], done.stderr
+    assert f"{tmp_path}/missing" in done.stderr  # paths are shown; secrets are not
+    assert "test-secret" not in done.stderr and "Traceback" not in done.stderr
+
+
+def test_check_config_start_up_problems_alone_exit_16(tmp_path: Path) -> None:
+    config = write_config(
+        tmp_path,
+        kv_url=f"sqlite:///{tmp_path}/missing-kv/kv.sqlite3",
+        mirrors_db_url=f"sqlite:///{tmp_path}/missing-db/m.sqlite3",
+    )
+    done = subprocess.run(
+        [*CHECK, "--config", str(config)], check=False, capture_output=True, text=True, timeout=60, env=env()
+    )
+    assert done.returncode == StartupError.exit_code, done.stderr
+    keys = sorted(line.strip().split(": ", 1)[0] for line in done.stderr.splitlines()[1:])
+    assert keys == ["mirrors_db_url", "regions.region-a.kv_url"]
+
+
+def test_check_config_prints_a_valid_configuration_with_paths_and_masked_secrets(tmp_path: Path) -> None:
+    config = write_config(tmp_path)
+    done = subprocess.run(
+        [*CHECK, "--config", str(config)], check=False, capture_output=True, text=True, timeout=60, env=env()
+    )
+    assert done.returncode == 0, done.stderr
+    shown = json.loads(done.stdout)
+    assert shown["regions"]["region-a"]["kv_url"] == f"sqlite:///{tmp_path}/kv.sqlite3"
+    assert shown["mirrors_db_url"] == f"sqlite+aiosqlite:///{tmp_path}/mirrors.sqlite3"
+    assert shown["access_keys"][0] == {"access_key_id": "AKIATESTSTARTUP", "secret_access_key": "***"}
+    assert shown["state_dir"] == f"{tmp_path}/state" and shown["pass_timeout_seconds"] == 900.0
+    assert "test-secret" not in done.stdout
+    assert not (tmp_path / "state").exists()  # checking creates nothing

@@ -31,6 +31,7 @@ from lakefs_core.block import (
     copy_object,
     open_block_store,
 )
+from lakefs_core.block.base import DeleteResult, KeyInfo
 from lakefs_core.errors import BadInputError, TransientError
 from lakefs_core.format.records import ADDRESS_FULL, ValueRecord, decode_entry, make_entry
 from lakefs_core.format.splitter import SplitPolicy
@@ -153,6 +154,15 @@ class CountingStore:
 
     async def close(self) -> None:
         await self.inner.close()
+
+    def list_keys(self, prefix: str = "", *, start_after: str | None = None) -> AsyncIterator[KeyInfo]:
+        return self.inner.list_keys(prefix, start_after=start_after)
+
+    async def delete_batch(
+        self, keys: Sequence[str], *, if_match: Mapping[str, str] | None = None
+    ) -> DeleteResult:
+        await self._enter("delete", ",".join(keys))
+        return await self.inner.delete_batch(keys, if_match=if_match)
 
 
 class FakeClock:
@@ -469,6 +479,24 @@ async def test_full_addresses_are_external_and_not_required(env: Env) -> None:
     assert result.external_objects == ["s3://imported-bucket/tables/part-0.parquet"]
     assert result.external_objects_total == 1
     assert result.objects_referenced == 10
+
+
+async def test_full_address_inside_the_destination_namespace_is_required(env: Env) -> None:
+    """One classification (StorageNamespace.relative_of): a FULL address naming a key inside the
+    destination namespace is the same object as its relative form, so it must have arrived."""
+    await env.upload(f"k{i:03d}" for i in range(3))
+    rel = "data/imported/part-0"
+    identity, data = make_entry(env.dst_ns.full_address(rel), 5, "etag", address_type=ADDRESS_FULL)
+    await env.g.set_entry(REPO, "main", ValueRecord(b"imported/part-0", identity, data))
+    mr = await env.commit()
+    await env.replicate()
+    result = await env.validate(mr)
+    assert not result.complete
+    assert result.missing_objects == [rel] and result.external_objects == []
+    await env.dst_inner.put(env.dst_ns.key(rel), b"12345")
+    env.clock.advance(COOLDOWN)
+    result = await env.validate(mr)
+    assert result.complete, result
 
 
 async def test_transient_error_propagates_and_is_not_recorded_as_missing(env: Env) -> None:

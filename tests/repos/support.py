@@ -5,12 +5,12 @@ from __future__ import annotations
 import hashlib
 import inspect
 import uuid
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterable
 from datetime import UTC, datetime, timedelta
 from typing import TypeVar
 
 from lakefs_core.format.records import ValueRecord, make_entry
-from lakefs_core.kv.base import Expect, KVEntry, KVStore
+from lakefs_core.kv.base import Expect, KVEntry, KVItem, KVStore
 from lakefs_core.repos.graveler import Graveler, GravelerSettings
 from lakefs_core.repos.stores import StoreRegistry
 
@@ -109,6 +109,16 @@ class HookedKV:
         await self.inner.set_if(partition, key, value, expected)
         self.ops.append(("set_if", partition, key))
         await self._run(self.after, "set_if", partition, key)
+
+    async def set_many(self, items: Iterable[KVItem]) -> None:
+        batch = list(items)
+        for p, k, _ in batch:
+            await self._run(self.before, "set_many", p, k)
+        await self.inner.set_many(batch)
+        for p, k, _ in batch:
+            self.ops.append(("set_many", p, k))
+        for p, k, _ in batch:
+            await self._run(self.after, "set_many", p, k)
 
     async def delete(self, partition: bytes, key: bytes) -> None:
         await self._run(self.before, "delete", partition, key)

@@ -1,7 +1,9 @@
 """Acceptance: concurrent writers and committers on one branch never lose or duplicate a write.
 
 On every KV driver (memory, SQLite file, PostgreSQL, DynamoDB on moto), 8 writer tasks stage unique
-keys and 4 committer tasks commit in a loop, all on ``main`` of one repository, for a bounded time.
+keys one at a time, 4 batch writer tasks stage unique keys in batches of 1-40 (``set_entries``: one
+KV ``set_many`` per attempt) and 4 committer tasks commit in a loop, all on ``main`` of one
+repository, for a bounded time.
 Every task has its own :class:`Graveler` over its own KV connection (``open_kv`` on the same URL;
 the memory driver can only be shared), so compare-and-swap races are real cross-connection races.
 Then one final commit, and:
@@ -22,14 +24,14 @@ import json
 import random
 import time
 from collections import Counter
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterable
 from dataclasses import dataclass, field
 
 import pytest
 
 from lakefs_core.errors import LakeFSError, NoChangesError
 from lakefs_core.graveler.model import DiffType
-from lakefs_core.kv import Expect, KVEntry, KVStore, open_kv
+from lakefs_core.kv import Expect, KVEntry, KVItem, KVStore, open_kv
 from lakefs_core.kv.memory import MemoryKVStore
 from lakefs_core.repos.graveler import Graveler, GravelerSettings
 from lakefs_core.repos.stores import StoreRegistry
@@ -38,6 +40,7 @@ from tests.support.kv import kv_url_for
 
 DRIVERS = ["memory", "memory-jitter", "sqlite", "postgres", "dynamodb"]
 WRITERS = 8
+BATCH_WRITERS = 4
 COMMITTERS = 4
 DURATION_S = 3.5
 
@@ -71,6 +74,10 @@ class JitterKV:
     async def set_if(self, partition: bytes, key: bytes, value: bytes, expected: Expect) -> None:
         await self._pause()
         await self.inner.set_if(partition, key, value, expected)
+
+    async def set_many(self, items: Iterable[KVItem]) -> None:
+        await self._pause()
+        await self.inner.set_many(items)
 
     async def delete(self, partition: bytes, key: bytes) -> None:
         await self._pause()
@@ -146,6 +153,20 @@ async def write_loop(g: Graveler, repo: str, wid: int, deadline: float, out: Out
             out.acked.add(key)
 
 
+async def batch_write_loop(g: Graveler, repo: str, wid: int, deadline: float, out: Outcome) -> None:
+    rng = random.Random(wid)
+    n = 0
+    while time.monotonic() < deadline:
+        keys = [f"b{wid}/{n + i:06d}".encode() for i in range(rng.randint(1, 40))]
+        n += len(keys)
+        try:
+            await g.set_entries(repo, "main", [record(key) for key in keys])
+        except LakeFSError as e:
+            out.failed.update(dict.fromkeys(keys, repr(e)))
+        else:
+            out.acked.update(keys)
+
+
 async def commit_loop(g: Graveler, repo: str, cid: int, deadline: float, out: Outcome) -> None:
     while time.monotonic() < deadline:
         try:
@@ -169,6 +190,7 @@ async def test_concurrent_writers_and_committers(
         repo = unique()
         await admin.create_repository(repo, mem_namespace())
         writers = [Graveler(await connections.open(), stores, settings) for _ in range(WRITERS)]
+        batchers = [Graveler(await connections.open(), stores, settings) for _ in range(BATCH_WRITERS)]
         committers = [Graveler(await connections.open(), stores, settings) for _ in range(COMMITTERS)]
 
         out = Outcome()
@@ -176,6 +198,7 @@ async def test_concurrent_writers_and_committers(
         deadline = started + DURATION_S
         await asyncio.gather(
             *(write_loop(g, repo, i, deadline, out) for i, g in enumerate(writers)),
+            *(batch_write_loop(g, repo, i, deadline, out) for i, g in enumerate(batchers)),
             *(commit_loop(g, repo, i, deadline, out) for i, g in enumerate(committers)),
         )
         load_s = time.monotonic() - started
@@ -221,6 +244,7 @@ async def test_concurrent_writers_and_committers(
                     "driver": driver,
                     "load_seconds": round(load_s, 2),
                     "acked_writes": len(out.acked),
+                    "acked_batch_writes": sum(k.startswith(b"b") for k in out.acked),
                     "failed_writes": len(out.failed),
                     "commits_in_history": len(history) - 1,
                     "commits_returned": len(out.committed),
@@ -233,5 +257,6 @@ async def test_concurrent_writers_and_committers(
         assert not out.commit_errors, out.commit_errors[:5]
         assert not out.failed, list(out.failed.values())[:5]
         assert len(out.acked) > 0 and len(history) > 2
+        assert any(k.startswith(b"b") for k in out.acked) and any(k.startswith(b"w") for k in out.acked)
     finally:
         await stores.close()

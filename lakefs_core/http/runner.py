@@ -1,4 +1,4 @@
-"""Serving the mirroring API: aiohttp's connection handler with JSON errors and quiet, secret-free logs.
+"""Serving a daemon's API: aiohttp's connection handler with JSON errors and quiet, secret-free logs.
 
 aiohttp answers the requests its HTTP parser rejects (a header line over 8190 bytes, more than 128
 headers, a bad request line, broken chunked framing, an unsupported ``Content-Encoding``) by itself,
@@ -7,7 +7,7 @@ before any middleware or authentication runs: with a text/plain body quoting the
 :class:`ApiRunner`, a :class:`~aiohttp.web.AppRunner`, serves the app with a connection handler that
 instead:
 
-- answers a malformed request with the API's JSON error body (``{"message": ..., "field": ...}``,
+- answers a malformed request with the APIs' JSON error body (``{"message": ..., "field": ...}``,
   ``field`` only for body framing/encoding errors), a fixed message per kind of error that never
   repeats request bytes, aiohttp's 4xx status, and ``Connection: close``;
 - logs it as ONE WARNING line (DEBUG for a non-HTTP first request, e.g. TLS to a plain port) naming

@@ -1,0 +1,317 @@
+"""Bulk and streaming transfers of ``lakefs-core fs``: ``upload --recursive``, ``cat``, ``download``.
+
+- ``upload --recursive`` walks the tree, then uploads it in batches of at most ``BATCH_FILES``
+  files (and about ``BATCH_BYTES``): per batch, one repository and branch read, the PUTs
+  ``upload_concurrency`` at a time and every entry staged in one KV batch
+  (:meth:`~lakefs_core.repos.objects.Objects.upload_many`). Files above ``STREAM_THRESHOLD`` are
+  streamed (multipart on S3), smaller ones read whole when their PUT starts; memory is bounded by
+  ``upload_concurrency`` bodies. The progress bar (stderr, only on a terminal) counts bytes and files.
+- ``cat`` streams the object to stdout. With ``--json`` it is read twice from its pinned address
+  (once to learn whether it is UTF-8, once to write the JSON string piece by piece), so memory stays
+  constant for any size; the document is byte-identical to ``json.dumps(doc, sort_keys=True)``.
+- ``download`` (lakectl's shape) writes an object, or with ``--recursive`` every object under a
+  prefix, to local files: each streamed to a temporary file beside its destination and renamed into
+  place when complete. Keys that would leave the destination directory (``..``, empty or ``.``
+  segments, a leading ``/``) are refused before anything is written.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import codecs
+import json
+import os
+import sys
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from pathlib import Path
+from typing import IO, TYPE_CHECKING, Any, TypeVar
+
+from lakefs_core.cli.context import Session, local_path_error
+from lakefs_core.cli.uri import LakeFSURI
+from lakefs_core.errors import BadInputError, NotFoundError
+
+if TYPE_CHECKING:
+    from tqdm import tqdm
+
+    from lakefs_core.block.base import ObjectInfo
+    from lakefs_core.repos.objects import ObjectStat, UploadItem
+
+T = TypeVar("T")
+
+STREAM_THRESHOLD = 8 << 20  # bigger files are streamed to the store in chunks of this size
+BATCH_FILES = 1000  # objects staged per KV batch by upload --recursive
+BATCH_BYTES = 256 << 20  # a batch closes early once its files add up to this
+WRITE_CHUNK = 1 << 20
+
+
+def first_error(group: BaseExceptionGroup[BaseException]) -> BaseException:
+    first = group.exceptions[0]
+    return first_error(first) if isinstance(first, BaseExceptionGroup) else first
+
+
+async def bounded(items: Sequence[T], limit: int, fn: Callable[[T], Awaitable[None]]) -> None:
+    """Call ``fn`` on every item, at most ``limit`` at a time; the first failure stops the rest."""
+    it = iter(items)
+
+    async def worker() -> None:
+        for item in it:  # one shared iterator: each item is taken by exactly one worker
+            await fn(item)
+
+    try:
+        async with asyncio.TaskGroup() as tg:
+            for _ in range(min(limit, len(items))):
+                tg.create_task(worker())
+    except BaseExceptionGroup as group:
+        raise first_error(group) from None
+
+
+async def file_chunks(path: Path, size: int = STREAM_THRESHOLD) -> AsyncIterator[bytes]:
+    """The file's bytes, chunk by chunk; a failing open or read is a one-line error naming it."""
+    try:
+        f = await asyncio.to_thread(path.open, "rb")
+    except OSError as e:
+        raise local_path_error(e, path, "--source") from e
+    try:
+        while True:
+            try:
+                chunk = await asyncio.to_thread(f.read, size)
+            except OSError as e:
+                raise local_path_error(e, path, "--source") from e
+            if not chunk:
+                return
+            yield chunk
+    finally:
+        f.close()
+
+
+def progress_bar(total: int, files: int, desc: str, disabled: bool) -> tqdm[Any]:
+    from tqdm import tqdm
+
+    bar: tqdm[Any] = tqdm(
+        total=total,
+        unit="B",
+        unit_scale=True,
+        unit_divisor=1024,
+        desc=desc,
+        file=sys.stderr,
+        disable=disabled or not sys.stderr.isatty(),
+        leave=False,
+    )
+    bar.set_postfix_str(f"0/{files} files", refresh=False)
+    return bar
+
+
+def _widen_thread_pool(concurrency: int) -> None:
+    """Give the loop's default executor a thread per concurrent transfer: local reads, writes and
+    fsyncs run in it (``asyncio.to_thread``), and its default size (CPUs + 4) would cap them."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    workers = concurrency + 4
+    asyncio.get_running_loop().set_default_executor(
+        ThreadPoolExecutor(max_workers=workers, thread_name_prefix="lakefs-io")
+    )
+
+
+# -- upload --recursive ------------------------------------------------------------------------------
+
+
+def batches(files: Sequence[tuple[Path, str, int]]) -> list[list[tuple[Path, str, int]]]:
+    out: list[list[tuple[Path, str, int]]] = []
+    current: list[tuple[Path, str, int]] = []
+    size = 0
+    for item in files:
+        if current and (len(current) >= BATCH_FILES or size + item[2] > BATCH_BYTES):
+            out.append(current)
+            current, size = [], 0
+        current.append(item)
+        size += item[2]
+    if current:
+        out.append(current)
+    return out
+
+
+def _upload_item(local: Path, key: str, size: int, content_type: str | None) -> UploadItem:
+    from lakefs_core.repos.objects import UploadItem
+
+    async def whole() -> bytes:
+        try:
+            return await asyncio.to_thread(local.read_bytes)
+        except OSError as e:
+            raise local_path_error(e, local, "--source") from e
+
+    async def streamed() -> AsyncIterator[bytes]:
+        return file_chunks(local)
+
+    return UploadItem(key, whole if size <= STREAM_THRESHOLD else streamed, content_type=content_type)
+
+
+async def upload_tree(
+    s: Session,
+    dest: LakeFSURI,
+    files: Sequence[tuple[Path, str, int]],
+    content_type: str | None,
+    no_progress: bool,
+) -> list[ObjectStat]:
+    """Upload ``files`` (``(local, relative path, size)``) below ``dest`` batch by batch."""
+    _widen_thread_pool(s.config.upload_concurrency)
+    total = sum(size for _, _, size in files)
+    bar = progress_bar(total, len(files), f"upload {len(files)} objects", no_progress)
+    done = 0
+
+    def stored(_item: UploadItem, info: ObjectInfo) -> None:
+        nonlocal done
+        done += 1
+        bar.set_postfix_str(f"{done}/{len(files)} files", refresh=False)
+        bar.update(info.size)
+
+    results: list[ObjectStat] = []
+    try:
+        for batch in batches(files):
+            items = [
+                _upload_item(local, _join(dest.path, rel), size, content_type) for local, rel, size in batch
+            ]
+            results += await s.objects.upload_many(
+                dest.repo, dest.ref, items, concurrency=s.config.upload_concurrency, on_stored=stored
+            )
+    finally:
+        bar.close()
+    return results
+
+
+def _join(prefix: str, rel: str) -> str:
+    base = prefix.rstrip("/")
+    return f"{base}/{rel}" if base else rel
+
+
+# -- cat ---------------------------------------------------------------------------------------------
+
+
+async def cat_json(s: Session, path: LakeFSURI, out: IO[bytes]) -> None:
+    """``fs cat --json``: one JSON document, written piece by piece (see the module docstring)."""
+    stat = await s.objects.stat(path.repo, path.ref, path.path)
+    decoder = codecs.getincrementaldecoder("utf-8")()
+    utf8, size = True, 0
+    async for chunk in s.objects.read_stat(path.repo, stat):
+        size += len(chunk)
+        if utf8:
+            try:
+                decoder.decode(chunk)
+            except UnicodeDecodeError:
+                utf8 = False
+    if utf8:
+        try:
+            decoder.decode(b"", final=True)
+        except UnicodeDecodeError:
+            utf8 = False
+    out.write(b'{"content": "')
+    if utf8:
+        decoder = codecs.getincrementaldecoder("utf-8")()
+        async for chunk in s.objects.read_stat(path.repo, stat):
+            out.write(json.dumps(decoder.decode(chunk))[1:-1].encode())
+    else:
+        rest = b""
+        async for chunk in s.objects.read_stat(path.repo, stat):
+            data = rest + chunk
+            cut = len(data) - len(data) % 3  # base64 pieces concatenate when cut at 3-byte bounds
+            out.write(base64.b64encode(data[:cut]))
+            rest = data[cut:]
+        out.write(base64.b64encode(rest))
+    tail = {"encoding": "utf-8" if utf8 else "base64", "path": path.path, "size_bytes": size}
+    out.write(b'", ' + json.dumps(tail, sort_keys=True)[1:].encode() + b"\n")
+
+
+# -- download ----------------------------------------------------------------------------------------
+
+
+def safe_relative(rel: str, key: str) -> Path:
+    """``rel`` as a relative local path, refusing anything that could leave the destination."""
+    parts = rel.split("/")
+    if not rel or rel.startswith("/") or any(p in ("", ".", "..") or "\0" in p for p in parts):
+        raise BadInputError(f"object key {key!r} cannot be a local path (empty, '.' or '..' segment)")
+    if os.sep != "/" and any(os.sep in p for p in parts):  # pragma: no cover - Windows only
+        raise BadInputError(f"object key {key!r} cannot be a local path")
+    return Path(*parts)
+
+
+def download_plan(
+    stats: Sequence[ObjectStat], prefix: str, dest: Path, recursive: bool
+) -> list[tuple[ObjectStat, Path]]:
+    """Where each object goes: below ``dest`` by its key after ``prefix`` (recursive), else
+    ``dest`` itself, or ``dest/<base name>`` when ``dest`` is a directory."""
+    if not recursive:
+        (stat,) = stats
+        base = safe_relative(stat.path.rsplit("/", 1)[-1], stat.path)
+        return [(stat, dest / base if dest.is_dir() else dest)]
+    return [(st, dest / safe_relative(st.path[len(prefix) :], st.path)) for st in stats]
+
+
+async def download_one(
+    s: Session, repo: str, stat: ObjectStat, target: Path, on_chunk: Callable[[int], object]
+) -> None:
+    """Stream one object to ``target`` through a temporary file renamed into place when complete."""
+    try:
+        await asyncio.to_thread(target.parent.mkdir, parents=True, exist_ok=True)
+    except OSError as e:
+        raise local_path_error(e, target.parent, "DEST", doing="create") from e
+    temp = target.parent / f".{target.name}.lakefs-download-{uuid.uuid4().hex[:12]}"
+    try:
+        f = await asyncio.to_thread(temp.open, "xb")
+    except OSError as e:
+        raise local_path_error(e, target, "DEST", doing="write") from e
+    try:
+        try:
+            async for chunk in s.objects.read_stat(repo, stat, start=0):
+                await asyncio.to_thread(f.write, chunk)
+                on_chunk(len(chunk))
+        finally:
+            f.close()
+        await asyncio.to_thread(os.replace, temp, target)
+    except OSError as e:
+        raise local_path_error(e, target, "DEST", doing="write") from e
+    finally:
+        if temp.exists():
+            temp.unlink()
+
+
+async def list_for_download(s: Session, src: LakeFSURI, recursive: bool) -> tuple[str, list[ObjectStat]]:
+    if not recursive:
+        if not src.path or src.path.endswith("/"):
+            raise BadInputError("needs an object path (use --recursive for a prefix)", field="PATH")
+        return "", [await s.objects.stat(src.repo, src.ref, src.path)]
+    prefix = src.path if not src.path or src.path.endswith("/") else src.path + "/"
+    stats: list[ObjectStat] = []
+    after = ""
+    while True:
+        page = await s.objects.list(src.repo, src.ref, prefix=prefix, after=after, amount=1000)
+        stats += page.objects
+        if not page.has_more:
+            break
+        after = page.next_after
+    if not stats:
+        raise NotFoundError(f"no objects under {src.with_path(prefix)}")
+    return prefix, stats
+
+
+async def download(
+    s: Session, src: LakeFSURI, dest: Path, *, recursive: bool, parallelism: int, no_progress: bool
+) -> list[tuple[ObjectStat, Path]]:
+    prefix, stats = await list_for_download(s, src, recursive)
+    _widen_thread_pool(parallelism)
+    plan = download_plan(stats, prefix, dest, recursive)
+    total = sum(st.size for st in stats)
+    bar = progress_bar(total, len(plan), f"download {len(plan)} objects", no_progress)
+    done = 0
+
+    async def one(item: tuple[ObjectStat, Path]) -> None:
+        nonlocal done
+        await download_one(s, src.repo, item[0], item[1], bar.update)
+        done += 1
+        bar.set_postfix_str(f"{done}/{len(plan)} files", refresh=False)
+
+    try:
+        await bounded(plan, parallelism, one)
+    finally:
+        bar.close()
+    return plan

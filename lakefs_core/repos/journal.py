@@ -1,0 +1,468 @@
+"""The hard-delete journal (GC spec §3c) and the uncommitted-address seam of retention GC (§3a step 3).
+
+Why it can work: an address here is always fresh and create-only (:meth:`Objects.upload` allocates a
+new ``data/<slice>/<id>`` and PUTs it with ``If-None-Match``), and no API copies or links an address
+into a second entry. So an uploaded address can only reach a commit through the staging token it was
+staged in, and its fate is decided by two point lookups instead of reference counts.
+
+Records (key formats in :mod:`lakefs_core.refs.kvkeys`, all in the repository's partition; values are
+small JSON objects, parsed as hostile: bounded size, checked schema, :class:`CorruptDataError` naming
+the record):
+
+- ``gc-settings`` = ``{"hard_delete_journal": bool, "since": unix s}``. Absent: off (repositories
+  created by lakeFS or before the journal existed). ``since`` is when it was last turned on.
+- ``gc-intents/<address>`` = ``{"branch", "key", "t", "state": "pending"|"stored"|"deleting",
+  "t_stored"?, "next"?, "checks"?}``: written create-only before the upload's PUT (``pending``), CASed to
+  ``stored`` after it. A batch upload writes the intents of the whole batch in one KV batch before its
+  PUTs and the ``stored`` intents in the batch that stages the entries (blind upserts, sound within
+  :data:`BLIND_SETTLE_SECONDS` of recording; after that, per-intent CAS as above). The
+  reconciler CASes it to ``deleting`` before deleting the address, so a pending upload that resumes
+  after that fails instead of staging a dangling entry.
+- ``gc-consumed/<branch>/<token>/<commit>`` = ``{"t": unix s}``: written by every commit attempt before
+  its branch CAS, for each token it owns (for a no-op attempt, ``<commit>`` is the unchanged head).
+
+:meth:`Journal.decide` answers, for a due intent, with point lookups only:
+
+- ``wait``: not due yet (``t_stored`` + grace for a stored intent, ``t`` + the upload timeout for a
+  pending one whose PUT may still be in flight);
+- ``staged``: the address is the value of its key in the live or a sealed token of its branch;
+- ``committed``: a commit that consumed one of the branch's tokens since ``t`` (less a clock-skew
+  margin) holds the key with that address, or the journal cannot prove anything (turned off, or turned
+  on after the intent: commits of that window wrote no consumed records): retention GC's business;
+- ``delete``: neither: the address is garbage (overwritten or deleted before a commit, reset away,
+  left on a deleted branch, or never staged after a crash).
+
+The deletion itself is the GC daemon's (its rate-limited deleter). Limits, documented rather than
+hidden: the stored-to-staged step of an upload must finish within the grace period (default 1 h), and
+an upload's PUT within the pending timeout (24 h). When another writer that keeps no journal (lakeFS
+itself) commits in the same repository, the journal must stay off: its commits record nothing.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field, replace
+from datetime import datetime
+from typing import TYPE_CHECKING, Literal
+
+from lakefs_core.errors import BadInputError, CorruptDataError, NotFoundError, PreconditionFailedError
+from lakefs_core.format.records import ValueRecord, decode_entry
+from lakefs_core.keys import StorageNamespace
+from lakefs_core.kv.base import Expect
+from lakefs_core.refs import kvkeys
+from lakefs_core.refs.model import Repository
+from lakefs_core.refs.store import DeletedRepository, parse_json_record, where_of
+
+if TYPE_CHECKING:
+    from lakefs_core.repos.graveler import Graveler
+
+Decision = Literal["delete", "committed", "staged", "wait"]
+IntentState = Literal["pending", "stored", "deleting"]
+_STATES: frozenset[str] = frozenset(("pending", "stored", "deleting"))
+
+DEFAULT_GRACE_SECONDS = 3600.0
+DEFAULT_PENDING_TIMEOUT_SECONDS = 86400.0
+DEFAULT_CLOCK_SKEW_SECONDS = 300.0
+# Batch uploads settle their intents with blind upserts when their PUTs took less than this
+# (Journal.settled_items); a reconciler must use a pending timeout of at least
+# MIN_PENDING_TIMEOUT_SECONDS, which exceeds it plus the clock-skew margin.
+BLIND_SETTLE_SECONDS = 600.0
+MIN_PENDING_TIMEOUT_SECONDS = 3600.0
+MAX_INTENT_BYTES = 8192  # an object key is at most a few KiB; anything bigger is hostile
+
+
+def _number(doc: dict[str, object], name: str, where: str, *, optional: bool = False) -> float | None:
+    value = doc.get(name)
+    if value is None and optional:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        raise CorruptDataError(f"field {name!r} must be a number", file=where)
+    return float(value)
+
+
+@dataclass(frozen=True)
+class GCSettings:
+    """A repository's GC settings; absent means the journal is off."""
+
+    hard_delete_journal: bool = False
+    since: float = 0.0
+
+    def to_bytes(self) -> bytes:
+        doc = {"hard_delete_journal": self.hard_delete_journal, "since": self.since}
+        return json.dumps(doc, sort_keys=True).encode()
+
+    @classmethod
+    def from_bytes(cls, raw: bytes, where: str) -> GCSettings:
+        doc = parse_json_record(raw, where, "GC settings")
+        on = doc.get("hard_delete_journal", False)
+        if not isinstance(on, bool):
+            raise CorruptDataError("field 'hard_delete_journal' must be a boolean", file=where)
+        return cls(on, _number(doc, "since", where, optional=True) or 0.0)
+
+
+@dataclass(frozen=True)
+class Intent:
+    """One upload's journal record; ``raw`` is its stored bytes (the CAS predicate)."""
+
+    address: str
+    branch: str
+    key: bytes
+    t: float
+    state: IntentState = "pending"
+    t_stored: float | None = None
+    next_check: float | None = None
+    checks: int = 0
+    raw: bytes = field(default=b"", compare=False)
+
+    def due_at(self, grace: float, pending_timeout: float) -> float:
+        """When the reconciler may decide it (a claimed intent is due: it was when claimed)."""
+        if self.state == "deleting":
+            return self.t
+        if self.state == "stored" and self.t_stored is not None:
+            return self.t_stored + grace
+        return self.t + pending_timeout
+
+    def to_bytes(self) -> bytes:
+        doc: dict[str, object] = {
+            "branch": self.branch,
+            "key": self.key.decode("utf-8", "surrogateescape"),
+            "t": self.t,
+            "state": self.state,
+        }
+        if self.t_stored is not None:
+            doc["t_stored"] = self.t_stored
+        if self.next_check is not None:
+            doc["next"] = self.next_check
+        if self.checks:
+            doc["checks"] = self.checks
+        return json.dumps(doc, sort_keys=True).encode()
+
+    @classmethod
+    def parse(cls, address: str, raw: bytes, where: str) -> Intent:
+        doc = parse_json_record(raw, where, "a journal intent", MAX_INTENT_BYTES)
+        branch, key, state, checks = doc.get("branch"), doc.get("key"), doc.get("state"), doc.get("checks", 0)
+        if not isinstance(branch, str) or not branch or "/" in branch:
+            raise CorruptDataError("field 'branch' must be a branch name", file=where)
+        if not isinstance(key, str) or not key:
+            raise CorruptDataError("field 'key' must be a non-empty string", file=where)
+        if state not in _STATES:
+            raise CorruptDataError(f"field 'state' must be one of {sorted(_STATES)}", file=where)
+        if isinstance(checks, bool) or not isinstance(checks, int) or checks < 0:
+            raise CorruptDataError("field 'checks' must be a non-negative integer", file=where)
+        t = _number(doc, "t", where)
+        t_stored = _number(doc, "t_stored", where, optional=True)
+        if state == "stored" and t_stored is None:
+            raise CorruptDataError("a stored intent needs 't_stored'", file=where)
+        try:
+            key_bytes = key.encode("utf-8", "surrogateescape")
+        except UnicodeEncodeError as e:
+            raise CorruptDataError("field 'key' is not an object key", file=where) from e
+        return cls(
+            address,
+            branch,
+            key_bytes,
+            t or 0.0,
+            state,  # type: ignore[arg-type]  # checked against _STATES above
+            t_stored,
+            _number(doc, "next", where, optional=True),
+            checks,
+            raw,
+        )
+
+
+@dataclass(frozen=True)
+class Consumed:
+    """A commit attempt that consumed ``token`` of ``branch`` (``commit_id`` may never be published)."""
+
+    branch: str
+    token: str
+    commit_id: str
+    t: float
+
+
+async def read_settings(g: Graveler, repo: Repository) -> GCSettings:
+    key = kvkeys.gc_settings_key()
+    try:
+        raw = await g.kv.get(repo.partition, key)
+    except NotFoundError:
+        return GCSettings()
+    return GCSettings.from_bytes(raw, where_of(repo.partition, key))
+
+
+class Journal:
+    """The journal of one repository instance, for the writers (upload, commit) and the reconciler."""
+
+    def __init__(self, g: Graveler, repo: Repository) -> None:
+        self.g = g
+        self.repo = repo
+        self.partition = repo.partition
+
+    async def settings(self) -> GCSettings:
+        return await read_settings(self.g, self.repo)
+
+    # -- writers --------------------------------------------------------------------------------------
+
+    async def record_intent(self, address: str, branch: str, key: bytes, now: datetime) -> Intent:
+        """Before the PUT: create-only, so an address is journalled once (it is fresh)."""
+        intent = Intent(address, branch, key, now.timestamp())
+        raw = intent.to_bytes()
+        try:
+            await self.g.kv.set_if(self.partition, kvkeys.gc_intent_key(address), raw, Expect.ABSENT)
+        except PreconditionFailedError as e:
+            raise CorruptDataError(
+                f"address {address} is already journalled: addresses must be fresh",
+                file=where_of(self.partition, kvkeys.gc_intent_key(address)),
+            ) from e
+        return replace(intent, raw=raw)
+
+    async def mark_stored(self, intent: Intent, now: datetime) -> Intent:
+        """After the PUT: CAS pending -> stored. Fails (PreconditionFailedError) if the reconciler
+        claimed the intent meanwhile (its upload timed out): the caller must not stage the address."""
+        stored = replace(intent, state="stored", t_stored=now.timestamp())
+        raw = stored.to_bytes()
+        await self.g.kv.set_if(
+            self.partition, kvkeys.gc_intent_key(intent.address), raw, Expect.equals(intent.raw)
+        )
+        return replace(stored, raw=raw)
+
+    # -- batch writers (Objects.upload_many) ------------------------------------------------------------
+
+    async def record_intents(self, intents: list[Intent]) -> list[Intent]:
+        """Before a batch's PUTs: every intent (``pending``) in ONE KV batch.
+
+        A blind upsert, unlike :meth:`record_intent`'s create-only write: the addresses were just
+        allocated (a fresh random object id each) and their PUTs are create-only, so no other intent
+        can exist under them."""
+        recorded = [replace(intent, raw=intent.to_bytes()) for intent in intents]
+        await self.g.kv.set_many([(self.partition, kvkeys.gc_intent_key(i.address), i.raw) for i in recorded])
+        return recorded
+
+    async def settled_items(
+        self, intents: list[Intent], now: datetime, elapsed: float
+    ) -> list[tuple[bytes, bytes, bytes]]:
+        """After a batch's PUTs: the ``stored`` intents as KV items for the batch that stages them.
+
+        Blind upserts are safe while ``elapsed`` (seconds since :meth:`record_intents`, on the
+        uploader's monotonic clock) is below :data:`BLIND_SETTLE_SECONDS`: the reconciler claims a
+        pending intent only at ``t`` + its pending timeout (at least :data:`MIN_PENDING_TIMEOUT_SECONDS`)
+        and the clocks differ by less than the clock-skew margin. Later, each intent is CASed
+        pending -> stored (:meth:`mark_stored`: PreconditionFailedError if the reconciler claimed it,
+        and the caller must not stage) and nothing is left to write in the batch."""
+        stored = [replace(i, state="stored", t_stored=now.timestamp()) for i in intents]
+        if elapsed < BLIND_SETTLE_SECONDS:
+            return [(self.partition, kvkeys.gc_intent_key(i.address), i.to_bytes()) for i in stored]
+        for intent in intents:
+            await self.mark_stored(intent, now)
+        return []
+
+    async def record_consumed(
+        self, branch: str, tokens: tuple[str, ...], commit_id: str, now: datetime
+    ) -> None:
+        """Before a commit attempt's branch CAS: it consumes ``tokens`` into ``commit_id``."""
+        value = json.dumps({"t": now.timestamp()}).encode()
+        for token in tokens:
+            await self.g.kv.set(self.partition, kvkeys.gc_consumed_key(branch, token, commit_id), value)
+
+    # -- the reconciler's reads and moves -------------------------------------------------------------
+
+    async def intent(self, address: str) -> Intent | None:
+        key = kvkeys.gc_intent_key(address)
+        try:
+            raw = await self.g.kv.get(self.partition, key)
+        except NotFoundError:
+            return None
+        return Intent.parse(address, raw, where_of(self.partition, key))
+
+    async def intents(self) -> AsyncIterator[Intent]:
+        prefix = kvkeys.GC_INTENTS_PREFIX
+        async for entry in self.g.kv.scan(self.partition, prefix):
+            if not entry.key.startswith(prefix):
+                break
+            where = where_of(self.partition, entry.key)
+            try:
+                address = kvkeys.name_after(prefix, entry.key)
+            except UnicodeDecodeError as e:
+                raise CorruptDataError("an intent key is not UTF-8", file=where) from e
+            yield Intent.parse(address, entry.value, where)
+
+    async def due_intents(
+        self,
+        now: datetime,
+        grace: float = DEFAULT_GRACE_SECONDS,
+        pending_timeout: float = DEFAULT_PENDING_TIMEOUT_SECONDS,
+        limit: int = 1000,
+    ) -> list[Intent]:
+        """At most ``limit`` intents due at ``now`` and not postponed past it (a bounded batch)."""
+        at = now.timestamp()
+        due: list[Intent] = []
+        async for intent in self.intents():
+            if intent.due_at(grace, pending_timeout) <= at and (intent.next_check or 0.0) <= at:
+                due.append(intent)
+                if len(due) >= limit:
+                    break
+        return due
+
+    async def consumed_since(self, branch: str, t: float) -> AsyncIterator[Consumed]:
+        """Commit attempts on ``branch`` that recorded their consumption at or after ``t``."""
+        prefix = kvkeys.gc_consumed_prefix(branch)
+        async for entry in self.g.kv.scan(self.partition, prefix):
+            if not entry.key.startswith(prefix):
+                break
+            where = where_of(self.partition, entry.key)
+            parts = entry.key[len(prefix) :].split(b"/")
+            if len(parts) != 2 or not all(parts):
+                raise CorruptDataError("a consumed-token key is not <branch>/<token>/<commit>", file=where)
+            when = _number(parse_json_record(entry.value, where, "a consumed-token record"), "t", where)
+            if when is not None and when >= t:
+                yield Consumed(
+                    branch, parts[0].decode(errors="replace"), parts[1].decode(errors="replace"), when
+                )
+
+    async def _cas(self, intent: Intent, updated: Intent) -> Intent:
+        raw = updated.to_bytes()
+        key = kvkeys.gc_intent_key(intent.address)
+        await self.g.kv.set_if(self.partition, key, raw, Expect.equals(intent.raw))
+        return replace(updated, raw=raw)
+
+    async def claim(self, intent: Intent) -> Intent:
+        """CAS the intent to ``deleting`` before its address is deleted (PreconditionFailedError if it
+        changed since it was read: decide again)."""
+        if intent.state == "deleting":
+            return intent
+        return await self._cas(intent, replace(intent, state="deleting"))
+
+    async def postpone(self, intent: Intent, until: datetime) -> Intent:
+        """Re-check a still-staged intent later (the reconciler's backoff); counts the checks."""
+        return await self._cas(
+            intent, replace(intent, next_check=until.timestamp(), checks=intent.checks + 1)
+        )
+
+    async def settle(self, intent: Intent) -> None:
+        """The address was deleted: forget the intent."""
+        await self.g.kv.delete(self.partition, kvkeys.gc_intent_key(intent.address))
+
+    async def drop(self, intent: Intent) -> None:
+        """The address is retention GC's (committed, or beyond what the journal can prove)."""
+        await self.g.kv.delete(self.partition, kvkeys.gc_intent_key(intent.address))
+
+    async def prune_consumed(self, branch: str, before: float) -> int:
+        """Forget consumption records of ``branch`` older than ``before`` (the reconciler passes the
+        oldest undecided intent's ``t`` less the clock-skew margin); returns how many."""
+        prefix = kvkeys.gc_consumed_prefix(branch)
+        old: list[bytes] = []
+        async for entry in self.g.kv.scan(self.partition, prefix):
+            if not entry.key.startswith(prefix):
+                break
+            where = where_of(self.partition, entry.key)
+            when = _number(parse_json_record(entry.value, where, "a consumed-token record"), "t", where)
+            if when is not None and when < before:
+                old.append(entry.key)
+        for key in old:  # collected first: deleting during a paged scan may skip keys
+            await self.g.kv.delete(self.partition, key)
+        return len(old)
+
+    def deleted_repositories(self) -> AsyncIterator[DeletedRepository]:
+        return self.g.refs.deleted_repositories()
+
+    # -- the decision ---------------------------------------------------------------------------------
+
+    async def decide(
+        self,
+        intent: Intent,
+        *,
+        now: datetime,
+        grace: float = DEFAULT_GRACE_SECONDS,
+        pending_timeout: float = DEFAULT_PENDING_TIMEOUT_SECONDS,
+        clock_skew: float = DEFAULT_CLOCK_SKEW_SECONDS,
+    ) -> Decision:
+        """What to do with the address of a due intent (see the module docstring)."""
+        if now.timestamp() < intent.due_at(grace, pending_timeout):
+            return "wait"
+        settings = await self.settings()
+        if not settings.hard_delete_journal or intent.t < settings.since + clock_skew:
+            return "committed"  # commits of a journal-off window recorded nothing: not provable
+        ns = StorageNamespace.parse(self.repo.storage_namespace)
+        # Tokens first, consumption records second: a commit that consumes a token between the two
+        # reads wrote its record before its branch CAS, so the second read sees it.
+        try:
+            branch, _ = await self.g.refs.get_branch(self.repo, intent.branch)
+            tokens: tuple[str, ...] = (branch.staging_token, *branch.sealed_tokens)
+        except NotFoundError:
+            tokens = ()  # a deleted branch stages nothing
+        for token in tokens:
+            staged = await self.g.staging.get(token, intent.key)
+            if staged is not None and _holds(ns, staged, intent.address):
+                return "staged"
+        checked: set[str] = set()
+        async for consumed in self.consumed_since(intent.branch, intent.t - clock_skew):
+            if consumed.commit_id in checked:
+                continue
+            checked.add(consumed.commit_id)
+            if await self._commit_holds(consumed, intent, ns):
+                return "committed"
+        return "delete"
+
+    async def _commit_holds(self, consumed: Consumed, intent: Intent, ns: StorageNamespace) -> bool:
+        try:
+            commit = await self.g.refs.get_commit(self.repo, consumed.commit_id)
+        except NotFoundError as e:
+            # Consumption is recorded after the commit record is stored: a missing one is corruption.
+            key = kvkeys.gc_consumed_key(consumed.branch, consumed.token, consumed.commit_id)
+            msg = f"consumed-token record names missing commit {consumed.commit_id}"
+            raise CorruptDataError(msg, file=where_of(self.partition, key)) from e
+        found = await (await self.g.metarange(self.repo, commit.metarange_id)).get(intent.key)
+        return found is not None and _holds(ns, found, intent.address)
+
+
+def _holds(ns: StorageNamespace, record: ValueRecord, address: str) -> bool:
+    """Whether ``record`` (possibly a tombstone) points at the object ``address`` of ``ns``."""
+    if record.is_tombstone:
+        return False
+    entry = decode_entry(record.data)
+    try:
+        return ns.relative_of(entry.address, entry.address_type) == address
+    except BadInputError:
+        return True  # cannot tell where it points: keep the object (delete only on definite knowledge)
+
+
+async def decide(journal: Journal, intent: Intent, *, now: datetime, **limits: float) -> Decision:
+    """:meth:`Journal.decide` as a function (the reconciler's entry point)."""
+    return await journal.decide(intent, now=now, **limits)
+
+
+# -- retention GC's uncommitted addresses (spec §3a step 3) -------------------------------------------
+
+
+async def staged_addresses(g: Graveler, repo: Repository) -> AsyncIterator[tuple[str, str, int]]:
+    """``(branch, address, address_type)`` of the newest staged value of every key on every branch.
+
+    Tokens marked for cleanup are skipped (their entries are committed, or garbage); values shadowed
+    by a newer token and tombstones are not live. One branch at a time, merged in key order: memory
+    is bounded by one KV page per token of the branch being read.
+    """
+    by_branch: tuple[str, list[str]] | None = None
+    async for branch_id, token in g.refs.live_tokens(repo):
+        if by_branch is not None and by_branch[0] != branch_id:
+            async for row in _branch_addresses(g, *by_branch):
+                yield row
+            by_branch = None
+        if await g.refs.cleanup_mark(token) is not None:
+            continue
+        if by_branch is None:
+            by_branch = (branch_id, [])
+        by_branch[1].append(token)
+    if by_branch is not None:
+        async for row in _branch_addresses(g, *by_branch):
+            yield row
+
+
+async def _branch_addresses(
+    g: Graveler, branch_id: str, tokens: list[str]
+) -> AsyncIterator[tuple[str, str, int]]:
+    async for record in g.staging.merged(tokens):
+        if record.is_tombstone:
+            continue
+        entry = decode_entry(record.data, file=f"kv:{tokens[0]}")
+        yield branch_id, entry.address, entry.address_type

@@ -1,0 +1,116 @@
+"""Staged writes of the :class:`~lakefs_core.repos.graveler.Graveler` facade: one entry or a batch.
+
+The writer protocol that keeps "an acknowledged write lands in exactly one commit" (spec section 7):
+
+1. write to the branch's live staging token;
+2. re-read the branch. If the token is still live, any commit that seals it later does so after the
+   write landed, so that commit (or a later one) carries it: acknowledge. If a commit rotated the token
+   meanwhile, that commit may have read the token before or after the write: write again to the new
+   live token. The repeat is harmless either way: staged writes are idempotent by identity, so a
+   second commit carrying an identical value changes nothing.
+
+A batch (:func:`set_entries`) follows the same protocol with one KV ``set_many`` per attempt: every
+record of the batch is stored before the re-read (``set_many`` returns only then, on every driver,
+atomic or not), so the argument holds per record. Extra KV items (the journal's settled intents)
+may ride in the first write of the batch; they are idempotent upserts too.
+
+A token seen live less than ``write_cache_seconds`` ago (and less than half the cleanup grace) may be
+written without reading the branch first: it cannot have been dropped yet (drops wait
+``cleanup_grace_seconds``), and the re-read still catches a rotation. The repository record is cached
+as long, so a read-only flag set by another process reaches this process's writers within that delay.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+from lakefs_core.errors import BadInputError, NotFoundError, TooManyRetriesError
+from lakefs_core.format.records import ValueRecord, encode_staged_entry
+from lakefs_core.kv.base import KVItem
+from lakefs_core.refs import kvkeys
+from lakefs_core.refs.model import Branch, Repository
+
+if TYPE_CHECKING:
+    from lakefs_core.repos.graveler import Graveler
+
+
+async def repository_for_write(g: Graveler, repo_id: str) -> Repository:
+    now = time.monotonic()
+    hit = g._write_repos.get(repo_id)
+    if hit is not None and now - hit[0] < g.settings.write_cache_seconds:
+        return hit[1]
+    repo = await g.repository(repo_id)
+    g._write_repos[repo_id] = (now, repo)
+    return repo
+
+
+async def branch_for_write(g: Graveler, repo: Repository, branch_id: str) -> Branch:
+    try:
+        return (await g.refs.get_branch(repo, branch_id))[0]
+    except NotFoundError:
+        # The repository may have been deleted or re-created: forget what was cached for it.
+        g._write_repos.pop(repo.id, None)
+        g._live_tokens.pop((repo.partition, branch_id), None)
+        raise
+
+
+async def _live_token(g: Graveler, repo: Repository, branch_id: str) -> str:
+    cached = g._live_tokens.get((repo.partition, branch_id))
+    limit = min(g.settings.write_cache_seconds, g.settings.cleanup_grace_seconds / 2)
+    if cached is not None and time.monotonic() - cached[0] < limit:
+        return cached[1]
+    return (await branch_for_write(g, repo, branch_id)).staging_token
+
+
+async def stage_entry(
+    g: Graveler, repo_id: str, branch_id: str, record: ValueRecord, *, force: bool = False
+) -> None:
+    """Stage one record (two KV operations in the common case: the write and the re-read)."""
+    if not record.key:
+        raise BadInputError("must not be empty", field="path")
+    repo = await repository_for_write(g, repo_id)
+    g.writable(repo, force)
+    token = await _live_token(g, repo, branch_id)
+    for _ in range(g.settings.write_attempts):
+        await g.staging.set(token, record)
+        again = await branch_for_write(g, repo, branch_id)
+        if again.staging_token == token:
+            g._live_tokens[(repo.partition, branch_id)] = (time.monotonic(), token)
+            return
+        token = again.staging_token  # a commit sealed the token we wrote to: write again
+    raise TooManyRetriesError(f"branch {branch_id!r}: staging token kept rotating during a write")
+
+
+async def set_entries(
+    g: Graveler,
+    repo_id: str,
+    branch_id: str,
+    records: Sequence[ValueRecord],
+    *,
+    force: bool = False,
+    with_items: Sequence[KVItem] = (),
+) -> None:
+    """Stage ``records`` in one KV batch per attempt (a key given twice keeps its last record)."""
+    if any(not record.key for record in records):
+        raise BadInputError("must not be empty", field="path")
+    repo = await repository_for_write(g, repo_id)
+    g.writable(repo, force)
+    if not records:
+        if with_items:
+            await g.kv.set_many(with_items)
+        return
+    encoded = [(record.key, encode_staged_entry(record)) for record in records]
+    token = await _live_token(g, repo, branch_id)
+    extra: Sequence[KVItem] = with_items
+    for _ in range(g.settings.write_attempts):
+        partition = kvkeys.staging_partition(token)
+        await g.kv.set_many([*extra, *((partition, key, value) for key, value in encoded)])
+        extra = ()  # stored: a repeat only re-stages the records
+        again = await branch_for_write(g, repo, branch_id)
+        if again.staging_token == token:
+            g._live_tokens[(repo.partition, branch_id)] = (time.monotonic(), token)
+            return
+        token = again.staging_token  # a commit sealed the token we wrote to: write the batch again
+    raise TooManyRetriesError(f"branch {branch_id!r}: staging token kept rotating during a batch write")

@@ -1,0 +1,58 @@
+"""Spark plumbing shared by the GC jobs (mark now, bulk import later).
+
+The jobs are plain functions over partitions, written against the small :class:`Executor` seam
+(:mod:`.executor`):
+
+- :class:`LiteExecutor` runs them in-process, without a JVM (small repositories, most tests);
+- :class:`SparkExecutor` runs them as PySpark RDD operations, locally (``local[*]``) or unchanged on
+  a cluster through ``spark-submit`` and the shipped entry script (:func:`entry_script`).
+
+Importing this package never imports PySpark: the lite path works without it, and asking for Spark
+without it raises :class:`~lakefs_core.errors.StartupError` (:func:`.session.require_pyspark`).
+
+- :mod:`.session`: one shared ``SparkSession`` with local defaults;
+- :mod:`.executor`: the seam and both executors;
+- :mod:`.partition`: what runs in a partition: :class:`StoreRef` (a namespace plus its S3 endpoint,
+  never credentials), :func:`stream_async` (one event loop per partition around the core's block
+  stores), the text part writer;
+- :mod:`.listing`: the executors' listing of one ``data/<slice>/``;
+- :mod:`.jobs`: the registry of named jobs; :mod:`.count_objects`: the demo job;
+- :mod:`.job`: ``python -m lakefs_gc.spark.job NAME --args F --result F`` (the same entry that
+  ``spark-submit`` runs through :func:`entry_script`);
+- :mod:`.child`: :func:`run_spark_job`, the daemon side: a job in its own process group, killed whole
+  on timeout or cancellation.
+"""
+
+from __future__ import annotations
+
+from importlib import resources
+from pathlib import Path
+
+from lakefs_gc.spark.executor import Dataset, Executor, LiteExecutor, SparkExecutor
+from lakefs_gc.spark.partition import StoreRef, stream_async
+
+__all__ = [
+    "Dataset",
+    "Executor",
+    "LiteExecutor",
+    "SparkExecutor",
+    "StoreRef",
+    "entry_script",
+    "stream_async",
+]
+
+ENTRY_SCRIPT = "entry.py"
+
+
+def entry_script() -> Path:
+    """The ``.py`` file to hand to ``spark-submit`` (it runs :func:`lakefs_gc.spark.job.main`).
+
+    The package is installed as plain files (a wheel or an editable install, a ``venv-pack`` archive
+    on a cluster), so the resource is a real path.
+    """
+    path = Path(str(resources.files(__name__).joinpath(ENTRY_SCRIPT)))
+    if not path.is_file():
+        from lakefs_core.errors import StartupError
+
+        raise StartupError(f"the spark-submit entry script {path} is missing", key="spark")
+    return path

@@ -1,0 +1,234 @@
+"""Batch uploads (``Objects.upload_many``) and batched staging (``Graveler.set_entries``).
+
+Real components: memory and SQLite KV, local namespaces. The KV is wrapped in ``HookedKV`` to count
+the batches and to run a commit in the middle of a batch write (a token rotation).
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+
+from lakefs_core.block.base import ObjectInfo
+from lakefs_core.errors import BadInputError, NotFoundError, PreconditionFailedError, ReadOnlyError
+from lakefs_core.graveler.model import DiffType
+from lakefs_core.kv import KVStore, open_kv
+from lakefs_core.refs import kvkeys
+from lakefs_core.repos.graveler import Graveler
+from lakefs_core.repos.journal import BLIND_SETTLE_SECONDS, Journal
+from lakefs_core.repos.objects import Objects, UploadItem
+from lakefs_core.repos.stores import StoreRegistry
+from tests.repos.support import Clock, HookedKV, fast_settings, record, unique
+
+
+@pytest.fixture(params=["memory", "sqlite"])
+async def kv(request: pytest.FixtureRequest, sqlite_url: str) -> AsyncIterator[KVStore]:
+    store = await open_kv("memory://" if request.param == "memory" else sqlite_url)
+    try:
+        yield store
+    finally:
+        await store.close()
+
+
+@pytest.fixture
+async def hooked(kv: KVStore) -> HookedKV:
+    return HookedKV(kv)
+
+
+@pytest.fixture
+async def g(hooked: HookedKV) -> AsyncIterator[Graveler]:
+    stores = StoreRegistry()
+    try:
+        yield Graveler(hooked, stores, fast_settings(), clock=Clock())
+    finally:
+        await stores.close()
+
+
+async def new_repo(g: Graveler, root: Path, *, journal: bool) -> str:
+    repo = unique()
+    await g.create_repository(repo, f"local://{root / repo}", hard_delete_journal=journal)
+    return repo
+
+
+def set_many_batches(kv: HookedKV, partition_prefix: bytes) -> int:
+    """How many ``set_many`` items went to partitions starting with ``partition_prefix``."""
+    return sum(1 for op, p, _ in kv.ops if op == "set_many" and p.startswith(partition_prefix))
+
+
+@pytest.mark.parametrize("journal", [False, True])
+async def test_upload_many_stages_every_object_in_one_batch(
+    g: Graveler, hooked: HookedKV, local_root: Path, journal: bool
+) -> None:
+    repo = await new_repo(g, local_root, journal=journal)
+    objects = Objects(g)
+    progress: list[tuple[str, int]] = []
+
+    async def lazy() -> bytes:
+        return b"opened late"
+
+    items = [UploadItem(f"dir/f{i:03d}", b"x" * i, content_type="text/plain") for i in range(50)]
+    items.append(UploadItem("lazy", lazy, metadata={"owner": "me"}))
+
+    def on_stored(item: UploadItem, info: ObjectInfo) -> None:
+        progress.append((item.path, info.size))
+
+    hooked.ops.clear()
+    stats = await objects.upload_many(repo, "main", items, concurrency=4, on_stored=on_stored)
+    assert [s.path for s in stats] == [i.path for i in items]
+    sizes = [len(i.body) if isinstance(i.body, bytes) else 11 for i in items]
+    assert sorted(progress) == sorted(zip([i.path for i in items], sizes, strict=True))
+    assert await objects.read_all(repo, "main", "dir/f007") == b"x" * 7
+    assert await objects.read_all(repo, "main", "lazy") == b"opened late"
+    assert (await objects.stat(repo, "main", "lazy")).metadata == {"owner": "me"}
+    assert (await objects.stat(repo, "main", "dir/f001")).content_type == "text/plain"
+    # One staging write per object, all through set_many; no per-object set.
+    assert set_many_batches(hooked, b"") >= 51
+    assert not [op for op in hooked.ops if op[0] == "set" and op[1].startswith(b"staging")]
+    intents_written = [op for op in hooked.ops if op[2].startswith(kvkeys.GC_INTENTS_PREFIX)]
+    if journal:
+        # Each intent twice (pending, then stored), both through set_many, never one by one.
+        assert len(intents_written) == 2 * len(items)
+        assert {op[0] for op in intents_written} == {"set_many"}
+        intents = [i async for i in (await g.journal(repo)).intents()]
+        assert len(intents) == len(items) and {i.state for i in intents} == {"stored"}
+    else:
+        assert intents_written == []
+    commit = await g.commit(repo, "main", committer="t", message="batch")
+    added = [d.key async for d in g.diff(repo, commit.parents[0], commit.id)]
+    assert len(added) == len(items)
+
+
+async def test_journal_decides_batch_uploads_like_single_ones(g: Graveler, local_root: Path) -> None:
+    repo = await new_repo(g, local_root, journal=True)
+    objects = Objects(g)
+    await objects.upload_many(repo, "main", [UploadItem(f"kept/{i}", b"k") for i in range(5)])
+    await g.commit(repo, "main", committer="t", message="kept")
+    await objects.upload_many(repo, "main", [UploadItem(f"staged/{i}", b"s") for i in range(5)])
+    journal = await g.journal(repo)
+    assert isinstance(g.clock, Clock)
+    now = g.clock() + timedelta(hours=2)
+    decisions = {i.key: await journal.decide(i, now=now) async for i in journal.intents()}
+    assert {d for k, d in decisions.items() if k.startswith(b"kept/")} == {"committed"}
+    assert {d for k, d in decisions.items() if k.startswith(b"staged/")} == {"staged"}
+    await g.reset_branch(repo, "main")
+    decisions = {i.key: await journal.decide(i, now=now) async for i in journal.intents()}
+    assert {d for k, d in decisions.items() if k.startswith(b"staged/")} == {"delete"}
+
+
+async def test_late_settle_uses_cas_and_refuses_a_claimed_intent(g: Graveler, local_root: Path) -> None:
+    repo = await new_repo(g, local_root, journal=True)
+    journal = Journal(g, await g.repository(repo))
+    from lakefs_core.repos.journal import Intent
+
+    intents = await journal.record_intents(
+        [Intent(f"data/x/{n}", "main", b"k%d" % n, g.clock().timestamp()) for n in range(3)]
+    )
+    # In time: the stored intents are items for the staging batch, nothing written yet.
+    items = await journal.settled_items(intents, g.clock(), elapsed=1.0)
+    assert len(items) == 3 and all(b'"stored"' in value for _, _, value in items)
+    assert {i.state async for i in journal.intents()} == {"pending"}
+    # Too late for blind writes: per-intent CAS, which fails on an intent the reconciler claimed.
+    await journal.claim(intents[1])
+    with pytest.raises(PreconditionFailedError):
+        await journal.settled_items(intents, g.clock(), elapsed=BLIND_SETTLE_SECONDS + 1)
+    states = {i.address: i.state async for i in journal.intents()}
+    assert states[intents[1].address] == "deleting"
+    assert states[intents[0].address] == "stored"
+    fresh = await journal.record_intents([Intent("data/x/9", "main", b"k9", g.clock().timestamp())])
+    assert await journal.settled_items(fresh, g.clock(), elapsed=BLIND_SETTLE_SECONDS) == []
+    assert (await journal.intent("data/x/9")) is not None
+    assert (await journal.intent("data/x/9")).state == "stored"  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize("when", ["before", "after"])
+async def test_set_entries_rewrites_the_batch_when_a_commit_rotates_the_token(
+    g: Graveler, hooked: HookedKV, local_root: Path, when: str
+) -> None:
+    """A commit sealing the live token just before the batch lands (the batch would be lost
+    without the re-read and rewrite) or just after (it must not be committed twice)."""
+    repo = await new_repo(g, local_root, journal=False)
+    await g.set_entry(repo, "main", record("first"))
+    rotated: list[str] = []
+
+    async def commit_once(op: str, partition: bytes, key: bytes) -> None:
+        if op == "set_many" and not rotated and key.startswith(b"b/"):
+            rotated.append((await g.commit(repo, "main", committer="c", message="race")).id)
+
+    (hooked.before if when == "before" else hooked.after).append(commit_once)
+    batch = [record(f"b/{i:02d}") for i in range(30)]
+    await g.set_entries(repo, "main", batch)
+    hooked.before.clear()
+    hooked.after.clear()
+    assert rotated
+    final = await g.commit(repo, "main", committer="c", message="final", allow_empty=True)
+    added: dict[bytes, int] = {}
+    for c in [c async for c in g.log(repo, "main")][:-1]:
+        async for d in g.diff(repo, c.parents[0], c.id):
+            assert d.type is DiffType.ADDED
+            added[d.key] = added.get(d.key, 0) + 1
+    assert set(added) == {b"first", *(r.key for r in batch)}
+    assert set(added.values()) == {1}, "an entry was added by two commits"
+    assert final.id == (await g.branch(repo, "main")).commit_id
+
+
+async def test_set_entries_checks_input_and_permissions(g: Graveler, local_root: Path) -> None:
+    repo = await new_repo(g, local_root, journal=False)
+    with pytest.raises(BadInputError):
+        await g.set_entries(repo, "main", [record("ok"), record(b"")])
+    await g.set_entries(repo, "main", [])  # nothing to do
+    with pytest.raises(NotFoundError):
+        await g.set_entries(repo, "no-such-branch", [record("x")])
+    await g.set_read_only(repo, True)
+    with pytest.raises(ReadOnlyError):
+        await g.set_entries(repo, "main", [record("x")])
+    await g.set_entries(repo, "main", [record("x")], force=True)
+    assert [r.key async for r in g.list_entries(repo, "main")] == [b"x"]
+
+
+async def test_upload_many_failing_put_stages_nothing(g: Graveler, local_root: Path) -> None:
+    repo = await new_repo(g, local_root, journal=True)
+
+    async def broken() -> bytes:
+        raise BadInputError("cannot read the source", field="--source")
+
+    items = [UploadItem(f"a/{i}", b"v") for i in range(10)] + [UploadItem("bad", broken)]
+    with pytest.raises(BadInputError, match="cannot read the source"):
+        await Objects(g).upload_many(repo, "main", items, concurrency=2)
+    assert [r async for r in g.list_entries(repo, "main")] == []
+    # Their intents stay pending: the reconciler deletes what was PUT once they are due.
+    journal = await g.journal(repo)
+    assert {i.state async for i in journal.intents()} == {"pending"}
+    with pytest.raises(BadInputError):
+        await Objects(g).upload_many(repo, "main", items, concurrency=0)
+
+
+def test_only_batch_upload_stages_values_in_batches() -> None:
+    """The journal's invariant (tests/journal: only uploads stage values, each of a fresh address it
+    just PUT) covers the batch path too: the only ``set_entries`` call with values is
+    ``Objects.upload_many``'s, and ``stage_entry`` is reached only through ``Graveler.set_entry``."""
+    import ast
+
+    root = Path(__file__).resolve().parents[2]
+    batch_calls: list[tuple[str, str]] = []
+    stage_calls: list[tuple[str, str]] = []
+    for package in ("lakefs_core", "lakefs_mirror", "lakefs_gc"):
+        for path in sorted((root / package).rglob("*.py")):
+            tree = ast.parse(path.read_text(), str(path))
+            for func in ast.walk(tree):
+                if not isinstance(func, ast.FunctionDef | ast.AsyncFunctionDef):
+                    continue
+                for node in ast.walk(func):
+                    if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+                        where = (str(path.relative_to(root)), func.name)
+                        if node.func.attr == "set_entries":
+                            batch_calls.append(where)
+                        elif node.func.attr == "stage_entry":
+                            stage_calls.append(where)
+    assert set(batch_calls) == {
+        ("lakefs_core/repos/objects.py", "upload_many"),
+        ("lakefs_core/repos/graveler.py", "set_entries"),  # the facade's delegation
+    }
+    assert stage_calls == [("lakefs_core/repos/graveler.py", "set_entry")]
