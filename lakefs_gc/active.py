@@ -48,7 +48,7 @@ from types import TracebackType
 from typing import Literal, TypeVar
 
 from lakefs_core.errors import BadInputError, CorruptDataError
-from lakefs_core.refs.model import CommitNode, is_commit_id
+from lakefs_core.repos.graveler import CommitNode, is_commit_id
 from lakefs_gc.rules import GCRules
 
 TagsPolicy = Literal["pin", "ignore"]

@@ -24,7 +24,7 @@ from collections.abc import Awaitable, Callable, Iterable
 from typing import Protocol, runtime_checkable
 
 from lakefs_core.errors import BadInputError, CorruptDataError
-from lakefs_core.refs.model import is_commit_id
+from lakefs_core.repos.graveler import is_commit_id
 
 __all__ = ["CombinedPins", "MirrorPins", "MirrorsPinReader", "PinSource", "StaticPins", "open_mirror_pins"]
 

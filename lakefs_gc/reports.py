@@ -41,7 +41,7 @@ from pydantic import (
 
 from lakefs_core.block.base import BlockStore
 from lakefs_core.errors import BadInputError, CorruptDataError, NotFoundError
-from lakefs_core.refs.model import is_commit_id
+from lakefs_core.repos.graveler import is_commit_id
 from lakefs_gc.rules import GCRules
 
 COMMITS_HEADER = "commit_id,expired,metarange_id"

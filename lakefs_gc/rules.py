@@ -33,7 +33,7 @@ from lakefs_core.block.base import BlockStore
 from lakefs_core.errors import BadInputError, CorruptDataError, NotFoundError
 from lakefs_core.format.proto import graveler_pb2
 from lakefs_core.keys import StorageNamespace
-from lakefs_core.refs.model import validate_branch_id
+from lakefs_core.repos.graveler import validate_branch_id
 
 INT32_MAX = 2**31 - 1
 MAX_BRANCH_RULES = 10_000

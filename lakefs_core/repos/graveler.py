@@ -84,7 +84,9 @@ __all__ = [
     "StorageNamespace",
     "StoreRegistry",
     "Tag",
+    "is_commit_id",
     "table_name",
+    "validate_branch_id",
 ]
 
 INITIAL_COMMIT_MESSAGE = "Repository created"
