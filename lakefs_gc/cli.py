@@ -9,6 +9,7 @@ import click
 
 from lakefs_core import __version__
 from lakefs_core.cli import run
+from lakefs_gc.cli_daemon import register as register_daemon
 from lakefs_gc.cli_jobs import register as register_jobs
 
 
@@ -19,6 +20,7 @@ def cli() -> None:
 
 
 register_jobs(cli)
+register_daemon(cli)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

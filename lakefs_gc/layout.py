@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from lakefs_core.keys import StorageNamespace
+from lakefs_core.repos.graveler import StorageNamespace
 
 
 @dataclass(frozen=True)

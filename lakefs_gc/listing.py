@@ -25,7 +25,7 @@ from datetime import datetime
 
 from lakefs_core.block import CommonPrefix, ObjectInfo
 from lakefs_core.errors import BadInputError
-from lakefs_core.keys import DUMMY_NAME, slice_hour
+from lakefs_core.repos.graveler import DUMMY_NAME, slice_hour
 from lakefs_gc.spark.listing import list_slice, list_slices
 from lakefs_gc.spark.partition import StoreRef, stream_async
 

@@ -35,8 +35,7 @@ from typing import Any, Literal
 
 from lakefs_core.block.base import BlockStore
 from lakefs_core.errors import BadInputError, LakeFSError, ReadOnlyError
-from lakefs_core.keys import new_run_id
-from lakefs_core.repos.graveler import Graveler, StorageNamespace
+from lakefs_core.repos.graveler import Graveler, StorageNamespace, new_run_id
 from lakefs_gc.active import TagsPolicy, compute_active
 from lakefs_gc.committed import addresses_partition, range_ids_partition
 from lakefs_gc.faults import fault_point

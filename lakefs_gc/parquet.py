@@ -33,7 +33,7 @@ import pyarrow.parquet as pq  # type: ignore[import-untyped]
 
 from lakefs_core.block.base import BlockStore
 from lakefs_core.errors import BadInputError
-from lakefs_core.keys import StorageNamespace
+from lakefs_core.repos.graveler import StorageNamespace
 from lakefs_gc.spark.partition import StoreRef, part_name, run_async
 
 COLUMN = "address"

@@ -21,7 +21,7 @@ from collections.abc import AsyncIterable, AsyncIterator
 
 from lakefs_core.block.base import BlockStore, ObjectInfo
 from lakefs_core.errors import BadInputError, CorruptDataError
-from lakefs_core.keys import StorageNamespace
+from lakefs_core.repos.graveler import StorageNamespace
 
 MAX_LINE = 4096  # an address or table id; lakeFS's physical addresses are far shorter
 PART_BYTES = 16 << 20

@@ -32,8 +32,7 @@ from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr, Validat
 from lakefs_core.block.base import BlockStore
 from lakefs_core.errors import BadInputError, CorruptDataError, NotFoundError
 from lakefs_core.format.proto import graveler_pb2
-from lakefs_core.keys import StorageNamespace
-from lakefs_core.repos.graveler import validate_branch_id
+from lakefs_core.repos.graveler import StorageNamespace, validate_branch_id
 
 INT32_MAX = 2**31 - 1
 MAX_BRANCH_RULES = 10_000

@@ -38,8 +38,7 @@ from pydantic import BaseModel, ConfigDict, StrictBool, StrictInt, StrictStr, Va
 
 from lakefs_core.block.base import BlockStore, CommonPrefix
 from lakefs_core.errors import BadInputError, ConflictError, CorruptDataError, NotFoundError
-from lakefs_core.keys import StorageNamespace, check_run_id
-from lakefs_core.repos.graveler import Graveler
+from lakefs_core.repos.graveler import Graveler, StorageNamespace, check_run_id
 from lakefs_gc.layout import RunLayout
 from lakefs_gc.pins import PinSource
 from lakefs_gc.reports import RunManifest, Summary, iso_instant, read_manifest, read_summary
@@ -272,6 +271,11 @@ class RunRegistry:
                 return progress
         self.wakeup.clear()
         return None
+
+    def requeue(self, progress: RunProgress) -> None:
+        """Put a queued run back at the head of the queue (its repository was busy)."""
+        self._queue.appendleft(self._key(progress.request))
+        self.wakeup.set()
 
     def queued(self) -> list[RunProgress]:
         return [self._runs[k] for k in self._queue if k in self._runs]

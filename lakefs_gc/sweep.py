@@ -42,8 +42,7 @@ from lakefs_core.errors import (
     NotFoundError,
     ReadOnlyError,
 )
-from lakefs_core.keys import DATA_DIR, TABLES_DIR
-from lakefs_core.repos.graveler import Graveler, StorageNamespace
+from lakefs_core.repos.graveler import DATA_DIR, TABLES_DIR, Graveler, StorageNamespace
 from lakefs_gc.deleter import BatchDeleter, BatchResult, FailedKeysLog
 from lakefs_gc.faults import fault_point
 from lakefs_gc.layout import RunLayout

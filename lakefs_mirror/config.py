@@ -69,13 +69,15 @@ from lakefs_core.format.sstable.footer import DEFAULT_MAX_BLOCK_BYTES
 from lakefs_core.redact import redact_url
 from lakefs_core.settings import (
     DEFAULT_TEMP_SWEEP_GRACE_SECONDS,
+    AccessKey,
     CoreSettings,
     Credentials,
     EnvCredentials,
-    NonEmptySecret,
     ProfileCredentials,
     S3Config,
     StaticCredentials,
+    check_access_keys,
+    check_listen,
     directory_problem,
     sqlite_dir_problem,
 )
@@ -103,8 +105,6 @@ _REGION_NAME = re.compile(r"[a-z0-9][a-z0-9-]{0,62}")
 _KV_SCHEMES = frozenset(
     {"memory", "sqlite", "sqlite+aiosqlite", "postgresql", "postgres", "postgresql+asyncpg", "dynamodb"}
 )
-_HOST = re.compile(r"[A-Za-z0-9.-]+|\[[0-9A-Fa-f:.]+\]")
-_PORT = re.compile(r"[0-9]{1,5}")  # not str.isdigit(): it accepts other scripts' digits
 
 
 def normalize_db_url(url: str) -> str:
@@ -142,13 +142,6 @@ class RegionConfig(StrictModel):
             if not root.is_absolute():
                 raise ValueError("local roots must be absolute paths")
         return value
-
-
-class AccessKey(StrictModel):
-    """One HTTP basic-auth credential of the mirroring API."""
-
-    access_key_id: str = Field(min_length=1, max_length=256, pattern=r"^[^:\s]+$")
-    secret_access_key: NonEmptySecret
 
 
 PositiveSeconds = Annotated[float, Field(gt=0)]
@@ -198,18 +191,12 @@ class MirrorConfig(StrictModel):
     @field_validator("listen")
     @classmethod
     def _listen(cls, value: str) -> str:
-        host, sep, port = value.rpartition(":")
-        if not sep or not _HOST.fullmatch(host) or not _PORT.fullmatch(port) or not 0 <= int(port) <= 65535:
-            raise ValueError("must be host:port (e.g. 127.0.0.1:8008 or [::1]:8008)")
-        return value
+        return check_listen(value)
 
     @field_validator("access_keys")
     @classmethod
     def _unique_keys(cls, value: list[AccessKey]) -> list[AccessKey]:
-        ids = [k.access_key_id for k in value]
-        if len(set(ids)) != len(ids):
-            raise ValueError("access key ids must be unique")
-        return value
+        return check_access_keys(value)
 
     @field_validator("region")
     @classmethod

@@ -183,8 +183,12 @@ def tour(root: Path) -> None:
         paths, day3 = asyncio.run(read_mirror(root))
         print(f"  objects: {paths}")
         print(f"  events/day=3.csv -> {day3}")
+
+        gc_tour(root, procs)
     except BaseException:
-        for name in configs:
+        for name in [*configs, "gc"]:
+            if not (root / f"daemon-{name}.log").exists():
+                continue
             log_text = (root / f"daemon-{name}.log").read_text(errors="replace")
             print(f"\n-- last lines of the {name} daemon's log --\n" + "\n".join(log_text.splitlines()[-15:]))
         raise
@@ -198,6 +202,81 @@ def tour(root: Path) -> None:
             except subprocess.TimeoutExpired:
                 os.killpg(proc.pid, signal.SIGKILL)
                 proc.wait()
+
+
+GC_CLOCK_OFFSET_DAYS = 3
+
+
+def write_gc_config(root: Path) -> tuple[Path, int]:
+    port = free_port()
+    config = {
+        "region": "us-east",
+        "core": {"kv_url": f"sqlite:///{root / 'us-east' / 'kv.sqlite3'}"},
+        "mirrors_db_url": f"sqlite+aiosqlite:///{root / 'mirrors.sqlite3'}",  # mirror heads are pinned
+        "listen": f"127.0.0.1:{port}",
+        "access_keys": [{"access_key_id": KEY, "secret_access_key": SECRET}],
+        "schedule": {"enabled": False},  # runs only when asked through the API in this demo
+        "spark": {"mode": "lite"},  # the same mark functions without a JVM (make demo installs no Spark)
+        # Retention 'now' = the clock + 3 days, so a 1-day retention shows in seconds.
+        "clock_offset_seconds": GC_CLOCK_OFFSET_DAYS * 86400,
+        "poll_interval_seconds": 0.5,
+        "workdir": str(root / "gc-work"),
+    }
+    path = root / "gc.yaml"
+    path.write_text(yaml.safe_dump(config, sort_keys=False))
+    return path, port
+
+
+def wait_for_run(url: str, want: str, timeout: float = 60) -> dict[str, object]:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        run = curl("GET", url, show=False)
+        assert isinstance(run, dict)
+        if run.get("state") == want:
+            return run
+        if run.get("state") == "failed":
+            raise SystemExit(f"the GC run failed: {run.get('error')}")
+        time.sleep(0.3)
+    raise SystemExit(f"the GC run did not reach state {want} in {timeout} s")
+
+
+def gc_tour(root: Path, procs: list[subprocess.Popen[bytes]]) -> None:
+    """Retention GC on the source repository: lakeFS's rules call, a dry run, then a full run."""
+    path, port = write_gc_config(root)
+    say(f"start the lakefs-gc daemon in us-east (its clock set {GC_CLOCK_OFFSET_DAYS} days ahead)")
+    print(f"$ lakefs-gc run --config {path.name}   # API on 127.0.0.1:{port}")
+    with (root / "daemon-gc.log").open("wb") as log:
+        procs.append(
+            subprocess.Popen(
+                [sys.executable, "-m", "lakefs_gc.cli", "run", "--config", str(path)],
+                stderr=log,
+                start_new_session=True,
+            )
+        )
+    wait_healthy(port, procs[-1])
+    base = f"http://127.0.0.1:{port}"
+    say("keep 1 day of history on every branch (lakeFS's gc_rules call), then a dry run")
+    rules = {"default_retention_days": 1, "branches": []}
+    curl("PUT", f"{base}/api/v1/repositories/origin/settings/gc_rules", rules)
+    runs = f"{base}/service/gc/v1/repositories/origin/runs"
+    dry = curl("POST", runs, {"mode": "dry-run"})
+    assert isinstance(dry, dict)
+    marked = wait_for_run(f"{runs}/{dry['run_id']}", "marked")
+    print(json.dumps(marked["summary"], indent=2))
+    say("collect: mark and sweep (the objects replaced by 'fix day 3, drop day 5' go)")
+    full = curl("POST", runs, {"mode": "full"})
+    assert isinstance(full, dict)
+    swept = wait_for_run(f"{runs}/{full['run_id']}", "swept")
+    print(json.dumps({"summary": swept["summary"], "sweep": swept["sweep"]}, indent=2))
+    paths, day3 = asyncio.run(read_source(root))
+    print(f"  the head still reads: {paths}; events/day=3.csv -> {day3}")
+
+
+async def read_source(root: Path) -> tuple[list[str], str]:
+    async with await open_core(region_core(root, "us-east")) as core:
+        page = await core.objects.list("origin", "main", prefix="events/")
+        day3 = (await core.objects.read_all("origin", "main", "events/day=3.csv")).decode().strip()
+        return [o.path for o in page.objects], day3
 
 
 def main() -> None:

@@ -18,9 +18,18 @@ from lakefs_core.format.varint import decode_varint, encode_varint
 __all__ = ["decode_envelope", "encode_envelope"]
 
 
+# Length prefixes of every length below 2**13 (one or two bytes), precomputed: every record written
+# needs two of them, and a table lookup is several times cheaper than encoding.
+_PREFIX_TABLE_SIZE = 1 << 13
+_PREFIXES = tuple(encode_varint(n) for n in range(_PREFIX_TABLE_SIZE))
+
+
 def encode_envelope(identity: bytes, data: bytes) -> bytes:
     """The SST value for ``identity`` and ``data`` (both taken verbatim)."""
-    return b"".join((encode_varint(len(identity)), identity, encode_varint(len(data)), data))
+    n, m = len(identity), len(data)
+    if (n | m) < _PREFIX_TABLE_SIZE:  # the table size is a power of 2
+        return b"".join((_PREFIXES[n], identity, _PREFIXES[m], data))
+    return b"".join((encode_varint(n), identity, encode_varint(m), data))
 
 
 def decode_envelope(value: bytes, *, file: str | None = None, base: int = 0) -> tuple[bytes, bytes]:

@@ -1,6 +1,8 @@
 """Range and metarange writers (spec sections 3-5).
 
-:class:`RangeBuilder` turns records into one table file (bytes) and its id; it is pure. The id is
+:class:`RangeBuilder` turns records into one table file (bytes) and its id; it is pure. Its
+:meth:`~RangeBuilder.add` returns the table's size estimate after the record, which the split
+policy needs after every record. The id is
 computed while writing, over the record keys and full envelope values, then the id properties
 (``{"type": ...}``) *before* ``min_key``, ``max_key``, ``count`` and ``estimated_size_bytes`` are
 added to the file's user properties.
@@ -75,13 +77,14 @@ class RangeBuilder:
     def estimated_size(self) -> int:
         return self._writer.estimated_size()
 
-    def add(self, key: bytes, value: bytes) -> None:
-        """Append ``key`` with its full envelope ``value``."""
-        self._writer.add(key, value)  # refuses keys that are not strictly ascending
+    def add(self, key: bytes, value: bytes) -> int:
+        """Append ``key`` with its full envelope ``value``; return :meth:`estimated_size` after it."""
+        estimate = self._writer.add(key, value)  # refuses keys that are not strictly ascending
         self._hasher.add(key, value)
         if self._min is None:
             self._min = key
         self._last = key
+        return estimate
 
     def finish(self) -> BuiltTable:
         props: dict[str, str | bytes] = {"type": self._kind}
@@ -145,14 +148,16 @@ class MetaRangeWriter:
 
     async def add(self, record: ValueRecord) -> None:
         """Append one record to the current range, closing it where the split policy says."""
-        self._check_order(record.key, "record")
+        key = record.key
+        if self._last_key is not None and key <= self._last_key:
+            self._check_order(key, "record")
         current = self._current
         if current is None:
             current = self._current = RangeBuilder(RANGES, compression=self._compression)
-        current.add(record.key, encode_envelope(record.identity, record.data))
-        self._last_key = record.key
+        estimate = current.add(key, encode_envelope(record.identity, record.data))
+        self._last_key = key
         self.stats.records_written += 1
-        if self._policy.should_break(record.key, current.estimated_size()):
+        if self._policy.should_break(key, estimate):
             await self._close_current()
 
     async def add_range(self, info: RangeInfo) -> None:

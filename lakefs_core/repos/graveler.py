@@ -47,7 +47,17 @@ from lakefs_core.graveler.diff import diff as diff_metaranges
 from lakefs_core.graveler.metarange import MetaRange
 from lakefs_core.graveler.model import DiffRecord, DiffType, MergeStrategy
 from lakefs_core.graveler.tables import TableStore
-from lakefs_core.keys import StorageNamespace, table_name
+from lakefs_core.keys import (
+    DATA_DIR,
+    DUMMY_NAME,
+    TABLES_DIR,
+    AddressType,
+    StorageNamespace,
+    check_run_id,
+    new_run_id,
+    slice_hour,
+    table_name,
+)
 from lakefs_core.kv.base import Expect, KVItem, KVStore
 from lakefs_core.refs import kvkeys
 from lakefs_core.refs.model import (
@@ -73,6 +83,10 @@ from lakefs_core.repos.stores import StoreRegistry
 # The facade is the seam for daemons: what they need of the model and of the key layout is
 # re-exported here, so they never import lakefs_core.refs, repos.stores or the key modules.
 __all__ = [
+    "DATA_DIR",
+    "DUMMY_NAME",
+    "TABLES_DIR",
+    "AddressType",
     "Branch",
     "Commit",
     "CommitNode",
@@ -84,9 +98,13 @@ __all__ = [
     "StorageNamespace",
     "StoreRegistry",
     "Tag",
+    "check_run_id",
     "is_commit_id",
+    "new_run_id",
+    "slice_hour",
     "table_name",
     "validate_branch_id",
+    "validate_repo_id",
 ]
 
 INITIAL_COMMIT_MESSAGE = "Repository created"

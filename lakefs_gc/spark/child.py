@@ -122,6 +122,17 @@ def build_command(
 # -- processes ----------------------------------------------------------------------------------------
 
 
+def _die_with_parent() -> None:  # pragma: no cover - runs in the forked child
+    """Linux: the child gets SIGKILL when the daemon dies (even by ``kill -9``): an orphaned mark
+    would keep a JVM busy and race the next daemon's run. Survives the launcher's ``exec`` of java."""
+    if not sys.platform.startswith("linux"):
+        return
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG
+
+
 def _proc_stat(pid: int) -> tuple[str, int] | None:
     """``(state, process group)`` of ``pid`` from /proc, or None when it is gone."""
     try:
@@ -286,6 +297,7 @@ async def run_spark_job(
             stderr=asyncio.subprocess.STDOUT,
             env=child_env,
             start_new_session=True,
+            preexec_fn=_die_with_parent,
         )
         logger.info("spark job %s started (pid %d, %s, %s)", job, proc.pid, launcher, master)
         tail: list[str] = []

@@ -29,7 +29,7 @@ from urllib.parse import urlsplit
 
 from lakefs_core.block import BlockStore, S3Settings, open_block_store
 from lakefs_core.errors import BadInputError
-from lakefs_core.keys import StorageNamespace
+from lakefs_core.repos.graveler import StorageNamespace
 
 T = TypeVar("T")
 R = TypeVar("R")

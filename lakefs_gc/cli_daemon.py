@@ -1,0 +1,188 @@
+"""``lakefs-gc run``, ``lakefs-gc check-config`` and ``lakefs-gc rules get|set|delete``.
+
+- ``lakefs-gc run --config FILE [--once] [--log-format text|json]``: the GC daemon (API, schedules,
+  reconciliation) until SIGTERM/SIGINT (a second signal cancels the work in flight: a cancelled
+  sweep resumes from its checkpoint on the next start). ``--once`` runs one pass, waits for every
+  run and reconciliation it started, and exits 0 when all succeeded, 1 otherwise. Under systemd
+  ``Type=notify`` it sends READY=1, WATCHDOG=1 while the loop is live, STOPPING=1.
+- ``lakefs-gc check-config --config FILE``: every problem at once (exit 9; 16 for start-up
+  problems), or the configuration as JSON with secrets masked.
+- ``lakefs-gc rules set lakefs://repo --filename rules.json`` (``-`` reads stdin; lakectl's
+  ``gc set-config`` shape), ``rules get lakefs://repo`` (prints lakeFS's JSON; exit 2 "not found"
+  when none are set), ``rules delete lakefs://repo``: against the core (``--config`` as the other
+  ``lakefs-gc`` commands, env ``LAKEFS_CORE_CONFIG``).
+
+Exit codes as every command of this project (``lakefs_core.errors``): 9 configuration, 16 start-up.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+import click
+
+from lakefs_core.cli.uri import REPO_URI, LakeFSURI
+from lakefs_core.config import display, format_problems
+from lakefs_core.daemon import DaemonLoop
+from lakefs_core.errors import BadInputError, NotFoundError
+from lakefs_core.logfmt import LOG_FORMATS, configure_logging
+from lakefs_core.systemd import Notifier, run_notified
+from lakefs_gc.cli_jobs import _config as core_config_option
+from lakefs_gc.cli_jobs import _print, _run
+from lakefs_gc.config import GCConfig, inspect_gc_config, load_gc_config
+
+MAX_RULES_FILE = 1 << 20
+
+CONFIG_OPTION = click.option(
+    "--config",
+    "config_path",
+    type=click.Path(dir_okay=False, path_type=Path),
+    envvar="LAKEFS_GC_CONFIG",
+    help="The daemon's YAML configuration (LAKEFS_GC__* variables override it).",
+)
+
+
+async def _daemon(config: GCConfig, once: bool) -> int:
+    from lakefs_gc.service import GCService
+
+    service = await GCService.open(config)
+    try:
+        loop = DaemonLoop(
+            service.step_and_wait if once else service.step,
+            name="lakefs-gc",
+            interval=config.poll_interval_seconds,
+            max_backoff=max(60.0, config.poll_interval_seconds),
+            on_result=service.metrics.consecutive_errors.set,
+            pass_timeout=config.pass_timeout_seconds,
+            grace=max(60.0, config.poll_interval_seconds) + 1.0,
+        )
+        service.loop = loop
+        loop.install_signal_handlers()
+        return await run_notified(loop, Notifier.from_env(), once=once)
+    finally:
+        await service.close()
+
+
+@click.command("run")
+@CONFIG_OPTION
+@click.option("--once", is_flag=True, help="One pass; wait for its runs; exit 0 if all succeeded.")
+@click.option("--log-format", type=click.Choice(LOG_FORMATS), default="text", envvar="LAKEFS_GC_LOG_FORMAT",
+              show_default=True)  # fmt: skip
+def run_cmd(config_path: Path | None, once: bool, log_format: str) -> None:
+    """Run the GC daemon: retention GC on schedules, hard-delete reconciliation, the API."""
+    config = load_gc_config(config_path, dict(os.environ))
+    configure_logging(config.log_level, log_format)
+    try:
+        import uvloop
+    except ImportError:  # pragma: no cover - uvloop is a dependency
+        status = asyncio.run(_daemon(config, once))
+    else:
+        status = uvloop.run(_daemon(config, once))
+    raise click.exceptions.Exit(status)
+
+
+@click.command("check-config")
+@CONFIG_OPTION
+def check_config_cmd(config_path: Path | None) -> None:
+    """Report every problem of a configuration, or print it with secrets masked."""
+    report = inspect_gc_config(config_path, dict(os.environ))
+    problems = report.problems + report.startup_problems
+    if problems:
+        where = f" in {config_path}" if config_path is not None else ""
+        click.echo(f"lakefs-gc: {len(problems)} configuration problem(s){where}:", err=True)
+        click.echo(format_problems(problems), err=True)
+        raise click.exceptions.Exit(report.exit_code)
+    click.echo(json.dumps(display(report.config), indent=2, sort_keys=True))
+
+
+# -- rules -----------------------------------------------------------------------------------------
+
+
+@click.group("rules")
+def rules_group() -> None:
+    """lakeFS-compatible GC rules of a repository (stored in its namespace as lakeFS stores them)."""
+
+
+async def _store_of(core: Any, repo: str) -> tuple[Any, Any]:
+    from lakefs_core.repos.graveler import StorageNamespace
+
+    ns = StorageNamespace((await core.graveler.repository(repo)).storage_namespace)
+    return ns, await core.graveler.namespace_store(ns)
+
+
+def _read_rules_file(filename: str) -> Any:
+    if filename == "-":
+        raw = sys.stdin.buffer.read(MAX_RULES_FILE + 1)
+    else:
+        try:
+            with open(filename, "rb") as f:
+                raw = f.read(MAX_RULES_FILE + 1)
+        except OSError as e:
+            raise BadInputError(f"cannot read {filename}: {e.strerror or e}", field="filename") from None
+    if len(raw) > MAX_RULES_FILE:
+        raise BadInputError(f"larger than {MAX_RULES_FILE} bytes", field="filename")
+    try:
+        return json.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError):
+        raise BadInputError(f"{filename} is not valid JSON", field="filename") from None
+
+
+@rules_group.command("set")
+@click.argument("repository", type=REPO_URI)
+@click.option("--filename", "-f", required=True, help="The rules JSON file ('-' for stdin).")
+@core_config_option
+def rules_set(repository: LakeFSURI, filename: str, config_path: Path | None) -> None:
+    """Set the GC rules of REPOSITORY from a lakeFS rules JSON file."""
+    from lakefs_gc.rules import parse_rules_json, save_rules
+
+    rules = parse_rules_json(_read_rules_file(filename))
+
+    async def go(core: Any) -> None:
+        ns, store = await _store_of(core, repository.repo)
+        await save_rules(store, ns, rules)
+
+    _run(config_path, go)
+    click.echo(f"GC rules of {repository.repo} set", err=True)
+
+
+@rules_group.command("get")
+@click.argument("repository", type=REPO_URI)
+@core_config_option
+def rules_get(repository: LakeFSURI, config_path: Path | None) -> None:
+    """Print the GC rules of REPOSITORY (lakeFS's JSON)."""
+    from lakefs_gc.rules import load_rules
+
+    async def go(core: Any) -> dict[str, Any]:
+        ns, store = await _store_of(core, repository.repo)
+        rules = await load_rules(store, ns)
+        if rules is None:
+            raise NotFoundError(f"no GC rules are set for repository {repository.repo!r}")
+        return rules.to_json()
+
+    _print(_run(config_path, go))
+
+
+@rules_group.command("delete")
+@click.argument("repository", type=REPO_URI)
+@core_config_option
+def rules_delete(repository: LakeFSURI, config_path: Path | None) -> None:
+    """Delete the GC rules of REPOSITORY (nothing is collected without rules)."""
+    from lakefs_gc.rules import delete_rules
+
+    async def go(core: Any) -> None:
+        ns, store = await _store_of(core, repository.repo)
+        await delete_rules(store, ns)
+
+    _run(config_path, go)
+    click.echo(f"GC rules of {repository.repo} deleted", err=True)
+
+
+def register(group: click.Group) -> None:
+    group.add_command(run_cmd)
+    group.add_command(check_config_cmd)
+    group.add_command(rules_group)

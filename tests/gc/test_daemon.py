@@ -1,0 +1,183 @@
+"""The GC daemon in-process (``GCService``) over real sockets: lakeFS's rules routes, runs through
+the API, the schedule, resumption of a killed sweep, leases between two daemons, metrics."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+
+from lakefs_core.lease import kv_lease
+from lakefs_gc.config import GCConfig
+from lakefs_gc.service import GCService
+from tests.gc.daemon_support import AUTH, SqliteRepo, gc_config, sqlite_repo
+from tests.gc.test_mark import deleted_set
+
+RULES = "/api/v1/repositories/repo1/settings/gc_rules"
+RUNS = "/service/gc/v1/repositories/repo1/runs"
+
+
+@pytest.fixture
+async def repo(tmp_path: Path) -> AsyncIterator[SqliteRepo]:
+    r = await sqlite_repo(tmp_path)
+    try:
+        yield r
+    finally:
+        await r.close()
+
+
+async def _open(repo: SqliteRepo, tmp_path: Path, **overrides: Any) -> GCService:
+    config = GCConfig.model_validate(gc_config(repo.kv_url, tmp_path / "work", **overrides))
+    return await GCService.open(config)
+
+
+async def _call(
+    svc: GCService, method: str, path: str, *, auth: tuple[str, str] | None = AUTH, **kw: Any
+) -> tuple[int, Any]:
+    url = f"http://127.0.0.1:{svc.bound_port}{path}"
+    headers = {"Authorization": "Basic " + base64.b64encode(":".join(auth).encode()).decode()} if auth else {}
+    async with aiohttp.ClientSession() as s, s.request(method, url, headers=headers, **kw) as resp:
+        body = await resp.read()
+        if resp.content_type == "application/json" and body:
+            return resp.status, await resp.json()
+        return resp.status, body.decode()
+
+
+async def test_rules_routes_are_lakefs_compatible(repo: SqliteRepo, tmp_path: Path) -> None:
+    svc = await _open(repo, tmp_path)
+    try:
+        assert (await _call(svc, "GET", RULES, auth=None))[0] == 401
+        rules = {"default_retention_days": 21, "branches": [{"branch_id": "main", "retention_days": 5}]}
+        assert (await _call(svc, "PUT", RULES, json=rules))[0] == 204
+        assert await _call(svc, "GET", RULES) == (200, rules)
+        status, err = await _call(svc, "PUT", RULES, json={"default_retention_days": -1, "branches": []})
+        assert status == 400 and err["field"] == "default_retention_days"
+        assert (await _call(svc, "DELETE", RULES))[0] == 204
+        assert (await _call(svc, "GET", RULES))[0] == 404
+        assert (await _call(svc, "GET", "/api/v1/repositories/nope/settings/gc_rules"))[0] == 404
+        assert (await _call(svc, "GET", "/api/v1/repositories/Bad_Name/settings/gc_rules"))[0] == 400
+        assert await _call(svc, "GET", "/api/v1/config/garbage-collection") == (200, {"grace_period": 86400})
+        status, doc = await _call(svc, "GET", "/openapi.json", auth=None)
+        assert status == 200 and RUNS.replace("repo1", "{repository}") in doc["paths"]
+    finally:
+        await svc.close()
+
+
+async def test_runs_through_the_api(repo: SqliteRepo, tmp_path: Path) -> None:
+    live, garbage = await repo.live_and_garbage()
+    svc = await _open(repo, tmp_path)
+    try:
+        status, run = await _call(svc, "POST", RUNS, json={"mode": "dry-run"})
+        assert status == 202 and run["state"] in ("queued", "running")
+        await svc.drain()
+        status, done = await _call(svc, "GET", f"{RUNS}/{run['run_id']}")
+        assert status == 200 and done["state"] == "marked" and done["mode"] == "dry-run"
+        assert done["summary"]["num_deleted_objects"] == len(garbage)
+        assert await repo.stored() >= garbage  # a dry run deletes nothing
+        # A dry-run mark is never swept; an unknown one is 404; read-only mirrors are refused.
+        status, err = await _call(svc, "POST", RUNS, json={"mode": "sweep", "mark_id": run["run_id"]})
+        assert status == 409 and "dry run" in err["message"]
+        assert (await _call(svc, "POST", RUNS, json={"mode": "sweep", "mark_id": "nope"}))[0] == 404
+        assert (await _call(svc, "POST", RUNS, json={"mode": "sweep"}))[0] == 400
+        assert (await _call(svc, "POST", RUNS, json={"mode": "bogus"}))[0] == 400
+
+        status, run = await _call(svc, "POST", RUNS, json={"mode": "full"})
+        assert status == 202
+        await svc.drain()
+        status, done = await _call(svc, "GET", f"{RUNS}/{run['run_id']}")
+        assert done["state"] == "swept", done
+        assert done["sweep"]["deleted"] == len(garbage)
+        assert await deleted_set(repo.g, repo.built, run["run_id"]) == garbage
+        remaining = await repo.stored()
+        assert not remaining & garbage and not live - remaining
+        status, listing = await _call(svc, "GET", RUNS)
+        ids = [r["run_id"] for r in listing["results"]]
+        assert status == 200 and ids[0] == run["run_id"] and len(ids) == 2  # newest first
+        assert (await _call(svc, "GET", f"{RUNS}?amount=1"))[1]["results"][0]["run_id"] == run["run_id"]
+        assert (await _call(svc, "GET", f"{RUNS}/not-a-run"))[0] == 404
+        status, text = await _call(svc, "GET", "/metrics", auth=None)
+        assert f'lakefs_gc_objects_deleted_total{{repo="repo1"}} {float(len(garbage))}' in text
+        assert 'lakefs_gc_runs_total{outcome="success",phase="sweep",repo="repo1"} 1.0' in text
+        assert 'lakefs_gc_last_success_timestamp_seconds{repo="repo1"}' in text
+    finally:
+        await svc.close()
+
+
+async def test_schedule_runs_once_per_interval(repo: SqliteRepo, tmp_path: Path) -> None:
+    live, garbage = await repo.live_and_garbage()
+    svc = await _open(repo, tmp_path)
+    try:
+        report = await svc.step()
+        assert len(report.started_runs) == 1
+        await svc.drain()
+        assert not (await repo.stored()) & garbage
+        assert not live - await repo.stored()
+        # The run is recorded in the namespace: neither this daemon nor a new one starts another.
+        assert (await svc.step()).started_runs == []
+    finally:
+        await svc.close()
+    other = await _open(repo, tmp_path)
+    try:
+        assert (await other.step()).started_runs == []
+    finally:
+        await other.close()
+
+
+async def test_a_second_daemon_is_kept_out_by_the_lease(repo: SqliteRepo, tmp_path: Path) -> None:
+    lease = kv_lease(repo.kv, "gc/repo1", "another-daemon", 60)
+    assert await lease.try_acquire()
+    svc = await _open(repo, tmp_path)
+    try:
+        await svc.step()
+        await svc.drain()
+        assert svc.failed_runs == 0
+        _, garbage = await repo.live_and_garbage()
+        assert garbage and await repo.stored() >= garbage  # nothing ran while the lease was held
+        await lease.release()
+        await svc.step()
+        await svc.drain()
+        assert not (await repo.stored()) & garbage
+    finally:
+        await svc.close()
+
+
+async def test_read_only_repository_is_never_collected(repo: SqliteRepo, tmp_path: Path) -> None:
+    await repo.g.set_read_only("repo1", True)
+    svc = await _open(repo, tmp_path)
+    try:
+        assert (await svc.step()).repositories == 0
+        status, err = await _call(svc, "POST", RUNS, json={"mode": "full"})
+        assert status == 409 and "read-only" in err["message"]
+    finally:
+        await svc.close()
+
+
+async def test_a_killed_sweep_is_resumed_by_the_next_scheduled_run(
+    repo: SqliteRepo, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    live, garbage = await repo.live_and_garbage()
+    svc = await _open(repo, tmp_path, schedule={"interval_seconds": 0.001})
+    try:
+        monkeypatch.setenv("LAKEFS_GC_FAULT", "sweep:batch:1")  # raised after the first batch
+        svc_report = await svc.step()
+        assert len(svc_report.started_runs) == 1
+        await svc.drain()
+        assert svc.failed_runs == 1
+        first = svc_report.started_runs[0]
+        _, run = await _call(svc, "GET", f"{RUNS}/{first}")
+        # This daemon saw the run fail in its sweep; its files say: marked, sweep unfinished.
+        assert run["state"] == "failed" and run["summary"]["success"] is True and run["sweep"] is None
+        monkeypatch.delenv("LAKEFS_GC_FAULT")
+        await asyncio.sleep(0.01)
+        await svc.step()
+        await svc.drain()
+        _, run = await _call(svc, "GET", f"{RUNS}/{first}")
+        assert run["state"] == "swept", run
+        assert not (await repo.stored()) & garbage and not live - await repo.stored()
+    finally:
+        await svc.close()

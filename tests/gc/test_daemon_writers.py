@@ -1,0 +1,180 @@
+"""A real ``lakefs-gc run`` daemon collecting every second while four writers upload, overwrite,
+delete and commit, on SQLite + local and on PostgreSQL + S3 (moto): no live object is ever deleted
+(every object of every branch head and of every staging area reads back at the end), and the
+garbage the writers made (overwritten and deleted objects of expired commits) is swept."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import random
+import signal
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+from pydantic import SecretStr
+
+from lakefs_core.repos.graveler import Graveler, StorageNamespace
+from lakefs_core.repos.objects import Objects
+from lakefs_core.settings import CoreSettings
+from lakefs_core.wiring import open_core
+from lakefs_gc.rules import GCRules, save_rules
+from tests.block.conftest import create_bucket
+from tests.gc.daemon_support import AUTH, write_config
+from tests.support.moto import ACCESS_KEY, SECRET_KEY, MotoServer
+from tests.support.pg import PgDatabase
+
+WRITERS = 4
+KEYS = 12
+
+
+async def _writer(g: Graveler, objects: Objects, repo: str, branch: str, *, seed: int, until: float) -> int:
+    rng = random.Random(seed)
+    ops = 0
+    while time.monotonic() < until:
+        path = f"w/{branch}/k{rng.randrange(KEYS)}"
+        if rng.random() < 0.2:
+            with contextlib.suppress(Exception):
+                await objects.delete(repo, branch, path)
+        else:
+            await objects.upload(repo, branch, path, f"{branch} {ops} {rng.random()}".encode())
+        ops += 1
+        if ops % 4 == 0:
+            await g.commit(repo, branch, committer=branch, message=f"op {ops}")
+    return ops
+
+
+async def _all_live_objects_read(g: Graveler, objects: Objects, repo: str) -> int:
+    """Read every object of every branch (head commit + staging); a deleted one raises."""
+    n = 0
+    async for branch in g.list_branches(repo):
+        after = ""
+        while True:
+            page = await objects.list(repo, branch.id, after=after, amount=1000)
+            for stat in page.objects:
+                await objects.read_all(repo, branch.id, stat.path)
+                n += 1
+            if not page.has_more:
+                break
+            after = page.next_after
+    return n
+
+
+async def _swept_after(port: int, repo: str, since: float) -> int:
+    """Objects deleted by runs that started after ``since`` (epoch seconds) and finished."""
+    url = f"http://127.0.0.1:{port}/service/gc/v1/repositories/{repo}/runs?amount=1000"
+    async with aiohttp.ClientSession() as s, s.get(url, headers=_auth()) as resp:
+        assert resp.status == 200, await resp.text()
+        runs = (await resp.json())["results"]
+    total = 0
+    for run in runs:
+        started = run.get("started_at")
+        if run["state"] == "swept" and started and _epoch(started) >= since:
+            total += run["sweep"]["deleted"]
+    return total
+
+
+def _epoch(text: str) -> float:
+    from datetime import datetime
+
+    return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
+
+
+def _auth() -> dict[str, str]:
+    import base64
+
+    return {"Authorization": "Basic " + base64.b64encode(":".join(AUTH).encode()).decode()}
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+async def _scenario(tmp_path: Path, core_conf: dict[str, Any], namespace: str, seconds: float) -> None:
+    settings = CoreSettings.model_validate(core_conf)
+    port = _free_port()
+    config = write_config(
+        tmp_path / "gc.yaml",
+        {
+            "core": core_conf,
+            "listen": f"127.0.0.1:{port}",
+            "access_keys": [{"access_key_id": AUTH[0], "secret_access_key": AUTH[1]}],
+            "schedule": {"interval_seconds": 1, "jitter_fraction": 0, "min_age_seconds": 3},
+            "spark": {"mode": "lite"},
+            "hard_delete": {"enabled": False},
+            "poll_interval_seconds": 0.3,
+            "workdir": str(tmp_path / "work"),
+        },
+    )
+    async with await open_core(settings) as core:
+        g, objects = core.graveler, Objects(core.graveler)
+        await g.create_repository("busy", namespace)
+        ns = StorageNamespace(namespace)
+        await save_rules(await g.namespace_store(ns), ns, GCRules.of(0))  # only heads stay active
+        for i in range(WRITERS):
+            await g.create_branch("busy", f"b{i}", "main")
+        env = {k: v for k, v in os.environ.items() if not k.startswith("LAKEFS_")}
+        log = (tmp_path / "daemon.log").open("wb")
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "lakefs_gc.cli", "run", "--config", str(config), env=env, stderr=log
+        )
+        try:
+            start = time.time()
+            until = time.monotonic() + seconds
+            ops = await asyncio.gather(
+                *(_writer(g, objects, "busy", f"b{i}", seed=i, until=until) for i in range(WRITERS))
+            )
+            assert sum(ops) > WRITERS * 8
+            # Let the daemon collect what the writers left (objects older than min_age).
+            deadline = time.monotonic() + 60
+            deleted = 0
+            while time.monotonic() < deadline:
+                assert proc.returncode is None, (tmp_path / "daemon.log").read_text()[-3000:]
+                deleted = await _swept_after(port, "busy", start)
+                if deleted >= WRITERS:
+                    break
+                await asyncio.sleep(0.5)
+        finally:
+            if proc.returncode is None:
+                proc.send_signal(signal.SIGTERM)
+                try:
+                    await asyncio.wait_for(proc.wait(), 60)
+                except TimeoutError:
+                    proc.kill()
+                    await proc.wait()
+            log.close()
+        assert proc.returncode == 0, (tmp_path / "daemon.log").read_text()[-3000:]
+        assert deleted >= WRITERS, f"the daemon swept only {deleted} objects"
+        assert await _all_live_objects_read(g, objects, "busy") > 0
+
+
+async def test_sqlite_local(tmp_path: Path) -> None:
+    core_conf = {"kv_url": f"sqlite:///{tmp_path / 'kv.sqlite3'}"}
+    await _scenario(tmp_path, core_conf, f"local://{tmp_path / 'ns'}", seconds=8)
+
+
+@pytest.mark.slow
+async def test_postgres_s3(
+    tmp_path: Path, pg_database: PgDatabase, moto: Callable[[str], MotoServer]
+) -> None:
+    server = moto("us-east-1")
+    await create_bucket(server, "gc-writers")
+    core_conf: dict[str, Any] = {
+        "kv_url": SecretStr(pg_database.url).get_secret_value(),
+        "s3": {
+            "endpoint_url": server.endpoint,
+            "region": "us-east-1",
+            "credentials": {"source": "static", "access_key_id": ACCESS_KEY, "secret_access_key": SECRET_KEY},
+        },
+    }
+    await _scenario(tmp_path, core_conf, "s3://gc-writers/busy", seconds=10)
