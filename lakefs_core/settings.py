@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -52,6 +53,7 @@ __all__ = [
     "StaticCredentials",
     "check_access_keys",
     "check_listen",
+    "path_problems",
     "sqlite_dir_problem",
 ]
 
@@ -232,6 +234,26 @@ def sqlite_dir_problem(url: str) -> str | None:
     if not os.path.isdir(parent):
         return f"directory {parent} of the SQLite database does not exist"
     return None
+
+
+def path_problems(
+    sqlite_urls: Iterable[tuple[str, object]], directories: Iterable[tuple[str, object]] = ()
+) -> list[tuple[str, str]]:
+    """``(key, problem)`` for every SQLite URL whose directory is missing and every directory that
+    cannot be created, checked without creating anything. Values may be raw (``str``) or validated
+    (:class:`SecretStr`, :class:`Path`); other types are skipped (the schema reports them)."""
+    problems: list[tuple[str, str]] = []
+    for key, url in sqlite_urls:
+        text = url.get_secret_value() if isinstance(url, SecretStr) else url
+        problem = sqlite_dir_problem(text) if isinstance(text, str) else None
+        if problem is not None:
+            problems.append((key, problem))
+    for key, where in directories:
+        if isinstance(where, (str, Path)) and str(where):
+            problem = directory_problem(Path(where))
+            if problem is not None:
+                problems.append((key, problem))
+    return problems
 
 
 def directory_problem(path: Path) -> str | None:

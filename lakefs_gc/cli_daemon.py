@@ -26,8 +26,9 @@ from typing import Any
 
 import click
 
+from lakefs_core.cli.config_cmd import echo_problems
 from lakefs_core.cli.uri import REPO_URI, LakeFSURI
-from lakefs_core.config import display, format_problems
+from lakefs_core.config import display
 from lakefs_core.daemon import DaemonLoop
 from lakefs_core.errors import BadInputError, NotFoundError
 from lakefs_core.logfmt import LOG_FORMATS, configure_logging
@@ -91,12 +92,7 @@ def run_cmd(config_path: Path | None, once: bool, log_format: str) -> None:
 def check_config_cmd(config_path: Path | None) -> None:
     """Report every problem of a configuration, or print it with secrets masked."""
     report = inspect_gc_config(config_path, dict(os.environ))
-    problems = report.problems + report.startup_problems
-    if problems:
-        where = f" in {config_path}" if config_path is not None else ""
-        click.echo(f"lakefs-gc: {len(problems)} configuration problem(s){where}:", err=True)
-        click.echo(format_problems(problems), err=True)
-        raise click.exceptions.Exit(report.exit_code)
+    echo_problems(report, "lakefs-gc", config_path)
     click.echo(json.dumps(display(report.config), indent=2, sort_keys=True))
 
 

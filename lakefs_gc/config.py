@@ -68,8 +68,7 @@ from lakefs_core.settings import (
     CoreSettings,
     check_access_keys,
     check_listen,
-    directory_problem,
-    sqlite_dir_problem,
+    path_problems,
 )
 from lakefs_core.sqlengine import normalize_sql_url
 
@@ -233,22 +232,10 @@ def load_gc_config(path: Path | str | None, env: Mapping[str, str] | None = None
 
 def startup_problems(data: Mapping[str, Any]) -> list[Problem]:
     """What would stop the daemon starting, checked without creating anything."""
-    problems: list[Problem] = []
     core = data.get("core")
-    urls: list[tuple[str, Any]] = [("mirrors_db_url", data.get("mirrors_db_url"))]
-    if isinstance(core, Mapping):
-        urls.insert(0, ("core.kv_url", core.get("kv_url")))
-    for key, url in urls:
-        text = url.get_secret_value() if isinstance(url, SecretStr) else url
-        problem = sqlite_dir_problem(text) if isinstance(text, str) else None
-        if problem is not None:
-            problems.append((key, problem))
-    workdir = data.get("workdir")
-    if isinstance(workdir, (str, Path)) and str(workdir):
-        problem = directory_problem(Path(workdir))
-        if problem is not None:
-            problems.append(("workdir", problem))
-    return problems
+    kv_url = core.get("kv_url") if isinstance(core, Mapping) else None
+    urls = [("core.kv_url", kv_url), ("mirrors_db_url", data.get("mirrors_db_url"))]
+    return path_problems(urls, [("workdir", data.get("workdir"))])
 
 
 def config_startup_problems(config: GCConfig) -> list[Problem]:

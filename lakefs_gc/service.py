@@ -45,7 +45,7 @@ from aiohttp import web
 from lakefs_core.daemon import DaemonLoop
 from lakefs_core.errors import ConflictError, LakeFSError, StartupError
 from lakefs_core.fileperm import make_private_dir
-from lakefs_core.http import ApiRunner
+from lakefs_core.http import serve_api
 from lakefs_core.lease import kv_lease
 from lakefs_core.repos.graveler import Graveler, Repository, StorageNamespace, new_run_id
 from lakefs_core.wiring import Core, open_core
@@ -150,17 +150,9 @@ class GCService:
     async def _serve(self) -> None:
         from lakefs_gc.api import create_app
 
-        self.runner = ApiRunner(create_app(self), access_log=None)
-        await self.runner.setup()
-        site = web.TCPSite(self.runner, self.config.listen_host, self.config.listen_port)
-        try:
-            await site.start()
-        except OSError as e:
-            where = f"{self.config.listen_host}:{self.config.listen_port}"
-            reason = os.strerror(e.errno) if e.errno else str(e)
-            raise StartupError(f"cannot listen on {where}: {reason}", key="listen") from e
-        sockets = getattr(site._server, "sockets", None) or []
-        self.bound_port = sockets[0].getsockname()[1] if sockets else self.config.listen_port
+        self.runner, self.bound_port = await serve_api(
+            create_app(self), self.config.listen_host, self.config.listen_port
+        )
         log.info("API listening on %s:%s", self.config.listen_host, self.bound_port)
 
     async def close(self) -> None:

@@ -33,7 +33,8 @@ import click
 
 from lakefs_core import __version__
 from lakefs_core.cli import run
-from lakefs_core.config import display, format_problems
+from lakefs_core.cli.config_cmd import echo_problems
+from lakefs_core.config import display
 from lakefs_core.daemon import DaemonLoop
 from lakefs_core.logfmt import LOG_FORMATS, configure_logging
 from lakefs_core.systemd import Notifier, run_notified
@@ -123,12 +124,7 @@ def run_cmd(config_path: Path | None, once: bool, log_format: str, pass_timeout:
 def check_config_cmd(config_path: Path | None) -> None:
     """Report every problem of a configuration (file plus environment), or print it, secrets masked."""
     report = inspect_mirror_config(config_path, dict(os.environ))
-    problems = report.problems + report.startup_problems
-    if problems:
-        where = f" in {config_path}" if config_path is not None else ""
-        click.echo(f"lakefs-mirror: {len(problems)} configuration problem(s){where}:", err=True)
-        click.echo(format_problems(problems), err=True)
-        raise click.exceptions.Exit(report.exit_code)
+    echo_problems(report, "lakefs-mirror", config_path)
     click.echo(json.dumps(display(report.config), indent=2, sort_keys=True))
 
 

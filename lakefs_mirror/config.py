@@ -78,8 +78,7 @@ from lakefs_core.settings import (
     StaticCredentials,
     check_access_keys,
     check_listen,
-    directory_problem,
-    sqlite_dir_problem,
+    path_problems,
 )
 from lakefs_core.sqlengine import normalize_sql_url
 
@@ -278,7 +277,6 @@ def startup_problems(data: Mapping[str, Any]) -> list[Problem]:
     creating anything: a SQLite ``regions.<name>.kv_url`` / ``mirrors_db_url`` whose directory does
     not exist, a ``state_dir`` that cannot be created. Values of the wrong type are skipped (the
     schema reports them)."""
-    problems: list[Problem] = []
     regions = data.get("regions")
     urls: list[tuple[str, Any]] = []
     if isinstance(regions, Mapping):
@@ -286,17 +284,7 @@ def startup_problems(data: Mapping[str, Any]) -> list[Problem]:
             (f"regions.{n}.kv_url", r.get("kv_url")) for n, r in regions.items() if isinstance(r, Mapping)
         ]
     urls.append(("mirrors_db_url", data.get("mirrors_db_url")))
-    for key, url in urls:
-        text = url.get_secret_value() if isinstance(url, SecretStr) else url
-        problem = sqlite_dir_problem(text) if isinstance(text, str) else None
-        if problem is not None:
-            problems.append((key, problem))
-    state = data.get("state_dir")
-    if isinstance(state, (str, Path)) and str(state):
-        problem = directory_problem(Path(state))
-        if problem is not None:
-            problems.append(("state_dir", problem))
-    return problems
+    return path_problems(urls, [("state_dir", data.get("state_dir"))])
 
 
 def config_startup_problems(config: MirrorConfig) -> list[Problem]:

@@ -20,7 +20,7 @@ from aiohttp import web
 from lakefs_core.daemon import DaemonLoop
 from lakefs_core.errors import NotFoundError, StartupError
 from lakefs_core.fileperm import make_private_dir
-from lakefs_core.http import ApiRunner
+from lakefs_core.http import serve_api
 from lakefs_core.repos.graveler import Graveler
 from lakefs_core.wiring import Core, build_table_cache, open_core
 from lakefs_mirror.api import create_app, store_probe
@@ -110,18 +110,7 @@ class MirrorService:
             lease_holder=lambda: self.engine.holder,
         )
         # ApiRunner: requests aiohttp's parser rejects get JSON errors and secret-free log lines.
-        self.runner = ApiRunner(app, access_log=None)
-        await self.runner.setup()
-        site = web.TCPSite(self.runner, self.config.listen_host, self.config.listen_port)
-        try:
-            await site.start()
-        except OSError as e:
-            where = f"{self.config.listen_host}:{self.config.listen_port}"
-            reason = os.strerror(e.errno) if e.errno else str(e)  # uvloop's message repeats the address
-            raise StartupError(f"cannot listen on {where}: {reason}", key="listen") from e
-        server = site._server  # the bound socket tells the real port when 0 was asked for
-        sockets = getattr(server, "sockets", None) or []
-        self.bound_port = sockets[0].getsockname()[1] if sockets else self.config.listen_port
+        self.runner, self.bound_port = await serve_api(app, self.config.listen_host, self.config.listen_port)
         log.info("API listening on %s:%s", self.config.listen_host, self.bound_port)
 
     async def step(self) -> PassReport:

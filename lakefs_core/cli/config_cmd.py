@@ -19,25 +19,28 @@ from typing import Any
 import click
 
 from lakefs_core.cli.context import ENV_PREFIX, CoreConfig, app_state, default_kv_url, user_config_file
-from lakefs_core.config import Problem, display, format_problems, inspect_config
+from lakefs_core.config import ConfigReport, Problem, display, format_problems, inspect_config
 from lakefs_core.redact import redact_url
-from lakefs_core.settings import directory_problem, sqlite_dir_problem
+from lakefs_core.settings import path_problems
 
 
 def environment_problems(data: Mapping[str, Any]) -> list[Problem]:
     """What would stop the commands, from the raw (file plus overrides) data, creating nothing."""
-    problems: list[Problem] = []
     url = data.get("kv_url")
-    if isinstance(url, str) and url:  # unset: the embedded default, whose directory is created
-        problem = sqlite_dir_problem(url)
-        if problem is not None:
-            problems.append(("kv_url", problem))
-    cache = data.get("cache_dir")
-    if isinstance(cache, str) and cache:
-        problem = directory_problem(Path(cache))
-        if problem is not None:
-            problems.append(("cache_dir", problem))
-    return problems
+    # unset: the embedded default, whose directory is created
+    urls = [("kv_url", url)] if isinstance(url, str) and url else []
+    return path_problems(urls, [("cache_dir", data.get("cache_dir"))])
+
+
+def echo_problems(report: ConfigReport, prog: str, path: Path | None) -> None:
+    """Every problem of ``report`` on stderr, one per line, and exit with its code (nothing when
+    there is none). Shared by every ``check-config`` command."""
+    problems = report.problems + report.startup_problems
+    if problems:
+        where = f" in {path}" if path is not None else ""
+        click.echo(f"{prog}: {len(problems)} configuration problem(s){where}:", err=True)
+        click.echo(format_problems(problems), err=True)
+        raise click.exceptions.Exit(report.exit_code)
 
 
 @click.command("check-config")
@@ -49,12 +52,7 @@ def check_config_cmd() -> None:
     report = inspect_config(
         CoreConfig, path, env=dict(os.environ), env_prefix=ENV_PREFIX, environment_checks=environment_problems
     )
-    problems = report.problems + report.startup_problems
-    if problems:
-        where = f" in {path}" if path is not None else ""
-        click.echo(f"lakefs-core: {len(problems)} configuration problem(s){where}:", err=True)
-        click.echo(format_problems(problems), err=True)
-        raise click.exceptions.Exit(report.exit_code)
+    echo_problems(report, "lakefs-core", path)
     assert isinstance(report.config, CoreConfig)
     shown = display(report.config)
     shown["config_file"] = str(path) if path is not None else None

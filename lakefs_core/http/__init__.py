@@ -18,7 +18,7 @@ from lakefs_core.http.app import (
 )
 from lakefs_core.http.body import UnreadableBodyError, json_object, parse_model
 from lakefs_core.http.openapi import Route, openapi_document
-from lakefs_core.http.runner import ApiRunner
+from lakefs_core.http.runner import ApiRunner, serve_api
 
 __all__ = [
     "MAX_BODY_BYTES",
@@ -34,4 +34,5 @@ __all__ = [
     "json_object",
     "openapi_document",
     "parse_model",
+    "serve_api",
 ]

@@ -143,3 +143,24 @@ class ApiRunner(web.AppRunner):
             loop=made._loop,
             **made._kwargs,
         )
+
+
+async def serve_api(app: web.Application, host: str, port: int) -> tuple[ApiRunner, int]:
+    """Serve ``app`` on ``host:port`` (0: any free port) with :class:`ApiRunner`; returns the runner
+    (``cleanup()`` it) and the bound port. A port in use or a bad address is a
+    :class:`~lakefs_core.errors.StartupError` on ``listen`` (exit 16), never a traceback."""
+    import os
+
+    from lakefs_core.errors import StartupError
+
+    runner = ApiRunner(app, access_log=None)
+    await runner.setup()
+    site = web.TCPSite(runner, host, port)
+    try:
+        await site.start()
+    except OSError as e:
+        await runner.cleanup()
+        reason = os.strerror(e.errno) if e.errno else str(e)  # uvloop's message repeats the address
+        raise StartupError(f"cannot listen on {host}:{port}: {reason}", key="listen") from e
+    sockets = getattr(site._server, "sockets", None) or []  # the real port when 0 was asked for
+    return runner, (sockets[0].getsockname()[1] if sockets else port)
