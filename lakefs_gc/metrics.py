@@ -3,6 +3,8 @@
 Contract:
 
 - Names start with ``lakefs_gc_``; counters end in ``_total``, ages and times in ``_seconds``.
+- Every series carries ``region`` (the daemon's configured region, added at collection time), so
+  one Prometheus can scrape the GC daemons of every region.
 - ``repo`` (the repository id) is the only per-object label; ``phase`` (``mark``/``sweep``/``run``)
   and ``outcome`` (``success``/``failure``/``abandoned``) are fixed sets. The number of series is
   bounded by the number of repositories this daemon collects.
@@ -24,7 +26,9 @@ from __future__ import annotations
 import contextlib
 from typing import Any
 
-from prometheus_client import CollectorRegistry, Counter, Gauge
+from prometheus_client import Counter, Gauge
+
+from lakefs_core.http.metrics import RegionRegistry
 
 PREFIX = "lakefs_gc"
 PHASES = ("mark", "sweep", "run")
@@ -32,8 +36,8 @@ OUTCOMES = ("success", "failure", "abandoned")
 
 
 class GCMetrics:
-    def __init__(self) -> None:
-        self.registry = CollectorRegistry()
+    def __init__(self, region: str = "default") -> None:
+        self.registry = RegionRegistry(region)  # every series also carries ``region``
         r = self.registry
 
         def counter(name: str, doc: str, labels: tuple[str, ...] = ("repo",)) -> Counter:

@@ -103,7 +103,7 @@ class GCService:
         self.config = config
         self.core = core
         self.graveler: Graveler = core.graveler
-        self.metrics = metrics or GCMetrics()
+        self.metrics = metrics or GCMetrics(config.region)
         self.pins = pins
         self._close_pins = close_pins
         self.executor: RunExecutor = executor or _executor_for(config, pins)
@@ -293,16 +293,27 @@ class GCService:
 
     async def _newest_runs(self, repo: Repository) -> tuple[float | None, str | None]:
         """When the newest run that got past its mark started, and the id of a full run whose
-        mark succeeded but whose sweep never finished (killed: to be resumed), if that is it."""
+        mark succeeded but whose sweep never finished (killed: to be resumed), if that is it.
+        Also restores ``last_success_timestamp_seconds`` from the files after a restart."""
         ns = StorageNamespace(repo.storage_namespace)
         store = await self.graveler.namespace_store(ns)
+        newest: tuple[float | None, str | None] = (None, None)
         for run_id in (await list_run_ids(store, ns))[:20]:
             stored = await read_stored_run(store, ns, run_id)
             if stored.summary is None:
                 continue
-            at = stored.finished_at or run_id_time(run_id) or stored.summary.start_time
-            return at.timestamp(), run_id if stored.resumable else None
-        return None, None
+            at = (stored.finished_at or run_id_time(run_id) or stored.summary.start_time).timestamp()
+            if newest[0] is None:
+                newest = (at, run_id if stored.resumable else None)
+            if stored.succeeded:
+                self._restore_last_success(repo.id, at)
+                break
+        return newest
+
+    def _restore_last_success(self, repo_id: str, at: float) -> None:
+        gauge = self.metrics.last_success.labels(repo_id)
+        if gauge._value.get() < at:  # never move it back (this process may have seen a later one)
+            gauge.set(at)
 
     def _launch(self, progress: RunProgress, *, scheduled: bool) -> None:
         repo_id = progress.request.repository

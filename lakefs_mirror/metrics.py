@@ -26,11 +26,9 @@ Names follow Prometheus conventions: ``_seconds`` for durations and ages, ``_tot
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.metrics import MetricWrapperBase
-from prometheus_client.metrics_core import Metric
 
 from lakefs_core.errors import (
     AccessDeniedError,
@@ -43,6 +41,7 @@ from lakefs_core.errors import (
     TransientError,
     UnreachableError,
 )
+from lakefs_core.http.metrics import RegionRegistry
 
 PREFIX = "lakefs_mirror"
 
@@ -73,30 +72,10 @@ def error_kind(exc: BaseException) -> str:
     return "other"
 
 
-class _RegionRegistry(CollectorRegistry):
-    """A registry that adds ``region`` to every sample that lacks it (metrics declared elsewhere)."""
-
-    def __init__(self, region: str) -> None:
-        super().__init__()
-        self.region = region
-
-    def collect(self) -> Iterator[Metric]:
-        for metric in super().collect():
-            if all("region" in s.labels for s in metric.samples):
-                yield metric
-                continue
-            out = Metric(metric.name, metric.documentation, metric.type, metric.unit)
-            out.samples = [
-                s if "region" in s.labels else s._replace(labels={"region": self.region, **s.labels})
-                for s in metric.samples
-            ]
-            yield out
-
-
 class MirrorMetrics:
     def __init__(self, *, region: str, registry: CollectorRegistry | None = None) -> None:
         self.region = region
-        self.registry = registry or _RegionRegistry(region)
+        self.registry = registry or RegionRegistry(region)
         r = self.registry
         per_branch = ["region", "mirror", "branch"]
         per_mirror = ["region", "mirror"]

@@ -1,0 +1,98 @@
+"""``deploy/prometheus/lakefs-gc-rules.yml``: valid, unit-tested, and reading only real series.
+
+- ``promtool check rules`` accepts the rules file;
+- ``promtool test rules`` passes the unit tests next to it, and each alert has at least one case
+  that fires and one that does not;
+- every metric a rule reads is one a GC daemon exports (:class:`~lakefs_gc.metrics.GCMetrics` plus
+  the HTTP metrics of :func:`lakefs_core.http.build_app`), a recording rule of the same file, or
+  Prometheus's ``up``; every label a rule filters or groups on is one those series carry
+  (``job``/``instance`` are added by Prometheus);
+- ``LakeFSGCDaemonDown`` watches the ``lakefs-gc`` job that deploy/README.md's scrape config names.
+
+The PromQL helpers are the mirror's (``tests/mirror/test_dashboard.py``), the series introspection
+this directory's ``test_gc_dashboard.py``.
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from tests.gc.test_gc_dashboard import exported
+from tests.mirror.test_dashboard import GROUPING, SELECTOR, TARGET_LABELS, metric_names
+from tests.support.env import require_tool
+
+DIR = Path(__file__).resolve().parents[2] / "deploy" / "prometheus"
+RULES = DIR / "lakefs-gc-rules.yml"
+TESTS = DIR / "lakefs-gc-rules.test.yml"
+ALERTS = {
+    "LakeFSGCNoSuccessfulRun",
+    "LakeFSGCDeleteFailures",
+    "LakeFSGCHardDeleteBacklog",
+    "LakeFSGCHardDeleteFailing",
+    "LakeFSGCPassesFailing",
+    "LakeFSGCDaemonDown",
+}
+
+
+def rules() -> list[dict[str, Any]]:
+    doc = yaml.safe_load(RULES.read_text())
+    return [rule for group in doc["groups"] for rule in group["rules"]]
+
+
+def promtool(*args: str) -> str:
+    tool = require_tool("promtool", "prometheus")
+    done = subprocess.run([tool, *args], capture_output=True, timeout=120, check=False, cwd=DIR)
+    output = (done.stdout + done.stderr).decode(errors="replace")
+    assert done.returncode == 0, output
+    return output
+
+
+def test_promtool_checks_the_rules() -> None:
+    assert f"SUCCESS: {len(rules())} rules found" in promtool("check", "rules", RULES.name)
+
+
+def test_promtool_unit_tests_pass_and_cover_every_alert() -> None:
+    assert {r["alert"] for r in rules() if "alert" in r} == ALERTS
+    cases: dict[str, list[bool]] = {}
+    for test in yaml.safe_load(TESTS.read_text())["tests"]:
+        for case in test["alert_rule_test"]:
+            cases.setdefault(case["alertname"], []).append(bool(case["exp_alerts"]))
+    for alert in ALERTS:
+        assert True in cases.get(alert, []) and False in cases.get(alert, []), alert
+    assert "SUCCESS" in promtool("test", "rules", TESTS.name)
+
+
+def test_rules_read_only_exported_series_and_labels() -> None:
+    series = exported()
+    recorded = {r["record"] for r in rules() if "record" in r}
+    known = set(series) | recorded | {"up"}
+    for rule in rules():
+        expr = rule["expr"]
+        names = metric_names(expr)
+        assert names and names <= known, f"{expr!r} reads series nobody exports: {names - known}"
+        labels: set[str] = set()
+        for selector in SELECTOR.finditer(re.sub(r'"(?:[^"\\]|\\.)*"', '""', expr)):
+            labels |= set(re.findall(r"(\w+)\s*(?:=~|!~|!=|=)", selector.group(2)))
+        for grouping in GROUPING.finditer(expr):
+            labels |= set(re.findall(r"\w+", grouping.group(0).split("(", 1)[1]))
+        carried = set().union(*(series.get(n, set()) for n in names)) | TARGET_LABELS
+        if names & recorded:
+            carried |= {"repo", "phase", "outcome"}
+        assert labels <= carried, f"{expr!r} uses labels its series lack: {labels - carried}"
+
+
+def test_every_alert_is_documented_and_the_daemon_job_matches_the_readme() -> None:
+    readme = (DIR.parent / "README.md").read_text()
+    for rule in rules():
+        if "alert" in rule:
+            assert rule["labels"]["severity"] in ("warning", "critical"), rule["alert"]
+            assert rule["annotations"]["summary"] and rule["annotations"]["description"], rule["alert"]
+            assert rule["alert"] in readme, f"{rule['alert']} is not described in deploy/README.md"
+    (down,) = [r for r in rules() if r.get("alert") == "LakeFSGCDaemonDown"]
+    job = re.search(r'job="([^"]+)"', down["expr"])
+    assert job and f"job_name: {job.group(1)}" in readme
