@@ -66,6 +66,8 @@ from lakefs_gc.runs import (
 
 log = logging.getLogger(__name__)
 
+DELETED_REPOS = "_deleted-repositories"  # its lease name; never a repository id (they have no '_')
+
 
 @dataclass
 class PassReport:
@@ -113,6 +115,8 @@ class GCService:
         self.states: dict[str, RepoState] = {}
         self._runs: dict[str, asyncio.Task[None]] = {}  # repo -> its GC run task
         self._reconciles: dict[str, asyncio.Task[None]] = {}
+        self._next_deleted_pass = 0.0
+        self.last_deleted_reports: list[Any] = []  # lakefs_gc.reconcile.ReconcileReport
         self.runner: web.AppRunner | None = None
         self.bound_port: int | None = None
         self.loop: DaemonLoop | None = None
@@ -201,6 +205,7 @@ class GCService:
             except LakeFSError as e:  # one repository's trouble must not stop the others
                 report.errors.append(f"{repo.id}: {type(e).__name__}: {e}")
             self._maybe_reconcile(repo, report)
+        self._maybe_purge_deleted(report)
         for error in report.errors:
             log.warning("%s", error)
         return report
@@ -488,6 +493,46 @@ class GCService:
         m.hd_deleted.labels(repo_id).inc(report.deleted)
         m.hd_rescued.labels(repo_id).inc(report.rescued)
         m.hd_oldest.labels(repo_id).set(report.oldest_undecided_age_seconds or 0.0)
+
+    def _maybe_purge_deleted(self, report: PassReport) -> None:
+        """Once per reconciliation interval: the namespaces deleted repositories left (their
+        ``data/`` purged after the grace when no repository claims them), under one global lease."""
+        hd = self.config.hard_delete
+        if not hd.enabled or DELETED_REPOS in self._reconciles or self._next_deleted_pass > time.time():
+            return
+        self._next_deleted_pass = time.time() + hd.interval_seconds
+        task = asyncio.create_task(self._purge_deleted(), name="gc-deleted-repositories")
+        self._reconciles[DELETED_REPOS] = task
+        task.add_done_callback(self._forget_task(self._reconciles, DELETED_REPOS))
+        report.started_reconciles.append(DELETED_REPOS)
+
+    async def _purge_deleted(self) -> None:
+        from lakefs_gc.reconcile import ReconcileOptions, reconcile_deleted_repositories
+        from lakefs_gc.sweep import store_deleter
+
+        hd = self.config.hard_delete
+
+        async def deleter_for(ns: StorageNamespace) -> Any:
+            return store_deleter(await self.graveler.namespace_store(ns))
+
+        options = ReconcileOptions(grace_seconds=hd.grace_seconds, now=self._retention_now())
+        try:
+            async with self.holding(DELETED_REPOS):
+                reports = await reconcile_deleted_repositories(
+                    self.graveler, deleter_for=deleter_for, options=options
+                )
+        except ConflictError as e:
+            log.info("deleted repositories: skipped: %s", e)
+            return
+        except Exception as e:
+            log.error("purging the namespaces of deleted repositories failed: %s: %s", type(e).__name__, e)
+            return
+        self.last_deleted_reports = reports
+        for r in reports:
+            if r.deleted:
+                log.info("purged %d objects of deleted repository %s", r.deleted, r.repository)
+            for error in r.errors:
+                log.warning("%s", error)
 
     async def reconcile_once(self, repo_id: str) -> Any:
         """One reconciliation of ``repo_id`` (the caller holds its lease)."""

@@ -52,7 +52,7 @@ from lakefs_core.format.records import ValueRecord, decode_entry
 from lakefs_core.keys import StorageNamespace
 from lakefs_core.kv.base import Expect
 from lakefs_core.refs import kvkeys
-from lakefs_core.refs.model import Repository
+from lakefs_core.refs.model import Commit, Repository
 from lakefs_core.refs.store import DeletedRepository, parse_json_record, where_of
 
 if TYPE_CHECKING:
@@ -71,6 +71,10 @@ DEFAULT_CLOCK_SKEW_SECONDS = 300.0
 BLIND_SETTLE_SECONDS = 600.0
 MIN_PENDING_TIMEOUT_SECONDS = 3600.0
 MAX_INTENT_BYTES = 8192  # an object key is at most a few KiB; anything bigger is hostile
+# consumed_since runs once per decision and a branch has few consumption records since an intent: a
+# small page keeps each scan from reading a full page of the (sorted-after) intents.
+CONSUMED_PAGE = 32
+COMMIT_CACHE = 4096  # commit records (immutable) a Journal keeps for its decisions
 
 
 def _number(doc: dict[str, object], name: str, where: str, *, optional: bool = False) -> float | None:
@@ -198,6 +202,7 @@ class Journal:
         self.g = g
         self.repo = repo
         self.partition = repo.partition
+        self._commits: dict[str, Commit] = {}  # immutable records: a cache is never stale
 
     async def settings(self) -> GCSettings:
         return await read_settings(self.g, self.repo)
@@ -307,7 +312,7 @@ class Journal:
     async def consumed_since(self, branch: str, t: float) -> AsyncIterator[Consumed]:
         """Commit attempts on ``branch`` that recorded their consumption at or after ``t``."""
         prefix = kvkeys.gc_consumed_prefix(branch)
-        async for entry in self.g.kv.scan(self.partition, prefix):
+        async for entry in self.g.kv.scan(self.partition, prefix, page_size=CONSUMED_PAGE):
             if not entry.key.startswith(prefix):
                 break
             where = where_of(self.partition, entry.key)
@@ -366,6 +371,18 @@ class Journal:
     def deleted_repositories(self) -> AsyncIterator[DeletedRepository]:
         return self.g.refs.deleted_repositories()
 
+    async def consumed_branches(self) -> list[str]:
+        """Every branch name with consumption records (deleted branches too), for pruning them."""
+        prefix = kvkeys.GC_CONSUMED_PREFIX
+        names: list[str] = []
+        async for entry in self.g.kv.scan(self.partition, prefix):
+            if not entry.key.startswith(prefix):
+                break
+            name = entry.key[len(prefix) :].split(b"/", 1)[0].decode("utf-8", "replace")
+            if name and (not names or names[-1] != name):
+                names.append(name)
+        return names
+
     # -- the decision ---------------------------------------------------------------------------------
 
     async def decide(
@@ -405,8 +422,13 @@ class Journal:
         return "delete"
 
     async def _commit_holds(self, consumed: Consumed, intent: Intent, ns: StorageNamespace) -> bool:
+        commit = self._commits.get(consumed.commit_id)
         try:
-            commit = await self.g.refs.get_commit(self.repo, consumed.commit_id)
+            if commit is None:
+                commit = await self.g.refs.get_commit(self.repo, consumed.commit_id)
+                if len(self._commits) >= COMMIT_CACHE:
+                    self._commits.clear()
+                self._commits[consumed.commit_id] = commit
         except NotFoundError as e:
             # Consumption is recorded after the commit record is stored: a missing one is corruption.
             key = kvkeys.gc_consumed_key(consumed.branch, consumed.token, consumed.commit_id)
@@ -414,6 +436,11 @@ class Journal:
             raise CorruptDataError(msg, file=where_of(self.partition, key)) from e
         found = await (await self.g.metarange(self.repo, commit.metarange_id)).get(intent.key)
         return found is not None and _holds(ns, found, intent.address)
+
+
+async def forget_deleted_repository(g: Graveler, repo_id: str, instance_uid: str) -> None:
+    """Drop a ``deleted-repos/`` record (its namespace was purged, or is claimed again and kept)."""
+    await g.refs.forget_deleted_repository(repo_id, instance_uid)
 
 
 def _holds(ns: StorageNamespace, record: ValueRecord, address: str) -> bool:

@@ -190,3 +190,38 @@ async def test_a_killed_sweep_is_resumed_by_the_next_scheduled_run(
         assert not (await repo.stored()) & garbage and not live - await repo.stored()
     finally:
         await svc.close()
+
+
+async def test_reconciler_removes_uncommitted_garbage(repo: SqliteRepo, tmp_path: Path) -> None:
+    from lakefs_core.repos.objects import Objects
+
+    g = repo.g
+    await g.create_repository("hd1", f"local://{tmp_path / 'hd1'}", hard_delete_journal=True)
+    objects = Objects(g)
+    first = (await objects.upload("hd1", "main", "a", b"a v1")).physical_address
+    await objects.upload("hd1", "main", "a", b"a v2")  # the first address is garbage now
+    dropped = (await objects.upload("hd1", "main", "b", b"b")).physical_address
+    await objects.delete("hd1", "main", "b")  # deleted before any commit: garbage
+    await objects.upload("hd1", "main", "c", b"c")
+    await g.commit("hd1", "main", committer="t", message="a v2 and c")
+    await objects.upload("hd1", "main", "d", b"d staged")
+    store_root = tmp_path / "hd1"
+    assert (store_root / first).is_file() and (store_root / dropped).is_file()
+    svc = await _open(
+        repo, tmp_path, hard_delete={"enabled": True, "grace_seconds": 0}, schedule={"enabled": False}
+    )
+    try:
+        report = await svc.step()
+        assert "hd1" in report.started_reconciles
+        await svc.drain()
+        assert not (store_root / first).exists() and not (store_root / dropped).exists()
+        for path, body in (("a", b"a v2"), ("c", b"c"), ("d", b"d staged")):
+            assert await objects.read_all("hd1", "main", path) == body
+        status, doc = await _call(svc, "GET", "/service/gc/v1/repositories/hd1/hard-delete")
+        assert status == 200 and doc["journal_enabled"] is True
+        assert doc["last_pass"]["deleted"] == 2 and doc["last_error"] is None
+        _, text = await _call(svc, "GET", "/metrics", auth=None)
+        assert _sample(text, "lakefs_gc_hd_deleted_total", repo="hd1") == 2
+        assert _sample(text, "lakefs_gc_hd_passes_total", repo="hd1", outcome="success") == 1
+    finally:
+        await svc.close()

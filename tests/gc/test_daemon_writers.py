@@ -1,7 +1,13 @@
-"""A real ``lakefs-gc run`` daemon collecting every second while four writers upload, overwrite,
-delete and commit, on SQLite + local and on PostgreSQL + S3 (moto): no live object is ever deleted
-(every object of every branch head and of every staging area reads back at the end), and the
-garbage the writers made (overwritten and deleted objects of expired commits) is swept."""
+"""A real ``lakefs-gc run`` daemon collecting while four writers upload, overwrite, delete, reset and
+commit: no live object is ever deleted (every object of every branch head and of every staging area
+reads back at the end), and the garbage the writers made is removed.
+
+- Retention GC every second (SQLite + local, PostgreSQL + S3 on moto): overwritten and deleted
+  objects of expired commits are swept.
+- The hard-delete reconciler every half second with a 1 s grace and the journal on (SQLite + local,
+  DynamoDB + S3 on moto), retention GC off: at the end no object of the namespace is unreferenced
+  (every uncommitted object that was overwritten, deleted or reset away is gone) and none that any
+  commit or staging area references is missing."""
 
 from __future__ import annotations
 
@@ -20,6 +26,7 @@ import aiohttp
 import pytest
 from pydantic import SecretStr
 
+from lakefs_core.errors import NoChangesError
 from lakefs_core.repos.graveler import Graveler, StorageNamespace
 from lakefs_core.repos.objects import Objects
 from lakefs_core.settings import CoreSettings
@@ -39,14 +46,18 @@ async def _writer(g: Graveler, objects: Objects, repo: str, branch: str, *, seed
     ops = 0
     while time.monotonic() < until:
         path = f"w/{branch}/k{rng.randrange(KEYS)}"
-        if rng.random() < 0.2:
+        roll = rng.random()
+        if roll < 0.05:
+            await g.reset_branch(repo, branch)  # uncommitted changes discarded: their objects are garbage
+        elif roll < 0.2:
             with contextlib.suppress(Exception):
                 await objects.delete(repo, branch, path)
         else:
             await objects.upload(repo, branch, path, f"{branch} {ops} {rng.random()}".encode())
         ops += 1
         if ops % 4 == 0:
-            await g.commit(repo, branch, committer=branch, message=f"op {ops}")
+            with contextlib.suppress(NoChangesError):  # a reset may have dropped everything
+                await g.commit(repo, branch, committer=branch, message=f"op {ops}")
     return ops
 
 
@@ -64,6 +75,46 @@ async def _all_live_objects_read(g: Graveler, objects: Objects, repo: str) -> in
                 break
             after = page.next_after
     return n
+
+
+async def _referenced(g: Graveler, objects: Objects, repo: str, ns: StorageNamespace) -> set[str]:
+    """Relative addresses referenced by any commit of any branch's history or by any staging area."""
+    refs: list[str] = []
+    async for branch in g.list_branches(repo):
+        refs.append(branch.id)  # head + staging
+        refs += [c.id async for c in g.log(repo, branch.id)]
+    out: set[str] = set()
+    for ref in dict.fromkeys(refs):
+        after = ""
+        while True:
+            page = await objects.list(repo, ref, after=after, amount=1000)
+            for stat in page.objects:
+                relative = ns.relative_of(stat.physical_address, 1)
+                if relative is not None:
+                    out.add(relative)
+            if not page.has_more:
+                break
+            after = page.next_after
+    return out
+
+
+async def _data_objects(g: Graveler, ns: StorageNamespace) -> set[str]:
+    store = await g.namespace_store(ns)
+    prefix = f"{ns.prefix}/" if ns.prefix else ""
+    return {item.key[len(prefix) :] async for item in store.list(f"{prefix}data/") if hasattr(item, "key")}
+
+
+async def _hd_deleted(port: int) -> float:
+    from prometheus_client.parser import text_string_to_metric_families
+
+    async with aiohttp.ClientSession() as s, s.get(f"http://127.0.0.1:{port}/metrics") as resp:
+        text = await resp.text()
+    return sum(
+        sample.value
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+        if sample.name == "lakefs_gc_hd_deleted_total"
+    )
 
 
 async def _swept_after(port: int, repo: str, since: float) -> int:
@@ -100,7 +151,9 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-async def _scenario(tmp_path: Path, core_conf: dict[str, Any], namespace: str, seconds: float) -> None:
+async def _scenario(
+    tmp_path: Path, core_conf: dict[str, Any], namespace: str, seconds: float, *, reconcile: bool = False
+) -> None:
     settings = CoreSettings.model_validate(core_conf)
     port = _free_port()
     config = write_config(
@@ -109,16 +162,26 @@ async def _scenario(tmp_path: Path, core_conf: dict[str, Any], namespace: str, s
             "core": core_conf,
             "listen": f"127.0.0.1:{port}",
             "access_keys": [{"access_key_id": AUTH[0], "secret_access_key": AUTH[1]}],
-            "schedule": {"interval_seconds": 1, "jitter_fraction": 0, "min_age_seconds": 3},
+            "schedule": {
+                "interval_seconds": 1,
+                "jitter_fraction": 0,
+                "min_age_seconds": 3,
+                "enabled": not reconcile,
+            },
             "spark": {"mode": "lite"},
-            "hard_delete": {"enabled": False},
+            "hard_delete": {
+                "enabled": reconcile,
+                "interval_seconds": 0.5,
+                "grace_seconds": 1,
+                "pending_timeout_seconds": 30,
+            },
             "poll_interval_seconds": 0.3,
             "workdir": str(tmp_path / "work"),
         },
     )
     async with await open_core(settings) as core:
         g, objects = core.graveler, Objects(core.graveler)
-        await g.create_repository("busy", namespace)
+        await g.create_repository("busy", namespace, hard_delete_journal=reconcile)
         ns = StorageNamespace(namespace)
         await save_rules(await g.namespace_store(ns), ns, GCRules.of(0))  # only heads stay active
         for i in range(WRITERS):
@@ -135,12 +198,16 @@ async def _scenario(tmp_path: Path, core_conf: dict[str, Any], namespace: str, s
                 *(_writer(g, objects, "busy", f"b{i}", seed=i, until=until) for i in range(WRITERS))
             )
             assert sum(ops) > WRITERS * 8
-            # Let the daemon collect what the writers left (objects older than min_age).
+            # Let the daemon collect what the writers left (objects older than min_age / the grace).
             deadline = time.monotonic() + 60
             deleted = 0
             while time.monotonic() < deadline:
                 assert proc.returncode is None, (tmp_path / "daemon.log").read_text()[-3000:]
-                deleted = await _swept_after(port, "busy", start)
+                if reconcile:
+                    leftover = await _data_objects(g, ns) - await _referenced(g, objects, "busy", ns)
+                    deleted = int(await _hd_deleted(port)) if not leftover else 0
+                else:
+                    deleted = await _swept_after(port, "busy", start)
                 if deleted >= WRITERS:
                     break
                 await asyncio.sleep(0.5)
@@ -154,8 +221,10 @@ async def _scenario(tmp_path: Path, core_conf: dict[str, Any], namespace: str, s
                     await proc.wait()
             log.close()
         assert proc.returncode == 0, (tmp_path / "daemon.log").read_text()[-3000:]
-        assert deleted >= WRITERS, f"the daemon swept only {deleted} objects"
+        assert deleted >= WRITERS, f"the daemon removed only {deleted} objects (or left garbage)"
         assert await _all_live_objects_read(g, objects, "busy") > 0
+        if reconcile:  # nothing referenced anywhere in the history is missing
+            assert not await _referenced(g, objects, "busy", ns) - await _data_objects(g, ns)
 
 
 async def test_sqlite_local(tmp_path: Path) -> None:
@@ -178,3 +247,23 @@ async def test_postgres_s3(
         },
     }
     await _scenario(tmp_path, core_conf, "s3://gc-writers/busy", seconds=10)
+
+
+async def test_reconciler_sqlite_local(tmp_path: Path) -> None:
+    core_conf = {"kv_url": f"sqlite:///{tmp_path / 'kv.sqlite3'}"}
+    await _scenario(tmp_path, core_conf, f"local://{tmp_path / 'ns'}", seconds=6, reconcile=True)
+
+
+@pytest.mark.slow
+async def test_reconciler_dynamodb_s3(tmp_path: Path, moto: Callable[[str], MotoServer]) -> None:
+    server = moto("us-east-1")
+    await create_bucket(server, "hd-writers")
+    core_conf: dict[str, Any] = {
+        "kv_url": f"dynamodb://?region=us-east-1&endpoint={server.endpoint}",
+        "s3": {
+            "endpoint_url": server.endpoint,
+            "region": "us-east-1",
+            "credentials": {"source": "static", "access_key_id": ACCESS_KEY, "secret_access_key": SECRET_KEY},
+        },
+    }
+    await _scenario(tmp_path, core_conf, "s3://hd-writers/busy", seconds=8, reconcile=True)
