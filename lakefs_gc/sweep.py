@@ -206,11 +206,15 @@ class _Sweeper:
         self._checkpointed_at = time.monotonic()
 
     async def batches_from(self, parts: list[str]) -> AsyncIterator[tuple[int, int, list[str]]]:
-        """``(part index, lines done after this batch, batch)`` from the checkpoint on."""
+        """``(part index, lines done after this batch, batch)`` from the checkpoint on. A batch
+        carries over into the next part (full batches whatever the parts' sizes: one request per
+        ``batch_size`` keys); its position is its last line's, so every earlier part is done."""
         size = self.options.batch_size
+        batch: list[str] = []
+        index = done = 0
         for index in range(self.state["part"], len(parts)):
             skip = self.state["line"] if index == self.state["part"] else 0
-            done, batch = 0, []
+            done = 0
             async for lines in read_lines(self.store, parts[index]):
                 for line in lines:
                     done += 1
@@ -220,8 +224,8 @@ class _Sweeper:
                     if len(batch) >= size:
                         yield index, done, batch
                         batch = []
-            if batch:
-                yield index, done, batch
+        if batch:
+            yield index, done, batch
 
     async def maybe_verify(self) -> None:
         every_n = self.options.reverify_every_batches

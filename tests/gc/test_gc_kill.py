@@ -1,0 +1,295 @@
+"""SIGKILL scenarios of a real ``lakefs-gc mark lakefs://repo1 --lite --sweep`` process (SQLite KV,
+local namespace: :func:`tests.gc.mark_support.build_repo`'s repository plus 2,500 old unreferenced
+objects, so the sweep runs three batches).
+
+Each scenario builds its own core, starts the command in a new session, and kills it:
+
+- at a fault point (``LAKEFS_GC_FAULT=<point>:kill``: the process SIGKILLs itself there, no cleanup,
+  no ``finally``), for every fault point of the mark and the sweep;
+- after a seeded random delay (a share of a measured uninterrupted run), by the test (``killpg``).
+
+After the kill: every live object is still stored and nothing but oracle garbage is gone. Then the
+stale lease of the dead process is left to expire (simulated), a mark the dead run finished is resumed
+with ``lakefs-gc sweep --mark-id`` (it completes and writes ``sweep.json``), and a new full run
+completes (summary success, ``sweep.json``) leaving exactly the live objects and the untouched ones.
+
+Scenarios run two at a time. A few run the Spark mark (``--master local[1]``, a JVM start each):
+those are marked ``spark`` and ``slow``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import random
+import signal
+import sys
+import time
+from dataclasses import dataclass
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+
+from lakefs_core.keys import new_object_id, new_slice_id
+from lakefs_core.kv import open_kv
+from lakefs_core.lease import kv_lease
+from lakefs_core.repos.graveler import Graveler, StoreRegistry
+from lakefs_gc.faults import ENV
+from tests.gc.mark_support import (
+    MARK_NOW,
+    REAL_NOW,
+    Built,
+    Clock,
+    build_repo,
+    live_addresses,
+    oracle_garbage,
+    stored_objects,
+)
+
+ACTIVE = ("c3", "d", "c1")  # build_repo's active commits (tags pinned)
+EXTRA_GARBAGE = 2500
+CLI = str(Path(sys.executable).with_name("lakefs-gc"))
+NOW = MARK_NOW.isoformat().replace("+00:00", "Z")
+FAULT_POINTS = (
+    "mark:claimed",
+    "mark:before-summary",
+    "sweep:verified",
+    "sweep:batch:1",
+    "sweep:batch:2",
+    "sweep:before-report",
+)
+RANDOM_SEEDS = range(44)
+CONCURRENCY = 2
+RUN_TIMEOUT = 120.0
+
+
+@dataclass(frozen=True)
+class Scenario:
+    name: str
+    fault: str | None = None  # LAKEFS_GC_FAULT (with ":kill")
+    kill_after: float | None = None  # seconds after the start, SIGKILL from the test
+    spark: bool = False
+
+
+@dataclass
+class Setup:
+    dir: Path
+    config: Path
+    built: Built
+    live: set[str]
+    garbage: set[str]
+    before: set[str]
+
+
+async def _extra_garbage(root: Path, built: Built) -> None:
+    """``EXTRA_GARBAGE`` unreferenced objects in an old slice (written behind the core, old mtime)."""
+    slice_dir = root / "data" / new_slice_id(REAL_NOW - timedelta(days=10))
+    slice_dir.mkdir(parents=True)
+    old = (REAL_NOW - timedelta(days=10)).timestamp()
+
+    def write() -> None:
+        for _ in range(EXTRA_GARBAGE):
+            path = slice_dir / new_object_id()
+            path.write_bytes(b"garbage")
+            os.utime(path, (old, old))
+
+    await asyncio.to_thread(write)
+
+
+async def setup(tmp: Path) -> Setup:
+    await asyncio.to_thread(tmp.mkdir, parents=True)
+    kv_url = f"sqlite:///{tmp / 'kv.sqlite3'}"
+    root = tmp / "ns"
+    kv = await open_kv(kv_url)
+    clock = Clock()
+    g = Graveler(kv, StoreRegistry(), clock=clock)
+    try:
+        built = await build_repo(g, clock, "repo1", f"local://{root}", local_root=str(root))
+        await _extra_garbage(root, built)
+        store = await g.namespace_store(built.ns)
+        stored = await stored_objects(store, built.ns)
+        live = await live_addresses(g, built, ACTIVE)
+        garbage = oracle_garbage(stored, live, built)
+    finally:
+        await g.stores.close()
+        await kv.close()
+    config = tmp / "core.yaml"
+    config.write_text(f"kv_url: {kv_url}\n")
+    assert len(garbage) > EXTRA_GARBAGE
+    return Setup(tmp, config, built, live, garbage, set(stored))
+
+
+def _command(s: Setup, scenario: Scenario, *args: str) -> list[str]:
+    mode = ["--master", "local[1]"] if scenario.spark else ["--lite"]
+    return [CLI, *args, *mode, "--now", NOW, "--config", str(s.config)]
+
+
+async def run_cli(
+    argv: list[str], *, env: dict[str, str] | None = None, kill_after: float | None = None
+) -> tuple[int, str, str]:
+    """Run ``argv`` in a new session; SIGKILL its process group after ``kill_after`` seconds."""
+    proc = await asyncio.create_subprocess_exec(
+        *argv,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+        env={**os.environ, **(env or {})},
+        start_new_session=True,
+    )
+    try:
+        if kill_after is not None:
+            try:
+                await asyncio.wait_for(asyncio.shield(proc.wait()), kill_after)
+            except TimeoutError:
+                os.killpg(proc.pid, signal.SIGKILL)
+        out, err = await asyncio.wait_for(proc.communicate(), RUN_TIMEOUT)
+    finally:
+        if proc.returncode is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            await proc.wait()
+        with contextlib.suppress(ProcessLookupError):  # a Spark JVM left behind by a killed driver
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert proc.returncode is not None
+    return proc.returncode, out.decode(), err.decode()
+
+
+def _gc_root(s: Setup) -> Path:
+    return s.dir / "ns" / "_lakefs" / "retention" / "gc" / "unified"
+
+
+def _stored(s: Setup) -> set[str]:
+    root = s.dir / "ns"
+    out: set[str] = set()
+    for dirpath, dirnames, filenames in os.walk(root):
+        rel_dir = os.path.relpath(dirpath, root)
+        if rel_dir == ".":
+            dirnames[:] = [d for d in dirnames if d != "_lakefs" and not d.startswith(".lakefs")]
+        for name in filenames:
+            if not name.startswith(".lakefs"):
+                out.add(name if rel_dir == "." else f"{rel_dir}/{name}")
+    return out
+
+
+async def _expire_stale_lease(s: Setup) -> None:
+    """Wait out the dead process's lease (``LEASE_TTL``) by taking it at a later 'now' and
+    releasing it: what the next run would do two minutes later."""
+    kv = await open_kv(f"sqlite:///{s.dir / 'kv.sqlite3'}")
+    try:
+        lease = kv_lease(kv, "gc/repo1", "kill-test", 60)
+        assert await lease.try_acquire(time.time() + 3600)
+        await lease.release()
+    finally:
+        await kv.close()
+
+
+def _check_safe(s: Setup, where: str) -> None:
+    stored = _stored(s)
+    lost = s.live - stored
+    assert not lost, f"{where}: live objects deleted: {sorted(lost)[:5]}"
+    wrong = (s.before - stored) - s.garbage
+    assert not wrong, f"{where}: non-garbage deleted: {sorted(wrong)[:5]}"
+
+
+async def _resume_finished_marks(s: Setup, scenario: Scenario) -> None:
+    """Sweep every successful mark the killed run left unswept (resuming from its checkpoint)."""
+    for run_dir in sorted(_gc_root(s).glob("*")):
+        summary = run_dir / "summary.json"
+        if not summary.exists() or (run_dir / "sweep.json").exists():
+            continue
+        if not json.loads(summary.read_text())["success"]:
+            continue
+        argv = [CLI, "sweep", "lakefs://repo1", "--mark-id", run_dir.name, "--config", str(s.config)]
+        code, _, err = await run_cli(argv)
+        assert code == 0, f"resume sweep of {run_dir.name}: exit {code}: {err[-2000:]}"
+        assert (run_dir / "sweep.json").exists()
+        _check_safe(s, f"after resuming {run_dir.name}")
+
+
+async def one_scenario(tmp: Path, scenario: Scenario) -> bool:
+    """Run one scenario; True when the first run was killed (not finished before the delay)."""
+    s = await setup(tmp)
+    env = {ENV: f"{scenario.fault}:kill"} if scenario.fault else {}
+    argv = _command(s, scenario, "mark", "lakefs://repo1", "--sweep")
+    code, _, err = await run_cli(argv, env=env, kill_after=scenario.kill_after)
+    if scenario.fault:
+        assert code == -signal.SIGKILL, f"expected a SIGKILL at {scenario.fault}, got {code}: {err[-2000:]}"
+    assert code in (0, -signal.SIGKILL), f"killed run: exit {code}: {err[-2000:]}"
+    _check_safe(s, "after the kill")
+    killed = code == -signal.SIGKILL
+    await _expire_stale_lease(s)
+    await _resume_finished_marks(s, scenario)
+    code, out, err = await run_cli(argv)
+    assert code == 0, f"re-run: exit {code}: {err[-2000:]}"
+    result = json.loads(out)
+    assert result["mark"]["success"] is True
+    assert (_gc_root(s) / result["mark"]["run_id"] / "sweep.json").exists()
+    stored = _stored(s)
+    assert stored == s.before - s.garbage, (
+        f"after the re-run: garbage left {sorted(s.garbage & stored)[:5]}, "
+        f"kept objects gone {sorted((s.before - s.garbage) - stored)[:5]}"
+    )
+    return killed
+
+
+async def run_all(tmp: Path, scenarios: list[Scenario]) -> int:
+    """Run the scenarios ``CONCURRENCY`` at a time; returns how many first runs were killed."""
+    gate = asyncio.Semaphore(CONCURRENCY)
+    failures: list[str] = []
+    killed: list[bool] = []
+
+    async def guarded(i: int, scenario: Scenario) -> None:
+        async with gate:
+            try:
+                killed.append(await one_scenario(tmp / f"s{i:03d}", scenario))
+            except Exception as e:  # collected: every scenario runs, all failures are reported
+                failures.append(f"{scenario.name}: {type(e).__name__}: {e}")
+
+    await asyncio.gather(*(guarded(i, sc) for i, sc in enumerate(scenarios)))
+    assert not failures, f"{len(failures)} of {len(scenarios)} scenarios failed:\n" + "\n".join(failures)
+    return sum(killed)
+
+
+async def _full_run_seconds(tmp: Path) -> float:
+    """The wall time of one uninterrupted lite run (the random delays are shares of it)."""
+    s = await setup(tmp)
+    start = time.monotonic()
+    code, _, err = await run_cli(_command(s, Scenario("calibrate"), "mark", "lakefs://repo1", "--sweep"))
+    assert code == 0, err[-2000:]
+    return time.monotonic() - start
+
+
+@pytest.mark.slow
+async def test_sigkill_at_fault_points(tmp_path: Path) -> None:
+    assert await run_all(tmp_path, [Scenario(f"fault {p}", fault=p) for p in FAULT_POINTS]) == len(
+        FAULT_POINTS
+    )
+
+
+@pytest.mark.slow
+async def test_sigkill_at_random_delays(tmp_path: Path) -> None:
+    full = await _full_run_seconds(tmp_path / "calibrate")
+    scenarios = []
+    for seed in RANDOM_SEEDS:
+        delay = random.Random(seed).uniform(0.1, 1.0) * full
+        scenarios.append(
+            Scenario(f"seed {seed}: SIGKILL after {delay:.2f}s of ~{full:.2f}s", kill_after=delay)
+        )
+    killed = await run_all(tmp_path, scenarios)
+    assert killed >= len(scenarios) // 2, f"only {killed} of {len(scenarios)} runs were killed mid-way"
+
+
+@pytest.mark.slow
+@pytest.mark.spark
+async def test_sigkill_spark_mark(tmp_path: Path) -> None:
+    pytest.importorskip("pyspark")
+    from tests.support.env import require_tool
+
+    require_tool("java", "default-jre-headless")
+    scenarios = [
+        Scenario("spark: fault mark:before-summary", fault="mark:before-summary", spark=True),
+        Scenario("spark: fault sweep:batch:1", fault="sweep:batch:1", spark=True),
+        Scenario("spark: SIGKILL after 5s (inside the JVM's work)", kill_after=5.0, spark=True),
+    ]
+    await run_all(tmp_path, scenarios)
