@@ -113,7 +113,11 @@ def test_metrics_pass_promtool_and_a_real_prometheus_scrapes_them(tmp_path: Path
             status, body = http("GET", f"http://127.0.0.1:{port}/metrics")
             text = body.decode()
             deleted = metric_samples(text).get("lakefs_gc_objects_deleted_total", [])
-            return text if status == 200 and ({"region": "default", "repo": "repo1"}, float(garbage)) in deleted else None
+            return (
+                text
+                if status == 200 and ({"region": "default", "repo": "repo1"}, float(garbage)) in deleted
+                else None
+            )
 
         text = wait_for("the scheduled run to sweep", swept, until, procs)
         samples = metric_samples(text)
