@@ -47,6 +47,17 @@ class NotFoundError(LakeFSError):
     http_status = 404
 
 
+class PurgedError(NotFoundError):
+    """The object was deliberately destroyed by an audited purge; ``audit_id`` names the record."""
+
+    exit_code = 17
+    http_status = 410
+
+    def __init__(self, message: str, *, audit_id: str) -> None:
+        super().__init__(message)
+        self.audit_id = audit_id
+
+
 class ConflictError(LakeFSError):
     """The operation conflicts with the current state."""
 

@@ -273,6 +273,36 @@ async def hard_delete_status(request: web.Request) -> web.Response:
     return _json(status)
 
 
+# -- audited purge ---------------------------------------------------------------------------------
+
+
+async def create_purge(request: web.Request) -> web.Response:
+    svc = _svc(request)
+    repo = await _repository(request)
+    body = parse_model(m.PurgeCreation, await json_object(request))
+    report = await svc.graveler.purge_path(
+        repo.id,
+        body.ref,
+        body.path,
+        all_history=body.all_history,
+        reason=body.reason,
+        actor=f"{access_key_id(request)}@lakefs-gc-api",
+        yes=body.yes,
+    )
+    if body.yes:
+        svc.metrics.purges.labels(repo.id).inc()
+        svc.metrics.purged.labels(repo.id).inc(report.deleted)
+        _log_change(request, f"purged {len(report.addresses)} object(s), audit {report.audit_id}", repo.id)
+    return web.json_response(report.model_dump(mode="json"), status=201 if body.yes else 200)
+
+
+async def get_purge(request: web.Request) -> web.Response:
+    svc = _svc(request)
+    repo = await _repository(request)
+    record = await svc.graveler.purge_record(repo.id, request.match_info["audit_id"])
+    return web.json_response(record.model_dump(mode="json"))
+
+
 # -- the route table -------------------------------------------------------------------------------
 
 
@@ -298,6 +328,12 @@ def routes() -> list[Route]:
         Route("GET", f"{SERVICE}/hard-delete", hard_delete_status, "getHardDeleteStatus",
               "The hard-delete journal and reconciler of the repository.", response=m.HardDeleteStatus,
               path_params=repo_path, errors=(404,)),
+        Route("POST", f"{SERVICE}/purges", create_purge, "purgePath",
+              "Audited purge of a path's objects (dry run unless yes); history stays unchanged.",
+              status=201, response=m.PurgeReportModel, request=m.PurgeCreation, path_params=repo_path,
+              errors=(404,), description="Purged (200 with the same body for a dry run)."),
+        Route("GET", f"{SERVICE}/purges/{{audit_id}}", get_purge, "getPurge", "One purge's audit record.",
+              response=m.PurgeRecordModel, path_params=m.PurgePath, errors=(404,)),
     ]  # fmt: skip
 
 

@@ -12,6 +12,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, StrictStr
 
+from lakefs_core.repos.graveler import PurgeRecord, PurgeReport
 from lakefs_gc.rules import BranchRule
 
 RUN_ID_PATTERN = r"^[0-9A-Za-z][0-9A-Za-z_-]{0,127}$"
@@ -127,5 +128,5 @@ class PurgeCreation(_In):
     yes: StrictBool = False
 
 
-class PurgeResult(_Out):
-    report: dict[str, Any]
+PurgeReportModel = PurgeReport  # the core's models are the API's bodies
+PurgeRecordModel = PurgeRecord

@@ -11,6 +11,7 @@ from lakefs_core import __version__
 from lakefs_core.cli import run
 from lakefs_gc.cli_daemon import register as register_daemon
 from lakefs_gc.cli_jobs import register as register_jobs
+from lakefs_gc.cli_purge import register as register_purge
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -21,6 +22,7 @@ def cli() -> None:
 
 register_jobs(cli)
 register_daemon(cli)
+register_purge(cli)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -56,7 +56,7 @@ from lakefs_core.errors import (
 from lakefs_core.lease import Lease
 from lakefs_core.repos.graveler import Commit, Graveler, Repository, StorageNamespace
 from lakefs_mirror.db import MirrorRecord, MirrorsDB, StatusKind, StatusRow
-from lakefs_mirror.gc_apply import apply_source_sweeps
+from lakefs_mirror.gc_apply import apply_source_purges, apply_source_sweeps
 from lakefs_mirror.metrics import MirrorMetrics
 from lakefs_mirror.presence import PresenceCache, namespace_key
 from lakefs_mirror.validate import ValidationResult, Validator
@@ -365,6 +365,7 @@ class MirrorEngine:
         # After the refs moved: a completed source GC sweep is applied to the mirror's namespace,
         # minus whatever the (now current) mirror heads and candidates reference.
         await apply_source_sweeps(mirror, src=ctx.src, dst=ctx.dst, db=self.db, presence=self.presence)
+        await apply_source_purges(ctx.src, ctx.src_repo.id, ctx.dst, ctx.dst_repo, self.presence)
         if mirror.resync_requested_at is not None:
             await self.db.clear_resync(mirror.id, mirror.resync_requested_at)
         return not ctx.unhealthy
@@ -487,6 +488,7 @@ class MirrorEngine:
             self.presence,
             concurrency=self.settings.validation_workers,
             incarnation=ctx.dst_repo.instance_uid,
+            purged=lambda rels: ctx.src.purged_addresses(ctx.src_repo.id, rels),
         )
         rounds = self.settings.active_rounds if ctx.mirror.mode == "active" else 1
         for n in range(rounds):

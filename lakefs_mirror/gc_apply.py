@@ -292,3 +292,28 @@ async def apply_source_sweeps(
         report.protected, extra={"mirror": mirror.name, "repository": mirror.source_repo},
     )  # fmt: skip
     return report
+
+
+async def apply_source_purges(
+    src: Graveler, src_repo_id: str, dst: Graveler, dst_repo: Repository, presence: PresenceCache
+) -> int:
+    """Apply every audited purge of the source repository not yet applied to the mirror: the audit
+    record and markers are copied into the mirror repository (``source`` names the source record),
+    the mirror's copies deleted, and the addresses forgotten in the presence cache. Returns how many
+    purges were applied. Reads of a purged object on the mirror then answer "purged" too."""
+    records = await src.list_purges(src_repo_id)
+    if not records:
+        return 0
+    applied = {r.source for r in await dst.list_purges(dst_repo.id) if r.state == "done"}
+    cache_ns = namespace_key(StorageNamespace.parse(dst_repo.storage_namespace).uri, dst_repo.instance_uid)
+    n = 0
+    for record in records:
+        source = f"{src_repo_id}/{record.audit_id}"
+        if record.state != "done" or source in applied:
+            continue  # a purge still deleting at the source is applied once it is done there
+        copy = record.model_copy(update={"source": source, "state": "deleting", "deleted": 0})
+        await dst.record_purge(dst_repo.id, copy)
+        presence.forget(cache_ns, record.addresses)
+        log.info("applied purge %s of %s to mirror %s", record.audit_id, src_repo_id, dst_repo.id)
+        n += 1
+    return n

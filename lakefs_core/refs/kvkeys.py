@@ -148,3 +148,19 @@ def token_fate_key(token: str) -> bytes:
 def deleted_repo_key(repo: str, instance_uid: str) -> bytes:
     """``deleted-repos/<repo>-<instance_uid>`` in :data:`GC_PARTITION`: a deleted repository's namespace."""
     return DELETED_REPOS_PREFIX + _segment(f"{repo}-{instance_uid}", "repository")
+
+
+PURGES_PREFIX = b"purges/"
+PURGED_PREFIX = b"purged/"
+
+
+def purge_key(audit_id: str) -> bytes:
+    """``purges/<audit id>`` in the repository's partition: the audit record of one purge."""
+    return PURGES_PREFIX + _segment(audit_id, "audit_id")
+
+
+def purged_key(address: str) -> bytes:
+    """``purged/<relative address>`` in the repository's partition: the purge that destroyed it."""
+    if not address or "\0" in address or len(address) > MAX_ADDRESS_LENGTH:
+        raise BadInputError(f"must be 1-{MAX_ADDRESS_LENGTH} characters without NUL", field="address")
+    return PURGED_PREFIX + address.encode()

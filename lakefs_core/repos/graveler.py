@@ -73,9 +73,10 @@ from lakefs_core.refs.model import (
 )
 from lakefs_core.refs.staging import StagingArea, merge_sorted, tombstone
 from lakefs_core.refs.store import DeletedRepository, RefStore, claim_value
-from lakefs_core.repos import admin, committing, staging_writes
+from lakefs_core.repos import admin, committing, purge, staging_writes
 from lakefs_core.repos.journal import GCSettings, Journal, read_settings
 from lakefs_core.repos.journal import staged_addresses as journal_staged_addresses
+from lakefs_core.repos.purge import PurgeRecord, PurgeReport
 from lakefs_core.repos.refexpr import parse_ref
 from lakefs_core.repos.retry import cas_retrying, exhausted_as
 from lakefs_core.repos.stores import StoreRegistry
@@ -93,6 +94,8 @@ __all__ = [
     "Graveler",
     "GravelerSettings",
     "Journal",
+    "PurgeRecord",
+    "PurgeReport",
     "Repository",
     "Resolved",
     "StorageNamespace",
@@ -742,6 +745,30 @@ class Graveler:
             message=message,
             force=force,
         )
+
+    # -- audited purge (see purge.py) ----------------------------------------------------------------
+
+    async def purge_path(
+        self, repo_id: str, ref: str, path: str, *, all_history: bool, reason: str, actor: str, yes: bool
+    ) -> purge.PurgeReport:
+        """Destroy the objects ``path`` had (dry run unless ``yes``); history stays unchanged."""
+        return await purge.purge_path(
+            self, repo_id, ref, path, all_history=all_history, reason=reason, actor=actor, yes=yes
+        )
+
+    async def purge_record(self, repo_id: str, audit_id: str) -> purge.PurgeRecord:
+        return await purge.purge_record(self, repo_id, audit_id)
+
+    async def list_purges(self, repo_id: str) -> list[purge.PurgeRecord]:
+        return await purge.list_purges(self, repo_id)
+
+    async def purged_addresses(self, repo_id: str, addresses: Sequence[str]) -> dict[str, str]:
+        """Relative address -> audit id, for the addresses an audited purge destroyed."""
+        return await purge.purged_addresses(self, await self.repository(repo_id), addresses)
+
+    async def record_purge(self, repo_id: str, record: purge.PurgeRecord) -> purge.PurgeRecord:
+        """Apply a purge record (a mirror applying its source's purge; read-only repositories too)."""
+        return await purge.record_purge(self, await self.repository(repo_id), record)
 
     # -- retention GC and the hard-delete journal (see journal.py) -----------------------------------
 

@@ -35,6 +35,7 @@ from lakefs_core.keys import SliceAllocator, StorageNamespace
 from lakefs_core.refs.model import Repository
 from lakefs_core.repos.graveler import Graveler
 from lakefs_core.repos.journal import Intent, Journal
+from lakefs_core.repos.purge import raise_if_purged
 
 MAX_LIST_AMOUNT = 10_000
 
@@ -266,6 +267,8 @@ class Objects:
             async for chunk in store.stream(key, start=start, length=length):
                 yield chunk
         except NotFoundError as e:
+            # Missing on purpose? An audited purge left a marker naming its record (HTTP 410).
+            await raise_if_purged(self.g, repo, stat.physical_address, address_type, stat.path)
             raise NotFoundError(f"data of {stat.path!r} is missing at {stat.physical_address}") from e
 
     async def read_all(self, repo_id: str, ref: str, path: str) -> bytes:

@@ -225,3 +225,31 @@ async def test_reconciler_removes_uncommitted_garbage(repo: SqliteRepo, tmp_path
         assert _sample(text, "lakefs_gc_hd_passes_total", repo="hd1", outcome="success") == 1
     finally:
         await svc.close()
+
+
+async def test_purge_routes(repo: SqliteRepo, tmp_path: Path) -> None:
+    from lakefs_core.errors import PurgedError
+    from lakefs_core.repos.objects import Objects
+
+    svc = await _open(repo, tmp_path, schedule={"enabled": False})
+    purges = "/service/gc/v1/repositories/repo1/purges"
+    try:
+        body = {"ref": "main", "path": "a3", "reason": "erasure", "all_history": True}
+        status, dry = await _call(svc, "POST", purges, json=body)
+        assert status == 200 and dry["dry_run"] and dry["addresses"] == [repo.built.addr["a3"]]
+        assert (await _call(svc, "POST", purges, json={**body, "reason": ""}))[0] == 400
+        assert (await _call(svc, "POST", purges, json={**body, "ref": "nope"}))[0] == 404
+        status, done = await _call(svc, "POST", purges, json={**body, "yes": True})
+        assert status == 201 and done["deleted"] == 1
+        status, record = await _call(svc, "GET", f"{purges}/{done['audit_id']}")
+        assert (
+            status == 200 and record["actor"] == f"{AUTH[0]}@lakefs-gc-api" and record["reason"] == "erasure"
+        )
+        assert (await _call(svc, "GET", f"{purges}/purge-nope"))[0] == 404
+        with pytest.raises(PurgedError):
+            await Objects(repo.g).read_all("repo1", "v1", "a3")
+        _, text = await _call(svc, "GET", "/metrics", auth=None)
+        assert _sample(text, "lakefs_gc_purges_total", repo="repo1") == 1
+        assert _sample(text, "lakefs_gc_purged_objects_total", repo="repo1") == 1
+    finally:
+        await svc.close()

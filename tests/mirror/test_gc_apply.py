@@ -274,3 +274,39 @@ def test_presence_forget_and_retain_tables() -> None:
     assert cache.retain_tables(ns, {"t2"}) == 2
     assert cache.is_validated(ns, "t2") and not cache.is_validated(ns, "t1")
     assert cache.is_validated(other, "t1")
+
+
+async def test_source_purge_applies_to_the_mirror(world: World) -> None:
+    """A source's audited purge reaches the mirror: record and markers copied, the mirror's copies
+    deleted, reads there answer PurgedError naming the same record, and objects that will never
+    arrive do not block the next promotion."""
+    from lakefs_core.errors import PurgedError
+    from lakefs_core.repos.objects import Objects
+
+    w = world
+    a3 = w.built.addr["a3"]
+    assert a3 in await w.dst_objects()
+    report = await w.src.purge_path(
+        "origin", "main", "a3", all_history=True, reason="erasure request", actor="dpo", yes=True
+    )
+    assert report.addresses == [a3] and report.audit_id
+    engine = w.engine()
+    step = await engine.step()
+    assert not step.errors
+    assert a3 not in await w.dst_objects()
+    (copy,) = await w.dst.list_purges("mirror")
+    assert copy.audit_id == report.audit_id and copy.source == f"origin/{report.audit_id}"
+    assert copy.state == "done" and copy.reason == "erasure request"
+    with pytest.raises(PurgedError, match=report.audit_id):
+        await Objects(w.dst).read_all("mirror", "main", "a3")
+    # The next source commit still reaches the mirror: a purged object is settled, not missing.
+    await Objects(w.src).upload("origin", "main", "after-purge", b"new")
+    head = await w.src.commit("origin", "main", committer="t", message="after the purge")
+    await w.replicate()
+    step = await engine.step()
+    assert not step.errors
+    assert (await w.dst.branch("mirror", "main")).commit_id == head.id
+    assert await Objects(w.dst).read_all("mirror", "main", "after-purge") == b"new"
+    # Applied once: another pass changes nothing.
+    await engine.step()
+    assert len(await w.dst.list_purges("mirror")) == 1

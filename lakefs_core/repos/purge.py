@@ -1,0 +1,297 @@
+"""Audited purge: destroy the physical objects a path had, keep history and commit ids unchanged.
+
+The compliance case (issue 11): a file must be gone from storage, everywhere, now, and the history
+must not be rewritten. :func:`purge_path` finds the addresses ``path`` had
+
+- at one ``ref`` (a branch's staged value included), or
+- with ``all_history``, in every commit of the repository (reachable or not) and in the current value
+  of every branch (staging included),
+
+and, only when ``yes`` is given (dry run otherwise):
+
+1. writes the audit record ``purges/<audit id>`` (create-only: who, when, why, which addresses);
+2. writes a marker ``purged/<address>`` -> audit id per address (so a read that finds the object
+   missing answers :class:`~lakefs_core.errors.PurgedError`, HTTP 410, naming the record, instead of
+   a plain "missing");
+3. deletes the objects (a missing one counts as deleted: a re-run after a crash completes the purge);
+4. marks the record done.
+
+Records and markers are written before anything is deleted, so a crash leaves a purge that a re-run
+finishes and readers already see as purged. External addresses (outside the repository's namespace)
+are never deleted: they are listed as skipped. Entries keep pointing at the purged addresses; commit
+ids, metaranges and ranges are unchanged. Mirrors copy the records and markers into their own
+repositories and delete their copies (:func:`record_purge` is what they call).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import re
+import uuid
+from collections.abc import Iterable
+from datetime import datetime
+from typing import TYPE_CHECKING, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from lakefs_core.errors import BadInputError, CorruptDataError, NotFoundError, PreconditionFailedError
+from lakefs_core.keys import StorageNamespace
+from lakefs_core.kv.base import Expect
+from lakefs_core.refs import kvkeys
+from lakefs_core.refs.model import Repository
+
+if TYPE_CHECKING:
+    from lakefs_core.repos.graveler import Graveler
+
+MAX_REASON = 1024
+MAX_ADDRESSES = 100_000  # one purge record stays a bounded KV value
+MAX_RECORD_BYTES = 64 << 20
+_PRINTABLE = re.compile(r"[^\x00-\x1f\x7f]+")
+_AUDIT_ID = re.compile(r"[0-9A-Za-z][0-9A-Za-z_-]{0,127}")
+
+
+class PurgeRecord(BaseModel):
+    """The audit record: who purged what, when, why, and the addresses destroyed."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    audit_id: str
+    repository: str
+    ref: str
+    path: str
+    all_history: bool
+    reason: str
+    actor: str
+    created_at: datetime
+    addresses: list[str] = Field(max_length=MAX_ADDRESSES)
+    skipped_external: list[str] = Field(default_factory=list, max_length=MAX_ADDRESSES)
+    state: Literal["deleting", "done"] = "deleting"
+    deleted: int = 0
+    source: str | None = None  # a mirror's copy: the source repository's record it applies
+
+    def to_bytes(self) -> bytes:
+        return self.model_dump_json().encode()
+
+    @classmethod
+    def parse(cls, raw: bytes, where: str) -> PurgeRecord:
+        if len(raw) > MAX_RECORD_BYTES:
+            raise CorruptDataError(f"purge record larger than {MAX_RECORD_BYTES} bytes", file=where)
+        try:
+            return cls.model_validate(json.loads(raw))
+        except (ValueError, ValidationError) as e:
+            raise CorruptDataError(f"invalid purge record: {type(e).__name__}", file=where) from None
+
+
+class PurgeReport(BaseModel):
+    """What :func:`purge_path` found and (without dry run) did."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    repository: str
+    ref: str
+    path: str
+    all_history: bool
+    dry_run: bool
+    audit_id: str | None = None
+    commits_searched: int = 0
+    addresses: list[str] = Field(default_factory=list)
+    skipped_external: list[str] = Field(default_factory=list)
+    deleted: int = 0
+
+
+def check_reason(reason: str) -> str:
+    if not isinstance(reason, str) or not reason.strip():
+        raise BadInputError("a purge needs a reason", field="reason")
+    if len(reason) > MAX_REASON or not _PRINTABLE.fullmatch(reason):
+        raise BadInputError(f"at most {MAX_REASON} printable characters", field="reason")
+    return reason
+
+
+def check_audit_id(audit_id: str) -> str:
+    if not isinstance(audit_id, str) or not _AUDIT_ID.fullmatch(audit_id):
+        raise BadInputError(f"{audit_id!r} is not a purge audit id", field="audit_id")
+    return audit_id
+
+
+def new_audit_id(now: datetime) -> str:
+    return f"purge-{now.strftime('%Y%m%dT%H%M%S')}-{uuid.uuid4().hex[:12]}"
+
+
+def _relative(ns: StorageNamespace, address: str, address_type: int) -> str | None:
+    return ns.relative_of(address, address_type)
+
+
+async def _addresses(
+    g: Graveler, repo: Repository, ref: str, key: bytes, *, all_history: bool
+) -> tuple[set[tuple[str, int]], int]:
+    """``(address, address type)`` of ``key`` at ``ref`` or in every commit and branch."""
+    found: set[tuple[str, int]] = set()
+
+    async def at(where: str) -> None:
+        try:
+            record = await g.get_entry(repo.id, where, key)
+        except NotFoundError:
+            return
+        from lakefs_core.repos.objects import ObjectStat
+
+        stat = ObjectStat.from_record(record)
+        found.add((stat.physical_address, 2 if stat.address_type == "FULL" else 1))
+
+    await g.resolve(repo, ref)  # an unknown ref is NotFoundError, not an empty purge
+    if not all_history:
+        await at(ref)
+        return found, 1
+    commits = 0
+    seen_metaranges: set[str] = set()
+    async for node in g.commit_nodes(repo.id):
+        commits += 1
+        if node.metarange_id and node.metarange_id not in seen_metaranges:
+            seen_metaranges.add(node.metarange_id)
+            await at(node.id)
+    async for branch in g.list_branches(repo.id):
+        await at(branch.id)  # its staged value, if any
+    return found, commits
+
+
+async def purge_path(
+    g: Graveler,
+    repo_id: str,
+    ref: str,
+    path: str,
+    *,
+    all_history: bool,
+    reason: str,
+    actor: str,
+    yes: bool,
+) -> PurgeReport:
+    """Purge ``path`` (see the module). Dry run unless ``yes``."""
+    check_reason(reason)
+    if not isinstance(path, str) or not path or "\0" in path or len(path.encode()) > 1024:
+        raise BadInputError("must be a non-empty path of at most 1024 bytes", field="path")
+    if not isinstance(actor, str) or not actor or len(actor) > 256:
+        raise BadInputError("must name who purges (1-256 characters)", field="actor")
+    repo = await g.repository(repo_id)
+    ns = StorageNamespace.parse(repo.storage_namespace)
+    found, commits = await _addresses(g, repo, ref, path.encode(), all_history=all_history)
+    inside: set[str] = set()
+    outside: set[str] = set()
+    for address, address_type in found:
+        relative = _relative(ns, address, address_type)
+        (inside if relative is not None else outside).add(relative if relative is not None else address)
+    if len(inside) > MAX_ADDRESSES:
+        raise BadInputError(f"more than {MAX_ADDRESSES} objects to purge at once", field="path")
+    report = PurgeReport(
+        repository=repo_id,
+        ref=ref,
+        path=path,
+        all_history=all_history,
+        dry_run=not yes,
+        commits_searched=commits,
+        addresses=sorted(inside),
+        skipped_external=sorted(outside),
+    )
+    if not yes or not inside:
+        return report
+    now = g.clock()
+    record = PurgeRecord(
+        audit_id=new_audit_id(now),
+        repository=repo_id,
+        ref=ref,
+        path=path,
+        all_history=all_history,
+        reason=reason,
+        actor=actor,
+        created_at=now,
+        addresses=report.addresses,
+        skipped_external=report.skipped_external,
+    )
+    done = await record_purge(g, repo, record)
+    report.audit_id, report.deleted = done.audit_id, done.deleted
+    return report
+
+
+async def record_purge(g: Graveler, repo: Repository, record: PurgeRecord) -> PurgeRecord:
+    """Record, mark, delete, settle (see the module). Idempotent: a re-run of a record already
+    stored continues it. Works on read-only (mirror) repositories too."""
+    check_audit_id(record.audit_id)
+    key = kvkeys.purge_key(record.audit_id)
+    try:
+        await g.kv.set_if(repo.partition, key, record.to_bytes(), Expect.ABSENT)
+    except PreconditionFailedError:
+        record = await purge_record(g, repo.id, record.audit_id)
+        if record.state == "done":
+            return record
+    marker = record.audit_id.encode()
+    await g.kv.set_many([(repo.partition, kvkeys.purged_key(a), marker) for a in record.addresses])
+    ns = StorageNamespace.parse(repo.storage_namespace)
+    store = await g.namespace_store(ns)
+    deleted = 0
+    for address in record.addresses:
+        # already gone: a re-run, or a mirror that never received it
+        with contextlib.suppress(NotFoundError):
+            await store.delete(ns.key(address))
+        deleted += 1
+    settled = record.model_copy(update={"state": "done", "deleted": deleted})
+    await g.kv.set(repo.partition, key, settled.to_bytes())
+    return settled
+
+
+async def purge_record(g: Graveler, repo_id: str, audit_id: str) -> PurgeRecord:
+    repo = await g.repository(repo_id)
+    check_audit_id(audit_id)
+    try:
+        raw = await g.kv.get(repo.partition, kvkeys.purge_key(audit_id))
+    except NotFoundError:
+        raise NotFoundError(f"no purge {audit_id!r} in repository {repo_id!r}") from None
+    return PurgeRecord.parse(raw, f"purges/{audit_id} of {repo_id}")
+
+
+async def list_purges(g: Graveler, repo_id: str) -> list[PurgeRecord]:
+    repo = await g.repository(repo_id)
+    out = []
+    async for item in g.kv.scan(repo.partition, kvkeys.PURGES_PREFIX):
+        if not item.key.startswith(kvkeys.PURGES_PREFIX):
+            break
+        out.append(PurgeRecord.parse(item.value, f"{item.key.decode(errors='replace')} of {repo_id}"))
+    return out
+
+
+async def purged_addresses(g: Graveler, repo: Repository, addresses: Iterable[str]) -> dict[str, str]:
+    """Relative address -> audit id, for those of ``addresses`` that a purge destroyed."""
+    out: dict[str, str] = {}
+    for address in addresses:
+        try:
+            raw = await g.kv.get(repo.partition, kvkeys.purged_key(address))
+        except (NotFoundError, BadInputError):
+            continue
+        out[address] = raw.decode("utf-8", "replace")
+    return out
+
+
+async def raise_if_purged(g: Graveler, repo: Repository, address: str, address_type: int, path: str) -> None:
+    """Called when an object's data is missing: :class:`PurgedError` when a purge destroyed it."""
+    from lakefs_core.errors import PurgedError
+
+    try:
+        relative = _relative(StorageNamespace.parse(repo.storage_namespace), address, address_type)
+    except BadInputError:
+        return
+    if relative is None:
+        return
+    found = await purged_addresses(g, repo, [relative])
+    if relative in found:
+        audit = found[relative]
+        raise PurgedError(f"{path!r} was purged (audit record {audit})", audit_id=audit)
+
+
+__all__ = [
+    "PurgeRecord",
+    "PurgeReport",
+    "list_purges",
+    "purge_path",
+    "purge_record",
+    "purged_addresses",
+    "raise_if_purged",
+    "record_purge",
+]
