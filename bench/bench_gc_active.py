@@ -40,6 +40,16 @@ async def synthetic_nodes(n: int) -> AsyncIterator[CommitNode]:
 
 
 def peak_rss_mb() -> float:
+    """This process's peak RSS. Linux: ``VmHWM`` of /proc/self/status, which is this program's own;
+    ``ru_maxrss`` is not: it survives ``exec``, so a child of a big process (bench_gc) would report
+    its parent's peak."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) / 1024
+    except OSError:
+        pass
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
