@@ -76,7 +76,7 @@ def run(group: click.Group, argv: Sequence[str] | None, prog_name: str) -> int:
 
 
 def _register() -> None:
-    from lakefs_core.cli import branch, config_cmd, fs, refs_cmds, repo, sst
+    from lakefs_core.cli import branch, config_cmd, fs, import_cmd, refs_cmds, repo, sst
 
     cli.add_command(config_cmd.check_config_cmd)
     cli.add_command(sst.sst)
@@ -89,6 +89,7 @@ def _register() -> None:
     cli.add_command(refs_cmds.merge_cmd)
     cli.add_command(refs_cmds.tag)
     cli.add_command(refs_cmds.show)
+    cli.add_command(import_cmd.import_cmd)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

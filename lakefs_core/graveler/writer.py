@@ -210,6 +210,22 @@ class MetaRangeWriter:
         await self._tables.write(built.id, built.data)
         return built.id, list(self._ranges)
 
+    async def close_ranges(self) -> list[RangeInfo]:
+        """Finish like :meth:`close` but write no metarange: the ranges are spliced into another
+        metarange by the caller (an import's chunk, written by one of many workers)."""
+        if self._closed:
+            raise BadInputError("metarange writer already closed", field="writer")
+        self._closed = True
+        try:
+            await self._close_current()
+            if self._uploads:
+                await asyncio.gather(*self._uploads)
+        except BaseException:
+            for task in self._uploads:
+                task.cancel()
+            raise
+        return list(self._ranges)
+
     async def abort(self) -> None:
         """Cancel pending uploads (already stored ranges stay: they are content-addressed)."""
         self._closed = True

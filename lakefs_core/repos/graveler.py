@@ -73,7 +73,7 @@ from lakefs_core.refs.model import (
 )
 from lakefs_core.refs.staging import StagingArea, merge_sorted, tombstone
 from lakefs_core.refs.store import DeletedRepository, RefStore, claim_value
-from lakefs_core.repos import admin, committing, purge, staging_writes
+from lakefs_core.repos import admin, committing, importing, purge, staging_writes
 from lakefs_core.repos.journal import GCSettings, Journal, read_settings
 from lakefs_core.repos.journal import staged_addresses as journal_staged_addresses
 from lakefs_core.repos.purge import PurgeRecord, PurgeReport
@@ -744,6 +744,24 @@ class Graveler:
             parent_number=parent_number,
             message=message,
             force=force,
+        )
+
+    # -- import (see importing.py) ---------------------------------------------------------------------
+
+    async def import_objects(
+        self,
+        repo_id: str,
+        branch_id: str,
+        path: str,
+        source_uri: str,
+        *,
+        committer: str,
+        message: str | None = None,
+    ) -> importing.ImportResult:
+        """Entries for every object under ``source_uri`` (full addresses, nothing copied) under ``path``,
+        in one commit on the branch (in this process; PySpark: ``lakefs_gc.spark.import_job``)."""
+        return await importing.import_objects(
+            self, repo_id, branch_id, path, source_uri, committer=committer, message=message
         )
 
     # -- audited purge (see purge.py) ----------------------------------------------------------------

@@ -21,6 +21,7 @@ JobFn = Callable[[Executor, Mapping[str, Any]], dict[str, Any]]
 BUILTIN_JOBS: dict[str, str] = {
     "count-objects": "lakefs_gc.spark.count_objects:run",
     "gc-mark": "lakefs_gc.mark:mark_job",
+    "core-import": "lakefs_gc.spark.import_job:import_job",
 }
 _registered: dict[str, JobFn] = {}
 _NAME = re.compile(r"[a-z][a-z0-9-]{0,62}")
