@@ -195,24 +195,14 @@ class MetaRangeWriter:
         Returns the metarange id and its ranges. If any upload failed, the error is raised and
         no metarange is written (nothing would point at a missing range).
         """
-        if self._closed:
-            raise BadInputError("metarange writer already closed", field="writer")
-        self._closed = True
-        try:
-            await self._close_current()
-            if self._uploads:
-                await asyncio.gather(*self._uploads)
-        except BaseException:
-            for task in self._uploads:
-                task.cancel()
-            raise
-        built = build_metarange(self._ranges, compression=self._compression)
+        ranges = await self.close_ranges()
+        built = build_metarange(ranges, compression=self._compression)
         await self._tables.write(built.id, built.data)
-        return built.id, list(self._ranges)
+        return built.id, ranges
 
     async def close_ranges(self) -> list[RangeInfo]:
-        """Finish like :meth:`close` but write no metarange: the ranges are spliced into another
-        metarange by the caller (an import's chunk, written by one of many workers)."""
+        """Store the last range and wait for every upload; write no metarange (:meth:`close` does;
+        an import's chunk is spliced into another metarange by its caller)."""
         if self._closed:
             raise BadInputError("metarange writer already closed", field="writer")
         self._closed = True

@@ -292,6 +292,56 @@ async def commit_import(
     return made
 
 
+@dataclass(frozen=True)
+class ImportTarget:
+    """What every import checks before any work (:func:`prepare_import`)."""
+
+    repo_id: str
+    branch_id: str
+    dest_prefix: str
+    source: StorageNamespace
+    namespace: StorageNamespace
+    started: float
+
+
+async def prepare_import(
+    g: Graveler, repo_id: str, branch_id: str, dest_path: str, source_uri: str
+) -> ImportTarget:
+    """Check the destination (writable repository, existing branch, path) and the source (not
+    overlapping the repository's namespace) before any listing or writing."""
+    started = time.perf_counter()
+    dest_prefix = normalize_dest_prefix(dest_path)
+    repo = await g.repository(repo_id)
+    g.writable(repo, False)
+    await g.branch(repo_id, branch_id)  # an unknown branch fails before any work
+    source = source_namespace(source_uri)
+    namespace = StorageNamespace.parse(repo.storage_namespace)
+    check_source(source, namespace)
+    return ImportTarget(repo_id, branch_id, dest_prefix, source, namespace, started)
+
+
+async def finish_import(
+    g: Graveler,
+    target: ImportTarget,
+    ranges: list[RangeInfo],
+    *,
+    entries: int,
+    chunks: int,
+    committer: str,
+    message: str | None,
+) -> ImportResult:
+    """Commit the built ranges (none: :class:`NoChangesError`)."""
+    if entries == 0:
+        raise NoChangesError(f"no objects under {target.source.uri}")
+    fault_point("import:before-commit")  # crash tests: ranges stored, no commit yet
+    made = await commit_import(
+        g, target.repo_id, target.branch_id, target.dest_prefix, ranges, source_uri=target.source.uri,
+        committer=committer, message=message or f"Import {target.source.uri} to {target.dest_prefix or '/'}",
+    )  # fmt: skip
+    seconds = time.perf_counter() - target.started
+    return ImportResult(made.id, made.metarange_id, entries, len(ranges), chunks, seconds)
+
+
 async def import_objects(
     g: Graveler,
     repo_id: str,
@@ -303,31 +353,23 @@ async def import_objects(
     message: str | None = None,
 ) -> ImportResult:
     """The whole import in this process (small imports; large ones: the ``core-import`` Spark job)."""
-    started = time.perf_counter()
-    dest_prefix = normalize_dest_prefix(dest_path)
-    repo = await g.repository(repo_id)
-    g.writable(repo, False)
-    await g.branch(repo_id, branch_id)  # an unknown branch fails before any work
-    source = source_namespace(source_uri)
-    check_source(source, StorageNamespace.parse(repo.storage_namespace))
-    store = await g.namespace_store(source)
-    tables = await g.namespace_tables(StorageNamespace.parse(repo.storage_namespace))
+    target = await prepare_import(g, repo_id, branch_id, dest_path, source_uri)
+    store = await g.namespace_store(target.source)
+    tables = await g.namespace_tables(target.namespace)
     ranges: list[RangeInfo] = []
     entries = 0
-    chunks = await plan_chunks(store, source)
+    chunks = await plan_chunks(store, target.source)
     for chunk in chunks:
         built, n = await build_chunk_ranges(
-            store, source, tables, chunk, dest_prefix=dest_prefix, policy=g.settings.split_policy
+            store,
+            target.source,
+            tables,
+            chunk,
+            dest_prefix=target.dest_prefix,
+            policy=g.settings.split_policy,
         )
         ranges += built
         entries += n
-    if entries == 0:
-        raise NoChangesError(f"no objects under {source.uri}")
-    fault_point("import:before-commit")  # crash tests: ranges stored, no commit yet
-    made = await commit_import(
-        g, repo_id, branch_id, dest_prefix, ranges, source_uri=source.uri, committer=committer,
-        message=message or f"Import {source.uri} to {dest_prefix or '/'}",
-    )  # fmt: skip
-    return ImportResult(
-        made.id, made.metarange_id, entries, len(ranges), len(chunks), time.perf_counter() - started
+    return await finish_import(
+        g, target, ranges, entries=entries, chunks=len(chunks), committer=committer, message=message
     )

@@ -21,20 +21,18 @@ from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-from lakefs_core.errors import BadInputError, NoChangesError
+from lakefs_core.errors import BadInputError
 from lakefs_core.format.records import RangeInfo
 from lakefs_core.format.splitter import SplitPolicy
 from lakefs_core.graveler.tables import TableCache, TableStore
-from lakefs_core.repos.graveler import Graveler, StorageNamespace
+from lakefs_core.repos.graveler import Graveler
 from lakefs_core.repos.importing import (
     Chunk,
     ImportResult,
     build_chunk_ranges,
-    check_source,
-    commit_import,
-    normalize_dest_prefix,
+    finish_import,
     plan_chunks,
-    source_namespace,
+    prepare_import,
 )
 from lakefs_gc.mark import store_ref
 from lakefs_gc.spark.executor import Executor
@@ -97,25 +95,16 @@ async def import_with_executor(
     partitions: int | None = None,
 ) -> ImportResult:
     """Plan here, build ranges on ``executor``, splice and commit here."""
-    import time
-
-    started = time.perf_counter()
-    dest_prefix = normalize_dest_prefix(dest_path)
-    repo = await g.repository(repo_id)
-    g.writable(repo, False)
-    await g.branch(repo_id, branch_id)
-    source = source_namespace(source_uri)
-    check_source(source, StorageNamespace.parse(repo.storage_namespace))
-    chunks = await plan_chunks(
-        await g.namespace_store(source), source, partitions or executor.default_parallelism * 4
-    )
+    target = await prepare_import(g, repo_id, branch_id, dest_path, source_uri)
+    wanted = partitions or executor.default_parallelism * 4
+    chunks = await plan_chunks(await g.namespace_store(target.source), target.source, wanted)
     conf = {
-        "source": store_ref(g, source).to_json(),
-        "dest": store_ref(g, StorageNamespace.parse(repo.storage_namespace)).to_json(),
-        "dest_prefix": dest_prefix,
+        "source": store_ref(g, target.source).to_json(),
+        "dest": store_ref(g, target.namespace).to_json(),
+        "dest_prefix": target.dest_prefix,
         "policy": dataclasses.asdict(g.settings.split_policy),
     }
-    n = max(1, min(len(chunks), partitions or executor.default_parallelism * 4))
+    n = max(1, min(len(chunks), wanted))
     rows = await asyncio.to_thread(
         lambda: (
             executor.parallelize([c.to_json() for c in chunks], n)
@@ -126,14 +115,8 @@ async def import_with_executor(
     rows.sort(key=lambda r: int(r["index"]))
     ranges = [_range_of(row) for r in rows for row in r["ranges"]]
     entries = sum(int(r["count"]) for r in rows)
-    if entries == 0:
-        raise NoChangesError(f"no objects under {source.uri}")
-    made = await commit_import(
-        g, repo_id, branch_id, dest_prefix, ranges, source_uri=source.uri, committer=committer,
-        message=message or f"Import {source.uri} to {dest_prefix or '/'}",
-    )  # fmt: skip
-    return ImportResult(
-        made.id, made.metarange_id, entries, len(ranges), len(chunks), time.perf_counter() - started
+    return await finish_import(
+        g, target, ranges, entries=entries, chunks=len(chunks), committer=committer, message=message
     )
 
 
