@@ -19,7 +19,7 @@
    it (``deleting``, so due at once) and is retried on the next pass.
 4. Prune consumption records older than the oldest remaining intent (less twice the clock-skew
    margin), and sweep interrupted-write temporary files of a local namespace
-   (``LocalBlockStore.sweep_leftovers``, once per process and root).
+   (``Graveler.sweep_temp_files``, once per process and root).
 
 :func:`reconcile_deleted_repositories` handles the ``deleted-repos/`` records: once the grace period
 after a deletion has passed, the namespace's ``data/`` is purged when no repository claims or uses
@@ -42,18 +42,21 @@ from dataclasses import asdict, dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
-from lakefs_core.block.local import LocalBlockStore
 from lakefs_core.errors import (
     BadInputError,
     NamespaceConflictError,
     PreconditionFailedError,
     ReadOnlyError,
 )
-from lakefs_core.repos.graveler import DATA_DIR, TABLES_DIR, Graveler, Journal, StorageNamespace
-from lakefs_core.repos.journal import (
+from lakefs_core.repos.graveler import (
+    DATA_DIR,
     DEFAULT_CLOCK_SKEW_SECONDS,
+    TABLES_DIR,
     Decision,
+    Graveler,
     Intent,
+    Journal,
+    StorageNamespace,
     forget_deleted_repository,
 )
 from lakefs_gc.sweep import KeyDeleter
@@ -287,9 +290,7 @@ async def reconcile_repository(
     await one.run(intents)
     await one.finish()
     if one.deleter is not None:
-        store = await graveler.namespace_store(ns)
-        if isinstance(store, LocalBlockStore):
-            one.report.temp_files_deleted = await store.sweep_leftovers()
+        one.report.temp_files_deleted = await graveler.sweep_temp_files(ns)
     r = one.report
     if r.deleted or r.failed or r.rescued:
         log.info(

@@ -74,7 +74,15 @@ from lakefs_core.refs.model import (
 from lakefs_core.refs.staging import StagingArea, merge_sorted, tombstone
 from lakefs_core.refs.store import DeletedRepository, RefStore, claim_value
 from lakefs_core.repos import admin, committing, importing, purge, staging_writes
-from lakefs_core.repos.journal import GCSettings, Journal, read_settings
+from lakefs_core.repos.journal import (
+    DEFAULT_CLOCK_SKEW_SECONDS,
+    Decision,
+    GCSettings,
+    Intent,
+    Journal,
+    forget_deleted_repository,
+    read_settings,
+)
 from lakefs_core.repos.journal import staged_addresses as journal_staged_addresses
 from lakefs_core.repos.purge import PurgeRecord, PurgeReport
 from lakefs_core.repos.refexpr import parse_ref
@@ -85,14 +93,17 @@ from lakefs_core.repos.stores import StoreRegistry
 # re-exported here, so they never import lakefs_core.refs, repos.stores or the key modules.
 __all__ = [
     "DATA_DIR",
+    "DEFAULT_CLOCK_SKEW_SECONDS",
     "DUMMY_NAME",
     "TABLES_DIR",
     "AddressType",
     "Branch",
     "Commit",
     "CommitNode",
+    "Decision",
     "Graveler",
     "GravelerSettings",
+    "Intent",
     "Journal",
     "PurgeRecord",
     "PurgeReport",
@@ -102,6 +113,7 @@ __all__ = [
     "StoreRegistry",
     "Tag",
     "check_run_id",
+    "forget_deleted_repository",
     "is_commit_id",
     "new_run_id",
     "slice_hour",
@@ -745,6 +757,14 @@ class Graveler:
             message=message,
             force=force,
         )
+
+    async def sweep_temp_files(self, ns: StorageNamespace) -> int:
+        """Remove leftover temporary files of interrupted writes in a LOCAL namespace's store (older
+        than the store's grace); 0 for other stores. Returns how many were removed."""
+        from lakefs_core.block.local import LocalBlockStore
+
+        store = await self.namespace_store(ns)
+        return await store.sweep_leftovers() if isinstance(store, LocalBlockStore) else 0
 
     # -- import (see importing.py) ---------------------------------------------------------------------
 
