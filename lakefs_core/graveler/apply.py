@@ -14,7 +14,7 @@ If nothing effectively changed, :class:`~lakefs_core.errors.NoChangesError` is r
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterable, AsyncIterator, Iterable
+from collections.abc import AsyncIterable, AsyncIterator, Iterable, Iterator
 from dataclasses import dataclass
 
 from lakefs_core.errors import BadInputError, NoChangesError
@@ -34,19 +34,44 @@ class ApplyResult:
 
 
 class _Changes:
-    """A peekable, order-checked view of a change stream."""
+    """A peekable, order-checked view of a change stream (a plain iterable is read without an async
+    generator per change: bulk writes pay no coroutine switch per record)."""
 
     def __init__(self, changes: AsyncIterable[Change] | Iterable[Change]) -> None:
-        self._it: AsyncIterator[Change] = _aiter(changes)
+        self._sync: Iterator[Change] | None = None
+        self._it: AsyncIterator[Change] | None = None
+        if isinstance(changes, AsyncIterable):
+            self._it = _aiter(changes)
+        else:
+            self._sync = iter(changes)
         self.head: Change | None = None
         self._prev: bytes | None = None
 
     async def advance(self) -> None:
+        if self._sync is not None:
+            self.advance_sync()
+            return
+        assert self._it is not None
         try:
             change = await anext(self._it)
         except StopAsyncIteration:
             self.head = None
             return
+        self._accept(change)
+
+    @property
+    def is_sync(self) -> bool:
+        return self._sync is not None
+
+    def advance_sync(self) -> None:
+        assert self._sync is not None
+        change = next(self._sync, None)
+        if change is None:
+            self.head = None
+            return
+        self._accept(change)
+
+    def _accept(self, change: Change) -> None:
         if self._prev is not None and change.key <= self._prev:
             raise BadInputError(
                 f"changes must be strictly ascending: {change.key!r} after {self._prev!r}", field="changes"
@@ -100,12 +125,27 @@ async def apply_changes(
 
 async def _insert_before(writer: MetaRangeWriter, stream: _Changes, bound: bytes | None) -> int:
     """Write changes with key < ``bound`` (all remaining when ``None``); they add new keys."""
+    if stream.is_sync:
+        return await _insert_before_sync(writer, stream, bound)
     n = 0
     while stream.head is not None and (bound is None or stream.head.key < bound):
         if stream.head.value is not None:
             await writer.add(stream.head.value)
             n += 1
         await stream.advance()
+    return n
+
+
+async def _insert_before_sync(writer: MetaRangeWriter, stream: _Changes, bound: bytes | None) -> int:
+    """:func:`_insert_before` for a plain iterable: a tight loop, awaiting only to close a range."""
+    n = 0
+    append, advance = writer.append, stream.advance_sync
+    while (head := stream.head) is not None and (bound is None or head.key < bound):
+        if head.value is not None:
+            n += 1
+            if append(head.value):
+                await writer.close_current()
+        advance()
     return n
 
 

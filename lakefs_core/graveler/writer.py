@@ -148,6 +148,12 @@ class MetaRangeWriter:
 
     async def add(self, record: ValueRecord) -> None:
         """Append one record to the current range, closing it where the split policy says."""
+        if self.append(record):
+            await self._close_current()
+
+    def append(self, record: ValueRecord) -> bool:
+        """:meth:`add` without the await: True when the current range must be closed now (the caller
+        then awaits :meth:`close_current`). Bulk writers call this in a tight loop."""
         key = record.key
         if self._last_key is not None and key <= self._last_key:
             self._check_order(key, "record")
@@ -157,8 +163,11 @@ class MetaRangeWriter:
         estimate = current.add(key, encode_envelope(record.identity, record.data))
         self._last_key = key
         self.stats.records_written += 1
-        if self._policy.should_break(key, estimate):
-            await self._close_current()
+        return self._policy.should_break(key, estimate)
+
+    async def close_current(self) -> None:
+        """Close the current range (after :meth:`append` answered True)."""
+        await self._close_current()
 
     async def add_range(self, info: RangeInfo) -> None:
         """Reuse an existing, already stored range whole (closes the current partial range first)."""
