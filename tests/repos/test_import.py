@@ -22,7 +22,7 @@ from lakefs_core.kv.memory import MemoryKVStore
 from lakefs_core.repos.graveler import Graveler, StorageNamespace, StoreRegistry
 from lakefs_core.repos.objects import Objects
 from tests.block.conftest import create_bucket, raw_client, s3_settings
-from tests.support.moto import MotoServer
+from tests.support.moto import ACCESS_KEY, SECRET_KEY, MotoServer
 
 FILES = {"a/x.csv": b"ax", "a/y.csv": b"ay", "b.txt": b"b", "c/d/e.parquet": b"cde", "a.txt": b"a-dot"}
 
@@ -176,6 +176,55 @@ async def test_sigkill_mid_import_leaves_no_commit_and_a_rerun_completes(tmp_pat
         assert len(imports) == 1 and log[0].id == imports[0].id and log[0].parents == (head,)
         page = await Objects(g).list("imp3", "main", prefix="big/", amount=5000)
         assert len(page.objects) == 4000
+    finally:
+        await g.stores.close()
+        await kv.close()
+
+
+async def test_sigkill_mid_import_from_s3_then_rerun(
+    moto: Callable[[str], MotoServer], tmp_path: Path
+) -> None:
+    """The same crash on an S3 source (moto): the killed import moved nothing, the re-run commits
+    every object once."""
+    import yaml
+
+    server = moto("us-east-1")
+    await create_bucket(server, "kill-imports")
+    async with raw_client(server) as s3:
+        for i in range(300):
+            await s3.put_object(Bucket="kill-imports", Key=f"in/d{i % 5}/o{i:04}", Body=b"x")
+    kv_url = f"sqlite:///{tmp_path / 'kv.sqlite3'}"
+    config = tmp_path / "core.yaml"
+    creds = {"source": "static", "access_key_id": ACCESS_KEY, "secret_access_key": SECRET_KEY}
+    s3_conf = {"endpoint_url": server.endpoint, "region": "us-east-1", "credentials": creds}
+    config.write_text(yaml.safe_dump({"kv_url": kv_url, "s3": s3_conf}))
+    kv = await open_kv(kv_url)
+    g = Graveler(kv, StoreRegistry())
+    try:
+        await g.create_repository("imp4", f"local://{tmp_path / 'ns4'}")
+        head = (await g.branch("imp4", "main")).commit_id
+        env = {
+            **{k: v for k, v in os.environ.items() if not k.startswith("LAKEFS_CORE")},
+            "HOME": str(tmp_path),
+        }
+        cmd = [sys.executable, "-m", "lakefs_core.cli", "--config", str(config), "import", "--from",
+               "s3://kill-imports/in", "--to", "lakefs://imp4/main/s3/"]  # fmt: skip
+        proc = await asyncio.create_subprocess_exec(
+            *cmd, env={**env, "LAKEFS_CORE_FAULT": "import:before-commit:kill"}, stderr=subprocess.PIPE
+        )
+        _, err = await proc.communicate()
+        assert proc.returncode == -signal.SIGKILL, err.decode()[-2000:]
+        assert (await g.branch("imp4", "main")).commit_id == head
+        done = await asyncio.create_subprocess_exec(
+            *cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE
+        )
+        _, err = await done.communicate()
+        assert done.returncode == 0, err.decode()[-2000:]
+        page = await Objects(g).list("imp4", "main", prefix="s3/", amount=1000)
+        assert len(page.objects) == 300
+        assert [
+            c.parents for c in [await g.get_commit("imp4", (await g.branch("imp4", "main")).commit_id)]
+        ] == [(head,)]
     finally:
         await g.stores.close()
         await kv.close()
