@@ -50,8 +50,8 @@ from pathlib import Path
 from typing import Any
 
 from bench.bench_gc_seams import raw_scan
-from bench.common import machine, report
-from lakefs_core.block import S3BlockStore, S3Settings
+from bench.common import machine, moto_s3_settings, report
+from lakefs_core.block import S3BlockStore
 from lakefs_core.block.base import ObjectInfo
 from lakefs_core.format.records import ValueRecord, make_entry
 from lakefs_core.keys import StorageNamespace, new_object_id, new_slice_id
@@ -350,13 +350,7 @@ async def bench_s3(m: int) -> None:
     server.start(logs)
     try:
         async with ThrottlingProxy(server.endpoint, throttle_share=0.0) as proxy:
-            settings = S3Settings(
-                region="us-east-1",
-                endpoint_url=proxy.endpoint,
-                access_key_id=ACCESS_KEY,
-                secret_access_key=SECRET_KEY,
-                max_pool_connections=32,
-            )
+            settings = moto_s3_settings(proxy.endpoint, max_pool_connections=32)
             async with S3BlockStore("bench-gc", settings=settings) as raw:
                 await (await raw._client()).create_bucket(Bucket="bench-gc")  # bench setup only
             g = Graveler(

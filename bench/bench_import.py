@@ -1,7 +1,7 @@
 """Import throughput (issue 12): entries committed per second, in-process and on PySpark ``local[2]``.
 
-Usage: ``python -m bench.bench_import [--objects N] [--dirs D] [--skip-spark]`` (defaults 1,000,000 /
-1,000).
+Usage: ``python -m bench.bench_import [--objects N] [--dirs D] [--skip-spark] [--s3 M]`` (defaults
+1,000,000 / 1,000; ``--s3 0``).
 
 A local source tree of ``N`` small files in ``D`` directories is imported into a fresh repository
 (memory KV, local namespace): once in this process (``Graveler.import_objects``) and once with the
@@ -9,6 +9,11 @@ range building on PySpark ``local[2]`` executors (``import_with_executor``; the 
 apart and excluded). The baseline in the same run is a raw ``os.scandir`` walk of the same tree with a
 ``stat`` per file (what any import must at least do). Figures: one JSON line each (``bench`` names
 ``import.*``); the issue's target is 1M entries committed in at most 60 s on ``local[2]``.
+
+``--s3 M``: ``M`` objects in a bucket of a moto_server, imported in-process into a repository whose
+namespace is another bucket of the same server, every S3 request through a counting proxy; reports
+requests by operation and per imported object (moto answers a few hundred requests/s, so the figure
+is the request count, not the time). Filling the bucket is not counted.
 """
 
 from __future__ import annotations
@@ -21,7 +26,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from bench.common import machine, report
+from bench.common import machine, moto_s3_settings, report
 from lakefs_core.kv.memory import MemoryKVStore
 from lakefs_core.repos.graveler import Graveler, StoreRegistry
 
@@ -90,15 +95,64 @@ async def on_spark(src: Path, work: Path, n: int) -> tuple[float, float]:
     return seconds, jvm
 
 
+async def s3_import(work: Path, objects: int) -> None:
+    import aioboto3
+
+    from tests.support.moto import MotoServer
+    from tests.support.s3proxy import ThrottlingProxy
+
+    server = MotoServer("us-east-1")
+    server.start(work)
+    try:
+        async with aioboto3.Session().client("s3", **server.client_kwargs()) as s3:
+            for bucket in ("source", "lake"):
+                await s3.create_bucket(Bucket=bucket)
+            t0 = time.perf_counter()
+            todo = iter(range(objects))
+
+            async def fill() -> None:
+                for i in todo:
+                    key = f"landing/date=2026-{i % 100:03}/part-{i:07}.parquet"
+                    await s3.put_object(Bucket="source", Key=key, Body=b"x")
+
+            await asyncio.gather(*(fill() for _ in range(16)))
+            report("import.s3_fill", objects=objects, seconds=round(time.perf_counter() - t0, 1))
+        async with ThrottlingProxy(server.endpoint, throttle_share=0.0) as proxy:
+            stores = StoreRegistry(s3=moto_s3_settings(proxy.endpoint))
+            try:
+                g = Graveler(MemoryKVStore(), stores)
+                await g.create_repository("bench-s3", "s3://lake/repo")
+                proxy.reset_counts()
+                t0 = time.perf_counter()
+                result = await g.import_objects(
+                    "bench-s3", "main", "raw/", "s3://source/landing", committer="bench"
+                )
+                seconds = time.perf_counter() - t0
+                counts = dict(proxy.requests)
+            finally:
+                await stores.close()
+    finally:
+        server.stop()
+    assert result.entries == objects, result
+    total = sum(counts.values())
+    report("import.s3", entries=objects, seconds=round(seconds, 1), entries_per_s=round(objects / seconds),
+           requests=counts, requests_total=total, requests_per_object=round(total / objects, 5))  # fmt: skip
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--objects", type=int, default=1_000_000)
     parser.add_argument("--dirs", type=int, default=1000)
     parser.add_argument("--skip-spark", action="store_true")
+    parser.add_argument("--s3", type=int, default=0, metavar="M", help="also import M objects from moto S3")
     args = parser.parse_args()
     report("import.machine", **machine())
     work = Path(tempfile.mkdtemp(prefix="bench-import-"))
     try:
+        if args.s3:
+            asyncio.run(s3_import(work, args.s3))
+        if not args.objects:
+            return
         src = work / "src"
         t0 = time.perf_counter()
         make_tree(src, args.objects, args.dirs)

@@ -95,14 +95,19 @@ def upload_tree(tmp: Path, src: Path, files: int, rounds: int, *, mode: str, kv_
     repo = f"bench-{uuid.uuid4().hex[:8]}"
     cli(env, "repo", "create", f"lakefs://{repo}", f"local://{tmp / ('ns-' + repo)}")
     best = {"rclone": float("inf"), "lakefs": float("inf")}
+    pairs: list[tuple[float, float]] = []
     for r in range(rounds):
         dst = tmp / f"rclone-{mode}-{r}"
-        best["rclone"] = min(best["rclone"], rclone(src, dst))
+        rc = rclone(src, dst)
         shutil.rmtree(dst)
+        os.sync()  # the removal's writeback must not land in the next timed run
         up = cli(
             env, "fs", "upload", "-r", f"lakefs://{repo}/main/r{r}/", "--source", str(src), "--no-progress"
         )
-        best["lakefs"] = min(best["lakefs"], up)
+        os.sync()
+        best["rclone"], best["lakefs"] = min(best["rclone"], rc), min(best["lakefs"], up)
+        pairs.append((rc, up))
+    ratios = sorted(rc / up for rc, up in pairs)
     report(
         "upload_tree",
         mode=mode,
@@ -113,6 +118,10 @@ def upload_tree(tmp: Path, src: Path, files: int, rounds: int, *, mode: str, kv_
         lakefs_seconds=round(best["lakefs"], 3),
         lakefs_files_per_second=round(files / best["lakefs"], 1),
         ratio_to_rclone=round(best["rclone"] / best["lakefs"], 3),
+        # each round's rclone and lakefs runs are adjacent in time: the median of their ratios is
+        # steadier than best-of when the disk's speed drifts between rounds
+        median_round_ratio=round(ratios[len(ratios) // 2], 3),
+        rounds_seconds=[(round(rc, 2), round(up, 2)) for rc, up in pairs],
         **machine(),
     )
 

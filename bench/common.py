@@ -78,3 +78,17 @@ def machine() -> dict[str, Any]:
 
 def report(name: str, **fields: Any) -> None:
     print(json.dumps({"bench": name, **fields}, sort_keys=True), flush=True)
+
+
+def moto_s3_settings(endpoint: str, **overrides: Any) -> Any:
+    """S3 settings for a moto_server (or a proxy in front of one) with the test credentials."""
+    from lakefs_core.block.s3_settings import S3Settings
+    from tests.support.moto import ACCESS_KEY, SECRET_KEY
+
+    values: dict[str, Any] = {
+        "region": "us-east-1",
+        "endpoint_url": endpoint,
+        "access_key_id": ACCESS_KEY,
+        "secret_access_key": SECRET_KEY,
+    }
+    return S3Settings(**(values | overrides))

@@ -205,3 +205,10 @@ class UnreachableError(TransientError):
 def is_retryable(exc: BaseException) -> bool:
     """True for errors that a bounded retry loop may try again (tenacity predicate helper)."""
     return isinstance(exc, LakeFSError) and exc.retryable
+
+
+def first_exception(group: BaseExceptionGroup[BaseException]) -> BaseException:
+    """The first leaf exception of a task group's failure: bounded-concurrency helpers re-raise it
+    alone (``raise first_exception(g) from None``), so callers see one typed error, not a group."""
+    first = group.exceptions[0]
+    return first_exception(first) if isinstance(first, BaseExceptionGroup) else first

@@ -29,7 +29,7 @@ import click
 from lakefs_core.cli.config_cmd import echo_problems
 from lakefs_core.cli.uri import REPO_URI, LakeFSURI
 from lakefs_core.config import display
-from lakefs_core.daemon import DaemonLoop
+from lakefs_core.daemon import DaemonLoop, freeze_startup_heap
 from lakefs_core.errors import BadInputError, NotFoundError
 from lakefs_core.logfmt import LOG_FORMATS, configure_logging
 from lakefs_core.systemd import Notifier, run_notified
@@ -64,6 +64,7 @@ async def _daemon(config: GCConfig, once: bool) -> int:
         )
         service.loop = loop
         loop.install_signal_handlers()
+        freeze_startup_heap()
         return await run_notified(loop, Notifier.from_env(), once=once)
     finally:
         await service.close()

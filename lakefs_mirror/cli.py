@@ -35,7 +35,7 @@ from lakefs_core import __version__
 from lakefs_core.cli import run
 from lakefs_core.cli.config_cmd import echo_problems
 from lakefs_core.config import display
-from lakefs_core.daemon import DaemonLoop
+from lakefs_core.daemon import DaemonLoop, freeze_startup_heap
 from lakefs_core.logfmt import LOG_FORMATS, configure_logging
 from lakefs_core.systemd import Notifier, run_notified
 from lakefs_mirror.config import MirrorConfig, inspect_mirror_config, load_mirror_config
@@ -73,6 +73,7 @@ async def _run(config: MirrorConfig, once: bool, pass_timeout: float | None) -> 
         )
         service.loop = loop
         loop.install_signal_handlers()
+        freeze_startup_heap()
         return await run_notified(loop, Notifier.from_env(), once=once)
     finally:
         await service.close()

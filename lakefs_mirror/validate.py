@@ -94,7 +94,9 @@ DEFAULT_MAX_REPORTED = 100
 DEFAULT_BATCH_OBJECTS = 100_000
 
 _SCAN_BATCH = 8192  # range entries decoded per call in the CPU pool (a cancellation point between)
-_YIELD_EVERY = 4096  # per-object bookkeeping steps on the loop between two yields to it
+# Per-object bookkeeping steps on the loop between two yields to it. While the CPU workers hold the
+# GIL, such a step was measured at 10-35 ms of wall time (bench/RESULTS.md, mirror API latency).
+_YIELD_EVERY = 512
 
 T = TypeVar("T")
 R = TypeVar("R")

@@ -12,11 +12,13 @@
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 
+from lakefs_core import offloop
 from tests.support.env import skip_or_fail
 from tests.support.moto import ACCESS_KEY, SECRET_KEY, MotoRegions, MotoServer
 from tests.support.pg import PgDatabase, create_database, drop_database, unreachable_reason
@@ -29,6 +31,21 @@ os.environ["AWS_ACCESS_KEY_ID"] = ACCESS_KEY
 os.environ["AWS_SECRET_ACCESS_KEY"] = SECRET_KEY
 os.environ.setdefault("AWS_DEFAULT_REGION", "us-east-1")
 os.environ.pop("AWS_PROFILE", None)
+
+
+@pytest.fixture(autouse=True)
+def _restore_switch_interval(
+    request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[None]:
+    """A daemon's ``serve_api`` shortens the GIL switch interval for its whole process
+    (lakefs_core.offloop.favour_the_loop). The suite keeps CPython's default: the short interval
+    makes the daemon tests' threads (aiosqlite, to_thread, CPU workers) hand the GIL over 25 times
+    as often for nothing. Tests about the latency it buys are marked ``favour_the_loop``."""
+    before = sys.getswitchinterval()
+    if request.node.get_closest_marker("favour_the_loop") is None:
+        monkeypatch.setattr(offloop, "LOOP_SWITCH_INTERVAL", before)  # favour_the_loop: no change
+    yield
+    sys.setswitchinterval(before)
 
 
 @pytest.fixture(scope="session")

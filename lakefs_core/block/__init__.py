@@ -24,6 +24,7 @@ from lakefs_core.block.base import (
     FailedKey,
     KeyInfo,
     ObjectInfo,
+    PutItem,
 )
 from lakefs_core.block.local import LocalBlockStore
 from lakefs_core.block.memory import MemoryBlockStore
@@ -43,6 +44,7 @@ __all__ = [
     "LocalBlockStore",
     "MemoryBlockStore",
     "ObjectInfo",
+    "PutItem",
     "S3BlockStore",
     "S3Settings",
     "copy_object",

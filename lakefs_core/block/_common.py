@@ -17,10 +17,21 @@ The rules here are what makes the drivers behave alike; ``tests/block/test_contr
 
 from __future__ import annotations
 
+import asyncio
 import re
-from collections.abc import AsyncGenerator, AsyncIterable, Iterable, Iterator, Mapping
+from collections.abc import (
+    AsyncGenerator,
+    AsyncIterable,
+    Awaitable,
+    Callable,
+    Iterable,
+    Iterator,
+    Mapping,
+)
+from typing import NamedTuple
 
-from lakefs_core.block.base import CommonPrefix, ObjectInfo
+from lakefs_core.aio import bounded_each
+from lakefs_core.block.base import BatchBody, CommonPrefix, ObjectInfo, PutItem
 from lakefs_core.errors import BadInputError, LakeFSError
 
 DEFAULT_CONTENT_TYPE = "application/octet-stream"
@@ -118,6 +129,83 @@ async def iter_body(body: AsyncIterable[bytes]) -> AsyncGenerator[bytes, None]:
             raise BadInputError(f"chunks must be bytes, not {type(chunk).__name__}", field="body")
         if chunk:
             yield bytes(chunk)
+
+
+class CheckedPut(NamedTuple):
+    """A :class:`PutItem` after :func:`check_put_batch`: key checked, content type and metadata
+    normalised."""
+
+    key: str
+    body: BatchBody
+    content_type: str
+    metadata: dict[str, str]
+
+
+MAX_PUT_BATCH = 100_000  # items per put_batch call: the caller's batches are far smaller
+
+
+def check_put_batch(items: object, concurrency: object) -> list[CheckedPut]:
+    """Every item of a ``put_batch`` checked before anything is written (one BadInputError naming
+    the first bad one)."""
+    if not isinstance(items, (list, tuple)) or len(items) > MAX_PUT_BATCH:
+        raise BadInputError(f"must be a list of at most {MAX_PUT_BATCH} PutItem", field="items")
+    check_positive(concurrency, "concurrency")
+    out: list[CheckedPut] = []
+    for item in items:
+        if not isinstance(item, PutItem):
+            raise BadInputError(f"must hold PutItem, not {type(item).__name__}", field="items")
+        check_key(item.key)
+        if not is_bytes_body(item.body) and not callable(item.body):
+            raise BadInputError("must be bytes or a callable returning bytes", field="body")
+        out.append(
+            CheckedPut(
+                item.key,
+                item.body,
+                normalize_content_type(item.content_type),
+                normalize_metadata(item.metadata),
+            )
+        )
+    return out
+
+
+def load_body(body: BatchBody) -> bytes:
+    """The bytes of a batch body (calls a loader; blocking: run it in a worker thread)."""
+    data = body() if callable(body) else body
+    if not is_bytes_body(data):
+        raise BadInputError(f"a body loader returned {type(data).__name__}, not bytes", field="body")
+    return bytes(data)
+
+
+async def put_batch_by_puts(
+    put: Callable[..., Awaitable[ObjectInfo]],
+    items: object,
+    *,
+    if_none_match: bool,
+    concurrency: int,
+    thread_loads: bool,
+) -> list[ObjectInfo]:
+    """``put_batch`` as bounded concurrent ``put`` s (memory, S3): every item checked first, each
+    body loaded only when its put starts (a loader in a worker thread with ``thread_loads``)."""
+    checked = check_put_batch(items, concurrency)
+    results: list[ObjectInfo | None] = [None] * len(checked)
+
+    async def one(i: int) -> None:
+        item = checked[i]
+        body = item.body
+        if callable(body):
+            data = await asyncio.to_thread(load_body, body) if thread_loads else load_body(body)
+        else:
+            data = bytes(body)
+        results[i] = await put(
+            item.key,
+            data,
+            if_none_match=if_none_match,
+            content_type=item.content_type,
+            metadata=item.metadata,
+        )
+
+    await bounded_each(range(len(checked)), concurrency, one)
+    return [r for r in results if r is not None]
 
 
 def prefix_successor(prefix: str) -> str | None:

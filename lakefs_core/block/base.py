@@ -10,6 +10,13 @@ Contract every driver honours (checked by ``tests/block/test_contract.py``):
   Large streamed bodies may be uploaded in parts (multipart on S3); the caller cannot tell.
   ``content_type`` defaults to ``application/octet-stream``; user ``metadata`` keys are HTTP tokens,
   lower-cased on the way in, values printable ASCII, 2 KiB in all (S3's rules, for every driver).
+- ``put_batch`` puts many whole (small) bodies: each item as ``put`` would, all of them checked
+  (keys, content types, metadata) before anything is written, at most ``concurrency`` at a time, the
+  results in the order of the items. A body may be a blocking callable returning the bytes (a local
+  file's reader): it is called once, in a worker thread, only when its item is written, so a batch
+  holds at most ``concurrency`` bodies. The first failure raises; objects of the batch written
+  before it stay (the caller's garbage: an upload's journal intents cover them). Every object is
+  durable when the call returns (the local driver syncs the batch's files once, not one by one).
 - ``get``/``stream`` raise :class:`~lakefs_core.errors.NotFoundError` for a missing key; byte ranges
   are ``start`` (inclusive) and ``length`` (``None`` = to the end). A range running past the end is
   cut at the end; one starting at or after the end is empty (not an error). ``stream`` yields chunks of
@@ -42,7 +49,7 @@ Contract every driver honours (checked by ``tests/block/test_contract.py``):
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterable, AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterable, AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import NamedTuple, Protocol, runtime_checkable
@@ -64,6 +71,19 @@ class CommonPrefix:
 
 
 Body = bytes | AsyncIterable[bytes]
+BatchBody = bytes | Callable[[], bytes]
+
+
+@dataclass(frozen=True)
+class PutItem:
+    """One object of :meth:`BlockStore.put_batch`: ``body`` is the bytes, or a blocking callable
+    returning them (called once, in a worker thread)."""
+
+    key: str
+    body: BatchBody
+    content_type: str | None = None
+    metadata: Mapping[str, str] | None = None
+
 
 MAX_DELETE_BATCH = 1000  # S3's DeleteObjects limit, the same for every driver
 
@@ -111,6 +131,10 @@ class BlockStore(Protocol):
         content_type: str | None = None,
         metadata: Mapping[str, str] | None = None,
     ) -> ObjectInfo: ...
+
+    async def put_batch(
+        self, items: Sequence[PutItem], *, if_none_match: bool = False, concurrency: int = 8
+    ) -> list[ObjectInfo]: ...
 
     async def get(self, key: str, *, start: int = 0, length: int | None = None) -> bytes: ...
 

@@ -58,7 +58,9 @@ from pathlib import Path
 from types import TracebackType
 from typing import ParamSpec, TypeVar
 
+from lakefs_core.aio import bounded_each
 from lakefs_core.block._common import (
+    CheckedPut,
     Grouper,
     check_body,
     check_delete_batch,
@@ -66,25 +68,37 @@ from lakefs_core.block._common import (
     check_list_args,
     check_list_keys_args,
     check_positive,
+    check_put_batch,
     check_range,
     closed_error,
     iter_body,
+    load_body,
     normalize_content_type,
     normalize_metadata,
     slice_range,
 )
-from lakefs_core.block.base import MAX_DELETE_BATCH, Body, CommonPrefix, DeleteResult, KeyInfo, ObjectInfo
+from lakefs_core.block.base import (
+    MAX_DELETE_BATCH,
+    Body,
+    CommonPrefix,
+    DeleteResult,
+    KeyInfo,
+    ObjectInfo,
+    PutItem,
+)
 from lakefs_core.block.local_files import (
     IO_CHUNK,
     META_DIR,
     NAME_MAX,
     TempFile,
+    group_sync_available,
     map_oserror,
     mtime_datetime,
     prune,
     read_exact,
     scan_dir,
     segments_ok,
+    sync_filesystems,
 )
 from lakefs_core.block.local_keys import delete_keys, walk_keys
 from lakefs_core.block.local_leftovers import (
@@ -100,6 +114,8 @@ __all__ = ["META_DIR", "TMP_PREFIX", "LocalBlockStore"]
 
 P = ParamSpec("P")
 _KEYS_PER_HOP = 2000  # list_keys entries per worker-thread hop: the hop costs more than a stat
+# put_batch objects per worker-thread hop: a hop costs about what writing a small object does
+_PUTS_PER_HOP = 32
 T = TypeVar("T")
 
 
@@ -269,6 +285,8 @@ class LocalBlockStore:
         if_none_match: bool,
         content_type: str,
         metadata: Mapping[str, str],
+        fsync: bool | None = None,
+        known_dirs: set[Path] | None = None,
     ) -> ObjectInfo:
         """Finish the data file, stage its sidecar, move both into place (sync)."""
         st = temp.finish()
@@ -282,7 +300,9 @@ class LocalBlockStore:
             "content_type": content_type,
             "metadata": dict(metadata),
         }
-        sidecar_tmp = self._sidecars.prepare(parts, self._where(key), record)
+        sidecar_tmp = self._sidecars.prepare(
+            parts, self._where(key), record, fsync=fsync, known_dirs=known_dirs
+        )
         try:
             temp.commit(if_none_match)
         except BaseException:
@@ -309,16 +329,51 @@ class LocalBlockStore:
         if_none_match: bool,
         content_type: str,
         metadata: Mapping[str, str],
+        fsync: bool | None = None,
+        known_dirs: set[Path] | None = None,
     ) -> ObjectInfo:
-        temp = TempFile(self._path(parts), self._where(key), self._fsync)
+        temp = TempFile(self._path(parts), self._where(key), self._fsync if fsync is None else fsync)
         try:
-            temp.open()
+            temp.open(known_dirs)
             temp.write(data)
             return self._commit(
-                temp, parts, key, if_none_match=if_none_match, content_type=content_type, metadata=metadata
+                temp,
+                parts,
+                key,
+                if_none_match=if_none_match,
+                content_type=content_type,
+                metadata=metadata,
+                fsync=fsync,
+                known_dirs=known_dirs,
             )
         finally:
             temp.discard()
+
+    def _put_hop(
+        self,
+        items: Sequence[CheckedPut],
+        parts: Sequence[Sequence[str]],
+        hop: range,
+        results: builtins.list[ObjectInfo | None],
+        dirs: set[Path],
+        *,
+        if_none_match: bool,
+        fsync: bool,
+    ) -> None:
+        """Write the items ``hop`` of a batch in this worker thread, one after the other."""
+        for i in hop:
+            item = items[i]
+            data = load_body(item.body)
+            results[i] = self._put_bytes(
+                parts[i],
+                item.key,
+                data,
+                if_none_match=if_none_match,
+                content_type=item.content_type,
+                metadata=item.metadata,
+                fsync=fsync,
+                known_dirs=dirs,  # every directory written into, for the batch's sync
+            )
 
     # -- deletes (sync) ---------------------------------------------------------------------------
 
@@ -457,6 +512,42 @@ class LocalBlockStore:
         finally:
             if temp.fd is not None or temp.tmp is not None:
                 await _run(temp.discard)
+
+    async def put_batch(
+        self, items: Sequence[PutItem], *, if_none_match: bool = False, concurrency: int = 8
+    ) -> builtins.list[ObjectInfo]:
+        """Up to ``concurrency`` worker threads each write a hop of up to ``_PUTS_PER_HOP`` objects
+        (one thread hop per hop, not per object); with ``fsync``, the files are not synced one by one
+        but by one ``syncfs`` per filesystem once all are in place (where the platform has it; else
+        each file and directory is fsynced as ``put`` does). Nothing is reported stored before that
+        sync returns."""
+        self._check_open()
+        checked = check_put_batch(items, concurrency)
+        parts = [self._parts(item.key) for item in checked]
+        if not checked:
+            return []
+        self._start_sweep()
+        group = self._fsync and group_sync_available()
+        results: builtins.list[ObjectInfo | None] = [None] * len(checked)
+        dirs: set[Path] = set()
+        hops = [range(i, min(i + _PUTS_PER_HOP, len(checked))) for i in range(0, len(checked), _PUTS_PER_HOP)]
+
+        async def one(hop: range) -> None:
+            await _run(
+                self._put_hop,
+                checked,
+                parts,
+                hop,
+                results,
+                dirs,
+                if_none_match=if_none_match,
+                fsync=self._fsync and not group,
+            )
+
+        await bounded_each(hops, concurrency, one)
+        if group:
+            await _run(sync_filesystems, sorted(dirs), self._where(checked[0].key))
+        return [info for info in results if info is not None]
 
     async def get(self, key: str, *, start: int = 0, length: int | None = None) -> bytes:
         check_range(start, length)

@@ -72,13 +72,24 @@ class Sidecars:
         if meta_path.is_dir() and not meta_path.is_symlink():
             shutil.rmtree(meta_path, ignore_errors=True)
 
-    def prepare(self, parts: Sequence[str], where: str, record: Mapping[str, Any]) -> Path:
-        """Write the sidecar to a temporary file beside its final place; returns the temp path."""
+    def prepare(
+        self,
+        parts: Sequence[str],
+        where: str,
+        record: Mapping[str, Any],
+        *,
+        fsync: bool | None = None,
+        known_dirs: set[Path] | None = None,
+    ) -> Path:
+        """Write the sidecar to a temporary file beside its final place; returns the temp path.
+        ``fsync=False``: the caller syncs the whole filesystem later (a batch); ``known_dirs`` as
+        :meth:`~lakefs_core.block.local_files.TempFile.open`'s."""
         meta_path = self.path(parts)
         data = json.dumps(record, sort_keys=True, separators=(",", ":")).encode()
         for attempt in range(RETRIES):
             try:
-                os.makedirs(meta_path.parent, exist_ok=True)
+                if attempt or known_dirs is None or meta_path.parent not in known_dirs:
+                    os.makedirs(meta_path.parent, exist_ok=True)
             except (FileExistsError, NotADirectoryError):
                 if attempt:
                     raise ConflictError(f"{where}: cannot create the metadata sidecar directory") from None
@@ -95,7 +106,7 @@ class Sidecars:
                 raise map_oserror(e, where, reading=False) from e
             try:
                 write_all(fd, data)
-                if self.fsync:
+                if self.fsync if fsync is None else fsync:
                     os.fsync(fd)
             except OSError as e:
                 os.close(fd)
@@ -103,6 +114,8 @@ class Sidecars:
                     os.unlink(tmp)
                 raise map_oserror(e, where, reading=False) from e
             os.close(fd)
+            if known_dirs is not None:
+                known_dirs.add(meta_path.parent)
             return tmp
         raise TransientError(f"{where}: metadata directory kept disappearing while writing")
 

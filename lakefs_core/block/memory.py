@@ -36,6 +36,7 @@ from lakefs_core.block._common import (
     normalize_content_type,
     normalize_metadata,
     prefix_successor,
+    put_batch_by_puts,
     slice_range,
 )
 from lakefs_core.block.base import (
@@ -46,6 +47,7 @@ from lakefs_core.block.base import (
     FailedKey,
     KeyInfo,
     ObjectInfo,
+    PutItem,
 )
 from lakefs_core.errors import BadInputError, NotFoundError, PreconditionFailedError
 
@@ -170,6 +172,14 @@ class MemoryBlockStore:
             metadata=meta,
         )
         return self._store(key, obj, if_none_match)
+
+    async def put_batch(
+        self, items: Sequence[PutItem], *, if_none_match: bool = False, concurrency: int = 8
+    ) -> list[ObjectInfo]:
+        self._check_open()
+        return await put_batch_by_puts(
+            self.put, items, if_none_match=if_none_match, concurrency=concurrency, thread_loads=False
+        )
 
     async def get(self, key: str, *, start: int = 0, length: int | None = None) -> bytes:
         check_range(start, length)

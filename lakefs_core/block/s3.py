@@ -80,6 +80,7 @@ from lakefs_core.block._common import (
     iter_body,
     normalize_content_type,
     normalize_metadata,
+    put_batch_by_puts,
 )
 from lakefs_core.block.base import (
     MAX_DELETE_BATCH,
@@ -89,6 +90,7 @@ from lakefs_core.block.base import (
     FailedKey,
     KeyInfo,
     ObjectInfo,
+    PutItem,
 )
 from lakefs_core.block.s3_errors import (
     ACCESS_CODES,
@@ -403,6 +405,15 @@ class S3BlockStore:
         if start == 0 and end is None:
             return None
         return f"bytes={start}-" if end is None else f"bytes={start}-{end - 1}"
+
+    async def put_batch(
+        self, items: Sequence[PutItem], *, if_none_match: bool = False, concurrency: int = 8
+    ) -> list[ObjectInfo]:
+        """Bounded concurrent PUTs (a loader runs in a worker thread when its PUT starts)."""
+        self._check_open()
+        return await put_batch_by_puts(
+            self.put, items, if_none_match=if_none_match, concurrency=concurrency, thread_loads=True
+        )
 
     async def get(self, key: str, *, start: int = 0, length: int | None = None) -> bytes:
         check_key(key)

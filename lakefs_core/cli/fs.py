@@ -25,9 +25,10 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
+from lakefs_core.aio import bounded_each
 from lakefs_core.cli import fs_transfer
 from lakefs_core.cli.context import Session, local_path_error, run_session
-from lakefs_core.cli.fs_transfer import STREAM_THRESHOLD, bounded, file_chunks
+from lakefs_core.cli.fs_transfer import STREAM_THRESHOLD, file_chunks
 from lakefs_core.cli.output import (
     emit,
     fmt_time,
@@ -244,7 +245,7 @@ def rm_cmd(path: LakeFSURI, recursive: bool) -> None:
         async def one(key: bytes) -> None:
             await s.graveler.set_entry(path.repo, path.ref, tombstone(key))
 
-        await bounded(keys, s.config.upload_concurrency, one)
+        await bounded_each(keys, s.config.upload_concurrency, one)
         return [k.decode("utf-8", "backslashreplace") for k in keys]
 
     deleted = run_session(op)

@@ -4,8 +4,10 @@
   files (and about ``BATCH_BYTES``): per batch, one repository and branch read, the PUTs
   ``upload_concurrency`` at a time and every entry staged in one KV batch
   (:meth:`~lakefs_core.repos.objects.Objects.upload_many`). Files above ``STREAM_THRESHOLD`` are
-  streamed (multipart on S3), smaller ones read whole when their PUT starts; memory is bounded by
-  ``upload_concurrency`` bodies. The progress bar (stderr, only on a terminal) counts bytes and files.
+  streamed (multipart on S3); smaller ones are read whole in the store's worker threads when written,
+  in batches (``BlockStore.put_batch``: one thread hop per few dozen files and one filesystem sync
+  per window on a local namespace); memory is bounded by ``upload_concurrency`` bodies. The
+  progress bar (stderr, only on a terminal) counts bytes and files.
 - ``cat`` streams the object to stdout. With ``--json`` it is read twice from its pinned address
   (once to learn whether it is UTF-8, once to write the JSON string piece by piece), so memory stays
   constant for any size; the document is byte-identical to ``json.dumps(doc, sort_keys=True)``.
@@ -24,10 +26,11 @@ import json
 import os
 import sys
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any, TypeVar
 
+from lakefs_core.aio import bounded_each
 from lakefs_core.cli.context import Session, local_path_error
 from lakefs_core.cli.uri import LakeFSURI
 from lakefs_core.errors import BadInputError, NotFoundError
@@ -44,27 +47,6 @@ STREAM_THRESHOLD = 8 << 20  # bigger files are streamed to the store in chunks o
 BATCH_FILES = 1000  # objects staged per KV batch by upload --recursive
 BATCH_BYTES = 256 << 20  # a batch closes early once its files add up to this
 WRITE_CHUNK = 1 << 20
-
-
-def first_error(group: BaseExceptionGroup[BaseException]) -> BaseException:
-    first = group.exceptions[0]
-    return first_error(first) if isinstance(first, BaseExceptionGroup) else first
-
-
-async def bounded(items: Sequence[T], limit: int, fn: Callable[[T], Awaitable[None]]) -> None:
-    """Call ``fn`` on every item, at most ``limit`` at a time; the first failure stops the rest."""
-    it = iter(items)
-
-    async def worker() -> None:
-        for item in it:  # one shared iterator: each item is taken by exactly one worker
-            await fn(item)
-
-    try:
-        async with asyncio.TaskGroup() as tg:
-            for _ in range(min(limit, len(items))):
-                tg.create_task(worker())
-    except BaseExceptionGroup as group:
-        raise first_error(group) from None
 
 
 async def file_chunks(path: Path, size: int = STREAM_THRESHOLD) -> AsyncIterator[bytes]:
@@ -132,19 +114,39 @@ def batches(files: Sequence[tuple[Path, str, int]]) -> list[list[tuple[Path, str
     return out
 
 
-def _upload_item(local: Path, key: str, size: int, content_type: str | None) -> UploadItem:
-    from lakefs_core.repos.objects import UploadItem
+def read_small_file(path: Path, size: int) -> bytes:
+    """The whole file, in three system calls when ``size`` (from the walk) is still right: asked for
+    one byte more, a regular file's read returns exactly ``size`` bytes only at its end
+    (``Path.read_bytes`` makes seven calls). Any other length (the file changed since the walk, or a
+    short read) reads on until end of file."""
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        data = os.read(fd, size + 1)
+        if len(data) == size:
+            return data
+        pieces = [data]
+        while chunk := os.read(fd, WRITE_CHUNK):
+            pieces.append(chunk)
+        return b"".join(pieces)
+    finally:
+        os.close(fd)
 
-    async def whole() -> bytes:
+
+def _upload_item(local: Path, key: str, size: int, content_type: str | None) -> UploadItem:
+    from lakefs_core.repos.objects import BlockingBody, UploadItem
+
+    def whole() -> bytes:  # in the store's worker thread, when the object is written
         try:
-            return await asyncio.to_thread(local.read_bytes)
+            return read_small_file(local, size)
         except OSError as e:
             raise local_path_error(e, local, "--source") from e
 
     async def streamed() -> AsyncIterator[bytes]:
         return file_chunks(local)
 
-    return UploadItem(key, whole if size <= STREAM_THRESHOLD else streamed, content_type=content_type)
+    if size <= STREAM_THRESHOLD:
+        return UploadItem(key, BlockingBody(whole), content_type=content_type)
+    return UploadItem(key, streamed, content_type=content_type)
 
 
 async def upload_tree(
@@ -311,7 +313,7 @@ async def download(
         bar.set_postfix_str(f"{done}/{len(plan)} files", refresh=False)
 
     try:
-        await bounded(plan, parallelism, one)
+        await bounded_each(plan, parallelism, one)
     finally:
         bar.close()
     return plan

@@ -148,10 +148,14 @@ class ApiRunner(web.AppRunner):
 async def serve_api(app: web.Application, host: str, port: int) -> tuple[ApiRunner, int]:
     """Serve ``app`` on ``host:port`` (0: any free port) with :class:`ApiRunner`; returns the runner
     (``cleanup()`` it) and the bound port. A port in use or a bad address is a
-    :class:`~lakefs_core.errors.StartupError` on ``listen`` (exit 16), never a traceback."""
+    :class:`~lakefs_core.errors.StartupError` on ``listen`` (exit 16), never a traceback. The
+    process then favours its event loop over CPU workers for the GIL (:mod:`lakefs_core.offloop`)."""
     import os
 
     from lakefs_core.errors import StartupError
+    from lakefs_core.offloop import favour_the_loop
+
+    favour_the_loop()
 
     runner = ApiRunner(app, access_log=None)
     await runner.setup()

@@ -21,13 +21,13 @@ settled intents plus every staged entry in one KV batch after them.
 
 from __future__ import annotations
 
-import asyncio
 import time
 from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
-from lakefs_core.block.base import BlockStore, ObjectInfo
+from lakefs_core.aio import bounded_each
+from lakefs_core.block.base import BlockStore, ObjectInfo, PutItem
 from lakefs_core.errors import BadInputError, NotFoundError
 from lakefs_core.format.proto import catalog_pb2
 from lakefs_core.format.records import ADDRESS_RELATIVE, ValueRecord, decode_entry, make_entry
@@ -38,17 +38,30 @@ from lakefs_core.repos.journal import Intent, Journal
 from lakefs_core.repos.purge import raise_if_purged
 
 MAX_LIST_AMOUNT = 10_000
+# small bodies written per BlockStore.put_batch call by upload_many: progress is reported per window,
+# and a local namespace syncs once per window
+PUT_BATCH_WINDOW = 250
 
 Body = bytes | AsyncIterable[bytes]
 
 
 @dataclass(frozen=True)
+class BlockingBody:
+    """A small body read whole by a blocking callable (a local file's ``read_bytes``), called in a
+    worker thread only when its object is written: the store writes such items in batches
+    (:meth:`~lakefs_core.block.base.BlockStore.put_batch`), one thread hop and one sync per batch
+    on a local namespace. The callable raises its own typed error."""
+
+    read: Callable[[], bytes]
+
+
+@dataclass(frozen=True)
 class UploadItem:
     """One object of :meth:`Objects.upload_many`; ``body`` may be a coroutine function opening it
-    only when its PUT starts (so a batch never holds every body at once)."""
+    only when its PUT starts, or a :class:`BlockingBody` (so a batch never holds every body at once)."""
 
     path: str
-    body: Body | Callable[[], Awaitable[Body]]
+    body: Body | BlockingBody | Callable[[], Awaitable[Body]]
     content_type: str | None = None
     metadata: Mapping[str, str] | None = None
 
@@ -87,6 +100,16 @@ class ListPage:
     common_prefixes: list[str]
     has_more: bool
     next_after: str  # pass as ``after`` to continue
+
+
+def _put_item(item: UploadItem, target: str) -> PutItem:
+    body: bytes | Callable[[], bytes]
+    if isinstance(item.body, BlockingBody):
+        body = item.body.read
+    else:
+        assert isinstance(item.body, bytes)  # upload_many sends only these two kinds here
+        body = item.body
+    return PutItem(target, body, content_type=item.content_type, metadata=item.metadata)
 
 
 def _path_bytes(path: str) -> bytes:
@@ -166,7 +189,9 @@ class Objects:
         intents of the whole batch are recorded in one KV batch before the PUTs and settled in the
         staging batch (:meth:`Journal.settled_items`). The first failing PUT fails the batch (nothing
         is staged; the objects already written are garbage the journal or retention GC removes).
-        ``on_stored`` is called after each PUT (progress). Results are in the order of ``items``."""
+        Small bodies (bytes, :class:`BlockingBody`) are written by the store's ``put_batch``,
+        ``PUT_BATCH_WINDOW`` at a time; streamed ones one PUT each. ``on_stored`` is called after each
+        object is stored (progress; per window for batched ones). Results are in the order of ``items``."""
         if concurrency < 1:
             raise BadInputError("must be at least 1", field="concurrency")
         keys = [_path_bytes(item.path) for item in items]
@@ -204,28 +229,31 @@ class Objects:
         on_stored: Callable[[UploadItem, ObjectInfo], None] | None,
     ) -> list[ObjectInfo]:
         infos: list[ObjectInfo | None] = [None] * len(items)
-        todo = iter(range(len(items)))
-
-        async def worker() -> None:
-            for i in todo:  # one shared iterator: each item is taken by exactly one worker
-                item = items[i]
-                body = item.body if isinstance(item.body, bytes | AsyncIterable) else await item.body()
-                infos[i] = await store.put(
-                    targets[i],
-                    body,
-                    if_none_match=True,
-                    content_type=item.content_type,
-                    metadata=item.metadata,
-                )
+        small = [i for i, item in enumerate(items) if isinstance(item.body, bytes | BlockingBody)]
+        for start in range(0, len(small), PUT_BATCH_WINDOW):
+            window = small[start : start + PUT_BATCH_WINDOW]
+            stored = await store.put_batch(
+                [_put_item(items[i], targets[i]) for i in window],
+                if_none_match=True,
+                concurrency=concurrency,
+            )
+            for i, info in zip(window, stored, strict=True):
+                infos[i] = info
                 if on_stored is not None:
-                    on_stored(item, infos[i])  # type: ignore[arg-type]  # just set
+                    on_stored(items[i], info)
+        rest = [i for i, info in enumerate(infos) if info is None]  # streamed or opened lazily
 
-        try:
-            async with asyncio.TaskGroup() as tg:
-                for _ in range(min(concurrency, len(items))):
-                    tg.create_task(worker())
-        except BaseExceptionGroup as group:
-            raise _first_error(group) from None
+        async def one(i: int) -> None:
+            item = items[i]
+            assert not isinstance(item.body, bytes | BlockingBody)  # written by put_batch above
+            body = item.body if isinstance(item.body, AsyncIterable) else await item.body()
+            info = infos[i] = await store.put(
+                targets[i], body, if_none_match=True, content_type=item.content_type, metadata=item.metadata
+            )
+            if on_stored is not None:
+                on_stored(item, info)
+
+        await bounded_each(rest, concurrency, one)
         return [info for info in infos if info is not None]
 
     def _record(
@@ -320,8 +348,3 @@ class Objects:
             if restart is None:
                 return ListPage(objects, prefixes, False, "")
             start = restart
-
-
-def _first_error(group: BaseExceptionGroup[BaseException]) -> BaseException:
-    first = group.exceptions[0]
-    return _first_error(first) if isinstance(first, BaseExceptionGroup) else first

@@ -25,6 +25,7 @@ repositories and delete their copies (:func:`record_purge` is what they call).
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import re
@@ -36,7 +37,7 @@ from typing import TYPE_CHECKING, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from lakefs_core.errors import BadInputError, CorruptDataError, NotFoundError, PreconditionFailedError
-from lakefs_core.keys import StorageNamespace
+from lakefs_core.keys import DATA_DIR, TABLES_DIR, StorageNamespace
 from lakefs_core.kv.base import Expect
 from lakefs_core.refs import kvkeys
 from lakefs_core.refs.model import Repository
@@ -47,7 +48,10 @@ if TYPE_CHECKING:
 MAX_REASON = 1024
 MAX_ADDRESSES = 100_000  # one purge record stays a bounded KV value
 MAX_RECORD_BYTES = 64 << 20
-_PRINTABLE = re.compile(r"[^\x00-\x1f\x7f]+")
+# What one record may take when written: under DynamoDB's 400 KB item limit, so every KV driver
+# behaves alike (a bigger purge is refused before anything is written; purge commit by commit).
+MAX_STORED_RECORD_BYTES = 350_000
+MAX_PATH_BYTES = 1024
 _AUDIT_ID = re.compile(r"[0-9A-Za-z][0-9A-Za-z_-]{0,127}")
 
 
@@ -97,15 +101,34 @@ class PurgeReport(BaseModel):
     commits_searched: int = 0
     addresses: list[str] = Field(default_factory=list)
     skipped_external: list[str] = Field(default_factory=list)
+    # inside the namespace but not a data object (``_lakefs/...``, odd shapes): a hostile entry;
+    # never deleted
+    skipped_not_data: list[str] = Field(default_factory=list)
     deleted: int = 0
 
 
 def check_reason(reason: str) -> str:
     if not isinstance(reason, str) or not reason.strip():
         raise BadInputError("a purge needs a reason", field="reason")
-    if len(reason) > MAX_REASON or not _PRINTABLE.fullmatch(reason):
+    if len(reason) > MAX_REASON or not reason.isprintable():
         raise BadInputError(f"at most {MAX_REASON} printable characters", field="reason")
     return reason
+
+
+def check_path(path: str) -> str:
+    try:
+        size = len(path.encode()) if isinstance(path, str) else 0
+    except UnicodeEncodeError:  # a lone surrogate
+        size = 0
+    if not size or size > MAX_PATH_BYTES or "\0" in path:
+        raise BadInputError(f"must be a non-empty UTF-8 path of at most {MAX_PATH_BYTES} bytes", field="path")
+    return path
+
+
+def check_actor(actor: str) -> str:
+    if not isinstance(actor, str) or not actor or len(actor) > 256 or not actor.isprintable():
+        raise BadInputError("must name who purges (1-256 printable characters)", field="actor")
+    return actor
 
 
 def check_audit_id(audit_id: str) -> str:
@@ -116,6 +139,14 @@ def check_audit_id(audit_id: str) -> str:
 
 def new_audit_id(now: datetime) -> str:
     return f"purge-{now.strftime('%Y%m%dT%H%M%S')}-{uuid.uuid4().hex[:12]}"
+
+
+def is_data_object(relative: str) -> bool:
+    """Only objects a purge may delete: under ``data/`` (any depth) or a legacy root object, never
+    ``_lakefs/`` (the rule of the GC sweep; a hostile entry or record must not reach metadata)."""
+    parts = relative.split("/")
+    ok = (parts[0] == DATA_DIR and len(parts) >= 3) or (len(parts) == 1 and parts[0] != TABLES_DIR)
+    return ok and not any(p in ("", ".", "..") for p in parts)
 
 
 def _relative(ns: StorageNamespace, address: str, address_type: int) -> str | None:
@@ -167,18 +198,20 @@ async def purge_path(
 ) -> PurgeReport:
     """Purge ``path`` (see the module). Dry run unless ``yes``."""
     check_reason(reason)
-    if not isinstance(path, str) or not path or "\0" in path or len(path.encode()) > 1024:
-        raise BadInputError("must be a non-empty path of at most 1024 bytes", field="path")
-    if not isinstance(actor, str) or not actor or len(actor) > 256:
-        raise BadInputError("must name who purges (1-256 characters)", field="actor")
+    check_path(path)
+    check_actor(actor)
     repo = await g.repository(repo_id)
     ns = StorageNamespace.parse(repo.storage_namespace)
     found, commits = await _addresses(g, repo, ref, path.encode(), all_history=all_history)
     inside: set[str] = set()
     outside: set[str] = set()
+    not_data: set[str] = set()
     for address, address_type in found:
         relative = _relative(ns, address, address_type)
-        (inside if relative is not None else outside).add(relative if relative is not None else address)
+        if relative is None:
+            outside.add(address)
+        else:
+            (inside if is_data_object(relative) else not_data).add(relative)
     if len(inside) > MAX_ADDRESSES:
         raise BadInputError(f"more than {MAX_ADDRESSES} objects to purge at once", field="path")
     report = PurgeReport(
@@ -190,6 +223,7 @@ async def purge_path(
         commits_searched=commits,
         addresses=sorted(inside),
         skipped_external=sorted(outside),
+        skipped_not_data=sorted(not_data),
     )
     if not yes or not inside:
         return report
@@ -206,6 +240,12 @@ async def purge_path(
         addresses=report.addresses,
         skipped_external=report.skipped_external,
     )
+    if len(record.to_bytes()) > MAX_STORED_RECORD_BYTES:
+        raise BadInputError(
+            f"{len(inside)} objects make an audit record over {MAX_STORED_RECORD_BYTES} bytes;"
+            " purge at fewer refs (one commit id at a time)",
+            field="path",
+        )
     done = await record_purge(g, repo, record)
     report.audit_id, report.deleted = done.audit_id, done.deleted
     return report
@@ -223,11 +263,13 @@ async def record_purge(g: Graveler, repo: Repository, record: PurgeRecord) -> Pu
         if record.state == "done":
             return record
     marker = record.audit_id.encode()
-    await g.kv.set_many([(repo.partition, kvkeys.purged_key(a), marker) for a in record.addresses])
+    # Defence in depth (a mirror applies its source's records): only data objects are ever touched.
+    addresses = [a for a in record.addresses if is_data_object(a)]
+    await g.kv.set_many([(repo.partition, kvkeys.purged_key(a), marker) for a in addresses])
     ns = StorageNamespace.parse(repo.storage_namespace)
     store = await g.namespace_store(ns)
     deleted = 0
-    for address in record.addresses:
+    for address in addresses:
         # already gone: a re-run, or a mirror that never received it
         with contextlib.suppress(NotFoundError):
             await store.delete(ns.key(address))
@@ -257,16 +299,52 @@ async def list_purges(g: Graveler, repo_id: str) -> list[PurgeRecord]:
     return out
 
 
+_POINT_READS = 64  # up to this many addresses are looked up one by one; more are merged with a scan
+_YIELD_EVERY = 512
+
+
 async def purged_addresses(g: Graveler, repo: Repository, addresses: Iterable[str]) -> dict[str, str]:
-    """Relative address -> audit id, for those of ``addresses`` that a purge destroyed."""
-    out: dict[str, str] = {}
-    for address in addresses:
+    """Relative address -> audit id, for those of ``addresses`` that a purge destroyed.
+
+    A mirror asks this for every object it found missing (tens of thousands in a big commit), so the
+    common case (no purge ever) costs one KV read, and a long list is merged with one paged scan of
+    the markers between its first and last key instead of a read per address."""
+    if not await _any_marker(g, repo):
+        return {}
+    wanted: dict[bytes, str] = {}
+    for n, address in enumerate(addresses, 1):
+        if n % _YIELD_EVERY == 0:
+            await asyncio.sleep(0)  # a daemon's loop keeps answering while a long list is keyed
         try:
-            raw = await g.kv.get(repo.partition, kvkeys.purged_key(address))
-        except (NotFoundError, BadInputError):
-            continue
-        out[address] = raw.decode("utf-8", "replace")
+            wanted[kvkeys.purged_key(address)] = address
+        except BadInputError:
+            continue  # not a name a marker can have: never purged
+    if not wanted:
+        return {}
+    out: dict[str, str] = {}
+    if len(wanted) <= _POINT_READS:
+        for key, address in wanted.items():
+            try:
+                out[address] = (await g.kv.get(repo.partition, key)).decode("utf-8", "replace")
+            except NotFoundError:
+                continue
+        return out
+    last = max(wanted)
+    async with contextlib.aclosing(g.kv.scan(repo.partition, min(wanted))) as markers:  # type: ignore[type-var]
+        async for item in markers:
+            if item.key > last:
+                break
+            hit = wanted.get(item.key)
+            if hit is not None:
+                out[hit] = item.value.decode("utf-8", "replace")
     return out
+
+
+async def _any_marker(g: Graveler, repo: Repository) -> bool:
+    async with contextlib.aclosing(g.kv.scan(repo.partition, kvkeys.PURGED_PREFIX, page_size=1)) as items:  # type: ignore[type-var]
+        async for item in items:
+            return item.key.startswith(kvkeys.PURGED_PREFIX)
+    return False
 
 
 async def raise_if_purged(g: Graveler, repo: Repository, address: str, address_type: int, path: str) -> None:

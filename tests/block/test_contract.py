@@ -5,6 +5,8 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import random
+import threading
+import time
 import uuid
 from collections.abc import AsyncIterator
 from contextlib import aclosing
@@ -18,6 +20,7 @@ from lakefs_core.block import (
     LocalBlockStore,
     MemoryBlockStore,
     ObjectInfo,
+    PutItem,
     S3BlockStore,
     copy_object,
 )
@@ -140,6 +143,95 @@ async def test_concurrent_create_only_has_one_winner(store: BlockStore) -> None:
     winners = [r for r in results if r is not None]
     assert len(winners) == 1
     assert await store.get("race") == f"writer {winners[0]}".encode()
+
+
+# -- put_batch -----------------------------------------------------------------------------------------
+
+
+async def test_put_batch_bytes_and_loaders(store: BlockStore) -> None:
+    """Results in item order, bodies as given or as loaded (each loader called once), content type
+    and metadata as ``put`` keeps them."""
+    calls: list[str] = []
+
+    def loader(key: str) -> PutItem:
+        def read() -> bytes:
+            calls.append(key)
+            return f"loaded {key}".encode()
+
+        return PutItem(key, read, content_type="text/csv", metadata={"Owner": key})
+
+    items = [PutItem(f"b/{i:03}", f"bytes {i}".encode()) if i % 2 else loader(f"b/{i:03}") for i in range(70)]
+    infos = await store.put_batch(items, if_none_match=True, concurrency=3)
+    assert [i.key for i in infos] == [item.key for item in items]
+    assert sorted(calls) == sorted(item.key for item in items if callable(item.body))
+    for item, info in zip(items, infos, strict=True):
+        data = item.body if isinstance(item.body, bytes) else f"loaded {item.key}".encode()
+        assert await store.get(item.key) == data
+        assert (info.size, info.etag) == (len(data), md5(data))
+        head = await store.head(item.key)
+        if callable(item.body):
+            assert (head.content_type, dict(head.metadata)) == ("text/csv", {"owner": item.key})
+        else:
+            assert head.content_type == DEFAULT_CONTENT_TYPE
+    assert await store.put_batch([]) == []
+
+
+async def test_put_batch_create_only(store: BlockStore) -> None:
+    await store.put("c/taken", b"original")
+    with pytest.raises(PreconditionFailedError):
+        await store.put_batch([PutItem("c/free", b"a"), PutItem("c/taken", b"intruder")], if_none_match=True)
+    assert await store.get("c/taken") == b"original"
+    await store.put_batch([PutItem("c/taken", b"overwritten")])  # without if_none_match: overwrite
+    assert await store.get("c/taken") == b"overwritten"
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        PutItem("", b"x"),
+        PutItem("ok", "text"),  # type: ignore[arg-type]
+        PutItem("ok", b"x", metadata={"bad key": "v"}),
+        "not an item",
+    ],
+)
+async def test_put_batch_checks_everything_before_writing(store: BlockStore, bad: object) -> None:
+    items = [PutItem("d/first", b"1"), bad, PutItem("d/last", b"2")]
+    with pytest.raises(BadInputError):
+        await store.put_batch(items)  # type: ignore[list-item]
+    assert await listing(store, "d/") == []
+    with pytest.raises(BadInputError):
+        await store.put_batch([PutItem("d/x", b"1")], concurrency=0)
+
+
+async def test_put_batch_loads_at_most_concurrency_bodies(store: BlockStore) -> None:
+    """A loader runs only when its item is written, at most ``concurrency`` at once."""
+    lock = threading.Lock()
+    running = peak = 0
+
+    def read() -> bytes:
+        nonlocal running, peak
+        with lock:
+            running += 1
+            peak = max(peak, running)
+        time.sleep(0.002)
+        with lock:
+            running -= 1
+        return b"x" * 100
+
+    await store.put_batch([PutItem(f"e/{i:03}", read) for i in range(100)], concurrency=4)
+    assert 1 <= peak <= 4 and len(await listing(store, "e/")) == 100
+
+
+async def test_put_batch_failing_loader_raises_its_error(store: BlockStore) -> None:
+    def broken() -> bytes:
+        raise NotFoundError("the source file vanished")
+
+    items = [PutItem("f/ok", b"1"), PutItem("f/broken", broken)]
+    with pytest.raises(NotFoundError, match="vanished"):
+        await store.put_batch(items, concurrency=1)
+    assert not await store.exists("f/broken")
+    with pytest.raises(BadInputError, match="loader returned"):
+        await store.put_batch([PutItem("f/text", lambda: "text")])  # type: ignore[arg-type, return-value]
 
 
 # -- ranges and streams --------------------------------------------------------------------------------

@@ -176,3 +176,99 @@ async def test_open_stream_keeps_reading_its_version(store: LocalBlockStore) -> 
     rest = [c async for c in stream]
     assert first + b"".join(rest) == b"A" * 10
     assert await store.get("k") == b"B" * 10
+
+
+# -- put_batch: one filesystem sync per batch --------------------------------------------------------
+
+
+class SyncCounter:
+    """Counts ``os.fsync`` and ``syncfs`` calls (both still really done)."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch, syncfs: bool = True) -> None:
+        from lakefs_core.block import local_files
+
+        self.fsyncs = 0
+        self.syncfs: list[int] = []
+        real_fsync, real_syncfs = os.fsync, local_files._SYNCFS
+
+        def fsync(fd: int) -> None:
+            self.fsyncs += 1
+            real_fsync(fd)
+
+        def counted_syncfs(fd: int) -> int:
+            self.syncfs.append(os.fstat(fd).st_dev)
+            assert real_syncfs is not None
+            return real_syncfs(fd)
+
+        monkeypatch.setattr(os, "fsync", fsync)
+        monkeypatch.setattr(local_files, "_SYNCFS", counted_syncfs if syncfs else None)
+
+
+@pytest.mark.skipif(os.uname().sysname != "Linux", reason="syncfs is Linux's")
+async def test_put_batch_syncs_the_filesystem_once(
+    store: LocalBlockStore, local_root: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from lakefs_core.block.base import PutItem
+
+    counter = SyncCounter(monkeypatch)
+    items = [PutItem(f"data/g{i % 3}/{i:04}", f"body {i}".encode()) for i in range(200)]
+    infos = await store.put_batch(items, if_none_match=True, concurrency=4)
+    assert len(infos) == 200 and counter.fsyncs == 0
+    assert counter.syncfs == [os.stat(local_root).st_dev]  # one filesystem, one call
+    assert temp_files(local_root) == []
+    # a sidecar for every object: ETags survive a new store instance (no recomputation needed)
+    async with LocalBlockStore(local_root) as again:
+        assert (await again.head("data/g1/0001")).etag == md5(b"body 1")
+
+
+async def test_put_batch_without_syncfs_fsyncs_each_file(
+    store: LocalBlockStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from lakefs_core.block.base import PutItem
+
+    counter = SyncCounter(monkeypatch, syncfs=False)
+    await store.put_batch([PutItem(f"data/g/{i}", b"x") for i in range(10)], if_none_match=True)
+    assert counter.fsyncs >= 30 and counter.syncfs == []  # data file, sidecar and directory each
+
+
+async def test_put_batch_of_an_unsynced_store_syncs_nothing(
+    local_root: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from lakefs_core.block.base import PutItem
+
+    counter = SyncCounter(monkeypatch)
+    async with LocalBlockStore(local_root, fsync=False) as s:
+        await s.put_batch([PutItem(f"data/g/{i}", b"x") for i in range(10)])
+    assert counter.fsyncs == 0 and counter.syncfs == []
+
+
+@pytest.mark.skipif(os.uname().sysname != "Linux", reason="syncfs is Linux's")
+async def test_put_batch_fails_when_the_sync_fails(
+    store: LocalBlockStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A writeback error reported by syncfs fails the batch: nothing is reported durable."""
+    import ctypes
+    import errno
+
+    from lakefs_core.block import local_files
+    from lakefs_core.block.base import PutItem
+    from lakefs_core.errors import LakeFSError
+
+    def failing(fd: int) -> int:
+        ctypes.set_errno(errno.EIO)
+        return -1
+
+    monkeypatch.setattr(local_files, "_SYNCFS", failing)
+    with pytest.raises(LakeFSError, match="Input/output error") as e:
+        await store.put_batch([PutItem("data/g/a", b"x")])
+    assert e.value.retryable
+
+
+async def test_put_batch_failure_leaves_no_temporary_files(store: LocalBlockStore, local_root: Path) -> None:
+    from lakefs_core.block.base import PutItem
+
+    await store.put("data/g/taken", b"original")
+    items = [PutItem(f"data/g/{i:03}", b"x") for i in range(50)] + [PutItem("data/g/taken", b"intruder")]
+    with pytest.raises(PreconditionFailedError):
+        await store.put_batch(items, if_none_match=True, concurrency=2)
+    assert await store.get("data/g/taken") == b"original" and temp_files(local_root) == []

@@ -142,3 +142,17 @@ def test_inspect_refuses_what_is_not_a_regular_file(cli: Cli, tmp_path: Path) ->
     # Reading either would never end (a FIFO without writer blocks; /dev/zero never reaches EOF).
     for path in ("/dev/zero", str(fifo), "/dev/null"):
         cli("sst", "inspect", path).failed(BAD_INPUT, "FILE", path, "not a regular file")
+
+
+def test_recursive_upload_of_a_tree_with_an_unreadable_file(cli: Cli, tmp_path: Path) -> None:
+    """The file read in the store's worker thread (a batched small file) fails with one line naming
+    it; nothing of the batch is staged."""
+    cli("repo", "create", "lakefs://rr1", f"local://{tmp_path / 'ns'}").ok()
+    tree = tmp_path / "tree"
+    tree.mkdir()
+    for i in range(40):
+        (tree / f"ok{i:02}").write_bytes(b"fine")
+    (tree / "zz-bad").symlink_to("/proc/self/mem")  # a regular file whose read fails with EIO
+    line = cli("fs", "upload", "lakefs://rr1/main/t", "--source", str(tree), "--recursive").failed(BAD_INPUT)
+    assert "zz-bad" in line and "Input/output error" in line
+    assert cli.json("fs", "ls", "lakefs://rr1/main/")["results"] == []

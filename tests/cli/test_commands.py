@@ -10,7 +10,10 @@ import io
 import json
 import re
 import sys
+import threading
+import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -189,28 +192,33 @@ def test_recursive_upload_concurrency_is_bounded(
     run: InProcess, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     run("repo", "create", "lakefs://many", f"local://{tmp_path / 'ns'}").ok()
-    src = write_tree(tmp_path / "many", {f"f{i:02}": str(i).encode() for i in range(12)})
-    # Uploads of a tree are batched (Objects.upload_many): the bound applies to the data PUTs.
-    real_upload = LocalBlockStore.put
+    src = write_tree(tmp_path / "many", {f"f{i:03}": str(i).encode() for i in range(200)})
+    # Uploads of a tree are batched (Objects.upload_many -> LocalBlockStore.put_batch): the bound
+    # applies to the worker threads writing hops of small files.
+    real_hop = LocalBlockStore._put_hop
+    lock = threading.Lock()
     in_flight = peak = 0
 
-    async def tracking(self: LocalBlockStore, *args: object, **kwargs: object) -> object:
+    def tracking(self: LocalBlockStore, *args: Any, **kwargs: Any) -> None:
         nonlocal in_flight, peak
-        in_flight += 1
-        peak = max(peak, in_flight)
+        with lock:
+            in_flight += 1
+            peak = max(peak, in_flight)
         try:
-            await asyncio.sleep(0.01)
-            return await real_upload(self, *args, **kwargs)  # type: ignore[arg-type]
+            time.sleep(0.02)
+            real_hop(self, *args, **kwargs)
         finally:
-            in_flight -= 1
+            with lock:
+                in_flight -= 1
 
-    monkeypatch.setattr(LocalBlockStore, "put", tracking)
+    monkeypatch.setattr(LocalBlockStore, "_put_hop", tracking)
     monkeypatch.setenv("LAKEFS_CORE__UPLOAD_CONCURRENCY", "3")
     done = run(
         "fs", "upload", "lakefs://many/main/in", "-s", str(src), "-r", "--no-progress", "--json"
     ).json()
-    assert done["count"] == 12 and peak == 3
-    assert [o["path"] for o in done["results"]] == [f"in/f{i:02}" for i in range(12)]
+    assert done["count"] == 200 and peak == 3
+    assert [o["path"] for o in done["results"]] == [f"in/f{i:03}" for i in range(200)]
+    assert run("fs", "cat", "lakefs://many/main/in/f123").out == "123"
 
 
 def test_ls_fetches_every_page(run: InProcess, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -206,3 +206,21 @@ def test_streaming_memory_is_bounded_for_a_200mb_object(tmp_path: Path) -> None:
         assert f.read(8) == base64.b64encode(bytes(range(6)))
     tail = (tmp_path / "cat.json").read_bytes()[-80:]
     assert tail.endswith(b'", "encoding": "base64", "path": "big.bin", "size_bytes": 209715200}\n')
+
+
+@pytest.mark.parametrize(
+    ("content", "walked_size"),
+    [
+        (b"", 0),
+        (b"abc", 3),  # as walked
+        (b"abcdef" * 1000, 3),  # grew since the walk: read to the end
+        (b"ab", 3),  # shrank
+        (b"x" * (3 << 20), 3 << 20),
+    ],
+)
+def test_read_small_file_returns_the_whole_current_file(
+    tmp_path: Path, content: bytes, walked_size: int
+) -> None:
+    path = tmp_path / "f"
+    path.write_bytes(content)
+    assert fs_transfer.read_small_file(path, walked_size) == content

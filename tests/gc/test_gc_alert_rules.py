@@ -16,15 +16,13 @@ this directory's ``test_gc_dashboard.py``.
 from __future__ import annotations
 
 import re
-import subprocess
 from pathlib import Path
 from typing import Any
 
 import yaml
 
 from tests.gc.test_gc_dashboard import exported
-from tests.mirror.test_dashboard import GROUPING, SELECTOR, TARGET_LABELS, metric_names
-from tests.support.env import require_tool
+from tests.mirror.test_alert_rules import check_alert_cases, check_rule_series, promtool
 
 DIR = Path(__file__).resolve().parents[2] / "deploy" / "prometheus"
 RULES = DIR / "lakefs-gc-rules.yml"
@@ -44,46 +42,16 @@ def rules() -> list[dict[str, Any]]:
     return [rule for group in doc["groups"] for rule in group["rules"]]
 
 
-def promtool(*args: str) -> str:
-    tool = require_tool("promtool", "prometheus")
-    done = subprocess.run([tool, *args], capture_output=True, timeout=120, check=False, cwd=DIR)
-    output = (done.stdout + done.stderr).decode(errors="replace")
-    assert done.returncode == 0, output
-    return output
-
-
 def test_promtool_checks_the_rules() -> None:
-    assert f"SUCCESS: {len(rules())} rules found" in promtool("check", "rules", RULES.name)
+    assert f"SUCCESS: {len(rules())} rules found" in promtool("check", "rules", RULES.name, cwd=DIR)
 
 
 def test_promtool_unit_tests_pass_and_cover_every_alert() -> None:
-    assert {r["alert"] for r in rules() if "alert" in r} == ALERTS
-    cases: dict[str, list[bool]] = {}
-    for test in yaml.safe_load(TESTS.read_text())["tests"]:
-        for case in test["alert_rule_test"]:
-            cases.setdefault(case["alertname"], []).append(bool(case["exp_alerts"]))
-    for alert in ALERTS:
-        assert True in cases.get(alert, []) and False in cases.get(alert, []), alert
-    assert "SUCCESS" in promtool("test", "rules", TESTS.name)
+    check_alert_cases(rules(), TESTS, ALERTS)
 
 
 def test_rules_read_only_exported_series_and_labels() -> None:
-    series = exported()
-    recorded = {r["record"] for r in rules() if "record" in r}
-    known = set(series) | recorded | {"up"}
-    for rule in rules():
-        expr = rule["expr"]
-        names = metric_names(expr)
-        assert names and names <= known, f"{expr!r} reads series nobody exports: {names - known}"
-        labels: set[str] = set()
-        for selector in SELECTOR.finditer(re.sub(r'"(?:[^"\\]|\\.)*"', '""', expr)):
-            labels |= set(re.findall(r"(\w+)\s*(?:=~|!~|!=|=)", selector.group(2)))
-        for grouping in GROUPING.finditer(expr):
-            labels |= set(re.findall(r"\w+", grouping.group(0).split("(", 1)[1]))
-        carried = set().union(*(series.get(n, set()) for n in names)) | TARGET_LABELS
-        if names & recorded:
-            carried |= {"repo", "phase", "outcome"}
-        assert labels <= carried, f"{expr!r} uses labels its series lack: {labels - carried}"
+    check_rule_series(rules(), exported(), {"repo", "phase", "outcome"})
 
 
 def test_every_alert_is_documented_and_the_daemon_job_matches_the_readme() -> None:

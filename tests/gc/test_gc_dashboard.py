@@ -49,11 +49,11 @@ from tests.mirror.test_dashboard import (
     SELECTOR,
     TARGET_LABELS,
     all_panels,
+    check_promql,
     expressions,
     metric_names,
     unit_settings,
 )
-from tests.support.env import require_tool
 
 ROOT = Path(__file__).resolve().parents[2]
 DASHBOARD = ROOT / "dashboards" / "lakefs-gc.json"
@@ -187,20 +187,7 @@ def test_repo_variable_filters_every_per_repository_query() -> None:
 
 
 def test_expressions_parse_as_promql(tmp_path: Path) -> None:
-    promtool = require_tool("promtool", "prometheus")
-    rules = []
-    for n, expr in enumerate(expressions(load())):
-        text = expr
-        for var, value in GRAFANA_VARS.items():
-            text = text.replace(var, value)
-        assert "$" not in text, f"unsubstituted Grafana variable in {expr!r}"
-        rules.append({"record": f"dashboard:expr_{n}", "expr": text})
-    path = tmp_path / "rules.yml"
-    path.write_text(yaml.safe_dump({"groups": [{"name": "dashboard", "rules": rules}]}))
-    done = subprocess.run(
-        [promtool, "check", "rules", str(path)], capture_output=True, timeout=60, check=False
-    )
-    assert done.returncode == 0, (done.stdout + done.stderr).decode(errors="replace")
+    check_promql(expressions(load()), tmp_path, GRAFANA_VARS)
 
 
 @pytest.mark.parametrize("expr", ["lakefs_gc_nope_total", "rate(lakefs_gc_objects_deleted[5m])"])

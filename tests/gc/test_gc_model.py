@@ -489,7 +489,7 @@ class GCModel(RuleBasedStateMachine):
 
 
 GCModel.TestCase.settings = settings(
-    max_examples=int(os.environ.get("GC_MODEL_EXAMPLES", "200")),
+    max_examples=int(os.environ.get("GC_MODEL_EXAMPLES", "120")),
     stateful_step_count=25,
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],

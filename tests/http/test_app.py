@@ -434,3 +434,24 @@ async def test_openapi_is_generated_from_the_models_and_valid() -> None:
     # no JSON-Schema-only constructs left for an OpenAPI 3.0 reader
     text = json.dumps(doc)
     assert '"type": "null"' not in text and '"const"' not in text and '"$defs"' not in text
+
+
+@pytest.mark.favour_the_loop
+async def test_serving_an_api_favours_the_loop_for_the_gil() -> None:
+    """A daemon's loop thread must win the GIL back from CPU workers quickly after each system call
+    (lakefs_core.offloop): serve_api shortens the switch interval, and never lengthens a shorter one."""
+    import sys
+
+    from lakefs_core import offloop
+    from lakefs_core.http import serve_api
+
+    sys.setswitchinterval(0.005)  # CPython's default (tests/conftest.py restores the test's own)
+    runner, port = await serve_api(web.Application(), "127.0.0.1", 0)
+    try:
+        assert port > 0
+        assert sys.getswitchinterval() == pytest.approx(offloop.LOOP_SWITCH_INTERVAL) == 0.0002
+    finally:
+        await runner.cleanup()
+    sys.setswitchinterval(0.0001)
+    offloop.favour_the_loop()
+    assert sys.getswitchinterval() == pytest.approx(0.0001)

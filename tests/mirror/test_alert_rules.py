@@ -34,9 +34,9 @@ def rules() -> list[dict[str, Any]]:
     return [rule for group in doc["groups"] for rule in group["rules"]]
 
 
-def promtool(*args: str) -> str:
+def promtool(*args: str, cwd: Path = DIR) -> str:
     tool = require_tool("promtool", "prometheus")
-    done = subprocess.run([tool, *args], capture_output=True, timeout=60, check=False, cwd=DIR)
+    done = subprocess.run([tool, *args], capture_output=True, timeout=60, check=False, cwd=cwd)
     output = (done.stdout + done.stderr).decode(errors="replace")
     assert done.returncode == 0, output
     return output
@@ -46,22 +46,26 @@ def test_promtool_checks_the_rules() -> None:
     assert "SUCCESS: 8 rules found" in promtool("check", "rules", RULES.name)
 
 
-def test_promtool_unit_tests_pass_and_cover_every_alert() -> None:
-    assert {r["alert"] for r in rules() if "alert" in r} == ALERTS
+def check_alert_cases(all_rules: list[dict[str, Any]], tests: Path, alerts: set[str]) -> None:
+    """Every alert of ``alerts`` (exactly the file's) has a case that fires and one that does not,
+    and ``promtool test rules`` passes (shared with the GC daemon's rules)."""
+    assert {r["alert"] for r in all_rules if "alert" in r} == alerts
     cases: dict[str, list[bool]] = {}
-    for test in yaml.safe_load(TESTS.read_text())["tests"]:
+    for test in yaml.safe_load(tests.read_text())["tests"]:
         for case in test["alert_rule_test"]:
             cases.setdefault(case["alertname"], []).append(bool(case["exp_alerts"]))
-    for alert in ALERTS:
+    for alert in alerts:
         assert True in cases.get(alert, []) and False in cases.get(alert, []), alert
-    assert "SUCCESS" in promtool("test", "rules", TESTS.name)
+    assert "SUCCESS" in promtool("test", "rules", tests.name, cwd=tests.parent)
 
 
-def test_rules_read_only_exported_series_and_labels() -> None:
-    series = exported()
-    recorded = {r["record"] for r in rules() if "record" in r}
+def check_rule_series(
+    all_rules: list[dict[str, Any]], series: dict[str, set[str]], recorded_labels: set[str]
+) -> None:
+    """Every rule reads only exported (or recorded, or ``up``) series and labels they carry."""
+    recorded = {r["record"] for r in all_rules if "record" in r}
     known = set(series) | recorded | {"up"}
-    for rule in rules():
+    for rule in all_rules:
         expr = rule["expr"]
         names = metric_names(expr)
         assert names and names <= known, f"{expr!r} reads series nobody exports: {names - known}"
@@ -72,5 +76,13 @@ def test_rules_read_only_exported_series_and_labels() -> None:
             labels |= set(re.findall(r"\w+", grouping.group(0).split("(", 1)[1]))
         carried = set().union(*(series.get(n, set()) for n in names)) | TARGET_LABELS
         if names & recorded:
-            carried |= {"region", "mirror", "kind"}
+            carried |= recorded_labels
         assert labels <= carried, f"{expr!r} uses labels its series lack: {labels - carried}"
+
+
+def test_promtool_unit_tests_pass_and_cover_every_alert() -> None:
+    check_alert_cases(rules(), TESTS, ALERTS)
+
+
+def test_rules_read_only_exported_series_and_labels() -> None:
+    check_rule_series(rules(), exported(), {"region", "mirror", "kind"})

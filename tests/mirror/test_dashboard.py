@@ -30,7 +30,7 @@ import re
 import shutil
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -195,11 +195,19 @@ def test_metric_name_extraction() -> None:
 
 
 def test_expressions_parse_as_promql(tmp_path: Path) -> None:
+    check_promql(expressions(load()), tmp_path)
+
+
+def check_promql(
+    exprs: Iterable[str], tmp_path: Path, variables: dict[str, str] | None = None
+) -> None:
+    """Every dashboard expression, Grafana's variables substituted, parses (``promtool check rules``;
+    shared with the GC daemon's dashboard)."""
     promtool = require_tool("promtool", "prometheus")
     rules = []
-    for n, expr in enumerate(expressions(load())):
+    for n, expr in enumerate(exprs):
         text = expr
-        for var, value in GRAFANA_VARS.items():
+        for var, value in (GRAFANA_VARS if variables is None else variables).items():
             text = text.replace(var, value)
         assert "$" not in text, f"unsubstituted Grafana variable in {expr!r}"
         rules.append({"record": f"dashboard:expr_{n}", "expr": text})

@@ -6,12 +6,15 @@ completed by a re-run. The CLI: tests/cli/test_purge_cli.py."""
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
 
 from lakefs_core.errors import BadInputError, NotFoundError, PurgedError
+from lakefs_core.format.records import ValueRecord, make_entry
 from lakefs_core.kv.memory import MemoryKVStore
+from lakefs_core.repos import purge
 from lakefs_core.repos.graveler import Graveler, StorageNamespace, StoreRegistry
 from lakefs_core.repos.objects import Objects
 
@@ -121,6 +124,8 @@ async def test_a_crashed_purge_is_completed_by_a_rerun(
         ("main", "secret.csv", "x" * 1025, BadInputError),
         ("main", "secret.csv", "bad\nreason", BadInputError),
         ("main", "", "why", BadInputError),
+        ("main", "bad\ud800path", "why", BadInputError),  # a lone surrogate is not UTF-8
+        ("main", "x" * 1025, "why", BadInputError),
         ("no-such-branch", "secret.csv", "why", NotFoundError),
     ],
 )
@@ -131,3 +136,98 @@ async def test_hostile_inputs(
     with pytest.raises(error):
         await g.purge_path("rp1", ref, path, all_history=False, reason=reason, actor="a", yes=True)
     assert await o.read_all("rp1", "main", "secret.csv") == b"ssn v2"
+
+
+async def test_actor_must_be_printable(repo: tuple[Graveler, Objects, dict[str, str]]) -> None:
+    g, o, _ = repo
+    with pytest.raises(BadInputError, match="actor"):
+        await g.purge_path("rp1", "main", "secret.csv", all_history=False, reason="r", actor="a\nb", yes=True)
+    assert await o.read_all("rp1", "main", "secret.csv") == b"ssn v2"
+
+
+async def test_an_entry_pointing_at_metadata_is_never_purged(
+    repo: tuple[Graveler, Objects, dict[str, str]], tmp_path: Path
+) -> None:
+    """A hostile entry whose relative address is ``_lakefs/...`` (or escapes ``data/``): reported,
+    never deleted, and a record naming it (a mirror applies its source's records) deletes nothing."""
+    g, _, _ = repo
+    table = tmp_path / "ns" / "_lakefs" / "some-table"
+    table.parent.mkdir(parents=True, exist_ok=True)
+    table.write_bytes(b"metadata")
+    identity, data = make_entry("_lakefs/some-table", 8, "0" * 32)
+    await g.set_entry("rp1", "main", ValueRecord(b"evil.csv", identity, data))
+    report = await g.purge_path("rp1", "main", "evil.csv", all_history=False, reason="r", actor="a", yes=True)
+    assert report.addresses == [] and report.skipped_not_data == ["_lakefs/some-table"]
+    assert report.deleted == 0 and report.audit_id is None
+    # an address that escapes its directory fails closed: the purge stops, naming it
+    identity, data = make_entry("data/../_lakefs/some-table", 8, "0" * 32)
+    await g.set_entry("rp1", "main", ValueRecord(b"dots.csv", identity, data))
+    with pytest.raises(BadInputError, match="not a relative address"):
+        await g.purge_path("rp1", "main", "dots.csv", all_history=False, reason="r", actor="a", yes=True)
+    assert table.read_bytes() == b"metadata"
+    # a record that names metadata (a mirror applying a hostile source's record) deletes nothing there
+    rec = purge.PurgeRecord(
+        audit_id="purge-1",
+        repository="rp1",
+        ref="main",
+        path="evil.csv",
+        all_history=False,
+        reason="r",
+        actor="a",
+        created_at=datetime.now(UTC),
+        state="deleting",
+        addresses=["_lakefs/some-table"],
+    )
+    assert (await g.record_purge("rp1", rec)).deleted == 0
+    assert table.read_bytes() == b"metadata"
+    assert purge.is_data_object("data/g1/abc") and purge.is_data_object("legacy-object")
+    for bad in ("_lakefs/x", "data/x", "data/../x", "data//x", "a/b", "..", "data/./x"):
+        assert not purge.is_data_object(bad), bad
+
+
+async def test_a_purge_too_big_for_one_record_writes_nothing(
+    repo: tuple[Graveler, Objects, dict[str, str]], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """One record stays under DynamoDB's item limit on every driver: a bigger purge is refused before
+    any marker is written or object deleted."""
+    g, o, addr = repo
+    monkeypatch.setattr(purge, "MAX_STORED_RECORD_BYTES", 100)
+    with pytest.raises(BadInputError, match="audit record over 100 bytes"):
+        await g.purge_path("rp1", "main", "secret.csv", all_history=True, reason="r", actor="a", yes=True)
+    assert await g.list_purges("rp1") == []
+    assert all((tmp_path / "ns" / a).exists() for a in addr.values())
+    assert await o.read_all("rp1", "t1", "secret.csv") == b"ssn v1"
+
+
+async def test_purged_addresses_costs_one_read_without_purges_and_one_scan_for_long_lists(
+    repo: tuple[Graveler, Objects, dict[str, str]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A mirror asks for every missing object of a pass: no purge ever means one KV read in all, and
+    a long list is merged with the markers by one scan, with the same answer as point reads."""
+    g, _, addr = repo
+    kv = g.kv
+    calls = {"get": 0, "scan": 0}
+    real_get, real_scan = kv.get, kv.scan
+
+    async def get(partition: bytes, key: bytes) -> bytes:
+        calls["get"] += 1
+        return await real_get(partition, key)
+
+    def scan(partition: bytes, start: bytes = b"", *, page_size: int = 1000):  # type: ignore[no-untyped-def]
+        calls["scan"] += 1
+        return real_scan(partition, start, page_size=page_size)
+
+    monkeypatch.setattr(kv, "get", get)
+    monkeypatch.setattr(kv, "scan", scan)
+    others = [f"data/zz{i:04}/object" for i in range(300)] + ["", "bad\0name", "a" * 5000]
+    assert await g.purged_addresses("rp1", [addr["v1"], *others]) == {}
+    assert calls["scan"] == 1 and calls["get"] <= 2  # the marker probe (+ the repository record)
+
+    done = await g.purge_path(
+        "rp1", "main", "secret.csv", all_history=True, reason="GDPR", actor="dpo", yes=True
+    )
+    expected = {addr[v]: done.audit_id for v in ("v1", "v2", "v3")}  # every branch's, staged too
+    assert await g.purged_addresses("rp1", [addr["v1"], addr["v2"], addr["v3"], others[0]]) == expected
+    calls.update(get=0, scan=0)
+    assert await g.purged_addresses("rp1", [*others, addr["v3"], addr["v2"], addr["v1"]]) == expected
+    assert calls["scan"] == 2 and calls["get"] <= 1  # the probe and one merge scan, no point reads
