@@ -8,9 +8,11 @@ entries whose ranges were "replicated" into the mirror's namespace (its objects 
 pass opens, checksums and decodes every range and checks every object. A client in another process
 polls ``/_health`` and an authenticated API route (the mirror list) every 5 ms during the pass:
 p50/p99/max latency. Cases (``--cases``, same run): ``inline``: ``lakefs_core.offloop.run_cpu``
-forced inline (the CPU work on the event loop, as before the daemons moved it off); ``switch5ms``:
-off the loop, with CPython's default 5 ms GIL switch interval (before ``serve_api`` called
-``offloop.favour_the_loop``); ``now``: what the daemon does.
+forced inline and no worker processes (the CPU work on the event loop, as before the daemons moved
+it off); ``switch5ms``: off the loop in threads only, with CPython's default 5 ms GIL switch interval
+(before ``serve_api`` called ``offloop.favour_the_loop``); ``threads``: off the loop in threads only,
+with the short switch interval (before big ranges were decoded in worker processes); ``now``: what
+the daemon does.
 """
 
 from __future__ import annotations
@@ -51,6 +53,9 @@ async def measure(entries: int, path: str, *, case: str, mirrors_db_url: str = "
     from tests.mirror.test_health_latency import big_source, probe_during_pass
 
     saved = tables.run_cpu, validate.run_cpu, offloop.favour_the_loop, sys.getswitchinterval()
+    saved_min = validate.PROCESS_SCAN_MIN_BYTES
+    if case != "now":
+        validate.PROCESS_SCAN_MIN_BYTES = 1 << 62  # every range decoded by _RangeScan in this process
     if case == "inline":
 
         async def run_inline(fn: Callable[..., T], *args: Any, **kw: Any) -> T:
@@ -68,6 +73,7 @@ async def measure(entries: int, path: str, *, case: str, mirrors_db_url: str = "
         return {**stats(latencies), "pass_seconds": round(duration, 1)}
     finally:
         gc.unfreeze()
+        validate.PROCESS_SCAN_MIN_BYTES = saved_min
         tables.run_cpu, validate.run_cpu, offloop.favour_the_loop, interval = saved  # type: ignore[assignment]
         sys.setswitchinterval(interval)
         shutil.rmtree(tmp, ignore_errors=True)
@@ -75,8 +81,9 @@ async def measure(entries: int, path: str, *, case: str, mirrors_db_url: str = "
 
 CASES = {
     "inline": "on the loop (before)",
-    "switch5ms": "off the loop, 5 ms GIL switch interval",
-    "now": "off the loop, favour_the_loop (0.2 ms)",
+    "switch5ms": "off the loop in threads, 5 ms GIL switch interval",
+    "threads": "off the loop in threads, favour_the_loop (0.2 ms)",
+    "now": "big ranges decoded in worker processes, the rest in threads, favour_the_loop",
 }
 
 

@@ -73,6 +73,7 @@ SLICE_MAX_OBJECTS = 50_000
 
 # Used with fullmatch only (``match`` with ``$`` would accept a trailing newline).
 _SCHEME = re.compile(r"([a-z][a-z0-9+.-]*)://(.*)", re.DOTALL)
+_DOT_SEGMENT = re.compile(r"(?:^|/)\.\.?(?:/|\Z)")  # a "." or ".." path segment (one C-speed search)
 _BUCKET = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{1,253}[A-Za-z0-9]")
 _MEM_NAME = re.compile(r"[A-Za-z0-9._-]+")
 _B32HEX = "0123456789abcdefghijklmnopqrstuv"
@@ -244,7 +245,7 @@ class StorageNamespace:
         """The store key of a path relative to the namespace (``data/...``, ``_lakefs/...``)."""
         if not isinstance(relative, str) or not relative:
             raise BadInputError("must be a non-empty str", field="address")
-        if relative.startswith("/") or any(p in (".", "..") for p in relative.split("/")):
+        if relative.startswith("/") or _DOT_SEGMENT.search(relative):
             raise BadInputError(
                 f"{relative!r} is not a relative address (leading '/', '.' or '..')", field="address"
             )

@@ -58,6 +58,7 @@ import contextlib
 import enum
 import heapq
 import logging
+import pickle
 import time
 from collections import Counter, defaultdict
 from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Iterator, Mapping, Sequence
@@ -71,7 +72,7 @@ from lakefs_core.format.sstable.reader import TableReader
 from lakefs_core.graveler.addresses import iter_range_entries
 from lakefs_core.graveler.metarange import EMPTY_METARANGE_ID, parse_metarange
 from lakefs_core.graveler.tables import TableStore, check_table_id
-from lakefs_core.offloop import run_cpu
+from lakefs_core.offloop import run_cpu, run_process
 from lakefs_core.repos.graveler import StorageNamespace, table_name
 from lakefs_mirror.presence import PresenceCache, namespace_key
 
@@ -94,6 +95,11 @@ DEFAULT_MAX_REPORTED = 100
 DEFAULT_BATCH_OBJECTS = 100_000
 
 _SCAN_BATCH = 8192  # range entries decoded per call in the CPU pool (a cancellation point between)
+# Ranges at least this big are decoded in a worker process (offloop.run_process), smaller ones in the
+# thread pool: a process round trip costs about a millisecond plus a copy of the table.
+PROCESS_SCAN_MIN_BYTES = 256 * 1024
+# Objects per pickled chunk coming back from a worker process: unpickling one holds the GIL ~2 ms.
+_CHUNK_OBJECTS = 8192
 # Per-object bookkeeping steps on the loop between two yields to it. While the CPU workers hold the
 # GIL, such a step was measured at 10-35 ms of wall time (bench/RESULTS.md, mirror API latency).
 _YIELD_EVERY = 512
@@ -165,11 +171,9 @@ class _Table(enum.Enum):
     UNREADABLE = "unreadable"
 
 
-@dataclass(frozen=True, slots=True)
-class _Object:
-    rel: str  # address relative to the namespace
-    key: str  # store key in the destination store
-    size: int
+# (address relative to the namespace, store key in the destination store, size): a plain tuple,
+# so a worker process's chunks unpickle without a constructor call per object.
+_Object = tuple[str, str, int]
 
 
 @dataclass
@@ -357,45 +361,42 @@ class Validator:
                 steps += 1
                 if steps % _YIELD_EVERY == 0:
                     await asyncio.sleep(0)  # a wave holds up to batch_objects objects
-                if obj.rel in state or obj.key in unknown:
+                rel, key, _ = obj
+                if rel in state or key in unknown:
                     continue
                 res.objects_referenced += 1
-                if self.cache.is_present(ns, obj.rel):
-                    state[obj.rel] = True
+                if self.cache.is_present(ns, rel):
+                    state[rel] = True
                     res.objects_cached += 1
-                elif self.cache.recently_missing(ns, obj.rel):
-                    state[obj.rel] = False
+                elif self.cache.recently_missing(ns, rel):
+                    state[rel] = False
                     res.objects_cooling += 1
                 else:
-                    unknown[obj.key] = obj
+                    unknown[key] = obj
         res.objects_checked += len(unknown)
         sizes = await self._resolve(list(unknown), run)
-        for steps, (key, obj) in enumerate(unknown.items(), 1):
+        for steps, (key, (rel, _, expected)) in enumerate(unknown.items(), 1):
             if steps % _YIELD_EVERY == 0:
                 await asyncio.sleep(0)
             size = sizes[key]
             if size is None:
                 arrived = False
-            elif self.check_size and size != obj.size:
+            elif self.check_size and size != expected:
                 arrived = False
                 res.size_mismatches += 1
                 log.warning(
-                    "%s/%s has size %d, its entry says %d: not counted as arrived",
-                    ns,
-                    obj.rel,
-                    size,
-                    obj.size,
+                    "%s/%s has size %d, its entry says %d: not counted as arrived", ns, rel, size, expected
                 )
             else:
                 arrived = True
-            state[obj.rel] = arrived
+            state[rel] = arrived
             if arrived:
-                self.cache.mark_present(ns, obj.rel)
+                self.cache.mark_present(ns, rel)
             else:
-                self.cache.mark_missing(ns, obj.rel)
+                self.cache.mark_missing(ns, rel)
         for work in works:
             await asyncio.sleep(0)  # one range's objects at a time
-            missing = [obj.rel for obj in work.objects if not state[obj.rel]]
+            missing = [rel for rel, _, _ in work.objects if not state[rel]]
             if missing and self.purged is not None:
                 gone = await self.purged(missing)
                 missing = [rel for rel in missing if rel not in gone]
@@ -425,10 +426,27 @@ class Validator:
     async def _range_objects(self, reader: TableReader, table_id: str, run: _Run) -> list[_Object]:
         """The distinct objects inside the namespace a range references (others go to ``run.external``).
 
-        Decoding is CPU work proportional to the range: it runs in the CPU pool, a batch of entries
-        per call, so the loop stays free and a cancelled validation stops at the next batch.
+        Decoding is CPU work proportional to the range and pure Python (it holds the GIL): a range
+        of at least :data:`PROCESS_SCAN_MIN_BYTES` is decoded in a worker process, which hands the
+        objects back in pickled chunks that are unpickled one per call in the CPU thread pool; a
+        smaller one is decoded in the thread pool, a batch of entries per call. Either way the loop
+        stays free and a cancelled validation stops at the next call.
         """
-        scan = _RangeScan(reader, table_name(table_id), self.namespace)
+        name = table_name(table_id)
+        if reader.size_bytes >= PROCESS_SCAN_MIN_BYTES:
+            data = await run_cpu(reader.to_bytes)
+            outcome = await run_process(
+                scan_range_in_process, data, name, self.namespace.uri, self.tables.cache.max_block_bytes
+            )
+            if isinstance(outcome, _ScanFailure):
+                raise outcome.error()
+            chunks, external = outcome
+            objects: list[_Object] = []
+            for chunk in chunks:
+                objects.extend(await run_cpu(pickle.loads, chunk))  # our own worker's output
+            run.external.update(external)
+            return objects
+        scan = _RangeScan(reader, name, self.namespace)
         while not await run_cpu(scan.step, _SCAN_BATCH):
             pass
         run.external.update(scan.external)
@@ -624,28 +642,67 @@ class _RangeScan:
     def step(self, limit: int) -> bool:
         """Decode up to ``limit`` more entries; True when the range is exhausted."""
         ns, seen, objects = self._namespace, self._seen, self.objects
+        prefix = f"{ns.prefix}/" if ns.prefix else ""
         for n, entry in enumerate(self._entries, 1):
             rel = ns.relative_of(entry.address, entry.address_type)
             if rel is None:
                 self.external.add(entry.address)
             elif rel not in seen:
                 seen.add(rel)
-                objects.append(_Object(rel, ns.key(rel), entry.size))
+                # ``relative_of`` returns only checked relative paths: ns.key(rel) without re-checking
+                objects.append((rel, prefix + rel, entry.size))
             if n >= limit:
                 return False
         return True
 
 
+@dataclass(frozen=True)
+class _ScanFailure:
+    """An expected failure of :func:`scan_range_in_process`, returned as a value: our exceptions
+    carry keyword-only fields that do not survive pickling."""
+
+    corrupt: bool  # CorruptDataError, else BadInputError
+    message: str  # str() of the error: it already names the file (or field)
+
+    def error(self) -> CorruptDataError | BadInputError:
+        return CorruptDataError(self.message) if self.corrupt else BadInputError(self.message)
+
+
+def scan_range_in_process(
+    data: bytes, name: str, namespace_uri: str, max_block_bytes: int
+) -> tuple[list[bytes], list[str]] | _ScanFailure:
+    """Run in a worker process: the distinct in-namespace objects of the range ``data`` as pickled
+    chunks of ``(rel, key, size)`` tuples (each unpickled by the parent in one short call), and the
+    external addresses. The table is opened from its bytes with checksums verified."""
+    try:
+        reader = TableReader(data, name=name, max_block_bytes=max_block_bytes)
+        scan = _RangeScan(reader, name, StorageNamespace(namespace_uri))
+        scan.step(len(data) + 1)  # more entries than the file has bytes: all of them
+    except CorruptDataError as e:
+        return _ScanFailure(True, str(e))
+    except BadInputError as e:
+        return _ScanFailure(False, str(e))
+    objects = scan.objects
+    chunks = [
+        pickle.dumps(objects[i : i + _CHUNK_OBJECTS], protocol=pickle.HIGHEST_PROTOCOL)
+        for i in range(0, len(objects), _CHUNK_OBJECTS)
+    ]
+    return chunks, sorted(scan.external)
+
+
 def _plan_requests(keys: Sequence[str], list_threshold: int) -> tuple[list[tuple[str, list[str]]], list[str]]:
     """Store keys grouped by directory, sorted: dense groups (at least ``list_threshold`` keys, to be
     LISTed) and the keys of the others (to be HEADed)."""
+    # Grouped first, then each group sorted: one ``sorted`` over a wave's 100k keys would hold the
+    # GIL (and so the loop) for tens of ms in one C call; this is Python-level work plus small sorts.
     groups: dict[str, list[str]] = defaultdict(list)
-    for key in sorted(keys):
+    for key in keys:
         directory, sep, _ = key.rpartition("/")
         groups[directory + sep].append(key)
     lists: list[tuple[str, list[str]]] = []
     heads: list[str] = []
-    for prefix, members in groups.items():
+    for prefix in sorted(groups):
+        members = sorted(groups[prefix])
         if len(members) >= list_threshold:
             lists.append((prefix, members))
         else:

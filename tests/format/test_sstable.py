@@ -748,3 +748,23 @@ def test_verification_refuses_a_file_without_checksums(
         read_all(bytes(unchecked))
     assert_corrupt(info.value, len(data) - FOOTER_SIZE)
     assert read_all(bytes(unchecked), verify_checksums=False) == records
+
+
+def test_to_bytes_copies_the_file_and_refuses_once_closed(tmp_path: Path) -> None:
+    """What a worker process is sent: the same file, from a bytes or an mmap-backed reader."""
+    writer = TableWriter()
+    for i in range(500):
+        writer.add(f"key{i:05d}".encode(), b"v" * 40)
+    data = writer.finish()
+    path = tmp_path / "t.sst"
+    path.write_bytes(data)
+    with path.open("rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as mm:
+        for source in (data, mm):
+            reader = TableReader(source)
+            assert reader.size_bytes == len(data)
+            copy = reader.to_bytes()
+            assert copy == data and type(copy) is bytes
+            assert list(TableReader(copy)) == list(reader)
+            reader.close()
+            with pytest.raises(BadInputError, match="closed"):
+                reader.to_bytes()

@@ -43,6 +43,7 @@ from lakefs_core.kv.memory import MemoryKVStore
 from lakefs_core.repos.graveler import Graveler, GravelerSettings
 from lakefs_core.repos.objects import Objects
 from lakefs_core.repos.stores import StoreRegistry
+from lakefs_mirror import validate
 from lakefs_mirror.presence import PresenceCache
 from lakefs_mirror.validate import ValidationResult, Validator
 from tests.support.moto import ACCESS_KEY, SECRET_KEY, MotoServer
@@ -259,6 +260,14 @@ class Env:
             out[info.id] = [decode_entry(ValueRecord.from_sst(k, v).data).address for k, v in reader]
         return out
 
+    async def range_addresses_raw(self, metarange_id: str) -> dict[str, list[bytes]]:
+        """range id -> record keys, without decoding the entries (they may be bad on purpose)."""
+        tables = TableStore(self.src_store, self.src_ns, TableCache())
+        out: dict[str, list[bytes]] = {}
+        for info in parse_metarange(await tables.open(metarange_id), metarange_id):
+            out[info.id] = [ValueRecord.from_sst(k, v).key for k, v in await tables.open(info.id)]
+        return out
+
 
 def settings(raggedness: int) -> GravelerSettings:
     return GravelerSettings(
@@ -302,9 +311,16 @@ async def make_env(
         await kv.close()
 
 
-@pytest.fixture(params=["memory", "local"])
-async def env(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Env]:
-    async with make_env(request.param, tmp_path) as e:
+@pytest.fixture(params=["memory", "local", "local-processes"])
+async def env(
+    request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> AsyncIterator[Env]:
+    """``local-processes``: every range is decoded in a worker process (offloop.run_process), the path
+    a daemon takes for big ranges; the others decode these small ranges in the thread pool."""
+    kind, _, decoding = request.param.partition("-")
+    if decoding == "processes":
+        monkeypatch.setattr(validate, "PROCESS_SCAN_MIN_BYTES", 0)
+    async with make_env(kind, tmp_path) as e:
         yield e
 
 
@@ -424,6 +440,37 @@ async def test_truncated_range_is_unreadable_never_valid(env: Env) -> None:
     assert result.complete, result
 
 
+@pytest.mark.parametrize(
+    ("address", "address_type", "data"),
+    [
+        ("ftp://elsewhere/part-0", ADDRESS_FULL, None),  # an address that cannot be resolved
+        (None, None, b"\xff\xff\xff"),  # a record whose entry does not decode
+    ],
+    ids=["unresolvable-address", "undecodable-entry"],
+)
+async def test_range_with_a_bad_record_is_unreadable_never_valid(
+    env: Env, address: str | None, address_type: int | None, data: bytes | None
+) -> None:
+    """Checksums fine, contents not: decoding fails (in the worker process on the process path,
+    which reports it as a value) and the range is unreadable, neither valid nor missing."""
+    await env.upload(f"k{i:03d}" for i in range(10))
+    if data is None:
+        assert address is not None and address_type is not None
+        identity, data = make_entry(address, 7, "etag", address_type=address_type)
+    else:
+        identity = b"x" * 32
+    await env.g.set_entry(REPO, "main", ValueRecord(b"k005-bad", identity, data))
+    mr = await env.commit()
+    await env.replicate()
+    ranges = await env.range_addresses_raw(mr)
+    bad = next(r for r, keys in ranges.items() if b"k005-bad" in keys)
+    result = await env.validate(mr)
+    assert not result.complete
+    assert result.unreadable_tables == [bad]
+    assert result.missing_ranges == [] and result.missing_objects == []
+    assert not env.cache.is_validated(env.dst_ns.uri, bad)
+
+
 async def test_corrupt_metarange_is_unreadable_and_stops(env: Env) -> None:
     await env.upload(f"k{i:03d}" for i in range(20))
     mr = await env.commit()
@@ -506,6 +553,71 @@ async def test_full_address_inside_the_destination_namespace_is_required(env: En
     env.clock.advance(COOLDOWN)
     result = await env.validate(mr)
     assert result.complete, result
+
+
+async def test_worker_processes_decode_what_threads_decode(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The same commit (relative, FULL-inside, external and repeated addresses; several ranges) gives
+    the same answer decoded in the thread pool and in worker processes, and the process path really
+    runs in another process."""
+    calls: list[str] = []
+    real = validate.run_process
+
+    async def counting(fn: Any, *args: Any, **kw: Any) -> Any:
+        calls.append(fn.__name__)
+        return await real(fn, *args, **kw)
+
+    monkeypatch.setattr(validate, "run_process", counting)
+    results: dict[int, ValidationResult] = {}
+    async with make_env("local", tmp_path, raggedness=4) as env:
+        addresses = await env.upload((f"dir{i % 4}/obj{i:03d}" for i in range(50)), slice_objects=10)
+        for name, address in (
+            ("ext/a", "s3://imported-bucket/a.parquet"),
+            ("ext/b", "s3://imported-bucket/a.parquet"),  # the same external object twice
+            ("inside", env.dst_ns.full_address("data/imported/x")),
+        ):
+            identity, data = make_entry(address, 3, "etag", address_type=ADDRESS_FULL)
+            await env.g.set_entry(REPO, "main", ValueRecord(name.encode(), identity, data))
+        identity, data = make_entry(addresses[7], len(b"content of dir3/obj007"), "etag")
+        await env.g.set_entry(REPO, "main", ValueRecord(b"zz-copy", identity, data))  # named twice
+        mr = await env.commit()
+        await env.replicate(k for k in await env.source_keys() if k != addresses[3])
+        for threshold in (1 << 60, 0):  # threads, then processes; each with fresh presence facts
+            monkeypatch.setattr(validate, "PROCESS_SCAN_MIN_BYTES", threshold)
+            env.cache = PresenceCache(None, negative_cooldown=COOLDOWN, clock=env.clock)
+            results[threshold] = await env.validate(mr)
+    threads, processes = results[1 << 60], results[0]
+    assert calls and set(calls) == {"scan_range_in_process"}
+    assert len(calls) == processes.ranges_checked > 1
+    threads.timings = processes.timings = {}
+    assert threads == processes
+    assert processes.missing_objects == sorted([addresses[3], "data/imported/x"])
+    assert processes.external_objects == ["s3://imported-bucket/a.parquet"]
+
+
+async def test_a_killed_worker_process_is_transient_and_records_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """kill -9 of the decoding worker: the validation raises TransientError (retry later) and no
+    fact about the range or its objects is recorded; the next validation starts a new worker."""
+    from tests.support.workers import sigkill_self
+
+    monkeypatch.setattr(validate, "PROCESS_SCAN_MIN_BYTES", 0)
+    async with make_env("local", tmp_path) as env:
+        await env.upload(f"k{i:03d}" for i in range(20))
+        mr = await env.commit()
+        await env.replicate()
+        monkeypatch.setattr(validate, "scan_range_in_process", sigkill_self)
+        with pytest.raises(TransientError, match="CPU worker process died"):
+            await env.validate(mr)
+        ranges = await env.range_addresses(mr)
+        assert not any(env.cache.is_validated(env.dst_ns.uri, r) for r in [mr, *ranges])
+        assert all(not env.cache.recently_missing(env.dst_ns.uri, a) for a in ranges[next(iter(ranges))])
+        monkeypatch.undo()
+        monkeypatch.setattr(validate, "PROCESS_SCAN_MIN_BYTES", 0)
+        result = await env.validate(mr)
+        assert result.complete, result
 
 
 async def test_transient_error_propagates_and_is_not_recorded_as_missing(env: Env) -> None:

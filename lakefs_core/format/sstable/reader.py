@@ -358,6 +358,18 @@ class TableReader:
     def num_data_blocks(self) -> int:
         return self._nblocks
 
+    @property
+    def size_bytes(self) -> int:
+        """The table file's size."""
+        return len(self._data)
+
+    def to_bytes(self) -> bytes:
+        """A copy of the whole table file (e.g. to hand it to another process)."""
+        with self._lock:
+            if self._closed:
+                raise BadInputError("the table reader is closed", field=self.name)
+            return bytes(self._data)
+
     def __len__(self) -> int:
         """Point entries stored (``rocksdb.num.entries`` less range tombstones): the record count
         for lakeFS files; generic files may also count deletions and hidden older versions."""
