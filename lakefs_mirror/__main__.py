@@ -4,4 +4,5 @@ import sys
 
 from lakefs_mirror.cli import main
 
-sys.exit(main())
+if __name__ == "__main__":  # a spawned worker process imports this module under another name
+    sys.exit(main())

@@ -195,3 +195,37 @@ async def test_the_probe_sees_cpu_work_on_the_loop(tmp_path: Path, monkeypatch: 
     latencies, duration = await probe_during_pass(tmp_path)
     blocked = blocked_time(latencies)
     assert blocked >= 2 * STALL, f"{blocked:.2f} s blocked in a {duration:.1f} s pass: the probe cannot fail"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("entry", ["console-script", "python-m"])
+async def test_the_daemon_process_decodes_big_ranges_in_a_worker_process(tmp_path: Path, entry: str) -> None:
+    """``lakefs-mirror run --once`` as a real process (the console script, and ``python -m``): its
+    range (over 256 KiB) is decoded by a spawned worker process, whose import of the daemon's main
+    module must not start a second daemon; every entry is then counted missing."""
+    from lakefs_mirror import validate
+    from lakefs_mirror.db import MirrorsDB
+
+    entries = 20_000
+    await big_source(tmp_path, entries)
+    config = write_config(tmp_path)
+    async with await MirrorsDB.open(f"sqlite:///{tmp_path}/mirrors.sqlite3") as db:
+        mirror = await db.create_mirror(
+            source_repo="big", source_region="us", name="big-mirror", region="eu",
+            storage_namespace=f"local://{tmp_path}/eu-objects/big-mirror",
+        )  # fmt: skip
+    ranges = tmp_path / "us-objects" / "big" / "_lakefs"
+    assert max(p.stat().st_size for p in ranges.iterdir()) >= validate.PROCESS_SCAN_MIN_BYTES
+    shutil.copytree(ranges, tmp_path / "eu-objects" / "big-mirror" / "_lakefs")
+    script = str(Path(sys.executable).parent / "lakefs-mirror")
+    argv = [script] if entry == "console-script" else [sys.executable, "-m", "lakefs_mirror"]
+    proc = await asyncio.create_subprocess_exec(
+        *argv, "run", "--once", "--config", str(config),
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+    )  # fmt: skip
+    _, err = await asyncio.wait_for(proc.communicate(), timeout=120)
+    assert proc.returncode == 0, err.decode()[-2000:]
+    assert b"worker process died" not in err
+    async with await MirrorsDB.open(f"sqlite:///{tmp_path}/mirrors.sqlite3") as db:
+        statuses = await db.list_status(mirror.id)
+    assert [s.missing_objects for s in statuses if s.branch == "main"] == [entries], statuses
