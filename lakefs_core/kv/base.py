@@ -19,8 +19,18 @@ partitions; a key given twice keeps its last value). It is all-or-nothing where 
 transactions (SQL: one transaction; memory: one lock) and at-least-per-item on DynamoDB
 (``BatchWriteItem`` in chunks of 25, unprocessed items retried): when it returns every item is
 stored; when it raises, any subset may be (the items are idempotent upserts: retrying the whole batch
-is always safe). Drivers: :mod:`.memory`, :mod:`.sql` (SQLite, PostgreSQL), :mod:`.dynamodb`; open one from a
-URL with :func:`lakefs_core.kv.open_kv`.
+is always safe).
+
+:meth:`KVStore.set_many_then_get` is ``set_many`` followed by ``get`` of one key, with the same
+guarantee as doing the two in that order: a change to that key which the read does not see becomes
+visible only after every item of the batch is stored. Drivers with transactions do both in one
+(SQLite: the read runs under the write lock the batch took; PostgreSQL: ``SELECT ... FOR SHARE``,
+so a concurrent update of the key waits for the batch's commit or is seen); the others do the two
+calls. Staging writers use it for their "write, then re-read the branch" step (one transaction per
+batch instead of two).
+
+Drivers: :mod:`.memory`, :mod:`.sql` (SQLite, PostgreSQL), :mod:`.dynamodb`; open one from a URL with
+:func:`lakefs_core.kv.open_kv`.
 """
 
 from __future__ import annotations
@@ -71,6 +81,11 @@ class KVStore(Protocol):
 
     async def set_many(self, items: Iterable[KVItem]) -> None:
         """Upsert every ``(partition, key, value)`` of ``items`` as one batch (see the module doc)."""
+        ...
+
+    async def set_many_then_get(self, items: Iterable[KVItem], partition: bytes, key: bytes) -> bytes:
+        """:meth:`set_many`, then the value of ``(partition, key)`` (see the module doc); a missing key
+        raises :class:`~lakefs_core.errors.NotFoundError` after the batch is stored."""
         ...
 
     async def delete(self, partition: bytes, key: bytes) -> None: ...

@@ -455,6 +455,13 @@ class DynamoKVStore:
         for i in range(0, len(batch), BATCH_WRITE_ITEMS):
             await self._batch_write(batch[i : i + BATCH_WRITE_ITEMS])
 
+    async def set_many_then_get(self, items: Iterable[KVItem], partition: bytes, key: bytes) -> bytes:
+        # No transaction spans BatchWriteItem: the two calls, in this order (a strongly consistent
+        # read after every item is stored), which is the contract's guarantee by definition.
+        check_key(partition, key)
+        await self.set_many(items)
+        return await self.get(partition, key)
+
     async def _batch_write(self, chunk: Sequence[KVItem]) -> None:
         """One ``BatchWriteItem`` of at most 25 puts, re-sending unprocessed items with backoff."""
         client = self._client

@@ -117,6 +117,20 @@ class MemoryKVStore:
             for p, k, v in batch:
                 self._partitions.setdefault(p, _Partition()).put(k, v)
 
+    async def set_many_then_get(self, items: Iterable[KVItem], partition: bytes, key: bytes) -> bytes:
+        batch = check_items(items)
+        p, k = check_key(partition, key)
+        await asyncio.sleep(0)
+        self._check_open()
+        with self._lock:  # one lock: nothing can change the key between the batch and the read
+            for bp, bk, bv in batch:
+                self._partitions.setdefault(bp, _Partition()).put(bk, bv)
+            part = self._partitions.get(p)
+            value = None if part is None else part.values.get(k)
+        if value is None:
+            raise NotFoundError("key not found in KV partition")
+        return value
+
     async def delete(self, partition: bytes, key: bytes) -> None:
         p, k = check_key(partition, key)
         await asyncio.sleep(0)

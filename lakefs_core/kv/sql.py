@@ -228,6 +228,35 @@ class SQLKVStore:
         batch = check_items(items)
         if not batch:
             return
+        write = self._batch_write(batch)
+        await self._run(write, write=True)
+
+    async def set_many_then_get(self, items: Iterable[KVItem], partition: bytes, key: bytes) -> bytes:
+        batch = check_items(items)
+        p, k = check_key(partition, key)
+        write = self._batch_write(batch) if batch else None
+        t = self._table
+        read = select(t.c.value).where(t.c.partition_key == p, t.c.key == k)
+        if self._dialect == "postgresql":
+            # FOR SHARE: an update of the key by another transaction either committed before this
+            # read (and is seen) or waits for this transaction's commit, i.e. for the batch.
+            read = read.with_for_update(read=True)
+        # SQLite: the batch's first INSERT began the transaction and took the database's write lock,
+        # held until the commit, so no writer can change the key between this read and the commit.
+
+        async def op(conn: AsyncConnection) -> bytes | None:
+            if write is not None:
+                await write(conn)
+            value = (await conn.execute(read)).scalar_one_or_none()
+            return None if value is None else bytes(value)
+
+        found = await self._run(op, write=True)
+        if found is None:
+            raise NotFoundError("key not found in KV partition")  # the batch is committed
+        return found
+
+    def _batch_write(self, batch: list[KVItem]) -> Callable[[AsyncConnection], Awaitable[None]]:
+        """The statement of a non-empty batch, to run in a transaction."""
         # Raw DBAPI statements, no per-value SQLAlchemy processing; only the table name (ours,
         # quoted) is interpolated. PostgreSQL: ONE statement over three arrays (unnest); SQLite:
         # executemany of one prepared statement (in-process, no round trip per row).
@@ -249,7 +278,7 @@ class SQLKVStore:
             async def op(conn: AsyncConnection) -> None:
                 await conn.exec_driver_sql(sql, batch)  # rows
 
-        await self._run(op, write=True)
+        return op
 
     async def set_if(self, partition: bytes, key: bytes, value: bytes, expected: Expect) -> None:
         p, k = check_key(partition, key)

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import contextlib
 import json
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Literal
@@ -37,7 +37,7 @@ from lakefs_core.errors import (
     NotFoundError,
     PreconditionFailedError,
 )
-from lakefs_core.kv.base import Expect, KVStore
+from lakefs_core.kv.base import Expect, KVItem, KVStore
 from lakefs_core.refs import kvkeys
 from lakefs_core.refs.model import Branch, Commit, Repository, Tag
 
@@ -212,6 +212,19 @@ class RefStore:
         except NotFoundError as e:
             raise NotFoundError(f"branch {branch!r} not found in repository {repo.id!r}") from e
         return Branch.from_bytes(raw, _where(repo.partition, key)), raw
+
+    async def set_many_then_get_branch(
+        self, repo: Repository, items: Iterable[KVItem], branch: str
+    ) -> Branch:
+        """Store ``items`` (one KV batch), then read the branch record with no change to it ordered
+        between the read and the batch (:meth:`KVStore.set_many_then_get`): a staging writer's
+        "write, then re-read the branch" in one transaction on SQL."""
+        key = kvkeys.branch_key(branch)
+        try:
+            raw = await self.kv.set_many_then_get(items, repo.partition, key)
+        except NotFoundError as e:
+            raise NotFoundError(f"branch {branch!r} not found in repository {repo.id!r}") from e
+        return Branch.from_bytes(raw, _where(repo.partition, key))
 
     async def create_branch(self, repo: Repository, branch: Branch) -> bytes:
         raw = branch.to_bytes()

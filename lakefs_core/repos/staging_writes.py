@@ -9,10 +9,11 @@ The writer protocol that keeps "an acknowledged write lands in exactly one commi
    live token. The repeat is harmless either way: staged writes are idempotent by identity, so a
    second commit carrying an identical value changes nothing.
 
-A batch (:func:`set_entries`) follows the same protocol with one KV ``set_many`` per attempt: every
-record of the batch is stored before the re-read (``set_many`` returns only then, on every driver,
-atomic or not), so the argument holds per record. Extra KV items (the journal's settled intents)
-may ride in the first write of the batch; they are idempotent upserts too.
+A batch (:func:`set_entries`) follows the same protocol with one KV ``set_many_then_get`` per
+attempt (the batch, then the branch record): every record of the batch is stored before the re-read
+or, on SQL, in the same transaction with no change to the branch ordered between the read and the
+commit (see :mod:`lakefs_core.kv.base`), so the argument holds per record. Extra KV items (the
+journal's settled intents) may ride in the first write of the batch; they are idempotent upserts too.
 
 A token seen live less than ``write_cache_seconds`` ago (and less than half the cleanup grace) may be
 written without reading the branch first: it cannot have been dropped yet (drops wait
@@ -52,6 +53,15 @@ async def branch_for_write(g: Graveler, repo: Repository, branch_id: str) -> Bra
     except NotFoundError:
         # The repository may have been deleted or re-created: forget what was cached for it.
         g._write_repos.pop(repo.id, None)
+        g._live_tokens.pop((repo.partition, branch_id), None)
+        raise
+
+
+async def _write_then_branch(g: Graveler, repo: Repository, branch_id: str, items: list[KVItem]) -> Branch:
+    try:
+        return await g.refs.set_many_then_get_branch(repo, items, branch_id)
+    except NotFoundError:
+        g._write_repos.pop(repo.id, None)  # as branch_for_write: deleted or re-created meanwhile
         g._live_tokens.pop((repo.partition, branch_id), None)
         raise
 
@@ -106,9 +116,9 @@ async def set_entries(
     extra: Sequence[KVItem] = with_items
     for _ in range(g.settings.write_attempts):
         partition = kvkeys.staging_partition(token)
-        await g.kv.set_many([*extra, *((partition, key, value) for key, value in encoded)])
+        items = [*extra, *((partition, key, value) for key, value in encoded)]
+        again = await _write_then_branch(g, repo, branch_id, items)
         extra = ()  # stored: a repeat only re-stages the records
-        again = await branch_for_write(g, repo, branch_id)
         if again.staging_token == token:
             g._live_tokens[(repo.partition, branch_id)] = (time.monotonic(), token)
             return

@@ -439,6 +439,69 @@ async def test_set_many_large_values(kv: KVStore) -> None:
     assert await kv.get(P, b"big2") == big[::-1]
 
 
+# -- set_many_then_get ---------------------------------------------------------------------------
+
+
+async def test_set_many_then_get_stores_the_batch_and_reads_the_key(kv: KVStore) -> None:
+    await kv.set(b"refs", b"branch", b"v1")
+    value = await kv.set_many_then_get([(P, b"a", b"1"), (P, b"b", b"2")], b"refs", b"branch")
+    assert value == b"v1"
+    assert await keys_of(kv) == [b"a", b"b"]
+    # the key itself in the batch: the read sees the batch's value
+    assert await kv.set_many_then_get([(b"refs", b"branch", b"v2")], b"refs", b"branch") == b"v2"
+    assert await kv.set_many_then_get([], b"refs", b"branch") == b"v2"  # an empty batch: a read
+
+
+async def test_set_many_then_get_of_a_missing_key_raises_after_storing_the_batch(kv: KVStore) -> None:
+    with pytest.raises(NotFoundError):
+        await kv.set_many_then_get([(P, b"stored", b"1")], b"refs", b"gone")
+    assert await kv.get(P, b"stored") == b"1"
+
+
+async def test_set_many_then_get_bad_input_rejected_before_anything_is_written(kv: KVStore) -> None:
+    await kv.set(b"refs", b"branch", b"v1")
+    with pytest.raises(BadInputError):
+        await kv.set_many_then_get([(P, b"ok", b"1"), (P, b"", b"empty key")], b"refs", b"branch")
+    with pytest.raises(BadInputError):
+        await kv.set_many_then_get([(P, b"ok", b"1")], b"refs", b"")
+    assert await keys_of(kv) == []
+
+
+async def test_set_many_then_get_no_unseen_change_is_ordered_before_the_batch(kv: KVStore) -> None:
+    """The staging writers' guarantee, checked against a concurrent compare-and-swap mover (as a
+    committer sealing a token): whenever the mover changes the key to a value the batch's read did
+    not see, a scan made right after that change already shows the batch's item."""
+    await kv.set(b"refs", b"ptr", b"%06d" % 0)
+    seen_by_batch: dict[bytes, int] = {}
+    after_change: list[tuple[int, set[bytes]]] = []
+    done = asyncio.Event()
+
+    async def batch_writer() -> None:
+        for i in range(40):
+            item = b"item-%03d" % i
+            value = await kv.set_many_then_get([(P, item, b"x")], b"refs", b"ptr")
+            seen_by_batch[item] = int(value)
+            await asyncio.sleep(0)
+        done.set()
+
+    async def mover() -> None:
+        while not done.is_set():
+            current = await kv.get(b"refs", b"ptr")
+            new = int(current) + 1
+            try:
+                await kv.set_if(b"refs", b"ptr", b"%06d" % new, Expect.equals(current))
+            except PreconditionFailedError:
+                continue
+            after_change.append((new, {entry.key async for entry in kv.scan(P)}))
+
+    await asyncio.gather(batch_writer(), mover())
+    assert len(seen_by_batch) == 40 and after_change
+    for item, read in seen_by_batch.items():
+        for value, visible in after_change:
+            if value > read:  # a change the batch's read did not see
+                assert item in visible, (item, read, value)
+
+
 async def test_concurrent_set_many_batches_all_land(kv: KVStore) -> None:
     async def writer(w: int) -> None:
         for b in range(3):

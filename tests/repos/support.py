@@ -120,6 +120,12 @@ class HookedKV:
         for p, k, _ in batch:
             await self._run(self.after, "set_many", p, k)
 
+    async def set_many_then_get(self, items: Iterable[KVItem], partition: bytes, key: bytes) -> bytes:
+        # As the contract's reference form (the two calls, in order), so hooks see the batch and the
+        # read as separate operations and a test can act between them (e.g. rotate the token).
+        await self.set_many(items)
+        return await self.get(partition, key)
+
     async def delete(self, partition: bytes, key: bytes) -> None:
         await self._run(self.before, "delete", partition, key)
         await self.inner.delete(partition, key)

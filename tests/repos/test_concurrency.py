@@ -79,6 +79,10 @@ class JitterKV:
         await self._pause()
         await self.inner.set_many(items)
 
+    async def set_many_then_get(self, items: Iterable[KVItem], partition: bytes, key: bytes) -> bytes:
+        await self._pause()
+        return await self.inner.set_many_then_get(items, partition, key)
+
     async def delete(self, partition: bytes, key: bytes) -> None:
         await self._pause()
         await self.inner.delete(partition, key)
