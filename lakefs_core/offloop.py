@@ -68,6 +68,7 @@ __all__ = [
 
 P = ParamSpec("P")
 T = TypeVar("T")
+E = TypeVar("E", ThreadPoolExecutor, ProcessPoolExecutor)
 
 CPU_WORKERS = 2  # one GIL: more threads only add contention with the loop thread
 LOOP_SWITCH_INTERVAL = 0.0002  # seconds; see the module doc
@@ -86,15 +87,23 @@ def favour_the_loop() -> None:
         sys.setswitchinterval(LOOP_SWITCH_INTERVAL)
 
 
-def cpu_executor() -> ThreadPoolExecutor:
-    """The process-wide pool for CPU-heavy work (created on first use)."""
+def _this_process(pools: dict[int, E], make: Callable[[], E]) -> E:
+    """The pool of ``pools`` that belongs to this process, made on first use (a forked child gets
+    its own instead of its parent's, whose threads or pipes it does not have)."""
     pid = os.getpid()
     with _lock:
-        pool = _pools.get(pid)
+        pool = pools.get(pid)
         if pool is None:
-            _pools.clear()
-            pool = _pools[pid] = ThreadPoolExecutor(max_workers=CPU_WORKERS, thread_name_prefix="lakefs-cpu")
+            pools.clear()
+            pool = pools[pid] = make()
         return pool
+
+
+def cpu_executor() -> ThreadPoolExecutor:
+    """The process-wide pool for CPU-heavy work (created on first use)."""
+    return _this_process(
+        _pools, lambda: ThreadPoolExecutor(max_workers=CPU_WORKERS, thread_name_prefix="lakefs-cpu")
+    )
 
 
 async def run_cpu(fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
@@ -105,15 +114,10 @@ async def run_cpu(fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
 
 def process_executor() -> ProcessPoolExecutor:
     """The process-wide pool of worker processes (created, with ``spawn``, on first use)."""
-    pid = os.getpid()
-    with _lock:
-        pool = _process_pools.get(pid)
-        if pool is None:
-            _process_pools.clear()
-            pool = _process_pools[pid] = ProcessPoolExecutor(
-                max_workers=PROCESS_WORKERS, mp_context=multiprocessing.get_context("spawn")
-            )
-        return pool
+    spawn = multiprocessing.get_context("spawn")
+    return _this_process(
+        _process_pools, lambda: ProcessPoolExecutor(max_workers=PROCESS_WORKERS, mp_context=spawn)
+    )
 
 
 def _drop_process_pool(pool: ProcessPoolExecutor) -> None:
