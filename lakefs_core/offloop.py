@@ -32,7 +32,8 @@ large range into a few strings per entry) runs in worker PROCESSES instead, thro
 :func:`run_process`: a thread doing it holds the GIL for most of its time slices, and a daemon's loop
 thread then gets about a third of one core while two such threads run. Measured on the mirror
 during a 300k-entry pass: API route p99 79-82 ms with two decoding threads. The process pool has
-:data:`PROCESS_WORKERS` workers (one core left to the loop), started with ``spawn`` (never ``fork``:
+:data:`PROCESS_WORKERS` workers (one usable core left to the loop, at most
+:data:`MAX_PROCESS_WORKERS`), started on demand with ``spawn`` (never ``fork``:
 the parent has threads), lazily on first use; a worker that dies (OOM killer, ``kill -9``) breaks the
 pool, which is then dropped and the call raises :class:`~lakefs_core.errors.TransientError` (the
 caller retries later, a new pool is started). Functions run there must be importable module-level
@@ -58,6 +59,7 @@ from lakefs_core.errors import TransientError
 __all__ = [
     "CPU_WORKERS",
     "LOOP_SWITCH_INTERVAL",
+    "MAX_PROCESS_WORKERS",
     "PROCESS_WORKERS",
     "cpu_executor",
     "favour_the_loop",
@@ -72,7 +74,18 @@ E = TypeVar("E", ThreadPoolExecutor, ProcessPoolExecutor)
 
 CPU_WORKERS = 2  # one GIL: more threads only add contention with the loop thread
 LOOP_SWITCH_INTERVAL = 0.0002  # seconds; see the module doc
-PROCESS_WORKERS = max(1, (os.cpu_count() or 1) - 1)  # one core stays with the loop
+MAX_PROCESS_WORKERS = 4  # each worker is a Python process (~50 MB) holding a table being decoded
+
+
+def _usable_cpus() -> int:
+    try:
+        return len(os.sched_getaffinity(0))  # the CPUs this process may run on (cpusets, taskset)
+    except AttributeError:  # not on Linux
+        return os.cpu_count() or 1
+
+
+# One core stays with the loop; at most MAX_PROCESS_WORKERS, started on demand up to that.
+PROCESS_WORKERS = max(1, min(MAX_PROCESS_WORKERS, _usable_cpus() - 1))
 
 _lock = threading.Lock()
 _pools: dict[int, ThreadPoolExecutor] = {}  # by process id: a forked child must not use its parent's
