@@ -47,6 +47,7 @@ import asyncio
 import functools
 import multiprocessing
 import os
+import signal
 import sys
 import threading
 from collections.abc import Callable
@@ -129,8 +130,16 @@ def process_executor() -> ProcessPoolExecutor:
     """The process-wide pool of worker processes (created, with ``spawn``, on first use)."""
     spawn = multiprocessing.get_context("spawn")
     return _this_process(
-        _process_pools, lambda: ProcessPoolExecutor(max_workers=PROCESS_WORKERS, mp_context=spawn)
+        _process_pools,
+        lambda: ProcessPoolExecutor(
+            max_workers=PROCESS_WORKERS, mp_context=spawn, initializer=_ignore_interrupts
+        ),
     )
+
+
+def _ignore_interrupts() -> None:
+    """In a worker: Ctrl-C reaches the whole process group; only the daemon decides what it means."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
 def _drop_process_pool(pool: ProcessPoolExecutor) -> None:
