@@ -28,7 +28,7 @@ parent's unless it says otherwise).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import ClassVar
+from typing import Any, ClassVar
 
 
 class LakeFSError(Exception):
@@ -38,6 +38,19 @@ class LakeFSError(Exception):
     retryable: ClassVar[bool] = False
     # The HTTP status a daemon's API answers for this class (lakefs_core.http maps errors by it alone).
     http_status: ClassVar[int] = 500
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # Pickled as class, args and fields, rebuilt without calling ``__init__``: subclasses take
+        # keyword-only fields (``audit_id``, ``key``) that Exception's default, ``cls(*args)``,
+        # cannot pass, and an error that does not unpickle breaks a worker-process pool.
+        return (_rebuild_error, (type(self), self.args, dict(self.__dict__)))
+
+
+def _rebuild_error(cls: type[LakeFSError], args: tuple[Any, ...], fields: dict[str, Any]) -> LakeFSError:
+    error = cls.__new__(cls, *args)
+    error.args = args
+    error.__dict__.update(fields)
+    return error
 
 
 class NotFoundError(LakeFSError):

@@ -37,8 +37,10 @@ during a 300k-entry pass: API route p99 79-82 ms with two decoding threads. The 
 the parent has threads), lazily on first use; a worker that dies (OOM killer, ``kill -9``) breaks the
 pool, which is then dropped and the call raises :class:`~lakefs_core.errors.TransientError` (the
 caller retries later, a new pool is started). Functions run there must be importable module-level
-functions whose arguments and results pickle; they should report expected failures as values, not
-exceptions (an exception with keyword-only fields may not survive pickling).
+functions whose arguments and results pickle. Their exceptions come back as raised (the project's
+errors pickle with their fields); one that would not survive the trip (a third-party class whose
+``__init__`` takes other arguments than its ``args``) comes back as a :class:`LakeFSError` naming
+its type and message, instead of breaking the pool.
 """
 
 from __future__ import annotations
@@ -47,6 +49,7 @@ import asyncio
 import functools
 import multiprocessing
 import os
+import pickle
 import signal
 import sys
 import threading
@@ -55,7 +58,7 @@ from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from typing import ParamSpec, TypeVar
 
-from lakefs_core.errors import TransientError
+from lakefs_core.errors import LakeFSError, TransientError
 
 __all__ = [
     "CPU_WORKERS",
@@ -142,6 +145,19 @@ def _ignore_interrupts() -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
+def _call_in_worker(call: Callable[[], T]) -> T:
+    """In a worker: ``call()``, with an exception that would not unpickle in the parent replaced."""
+    try:
+        return call()
+    except Exception as e:
+        try:
+            pickle.loads(pickle.dumps(e))
+        except Exception:
+            # The pool's result thread would fail to unpickle it and declare every worker dead.
+            raise LakeFSError(f"{type(e).__name__} in a worker process: {e}") from None
+        raise
+
+
 def _drop_process_pool(pool: ProcessPoolExecutor) -> None:
     with _lock:
         if _process_pools.get(os.getpid()) is pool:
@@ -156,7 +172,7 @@ async def run_process(fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> 
     loop = asyncio.get_running_loop()
     pool = process_executor()
     try:
-        return await loop.run_in_executor(pool, functools.partial(fn, *args, **kwargs))
+        return await loop.run_in_executor(pool, _call_in_worker, functools.partial(fn, *args, **kwargs))
     except BrokenProcessPool as e:
         _drop_process_pool(pool)
         raise TransientError(f"a CPU worker process died ({e}); the work will be retried") from e

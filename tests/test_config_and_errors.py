@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pickle
 from pathlib import Path
 
 import pytest
@@ -102,3 +103,24 @@ def test_error_tree_shape() -> None:
     assert "file f, offset 3" in str(errors.CorruptDataError("bad", file="f", offset=3))
     conflict = errors.MergeConflictError([b"a/1", b"b/2"])
     assert conflict.keys == [b"a/1", b"b/2"] and "a/1" in str(conflict)
+
+
+@pytest.mark.parametrize(
+    "error",
+    [
+        errors.PurgedError("gone", audit_id="a1"),
+        errors.CorruptDataError("bad", file="f", offset=3),
+        errors.BadInputError("no", field="path"),
+        errors.StartupError("port in use", key="api.listen"),
+        errors.ConfigError([("a.b", "missing"), ("c", "not an int")]),
+        errors.MergeConflictError([b"a/1"]),
+        errors.UnreachableError("kv down"),
+    ],
+    ids=lambda e: type(e).__name__,
+)
+def test_every_error_survives_pickling(error: errors.LakeFSError) -> None:
+    """Worker processes send errors back pickled; keyword-only fields must not break that."""
+    again = pickle.loads(pickle.dumps(error))
+    assert type(again) is type(error)
+    assert str(again) == str(error) and again.args == error.args
+    assert again.__dict__ == error.__dict__

@@ -26,8 +26,11 @@ guarantee as doing the two in that order: a change to that key which the read do
 visible only after every item of the batch is stored. Drivers with transactions do both in one
 (SQLite: the read runs under the write lock the batch took; PostgreSQL: ``SELECT ... FOR SHARE``,
 so a concurrent update of the key waits for the batch's commit or is seen); the others do the two
-calls. Staging writers use it for their "write, then re-read the branch" step (one transaction per
-batch instead of two).
+calls. The guarantee covers a key that exists when read: on PostgreSQL a row that does not exist yet
+cannot be locked, so a concurrent CREATE of the key may become visible before the batch (the read
+then raised NotFoundError; a caller that acts only on a value it found loses nothing). Staging
+writers use it for their "write, then re-read the branch" step (one transaction per batch instead of
+two); a missing branch means nothing was acknowledged.
 
 Drivers: :mod:`.memory`, :mod:`.sql` (SQLite, PostgreSQL), :mod:`.dynamodb`; open one from a URL with
 :func:`lakefs_core.kv.open_kv`.

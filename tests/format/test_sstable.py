@@ -768,3 +768,4 @@ def test_to_bytes_copies_the_file_and_refuses_once_closed(tmp_path: Path) -> Non
             reader.close()
             with pytest.raises(BadInputError, match="closed"):
                 reader.to_bytes()
+            assert reader.size_bytes == len(data)

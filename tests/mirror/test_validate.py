@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import random
 import uuid
 from collections import Counter
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
@@ -846,3 +847,15 @@ async def test_s3_source_and_destination_buckets(moto: Callable[[str], MotoServe
 
 def test_memory_store_is_a_block_store() -> None:
     assert isinstance(CountingStore(MemoryBlockStore("x")), BlockStore)
+
+
+def test_requests_are_planned_sorted_whatever_the_group_sizes() -> None:
+    """Big directories and many directories are sorted in slices and merged: same order as sorted()."""
+    rng = random.Random(7)
+    big = [f"data/big/{rng.randrange(10**9):09d}" for _ in range(3 * validate._SORT_SLICE + 5)]
+    small = [f"data/d{rng.randrange(10**9)}/x" for _ in range(validate._SORT_SLICE + 3)]
+    keys = big + big[:100] + small  # repeated keys stay repeated, as sorted() keeps them
+    rng.shuffle(keys)
+    lists, heads = validate._plan_requests(keys, 50)
+    assert lists == [("data/big/", sorted(big + big[:100]))]
+    assert heads == sorted(small)

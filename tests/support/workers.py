@@ -6,6 +6,8 @@ from __future__ import annotations
 import os
 import signal
 
+from lakefs_core.errors import PurgedError
+
 
 def pid_and_square(x: int) -> tuple[int, int]:
     return os.getpid(), x * x
@@ -18,3 +20,19 @@ def sigkill_self(*_args: object) -> None:
 
 def raise_value_error(message: str) -> None:
     raise ValueError(message)
+
+
+def raise_purged(message: str, audit_id: str) -> None:
+    raise PurgedError(message, audit_id=audit_id)
+
+
+class Unpicklable(Exception):
+    """Pickles as ``Unpicklable(message)`` but needs two arguments to be made: unpickling fails."""
+
+    def __init__(self, message: str, code: int) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+def raise_unpicklable(message: str) -> None:
+    raise Unpicklable(message, 3)

@@ -119,6 +119,7 @@ class TableReader:
         if view.ndim != 1 or view.itemsize != 1:
             view = view.cast("B")
         self._data = view
+        self._size = len(view)  # kept: the view is released on close
         self._closed = False
         self._verify = False  # the footer and metaindex are read below, after the checksum type
         self._cache_cap = max(0, block_cache_blocks)
@@ -360,8 +361,8 @@ class TableReader:
 
     @property
     def size_bytes(self) -> int:
-        """The table file's size."""
-        return len(self._data)
+        """The table file's size (also once closed)."""
+        return self._size
 
     def to_bytes(self) -> bytes:
         """A copy of the whole table file (e.g. to hand it to another process)."""
