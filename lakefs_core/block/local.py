@@ -22,6 +22,10 @@ single-part uploads), the content type and the user metadata, plus the data file
 mtime. A sidecar whose inode/size/mtime do not match the data file is stale (the file was replaced by
 another tool) and is ignored: the ETag is then recomputed from the content (cached per
 inode/size/mtime) and the content type is the default. Sidecars and temporary files are never listed.
+A "bare" object, at most :data:`BARE_MAX_BYTES` with the default content type and no user metadata
+(what ``fs upload`` of small files writes), gets no sidecar: a missing sidecar already means exactly
+that, and its ETag is recomputed when asked (reading 16 KiB costs about what reading a sidecar
+does). Writing one is then 4 file operations fewer: about half the cost of a small put.
 A sidecar is chosen over extended attributes because it works on every filesystem (tmpfs, NFS,
 overlay, macOS) and survives plain ``cp -r`` of the tree along with the data.
 
@@ -60,6 +64,7 @@ from typing import ParamSpec, TypeVar
 
 from lakefs_core.aio import bounded_each
 from lakefs_core.block._common import (
+    DEFAULT_CONTENT_TYPE,
     CheckedPut,
     Grouper,
     check_body,
@@ -110,12 +115,14 @@ from lakefs_core.block.local_leftovers import (
 from lakefs_core.block.local_meta import SIDECAR_VERSION, EtagCache, Sidecars
 from lakefs_core.errors import BadInputError, LakeFSError, NotFoundError, TransientError
 
-__all__ = ["META_DIR", "TMP_PREFIX", "LocalBlockStore"]
+__all__ = ["BARE_MAX_BYTES", "META_DIR", "TMP_PREFIX", "LocalBlockStore"]
 
 P = ParamSpec("P")
 _KEYS_PER_HOP = 2000  # list_keys entries per worker-thread hop: the hop costs more than a stat
 # put_batch objects per worker-thread hop: a hop costs about what writing a small object does
 _PUTS_PER_HOP = 32
+# Objects up to this size with default content type and no metadata have no sidecar (module doc).
+BARE_MAX_BYTES = 16 * 1024
 T = TypeVar("T")
 
 
@@ -291,6 +298,18 @@ class LocalBlockStore:
         """Finish the data file, stage its sidecar, move both into place (sync)."""
         st = temp.finish()
         etag = temp.md5.hexdigest()
+        if st.st_size <= BARE_MAX_BYTES and content_type == DEFAULT_CONTENT_TYPE and not metadata:
+            temp.commit(if_none_match)
+            self._sidecars.remove(parts)  # an earlier version's (now stale anyway: another inode)
+            self._etags.remember(st, etag)
+            return ObjectInfo(
+                key=key,
+                size=st.st_size,
+                etag=etag,
+                last_modified=mtime_datetime(st),
+                content_type=content_type,
+                metadata={},
+            )
         record = {
             "v": SIDECAR_VERSION,
             "ino": st.st_ino,

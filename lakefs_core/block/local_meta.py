@@ -119,6 +119,12 @@ class Sidecars:
             return tmp
         raise TransientError(f"{where}: metadata directory kept disappearing while writing")
 
+    def remove(self, parts: Sequence[str]) -> None:
+        """Remove the sidecar of the key with segments ``parts``, if any (best effort: a sidecar
+        left behind no longer matches a data file written since, so it is ignored as stale)."""
+        with contextlib.suppress(OSError):
+            os.unlink(self.path(parts))
+
     def install(self, tmp: Path, parts: Sequence[str], where: str) -> None:
         """Move the sidecar staged in ``tmp`` into place (``tmp`` is removed on failure)."""
         meta_path = self.path(parts)

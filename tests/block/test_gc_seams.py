@@ -141,8 +141,11 @@ async def test_local_list_keys_skips_private_files(local_root: Path) -> None:
 async def test_local_delete_batch_removes_sidecars_and_empty_dirs(local_root: Path) -> None:
     store = LocalBlockStore(local_root)
     keys = [f"data/s{i % 3}/o{i}" for i in range(30)]
-    await put_all(store, keys)
-    await store.put("data/s0/keep", b"k")
+    for key in keys[::2]:  # a content type: a sidecar each; the others are bare (no sidecar)
+        await store.put(key, key.encode(), content_type="text/plain")
+    await put_all(store, keys[1::2])
+    await store.put("data/s0/keep", b"k", metadata={"m": "1"})
+    assert len([p for p in (local_root / ".lakefs-meta").rglob("*") if p.is_file()]) == 16
     result = await store.delete_batch(keys)
     assert sorted(result.deleted) == sorted(keys) and result.failed == []
     assert sorted(p.name for p in (local_root / "data").iterdir()) == ["s0"]

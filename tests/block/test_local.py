@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from lakefs_core.block import LocalBlockStore
+from lakefs_core.block.base import ObjectInfo
 from lakefs_core.block.local import META_DIR, TMP_PREFIX
 from lakefs_core.errors import BadInputError, ConflictError, PreconditionFailedError
 from tests.block.test_contract import listing
@@ -74,6 +75,47 @@ async def test_plain_file_layout_and_hidden_sidecar(store: LocalBlockStore, loca
     assert await listing(store, delimiter="/") == ["data/*"]
     assert await listing(store, ".") == []
     assert temp_files(local_root) == []
+
+
+async def test_bare_objects_have_no_sidecar_and_the_same_answers(
+    store: LocalBlockStore, local_root: Path
+) -> None:
+    """Small, default content type, no metadata: no sidecar, and nothing a caller could tell."""
+    from lakefs_core.block.local import BARE_MAX_BYTES
+
+    small, big = b"s" * BARE_MAX_BYTES, b"b" * (BARE_MAX_BYTES + 1)
+    written = {
+        "bare": (await store.put("d/bare", small), False),
+        "big": (await store.put("d/big", big), True),
+        "typed": (await store.put("d/typed", b"t", content_type="text/csv"), True),
+        "meta": (await store.put("d/meta", b"m", metadata={"k": "v"}), True),
+    }
+    async with LocalBlockStore(local_root) as fresh:  # no ETag cache: recomputed for the bare one
+        for name, (info, has_sidecar) in written.items():
+            assert (local_root / META_DIR / "d" / name).exists() is has_sidecar, name
+            head = await fresh.head(f"d/{name}")
+            assert (head.etag, head.size, head.content_type, dict(head.metadata)) == (
+                info.etag,
+                info.size,
+                info.content_type,
+                dict(info.metadata),
+            )
+        assert (await fresh.head("d/bare")).etag == md5(small)
+        listed = {i.key: i.etag async for i in fresh.list("d/") if isinstance(i, ObjectInfo)}
+        assert listed == {f"d/{name}": info.etag for name, (info, _) in written.items()}
+
+
+async def test_a_bare_overwrite_removes_the_old_sidecar(store: LocalBlockStore, local_root: Path) -> None:
+    await store.put("k", b"typed", content_type="text/plain", metadata={"m": "1"})
+    assert (local_root / META_DIR / "k").exists()
+    await store.put("k", b"plain")
+    assert not (local_root / META_DIR / "k").exists()
+    head = await store.head("k")
+    assert (head.etag, head.content_type, dict(head.metadata)) == (
+        md5(b"plain"),
+        "application/octet-stream",
+        {},
+    )
 
 
 async def test_key_and_longer_key_conflict(store: LocalBlockStore) -> None:
@@ -216,7 +258,8 @@ async def test_put_batch_syncs_the_filesystem_once(
     assert len(infos) == 200 and counter.fsyncs == 0
     assert counter.syncfs == [os.stat(local_root).st_dev]  # one filesystem, one call
     assert temp_files(local_root) == []
-    # a sidecar for every object: ETags survive a new store instance (no recomputation needed)
+    # bare objects (no sidecar): a new store instance recomputes the same ETag from the content
+    assert not (local_root / META_DIR).exists()
     async with LocalBlockStore(local_root) as again:
         assert (await again.head("data/g1/0001")).etag == md5(b"body 1")
 
@@ -228,7 +271,7 @@ async def test_put_batch_without_syncfs_fsyncs_each_file(
 
     counter = SyncCounter(monkeypatch, syncfs=False)
     await store.put_batch([PutItem(f"data/g/{i}", b"x") for i in range(10)], if_none_match=True)
-    assert counter.fsyncs >= 30 and counter.syncfs == []  # data file, sidecar and directory each
+    assert counter.fsyncs >= 20 and counter.syncfs == []  # data file and directory each (bare: no sidecar)
 
 
 async def test_put_batch_of_an_unsynced_store_syncs_nothing(
