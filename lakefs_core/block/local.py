@@ -108,6 +108,7 @@ from lakefs_core.block.local_files import (
 from lakefs_core.block.local_keys import delete_keys, walk_keys
 from lakefs_core.block.local_leftovers import (
     DEFAULT_TMP_GRACE_SECONDS,
+    SWEEP_STAMP,
     TMP_PREFIX,
     claim_root,
     sweep_leftovers,
@@ -478,7 +479,13 @@ class LocalBlockStore:
         """On the first write of this process to the root: remove leftover temporaries in the background."""
         if self._sweep is None and self._tmp_grace is not None and claim_root(self._root):
             self._sweep = asyncio.ensure_future(
-                _run(sweep_leftovers, self._root, self._tmp_grace, self._sweep_stop)
+                _run(
+                    sweep_leftovers,
+                    self._root,
+                    self._tmp_grace,
+                    self._sweep_stop,
+                    stamp=self._meta_root / SWEEP_STAMP,
+                )
             )
 
     async def sweep_leftovers(self) -> int:

@@ -16,7 +16,12 @@ regular files whose name matches :data:`TMP_NAME` EXACTLY and whose mtime is old
 period, except those whose writer is a live process of this host (same host hash, pid alive). It
 never follows symlinks, examines a bounded number of entries, and stops early when asked to. The
 store runs it once per root per process (:func:`claim_root`), in a worker thread, in the background
-of its first write; the grace period is the configuration key ``temp_sweep_grace_seconds`` (default
+of its first write, and only when no sweep of the root completed within the grace period: a
+completed sweep touches the stamp ``<root>/.lakefs-meta/.lakefs-meta`` (a path no sidecar can
+have), whose mtime the next process checks. Without that, every short-lived
+writer (each ``fs upload``) walked the whole namespace again, a cost growing with the namespace and
+competing for the GIL with the writes. A leftover is so removed within about two grace periods. The
+grace period is the configuration key ``temp_sweep_grace_seconds`` (default
 one hour) of the CLI and the daemons. A writer on another host stalled for longer than it loses its
 temporary file; its commit then fails (the rename finds no file) rather than publishing anything.
 Everything here is synchronous and raises nothing for a file that vanished or cannot be removed: the
@@ -25,6 +30,7 @@ sweep is best effort and the next process tries again.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import itertools
 import os
@@ -42,6 +48,9 @@ TMP_NAME = re.compile(r"\.lakefs-tmp-(?:(?P<host>[0-9a-f]{8})-(?P<pid>[0-9]{1,10
 # literal to keep the drivers out of a CLI's start-up; a test checks they agree).
 DEFAULT_TMP_GRACE_SECONDS = 3600.0
 DEFAULT_SWEEP_LIMIT = 1_000_000  # directory entries examined by one sweep
+# In the store's metadata directory (``.lakefs-meta``): the one name there no sidecar can have, since
+# no key's first segment may be ``.lakefs-meta``. See the module doc.
+SWEEP_STAMP = ".lakefs-meta"
 
 _HOST = hashlib.sha256(socket.gethostname().encode("utf-8", "surrogateescape")).hexdigest()[:8]
 _claimed: set[Path] = set()
@@ -94,13 +103,32 @@ def is_leftover(name: str, st: os.stat_result, cutoff: float) -> bool:
     return not (m.group("host") == _HOST and _pid_alive(int(m.group("pid"))))
 
 
+def _swept_within(stamp: Path, seconds: float) -> bool:
+    try:
+        return time.time() - os.stat(stamp).st_mtime < seconds
+    except OSError:
+        return False  # never swept (or the stamp is unreadable): sweep
+
+
+def _mark_swept(stamp: Path) -> None:
+    with contextlib.suppress(OSError):  # best effort: without a stamp the next process sweeps again
+        os.makedirs(stamp.parent, exist_ok=True)
+        os.close(os.open(stamp, os.O_WRONLY | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), 0o666))
+        os.utime(stamp)
+
+
 def sweep_leftovers(
     root: Path,
     grace_seconds: float,
     stop: threading.Event | None = None,
     limit: int = DEFAULT_SWEEP_LIMIT,
+    stamp: Path | None = None,
 ) -> int:
-    """Remove the leftover temporary files below ``root``; the number removed (see the module)."""
+    """Remove the leftover temporary files below ``root``; the number removed (see the module).
+    With ``stamp``: nothing when a sweep of ``root`` completed within ``grace_seconds`` (by the
+    stamp's mtime), and a completed sweep touches it."""
+    if stamp is not None and _swept_within(stamp, grace_seconds):
+        return 0
     cutoff = time.time() - grace_seconds
     removed = 0
     examined = 0
@@ -125,4 +153,6 @@ def sweep_leftovers(
                         continue  # vanished meanwhile or not ours to remove: the next sweep retries
         except OSError:
             continue  # a directory removed meanwhile (pruned by a delete) or unreadable
+    if stamp is not None and not pending and examined <= limit and not (stop is not None and stop.is_set()):
+        _mark_swept(stamp)
     return removed

@@ -87,22 +87,27 @@ def _join(prefix: str, rel: str) -> str:
 
 def walk_tree(root: Path) -> list[tuple[Path, str, int]]:
     """``(file, relative posix path, size)`` for every regular file under ``root``, sorted."""
+    # os.scandir, one stat per file (it follows a symlink, as reading the file will): directories
+    # are descended as os.walk does (symlinked ones are not), anything but a regular file is skipped.
     found: list[tuple[Path, str, int]] = []
-
-    def fail(e: OSError) -> None:
-        raise e
-
-    for dirpath, dirnames, filenames in os.walk(root, onerror=fail):
-        dirnames.sort()
-        for name in filenames:
-            path = Path(dirpath) / name
-            try:
-                st = path.stat()
-            except OSError as e:
-                raise _local_error(e, path) from e
-            if not os.path.isfile(path):
-                continue
-            found.append((path, path.relative_to(root).as_posix(), st.st_size))
+    pending = [(os.fspath(root), "")]
+    while pending:
+        directory, rel = pending.pop()
+        try:
+            with os.scandir(directory) as entries:
+                for entry in entries:
+                    name = f"{rel}{entry.name}"
+                    if entry.is_dir(follow_symlinks=False):
+                        pending.append((entry.path, f"{name}/"))
+                        continue
+                    try:
+                        st = entry.stat()
+                    except OSError as e:
+                        raise _local_error(e, Path(entry.path)) from e
+                    if S_ISREG(st.st_mode):
+                        found.append((Path(entry.path), name, st.st_size))
+        except OSError as e:
+            raise _local_error(e, Path(e.filename or directory)) from e
     found.sort(key=lambda item: item[1])
     return found
 
@@ -152,11 +157,13 @@ def _upload_tree(dest: LakeFSURI, source: str, content_type: str | None, no_prog
     async def op(s: Session) -> list[ObjectStat]:
         return await fs_transfer.upload_tree(s, dest, files, content_type, no_progress)
 
-    results = sorted(run_session(op), key=lambda st: st.path)
-    emit(
-        {"results": [object_doc(st) for st in results], "count": len(results), "size_bytes": total},
-        lambda: click.echo(f"Uploaded {len(results)} objects ({human_bytes(total)}) to {dest}"),
-    )
+    results = run_session(op)
+    if wants_json():  # a document per object only when it is printed
+        results.sort(key=lambda st: st.path)
+        doc = {"results": [object_doc(st) for st in results], "count": len(results), "size_bytes": total}
+        emit(doc, lambda: None)
+        return
+    click.echo(f"Uploaded {len(results)} objects ({human_bytes(total)}) to {dest}")
 
 
 @fs.command("cat")

@@ -145,7 +145,8 @@ async def test_local_delete_batch_removes_sidecars_and_empty_dirs(local_root: Pa
         await store.put(key, key.encode(), content_type="text/plain")
     await put_all(store, keys[1::2])
     await store.put("data/s0/keep", b"k", metadata={"m": "1"})
-    assert len([p for p in (local_root / ".lakefs-meta").rglob("*") if p.is_file()]) == 16
+    sidecars = [p for p in (local_root / ".lakefs-meta" / "data").rglob("*") if p.is_file()]
+    assert len(sidecars) == 16
     result = await store.delete_batch(keys)
     assert sorted(result.deleted) == sorted(keys) and result.failed == []
     assert sorted(p.name for p in (local_root / "data").iterdir()) == ["s0"]

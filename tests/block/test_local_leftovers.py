@@ -22,6 +22,7 @@ import uuid
 from pathlib import Path
 
 from lakefs_core.block.local import LocalBlockStore
+from lakefs_core.block.local_leftovers import SWEEP_STAMP
 
 REPO = Path(__file__).resolve().parents[2]
 # The documented name of a temporary file: host hash, writer pid, random part (or, older, random only).
@@ -98,6 +99,11 @@ async def test_next_writer_removes_aged_leftovers_of_a_killed_upload(tmp_path: P
     decoy_dir.mkdir()
     for path in [legacy, *keep, decoy_dir]:
         os.utime(path, (two_hours_ago, two_hours_ago))
+    # The killed writer's own first put swept the (then empty) root and stamped it: the next sweep is
+    # due a grace period later. Two hours have "passed" for the stamp too.
+    stamp = root / ".lakefs-meta" / SWEEP_STAMP
+    assert stamp.is_file()
+    os.utime(stamp, (two_hours_ago, two_hours_ago))
 
     store = LocalBlockStore(root, tmp_grace_seconds=3600)
     try:
@@ -129,3 +135,36 @@ async def test_sweep_runs_once_per_root_per_process_and_can_be_disabled(tmp_path
         finally:
             await first.close()
             await second.close()
+
+
+def test_a_root_is_swept_once_per_grace_period_by_its_stamp(tmp_path: Path) -> None:
+    """Short-lived writers (each ``fs upload``) must not walk the whole namespace every time: a
+    completed sweep stamps the root; an interrupted one does not."""
+    from lakefs_core.block.local_leftovers import sweep_leftovers
+
+    root = tmp_path / "ns"
+    stamp = root / ".lakefs-meta" / SWEEP_STAMP
+    aged = time.time() - 7200
+
+    def leftover() -> Path:
+        (root / "d").mkdir(parents=True, exist_ok=True)
+        path = root / "d" / f".lakefs-tmp-{uuid.uuid4().hex}"
+        path.write_bytes(b"x")
+        os.utime(path, (aged, aged))
+        return path
+
+    first = leftover()
+    for i in range(5):
+        (root / f"e{i}").mkdir()
+    sweep_leftovers(root, 3600, limit=2, stamp=stamp)
+    assert not stamp.exists()  # stopped at its entry limit: not a completed sweep
+    still_there = first.exists()
+    assert sweep_leftovers(root, 3600, stamp=stamp) == int(still_there)
+    assert not first.exists() and stamp.is_file()
+    second = leftover()
+    assert sweep_leftovers(root, 3600, stamp=stamp) == 0  # swept within the grace period
+    assert second.exists()
+    os.utime(stamp, (aged, aged))
+    assert sweep_leftovers(root, 3600, stamp=stamp) == 1  # the last sweep is a grace period old
+    assert not second.exists()
+    assert sweep_leftovers(root, 3600, stamp=stamp) == 0 and stamp.is_file()  # the stamp stays
