@@ -5,10 +5,11 @@
   ``upload_concurrency`` at a time and every entry staged in one KV batch
   (:meth:`~lakefs_core.repos.objects.Objects.upload_many`), ``BATCHES_IN_FLIGHT`` batches at a
   time (the first failure stops the upload; entries of batches already staged stay). Files above
-  ``STREAM_THRESHOLD`` are streamed (multipart on S3); smaller ones are read whole in the store's worker threads when written,
-  in batches (``BlockStore.put_batch``: one thread hop per few dozen files and one filesystem sync
-  per window on a local namespace); memory is bounded by ``upload_concurrency`` bodies per batch. The
-  progress bar (stderr, only on a terminal) counts bytes and files.
+  ``STREAM_THRESHOLD`` are streamed (multipart on S3); smaller ones are read whole in the store's
+  worker threads when written, in batches (``BlockStore.put_batch``: one thread hop per few dozen
+  files and one filesystem sync per window on a local namespace); memory is bounded by
+  ``upload_concurrency`` bodies per batch. The progress bar (stderr, only on a terminal) counts
+  bytes and files.
 - ``cat`` streams the object to stdout. With ``--json`` it is read twice from its pinned address
   (once to learn whether it is UTF-8, once to write the JSON string piece by piece), so memory stays
   constant for any size; the document is byte-identical to ``json.dumps(doc, sort_keys=True)``.
