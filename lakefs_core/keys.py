@@ -419,9 +419,18 @@ def new_slice_id(now: datetime | None = None, *, seq: int = 0) -> str:
 
 def new_object_id() -> str:
     """A fresh unique object id (26 chars of ``[0-9a-v]``: ms timestamp + 80 random bits)."""
-    millis = int(datetime.now(UTC).timestamp() * 1000) & ((1 << 48) - 1)
-    raw = millis.to_bytes(6, "big") + os.urandom(10)
-    return base64.b32hexencode(raw).decode("ascii").rstrip("=").lower()
+    return new_object_ids(1)[0]
+
+
+def new_object_ids(n: int) -> list[str]:
+    """``n`` fresh object ids as :func:`new_object_id` makes them, with one clock read and one
+    ``os.urandom`` call for all (a batch upload allocates one per object)."""
+    millis = (int(datetime.now(UTC).timestamp() * 1000) & ((1 << 48) - 1)).to_bytes(6, "big")
+    noise = os.urandom(10 * n)
+    return [
+        base64.b32hexencode(millis + noise[i : i + 10]).decode("ascii").rstrip("=").lower()
+        for i in range(0, 10 * n, 10)
+    ]
 
 
 class SliceAllocator:
@@ -441,6 +450,7 @@ class SliceAllocator:
         self._hour: int | None = None
         self._seq = 0
         self._count = 0
+        self._slice: tuple[tuple[int, int], str] | None = None  # the last id made, by (hour, seq)
 
     def next_slice(self) -> str:
         """The slice for the next object."""
@@ -452,11 +462,17 @@ class SliceAllocator:
             elif self._count >= self._max and self._seq < SLICE_MAX_SEQ:
                 self._seq, self._count = self._seq + 1, 0
             self._count += 1
-            return new_slice_id(now, seq=self._seq)
+            if self._slice is None or self._slice[0] != (hour, self._seq):
+                self._slice = ((hour, self._seq), new_slice_id(now, seq=self._seq))
+            return self._slice[1]
 
     def new_relative_address(self) -> str:
         """``data/<slice>/<fresh object id>`` for a new upload."""
         return relative_address(self.next_slice(), new_object_id())
+
+    def new_relative_addresses(self, n: int) -> list[str]:
+        """``n`` addresses as :meth:`new_relative_address` would give them one by one."""
+        return [relative_address(self.next_slice(), oid) for oid in new_object_ids(n)]
 
 
 def new_relative_address(now: datetime | None = None) -> str:

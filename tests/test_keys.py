@@ -17,6 +17,7 @@ from lakefs_core.keys import (
     SliceAllocator,
     StorageNamespace,
     new_object_id,
+    new_object_ids,
     new_relative_address,
     new_slice_id,
     relative_address,
@@ -236,13 +237,21 @@ def test_slice_allocator_rolls_by_hour_and_count() -> None:
     assert third == new_slice_id(now[0])
     address = alloc.new_relative_address()
     assert re.match(r"^data/[0-9a-v]{10}/[0-9a-v]{26}$", address)
+    # a batch counts against the slice like single calls: 1 more in this slice, then 3 per slice
+    batch = alloc.new_relative_addresses(8)
+    slices = [a.split("/")[1] for a in batch]
+    assert slices[0] == third and len(set(slices)) == 4 and slices == sorted(slices, reverse=True)
+    assert [slices.count(s) for s in dict.fromkeys(slices)] == [1, 3, 3, 1]
+    assert len({a.split("/")[2] for a in batch}) == 8
+    assert all(re.match(r"^data/[0-9a-v]{10}/[0-9a-v]{26}$", a) for a in batch)
 
 
 def test_object_ids_are_unique_and_path_safe() -> None:
     ids: list[str] = []
 
     def make() -> None:
-        ids.extend(new_object_id() for _ in range(5000))
+        ids.extend(new_object_id() for _ in range(2500))
+        ids.extend(new_object_ids(2500))  # one clock read and one urandom for all
 
     threads = [threading.Thread(target=make) for _ in range(4)]
     for t in threads:

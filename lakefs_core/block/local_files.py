@@ -81,7 +81,7 @@ def write_all(fd: int, data: bytes | memoryview) -> None:
         view = view[n:]
 
 
-def _fsync_dir(path: Path) -> None:
+def _fsync_dir(path: str | Path) -> None:
     fd = os.open(path, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
     try:
         os.fsync(fd)
@@ -111,11 +111,11 @@ def group_sync_available() -> bool:
     return _SYNCFS is not None
 
 
-def sync_filesystems(dirs: Iterable[Path], where: str) -> None:
+def sync_filesystems(dirs: Iterable[str | Path], where: str) -> None:
     """Make every write below ``dirs`` durable: one ``syncfs`` per filesystem they live on (file
     data, inodes and directory entries alike; since Linux 5.8 it reports writeback errors)."""
     assert _SYNCFS is not None
-    by_device: dict[int, Path] = {}
+    by_device: dict[int, str | Path] = {}
     try:
         for d in dirs:
             by_device.setdefault(os.stat(d).st_dev, d)
@@ -186,20 +186,23 @@ def scan_dir(directory: Path, root: Path, uri: str) -> list[tuple[str, str, bool
 
 
 class TempFile:
-    """A temporary file beside its target, moved into place by :meth:`commit` (sync; run in a thread)."""
+    """A temporary file beside its target, moved into place by :meth:`commit` (sync; run in a thread).
+    Paths are plain strings: this is the per-object path of batched small puts, where ``pathlib``
+    objects cost more than the system calls."""
 
-    def __init__(self, target: Path, where: str, fsync: bool) -> None:
+    def __init__(self, target: str, where: str, fsync: bool) -> None:
         self.target = target
+        self.parent = os.path.dirname(target)
         self.where = where
         self.fsync = fsync
         self.md5 = hashlib.md5(usedforsecurity=False)
         self.size = 0
         self.fd: int | None = None
-        self.tmp: Path | None = None
+        self.tmp: str | None = None
         self.linked = False
 
     @staticmethod
-    def make_parent(parent: Path, where: str) -> None:
+    def make_parent(parent: str, where: str) -> None:
         try:
             os.makedirs(parent, exist_ok=True)
         except (FileExistsError, NotADirectoryError) as e:
@@ -207,14 +210,14 @@ class TempFile:
         except OSError as e:
             raise map_oserror(e, where, reading=False) from e
 
-    def open(self, known_dirs: set[Path] | None = None) -> None:
+    def open(self, known_dirs: set[str] | None = None) -> None:
         """Create the temporary file. ``known_dirs``: directories a batch already wrote into (the
         first attempt skips making them; a concurrent prune is caught by the retry)."""
-        parent = self.target.parent
+        parent = self.parent
         for attempt in range(RETRIES):
             if attempt or known_dirs is None or parent not in known_dirs:
                 self.make_parent(parent, self.where)
-            tmp = parent / temp_name()  # findable by name and age if this process dies
+            tmp = f"{parent}/{temp_name()}"  # findable by name and age if this process dies
             try:
                 self.fd = os.open(tmp, CREATE_FLAGS, 0o666)
             except FileNotFoundError:
@@ -256,7 +259,7 @@ class TempFile:
                 try:
                     os.link(self.tmp, self.target)
                 except FileExistsError as e:
-                    if self.target.is_dir():
+                    if os.path.isdir(self.target):
                         raise ConflictError(f"{self.where}: keys below this key exist") from e
                     raise PreconditionFailedError(f"{self.where}: already exists (create-only put)") from e
                 except OSError as e:
@@ -271,12 +274,12 @@ class TempFile:
                 try:
                     os.replace(self.tmp, self.target)
                 except OSError as e:
-                    if self.target.is_dir():
+                    if os.path.isdir(self.target):
                         raise ConflictError(f"{self.where}: keys below this key exist") from e
                     raise
             self.tmp = None
             if self.fsync:
-                _fsync_dir(self.target.parent)
+                _fsync_dir(self.parent)
         except LakeFSError:
             raise
         except OSError as e:

@@ -41,6 +41,7 @@ class Sidecars:
 
     def __init__(self, root: Path, fsync: bool) -> None:
         self.root = root
+        self._root_s = str(root).rstrip("/")
         self.fsync = fsync
 
     def path(self, parts: Sequence[str]) -> Path:
@@ -79,7 +80,7 @@ class Sidecars:
         record: Mapping[str, Any],
         *,
         fsync: bool | None = None,
-        known_dirs: set[Path] | None = None,
+        known_dirs: set[str] | None = None,
     ) -> Path:
         """Write the sidecar to a temporary file beside its final place; returns the temp path.
         ``fsync=False``: the caller syncs the whole filesystem later (a batch); ``known_dirs`` as
@@ -88,7 +89,7 @@ class Sidecars:
         data = json.dumps(record, sort_keys=True, separators=(",", ":")).encode()
         for attempt in range(RETRIES):
             try:
-                if attempt or known_dirs is None or meta_path.parent not in known_dirs:
+                if attempt or known_dirs is None or str(meta_path.parent) not in known_dirs:
                     os.makedirs(meta_path.parent, exist_ok=True)
             except (FileExistsError, NotADirectoryError):
                 if attempt:
@@ -115,7 +116,7 @@ class Sidecars:
                 raise map_oserror(e, where, reading=False) from e
             os.close(fd)
             if known_dirs is not None:
-                known_dirs.add(meta_path.parent)
+                known_dirs.add(str(meta_path.parent))
             return tmp
         raise TransientError(f"{where}: metadata directory kept disappearing while writing")
 
@@ -123,7 +124,7 @@ class Sidecars:
         """Remove the sidecar of the key with segments ``parts``, if any (best effort: a sidecar
         left behind no longer matches a data file written since, so it is ignored as stale)."""
         with contextlib.suppress(OSError):
-            os.unlink(self.path(parts))
+            os.unlink(f"{self._root_s}/{'/'.join(parts)}")  # a string: this is per bare put
 
     def install(self, tmp: Path, parts: Sequence[str], where: str) -> None:
         """Move the sidecar staged in ``tmp`` into place (``tmp`` is removed on failure)."""

@@ -59,6 +59,7 @@ _ADDRESS_TYPES = frozenset(catalog_pb2.Entry.AddressType.values())
 _MIN_SECONDS = -62_135_596_800
 _MAX_SECONDS = 253_402_300_799
 _NANOS = 1_000_000_000
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 # Range ids name files under _lakefs/: only exactly 64 lowercase hex digits are accepted, so a
 # corrupt metarange can never steer a reader to an arbitrary path.
@@ -135,7 +136,11 @@ def make_entry(
     if last_modified is not None:
         if last_modified.tzinfo is None or last_modified.utcoffset() is None:
             raise BadInputError("must be timezone-aware", field="last_modified")
-        entry.last_modified.FromDatetime(last_modified)
+        # What Timestamp.FromDatetime stores (floor seconds since the epoch, then the microseconds),
+        # in integer arithmetic: FromDatetime is pure Python and several times slower.
+        since = last_modified - _EPOCH
+        entry.last_modified.seconds = since.days * 86400 + since.seconds
+        entry.last_modified.nanos = since.microseconds * 1000
     # deterministic=True sorts map keys, so equal inputs give equal bytes within this project.
     return entry_identity(size, etag, meta, content_type), entry.SerializeToString(deterministic=True)
 

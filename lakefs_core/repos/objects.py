@@ -199,7 +199,7 @@ class Objects:
         self.g.writable(repo, force)
         await self.g.refs.get_branch(repo, branch)  # fail before writing bytes for an unknown branch
         ns, store = await self._namespace(repo)
-        addresses = [self.slices.new_relative_address() for _ in items]
+        addresses = self.slices.new_relative_addresses(len(items))
         journal = Journal(self.g, repo) if await self.g.journal_enabled(repo) else None
         intents: list[Intent] = []
         recorded_at = time.monotonic()

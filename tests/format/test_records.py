@@ -186,3 +186,17 @@ def test_staged_entries() -> None:
         decode_staged_entry(b"\x1a\x01x")  # data without identity
     with pytest.raises(CorruptDataError):
         decode_staged_entry(b"\xff")
+
+
+@given(
+    st.datetimes(
+        min_value=datetime(1, 1, 2), max_value=datetime(9999, 12, 30), timezones=st.timezones()
+    ).filter(lambda d: d.utcoffset() is not None)
+)
+def test_entry_last_modified_is_what_protobuf_from_datetime_stores(when: datetime) -> None:
+    """make_entry computes the timestamp itself (FromDatetime is slow pure Python): same fields."""
+    _, data = make_entry("data/x", 1, "etag", last_modified=when)
+    got = catalog_pb2.Entry.FromString(data).last_modified
+    want = catalog_pb2.Entry().last_modified
+    want.FromDatetime(when)
+    assert (got.seconds, got.nanos) == (want.seconds, want.nanos)
