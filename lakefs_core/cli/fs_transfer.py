@@ -3,13 +3,13 @@
 - ``upload --recursive`` walks the tree, then uploads it in batches of at most ``BATCH_FILES``
   files (and about ``BATCH_BYTES``): per batch, one repository and branch read, the PUTs
   ``upload_concurrency`` at a time and every entry staged in one KV batch
-  (:meth:`~lakefs_core.repos.objects.Objects.upload_many`), ``BATCHES_IN_FLIGHT`` batches at a
-  time (the first failure stops the upload; entries of batches already staged stay). Files above
-  ``STREAM_THRESHOLD`` are streamed (multipart on S3); smaller ones are read whole in the store's
-  worker threads when written, in batches (``BlockStore.put_batch``: one thread hop per few dozen
-  files and one filesystem sync per window on a local namespace); memory is bounded by
-  ``upload_concurrency`` bodies per batch. The progress bar (stderr, only on a terminal) counts
-  bytes and files.
+  (:meth:`~lakefs_core.repos.objects.Objects.upload_many`), one batch after the other (two in
+  flight were measured no faster: the event loop's per-entry work and the writer threads then
+  contend for the GIL). Files above ``STREAM_THRESHOLD`` are streamed (multipart on S3); smaller
+  ones are read whole in the store's worker threads when written, in batches
+  (``BlockStore.put_batch``: one thread hop per few dozen files and one filesystem sync per window
+  on a local namespace); memory is bounded by ``upload_concurrency`` bodies. The progress bar
+  (stderr, only on a terminal) counts bytes and files.
 - ``cat`` streams the object to stdout. With ``--json`` it is read twice from its pinned address
   (once to learn whether it is UTF-8, once to write the JSON string piece by piece), so memory stays
   constant for any size; the document is byte-identical to ``json.dumps(doc, sort_keys=True)``.
@@ -48,9 +48,6 @@ T = TypeVar("T")
 STREAM_THRESHOLD = 8 << 20  # bigger files are streamed to the store in chunks of this size
 BATCH_FILES = 1000  # objects staged per KV batch by upload --recursive
 BATCH_BYTES = 256 << 20  # a batch closes early once its files add up to this
-# Batches uploaded at once: one batch's journal, entry building and staging (the event loop's CPU
-# work and KV transactions) overlap the next one's file writes (worker threads).
-BATCHES_IN_FLIGHT = 2
 WRITE_CHUNK = 1 << 20
 
 
@@ -173,22 +170,18 @@ async def upload_tree(
         bar.set_postfix_str(f"{done}/{len(files)} files", refresh=False)
         bar.update(info.size)
 
-    todo = batches(files)
-    results: list[list[ObjectStat]] = [[] for _ in todo]
-
-    async def upload(i: int) -> None:
-        items = [
-            _upload_item(local, _join(dest.path, rel), size, content_type) for local, rel, size in todo[i]
-        ]
-        results[i] = await s.objects.upload_many(
-            dest.repo, dest.ref, items, concurrency=s.config.upload_concurrency, on_stored=stored
-        )
-
+    results: list[ObjectStat] = []
     try:
-        await bounded_each(range(len(todo)), BATCHES_IN_FLIGHT, upload)
+        for batch in batches(files):
+            items = [
+                _upload_item(local, _join(dest.path, rel), size, content_type) for local, rel, size in batch
+            ]
+            results += await s.objects.upload_many(
+                dest.repo, dest.ref, items, concurrency=s.config.upload_concurrency, on_stored=stored
+            )
     finally:
         bar.close()
-    return [stat for batch in results for stat in batch]
+    return results
 
 
 def _join(prefix: str, rel: str) -> str:
