@@ -306,7 +306,7 @@ class LocalBlockStore:
         etag = temp.md5.hexdigest()
         if st.st_size <= BARE_MAX_BYTES and content_type == DEFAULT_CONTENT_TYPE and not metadata:
             temp.commit(if_none_match)
-            self._sidecars.remove(parts)  # an earlier version's (now stale anyway: another inode)
+            self._sidecars.drop_stale(parts, temp.target)  # an earlier version's, if any
             self._etags.remember(st, etag)
             return ObjectInfo(
                 key=key,

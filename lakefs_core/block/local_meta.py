@@ -36,6 +36,19 @@ def _same_file(record: Mapping[str, Any], st: os.stat_result) -> bool:
     )
 
 
+def _current(raw: bytes, st: os.stat_result) -> dict[str, Any] | None:
+    """The sidecar record in ``raw`` if it describes the data file ``st``."""
+    try:
+        record = json.loads(raw)
+    except ValueError:
+        return None
+    if not isinstance(record, dict) or record.get("v") != SIDECAR_VERSION or not _same_file(record, st):
+        return None
+    if not isinstance(record.get("etag"), str):
+        return None
+    return record
+
+
 class Sidecars:
     """The metadata sidecars below ``root`` (fsynced when ``fsync``)."""
 
@@ -52,14 +65,10 @@ class Sidecars:
         """The sidecar record of the data file ``st``, or ``None`` when missing, unreadable or stale."""
         try:
             with open(self.path(parts), "rb") as f:
-                record = json.loads(f.read())
-        except (OSError, ValueError):
+                raw = f.read()
+        except OSError:
             return None
-        if not isinstance(record, dict) or record.get("v") != SIDECAR_VERSION or not _same_file(record, st):
-            return None
-        if not isinstance(record.get("etag"), str):
-            return None
-        return record
+        return _current(raw, st)
 
     def clear_stale(self, meta_path: Path) -> None:
         """Remove sidecar leftovers that block ``meta_path`` (a file where a directory must go, or a
@@ -120,11 +129,25 @@ class Sidecars:
             return tmp
         raise TransientError(f"{where}: metadata directory kept disappearing while writing")
 
-    def remove(self, parts: Sequence[str]) -> None:
-        """Remove the sidecar of the key with segments ``parts``, if any (best effort: a sidecar
-        left behind no longer matches a data file written since, so it is ignored as stale)."""
+    def drop_stale(self, parts: Sequence[str], data_file: str) -> None:
+        """After a put without a sidecar: remove the key's sidecar unless it describes the data file
+        now in place (a concurrent put of the same key with metadata, which replaced ours after
+        us). Best effort: one left behind does not match a file written since and is ignored, but
+        on a filesystem with coarse mtimes a reused inode of the same size could match it. The
+        usual case, no sidecar, costs one failed ``open``."""
+        path = f"{self._root_s}/{'/'.join(parts)}"  # a string: this runs for every bare put
+        try:
+            with open(path, "rb") as f:
+                raw = f.read()
+        except OSError:
+            return
+        try:
+            if _current(raw, os.stat(data_file)) is not None:
+                return
+        except OSError:
+            pass  # the data file is gone as well: the sidecar is stale
         with contextlib.suppress(OSError):
-            os.unlink(f"{self._root_s}/{'/'.join(parts)}")  # a string: this is per bare put
+            os.unlink(path)
 
     def install(self, tmp: Path, parts: Sequence[str], where: str) -> None:
         """Move the sidecar staged in ``tmp`` into place (``tmp`` is removed on failure)."""

@@ -315,3 +315,20 @@ async def test_put_batch_failure_leaves_no_temporary_files(store: LocalBlockStor
     with pytest.raises(PreconditionFailedError):
         await store.put_batch(items, if_none_match=True, concurrency=2)
     assert await store.get("data/g/taken") == b"original" and temp_files(local_root) == []
+
+
+async def test_a_bare_put_keeps_a_sidecar_that_describes_the_file_in_place(
+    store: LocalBlockStore, local_root: Path
+) -> None:
+    """A bare put racing a put of the same key with metadata must not take the winner's sidecar:
+    only a stale one (not matching the data file now in place) is removed."""
+    from lakefs_core.block.local_meta import Sidecars
+
+    await store.put("k", b"typed", content_type="text/csv")  # the other writer won the race
+    sidecars = Sidecars(local_root / META_DIR, fsync=False)
+    sidecars.drop_stale(["k"], str(local_root / "k"))
+    assert (await store.head("k")).content_type == "text/csv"
+    (local_root / "k").write_bytes(b"replaced by another tool")  # now the sidecar is stale
+    sidecars.drop_stale(["k"], str(local_root / "k"))
+    assert not (local_root / META_DIR / "k").exists()
+    sidecars.drop_stale(["k"], str(local_root / "k"))  # none: nothing to do
