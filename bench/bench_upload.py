@@ -4,8 +4,8 @@
    process each time, as a user runs it) against ``rclone copy`` of the same tree to a local
    directory, after one untimed warm-up run of each; in each round both write a fresh tree, in
    alternating order, nothing deleted in between; best round of each and the median of the
-   rounds' ratios. The CLI runs from compiled bytecode, as installed. Modes: the embedded default (SQLite + local
-   namespace) and PostgreSQL + local (a ``bench_upload`` database on the test server).
+   rounds' ratios. The CLI runs from compiled bytecode, as installed. Modes: the embedded default
+   (SQLite + local namespace) and PostgreSQL + local (a ``bench_upload`` database on the test server).
    Target: lakefs/rclone throughput ratio >= 0.5.
 2. ``upload_tree_requests`` (``--s3``): the same upload to S3 + DynamoDB on one moto_server, through
    two counting proxies (one for S3, one for DynamoDB); reports requests per object. Target: at most
