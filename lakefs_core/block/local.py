@@ -301,40 +301,33 @@ class LocalBlockStore:
         fsync: bool | None = None,
         known_dirs: set[str] | None = None,
     ) -> ObjectInfo:
-        """Finish the data file, stage its sidecar, move both into place (sync)."""
+        """Finish the data file, stage its sidecar (none for a bare object), move both into place
+        (sync)."""
         st = temp.finish()
         etag = temp.md5.hexdigest()
         if st.st_size <= BARE_MAX_BYTES and content_type == DEFAULT_CONTENT_TYPE and not metadata:
             temp.commit(if_none_match)
             self._sidecars.drop_stale(parts, temp.target)  # an earlier version's, if any
-            self._etags.remember(st, etag)
-            return ObjectInfo(
-                key=key,
-                size=st.st_size,
-                etag=etag,
-                last_modified=mtime_datetime(st),
-                content_type=content_type,
-                metadata={},
+        else:
+            record = {
+                "v": SIDECAR_VERSION,
+                "ino": st.st_ino,
+                "size": st.st_size,
+                "mtime_ns": st.st_mtime_ns,
+                "etag": etag,
+                "content_type": content_type,
+                "metadata": dict(metadata),
+            }
+            sidecar_tmp = self._sidecars.prepare(
+                parts, self._where(key), record, fsync=fsync, known_dirs=known_dirs
             )
-        record = {
-            "v": SIDECAR_VERSION,
-            "ino": st.st_ino,
-            "size": st.st_size,
-            "mtime_ns": st.st_mtime_ns,
-            "etag": etag,
-            "content_type": content_type,
-            "metadata": dict(metadata),
-        }
-        sidecar_tmp = self._sidecars.prepare(
-            parts, self._where(key), record, fsync=fsync, known_dirs=known_dirs
-        )
-        try:
-            temp.commit(if_none_match)
-        except BaseException:
-            with contextlib.suppress(OSError):
-                os.unlink(sidecar_tmp)
-            raise
-        self._sidecars.install(sidecar_tmp, parts, self._where(key))
+            try:
+                temp.commit(if_none_match)
+            except BaseException:
+                with contextlib.suppress(OSError):
+                    os.unlink(sidecar_tmp)
+                raise
+            self._sidecars.install(sidecar_tmp, parts, self._where(key))
         self._etags.remember(st, etag)
         return ObjectInfo(
             key=key,
