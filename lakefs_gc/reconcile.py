@@ -19,7 +19,8 @@
    it (``deleting``, so due at once) and is retried on the next pass.
 4. Prune consumption records older than the oldest remaining intent (less twice the clock-skew
    margin), and sweep interrupted-write temporary files of a local namespace
-   (``Graveler.sweep_temp_files``, once per process and root).
+   (``Graveler.sweep_temp_files``, once per process and root; 0 without sweeping while the root's
+   last completed sweep is younger than the grace period).
 
 :func:`reconcile_deleted_repositories` handles the ``deleted-repos/`` records: once the grace period
 after a deletion has passed, the namespace's ``data/`` is purged when no repository claims or uses

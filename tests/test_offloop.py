@@ -19,6 +19,7 @@ from tests.support.workers import (
 
 
 async def test_run_process_runs_in_another_process_and_reuses_it() -> None:
+    pool = offloop.process_executor()
     pid, square = await offloop.run_process(pid_and_square, 12)
     assert square == 144 and pid != os.getpid()
     for x in range(3):
@@ -26,7 +27,9 @@ async def test_run_process_runs_in_another_process_and_reuses_it() -> None:
         # would start a second worker (on demand, up to PROCESS_WORKERS) instead of reusing it.
         await asyncio.sleep(0.2)
         again, _ = await offloop.run_process(pid_and_square, x)
-        assert again == pid  # the worker stays for the next call
+        assert offloop.process_executor() is pool  # the pool stays for the next call
+        # the pool is shared by the whole test run: with several workers any idle one may answer
+        assert again == pid or offloop.PROCESS_WORKERS > 1
 
 
 async def test_an_exception_comes_back_unchanged() -> None:
@@ -42,12 +45,14 @@ async def test_our_errors_come_back_with_their_fields() -> None:
 
 async def test_an_exception_that_does_not_unpickle_comes_back_named_and_the_pool_survives() -> None:
     before, _ = await offloop.run_process(pid_and_square, 2)
+    pool = offloop.process_executor()
     with pytest.raises(LakeFSError, match="Unpicklable in a worker process: needs two") as info:
         await offloop.run_process(raise_unpicklable, "needs two")
     assert type(info.value) is LakeFSError
     await asyncio.sleep(0.2)  # see the reuse test
     pid, square = await offloop.run_process(pid_and_square, 6)
-    assert square == 36 and pid == before  # not a broken pool: the same worker answers
+    assert offloop.process_executor() is pool  # not a broken pool (that one would be replaced)
+    assert square == 36 and (pid == before or offloop.PROCESS_WORKERS > 1)
 
 
 async def test_a_killed_worker_is_a_transient_error_and_a_new_pool_takes_over() -> None:

@@ -35,10 +35,11 @@ listing never reports a directory without objects as a common prefix.
 A full filesystem (ENOSPC, EDQUOT) raises :class:`~lakefs_core.errors.StorageFullError`, which is not
 retryable; other unexpected ``OSError`` s are transient (see ``local_files.map_oserror``).
 
-Leftover temporary files of writers that died (``kill -9``) are removed by the next process writing
+Leftover temporary files of writers that died (``kill -9``) are removed by a later process writing
 to the root: its first ``put`` starts one background sweep (in a worker thread, once per root per
-process, bounded) of the ``.lakefs-tmp-*`` files older than ``tmp_grace_seconds`` (default one hour)
-whose writer is not a live process of this host; see :mod:`~lakefs_core.block.local_leftovers`.
+process, bounded, skipped while a completed sweep's stamp is younger than ``tmp_grace_seconds``) of
+the ``.lakefs-tmp-*`` files older than ``tmp_grace_seconds`` (default one hour) whose writer is not a
+live process of this host; see :mod:`~lakefs_core.block.local_leftovers`.
 
 ``list_keys`` and ``delete_batch`` (bulk scans and deletes for GC) are in
 :mod:`~lakefs_core.block.local_keys`: one ``scandir`` plus one ``stat`` per listed object, one
@@ -307,7 +308,7 @@ class LocalBlockStore:
         etag = temp.md5.hexdigest()
         if st.st_size <= BARE_MAX_BYTES and content_type == DEFAULT_CONTENT_TYPE and not metadata:
             temp.commit(if_none_match)
-            self._sidecars.drop_stale(parts, temp.target)  # an earlier version's, if any
+            self._sidecars.drop_stale(parts, temp.target, st)  # an earlier version's, if any
         else:
             record = {
                 "v": SIDECAR_VERSION,
@@ -489,7 +490,8 @@ class LocalBlockStore:
     async def sweep_leftovers(self) -> int:
         """Start the leftover sweep if this process has not, wait for the one this store runs, and
         return how many temporary files it removed (0 when another store of this process swept the
-        root, or when ``tmp_grace_seconds`` is ``None``). See :mod:`~lakefs_core.block.local_leftovers`."""
+        root, when a sweep of the root completed within the grace period, or when
+        ``tmp_grace_seconds`` is ``None``). See :mod:`~lakefs_core.block.local_leftovers`."""
         self._check_open()
         self._start_sweep()
         return await asyncio.shield(self._sweep) if self._sweep is not None else 0

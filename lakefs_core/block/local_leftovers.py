@@ -105,15 +105,17 @@ def is_leftover(name: str, st: os.stat_result, cutoff: float) -> bool:
 
 def _swept_within(stamp: Path, seconds: float) -> bool:
     try:
-        return time.time() - os.stat(stamp).st_mtime < seconds
+        age = time.time() - os.stat(stamp).st_mtime
     except OSError:
         return False  # never swept (or the stamp is unreadable): sweep
+    return 0 <= age < seconds  # a stamp from the future (clock stepped back, NFS skew): sweep
 
 
 def _mark_swept(stamp: Path) -> None:
     with contextlib.suppress(OSError):  # best effort: without a stamp the next process sweeps again
         os.makedirs(stamp.parent, exist_ok=True)
-        os.close(os.open(stamp, os.O_WRONLY | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), 0o666))
+        flags = os.O_WRONLY | os.O_CREAT | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_NOFOLLOW", 0)
+        os.close(os.open(stamp, flags, 0o666))
         os.utime(stamp)
 
 

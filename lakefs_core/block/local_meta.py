@@ -129,12 +129,12 @@ class Sidecars:
             return tmp
         raise TransientError(f"{where}: metadata directory kept disappearing while writing")
 
-    def drop_stale(self, parts: Sequence[str], data_file: str) -> None:
-        """After a put without a sidecar: remove the key's sidecar unless it describes the data file
-        now in place (a concurrent put of the same key with metadata, which replaced ours after
-        us). Best effort: one left behind does not match a file written since and is ignored, but
-        on a filesystem with coarse mtimes a reused inode of the same size could match it. The
-        usual case, no sidecar, costs one failed ``open``."""
+    def drop_stale(self, parts: Sequence[str], data_file: str, ours: os.stat_result) -> None:
+        """After a put without a sidecar (``ours``: the file it wrote): remove the key's sidecar,
+        unless another writer's file replaced ours meanwhile and the sidecar describes that one (a
+        concurrent put of the same key with metadata). While our file is in place no sidecar can be
+        right, so one is removed whatever it says (an old one could match a reused inode on a
+        filesystem with coarse mtimes). The usual case, no sidecar, costs one failed ``open``."""
         path = f"{self._root_s}/{'/'.join(parts)}"  # a string: this runs for every bare put
         try:
             with open(path, "rb") as f:
@@ -142,7 +142,8 @@ class Sidecars:
         except OSError:
             return
         try:
-            if _current(raw, os.stat(data_file)) is not None:
+            now = os.stat(data_file)
+            if (now.st_dev, now.st_ino) != (ours.st_dev, ours.st_ino) and _current(raw, now) is not None:
                 return
         except OSError:
             pass  # the data file is gone as well: the sidecar is stale

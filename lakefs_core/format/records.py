@@ -136,10 +136,14 @@ def make_entry(
     if last_modified is not None:
         if last_modified.tzinfo is None or last_modified.utcoffset() is None:
             raise BadInputError("must be timezone-aware", field="last_modified")
-        # What Timestamp.FromDatetime stores (floor seconds since the epoch, then the microseconds),
-        # in integer arithmetic: FromDatetime is pure Python and several times slower.
+        # What Timestamp.FromDatetime stores for whole-second UTC offsets (floor seconds since the
+        # epoch, then the microseconds), in integer arithmetic: FromDatetime is pure Python and
+        # several times slower.
         since = last_modified - _EPOCH
-        entry.last_modified.seconds = since.days * 86400 + since.seconds
+        seconds = since.days * 86400 + since.seconds
+        if not _MIN_SECONDS <= seconds <= _MAX_SECONDS:
+            raise BadInputError("must lie within years 1-9999 in UTC", field="last_modified")
+        entry.last_modified.seconds = seconds
         entry.last_modified.nanos = since.microseconds * 1000
     # deterministic=True sorts map keys, so equal inputs give equal bytes within this project.
     return entry_identity(size, etag, meta, content_type), entry.SerializeToString(deterministic=True)

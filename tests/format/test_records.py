@@ -200,3 +200,9 @@ def test_entry_last_modified_is_what_protobuf_from_datetime_stores(when: datetim
     want = catalog_pb2.Entry().last_modified
     want.FromDatetime(when)
     assert (got.seconds, got.nanos) == (want.seconds, want.nanos)
+
+
+def test_entry_last_modified_outside_the_timestamp_range_is_refused() -> None:
+    """Year 1 at UTC+1 is before 0001-01-01T00:00:00Z: no protobuf Timestamp can hold it."""
+    with pytest.raises(BadInputError, match="last_modified"):
+        make_entry("data/x", 1, "etag", last_modified=datetime(1, 1, 1, tzinfo=timezone(timedelta(hours=1))))
