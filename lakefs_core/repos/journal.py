@@ -149,18 +149,17 @@ class Intent:
         return _ENCODE(doc).encode()
 
     def with_raw(self, raw: bytes) -> Intent:
-        """This intent with its stored bytes (``dataclasses.replace`` costs several times more, and
-        batches make one per uploaded object)."""
+        """This intent with its stored bytes."""
+        return self._copy(self.state, self.t_stored, raw)
+
+    def stored_bytes(self, t_stored: float) -> bytes:
+        """The bytes of this intent settled as ``stored`` at ``t_stored``."""
+        return self._copy("stored", t_stored, b"").to_bytes()
+
+    def _copy(self, state: IntentState, t_stored: float | None, raw: bytes) -> Intent:
+        # Not dataclasses.replace: it costs several times more, and batches make one per object.
         return Intent(
-            self.address,
-            self.branch,
-            self.key,
-            self.t,
-            self.state,
-            self.t_stored,
-            self.next_check,
-            self.checks,
-            raw,
+            self.address, self.branch, self.key, self.t, state, t_stored, self.next_check, self.checks, raw
         )
 
     @classmethod
@@ -278,7 +277,7 @@ class Journal:
         if elapsed < BLIND_SETTLE_SECONDS:
             t_stored = now.timestamp()
             return [
-                (self.partition, kvkeys.gc_intent_key(i.address), _stored_bytes(i, t_stored)) for i in intents
+                (self.partition, kvkeys.gc_intent_key(i.address), i.stored_bytes(t_stored)) for i in intents
             ]
         for intent in intents:
             await self.mark_stored(intent, now)
@@ -515,17 +514,3 @@ async def _branch_addresses(
             continue
         entry = decode_entry(record.data, file=f"kv:{tokens[0]}")
         yield branch_id, entry.address, entry.address_type
-
-
-def _stored_bytes(intent: Intent, t_stored: float) -> bytes:
-    """The bytes of ``intent`` settled as ``stored`` at ``t_stored``."""
-    return Intent(
-        intent.address,
-        intent.branch,
-        intent.key,
-        intent.t,
-        "stored",
-        t_stored,
-        intent.next_check,
-        intent.checks,
-    ).to_bytes()
