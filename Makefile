@@ -35,11 +35,16 @@ demo: venv-run
 demo-core: venv-run
 	$(BIN)/python -m lakefs_core.demo
 
+# Tests run in TEST_WORKERS pytest-xdist processes, a test file per worker at a time (its module
+# fixtures stay in one process); TEST_WORKERS=0 runs them in this process.
+TEST_WORKERS ?= 2
+PYTEST := $(BIN)/python -m pytest -q $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadfile)
+
 test: venv
-	$(BIN)/python -m pytest -q
+	$(PYTEST)
 
 test-fast: venv
-	$(BIN)/python -m pytest -q -m "not slow and not spark"
+	$(PYTEST) -m "not slow and not spark"
 
 lint: venv
 	$(BIN)/ruff check .

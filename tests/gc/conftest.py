@@ -1,7 +1,7 @@
 """GC test fixtures.
 
-- ``spark``: ONE local ``SparkSession`` (``local[2]``) for the whole test run (a JVM start costs
-  5-6 s); skipped locally without PySpark or java, a failure under CI.
+- ``spark``: ONE local ``SparkSession`` (``local[2]``) per test process, i.e. per pytest-xdist
+  worker (a JVM start costs 5-6 s); skipped locally without PySpark or java, a failure under CI.
 - ``make_namespace``: builds a storage namespace with real objects in ``data/<slice>/`` through the
   core's block store (local directory or an S3 bucket on moto) and returns the expected listing.
 """

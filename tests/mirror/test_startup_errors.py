@@ -104,7 +104,13 @@ def test_start_up_mistake_is_one_line_and_a_documented_code(
 def test_ctrl_c_during_start_up_prints_no_traceback(tmp_path: Path) -> None:
     fifo = tmp_path / "config.fifo"
     os.mkfifo(fifo)  # the daemon blocks reading its config: a start-up that has not finished
-    proc = subprocess.Popen([*CMD, "--config", str(fifo)], stderr=subprocess.PIPE, text=True, env=env())
+    # An ignored SIGINT survives exec. The test process may have it ignored (a shell's background
+    # job does; a pytest-xdist worker was seen so): start the daemon as a terminal would.
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        proc = subprocess.Popen([*CMD, "--config", str(fifo)], stderr=subprocess.PIPE, text=True, env=env())
+    finally:
+        signal.signal(signal.SIGINT, previous)
     deadline = time.monotonic() + 30
     writer = -1
     while writer < 0:
@@ -118,6 +124,9 @@ def test_ctrl_c_during_start_up_prints_no_traceback(tmp_path: Path) -> None:
         _, err = proc.communicate(timeout=30)
     finally:
         os.close(writer)
+        if proc.poll() is None:  # never leave the daemon behind for a later test to trip over
+            proc.kill()
+            proc.communicate()
     assert proc.returncode == 130 and err.strip() == "lakefs-mirror: aborted", err
 
 
