@@ -94,6 +94,10 @@ class MultipartUpload:
         if buf:
             yield bytes(buf)
 
+    @property
+    def _checksum(self) -> bool:
+        return self.settings.request_checksum_calculation == "when_supported"
+
     async def put(
         self,
         first: bytes,
@@ -104,40 +108,35 @@ class MultipartUpload:
         meta: dict[str, str],
     ) -> ObjectInfo:
         """Upload ``first`` followed by what ``rest`` yields (``None``: nothing more) as the object."""
-        key = self.key
         client = await self.client()
-        checksum = self.settings.request_checksum_calculation == "when_supported"
         create_args: dict[str, Any] = {
             "Bucket": self.bucket,
-            "Key": key,
+            "Key": self.key,
             "ContentType": ctype,
             "Metadata": meta,
         }
-        if checksum:
+        if self._checksum:
             create_args["ChecksumAlgorithm"] = "CRC32"
         created = await self.call(
-            "CreateMultipartUpload", key, lambda: client.create_multipart_upload(**create_args)
+            "CreateMultipartUpload", self.key, lambda: client.create_multipart_upload(**create_args)
         )
         upload_id = created["UploadId"]
+        try:
+            parts, size = await self._upload_parts(client, upload_id, first, rest)
+            etag = await self._complete(client, upload_id, parts, if_none_match)
+        except BaseException:
+            await asyncio.shield(self._abort(upload_id))
+            raise
+        return ObjectInfo(key=self.key, size=size, etag=etag, content_type=ctype, metadata=dict(meta))
+
+    async def _upload_parts(
+        self, client: S3Client, upload_id: str, first: bytes, rest: AsyncIterator[bytes] | None
+    ) -> tuple[list[dict[str, Any]], int]:
+        """Upload every part, ``multipart_concurrency`` at once; the parts in order and the size. On
+        failure or cancellation, the parts still in flight are cancelled before the error propagates."""
         parts: dict[int, dict[str, Any]] = {}
         pending: set[asyncio.Task[tuple[int, dict[str, Any]]]] = set()
         size = 0
-
-        async def upload(number: int, piece: bytes) -> tuple[int, dict[str, Any]]:
-            args: dict[str, Any] = {
-                "Bucket": self.bucket,
-                "Key": key,
-                "UploadId": upload_id,
-                "PartNumber": number,
-                "Body": piece,
-            }
-            if checksum:
-                args["ChecksumAlgorithm"] = "CRC32"
-            resp = await self.call(f"UploadPart {number}", key, lambda: client.upload_part(**args))
-            part: dict[str, Any] = {"PartNumber": number, "ETag": resp["ETag"]}
-            if checksum and resp.get("ChecksumCRC32"):
-                part["ChecksumCRC32"] = resp["ChecksumCRC32"]
-            return number, part
 
         async def drain_one() -> None:
             nonlocal pending
@@ -156,42 +155,64 @@ class MultipartUpload:
                     size += len(piece)
                     while len(pending) >= self.settings.multipart_concurrency:
                         await drain_one()
-                    pending.add(asyncio.ensure_future(upload(number, piece)))
+                    pending.add(asyncio.ensure_future(self._upload_part(client, upload_id, number, piece)))
             while pending:
                 await drain_one()
-            ordered = [parts[n] for n in sorted(parts)]
-            expected = multipart_etag([p["ETag"] for p in ordered])
-            complete_args: dict[str, Any] = {
-                "Bucket": self.bucket,
-                "Key": key,
-                "UploadId": upload_id,
-                "MultipartUpload": {"Parts": ordered},
-            }
-            if if_none_match:
-                complete_args["IfNoneMatch"] = "*"
-            attempts = 0
-
-            async def complete() -> str:
-                nonlocal attempts
-                attempts += 1
-                try:
-                    resp = await client.complete_multipart_upload(**complete_args)
-                except ClientError as e:
-                    # After an attempt with unknown outcome, NoSuchUpload or 412 may mean it landed.
-                    ambiguous = error_code(e) == "NoSuchUpload" or (if_none_match and is_precondition(e))
-                    if attempts > 1 and ambiguous and await self.stored_etag(key) == expected:
-                        return expected
-                    raise
-                return strip_etag(resp.get("ETag", expected))
-
-            etag = await self.call("CompleteMultipartUpload", key, complete)
         except BaseException:
             for task in pending:
                 task.cancel()
             await asyncio.gather(*pending, return_exceptions=True)
-            await asyncio.shield(self._abort(upload_id))
             raise
-        return ObjectInfo(key=key, size=size, etag=etag, content_type=ctype, metadata=dict(meta))
+        return [parts[n] for n in sorted(parts)], size
+
+    async def _upload_part(
+        self, client: S3Client, upload_id: str, number: int, piece: bytes
+    ) -> tuple[int, dict[str, Any]]:
+        args: dict[str, Any] = {
+            "Bucket": self.bucket,
+            "Key": self.key,
+            "UploadId": upload_id,
+            "PartNumber": number,
+            "Body": piece,
+        }
+        if self._checksum:
+            args["ChecksumAlgorithm"] = "CRC32"
+        resp = await self.call(f"UploadPart {number}", self.key, lambda: client.upload_part(**args))
+        part: dict[str, Any] = {"PartNumber": number, "ETag": resp["ETag"]}
+        if self._checksum and resp.get("ChecksumCRC32"):
+            part["ChecksumCRC32"] = resp["ChecksumCRC32"]
+        return number, part
+
+    async def _complete(
+        self, client: S3Client, upload_id: str, parts: list[dict[str, Any]], if_none_match: bool
+    ) -> str:
+        """Complete the upload; its ETag. A retried completion that answers ``NoSuchUpload`` (or 412
+        when create-only) succeeded if the stored object has our parts' ETag."""
+        expected = multipart_etag([p["ETag"] for p in parts])
+        args: dict[str, Any] = {
+            "Bucket": self.bucket,
+            "Key": self.key,
+            "UploadId": upload_id,
+            "MultipartUpload": {"Parts": parts},
+        }
+        if if_none_match:
+            args["IfNoneMatch"] = "*"
+        attempts = 0
+
+        async def complete() -> str:
+            nonlocal attempts
+            attempts += 1
+            try:
+                resp = await client.complete_multipart_upload(**args)
+            except ClientError as e:
+                # After an attempt with unknown outcome, NoSuchUpload or 412 may mean it landed.
+                ambiguous = error_code(e) == "NoSuchUpload" or (if_none_match and is_precondition(e))
+                if attempts > 1 and ambiguous and await self.stored_etag(self.key) == expected:
+                    return expected
+                raise
+            return strip_etag(resp.get("ETag", expected))
+
+        return await self.call("CompleteMultipartUpload", self.key, complete)
 
     async def _abort(self, upload_id: str) -> None:
         key = self.key
