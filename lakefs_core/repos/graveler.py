@@ -5,7 +5,8 @@ namespaces sees what it would see in a lakeFS installation.
 
 - Repository creation writes the first commit ("Repository created", empty metarange), then the
   default branch, then the repository record last (``SetIf`` absent): a crash leaves unreachable
-  records in a fresh partition, never a half repository.
+  records in a fresh partition, never a half repository. Before that, the storage namespace is
+  claimed for it alone (:mod:`.namespace_claims`).
 - Reads on a branch consult the live staging token, then the sealed tokens (newest first), then
   the committed metarange; a tombstone means "not found". ``ref@`` and ``~N``/``^N`` refs read
   committed data only.
@@ -39,7 +40,6 @@ from lakefs_core.errors import (
     NotFoundError,
     PreconditionFailedError,
     ReadOnlyError,
-    TooManyRetriesError,
 )
 from lakefs_core.format.records import ValueRecord
 from lakefs_core.format.splitter import SplitPolicy
@@ -58,7 +58,7 @@ from lakefs_core.keys import (
     slice_hour,
     table_name,
 )
-from lakefs_core.kv.base import Expect, KVItem, KVStore
+from lakefs_core.kv.base import KVItem, KVStore
 from lakefs_core.refs import kvkeys
 from lakefs_core.refs.model import (
     Branch,
@@ -73,7 +73,7 @@ from lakefs_core.refs.model import (
 )
 from lakefs_core.refs.staging import StagingArea, merge_sorted, tombstone
 from lakefs_core.refs.store import DeletedRepository, RefStore, claim_value
-from lakefs_core.repos import admin, committing, importing, purge, staging_writes
+from lakefs_core.repos import admin, committing, importing, namespace_claims, purge, staging_writes
 from lakefs_core.repos.journal import (
     DEFAULT_CLOCK_SKEW_SECONDS,
     Decision,
@@ -197,7 +197,7 @@ class Graveler:
     ) -> Repository:
         """Create a repository owning ``storage_namespace`` exclusively.
 
-        The namespace is claimed in the KV first (:meth:`_claim_namespace`): one that equals, lies
+        The namespace is claimed in the KV first (:mod:`.namespace_claims`): one that equals, lies
         inside or encloses another repository's is refused with :class:`NamespaceConflictError`, and
         so are the filesystem root and system directories (:class:`BadInputError`). With
         ``claim_namespace`` the lakeFS marker ``_lakefs/dummy`` is also written create-only (mirrors,
@@ -219,7 +219,7 @@ class Graveler:
             state = " (being deleted)" if existing.in_deletion else ""
             raise ConflictError(f"repository {repo_id!r} already exists{state}")
         instance_uid = uuid.uuid4().hex
-        claim = await self._claim_namespace(ns, repo_id, instance_uid)
+        claim = await namespace_claims.claim(self, ns, repo_id, instance_uid)
         try:
             if claim_namespace:
                 await self._write_marker(ns, repo_id)
@@ -235,9 +235,9 @@ class Graveler:
                 else hard_delete_journal,
             )
         except BaseException:
-            await self._settle_claim(ns, repo_id, claim)
+            await namespace_claims.settle(self, ns, repo_id, claim)
             raise
-        await self._settle_claim(ns, repo_id, claim)
+        await namespace_claims.settle(self, ns, repo_id, claim)
         return repo
 
     async def _write_marker(self, ns: StorageNamespace, repo_id: str) -> None:
@@ -280,91 +280,11 @@ class Graveler:
         await self.refs.create_repository(repo)
         return repo
 
-    # -- storage namespace claims -------------------------------------------------------------------
-    #
-    # Atomic without multi-key transactions: (1) CAS the claim key of N from absent (or released, or
-    # left by an earlier attempt of the SAME repository id) to ours; (2) then look for a live claim of
-    # another repository on every ancestor of N and on every namespace nested in N, and for an older
-    # repository record (created before claims existed) overlapping N; on a conflict, release ours and
-    # refuse. Of two overlapping creations, the later of the two step-(1) writes is followed by a
-    # step-(2) read that sees the earlier one (the KV is linearizable), so they never both succeed; at
-    # worst both fail. On one namespace exactly one step-(1) CAS wins.
-
-    async def _claim_namespace(self, ns: StorageNamespace, repo_id: str, instance_uid: str) -> bytes:
-        """Claim ``ns`` for ``repo_id``; returns the claim value written (see the comment above)."""
-        value = claim_value(repo_id, instance_uid)
-        for _ in range(self.settings.write_attempts):
-            current = await self.refs.get_namespace_claim(ns.canonical)
-            if current is not None and current.owner not in (None, repo_id):
-                raise NamespaceConflictError(
-                    f"storage namespace {ns.uri} is already in use by repository {current.owner!r}"
-                )
-            expected = Expect.ABSENT if current is None else Expect.equals(current.raw)
-            try:
-                await self.refs.set_namespace_claim(ns.canonical, value, expected)
-                break
-            except PreconditionFailedError:
-                continue
-        else:
-            raise TooManyRetriesError(f"the claim on storage namespace {ns.uri} kept changing")
-        try:
-            await self._check_overlaps(ns, repo_id)
-        except BaseException:
-            await self.refs.release_namespace_claim(ns.canonical, value)
-            raise
-        return value
-
     async def check_namespace_available(self, storage_namespace: str, repo_id: str) -> None:
         """Raise :class:`NamespaceConflictError` if a repository other than ``repo_id`` claims or uses
         a namespace equal to, inside or enclosing ``storage_namespace`` (a read-only check, e.g. for an
         API to refuse early; only :meth:`create_repository` claims atomically)."""
-        ns = StorageNamespace.parse(storage_namespace).check_repository_namespace()
-        current = await self.refs.get_namespace_claim(ns.canonical)
-        if current is not None and current.owner not in (None, repo_id):
-            raise NamespaceConflictError(
-                f"storage namespace {ns.uri} is already in use by repository {current.owner!r}"
-            )
-        await self._check_overlaps(ns, repo_id)
-
-    async def _check_overlaps(self, ns: StorageNamespace, repo_id: str) -> None:
-        for ancestor in ns.ancestors():
-            claim = await self.refs.get_namespace_claim(ancestor)
-            if claim is not None and claim.owner not in (None, repo_id):
-                raise NamespaceConflictError(
-                    f"storage namespace {ns.uri} is inside {ancestor.rstrip('/')}, the storage "
-                    f"namespace of repository {claim.owner!r}"
-                )
-        async for claim in self.refs.namespace_claims_within(ns.canonical):
-            if claim.owner != repo_id and claim.namespace != ns.canonical:
-                raise NamespaceConflictError(
-                    f"storage namespace {ns.uri} encloses {claim.namespace.rstrip('/')}, the storage "
-                    f"namespace of repository {claim.owner!r}"
-                )
-        # Repositories created before namespace claims existed (or by lakeFS itself) have no claim.
-        async for repo in self.refs.list_repositories(include_deleting=True):
-            try:
-                other = StorageNamespace.parse(repo.storage_namespace)
-            except BadInputError:
-                continue  # a scheme this library cannot open (gs://, https://) overlaps none of ours
-            if repo.id != repo_id and other.overlaps(ns):
-                raise NamespaceConflictError(
-                    f"storage namespace {ns.uri} overlaps {other.uri}, the storage namespace of "
-                    f"repository {repo.id!r}"
-                )
-
-    async def _settle_claim(self, ns: StorageNamespace, repo_id: str, value: bytes) -> None:
-        """After a creation attempt: if a repository ``repo_id`` exists now (ours, or a concurrent
-        attempt's under the same id) the claim names its instance uid; otherwise release ours."""
-        try:
-            repo, _ = await self.refs.get_repository_raw(repo_id)
-        except NotFoundError:
-            await self.refs.release_namespace_claim(ns.canonical, value)
-            return
-        current = await self.refs.get_namespace_claim(ns.canonical)
-        wanted = claim_value(repo_id, repo.instance_uid)
-        if current is not None and current.owner == repo_id and current.raw != wanted:
-            with contextlib.suppress(PreconditionFailedError):
-                await self.refs.set_namespace_claim(ns.canonical, wanted, Expect.equals(current.raw))
+        await namespace_claims.check_available(self, storage_namespace, repo_id)
 
     async def repository(self, repo_id: str) -> Repository:
         return await self.refs.get_repository(repo_id)

@@ -1,0 +1,115 @@
+"""Storage namespace claims: one repository per storage namespace, and no nesting (spec section 6).
+
+A repository owns its namespace exclusively: another repository's namespace may not equal it, lie
+inside it or enclose it. Atomic without multi-key transactions:
+
+1. CAS the claim key of namespace N from absent (or released, or left by an earlier attempt of the
+   SAME repository id) to ours;
+2. then look for a live claim of another repository on every ancestor of N and on every namespace
+   nested in N, and for an older repository record (created before claims existed, or by lakeFS
+   itself) overlapping N; on a conflict, release ours and refuse.
+
+Of two overlapping creations, the later of the two step-1 writes is followed by a step-2 read that
+sees the earlier one (the KV is linearizable), so they never both succeed; at worst both fail. On
+one namespace exactly one step-1 CAS wins. :func:`settle` runs after a creation attempt, whatever
+its outcome. Used by :meth:`~lakefs_core.repos.graveler.Graveler.create_repository`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from typing import TYPE_CHECKING
+
+from lakefs_core.errors import (
+    BadInputError,
+    NamespaceConflictError,
+    NotFoundError,
+    PreconditionFailedError,
+    TooManyRetriesError,
+)
+from lakefs_core.keys import StorageNamespace
+from lakefs_core.kv.base import Expect
+from lakefs_core.refs.store import claim_value
+
+if TYPE_CHECKING:
+    from lakefs_core.repos.graveler import Graveler
+
+
+async def claim(g: Graveler, ns: StorageNamespace, repo_id: str, instance_uid: str) -> bytes:
+    """Claim ``ns`` for ``repo_id``; returns the claim value written (see the module docstring)."""
+    value = claim_value(repo_id, instance_uid)
+    for _ in range(g.settings.write_attempts):
+        current = await g.refs.get_namespace_claim(ns.canonical)
+        if current is not None and current.owner not in (None, repo_id):
+            raise NamespaceConflictError(
+                f"storage namespace {ns.uri} is already in use by repository {current.owner!r}"
+            )
+        expected = Expect.ABSENT if current is None else Expect.equals(current.raw)
+        try:
+            await g.refs.set_namespace_claim(ns.canonical, value, expected)
+            break
+        except PreconditionFailedError:
+            continue
+    else:
+        raise TooManyRetriesError(f"the claim on storage namespace {ns.uri} kept changing")
+    try:
+        await _check_overlaps(g, ns, repo_id)
+    except BaseException:
+        await g.refs.release_namespace_claim(ns.canonical, value)
+        raise
+    return value
+
+
+async def check_available(g: Graveler, storage_namespace: str, repo_id: str) -> None:
+    """Raise :class:`NamespaceConflictError` if a repository other than ``repo_id`` claims or uses
+    a namespace equal to, inside or enclosing ``storage_namespace`` (a read-only check, e.g. for an
+    API to refuse early; only :meth:`create_repository` claims atomically)."""
+    ns = StorageNamespace.parse(storage_namespace).check_repository_namespace()
+    current = await g.refs.get_namespace_claim(ns.canonical)
+    if current is not None and current.owner not in (None, repo_id):
+        raise NamespaceConflictError(
+            f"storage namespace {ns.uri} is already in use by repository {current.owner!r}"
+        )
+    await _check_overlaps(g, ns, repo_id)
+
+
+async def _check_overlaps(g: Graveler, ns: StorageNamespace, repo_id: str) -> None:
+    for ancestor in ns.ancestors():
+        claim = await g.refs.get_namespace_claim(ancestor)
+        if claim is not None and claim.owner not in (None, repo_id):
+            raise NamespaceConflictError(
+                f"storage namespace {ns.uri} is inside {ancestor.rstrip('/')}, the storage "
+                f"namespace of repository {claim.owner!r}"
+            )
+    async for claim in g.refs.namespace_claims_within(ns.canonical):
+        if claim.owner != repo_id and claim.namespace != ns.canonical:
+            raise NamespaceConflictError(
+                f"storage namespace {ns.uri} encloses {claim.namespace.rstrip('/')}, the storage "
+                f"namespace of repository {claim.owner!r}"
+            )
+    # Repositories created before namespace claims existed (or by lakeFS itself) have no claim.
+    async for repo in g.refs.list_repositories(include_deleting=True):
+        try:
+            other = StorageNamespace.parse(repo.storage_namespace)
+        except BadInputError:
+            continue  # a scheme this library cannot open (gs://, https://) overlaps none of ours
+        if repo.id != repo_id and other.overlaps(ns):
+            raise NamespaceConflictError(
+                f"storage namespace {ns.uri} overlaps {other.uri}, the storage namespace of "
+                f"repository {repo.id!r}"
+            )
+
+
+async def settle(g: Graveler, ns: StorageNamespace, repo_id: str, value: bytes) -> None:
+    """After a creation attempt: if a repository ``repo_id`` exists now (ours, or a concurrent
+    attempt's under the same id) the claim names its instance uid; otherwise release ours."""
+    try:
+        repo, _ = await g.refs.get_repository_raw(repo_id)
+    except NotFoundError:
+        await g.refs.release_namespace_claim(ns.canonical, value)
+        return
+    current = await g.refs.get_namespace_claim(ns.canonical)
+    wanted = claim_value(repo_id, repo.instance_uid)
+    if current is not None and current.owner == repo_id and current.raw != wanted:
+        with contextlib.suppress(PreconditionFailedError):
+            await g.refs.set_namespace_claim(ns.canonical, wanted, Expect.equals(current.raw))
