@@ -103,7 +103,13 @@ from lakefs_core.block.s3_errors import (
     retry_after_seconds,
     translate_error,
 )
-from lakefs_core.block.s3_multipart import MAX_PARTS, MultipartUpload, multipart_etag, strip_etag
+from lakefs_core.block.s3_multipart import (
+    MAX_PARTS,
+    MultipartUpload,
+    multipart_etag,
+    resolving_retries,
+    strip_etag,
+)
 from lakefs_core.block.s3_settings import MIB, S3Settings
 from lakefs_core.errors import (
     AccessDeniedError,
@@ -358,7 +364,6 @@ class S3BlockStore:
     ) -> ObjectInfo:
         client = await self._client()
         expected = hashlib.md5(data, usedforsecurity=False).hexdigest()
-        attempts = 0
         kwargs: dict[str, Any] = {
             "Bucket": self._bucket,
             "Key": key,
@@ -369,24 +374,16 @@ class S3BlockStore:
         if if_none_match:
             kwargs["IfNoneMatch"] = "*"
 
-        async def attempt() -> str:
-            nonlocal attempts
-            attempts += 1
-            try:
-                resp = await client.put_object(**kwargs)
-            except ClientError as e:
-                # A retry answered 412: did our earlier attempt (outcome unknown) land after all?
-                if (
-                    if_none_match
-                    and attempts > 1
-                    and is_precondition(e)
-                    and await self._stored_etag(key) == expected
-                ):
-                    return expected
-                raise
-            return strip_etag(resp["ETag"])
+        async def landed() -> bool:
+            return await self._stored_etag(key) == expected
 
-        etag = await self._call("PutObject", key, attempt)
+        def ambiguous(e: ClientError) -> bool:
+            # A retry answered 412: did our earlier attempt (outcome unknown) land after all?
+            return if_none_match and is_precondition(e)
+
+        attempt = resolving_retries(lambda: client.put_object(**kwargs), ambiguous, landed)
+        resp = await self._call("PutObject", key, attempt)
+        etag = expected if resp is None else strip_etag(resp["ETag"])
         return ObjectInfo(key=key, size=len(data), etag=etag, content_type=ctype, metadata=dict(meta))
 
     def _multipart(self, key: str) -> MultipartUpload:

@@ -1,4 +1,5 @@
-"""S3 multipart uploads for :class:`~lakefs_core.block.s3.S3BlockStore`, and S3 ETags.
+"""S3 multipart uploads for :class:`~lakefs_core.block.s3.S3BlockStore`, S3 ETags, and
+:func:`resolving_retries` (retried writes whose earlier attempt may have landed unseen).
 
 A :class:`MultipartUpload` puts one object: it cuts the body into parts of ``multipart_chunk`` bytes
 (doubling every 2,000 parts, capped at 5 GiB, at most 10,000 parts), uploads up to
@@ -47,6 +48,30 @@ def multipart_etag(part_etags: Sequence[str]) -> str:
     for etag in part_etags:
         digest.update(bytes.fromhex(strip_etag(etag)))
     return f"{digest.hexdigest()}-{len(part_etags)}"
+
+
+def resolving_retries(
+    send: Callable[[], Awaitable[T]],
+    ambiguous: Callable[[ClientError], bool],
+    landed: Callable[[], Awaitable[bool]],
+) -> Callable[[], Awaitable[T | None]]:
+    """An attempt for the store's retrying call of a write whose first attempt may have landed
+    unseen (a lost response): ``send()``; a LATER attempt failing with an ``ambiguous`` error
+    (412 of a create-only write, ``NoSuchUpload`` of a completed upload) returns ``None`` when
+    ``landed()`` finds our object stored, and raises otherwise."""
+    attempts = 0
+
+    async def attempt() -> T | None:
+        nonlocal attempts
+        attempts += 1
+        try:
+            return await send()
+        except ClientError as e:
+            if attempts > 1 and ambiguous(e) and await landed():
+                return None
+            raise
+
+    return attempt
 
 
 class S3Call(Protocol):
@@ -197,22 +222,16 @@ class MultipartUpload:
         }
         if if_none_match:
             args["IfNoneMatch"] = "*"
-        attempts = 0
 
-        async def complete() -> str:
-            nonlocal attempts
-            attempts += 1
-            try:
-                resp = await client.complete_multipart_upload(**args)
-            except ClientError as e:
-                # After an attempt with unknown outcome, NoSuchUpload or 412 may mean it landed.
-                ambiguous = error_code(e) == "NoSuchUpload" or (if_none_match and is_precondition(e))
-                if attempts > 1 and ambiguous and await self.stored_etag(self.key) == expected:
-                    return expected
-                raise
-            return strip_etag(resp.get("ETag", expected))
+        async def landed() -> bool:
+            return await self.stored_etag(self.key) == expected
 
-        return await self.call("CompleteMultipartUpload", self.key, complete)
+        def ambiguous(e: ClientError) -> bool:
+            return error_code(e) == "NoSuchUpload" or (if_none_match and is_precondition(e))
+
+        attempt = resolving_retries(lambda: client.complete_multipart_upload(**args), ambiguous, landed)
+        resp = await self.call("CompleteMultipartUpload", self.key, attempt)
+        return expected if resp is None else strip_etag(resp.get("ETag", expected))
 
     async def _abort(self, upload_id: str) -> None:
         key = self.key
