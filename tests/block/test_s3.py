@@ -258,18 +258,36 @@ async def test_failing_body_aborts_upload(s3_server: MotoServer) -> None:
     assert await pending_uploads(s3_server) == []
 
 
-async def test_lost_response_of_create_only_multipart_is_resolved(proxy: FaultProxy) -> None:
+@pytest.mark.parametrize(
+    ("create_only", "retry_answer"),
+    [
+        (True, Fault(412, "PreconditionFailed", "At least one of the pre-conditions did not hold")),
+        (False, Fault(404, "NoSuchUpload", "The specified upload does not exist.")),
+    ],
+    ids=["create-only-412", "overwrite-NoSuchUpload"],
+)
+async def test_lost_response_of_multipart_completion_is_resolved(
+    proxy: FaultProxy, create_only: bool, retry_answer: Fault
+) -> None:
+    """The completion lands but its answer is lost (500); the retry is answered as S3 answers a
+    repeated completion (NoSuchUpload, or 412 when create-only): the stored object has our parts'
+    ETag, so the put succeeds. Without the landed object the same answer stays an error."""
     data = random.randbytes(11 * MIB)
+    complete = is_method("POST", "uploadId")
     async with proxied(proxy) as store:
-        proxy.fail(
-            Fault(500, "InternalError", mode="forward_then_reply"),
-            times=1,
-            when=is_method("POST", "uploadId"),
-        )
-        info = await store.put("mp", chunks_of(data, 2 * MIB), if_none_match=True)
+        proxy.fail(Fault(500, "InternalError", mode="forward_then_reply"), times=1, when=complete)
+        proxy.fail(retry_answer, times=1, when=complete)
+        info = await store.put("mp", chunks_of(data, 2 * MIB), if_none_match=create_only)
         assert info.etag.endswith("-3")
         assert (await store.head("mp")).etag == info.etag
         assert await store.get("mp") == data
+
+        proxy.clear()
+        proxy.fail(Fault(500, "InternalError"), times=1, when=complete)  # this one never lands
+        proxy.fail(retry_answer, times=1, when=complete)
+        with pytest.raises(LakeFSError):
+            await store.put("other", chunks_of(data, 2 * MIB), if_none_match=create_only)
+        assert not await store.exists("other")
 
 
 # -- delete_many ---------------------------------------------------------------------------------------
