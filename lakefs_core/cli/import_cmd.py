@@ -5,7 +5,8 @@
 
 Every object under the source becomes an entry ``path/<key relative to the source>`` with its full
 address (nothing is copied), written straight into ranges and committed as ONE commit on the branch;
-what was under ``path/`` is replaced, the rest of the branch kept, staged changes stay staged. Small
+what was under ``path/`` is replaced, the rest of the branch kept, staged changes stay staged. A
+``--to`` without a path would replace the whole branch: that needs ``--whole-branch``. Small
 imports run in this process; ``--spark`` runs the range building on PySpark (``local[*]`` by
 default; a cluster through the ``core-import`` job of ``lakefs_gc.spark``, which needs the ``spark``
 extra). A killed import leaves no commit; run it again. The source may be ``s3://bucket/prefix``,
@@ -21,20 +22,46 @@ import click
 from lakefs_core.cli.context import Session, run_session
 from lakefs_core.cli.output import emit, json_option
 from lakefs_core.cli.uri import PREFIX_URI, LakeFSURI
+from lakefs_core.errors import BadInputError
 
 
 @click.command("import")
 @click.option("--from", "source", required=True, help="s3://bucket/prefix, local:///dir or /dir.")
-@click.option("--to", "dest", required=True, type=PREFIX_URI, help="lakefs://repo/branch/path/")
+@click.option(
+    "--to",
+    "dest",
+    required=True,
+    type=PREFIX_URI,
+    metavar="lakefs://<repository>/<branch>/<path>",
+    help="Where the entries go. Everything under the path is replaced.",
+)
 @click.option("--message", "-m", default=None, help="Commit message (default: Import SOURCE to PATH).")
 @click.option("--spark", is_flag=True, help="Build the ranges on PySpark executors.")
 @click.option("--master", default="local[*]", show_default=True, help="Spark master with --spark.")
 @click.option("--partitions", type=click.IntRange(1, 100_000), default=None, help="Spark tasks.")
+@click.option("--whole-branch", is_flag=True, help="Allow a --to without a path: replace the whole branch.")
 @json_option
 def import_cmd(
-    *, source: str, dest: LakeFSURI, message: str | None, spark: bool, master: str, partitions: int | None
+    *,
+    source: str,
+    dest: LakeFSURI,
+    message: str | None,
+    spark: bool,
+    master: str,
+    partitions: int | None,
+    whole_branch: bool,
 ) -> None:
-    """Import the objects under SOURCE as entries under --to, in one commit."""
+    """Import the objects under --from as entries under --to's path, in one commit.
+
+    Nothing is copied: each entry points at its source object, which must stay in place. What was
+    under the path on the branch is replaced; the rest of the branch and its staged changes stay.
+    """
+    if not dest.path and not whole_branch:
+        raise BadInputError(
+            "names no path: an import replaces everything under its path, here the whole branch "
+            "(pass --whole-branch for that)",
+            field="--to",
+        )
 
     async def op(s: Session) -> dict[str, Any]:
         if not spark:

@@ -21,11 +21,17 @@ entries never pass through staging:
 Killed at any point before the branch CAS, an import leaves no commit (ranges are immutable,
 content-addressed files; a re-run finds them already stored). Source keys are hostile: a key whose
 entry path would exceed 1,024 bytes or that holds a NUL is refused with :class:`BadInputError`
-naming it; an empty source is :class:`NoChangesError`.
+naming it. A source without objects (a missing local directory, an empty prefix) is
+:class:`NotFoundError`, a local source that is a file :class:`BadInputError`; an import that
+changes nothing (the same objects again) is :class:`NoChangesError`. A source overlapping the
+storage namespace of ANY repository is refused: imported objects must never be data that some
+repository's retention GC or hard delete may remove.
 """
 
 from __future__ import annotations
 
+import asyncio
+import os
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
@@ -33,7 +39,7 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from lakefs_core.block.base import BlockStore, CommonPrefix, ObjectInfo
-from lakefs_core.errors import BadInputError, NoChangesError
+from lakefs_core.errors import BadInputError, NoChangesError, NotFoundError
 from lakefs_core.faults import fault_point
 from lakefs_core.format.records import ADDRESS_FULL, ValueRecord, make_entry
 from lakefs_core.format.splitter import SplitPolicy
@@ -99,15 +105,33 @@ def source_namespace(uri: str) -> StorageNamespace:
     return StorageNamespace.parse(uri)
 
 
-def check_source(source: StorageNamespace, namespace: StorageNamespace) -> None:
-    """Refuse a source inside the repository's namespace or enclosing it (as lakeFS does): imported
-    entries are external objects, never the repository's own, so retention GC never touches them."""
-    inside = namespace.relative_of(f"{source.uri}/probe", ADDRESS_FULL) is not None
-    encloses = source.relative_of(f"{namespace.uri}/probe", ADDRESS_FULL) is not None
-    if inside or encloses:
-        raise BadInputError(
-            f"{source.uri} overlaps the repository's storage namespace {namespace.uri}", field="source"
-        )
+async def check_source_is_external(g: Graveler, source: StorageNamespace) -> None:
+    """Refuse a source inside or enclosing ANY repository's storage namespace, this one's included
+    (as lakeFS does): imported entries are external objects, and that repository's retention GC,
+    hard delete or deletion would remove objects they point at."""
+    async for repo in g.refs.list_repositories(include_deleting=True):
+        try:
+            other = StorageNamespace.parse(repo.storage_namespace)
+        except BadInputError:
+            continue  # a scheme this library cannot open overlaps none of ours
+        if other.overlaps(source):
+            raise BadInputError(
+                f"{source.uri} overlaps {other.uri}, the storage namespace of repository {repo.id!r}",
+                field="source",
+            )
+
+
+async def check_source_exists(source: StorageNamespace) -> None:
+    """A local source must be a directory (a missing one is :class:`NotFoundError`); an object store
+    prefix is checked by listing it (:func:`finish_import` refuses one without objects)."""
+    if source.scheme != "local":
+        return
+    path = source.store_uri[len("local://") :]
+    if await asyncio.to_thread(os.path.isdir, path):
+        return
+    if await asyncio.to_thread(os.path.lexists, path):
+        raise BadInputError(f"{source.uri} is not a directory", field="source")
+    raise NotFoundError(f"no such directory: {source.uri}")
 
 
 def _mtime(info: ObjectInfo) -> float | None:
@@ -316,7 +340,8 @@ async def prepare_import(
     await g.branch(repo_id, branch_id)  # an unknown branch fails before any work
     source = source_namespace(source_uri)
     namespace = StorageNamespace.parse(repo.storage_namespace)
-    check_source(source, namespace)
+    await check_source_is_external(g, source)  # this repository's namespace included
+    await check_source_exists(source)
     return ImportTarget(repo_id, branch_id, dest_prefix, source, namespace, started)
 
 
@@ -330,9 +355,9 @@ async def finish_import(
     committer: str,
     message: str | None,
 ) -> ImportResult:
-    """Commit the built ranges (none: :class:`NoChangesError`)."""
+    """Commit the built ranges (none: :class:`NotFoundError`, the source holds no objects)."""
     if entries == 0:
-        raise NoChangesError(f"no objects under {target.source.uri}")
+        raise NotFoundError(f"no objects under {target.source.uri}")
     fault_point("import:before-commit")  # crash tests: ranges stored, no commit yet
     made = await commit_import(
         g, target.repo_id, target.branch_id, target.dest_prefix, ranges, source_uri=target.source.uri,

@@ -224,3 +224,32 @@ def test_read_small_file_returns_the_whole_current_file(
     path = tmp_path / "f"
     path.write_bytes(content)
     assert fs_transfer.read_small_file(path, walked_size) == content
+
+
+def test_import_guards_and_exit_codes(run: InProcess, repo: str, tmp_path: Path) -> None:
+    """An import replaces everything under its path: without a path it would replace the whole
+    branch, so that needs --whole-branch. A wrong source is an error of its own (not "no changes")."""
+    src = write_tree(tmp_path / "src", {"a.txt": b"a", "d/b.txt": b"b"})
+    run("fs", "upload", f"{repo}/keep.txt", "--source", str(src / "a.txt")).ok()
+    run("commit", repo, "-m", "keep").ok()
+    head = run.json("log", repo)["results"][0]["id"]
+
+    run("import", "--from", str(src), "--to", repo).failed(9, "--to", "--whole-branch")
+    run("import", "--from", str(src), "--to", f"{repo}/").failed(9, "--whole-branch")
+    run("import", "--from", str(tmp_path / "nope"), "--to", f"{repo}/in/").failed(2, "no such directory")
+    run("import", "--from", str(src / "a.txt"), "--to", f"{repo}/in/").failed(9, "not a directory")
+    (tmp_path / "empty").mkdir()
+    run("import", "--from", str(tmp_path / "empty"), "--to", f"{repo}/in/").failed(2, "no objects under")
+    run("repo", "create", "lakefs://other", f"local://{tmp_path / 'other-ns'}").ok()
+    write_tree(tmp_path / "other-ns" / "landing", {"x": b"x"})
+    run("import", "--from", str(tmp_path / "other-ns" / "landing"), "--to", f"{repo}/in/").failed(
+        9, "storage namespace of repository 'other'"
+    )
+    assert run.json("log", repo)["results"][0]["id"] == head  # nothing was committed
+
+    run("import", "--from", str(src), "--to", f"{repo}/in/").ok()
+    run("import", "--from", str(src), "--to", f"{repo}/in/").failed(13, "changes nothing")
+    doc = run.json("import", "--from", str(src), "--to", repo, "--whole-branch")
+    assert doc["entries"] == 2
+    listed = run.json("fs", "ls", "-r", f"{repo}/")["results"]
+    assert sorted(r["path"] for r in listed) == ["a.txt", "d/b.txt"]  # keep.txt and in/ replaced

@@ -77,9 +77,16 @@ async def test_import_replaces_the_prefix_in_one_commit(g: Graveler, tmp_path: P
 async def test_import_into_the_root_and_refusals(g: Graveler, tmp_path: Path) -> None:
     src = tmp_path / "src"
     write_tree(src, {"x": b"1"})
-    with pytest.raises(NoChangesError):
-        (tmp_path / "empty").mkdir()
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(NotFoundError, match="no objects under"):
         await g.import_objects("imp1", "main", "p/", str(tmp_path / "empty"), committer="t")
+    with pytest.raises(NotFoundError, match="no such directory"):
+        await g.import_objects("imp1", "main", "p/", str(tmp_path / "missing"), committer="t")
+    with pytest.raises(BadInputError, match="not a directory"):
+        await g.import_objects("imp1", "main", "p/", str(src / "x"), committer="t")
+    await g.import_objects("imp1", "main", "p/", str(src), committer="t")
+    with pytest.raises(NoChangesError, match="changes nothing"):  # the same objects again
+        await g.import_objects("imp1", "main", "p/", str(src), committer="t")
     with pytest.raises(NotFoundError):
         await g.import_objects("imp1", "nope", "p/", str(src), committer="t")
     long = tmp_path / "long"
@@ -121,6 +128,11 @@ async def test_gc_never_deletes_imported_objects(g: Graveler, tmp_path: Path) ->
         await g.import_objects("imp1", "main", "v1/", str(tmp_path / "ns" / "landing"), committer="t")
     with pytest.raises(BadInputError, match="overlaps"):
         await g.import_objects("imp1", "main", "v1/", str(tmp_path), committer="t")
+    # Nor from another repository's namespace: ITS retention GC would delete what we point at.
+    await g.create_repository("other", f"local://{tmp_path / 'other-ns'}")
+    write_tree(tmp_path / "other-ns" / "data", {"o": b"theirs"})
+    with pytest.raises(BadInputError, match="storage namespace of repository 'other'"):
+        await g.import_objects("imp1", "main", "v1/", str(tmp_path / "other-ns" / "data"), committer="t")
     src = tmp_path / "landing"
     write_tree(src, FILES)
     await g.import_objects("imp1", "main", "v1/", str(src), committer="t")
