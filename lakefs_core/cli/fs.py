@@ -28,7 +28,7 @@ import click
 from lakefs_core.aio import bounded_each
 from lakefs_core.cli import fs_transfer
 from lakefs_core.cli.context import Session, local_path_error, run_session
-from lakefs_core.cli.fs_transfer import STREAM_THRESHOLD, file_chunks
+from lakefs_core.cli.fs_transfer import STREAM_THRESHOLD, file_chunks, stream_chunks
 from lakefs_core.cli.output import (
     emit,
     fmt_time,
@@ -53,18 +53,15 @@ def _local_error(e: OSError, path: Path) -> LakeFSError:
 
 
 def _read_source(source: str) -> bytes | AsyncIterator[bytes]:
-    """The body of a single-file upload: stdin, a small regular file's bytes, or a chunk stream.
+    """The body of a single-file upload: a small regular file's bytes, or a chunk stream.
 
-    Anything but a regular file (a FIFO, a device) is streamed: its size says nothing about how much
-    it will yield. Unreadable sources (permission denied, I/O error) are one-line errors.
+    Anything but a regular file (stdin, a FIFO, a device) is streamed: its size says nothing about
+    how much it will yield. Unreadable sources (permission denied, I/O error) are one-line errors.
     """
     if source == "-":
         if sys.stdin is None:
             raise BadInputError("stdin is closed", field="--source")
-        try:
-            return sys.stdin.buffer.read()
-        except OSError as e:
-            raise _local_error(e, Path("<stdin>")) from e
+        return stream_chunks(sys.stdin.buffer, Path("<stdin>"))
     path = Path(source)
     try:
         st = path.stat()

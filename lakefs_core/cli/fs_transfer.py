@@ -58,16 +58,23 @@ async def file_chunks(path: Path, size: int = STREAM_THRESHOLD) -> AsyncIterator
     except OSError as e:
         raise local_path_error(e, path, "--source") from e
     try:
-        while True:
-            try:
-                chunk = await asyncio.to_thread(f.read, size)
-            except OSError as e:
-                raise local_path_error(e, path, "--source") from e
-            if not chunk:
-                return
+        async for chunk in stream_chunks(f, path, size):
             yield chunk
     finally:
         f.close()
+
+
+async def stream_chunks(f: IO[bytes], name: Path, size: int = STREAM_THRESHOLD) -> AsyncIterator[bytes]:
+    """What the open binary stream ``f`` yields (stdin, a file), ``size`` bytes at a time, read in a
+    thread: memory stays at one chunk whatever the stream's length. Errors name ``name``."""
+    while True:
+        try:
+            chunk = await asyncio.to_thread(f.read, size)
+        except OSError as e:
+            raise local_path_error(e, name, "--source") from e
+        if not chunk:
+            return
+        yield chunk
 
 
 def progress_bar(total: int, files: int, desc: str, disabled: bool) -> tqdm[Any]:

@@ -133,17 +133,19 @@ def test_download_refuses_keys_that_leave_the_destination(run: InProcess, repo: 
     assert not (tmp_path / "dest").exists(), "refused before anything was written"
 
 
-def _peak_rss_mb(env: dict[str, str], cwd: Path, *args: str, stdout: Path) -> float:
+def _peak_rss_mb(
+    env: dict[str, str], cwd: Path, *args: str, stdout: Path, stdin: Path = Path("/dev/null")
+) -> float:
     """Run ``lakefs-core ARGS`` in a child of a small wrapper process; the child's peak RSS (MB)."""
     wrapper = (
         "import resource, subprocess, sys\n"
-        "with open(sys.argv[1], 'wb') as out:\n"
-        "    cmd = [sys.executable, '-m', 'lakefs_core.cli', *sys.argv[2:]]\n"
-        "    rc = subprocess.run(cmd, stdout=out).returncode\n"
+        "with open(sys.argv[1], 'wb') as out, open(sys.argv[2], 'rb') as inp:\n"
+        "    cmd = [sys.executable, '-m', 'lakefs_core.cli', *sys.argv[3:]]\n"
+        "    rc = subprocess.run(cmd, stdin=inp, stdout=out).returncode\n"
         "print(rc, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)\n"
     )
     proc = subprocess.run(
-        [sys.executable, "-c", wrapper, str(stdout), *args],
+        [sys.executable, "-c", wrapper, str(stdout), str(stdin), *args],
         env=env,
         cwd=cwd,
         capture_output=True,
@@ -183,6 +185,17 @@ def test_streaming_memory_is_bounded_for_a_200mb_object(tmp_path: Path) -> None:
             str(big),
             stdout=tmp_path / "u",
         ),
+        "upload from stdin": _peak_rss_mb(
+            env,
+            tmp_path,
+            "fs",
+            "upload",
+            "lakefs://big/main/stdin.bin",
+            "--source",
+            "-",
+            stdout=tmp_path / "u2",
+            stdin=big,
+        ),
         "cat": _peak_rss_mb(
             env, tmp_path, "fs", "cat", "lakefs://big/main/big.bin", stdout=tmp_path / "cat.out"
         ),
@@ -200,6 +213,26 @@ def test_streaming_memory_is_bounded_for_a_200mb_object(tmp_path: Path) -> None:
         assert peak - baseline < 80, f"{what}: peak RSS {peak:.0f} MB vs baseline {baseline:.0f} MB"
     assert (tmp_path / "cat.out").stat().st_size == size
     assert (tmp_path / "dl.bin").stat().st_size == size
+    stats = [
+        json.loads(
+            subprocess.run(
+                [
+                    sys.executable,
+                    "-m",
+                    "lakefs_core.cli",
+                    "--json",
+                    "fs",
+                    "stat",
+                    f"lakefs://big/main/{name}",
+                ],
+                env=env,
+                check=True,
+                capture_output=True,
+            ).stdout
+        )
+        for name in ("big.bin", "stdin.bin")
+    ]
+    assert stats[0]["checksum"] == stats[1]["checksum"] and stats[1]["size_bytes"] == size
     with (tmp_path / "cat.json").open("rb") as f:
         head = f.read(len(b'{"content": "'))
         assert head == b'{"content": "'
