@@ -93,12 +93,19 @@ def walk_tree(root: Path) -> list[tuple[Path, str, int]]:
         try:
             with os.scandir(directory) as entries:
                 for entry in entries:
+                    _check_name(entry)
                     name = f"{rel}{entry.name}"
                     if entry.is_dir(follow_symlinks=False):
                         pending.append((entry.path, f"{name}/"))
                         continue
                     try:
                         st = entry.stat()
+                    except FileNotFoundError as e:
+                        if entry.is_symlink():
+                            raise BadInputError(
+                                f"{entry.path} is a symbolic link to a missing file", field="--source"
+                            ) from e
+                        raise _local_error(e, Path(entry.path)) from e
                     except OSError as e:
                         raise _local_error(e, Path(entry.path)) from e
                     if S_ISREG(st.st_mode):
@@ -107,6 +114,16 @@ def walk_tree(root: Path) -> list[tuple[Path, str, int]]:
             raise _local_error(e, Path(e.filename or directory)) from e
     found.sort(key=lambda item: item[1])
     return found
+
+
+def _check_name(entry: os.DirEntry[str]) -> None:
+    """Object keys are UTF-8: a file name that is not (bytes the OS gave back as surrogates) is
+    refused by name, before anything is uploaded."""
+    try:
+        entry.name.encode("utf-8")
+    except UnicodeEncodeError:
+        shown = os.fsencode(entry.path).decode("utf-8", "backslashreplace")
+        raise BadInputError(f"{shown}: the file name is not valid UTF-8", field="--source") from None
 
 
 @click.group()

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import base64
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -286,3 +287,17 @@ def test_import_guards_and_exit_codes(run: InProcess, repo: str, tmp_path: Path)
     assert doc["entries"] == 2
     listed = run.json("fs", "ls", "-r", f"{repo}/")["results"]
     assert sorted(r["path"] for r in listed) == ["a.txt", "d/b.txt"]  # keep.txt and in/ replaced
+
+
+def test_upload_tree_refuses_unusable_names_before_uploading(
+    run: InProcess, repo: str, tmp_path: Path
+) -> None:
+    src = write_tree(tmp_path / "src", {"ok.txt": b"ok"})
+    bad = os.path.join(os.fsencode(src), b"latin1-\xff.txt")
+    with open(bad, "wb") as f:
+        f.write(b"x")
+    run("fs", "upload", "-r", f"{repo}/t/", "--source", str(src)).failed(9, "latin1-\\xff.txt", "UTF-8")
+    os.unlink(bad)
+    (src / "dangling").symlink_to(tmp_path / "gone")
+    run("fs", "upload", "-r", f"{repo}/t/", "--source", str(src)).failed(9, "dangling", "missing file")
+    assert run.json("fs", "ls", "-r", f"{repo}/")["results"] == []  # nothing was staged
