@@ -201,7 +201,7 @@ def cat_cmd(path: LakeFSURI) -> None:
 
 @fs.command("download")
 @click.argument("src", metavar="lakefs://<repository>/<ref>/<path>", type=PREFIX_URI)
-@click.argument("dest", metavar="[DESTINATION]", required=False, type=click.Path(path_type=Path))
+@click.argument("dest", metavar="[DESTINATION]", required=False)
 @click.option("--recursive", "-r", is_flag=True, help="Download every object under the path (a prefix).")
 @click.option(
     "--parallelism", "-p", default=None, type=click.IntRange(1, 256), help="Objects downloaded at once."
@@ -209,15 +209,21 @@ def cat_cmd(path: LakeFSURI) -> None:
 @click.option("--no-progress", is_flag=True, help="Never show a progress bar.")
 @json_option
 def download_cmd(
-    src: LakeFSURI, dest: Path | None, recursive: bool, parallelism: int | None, no_progress: bool
+    src: LakeFSURI, dest: str | None, recursive: bool, parallelism: int | None, no_progress: bool
 ) -> None:
-    """Download an object (or, with --recursive, all objects under a prefix) to local files."""
-    target = dest if dest is not None else Path(".")
+    """Download an object (or, with --recursive, all objects under a prefix) to local files.
+
+    DESTINATION defaults to the current directory; an existing directory, or a path ending in
+    '/', receives the object under its base name."""
+    if dest == "":
+        raise BadInputError("must not be empty", field="DESTINATION")
+    target = Path(dest) if dest is not None else Path(".")
+    into = dest is not None and dest.endswith(("/", os.sep))
 
     async def op(s: Session) -> list[tuple[ObjectStat, Path]]:
         limit = parallelism or s.config.upload_concurrency
         return await fs_transfer.download(
-            s, src, target, recursive=recursive, parallelism=limit, no_progress=no_progress
+            s, src, target, recursive=recursive, parallelism=limit, no_progress=no_progress, into=into
         )
 
     plan = run_session(op)

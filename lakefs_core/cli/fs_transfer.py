@@ -247,14 +247,15 @@ def safe_relative(rel: str, key: str) -> Path:
 
 
 def download_plan(
-    stats: Sequence[ObjectStat], prefix: str, dest: Path, recursive: bool
+    stats: Sequence[ObjectStat], prefix: str, dest: Path, recursive: bool, *, into: bool = False
 ) -> list[tuple[ObjectStat, Path]]:
     """Where each object goes: below ``dest`` by its key after ``prefix`` (recursive), else
-    ``dest`` itself, or ``dest/<base name>`` when ``dest`` is a directory."""
+    ``dest`` itself, or ``dest/<base name>`` when ``dest`` is a directory or ``into`` (the user
+    wrote it with a trailing ``/``: a directory, created if missing)."""
     if not recursive:
         (stat,) = stats
         base = safe_relative(stat.path.rsplit("/", 1)[-1], stat.path)
-        return [(stat, dest / base if dest.is_dir() else dest)]
+        return [(stat, dest / base if into or dest.is_dir() else dest)]
     return [(st, dest / safe_relative(st.path[len(prefix) :], st.path)) for st in stats]
 
 
@@ -266,7 +267,8 @@ async def download_one(
         await asyncio.to_thread(target.parent.mkdir, parents=True, exist_ok=True)
     except OSError as e:
         raise local_path_error(e, target.parent, "DEST", doing="create") from e
-    temp = target.parent / f".{target.name}.lakefs-download-{uuid.uuid4().hex[:12]}"
+    # Not derived from the target's name: a name near the 255-byte limit must still fit.
+    temp = target.parent / f".lakefs-download-{uuid.uuid4().hex}"
     try:
         f = await asyncio.to_thread(temp.open, "xb")
     except OSError as e:
@@ -306,11 +308,18 @@ async def list_for_download(s: Session, src: LakeFSURI, recursive: bool) -> tupl
 
 
 async def download(
-    s: Session, src: LakeFSURI, dest: Path, *, recursive: bool, parallelism: int, no_progress: bool
+    s: Session,
+    src: LakeFSURI,
+    dest: Path,
+    *,
+    recursive: bool,
+    parallelism: int,
+    no_progress: bool,
+    into: bool = False,
 ) -> list[tuple[ObjectStat, Path]]:
     prefix, stats = await list_for_download(s, src, recursive)
     _widen_thread_pool(parallelism)
-    plan = download_plan(stats, prefix, dest, recursive)
+    plan = download_plan(stats, prefix, dest, recursive, into=into)
     total = sum(st.size for st in stats)
     bar = progress_bar(total, len(plan), f"download {len(plan)} objects", no_progress)
     done = 0

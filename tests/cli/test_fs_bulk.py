@@ -110,6 +110,13 @@ def test_download_single_and_recursive(run: InProcess, repo: str, tmp_path: Path
     assert (tmp_path / "into" / "y.txt").read_bytes() == b"yy"
     run("fs", "download", f"{repo}/a/b/y.txt", "renamed.txt").ok()
     assert (tmp_path / "renamed.txt").read_bytes() == b"yy"
+    run("fs", "download", f"{repo}/a/b/y.txt", "newdir/").ok()  # a trailing '/': a directory
+    assert (tmp_path / "newdir" / "y.txt").read_bytes() == b"yy"
+    long = "n" * 250  # a name near the 255-byte limit: the temporary file must fit too
+    (tmp_path / "src" / long).write_bytes(b"long")
+    run("fs", "upload", f"{repo}/{long}", "--source", str(tmp_path / "src" / long)).ok()
+    run("fs", "download", f"{repo}/{long}", "into/").ok()
+    assert (tmp_path / "into" / long).read_bytes() == b"long"
 
     doc = run.json("fs", "download", "-r", f"{repo}/a", "out", "-p", "2")
     assert doc["count"] == 3 and doc["size_bytes"] == 3003
