@@ -18,6 +18,7 @@ Every project error becomes a one-line message on stderr and the error class's d
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -29,9 +30,35 @@ from lakefs_core.cli.context import CONFIG_ENV, AppState
 from lakefs_core.errors import LakeFSError
 
 USAGE_EXIT = 64
+BROKEN_PIPE_EXIT = 141  # 128 + SIGPIPE: what a shell reports for a native tool in `... | head`
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+class CLIGroup(click.Group):
+    """The command group of every CLI of the project: a closed stdout (the reader of ``... | head``
+    went away) ends the command quietly with :data:`BROKEN_PIPE_EXIT`, not as an unexpected error."""
+
+    def invoke(self, ctx: click.Context) -> object:
+        try:
+            return super().invoke(ctx)
+        except BrokenPipeError:
+            _silence_stdout()
+            raise click.exceptions.Exit(BROKEN_PIPE_EXIT) from None
+
+
+def _silence_stdout() -> None:
+    # Python flushes stdout at exit: point the descriptor at /dev/null so that flush cannot fail.
+    try:
+        fd = sys.stdout.fileno()
+    except (AttributeError, OSError, ValueError):
+        return  # not a real file (tests capture it)
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(devnull, fd)
+    finally:
+        os.close(devnull)
+
+
+@click.group(cls=CLIGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="lakefs-core")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON document instead of text.")
 @click.option(

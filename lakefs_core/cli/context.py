@@ -212,7 +212,7 @@ def run_session(fn: Callable[[Session], Awaitable[T]]) -> T:
         return asyncio.run(main())
     except (LakeFSError, click.ClickException, click.exceptions.Abort, click.exceptions.Exit):
         raise
-    except BrokenPipeError:  # stdout's reader went away (`fs cat | head`): click exits 1 quietly
+    except BrokenPipeError:  # stdout's reader went away (`fs cat | head`): see cli.CLIGroup
         raise
     except Exception as e:
         if os.environ.get(DEBUG_ENV):

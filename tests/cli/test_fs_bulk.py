@@ -308,3 +308,19 @@ def test_upload_tree_refuses_unusable_names_before_uploading(
     (src / "dangling").symlink_to(tmp_path / "gone")
     run("fs", "upload", "-r", f"{repo}/t/", "--source", str(src)).failed(9, "dangling", "missing file")
     assert run.json("fs", "ls", "-r", f"{repo}/")["results"] == []  # nothing was staged
+
+
+def test_a_closed_stdout_ends_quietly_with_141(tmp_path: Path) -> None:
+    """`lakefs-core fs ls -r ... | head -1`: the reader goes away; exit 141 as a native tool's
+    SIGPIPE death reads in a shell, with nothing on stderr (no traceback, no 'unexpected')."""
+    env = user_env(tmp_path / "home")
+    cmd = [sys.executable, "-m", "lakefs_core.cli"]
+    create = [*cmd, "repo", "create", "lakefs://pipe", f"local://{tmp_path / 'ns'}"]
+    subprocess.run(create, env=env, check=True, capture_output=True)
+    with subprocess.Popen(
+        [*cmd, "log", "lakefs://pipe/main"], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    ) as proc:
+        assert proc.stdout is not None and proc.stderr is not None
+        proc.stdout.close()  # before the command writes anything: its first write fails with EPIPE
+        err = proc.stderr.read()
+        assert proc.wait(timeout=60) == 141 and err == b"", err
