@@ -25,7 +25,6 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from lakefs_core.aio import bounded_each
 from lakefs_core.cli import fs_transfer
 from lakefs_core.cli.context import Session, local_path_error, run_session
 from lakefs_core.cli.fs_transfer import STREAM_THRESHOLD, file_chunks, stream_chunks
@@ -46,6 +45,7 @@ if TYPE_CHECKING:
     from lakefs_core.repos.objects import ObjectStat
 
 LIST_PAGE = 1000
+RM_BATCH = 1000  # tombstones staged per KV batch by `fs rm -r`
 
 
 def _local_error(e: OSError, path: Path) -> LakeFSError:
@@ -269,10 +269,10 @@ def rm_cmd(path: LakeFSURI, recursive: bool) -> None:
         if not keys:
             raise NotFoundError(f"no objects under {path.with_path(prefix)}")
 
-        async def one(key: bytes) -> None:
-            await s.graveler.set_entry(path.repo, path.ref, tombstone(key))
-
-        await bounded_each(keys, s.config.upload_concurrency, one)
+        # One KV batch per RM_BATCH keys (one transaction on SQL), as uploads stage theirs.
+        for start in range(0, len(keys), RM_BATCH):
+            batch = [tombstone(key) for key in keys[start : start + RM_BATCH]]
+            await s.graveler.set_entries(path.repo, path.ref, batch)
         return [k.decode("utf-8", "backslashreplace") for k in keys]
 
     deleted = run_session(op)

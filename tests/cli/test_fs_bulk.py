@@ -324,3 +324,21 @@ def test_a_closed_stdout_ends_quietly_with_141(tmp_path: Path) -> None:
         proc.stdout.close()  # before the command writes anything: its first write fails with EPIPE
         err = proc.stderr.read()
         assert proc.wait(timeout=60) == 141 and err == b"", err
+
+
+def test_rm_recursive_in_batches(
+    run: InProcess, repo: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from lakefs_core.cli import fs as fs_cmds
+
+    monkeypatch.setattr(fs_cmds, "RM_BATCH", 3)  # 8 objects: 3 batches, the last one short
+    files = {f"d/f{i}.txt": b"x" for i in range(8)} | {"keep.txt": b"k"}
+    write_tree(tmp_path / "src", files)
+    run("fs", "upload", "-r", f"{repo}/", "--source", str(tmp_path / "src")).ok()
+    run("commit", repo, "-m", "c").ok()
+    run("fs", "upload", f"{repo}/d/staged.txt", "--source", str(tmp_path / "src" / "keep.txt")).ok()
+    deleted = run.json("fs", "rm", "-r", f"{repo}/d/")["deleted"]
+    assert sorted(deleted) == sorted([*(k for k in files if k.startswith("d/")), "d/staged.txt"])
+    assert [r["path"] for r in run.json("fs", "ls", "-r", f"{repo}/")["results"]] == ["keep.txt"]
+    run("commit", repo, "-m", "rm").ok()
+    assert [r["path"] for r in run.json("fs", "ls", "-r", f"{repo}/")["results"]] == ["keep.txt"]
