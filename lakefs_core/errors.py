@@ -39,6 +39,12 @@ class LakeFSError(Exception):
     # The HTTP status a daemon's API answers for this class (lakefs_core.http maps errors by it alone).
     http_status: ClassVar[int] = 500
 
+    def with_note(self, note: str) -> LakeFSError:
+        """The same error (class and fields) with ``note`` appended to its message in parentheses:
+        for a caller that knows what had already happened when it was raised."""
+        message = f"{self.args[0]} ({note})" if self.args else note
+        return _rebuild_error(type(self), (message, *self.args[1:]), dict(self.__dict__))
+
     def __reduce__(self) -> tuple[Any, ...]:
         # Pickled as class, args and fields, rebuilt without calling ``__init__``: subclasses take
         # keyword-only fields (``audit_id``, ``key``) that Exception's default, ``cls(*args)``,

@@ -124,3 +124,6 @@ def test_every_error_survives_pickling(error: errors.LakeFSError) -> None:
     assert type(again) is type(error)
     assert str(again) == str(error) and again.args == error.args
     assert again.__dict__ == error.__dict__
+    noted = error.with_note("3 of 7 staged")  # the same class, fields and exit code; a longer message
+    assert type(noted) is type(error) and noted.__dict__ == error.__dict__
+    assert str(noted) == f"{error} (3 of 7 staged)" and noted.exit_code == error.exit_code

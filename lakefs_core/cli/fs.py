@@ -16,6 +16,7 @@
 
 from __future__ import annotations
 
+import errno
 import os
 import sys
 from collections.abc import AsyncIterator, Iterable
@@ -109,6 +110,9 @@ def walk_tree(root: Path) -> list[tuple[Path, str, int]]:
                     except OSError as e:
                         raise _local_error(e, Path(entry.path)) from e
                     if S_ISREG(st.st_mode):
+                        if not os.access(entry.path, os.R_OK):  # found now, before any upload
+                            denied = PermissionError(errno.EACCES, os.strerror(errno.EACCES), entry.path)
+                            raise _local_error(denied, Path(entry.path))
                         found.append((Path(entry.path), name, st.st_size))
         except OSError as e:
             raise _local_error(e, Path(e.filename or directory)) from e

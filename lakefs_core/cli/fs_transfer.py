@@ -35,7 +35,7 @@ from typing import IO, TYPE_CHECKING, Any, TypeVar
 from lakefs_core.aio import bounded_each
 from lakefs_core.cli.context import Session, local_path_error
 from lakefs_core.cli.uri import LakeFSURI
-from lakefs_core.errors import BadInputError, NotFoundError
+from lakefs_core.errors import BadInputError, LakeFSError, NotFoundError
 
 if TYPE_CHECKING:
     from tqdm import tqdm
@@ -183,9 +183,15 @@ async def upload_tree(
             items = [
                 _upload_item(local, _join(dest.path, rel), size, content_type) for local, rel, size in batch
             ]
-            results += await s.objects.upload_many(
-                dest.repo, dest.ref, items, concurrency=s.config.upload_concurrency, on_stored=stored
-            )
+            try:
+                results += await s.objects.upload_many(
+                    dest.repo, dest.ref, items, concurrency=s.config.upload_concurrency, on_stored=stored
+                )
+            except LakeFSError as e:
+                if not results:
+                    raise
+                staged = f"{len(results)} of {len(files)} objects were staged before it"
+                raise e.with_note(f"{staged}; uploading again overwrites them") from e
     finally:
         bar.close()
     return results

@@ -342,3 +342,39 @@ def test_rm_recursive_in_batches(
     assert [r["path"] for r in run.json("fs", "ls", "-r", f"{repo}/")["results"]] == ["keep.txt"]
     run("commit", repo, "-m", "rm").ok()
     assert [r["path"] for r in run.json("fs", "ls", "-r", f"{repo}/")["results"]] == ["keep.txt"]
+
+
+def test_upload_tree_failures_say_what_was_staged(
+    run: InProcess, repo: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from lakefs_core.cli import fs as fs_cmds
+    from lakefs_core.errors import TransientError
+    from lakefs_core.repos.objects import Objects
+
+    files = {f"f{i}.txt": b"x" for i in range(7)}
+    src = write_tree(tmp_path / "src", files)
+    # An unreadable file is found by the walk, before anything is uploaded.
+    real_access = os.access
+    monkeypatch.setattr(
+        fs_cmds.os, "access", lambda p, mode: not str(p).endswith("f4.txt") and real_access(p, mode)
+    )
+    run("fs", "upload", "-r", f"{repo}/t/", "--source", str(src)).failed(9, "f4.txt", "ermission denied")
+    assert run.json("fs", "ls", "-r", f"{repo}/")["results"] == []
+    monkeypatch.setattr(fs_cmds.os, "access", real_access)
+
+    # A failure in a later batch: the message says how much is staged already.
+    monkeypatch.setattr(fs_transfer, "BATCH_FILES", 3)
+    real_upload = Objects.upload_many
+    calls = 0
+
+    async def second_batch_fails(self: Objects, *args: object, **kwargs: object) -> object:
+        nonlocal calls
+        calls += 1
+        if calls == 2:
+            raise TransientError("store answered 503 SlowDown")
+        return await real_upload(self, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(Objects, "upload_many", second_batch_fails)
+    line = run("fs", "upload", "-r", f"{repo}/t/", "--source", str(src)).failed(10, "SlowDown")
+    assert "(3 of 7 objects were staged before it; uploading again overwrites them)" in line
+    assert len(run.json("fs", "ls", "-r", f"{repo}/")["results"]) == 3
