@@ -181,7 +181,8 @@ def _upload_tree(dest: LakeFSURI, source: str, content_type: str | None, no_prog
         doc = {"results": [object_doc(st) for st in results], "count": len(results), "size_bytes": total}
         emit(doc, lambda: None)
         return
-    click.echo(f"Uploaded {len(results)} objects ({human_bytes(total)}) to {dest}")
+    noun = "object" if len(results) == 1 else "objects"
+    click.echo(f"Uploaded {len(results)} {noun} ({human_bytes(total)}) to {dest}")
 
 
 @fs.command("cat")

@@ -23,7 +23,7 @@ def repo() -> None:
 def create_cmd(repository: LakeFSURI, storage_namespace: str, default_branch: str) -> None:
     """Create REPOSITORY (lakefs://repo) storing its data under STORAGE_NAMESPACE
     (local:///abs/dir, s3://bucket/prefix). The namespace must not equal, lie inside or enclose
-    another repository's (exit code 12), nor be the filesystem root or a system directory."""
+    another repository's (exit code 15), nor be the filesystem root or a system directory."""
 
     async def op(s: Session) -> Repository:
         return await s.graveler.create_repository(repository.repo, storage_namespace, default_branch)
