@@ -37,6 +37,7 @@ from lakefs_core.cli.output import (
     object_doc,
     prefix_doc,
     print_stat,
+    printable,
     wants_json,
 )
 from lakefs_core.cli.uri import PATH_URI, PREFIX_URI, LakeFSURI
@@ -236,7 +237,7 @@ def download_cmd(
 
     def human() -> None:
         for st, local in plan:
-            click.echo(f"download: {src.with_path(st.path)} to {local}")
+            click.echo(printable(f"download: {src.with_path(st.path)} to {local}"))
 
     emit({"results": docs, "count": len(docs), "size_bytes": sum(st.size for st, _ in plan)}, human)
 
@@ -284,7 +285,7 @@ def rm_cmd(path: LakeFSURI, recursive: bool) -> None:
 
     def human() -> None:
         for p in deleted:
-            click.echo(f"deleted: {path.with_path(p)}")
+            click.echo(printable(f"deleted: {path.with_path(p)}"))
 
     emit({"deleted": deleted}, human)
 
@@ -296,7 +297,7 @@ def _ls_line(item: dict[str, Any], trim: str) -> str:
         detail = f"{mtime.ljust(29)}    {human_bytes(item['size_bytes']).ljust(12)}"
     else:
         detail = " " * (29 + 4 + 12)
-    return f"{item['path_type'].ljust(12)}    {detail}    {shown}"
+    return f"{item['path_type'].ljust(12)}    {detail}    {printable(shown)}"
 
 
 def fmt_time_unix(ts: int) -> str:

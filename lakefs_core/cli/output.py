@@ -46,6 +46,18 @@ def json_option(fn: F) -> F:
     )(fn)
 
 
+# C0 controls, DEL and C1 controls: a key may hold any of them (lakeFS allows it), and printed
+# raw they would split a line or drive the terminal. Human output shows them escaped.
+_CONTROLS = {c: f"\\x{c:02x}" for c in (*range(0x20), *range(0x7F, 0xA0))}
+_CONTROLS.update({ord("\n"): "\\n", ord("\r"): "\\r", ord("\t"): "\\t"})
+
+
+def printable(text: str) -> str:
+    """``text`` for a human reader: control characters as ``\\n``, ``\\x1b`` (JSON output keeps keys
+    exact)."""
+    return text.translate(_CONTROLS)
+
+
 def wants_json() -> bool:
     ctx = click.get_current_context()
     return bool(ctx.meta.get(_JSON_META)) or app_state().json
@@ -189,7 +201,7 @@ def print_commit_summary(c: Commit) -> None:
 
 
 def print_stat(s: ObjectStat) -> None:
-    click.echo(f"Path: {s.path}")
+    click.echo(f"Path: {printable(s.path)}")
     click.echo(f"Modified Time: {fmt_time(s.last_modified)}")
     click.echo(f"Size: {s.size} bytes")
     click.echo(f"Human Size: {human_bytes(s.size)}")

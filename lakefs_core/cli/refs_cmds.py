@@ -12,6 +12,7 @@ from lakefs_core.cli.output import (
     json_option,
     print_commit,
     print_commit_summary,
+    printable,
     ref_doc,
     table,
 )
@@ -118,7 +119,7 @@ def diff_cmd(left: LakeFSURI, right: LakeFSURI | None) -> None:
         if not changes:
             click.echo("No changes")
         for d in changes:
-            click.echo(f"{_DIFF_SIGN[str(d['type'])]} {d['path']}")
+            click.echo(f"{_DIFF_SIGN[str(d['type'])]} {printable(str(d['path']))}")
 
     emit({"results": changes}, human)
 

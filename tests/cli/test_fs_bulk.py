@@ -378,3 +378,16 @@ def test_upload_tree_failures_say_what_was_staged(
     line = run("fs", "upload", "-r", f"{repo}/t/", "--source", str(src)).failed(10, "SlowDown")
     assert "(3 of 7 objects were staged before it; uploading again overwrites them)" in line
     assert len(run.json("fs", "ls", "-r", f"{repo}/")["results"]) == 3
+
+
+def test_human_output_escapes_control_characters_in_keys(run: InProcess, repo: str, tmp_path: Path) -> None:
+    src = write_tree(tmp_path / "src", {"f": b"x"})
+    key = "two\nlines\x1b[31m.txt"
+    run("fs", "upload", f"{repo}/{key}", "--source", str(src / "f")).ok()
+    listed = run("fs", "ls", f"{repo}/").ok().out
+    assert listed.count("\n") == 1 and "two\\nlines\\x1b[31m.txt" in listed and "\x1b" not in listed
+    assert run.json("fs", "ls", f"{repo}/")["results"][0]["path"] == key  # JSON keeps the key exact
+    diff = run("diff", repo).ok().out
+    assert "two\\nlines" in diff and "\x1b" not in diff
+    deleted = run("fs", "rm", f"{repo}/{key}").ok().out
+    assert "\x1b" not in deleted
