@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import os
 import sys
+import threading
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -90,6 +91,10 @@ def run(group: click.Group, argv: Sequence[str] | None, prog_name: str) -> int:
         click.echo(f"{prog_name}: {one_line(str(e))}", err=True)
         return e.exit_code
     except click.exceptions.Abort:
+        # Interrupted mid-operation: a driver's worker thread (aiosqlite's) may still finish its
+        # call and fail to hand the result to the closed event loop. The process is ending on
+        # purpose; such late failures must not print a traceback.
+        threading.excepthook = _ignore_thread_exception
         click.echo(f"{prog_name}: aborted", err=True)
         return 130
     except click.ClickException as e:
@@ -100,6 +105,10 @@ def run(group: click.Group, argv: Sequence[str] | None, prog_name: str) -> int:
     # Without standalone mode click RETURNS the code of an explicit ``Exit`` (``run --once``'s status,
     # ``check-config``'s); commands themselves return None.
     return result if type(result) is int else 0
+
+
+def _ignore_thread_exception(_args: threading.ExceptHookArgs) -> None:
+    return None
 
 
 def _register() -> None:

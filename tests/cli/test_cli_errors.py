@@ -156,3 +156,26 @@ def test_recursive_upload_of_a_tree_with_an_unreadable_file(cli: Cli, tmp_path: 
     line = cli("fs", "upload", "lakefs://rr1/main/t", "--source", str(tree), "--recursive").failed(BAD_INPUT)
     assert "zz-bad" in line and "Input/output error" in line
     assert cli.json("fs", "ls", "lakefs://rr1/main/")["results"] == []
+
+
+def test_ctrl_c_mid_operation_prints_no_traceback_from_worker_threads() -> None:
+    """After an interruption, a worker thread that finishes its call late (aiosqlite's, posting to
+    the closed event loop) must not print a traceback: the user sees one line and exit 130."""
+    program = (
+        "import sys, threading, time, click\n"
+        "from lakefs_core.cli import CLIGroup, run\n"
+        "@click.group(cls=CLIGroup)\n"
+        "def cli() -> None: ...\n"
+        "@cli.command()\n"
+        "def work() -> None:\n"
+        "    def late() -> None:\n"
+        "        time.sleep(0.3)\n"
+        "        raise RuntimeError('Event loop is closed')\n"
+        "    threading.Thread(target=late).start()\n"
+        "    raise KeyboardInterrupt\n"
+        "sys.exit(run(cli, ['work'], 'prog'))\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", program], check=False, capture_output=True, text=True, timeout=60
+    )
+    assert proc.returncode == 130 and proc.stderr.strip() == "prog: aborted", proc.stderr
