@@ -245,7 +245,9 @@ async def cat_json(s: Session, path: LakeFSURI, out: IO[bytes]) -> None:
 def safe_relative(rel: str, key: str) -> Path:
     """``rel`` as a relative local path, refusing anything that could leave the destination."""
     parts = rel.split("/")
-    if not rel or rel.startswith("/") or any(p in ("", ".", "..") or "\0" in p for p in parts):
+    if "\0" in rel:
+        raise BadInputError(f"object key {key!r} cannot be a local path (it holds a NUL)")
+    if not rel or rel.startswith("/") or any(p in ("", ".", "..") for p in parts):
         raise BadInputError(f"object key {key!r} cannot be a local path (empty, '.' or '..' segment)")
     if os.sep != "/" and any(os.sep in p for p in parts):  # pragma: no cover - Windows only
         raise BadInputError(f"object key {key!r} cannot be a local path")

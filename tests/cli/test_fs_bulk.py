@@ -139,6 +139,8 @@ def test_download_refuses_keys_that_leave_the_destination(run: InProcess, repo: 
     result.failed(9, "cannot be a local path")
     assert not (tmp_path / "escaped").exists()
     assert not (tmp_path / "dest").exists(), "refused before anything was written"
+    run("fs", "upload", f"{repo}/n/a\0b", "--source", str(src)).ok()
+    run("fs", "download", "-r", f"{repo}/n/", "dest").failed(9, "holds a NUL")
 
 
 def _peak_rss_mb(
