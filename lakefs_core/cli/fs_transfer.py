@@ -84,7 +84,7 @@ def progress_bar(total: int, files: int, desc: str, disabled: bool) -> tqdm[Any]
         total=total,
         unit="B",
         unit_scale=True,
-        unit_divisor=1024,
+        unit_divisor=1000,  # SI units, as the summary line (human_bytes, lakectl's go-humanize)
         desc=desc,
         file=sys.stderr,
         disable=disabled or not sys.stderr.isatty(),
