@@ -268,8 +268,6 @@ def rm_cmd(path: LakeFSURI, recursive: bool) -> None:
         if not recursive:
             await s.objects.delete(path.repo, path.ref, path.path)
             return [path.path]
-        from lakefs_core.refs.staging import tombstone
-
         prefix = path.path if not path.path or path.path.endswith("/") else path.path + "/"
         keys = [r.key async for r in s.graveler.list_entries(path.repo, path.ref, prefix=prefix.encode())]
         if not keys:
@@ -277,8 +275,7 @@ def rm_cmd(path: LakeFSURI, recursive: bool) -> None:
 
         # One KV batch per RM_BATCH keys (one transaction on SQL), as uploads stage theirs.
         for start in range(0, len(keys), RM_BATCH):
-            batch = [tombstone(key) for key in keys[start : start + RM_BATCH]]
-            await s.graveler.set_entries(path.repo, path.ref, batch)
+            await s.graveler.delete_entries(path.repo, path.ref, keys[start : start + RM_BATCH])
         return [k.decode("utf-8", "backslashreplace") for k in keys]
 
     deleted = run_session(op)

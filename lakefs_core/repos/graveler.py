@@ -530,6 +530,15 @@ class Graveler:
         await self.get_entry(repo_id, branch_id, key)  # NotFoundError for a missing object
         await self.set_entry(repo_id, branch_id, tombstone(key), force=force)
 
+    async def delete_entries(
+        self, repo_id: str, branch_id: str, keys: Sequence[bytes], *, force: bool = False
+    ) -> None:
+        """Stage a tombstone for each of ``keys`` in one KV batch (as :meth:`set_entries`). Keys are
+        not checked for existence: a tombstone over nothing hides nothing. Only tombstones: values
+        are staged by uploads alone (the hard-delete journal's invariant)."""
+        records = [tombstone(key) for key in keys]
+        await staging_writes.set_entries(self, repo_id, branch_id, records, force=force)
+
     async def list_entries(
         self, repo_id: str, ref: str, *, prefix: bytes = b"", after: bytes = b"", start: bytes = b""
     ) -> AsyncIterator[ValueRecord]:

@@ -188,6 +188,20 @@ async def test_set_entries_checks_input_and_permissions(g: Graveler, local_root:
     assert [r.key async for r in g.list_entries(repo, "main")] == [b"x"]
 
 
+async def test_delete_entries_stages_tombstones_in_one_batch(g: Graveler, local_root: Path) -> None:
+    repo = await new_repo(g, local_root, journal=False)
+    await g.set_entries(repo, "main", [record("a"), record("b"), record("c")])
+    await g.commit(repo, "main", committer="t", message="abc")
+    await g.set_entries(repo, "main", [record("d")])
+    await g.delete_entries(repo, "main", [b"a", b"d", b"never-there"])
+    assert [r.key async for r in g.list_entries(repo, "main")] == [b"b", b"c"]
+    await g.set_read_only(repo, True)
+    with pytest.raises(ReadOnlyError):
+        await g.delete_entries(repo, "main", [b"b"])
+    await g.delete_entries(repo, "main", [b"b"], force=True)
+    assert [r.key async for r in g.list_entries(repo, "main")] == [b"c"]
+
+
 async def test_upload_many_failing_put_stages_nothing(g: Graveler, local_root: Path) -> None:
     repo = await new_repo(g, local_root, journal=True)
 
@@ -230,5 +244,6 @@ def test_only_batch_upload_stages_values_in_batches() -> None:
     assert set(batch_calls) == {
         ("lakefs_core/repos/objects.py", "upload_many"),
         ("lakefs_core/repos/graveler.py", "set_entries"),  # the facade's delegation
+        ("lakefs_core/repos/graveler.py", "delete_entries"),  # tombstones it builds itself
     }
     assert stage_calls == [("lakefs_core/repos/graveler.py", "set_entry")]

@@ -8,7 +8,6 @@ is by PID: terminate, wait, then kill.
 from __future__ import annotations
 
 import os
-import shutil
 import socket
 import subprocess
 import sys
@@ -29,13 +28,9 @@ def free_port() -> int:
 
 
 def _moto_executable() -> list[str]:
-    exe = Path(sys.executable).with_name("moto_server")
-    if exe.exists():
-        return [str(exe)]
-    found = shutil.which("moto_server")
-    if found:
-        return [found]
-    return [sys.executable, "-m", "moto.server"]
+    # moto_server with its request handling serialized: AWS's per-item atomicity (moto_serialized.py).
+    # -P: this directory (which holds a moto.py) must not shadow the moto package.
+    return [sys.executable, "-P", str(Path(__file__).with_name("moto_serialized.py"))]
 
 
 @dataclass
