@@ -289,6 +289,11 @@ class Graveler:
     async def repository(self, repo_id: str) -> Repository:
         return await self.refs.get_repository(repo_id)
 
+    async def recent_repository(self, repo_id: str) -> Repository:
+        """The repository record as read at most ``write_cache_seconds`` ago (the one writers use):
+        for paths that need it once per object, such as reading many objects' bytes."""
+        return await staging_writes.repository_for_write(self, repo_id)
+
     def list_repositories(self) -> AsyncIterator[Repository]:
         return self.refs.list_repositories()
 

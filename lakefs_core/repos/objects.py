@@ -286,7 +286,7 @@ class Objects:
     ) -> AsyncIterator[bytes]:
         """Stream the bytes of the object ``stat`` describes (its address: the same bytes however
         often it is read, whatever happens to the path meanwhile)."""
-        repo = await self.g.repository(repo_id)
+        repo = await self.g.recent_repository(repo_id)  # once per object of a bulk download
         ns = StorageNamespace.parse(repo.storage_namespace)
         address_type = catalog_pb2.Entry.AddressType.Value(stat.address_type)
         store_uri, key = ns.address_key(stat.physical_address, address_type)
