@@ -107,8 +107,8 @@ def source_namespace(uri: str) -> StorageNamespace:
 
 async def check_source_is_external(g: Graveler, source: StorageNamespace) -> None:
     """Refuse a source inside or enclosing ANY repository's storage namespace, this one's included
-    (as lakeFS does): imported entries are external objects, and that repository's retention GC,
-    hard delete or deletion would remove objects they point at."""
+    (as lakeFS does), or a deleted repository's not yet purged: imported entries are external
+    objects, and that repository's retention GC, hard delete or purge would remove them."""
     async for repo in g.refs.list_repositories(include_deleting=True):
         try:
             other = StorageNamespace.parse(repo.storage_namespace)
@@ -117,6 +117,18 @@ async def check_source_is_external(g: Graveler, source: StorageNamespace) -> Non
         if other.overlaps(source):
             raise BadInputError(
                 f"{source.uri} overlaps {other.uri}, the storage namespace of repository {repo.id!r}",
+                field="source",
+            )
+    # A deleted repository's namespace is purged by the hard-delete reconciler once its grace ends.
+    async for gone in g.deleted_repositories():
+        try:
+            other = StorageNamespace.parse(gone.namespace)
+        except BadInputError:
+            continue
+        if other.overlaps(source):
+            raise BadInputError(
+                f"{source.uri} overlaps {other.uri}, the storage namespace of the deleted repository "
+                f"{gone.repo!r}, whose data is to be purged",
                 field="source",
             )
 

@@ -133,6 +133,10 @@ async def test_gc_never_deletes_imported_objects(g: Graveler, tmp_path: Path) ->
     write_tree(tmp_path / "other-ns" / "data", {"o": b"theirs"})
     with pytest.raises(BadInputError, match="storage namespace of repository 'other'"):
         await g.import_objects("imp1", "main", "v1/", str(tmp_path / "other-ns" / "data"), committer="t")
+    # Nor from a deleted repository's namespace: the reconciler purges it after the grace period.
+    await g.delete_repository("other")
+    with pytest.raises(BadInputError, match="deleted repository 'other'"):
+        await g.import_objects("imp1", "main", "v1/", str(tmp_path / "other-ns" / "data"), committer="t")
     src = tmp_path / "landing"
     write_tree(src, FILES)
     await g.import_objects("imp1", "main", "v1/", str(src), committer="t")
