@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import random
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 
 import pytest
@@ -35,6 +37,7 @@ class World:
     src_ns: StorageNamespace
     dst_ns: StorageNamespace
     tmp: Path
+    clock: Callable[[], datetime] | None = None  # the engines' wall clock (lease expiry); None: real
 
     def engine(self, holder: str = "a", **settings: float) -> MirrorEngine:
         return MirrorEngine(
@@ -45,6 +48,7 @@ class World:
             metrics=MirrorMetrics(region="eu"),
             settings=EngineSettings(**settings),  # type: ignore[arg-type]
             holder=holder,
+            **({} if self.clock is None else {"clock": self.clock}),
         )
 
     async def replicate(self, fraction: float = 1.0, seed: int = 0) -> int:
@@ -69,8 +73,10 @@ class World:
                 assert await dst_store.exists(self.dst_ns.key(address)), (branch.id, address)
 
 
-@pytest.fixture
-async def world(tmp_path: Path) -> AsyncIterator[World]:
+@contextlib.asynccontextmanager
+async def open_world(tmp_path: Path, clock: Callable[[], datetime] | None = None) -> AsyncIterator[World]:
+    """Two regions on memory stores, a SQLite mirrors database and presence cache under
+    ``tmp_path``, and the source repository ``origin``."""
     name = uuid.uuid4().hex[:8]
     src = Graveler(MemoryKVStore(), StoreRegistry())
     dst = Graveler(MemoryKVStore(), StoreRegistry())
@@ -84,6 +90,7 @@ async def world(tmp_path: Path) -> AsyncIterator[World]:
         StorageNamespace.parse(f"mem://src{name}/repo"),
         StorageNamespace.parse(f"mem://dst{name}/repo"),
         tmp_path,
+        clock,
     )
     await src.create_repository("origin", w.src_ns.uri)
     try:
@@ -93,6 +100,12 @@ async def world(tmp_path: Path) -> AsyncIterator[World]:
         await db.close()
         await src.stores.close()
         await dst.stores.close()
+
+
+@pytest.fixture
+async def world(tmp_path: Path) -> AsyncIterator[World]:
+    async with open_world(tmp_path) as w:
+        yield w
 
 
 async def write_commit(g: Graveler, n: int, tag: str, branch: str = "main") -> str:

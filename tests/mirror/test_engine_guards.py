@@ -15,28 +15,18 @@ writer would leave it.
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import AsyncIterator
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
 
-from lakefs_core.block import copy_object
-from lakefs_core.block.base import ObjectInfo
 from lakefs_core.errors import NotFoundError
-from lakefs_core.keys import StorageNamespace
-from lakefs_core.kv.memory import MemoryKVStore
 from lakefs_core.lease import Lease, LeaseState
 from lakefs_core.refs import kvkeys
-from lakefs_core.repos.graveler import Commit, Graveler
-from lakefs_core.repos.objects import Objects
-from lakefs_core.repos.stores import StoreRegistry
-from lakefs_mirror.db import MirrorsDB
-from lakefs_mirror.engine import EngineSettings, MirrorEngine
-from lakefs_mirror.metrics import MirrorMetrics
-from lakefs_mirror.presence import PresenceCache
+from lakefs_core.repos.graveler import Commit
+from tests.mirror.test_engine import World, add_mirror, open_world, write_commit
 
 START = datetime(2026, 1, 1, tzinfo=UTC)
 TTL = 30.0
@@ -55,90 +45,20 @@ class Clock:
         self.now += timedelta(seconds=seconds)
 
 
-@dataclass
-class World:
-    src: Graveler
-    dst: Graveler
-    db: MirrorsDB
-    presence: PresenceCache
-    src_ns: StorageNamespace
-    dst_ns: StorageNamespace
-    clock: Clock
-
-    def engine(self, holder: str) -> MirrorEngine:
-        return MirrorEngine(
-            region="eu",
-            gravelers={"us": self.src, "eu": self.dst},
-            db=self.db,
-            presence=self.presence,
-            metrics=MirrorMetrics(region="eu"),
-            settings=EngineSettings(lease_ttl_seconds=TTL),
-            holder=holder,
-            clock=self.clock,
-        )
-
-    async def replicate(self) -> None:
-        """Copy every source namespace key the destination namespace lacks (S3 Replication, done)."""
-        src = await self.src.stores.namespace_store(self.src_ns)
-        dst = await self.dst.stores.namespace_store(self.dst_ns)
-        async for info in src.list(self.src_ns.prefix + "/"):
-            if isinstance(info, ObjectInfo):
-                key = self.dst_ns.prefix + info.key[len(self.src_ns.prefix) :]
-                if not await dst.exists(key):
-                    await copy_object(src, info.key, dst, key)
-
-    async def add_mirror(self) -> str:
-        m = await self.db.create_mirror(
-            source_repo="origin",
-            source_region="us",
-            name="mirror",
-            region="eu",
-            storage_namespace=self.dst_ns.uri,
-            mode="native",
-        )
-        return m.id
-
-    async def corrupt_source_commit(self, commit_id: str) -> Commit:
-        """Rewrite a stored source commit's message in place: its fields no longer hash to its id."""
-        repo = await self.src.repository("origin")
-        stored = await self.src.get_commit_by_id("origin", commit_id)
-        forged = replace(stored, message=stored.message + " (rewritten)", raw=None)
-        assert forged.id == commit_id and forged.computed_id() != commit_id
-        await self.src.kv.set(repo.partition, kvkeys.commit_key(commit_id), forged.to_bytes())
-        return forged
+async def corrupt_source_commit(w: World, commit_id: str) -> Commit:
+    """Rewrite a stored source commit's message in place: its fields no longer hash to its id."""
+    repo = await w.src.repository("origin")
+    stored = await w.src.get_commit_by_id("origin", commit_id)
+    forged = replace(stored, message=stored.message + " (rewritten)", raw=None)
+    assert forged.id == commit_id and forged.computed_id() != commit_id
+    await w.src.kv.set(repo.partition, kvkeys.commit_key(commit_id), forged.to_bytes())
+    return forged
 
 
 @pytest.fixture
 async def world(tmp_path: Path) -> AsyncIterator[World]:
-    name = uuid.uuid4().hex[:8]
-    src = Graveler(MemoryKVStore(), StoreRegistry())
-    dst = Graveler(MemoryKVStore(), StoreRegistry())
-    db = await MirrorsDB.open(f"sqlite+aiosqlite:///{tmp_path / 'mirrors.db'}")
-    presence = await PresenceCache.open(tmp_path / "presence.sqlite3", negative_cooldown=0)
-    w = World(
-        src,
-        dst,
-        db,
-        presence,
-        StorageNamespace.parse(f"mem://src{name}/repo"),
-        StorageNamespace.parse(f"mem://dst{name}/repo"),
-        Clock(),
-    )
-    await src.create_repository("origin", w.src_ns.uri)
-    try:
+    async with open_world(tmp_path, Clock()) as w:
         yield w
-    finally:
-        await presence.close()
-        await db.close()
-        await src.stores.close()
-        await dst.stores.close()
-
-
-async def write_commit(g: Graveler, n: int, tag: str) -> str:
-    objects = Objects(g)
-    for i in range(n):
-        await objects.upload("origin", "main", f"{tag}/part-{i:04d}", f"{tag}-{i}".encode())
-    return (await g.commit("origin", "main", committer="t", message=tag)).id
 
 
 # -- the lease re-check before promotion -------------------------------------------------------------
@@ -182,9 +102,10 @@ class TakenOverMidPass:
 async def test_a_daemon_that_lost_its_lease_mid_pass_does_not_promote(world: World) -> None:
     w = world
     head = await write_commit(w.src, 5, "a")
-    mid = await w.add_mirror()
+    mid = await add_mirror(w)
     await w.replicate()  # the head is complete in the mirror's namespace: promotable on sight
-    a, b = w.engine("daemon-a"), w.engine("daemon-b")
+    a, b = w.engine("daemon-a", lease_ttl_seconds=TTL), w.engine("daemon-b", lease_ttl_seconds=TTL)
+    assert isinstance(w.clock, Clock)
     a.lease = TakenOverMidPass(a.lease, b.lease, w.clock)
 
     report = await a.step()
@@ -216,11 +137,11 @@ async def test_a_corrupt_source_root_commit_does_not_seed_the_mirror(world: Worl
     w = world
     await write_commit(w.src, 2, "a")
     root = (await w.src.get_commit("origin", "main~1")).id
-    forged = await w.corrupt_source_commit(root)
-    await w.add_mirror()
+    forged = await corrupt_source_commit(w, root)
+    await add_mirror(w)
     await w.replicate()
 
-    report = await w.engine("daemon-a").step()
+    report = await w.engine("daemon-a", lease_ttl_seconds=TTL).step()
     assert report.active and report.promotions == 0 and report.commits_copied == 0
     assert any("does not hash" in e and root in e for e in report.errors), report.errors
     with pytest.raises(NotFoundError):
@@ -234,14 +155,14 @@ async def test_a_corrupt_commit_in_the_history_stops_the_whole_copy(world: World
     writes anything, so no commit of that history (not even its intact ancestors) is copied and the
     mirror branch stays put."""
     w = world
-    await w.add_mirror()
-    engine = w.engine("daemon-a")
+    await add_mirror(w)
+    engine = w.engine("daemon-a", lease_ttl_seconds=TTL)
     assert (await engine.step()).promotions == 0  # the mirror repository exists, seeded with root
     root = (await w.dst.branch("mirror", "main")).commit_id
     c1 = await write_commit(w.src, 2, "one")
     c2 = await write_commit(w.src, 2, "two")
     c3 = await write_commit(w.src, 2, "three")
-    await w.corrupt_source_commit(c2)
+    await corrupt_source_commit(w, c2)
     await w.replicate()
 
     report = await engine.step()
