@@ -28,23 +28,23 @@ import pytest
 from lakefs_core.block.base import BlockStore, KeyInfo
 from lakefs_core.errors import BadInputError
 from lakefs_core.format.records import ADDRESS_FULL, ValueRecord, make_entry
-from lakefs_core.kv import open_kv
 from lakefs_core.kv.base import KVStore
 from lakefs_core.repos.graveler import Graveler, StorageNamespace
 from lakefs_core.repos.journal import DEFAULT_CLOCK_SKEW_SECONDS, DEFAULT_GRACE_SECONDS, Intent
 from lakefs_core.repos.objects import Objects
 from lakefs_core.repos.stores import StoreRegistry
 from lakefs_gc.reconcile import (
-    ReconcileOptions,
-    ReconcileReport,
     reconcile_deleted_repositories,
-    reconcile_repository,
 )
 from lakefs_gc.sweep import KeyDeleter, store_deleter
-from tests.repos.support import Clock, HookedKV, fast_settings, unique
+from tests.gc import test_reconcile
+from tests.gc.test_reconcile import World as ReconcileWorld
+from tests.gc.test_reconcile import make_world
+from tests.repos.support import Clock, fast_settings, unique
 
 GRACE = DEFAULT_GRACE_SECONDS
 SKEW = DEFAULT_CLOCK_SKEW_SECONDS
+kv = test_reconcile.kv  # the same KV fixture (memory, SQLite)
 
 
 class OffsetClock:
@@ -58,23 +58,12 @@ class OffsetClock:
 
 
 @dataclass
-class World:
-    g: Graveler
-    objects: Objects
-    repo: str
-    clock: Clock
-    root: Path  # the namespace's directory
-    kv: HookedKV
+class World(ReconcileWorld):
+    """test_reconcile's world, plus writers with skewed clocks and the journal's view."""
 
     @property
     def ns(self) -> StorageNamespace:
         return StorageNamespace(f"local://{self.root}")
-
-    def exists(self, address: str) -> bool:
-        return (self.root / address).exists()
-
-    def advance(self, seconds: float) -> None:
-        self.clock.advance(seconds)
 
     def writer(self, offset: float, **settings: object) -> Graveler:
         """Another process on the same KV and stores whose clock is ``offset`` seconds off ours."""
@@ -88,15 +77,7 @@ class World:
     async def deleter_for(self, ns: StorageNamespace) -> KeyDeleter:
         return store_deleter(await self.g.namespace_store(ns))
 
-    async def reconcile(self) -> ReconcileReport:
-        return await reconcile_repository(
-            self.g, self.repo, deleter=await self.deleter_for(self.ns), options=ReconcileOptions()
-        )
-
-    async def upload(self, path: str, body: bytes = b"x") -> str:
-        return (await self.objects.upload(self.repo, "main", path, body)).physical_address
-
-    async def commit(self, g: Graveler | None = None) -> str:
+    async def commit_by(self, g: Graveler | None = None) -> str:
         return (await (g or self.g).commit(self.repo, "main", committer="t", message="m")).id
 
     async def intent(self, address: str) -> Intent:
@@ -120,26 +101,23 @@ class World:
         return [r.repo async for r in self.g.deleted_repositories()]
 
 
-@pytest.fixture(params=["memory", "sqlite"])
-async def kv(request: pytest.FixtureRequest, sqlite_url: str) -> AsyncIterator[KVStore]:
-    store = await open_kv("memory://" if request.param == "memory" else sqlite_url)
-    try:
-        yield store
-    finally:
-        await store.close()
-
-
 @pytest.fixture
 async def world(kv: KVStore, local_root: Path) -> AsyncIterator[World]:
-    hooked, clock = HookedKV(kv), Clock()
-    g = Graveler(hooked, StoreRegistry(), fast_settings(hard_delete_journal=True), clock=clock)
-    repo = unique()
-    root = local_root / repo
-    await g.create_repository(repo, f"local://{root}")
+    base = await make_world(kv, local_root)
     try:
-        yield World(g, Objects(g), repo, clock, root, hooked)
+        yield World(base.g, base.objects, base.repo, base.clock, base.root, base.kv)
     finally:
-        await g.stores.close()
+        await base.g.stores.close()
+
+
+async def kept_as_committed(w: World, address: str) -> None:
+    """The journal decides "committed" for the upload of ``a`` at ``address``; a reconcile pass
+    counts it so and deletes nothing; the object is still there and reads back."""
+    assert await w.fate(address) == "committed"
+    report = await w.reconcile()
+    assert (report.committed, report.deleted, report.rescued) == (1, 0, 0)
+    assert w.exists(address)
+    assert await w.objects.read_all(w.repo, "main", "a") == b"x"
 
 
 # -- clock skew in the decision ------------------------------------------------------------------------
@@ -150,14 +128,10 @@ async def test_commit_by_a_writer_whose_clock_is_behind_still_holds_the_object(w
     committer = w.writer(-120.0)  # well within the clock-skew margin
     address = await w.upload("a")
     t = (await w.intent(address)).t
-    await w.commit(committer)
+    await w.commit_by(committer)
     assert await w.consumed_times() == [t - 120.0]  # recorded "before" the upload's intent
     w.advance(GRACE)
-    assert await w.fate(address) == "committed"
-    report = await w.reconcile()
-    assert (report.committed, report.deleted, report.rescued) == (1, 0, 0)
-    assert w.exists(address)
-    assert await w.objects.read_all(w.repo, "main", "a") == b"x"
+    await kept_as_committed(w, address)
 
 
 async def test_intent_just_after_the_journal_switch_is_not_decided_by_the_journal(world: World) -> None:
@@ -175,11 +149,7 @@ async def test_intent_just_after_the_journal_switch_is_not_decided_by_the_journa
     since = (await journal.settings()).since
     assert (await w.intent(address)).t == since + 10  # after the switch, within the skew margin
     w.advance(GRACE + 60)
-    assert await w.fate(address) == "committed"  # not provable by the journal: retention GC's
-    report = await w.reconcile()
-    assert (report.committed, report.deleted, report.rescued) == (1, 0, 0)
-    assert w.exists(address)
-    assert await w.objects.read_all(w.repo, "main", "a") == b"x"
+    await kept_as_committed(w, address)  # not provable by the journal: retention GC's
 
 
 # -- an address that cannot be classified --------------------------------------------------------------
@@ -210,7 +180,7 @@ async def test_prune_keeps_a_lagging_committers_record_an_undecided_intent_needs
     committer = w.writer(-200.0)
     address = await w.upload("a")
     t = (await w.intent(address)).t
-    await w.commit(committer)
+    await w.commit_by(committer)
     assert await w.consumed_times() == [t - 200.0]
     report = await w.reconcile()  # inside the grace: a pass that only prunes
     assert (report.waiting, report.candidates, report.consumed_pruned) == (1, 0, 0)

@@ -1,10 +1,16 @@
-"""Helpers for graveler tests: table stores on the memory block-store driver."""
+"""Helpers for graveler tests: table stores on the memory block-store driver, records by name,
+change streams, metaranges written from records."""
 
 from __future__ import annotations
 
+import hashlib
 import uuid
+from collections.abc import AsyncIterator, Iterable
 
 from lakefs_core.block.memory import MemoryBlockStore
+from lakefs_core.graveler.apply import apply_changes
+from lakefs_core.graveler.metarange import MetaRange
+from lakefs_core.graveler.model import Change, ValueRecord
 from lakefs_core.graveler.tables import TableCache, TableStore
 from lakefs_core.keys import StorageNamespace
 
@@ -15,3 +21,22 @@ def memory_tables(cache: TableCache | None = None) -> TableStore:
     return TableStore(
         MemoryBlockStore(name), StorageNamespace.parse(f"mem://{name}/repo"), cache or TableCache()
     )
+
+
+def rec(key: str, data: bytes = b"d", identity: bytes | None = None) -> ValueRecord:
+    """A record for ``key`` whose identity follows its key and data (or is ``identity``)."""
+    k = key.encode()
+    return ValueRecord(k, identity or hashlib.sha256(k + data).digest(), data)
+
+
+async def as_async(changes: Iterable[Change]) -> AsyncIterator[Change]:
+    """``changes`` as an async stream (apply_changes reads plain and async iterables differently)."""
+    for change in changes:
+        yield change
+
+
+async def written(tables: TableStore, records: list[ValueRecord]) -> MetaRange:
+    """The metarange of ``records`` written from nothing."""
+    empty = await MetaRange.load(tables, "")
+    result = await apply_changes(tables, empty, [Change(r.key, r) for r in records])
+    return await MetaRange.load(tables, result.metarange_id)

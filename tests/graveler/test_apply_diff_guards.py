@@ -11,38 +11,20 @@
 from __future__ import annotations
 
 import hashlib
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncIterator
 
 import pytest
 
 from lakefs_core.errors import NoChangesError
 from lakefs_core.graveler.apply import apply_changes
 from lakefs_core.graveler.diff import diff
-from lakefs_core.graveler.metarange import MetaRange
-from lakefs_core.graveler.model import Change, ValueRecord
-from lakefs_core.graveler.tables import TableStore
+from lakefs_core.graveler.model import Change
 from lakefs_core.kv.memory import MemoryKVStore
 from lakefs_core.repos.graveler import Graveler
 from lakefs_core.repos.objects import Objects
 from lakefs_core.repos.stores import StoreRegistry
-from tests.graveler.support import memory_tables
+from tests.graveler.support import as_async, memory_tables, rec, written
 from tests.repos.support import mem_namespace, new_graveler, unique
-
-
-def rec(key: str, data: bytes = b"d", identity: bytes | None = None) -> ValueRecord:
-    k = key.encode()
-    return ValueRecord(k, identity or hashlib.sha256(k + data).digest(), data)
-
-
-async def as_async(changes: Iterable[Change]) -> AsyncIterator[Change]:
-    for change in changes:
-        yield change
-
-
-async def written(tables: TableStore, records: list[ValueRecord]) -> MetaRange:
-    empty = await MetaRange.load(tables, "")
-    result = await apply_changes(tables, empty, [Change(r.key, r) for r in records])
-    return await MetaRange.load(tables, result.metarange_id)
 
 
 @pytest.mark.parametrize("stream", ["async", "sync"])

@@ -18,25 +18,11 @@ from lakefs_core.repos import importing
 from lakefs_core.repos.graveler import Graveler, StorageNamespace, StoreRegistry
 from lakefs_core.repos.objects import Objects
 from tests.block.conftest import create_bucket, raw_client, s3_settings
+from tests.repos import test_import
+from tests.repos.test_import import listing, write_tree
 from tests.support.moto import MotoServer
 
-
-def write_tree(root: Path, files: dict[str, bytes]) -> None:
-    for rel, body in files.items():
-        (root / rel).parent.mkdir(parents=True, exist_ok=True)
-        (root / rel).write_bytes(body)
-
-
-async def listing(o: Objects, repo: str, ref: str, prefix: str = "") -> dict[str, bytes]:
-    page = await o.list(repo, ref, prefix=prefix, amount=1000)
-    return {s.path: await o.read_all(repo, ref, s.path) for s in page.objects}
-
-
-@pytest.fixture
-async def g(tmp_path: Path) -> Graveler:
-    graveler = Graveler(MemoryKVStore(), StoreRegistry())
-    await graveler.create_repository("imp1", f"local://{tmp_path / 'ns'}")
-    return graveler
+g = test_import.g  # the same fixture: an in-memory Graveler with the repository imp1
 
 
 async def test_a_source_inside_a_repository_being_deleted_is_refused(g: Graveler, tmp_path: Path) -> None:

@@ -1,0 +1,56 @@
+"""apply_changes (lakefs_core/graveler/apply.py) requires change keys in strictly ascending order.
+
+Two changes for the same key are refused with BadInputError ("strictly ascending"), on the
+plain-iterable path as on the async-iterable one, whether the key is new or already in the base, and
+for upserts as for tombstones. Descending keys are refused the same way.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from lakefs_core.errors import BadInputError
+from lakefs_core.graveler.apply import apply_changes
+from lakefs_core.graveler.metarange import MetaRange
+from lakefs_core.graveler.model import Change
+from tests.graveler.support import as_async, memory_tables, rec, written
+
+
+def duplicate_changes(key: str, kind: str) -> list[Change]:
+    if kind == "upserts":
+        return [Change(key.encode(), rec(key, b"1")), Change(key.encode(), rec(key, b"2"))]
+    if kind == "tombstones":
+        return [Change(key.encode(), None), Change(key.encode(), None)]
+    return [Change(key.encode(), rec(key, b"1")), Change(key.encode(), None)]
+
+
+@pytest.mark.parametrize("stream", ["sync", "async"])
+@pytest.mark.parametrize("kind", ["upserts", "tombstones", "mixed"])
+@pytest.mark.parametrize("key", ["0", "b", "m", "z"], ids=["before", "in-base", "between", "after"])
+async def test_same_key_twice_is_refused(stream: str, kind: str, key: str) -> None:
+    tables = memory_tables()
+    base = await written(tables, [rec("a"), rec("b"), rec("c"), rec("x")])
+    changes = duplicate_changes(key, kind)
+    with pytest.raises(BadInputError, match="strictly ascending") as info:
+        await apply_changes(
+            tables, base, as_async(changes) if stream == "async" else changes, allow_empty=True
+        )
+    assert info.value.field == "changes"
+
+
+@pytest.mark.parametrize("stream", ["sync", "async"])
+async def test_same_key_twice_on_empty_base_is_refused(stream: str) -> None:
+    tables = memory_tables()
+    empty = await MetaRange.load(tables, "")
+    changes = [Change(b"k", rec("k", b"1")), Change(b"k", rec("k", b"2"))]
+    with pytest.raises(BadInputError, match="strictly ascending"):
+        await apply_changes(tables, empty, as_async(changes) if stream == "async" else changes)
+
+
+@pytest.mark.parametrize("stream", ["sync", "async"])
+async def test_descending_keys_are_refused(stream: str) -> None:
+    tables = memory_tables()
+    empty = await MetaRange.load(tables, "")
+    changes = [Change(b"k", rec("k")), Change(b"j", rec("j"))]
+    with pytest.raises(BadInputError, match="strictly ascending"):
+        await apply_changes(tables, empty, as_async(changes) if stream == "async" else changes)
