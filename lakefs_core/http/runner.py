@@ -9,7 +9,8 @@ instead:
 
 - answers a malformed request with the APIs' JSON error body (``{"message": ..., "field": ...}``,
   ``field`` only for body framing/encoding errors), a fixed message per kind of error that never
-  repeats request bytes, aiohttp's 4xx status, and ``Connection: close``;
+  repeats request bytes, aiohttp's 4xx status; the connection is closed after it (no
+  ``Connection`` header is sent: the client sees the close);
 - logs it as ONE WARNING line (DEBUG for a non-HTTP first request, e.g. TLS to a plain port) naming
   the peer address, the status and the error class only: no message, header, body or traceback;
 - logs a body that failed to decode while aiohttp drained it after the response (a bad gzip body on
