@@ -56,7 +56,7 @@ import threading
 from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
-from typing import ParamSpec, TypeVar
+from typing import Any, ParamSpec, TypeVar
 
 from lakefs_core.errors import LakeFSError, TransientError
 
@@ -165,14 +165,27 @@ def _drop_process_pool(pool: ProcessPoolExecutor) -> None:
     pool.shutdown(wait=False, cancel_futures=True)
 
 
+def _retrieve(outcome: asyncio.Future[Any]) -> None:
+    # An abandoned call's outcome is retrieved, so asyncio never reports it as "never retrieved".
+    if not outcome.cancelled():
+        outcome.exception()
+
+
 async def run_process(fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
     """``fn(*args, **kwargs)`` in a worker process; its exception is raised here (pickled back).
     A worker that died takes the pool with it: :class:`TransientError`, and the next call starts a
-    new pool. Cancelling the await abandons the result; a call already running finishes first."""
-    loop = asyncio.get_running_loop()
+    new pool. Cancelling the await abandons the result; the call, once submitted, still runs: a
+    queued call is never cancelled, because CPython 3.11's pool, breaking while a cancelled call is
+    queued, fails in its manager thread (``InvalidStateError``, a thread traceback)."""
     pool = process_executor()
     try:
-        return await loop.run_in_executor(pool, _call_in_worker, functools.partial(fn, *args, **kwargs))
+        future = pool.submit(_call_in_worker, functools.partial(fn, *args, **kwargs))
+        outcome = asyncio.wrap_future(future)
+        try:
+            return await asyncio.shield(outcome)  # cancelling us does not cancel the call
+        except asyncio.CancelledError:
+            outcome.add_done_callback(_retrieve)  # nobody awaits it any more
+            raise
     except BrokenProcessPool as e:
         _drop_process_pool(pool)
         raise TransientError(f"a CPU worker process died ({e}); the work will be retried") from e
