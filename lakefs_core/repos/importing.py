@@ -49,6 +49,7 @@ from lakefs_core.graveler.tables import TableStore
 from lakefs_core.graveler.writer import MetaRangeWriter
 from lakefs_core.keys import StorageNamespace
 from lakefs_core.refs.model import Commit
+from lakefs_core.repos.namespace_claims import first_overlap
 from lakefs_core.repos.retry import cas_retrying, exhausted_as
 
 if TYPE_CHECKING:
@@ -109,28 +110,23 @@ async def check_source_is_external(g: Graveler, source: StorageNamespace) -> Non
     """Refuse a source inside or enclosing ANY repository's storage namespace, this one's included
     (as lakeFS does), or a deleted repository's not yet purged: imported entries are external
     objects, and that repository's retention GC, hard delete or purge would remove them."""
-    async for repo in g.refs.list_repositories(include_deleting=True):
-        try:
-            other = StorageNamespace.parse(repo.storage_namespace)
-        except BadInputError:
-            continue  # a scheme this library cannot open overlaps none of ours
-        if other.overlaps(source):
-            raise BadInputError(
-                f"{source.uri} overlaps {other.uri}, the storage namespace of repository {repo.id!r}",
-                field="source",
-            )
+    repos = ((r.id, r.storage_namespace) async for r in g.refs.list_repositories(include_deleting=True))
+    found = await first_overlap(repos, source)
+    if found is not None:
+        name, other = found
+        raise BadInputError(
+            f"{source.uri} overlaps {other.uri}, the storage namespace of repository {name!r}",
+            field="source",
+        )
     # A deleted repository's namespace is purged by the hard-delete reconciler once its grace ends.
-    async for gone in g.deleted_repositories():
-        try:
-            other = StorageNamespace.parse(gone.namespace)
-        except BadInputError:
-            continue
-        if other.overlaps(source):
-            raise BadInputError(
-                f"{source.uri} overlaps {other.uri}, the storage namespace of the deleted repository "
-                f"{gone.repo!r}, whose data is to be purged",
-                field="source",
-            )
+    found = await first_overlap(((d.repo, d.namespace) async for d in g.deleted_repositories()), source)
+    if found is not None:
+        name, other = found
+        raise BadInputError(
+            f"{source.uri} overlaps {other.uri}, the storage namespace of the deleted repository "
+            f"{name!r}, whose data is to be purged",
+            field="source",
+        )
 
 
 async def check_source_exists(source: StorageNamespace) -> None:

@@ -12,12 +12,14 @@ inside it or enclose it. Atomic without multi-key transactions:
 Of two overlapping creations, the later of the two step-1 writes is followed by a step-2 read that
 sees the earlier one (the KV is linearizable), so they never both succeed; at worst both fail. On
 one namespace exactly one step-1 CAS wins. :func:`settle` runs after a creation attempt, whatever
-its outcome. Used by :meth:`~lakefs_core.repos.graveler.Graveler.create_repository`.
+its outcome. Used by :meth:`~lakefs_core.repos.graveler.Graveler.create_repository`;
+:func:`first_overlap` also serves the import's refusal of sources inside repositories' namespaces.
 """
 
 from __future__ import annotations
 
 import contextlib
+from collections.abc import AsyncIterable
 from typing import TYPE_CHECKING
 
 from lakefs_core.errors import (
@@ -88,16 +90,28 @@ async def _check_overlaps(g: Graveler, ns: StorageNamespace, repo_id: str) -> No
                 f"namespace of repository {claim.owner!r}"
             )
     # Repositories created before namespace claims existed (or by lakeFS itself) have no claim.
-    async for repo in g.refs.list_repositories(include_deleting=True):
+    repos = g.refs.list_repositories(include_deleting=True)
+    found = await first_overlap(((r.id, r.storage_namespace) async for r in repos if r.id != repo_id), ns)
+    if found is not None:
+        name, other = found
+        raise NamespaceConflictError(
+            f"storage namespace {ns.uri} overlaps {other.uri}, the storage namespace of repository {name!r}"
+        )
+
+
+async def first_overlap(
+    named: AsyncIterable[tuple[str, str]], ns: StorageNamespace
+) -> tuple[str, StorageNamespace] | None:
+    """The first ``(name, namespace URI)`` of ``named`` whose namespace equals, lies inside or
+    encloses ``ns``, with that namespace parsed; ``None`` if there is none."""
+    async for name, uri in named:
         try:
-            other = StorageNamespace.parse(repo.storage_namespace)
+            other = StorageNamespace.parse(uri)
         except BadInputError:
             continue  # a scheme this library cannot open (gs://, https://) overlaps none of ours
-        if repo.id != repo_id and other.overlaps(ns):
-            raise NamespaceConflictError(
-                f"storage namespace {ns.uri} overlaps {other.uri}, the storage namespace of "
-                f"repository {repo.id!r}"
-            )
+        if other.overlaps(ns):
+            return name, other
+    return None
 
 
 async def settle(g: Graveler, ns: StorageNamespace, repo_id: str, value: bytes) -> None:
