@@ -79,11 +79,6 @@ def _read_source(source: str) -> bytes | AsyncIterator[bytes]:
         raise _local_error(e, path) from e
 
 
-def _join(prefix: str, rel: str) -> str:
-    base = prefix.rstrip("/")
-    return f"{base}/{rel}" if base else rel
-
-
 def walk_tree(root: Path) -> list[tuple[Path, str, int]]:
     """``(file, relative posix path, size)`` for every regular file under ``root``, sorted."""
     # os.scandir, one stat per file (it follows a symlink, as reading the file will): directories
