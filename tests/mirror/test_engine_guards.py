@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from dataclasses import replace
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -27,22 +27,10 @@ from lakefs_core.lease import Lease, LeaseState
 from lakefs_core.refs import kvkeys
 from lakefs_core.repos.graveler import Commit
 from tests.mirror.test_engine import World, add_mirror, open_world, write_commit
+from tests.repos.support import Clock
 
 START = datetime(2026, 1, 1, tzinfo=UTC)
 TTL = 30.0
-
-
-class Clock:
-    """A settable wall clock shared by the engines (lease expiry is judged with it)."""
-
-    def __init__(self) -> None:
-        self.now = START
-
-    def __call__(self) -> datetime:
-        return self.now
-
-    def advance(self, seconds: float) -> None:
-        self.now += timedelta(seconds=seconds)
 
 
 async def corrupt_source_commit(w: World, commit_id: str) -> Commit:
@@ -57,7 +45,7 @@ async def corrupt_source_commit(w: World, commit_id: str) -> Commit:
 
 @pytest.fixture
 async def world(tmp_path: Path) -> AsyncIterator[World]:
-    async with open_world(tmp_path, Clock()) as w:
+    async with open_world(tmp_path, Clock(START)) as w:  # the engines' wall clock: lease expiry
         yield w
 
 
