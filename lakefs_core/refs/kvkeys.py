@@ -9,6 +9,7 @@
 | staged entry | ``<staging token>`` | raw object key |
 | token awaiting async drop | ``cleanup-tokens`` | ``<staging token>`` |
 | storage namespace claim (ours) | ``lakefs-open-namespaces`` | canonical namespace |
+| import source (ours) | ``lakefs-open-import-sources`` | ``<canonical source> NUL <repo>`` |
 | lease (ours, :mod:`lakefs_core.lease`) | ``lakefs-open-leases`` | ``<lease name>`` |
 | GC settings of a repository (ours) | ``<repo>-<instance_uid>`` | ``gc-settings`` |
 | upload intent (ours, hard-delete journal) | ``<repo>-<instance_uid>`` | ``gc-intents/<address>`` |
@@ -23,6 +24,9 @@ its name cannot be a repository partition, whose suffix is a hex instance uid). 
 namespace's canonical form (:attr:`lakefs_core.keys.StorageNamespace.canonical`: ``s3://b/a/`` with one
 trailing ``/``), so every namespace nested in ``N`` sorts in the key range starting at ``N``'s key and
 a prefix scan finds them; the value (:mod:`lakefs_core.refs.store`) names the owning repository.
+An import source record is keyed the same way (its canonical form, then NUL, then the importing
+repository): a prefix scan from ``N``'s canonical form finds the sources equal to or inside ``N``, one
+from ``A NUL`` the sources equal to an ancestor ``A``. Canonical forms hold no NUL.
 
 The hard-delete journal's records (:mod:`lakefs_core.repos.journal`) live in the repository's own
 partition, so they name one instance of a repository (a re-created repository of the same id starts
@@ -46,6 +50,7 @@ BRANCHES_PREFIX = b"branches/"
 COMMITS_PREFIX = b"commits/"
 TAGS_PREFIX = b"tags/"
 NAMESPACES_PARTITION = b"lakefs-open-namespaces"
+IMPORT_SOURCES_PARTITION = b"lakefs-open-import-sources"
 
 
 def repo_key(repo: str) -> bytes:
@@ -83,6 +88,18 @@ def cleanup_key(token: str) -> bytes:
 def namespace_claim_key(canonical: str) -> bytes:
     """The claim key of a namespace, given its canonical form (``s3://b/a/``)."""
     return canonical.encode()
+
+
+def import_source_prefix(canonical: str) -> bytes:
+    """Where the records of exactly the source ``canonical`` start (one per importing repository)."""
+    if "\0" in canonical:
+        raise BadInputError("must not contain NUL", field="source")
+    return canonical.encode() + b"\0"
+
+
+def import_source_key(canonical: str, repo: str) -> bytes:
+    """The record of ``repo`` having imported objects from the source ``canonical``."""
+    return import_source_prefix(canonical) + repo.encode()
 
 
 def name_after(prefix: bytes, key: bytes) -> str:

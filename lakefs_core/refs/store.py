@@ -17,6 +17,10 @@ written before the mark and removed after it, so older readers of the mark keep 
 without a fate (written by lakeFS or an older version) reads as ``unknown``: still dropped by the
 token cleaner, never treated as garbage by the hard-delete reconciler.
 
+An import leaves ``{"repository": <id>, "instance_uid": <uid>, "t": <unix s>}`` per source and
+repository (:mod:`lakefs_core.repos.importing`): that repository's entries point at objects there, so
+no repository may be created over them while it lives.
+
 A deleted repository leaves ``deleted-repos/<repo>-<uid>`` = ``{"ns": <namespace>, "t": <unix s>}`` so
 the objects of its namespace can be purged later instead of being orphaned.
 """
@@ -36,6 +40,7 @@ from lakefs_core.errors import (
     CorruptDataError,
     NotFoundError,
     PreconditionFailedError,
+    TooManyRetriesError,
 )
 from lakefs_core.kv.base import Expect, KVItem, KVStore
 from lakefs_core.refs import kvkeys
@@ -74,6 +79,28 @@ class DeletedRepository:
     instance_uid: str
     namespace: str
     deleted_at: float
+
+
+@dataclass(frozen=True)
+class ImportSource:
+    """A source some repository imported from: its entries point at objects under ``source``."""
+
+    source: str  # canonical form
+    repo: str
+    instance_uid: str
+    raw: bytes
+
+
+def _import_source(key: bytes, raw: bytes) -> ImportSource:
+    where = _where(kvkeys.IMPORT_SOURCES_PARTITION, key)
+    doc = parse_json_record(raw, where, "an import source record")
+    repo, uid = doc.get("repository"), doc.get("instance_uid")
+    source, sep, _ = key.partition(b"\0")
+    if not isinstance(repo, str) or not isinstance(uid, str) or not sep:
+        raise CorruptDataError(
+            "an import source record needs a string repository and instance_uid", file=where
+        )
+    return ImportSource(source.decode(errors="replace"), repo, uid, raw)
 
 
 def _marked_at(raw: bytes) -> int:
@@ -202,6 +229,45 @@ class RefStore:
             claim = _claim(entry.key.decode(errors="replace"), entry.value)
             if claim.owner is not None:
                 yield claim
+
+    # -- import sources ----------------------------------------------------------------------
+
+    async def record_import_source(self, canonical: str, repo: Repository, now: float) -> bool:
+        """Record that ``repo`` (this instance) imports from ``canonical``; True if this call
+        created the record, False if it was there already (a stale one of an earlier instance of
+        the same id is replaced, and counts as created)."""
+        key = kvkeys.import_source_key(canonical, repo.id)
+        value = json.dumps({"repository": repo.id, "instance_uid": repo.instance_uid, "t": now}).encode()
+        expected = Expect.ABSENT
+        for _ in range(3):
+            try:
+                await self.kv.set_if(kvkeys.IMPORT_SOURCES_PARTITION, key, value, expected)
+                return True
+            except PreconditionFailedError:
+                pass
+            try:
+                raw = await self.kv.get(kvkeys.IMPORT_SOURCES_PARTITION, key)
+            except NotFoundError:
+                expected = Expect.ABSENT
+                continue
+            if _import_source(key, raw).instance_uid == repo.instance_uid:
+                return False
+            expected = Expect.equals(raw)
+        raise TooManyRetriesError(f"the import source record of {canonical} kept changing")
+
+    async def forget_import_source(self, canonical: str, repo: str) -> None:
+        """Drop the record of a refused import that created it (nothing was committed from it)."""
+        await self.kv.delete(kvkeys.IMPORT_SOURCES_PARTITION, kvkeys.import_source_key(canonical, repo))
+
+    async def import_sources(self, canonical: str, *, within: bool) -> AsyncIterator[ImportSource]:
+        """The records of exactly the source ``canonical`` or, ``within``, of it and every source
+        nested in it."""
+        exact = kvkeys.import_source_prefix(canonical)  # refuses a NUL in ``canonical``
+        start = canonical.encode() if within else exact
+        async for entry in self.kv.scan(kvkeys.IMPORT_SOURCES_PARTITION, start):
+            if not entry.key.startswith(start):
+                break
+            yield _import_source(entry.key, entry.value)
 
     # -- branches -----------------------------------------------------------------------------
 

@@ -25,7 +25,9 @@ naming it. A source without objects (a missing local directory, an empty prefix)
 :class:`NotFoundError`, a local source that is a file :class:`BadInputError`; an import that
 changes nothing (the same objects again) is :class:`NoChangesError`. A source overlapping the
 storage namespace of ANY repository is refused: imported objects must never be data that some
-repository's retention GC or hard delete may remove.
+repository's retention GC or hard delete may remove. For the same reason the source is recorded
+(:meth:`~lakefs_core.refs.store.RefStore.record_import_source`) before those checks, and no
+repository can be created over it while the importing repository lives.
 """
 
 from __future__ import annotations
@@ -49,7 +51,7 @@ from lakefs_core.graveler.tables import TableStore
 from lakefs_core.graveler.writer import MetaRangeWriter
 from lakefs_core.keys import StorageNamespace
 from lakefs_core.refs.model import Commit
-from lakefs_core.repos.namespace_claims import first_overlap
+from lakefs_core.repos.namespace_claims import claimed_overlap, first_overlap
 from lakefs_core.repos.retry import cas_retrying, exhausted_as
 
 if TYPE_CHECKING:
@@ -125,6 +127,14 @@ async def check_source_is_external(g: Graveler, source: StorageNamespace) -> Non
         raise BadInputError(
             f"{source.uri} overlaps {other.uri}, the storage namespace of the deleted repository "
             f"{name!r}, whose data is to be purged",
+            field="source",
+        )
+    # A repository being created has claimed its namespace before its record exists.
+    claimed = await claimed_overlap(g, source)
+    if claimed is not None:
+        name, canonical = claimed
+        raise BadInputError(
+            f"{source.uri} overlaps {canonical.rstrip('/')}, the storage namespace of repository {name!r}",
             field="source",
         )
 
@@ -348,8 +358,15 @@ async def prepare_import(
     await g.branch(repo_id, branch_id)  # an unknown branch fails before any work
     source = source_namespace(source_uri)
     namespace = StorageNamespace.parse(repo.storage_namespace)
-    await check_source_is_external(g, source)  # this repository's namespace included
-    await check_source_exists(source)
+    # Recorded before the checks (see namespace_claims): no repository is created over it later.
+    created = await g.refs.record_import_source(source.canonical, repo, time.time())
+    try:
+        await check_source_is_external(g, source)  # this repository's namespace included
+        await check_source_exists(source)
+    except BaseException:
+        if created:  # nothing can be imported from it by this call: leave no record behind
+            await g.refs.forget_import_source(source.canonical, repo.id)
+        raise
     return ImportTarget(repo_id, branch_id, dest_prefix, source, namespace, started)
 
 

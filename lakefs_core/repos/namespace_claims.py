@@ -11,7 +11,13 @@ inside it or enclose it. Atomic without multi-key transactions:
 
 Of two overlapping creations, the later of the two step-1 writes is followed by a step-2 read that
 sees the earlier one (the KV is linearizable), so they never both succeed; at worst both fail. On
-one namespace exactly one step-1 CAS wins. :func:`settle` runs after a creation attempt, whatever
+one namespace exactly one step-1 CAS wins.
+
+Step 2 also refuses a namespace over a live repository's import source (equal, inside or
+enclosing): that repository's entries point at objects there, which the new repository's retention
+GC, hard delete or purge would treat as its own. The import records its source before it checks the
+claims (:func:`claimed_overlap`), so of an import and a creation over the same objects one sees the
+other. :func:`settle` runs after a creation attempt, whatever
 its outcome. Used by :meth:`~lakefs_core.repos.graveler.Graveler.create_repository`;
 :func:`first_overlap` also serves the import's refusal of sources inside repositories' namespaces.
 """
@@ -89,6 +95,7 @@ async def _check_overlaps(g: Graveler, ns: StorageNamespace, repo_id: str) -> No
                 f"storage namespace {ns.uri} encloses {claim.namespace.rstrip('/')}, the storage "
                 f"namespace of repository {claim.owner!r}"
             )
+    await _check_import_sources(g, ns)
     # Repositories created before namespace claims existed (or by lakeFS itself) have no claim.
     repos = g.refs.list_repositories(include_deleting=True)
     found = await first_overlap(((r.id, r.storage_namespace) async for r in repos if r.id != repo_id), ns)
@@ -97,6 +104,35 @@ async def _check_overlaps(g: Graveler, ns: StorageNamespace, repo_id: str) -> No
         raise NamespaceConflictError(
             f"storage namespace {ns.uri} overlaps {other.uri}, the storage namespace of repository {name!r}"
         )
+
+
+async def _check_import_sources(g: Graveler, ns: StorageNamespace) -> None:
+    scans = [g.refs.import_sources(a, within=False) for a in ns.ancestors()]
+    scans.append(g.refs.import_sources(ns.canonical, within=True))
+    for scan in scans:
+        async for src in scan:
+            try:
+                repo, _ = await g.refs.get_repository_raw(src.repo)
+            except NotFoundError:
+                continue  # the importing repository is gone, and its entries with it
+            if repo.instance_uid == src.instance_uid:
+                raise NamespaceConflictError(
+                    f"storage namespace {ns.uri} overlaps {src.source.rstrip('/')}, from which "
+                    f"repository {src.repo!r} imported objects its entries point at"
+                )
+
+
+async def claimed_overlap(g: Graveler, ns: StorageNamespace) -> tuple[str, str] | None:
+    """``(repository, canonical namespace)`` of a live claim equal to, enclosing or inside ``ns``
+    (a repository being created has its claim before its record), or None."""
+    for ancestor in ns.ancestors():
+        claim = await g.refs.get_namespace_claim(ancestor)
+        if claim is not None and claim.owner is not None:
+            return claim.owner, claim.namespace
+    async for claim in g.refs.namespace_claims_within(ns.canonical):
+        if claim.owner is not None:  # always: namespace_claims_within yields live claims only
+            return claim.owner, claim.namespace
+    return None
 
 
 async def first_overlap(
