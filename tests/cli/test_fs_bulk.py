@@ -220,8 +220,9 @@ def test_streaming_memory_is_bounded_for_a_200mb_object(tmp_path: Path) -> None:
     print(json.dumps({"baseline_mb": round(baseline, 1), **{k: round(v, 1) for k, v in peaks.items()}}))
     for what, peak in peaks.items():
         # Constant memory: a few chunks over what the process needs to list a branch (a 200 MB
-        # object held once would add 200 MB; today's --json cat added 1.4 GB).
-        assert peak - baseline < 80, f"{what}: peak RSS {peak:.0f} MB vs baseline {baseline:.0f} MB"
+        # object held once would add 200 MB; the issue's --json cat added 1.4 GB; 8 MiB upload
+        # chunks added 64-80 MB, 1 MiB ones add 11-14).
+        assert peak - baseline < 40, f"{what}: peak RSS {peak:.0f} MB vs baseline {baseline:.0f} MB"
     assert (tmp_path / "cat.out").stat().st_size == size
     assert (tmp_path / "dl.bin").stat().st_size == size
     stats = [
