@@ -42,6 +42,7 @@ from lakefs_core.cli.output import (
 )
 from lakefs_core.cli.uri import PATH_URI, PREFIX_URI, LakeFSURI
 from lakefs_core.errors import BadInputError, LakeFSError, NotFoundError
+from lakefs_core.repos.staging_writes import MAX_PATH_BYTES
 
 if TYPE_CHECKING:
     from lakefs_core.repos.objects import ObjectStat
@@ -79,11 +80,13 @@ def _read_source(source: str) -> bytes | AsyncIterator[bytes]:
         raise _local_error(e, path) from e
 
 
-def walk_tree(root: Path) -> list[tuple[Path, str, int]]:
-    """``(file, relative posix path, size)`` for every regular file under ``root``, sorted."""
+def walk_tree(root: Path) -> tuple[list[tuple[Path, str, int]], int]:
+    """``(file, relative posix path, size)`` for every regular file under ``root``, sorted, and how
+    many other entries were skipped (FIFOs, sockets, devices, symlinked directories)."""
     # os.scandir, one stat per file (it follows a symlink, as reading the file will): directories
     # are descended as os.walk does (symlinked ones are not), anything but a regular file is skipped.
     found: list[tuple[Path, str, int]] = []
+    skipped = 0
     pending = [(os.fspath(root), "")]
     while pending:
         directory, rel = pending.pop()
@@ -110,10 +113,22 @@ def walk_tree(root: Path) -> list[tuple[Path, str, int]]:
                             denied = PermissionError(errno.EACCES, os.strerror(errno.EACCES), entry.path)
                             raise _local_error(denied, Path(entry.path))
                         found.append((Path(entry.path), name, st.st_size))
+                    else:
+                        skipped += 1
         except OSError as e:
             raise _local_error(e, Path(e.filename or directory)) from e
     found.sort(key=lambda item: item[1])
-    return found
+    return found, skipped
+
+
+def _check_paths(files: list[tuple[Path, str, int]], prefix: str) -> None:
+    """Every object path fits (see staging_writes.check_new_path): refused by file, before any upload."""
+    for local, rel, _ in files:
+        size = len(fs_transfer.object_key(prefix, rel).encode())
+        if size > MAX_PATH_BYTES:
+            raise BadInputError(
+                f"{local}: its object path would be {size} bytes (at most {MAX_PATH_BYTES})", field="--source"
+            )
 
 
 def _check_name(entry: os.DirEntry[str]) -> None:
@@ -163,9 +178,10 @@ def _upload_tree(dest: LakeFSURI, source: str, content_type: str | None, no_prog
             raise NotFoundError(f"no such directory: {source}")
         raise BadInputError(f"{source} is not a directory", field="--source")
     try:
-        files = walk_tree(root)
+        files, skipped = walk_tree(root)
     except OSError as e:
         raise _local_error(e, Path(e.filename or source)) from e
+    _check_paths(files, dest.path)
     total = sum(size for _, _, size in files)
 
     async def op(s: Session) -> list[ObjectStat]:
@@ -174,11 +190,20 @@ def _upload_tree(dest: LakeFSURI, source: str, content_type: str | None, no_prog
     results = run_session(op)
     if wants_json():  # a document per object only when it is printed
         results.sort(key=lambda st: st.path)
-        doc = {"results": [object_doc(st) for st in results], "count": len(results), "size_bytes": total}
+        doc = {
+            "results": [object_doc(st) for st in results],
+            "count": len(results),
+            "size_bytes": total,
+            "skipped": skipped,
+        }
         emit(doc, lambda: None)
         return
     noun = "object" if len(results) == 1 else "objects"
     click.echo(f"Uploaded {len(results)} {noun} ({human_bytes(total)}) to {dest}")
+    if skipped:
+        click.echo(
+            f"Skipped {skipped} entries that are not regular files (FIFOs, sockets, symlinked directories)"
+        )
 
 
 @fs.command("cat")

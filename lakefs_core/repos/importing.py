@@ -53,11 +53,12 @@ from lakefs_core.keys import StorageNamespace
 from lakefs_core.refs.model import Commit
 from lakefs_core.repos.namespace_claims import claimed_overlap, first_overlap
 from lakefs_core.repos.retry import cas_retrying, exhausted_as
+from lakefs_core.repos.staging_writes import MAX_PATH_BYTES
 
 if TYPE_CHECKING:
     from lakefs_core.repos.graveler import Graveler
 
-MAX_KEY_BYTES = 1024
+MAX_KEY_BYTES = MAX_PATH_BYTES  # an entry path, as for any staged write
 DEFAULT_CHUNK_NAMES = 64  # top-level names per chunk when no chunk count is asked for
 
 

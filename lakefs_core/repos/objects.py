@@ -36,6 +36,7 @@ from lakefs_core.refs.model import Repository
 from lakefs_core.repos.graveler import Graveler
 from lakefs_core.repos.journal import Intent, Journal
 from lakefs_core.repos.purge import raise_if_purged
+from lakefs_core.repos.staging_writes import check_new_path
 
 MAX_LIST_AMOUNT = 10_000
 # small bodies written per BlockStore.put_batch call by upload_many: progress is reported per window,
@@ -118,6 +119,13 @@ def _path_bytes(path: str) -> bytes:
     return path.encode()
 
 
+def _new_path_bytes(path: str) -> bytes:
+    """A path to upload to: checked before any byte is written (the staging write checks it too)."""
+    key = _path_bytes(path)
+    check_new_path(key)
+    return key
+
+
 def prefix_successor(prefix: bytes) -> bytes | None:
     """The smallest key greater than every key starting with ``prefix`` (None: no such key)."""
     stripped = prefix.rstrip(b"\xff")
@@ -148,7 +156,7 @@ class Objects:
         metadata: Mapping[str, str] | None = None,
         force: bool = False,
     ) -> ObjectStat:
-        key = _path_bytes(path)
+        key = _new_path_bytes(path)
         repo = await self.g.repository(repo_id)
         self.g.writable(repo, force)
         await self.g.refs.get_branch(repo, branch)  # fail before writing bytes for an unknown branch
@@ -194,7 +202,7 @@ class Objects:
         object is stored (progress; per window for batched ones). Results are in the order of ``items``."""
         if concurrency < 1:
             raise BadInputError("must be at least 1", field="concurrency")
-        keys = [_path_bytes(item.path) for item in items]
+        keys = [_new_path_bytes(item.path) for item in items]
         repo = await self.g.repository(repo_id)
         self.g.writable(repo, force)
         await self.g.refs.get_branch(repo, branch)  # fail before writing bytes for an unknown branch

@@ -15,6 +15,11 @@ or, on SQL, in the same transaction with no change to the branch ordered between
 commit (see :mod:`lakefs_core.kv.base`), so the argument holds per record. Extra KV items (the
 journal's settled intents) may ride in the first write of the batch; they are idempotent upserts too.
 
+A staged value's path is 1 to :data:`MAX_PATH_BYTES` bytes without NUL (:func:`check_new_path`), on
+every KV driver alike: 1,024 bytes is DynamoDB's limit on a sort key, so a longer path would stage on
+SQL and fail on DynamoDB. Tombstones are exempt: an existing longer key (written by lakeFS on SQL)
+can still be deleted.
+
 A token seen live less than ``write_cache_seconds`` ago (and less than half the cleanup grace) may be
 written without reading the branch first: it cannot have been dropped yet (drops wait
 ``cleanup_grace_seconds``), and the re-read still catches a rotation. The repository record is cached
@@ -74,12 +79,30 @@ async def _live_token(g: Graveler, repo: Repository, branch_id: str) -> str:
     return (await branch_for_write(g, repo, branch_id)).staging_token
 
 
+MAX_PATH_BYTES = 1024
+
+
+def check_new_path(key: bytes) -> None:
+    """Refuse a path no new value may be staged under (see the module docstring), naming it."""
+    if not key:
+        raise BadInputError("must not be empty", field="path")
+    if len(key) > MAX_PATH_BYTES or b"\0" in key:
+        shown = key if len(key) <= 80 else key[:64] + b"..."
+        raise BadInputError(
+            f"{shown.decode(errors='replace')!r} must be at most {MAX_PATH_BYTES} bytes without NUL "
+            f"({len(key)} bytes given)",
+            field="path",
+        )
+
+
 async def stage_entry(
     g: Graveler, repo_id: str, branch_id: str, record: ValueRecord, *, force: bool = False
 ) -> None:
     """Stage one record (two KV operations in the common case: the write and the re-read)."""
     if not record.key:
         raise BadInputError("must not be empty", field="path")
+    if record.identity:  # a value, not a tombstone
+        check_new_path(record.key)
     repo = await repository_for_write(g, repo_id)
     g.writable(repo, force)
     token = await _live_token(g, repo, branch_id)
@@ -103,8 +126,9 @@ async def set_entries(
     with_items: Sequence[KVItem] = (),
 ) -> None:
     """Stage ``records`` in one KV batch per attempt (a key given twice keeps its last record)."""
-    if any(not record.key for record in records):
-        raise BadInputError("must not be empty", field="path")
+    for key, identity, _ in records:
+        if not key or (identity and (len(key) > MAX_PATH_BYTES or b"\0" in key)):
+            check_new_path(key)  # raises, naming what is wrong
     repo = await repository_for_write(g, repo_id)
     g.writable(repo, force)
     if not records:
