@@ -45,8 +45,6 @@ from datetime import UTC, datetime
 from typing import Any, Protocol
 
 from sqlalchemy import BigInteger, Column, MetaData, String, Table, delete, or_, select, update
-from sqlalchemy.dialects.postgresql import insert as pg_insert
-from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from lakefs_core.errors import (
@@ -58,7 +56,7 @@ from lakefs_core.errors import (
 )
 from lakefs_core.kv.base import Expect, KVStore
 from lakefs_core.refs import kvkeys
-from lakefs_core.sqlengine import run_transaction, translate_db_error
+from lakefs_core.sqlengine import run_transaction, translate_db_error, upsert_insert
 
 __all__ = ["DEFAULT_TTL", "KVLease", "Lease", "LeaseState", "SQLLease", "kv_lease", "lease_table"]
 
@@ -207,8 +205,7 @@ class SQLLease(_Contender):
     async def try_acquire(self, now: datetime | float | None = None) -> bool:
         at = to_us(now)
         t = self._table
-        insert = pg_insert if self._engine.dialect.name == "postgresql" else sqlite_insert
-        ins = insert(t).values(
+        ins = upsert_insert(self._engine.dialect.name, t).values(
             {self._key.name: self._name, "holder": self._holder, "expires_at": self._until(at)}
         )
         stmt = ins.on_conflict_do_update(

@@ -25,6 +25,7 @@ from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import ArgumentError, DBAPIError, IntegrityError, SQLAlchemyError
 from sqlalchemy.exc import TimeoutError as PoolTimeoutError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
+from sqlalchemy.sql.expression import TableClause
 
 from lakefs_core.errors import (
     ConflictError,
@@ -66,6 +67,23 @@ def normalize_sql_url(url: str) -> URL:
         "unsupported SQL URL scheme (use sqlite:///path, sqlite+aiosqlite:///path, "
         "postgresql://... or postgresql+asyncpg://...)"
     )
+
+
+def upsert_insert(dialect: str, table: TableClause) -> Any:
+    """An ``INSERT`` into ``table`` that has ``on_conflict_do_update``/``_do_nothing`` on ``dialect``
+    (the engine's ``dialect.name``: ``"postgresql"``, else SQLite's).
+
+    The dialect's package is imported here, not at module level: the engine of that dialect has
+    loaded it already, and a SQLite-only process (the CLI's embedded default) then never pays for
+    importing PostgreSQL's dialect and asyncpg adapter.
+    """
+    if dialect == "postgresql":
+        from sqlalchemy.dialects.postgresql import insert as pg_insert
+
+        return pg_insert(table)
+    from sqlalchemy.dialects.sqlite import insert as sqlite_insert
+
+    return sqlite_insert(table)
 
 
 def _quote_userinfo_at(url: str) -> str:

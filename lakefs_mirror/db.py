@@ -48,8 +48,6 @@ from datetime import datetime
 from typing import Any, TypeVar
 
 from sqlalchemy import Table, and_, delete, func, select, text, update
-from sqlalchemy.dialects.postgresql import insert as pg_insert
-from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from sqlalchemy.schema import CreateTable
@@ -71,6 +69,7 @@ from lakefs_core.sqlengine import (
     normalize_sql_url,
     run_transaction,
     translate_db_error,
+    upsert_insert,
 )
 from lakefs_mirror.db_schema import (
     MAX_REF_NAME,
@@ -254,7 +253,7 @@ class MirrorsDB:
             raise LakeFSError("the mirrors database is closed")
 
     def _insert(self, table: Table) -> Any:
-        return pg_insert(table) if self._dialect == "postgresql" else sqlite_insert(table)
+        return upsert_insert(self._dialect, table)
 
     async def create_tables(self) -> None:
         """``CREATE TABLE IF NOT EXISTS`` for the three tables, in one transaction.

@@ -53,8 +53,6 @@ from typing import Any, TypeVar
 
 from sqlalchemy import Column, LargeBinary, MetaData, Table, inspect, select, update
 from sqlalchemy import delete as sql_delete
-from sqlalchemy.dialects.postgresql import insert as pg_insert
-from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.engine import URL
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from sqlalchemy.schema import CreateTable
@@ -79,7 +77,13 @@ from lakefs_core.kv._common import (
 )
 from lakefs_core.kv.base import Expect, KVEntry, KVItem
 from lakefs_core.redact import redact_url
-from lakefs_core.sqlengine import create_sql_engine, normalize_sql_url, run_transaction, translate_db_error
+from lakefs_core.sqlengine import (
+    create_sql_engine,
+    normalize_sql_url,
+    run_transaction,
+    translate_db_error,
+    upsert_insert,
+)
 
 T = TypeVar("T")
 
@@ -167,7 +171,7 @@ class SQLKVStore:
         return await run_transaction(self._engine, fn, write=write, translate=translate)
 
     def _insert(self) -> Any:
-        return pg_insert(self._table) if self._dialect == "postgresql" else sqlite_insert(self._table)
+        return upsert_insert(self._dialect, self._table)
 
     # -- schema ---------------------------------------------------------------------------------
 
