@@ -18,16 +18,18 @@ Every project error becomes a one-line message on stderr and the error class's d
 
 from __future__ import annotations
 
+import importlib
 import os
 import sys
 import threading
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 import click
 
 from lakefs_core import __version__
-from lakefs_core.cli.context import CONFIG_ENV, AppState
+from lakefs_core.cli.state import CONFIG_ENV, AppState
 from lakefs_core.errors import LakeFSError
 
 USAGE_EXIT = 64
@@ -36,7 +38,42 @@ BROKEN_PIPE_EXIT = 141  # 128 + SIGPIPE: what a shell reports for a native tool 
 
 class CLIGroup(click.Group):
     """The command group of every CLI of the project: a closed stdout (the reader of ``... | head``
-    went away) ends the command quietly with :data:`BROKEN_PIPE_EXIT`, not as an unexpected error."""
+    went away) ends the command quietly with :data:`BROKEN_PIPE_EXIT`, not as an unexpected error.
+
+    ``lazy_subcommands`` maps a command name to ``"module:attribute"`` of its click command, imported
+    only when that command is looked up (click's documented lazy-loading pattern): a command then
+    pays only for the modules it uses (``--help`` and shell completion load them all to show their
+    help).
+    """
+
+    def __init__(self, *args: Any, lazy_subcommands: Mapping[str, str] | None = None, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.lazy_subcommands = dict(lazy_subcommands or {})
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted({*super().list_commands(ctx), *self.lazy_subcommands})
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        target = self.lazy_subcommands.get(cmd_name)
+        if target is None:
+            return super().get_command(ctx, cmd_name)
+        module, attribute = target.split(":")
+        command = getattr(importlib.import_module(module), attribute)
+        if not isinstance(command, click.Command):
+            raise TypeError(f"{target} is not a click command")
+        return command
+
+    def resolve_command(
+        self, ctx: click.Context, args: list[str]
+    ) -> tuple[str | None, click.Command | None, list[str]]:
+        try:
+            return super().resolve_command(ctx, args)
+        except click.exceptions.NoSuchCommand as e:
+            # click takes its "Did you mean ...?" candidates from ``self.commands``, which holds no
+            # lazy command: offer every name, as a group with all commands added would.
+            raise click.exceptions.NoSuchCommand(
+                e.command_name, possibilities=self.list_commands(ctx), ctx=ctx
+            ) from None
 
     def invoke(self, ctx: click.Context) -> object:
         try:
@@ -59,7 +96,28 @@ def _silence_stdout() -> None:
         os.close(devnull)
 
 
-@click.group(cls=CLIGroup, context_settings={"help_option_names": ["-h", "--help"]})
+# Each command's module is imported only when the command runs (see CLIGroup).
+_COMMANDS = {
+    "check-config": "lakefs_core.cli.config_cmd:check_config_cmd",
+    "sst": "lakefs_core.cli.sst:sst",
+    "repo": "lakefs_core.cli.repo:repo",
+    "branch": "lakefs_core.cli.branch:branch",
+    "fs": "lakefs_core.cli.fs:fs",
+    "commit": "lakefs_core.cli.refs_cmds:commit_cmd",
+    "log": "lakefs_core.cli.refs_cmds:log_cmd",
+    "diff": "lakefs_core.cli.refs_cmds:diff_cmd",
+    "merge": "lakefs_core.cli.refs_cmds:merge_cmd",
+    "tag": "lakefs_core.cli.refs_cmds:tag",
+    "show": "lakefs_core.cli.refs_cmds:show",
+    "import": "lakefs_core.cli.import_cmd:import_cmd",
+}
+
+
+@click.group(
+    cls=CLIGroup,
+    lazy_subcommands=_COMMANDS,
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
 @click.version_option(__version__, prog_name="lakefs-core")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON document instead of text.")
 @click.option(
@@ -111,25 +169,7 @@ def _ignore_thread_exception(_args: threading.ExceptHookArgs) -> None:
     return None
 
 
-def _register() -> None:
-    from lakefs_core.cli import branch, config_cmd, fs, import_cmd, refs_cmds, repo, sst
-
-    cli.add_command(config_cmd.check_config_cmd)
-    cli.add_command(sst.sst)
-    cli.add_command(repo.repo)
-    cli.add_command(branch.branch)
-    cli.add_command(fs.fs)
-    cli.add_command(refs_cmds.commit_cmd)
-    cli.add_command(refs_cmds.log_cmd)
-    cli.add_command(refs_cmds.diff_cmd)
-    cli.add_command(refs_cmds.merge_cmd)
-    cli.add_command(refs_cmds.tag)
-    cli.add_command(refs_cmds.show)
-    cli.add_command(import_cmd.import_cmd)
-
-
 def main(argv: Sequence[str] | None = None) -> int:
-    _register()
     return run(cli, argv, "lakefs-core")
 
 

@@ -2,7 +2,8 @@
 
 Where the configuration comes from, first match wins for the file:
 
-1. ``--config PATH`` (global option) or the environment variable ``LAKEFS_CORE_CONFIG``;
+1. ``--config PATH`` (global option) or the environment variable ``LAKEFS_CORE_CONFIG``
+   (:data:`.state.CONFIG_ENV`);
 2. ``<user config dir>/lakefs-core/config.yaml`` (platformdirs; ``$XDG_CONFIG_HOME`` on Linux) if it
    exists;
 3. no file: every key takes its default.
@@ -51,7 +52,7 @@ import getpass
 import os
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import asynccontextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, TypeVar
 
@@ -59,6 +60,7 @@ import click
 import platformdirs
 from pydantic import Field
 
+from lakefs_core.cli.state import app_state
 from lakefs_core.config import load_config
 from lakefs_core.errors import BadInputError, LakeFSError, NotFoundError, StorageFullError
 from lakefs_core.settings import CoreSettings, S3Config
@@ -71,7 +73,6 @@ __all__ = ["CoreConfig", "S3Config", "Session", "load_core_config", "open_sessio
 
 APP_NAME = "lakefs-core"
 ENV_PREFIX = "LAKEFS_CORE"
-CONFIG_ENV = "LAKEFS_CORE_CONFIG"
 DEBUG_ENV = "LAKEFS_CORE_DEBUG"
 
 T = TypeVar("T")
@@ -135,28 +136,6 @@ def load_core_config(path: Path | None, env: Mapping[str, str] | None = None) ->
         candidate = user_config_file()
         path = candidate if candidate.is_file() else None
     return load_config(CoreConfig, path, env=os.environ if env is None else env, env_prefix=ENV_PREFIX)
-
-
-@dataclass
-class AppState:
-    """Global options of the ``lakefs-core`` group (``ctx.obj``)."""
-
-    json: bool = False
-    config_path: Path | None = None
-    _config: CoreConfig | None = field(default=None, repr=False)
-
-    def config(self) -> CoreConfig:
-        if self._config is None:
-            self._config = load_core_config(self.config_path)
-        return self._config
-
-
-def app_state() -> AppState:
-    ctx = click.get_current_context()
-    state = ctx.find_object(AppState)
-    if state is None:
-        state = ctx.ensure_object(AppState)
-    return state
 
 
 @dataclass

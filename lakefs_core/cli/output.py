@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
-from lakefs_core.cli.context import app_state
+from lakefs_core.cli.state import app_state
 
 if TYPE_CHECKING:
     from lakefs_core.graveler.model import DiffRecord

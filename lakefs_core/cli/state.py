@@ -1,0 +1,43 @@
+"""The global options of ``lakefs-core`` (``ctx.obj``), importable without the configuration schema.
+
+Kept apart from :mod:`.context` so that the command group itself (``--version``, ``--help``) does
+not import pydantic, PyYAML, asyncio and the settings: the configuration is loaded by the first
+command that asks for it (:meth:`AppState.config`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import click
+
+if TYPE_CHECKING:
+    from lakefs_core.cli.context import CoreConfig
+
+CONFIG_ENV = "LAKEFS_CORE_CONFIG"
+
+
+@dataclass
+class AppState:
+    """Global options of the ``lakefs-core`` group (``ctx.obj``)."""
+
+    json: bool = False
+    config_path: Path | None = None
+    _config: CoreConfig | None = field(default=None, repr=False)
+
+    def config(self) -> CoreConfig:
+        if self._config is None:
+            from lakefs_core.cli.context import load_core_config
+
+            self._config = load_core_config(self.config_path)
+        return self._config
+
+
+def app_state() -> AppState:
+    ctx = click.get_current_context()
+    state = ctx.find_object(AppState)
+    if state is None:
+        state = ctx.ensure_object(AppState)
+    return state
