@@ -23,7 +23,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
-import yaml
 from pydantic import BaseModel, ConfigDict, SecretStr, ValidationError
 
 from lakefs_core.errors import BadInputError, ConfigError, StartupError
@@ -109,6 +108,10 @@ def env_overrides(env: Mapping[str, str], prefix: str) -> list[tuple[list[str], 
         parts = [p.lower() for p in name[len(marker) :].split("__")]
         if not all(parts):
             raise BadInputError("empty key segment in environment override", field=name)
+        # Imported on use (here and in load_raw): a run with no file and no override, the CLI's
+        # default, does not pay ~10 ms for importing PyYAML.
+        import yaml
+
         try:
             value = yaml.safe_load(env[name]) if env[name] != "" else ""
         except yaml.YAMLError:
@@ -129,6 +132,8 @@ def load_raw(path: Path | None) -> dict[str, Any]:
         raise BadInputError(f"config file {path} does not exist", field="config") from e
     except OSError as e:
         raise BadInputError(f"config file {path} cannot be read: {e.strerror}", field="config") from e
+    import yaml
+
     try:
         data = yaml.safe_load(text)
     except yaml.YAMLError as e:
