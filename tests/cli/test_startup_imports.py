@@ -1,0 +1,124 @@
+"""A ``lakefs-core`` command imports only what it uses (module sets, never timings).
+
+Each run is ``lakefs_core.cli.main`` in a fresh interpreter with this checkout first on the path; it
+reports the names in ``sys.modules`` after the command. On the embedded default (SQLite + a local
+namespace) nothing of PostgreSQL, DynamoDB or S3 is imported, and only the invoked command's module
+of the CLI is; a PostgreSQL-configured run still works (its dialect is then imported on use).
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import click
+import pytest
+
+from lakefs_core.cli import cli
+from tests.cli.helpers import InProcess, user_env
+from tests.support.pg import PgDatabase
+
+REPO = Path(__file__).resolve().parents[2]
+
+_PROBE = """
+import json, sys
+from lakefs_core.cli import main
+code = main(sys.argv[2:])
+with open(sys.argv[1], "w") as out:
+    json.dump({"code": code, "modules": sorted(sys.modules)}, out)
+"""
+
+# Drivers of backends the embedded default does not use.
+OTHER_BACKENDS = (
+    "sqlalchemy.dialects.postgresql",
+    "asyncpg",
+    "aioboto3",
+    "aiobotocore",
+    "botocore",
+    "boto3",
+    "lakefs_core.kv.dynamodb",
+    "lakefs_core.block.s3",
+)
+COMMAND_MODULES = tuple(
+    f"lakefs_core.cli.{name}"
+    for name in ("branch", "config_cmd", "fs", "import_cmd", "refs_cmds", "repo", "sst")
+)
+# What the group alone needs neither: the configuration schema and the session machinery.
+CONFIGURATION = ("lakefs_core.cli.context", "pydantic", "yaml", "asyncio", "sqlalchemy")
+
+
+def imported(tmp_path: Path, *args: str, **env: str) -> set[str]:
+    """The modules imported by one successful CLI run in a fresh interpreter."""
+    report = tmp_path / "modules.json"
+    proc = subprocess.run(
+        [sys.executable, "-c", _PROBE, str(report), *args],
+        env=user_env(tmp_path / "home", PYTHONPATH=str(REPO), **env),
+        cwd=tmp_path,
+        capture_output=True,
+        timeout=120,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr.decode(errors="replace")
+    result = json.loads(report.read_text())
+    assert result["code"] == 0, proc.stderr.decode(errors="replace")
+    return set(result["modules"])
+
+
+def loaded(modules: set[str], names: tuple[str, ...]) -> list[str]:
+    """Each of ``names`` that is in ``modules``, itself or through one of its submodules."""
+    return [n for n in names if any(m == n or m.startswith(n + ".") for m in modules)]
+
+
+def test_version_imports_no_configuration_and_no_command(tmp_path: Path) -> None:
+    modules = imported(tmp_path, "--version")
+    assert loaded(modules, CONFIGURATION + COMMAND_MODULES) == []
+
+
+def test_fs_on_the_embedded_default_imports_no_other_backend(tmp_path: Path) -> None:
+    namespace = f"local://{tmp_path / 'ns'}"
+    tree = tmp_path / "tree"
+    (tree / "d").mkdir(parents=True)
+    (tree / "a.txt").write_text("a\n")
+    (tree / "d" / "b.txt").write_text("b\n")
+    imported(tmp_path, "repo", "create", "lakefs://startup", namespace)
+    others = tuple(m for m in COMMAND_MODULES if m != "lakefs_core.cli.fs")
+    for args in (
+        ("fs", "upload", "-r", "-s", str(tree), "lakefs://startup/main/up/"),
+        ("fs", "ls", "lakefs://startup/main/up/"),
+        ("--json", "fs", "ls", "--recursive", "lakefs://startup/main/"),
+    ):
+        modules = imported(tmp_path, *args)
+        assert "sqlalchemy.dialects.sqlite" in modules, args  # the probe saw the KV store opened
+        assert loaded(modules, OTHER_BACKENDS + others + ("yaml",)) == [], args
+
+
+def test_a_postgresql_configured_run_imports_its_dialect(tmp_path: Path, pg_database: PgDatabase) -> None:
+    env = {"LAKEFS_CORE__KV_URL": pg_database.url}
+    namespace = f"local://{tmp_path / 'ns'}"
+    (tmp_path / "f").write_text("one\n")
+    imported(tmp_path, "repo", "create", "lakefs://startpg", namespace, **env)
+    imported(tmp_path, "fs", "upload", "-s", str(tmp_path / "f"), "lakefs://startpg/main/f", **env)
+    modules = imported(tmp_path, "fs", "ls", "lakefs://startpg/main/", **env)
+    assert "sqlalchemy.dialects.postgresql.asyncpg" in modules
+    assert loaded(modules, ("sqlalchemy.dialects.sqlite",)) == []
+
+
+def test_each_lazy_command_is_the_command_of_its_name() -> None:
+    with click.Context(cli) as ctx:
+        for name in cli.list_commands(ctx):
+            command = cli.get_command(ctx, name)
+            assert isinstance(command, click.Command) and command.name == name, name
+
+
+def test_an_unknown_command_suggests_lazy_ones(run: InProcess) -> None:
+    result = run("brnch")
+    assert result.returncode == 64
+    assert "No such command 'brnch'. Did you mean 'branch'?" in result.err
+
+
+@pytest.mark.parametrize("args", [("--help",), ("fs", "--help"), ("sst", "inspect", "--help")])
+def test_help_still_shows(run: InProcess, args: tuple[str, ...]) -> None:
+    result = run(*args)
+    assert result.returncode == 0 and result.out.startswith("Usage: lakefs-core")
