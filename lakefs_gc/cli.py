@@ -9,20 +9,28 @@ import click
 
 from lakefs_core import __version__
 from lakefs_core.cli import CLIGroup, run
-from lakefs_gc.cli_daemon import register as register_daemon
-from lakefs_gc.cli_jobs import register as register_jobs
-from lakefs_gc.cli_purge import register as register_purge
+
+# Each command's module is imported only when the command runs (see lakefs_core.cli.CLIGroup):
+# the daemon's pulls the HTTP app, the GC configuration and SQLAlchemy, which mark/sweep/purge and
+# --version do not all need.
+_COMMANDS = {
+    "mark": "lakefs_gc.cli_jobs:mark_cmd",
+    "sweep": "lakefs_gc.cli_jobs:sweep_cmd",
+    "run": "lakefs_gc.cli_daemon:run_cmd",
+    "check-config": "lakefs_gc.cli_daemon:check_config_cmd",
+    "rules": "lakefs_gc.cli_daemon:rules_group",
+    "purge": "lakefs_gc.cli_purge:purge_cmd",
+}
 
 
-@click.group(cls=CLIGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(
+    cls=CLIGroup,
+    lazy_subcommands=_COMMANDS,
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
 @click.version_option(__version__, prog_name="lakefs-gc")
 def cli() -> None:
     """Retention garbage collection and hard-delete daemons."""
-
-
-register_jobs(cli)
-register_daemon(cli)
-register_purge(cli)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

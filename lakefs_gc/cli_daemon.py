@@ -177,9 +177,3 @@ def rules_delete(repository: LakeFSURI, config_path: Path | None) -> None:
 
     _run(config_path, go)
     click.echo(f"GC rules of {repository.repo} deleted", err=True)
-
-
-def register(group: click.Group) -> None:
-    group.add_command(run_cmd)
-    group.add_command(check_config_cmd)
-    group.add_command(rules_group)

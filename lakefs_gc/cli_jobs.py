@@ -1,6 +1,6 @@
 """``lakefs-gc mark`` and ``lakefs-gc sweep``: one GC run from the command line, against the core.
 
-Registered onto the ``lakefs-gc`` group by :func:`register` (the group lives in :mod:`lakefs_gc.cli`)::
+Commands of the ``lakefs-gc`` group (:mod:`lakefs_gc.cli`, which imports this module when one runs)::
 
     lakefs-gc mark lakefs://repo [--lite | --master local[*]] [--dry-run] [--sweep]
                    [--min-age 24h] [--now 2026-01-01T00:00:00Z] [--tags pin|ignore]
@@ -227,9 +227,3 @@ def sweep_cmd(
         return dumped
 
     _print(_run(config_path, go))
-
-
-def register(group: click.Group) -> None:
-    """Add ``mark`` and ``sweep`` to the ``lakefs-gc`` group."""
-    group.add_command(mark_cmd)
-    group.add_command(sweep_cmd)

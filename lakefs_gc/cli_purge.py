@@ -59,7 +59,3 @@ def purge_cmd(
         return dumped
 
     _print(_run(config_path, go))
-
-
-def register(group: click.Group) -> None:
-    group.add_command(purge_cmd)

@@ -14,7 +14,7 @@ from lakefs_core.cli import run
 from lakefs_core.kv import open_kv
 from lakefs_core.lease import kv_lease
 from lakefs_core.repos.graveler import Graveler, StoreRegistry
-from lakefs_gc.cli_jobs import parse_duration, register
+from lakefs_gc.cli_jobs import mark_cmd, parse_duration, sweep_cmd
 from tests.gc.mark_support import MARK_NOW, Clock, build_repo, stored_objects
 from tests.gc.test_mark import deleted_set
 
@@ -24,7 +24,8 @@ def gc() -> None:
     """A stand-in group: the real one is lakefs_gc.cli's."""
 
 
-register(gc)
+gc.add_command(mark_cmd)
+gc.add_command(sweep_cmd)
 
 
 async def test_cli_mark_sweep(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -185,9 +185,11 @@ async def test_without_pyspark(make_namespace: MakeNamespace, tmp_path: Path) ->
     args.write_text(json.dumps({"store": built.ref.to_json()}))
     main = "from lakefs_gc.spark.job import main; sys.exit(main(sys.argv[1:]))"
 
-    # lakefs-gc and the whole spark package import without PySpark.
+    # lakefs-gc (its group imports a command's module only when it runs: import them all) and the
+    # whole spark package import without PySpark.
     imports = _blocked(
-        "import lakefs_gc.cli, lakefs_gc.spark, lakefs_gc.spark.child, lakefs_gc.spark.job; "
+        "import lakefs_gc.cli, lakefs_gc.cli_jobs, lakefs_gc.cli_daemon, lakefs_gc.cli_purge; "
+        "import lakefs_gc.spark, lakefs_gc.spark.child, lakefs_gc.spark.job; "
         "import lakefs_gc.spark.count_objects, lakefs_gc.spark.session; print('ok')"
     )
     assert imports.returncode == 0, imports.stderr
