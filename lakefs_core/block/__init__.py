@@ -113,19 +113,27 @@ def split_store_uri(uri: str) -> tuple[str, str]:
 
 
 async def open_block_store(
-    uri: str, *, s3: S3Settings | None = None, local_tmp_grace_seconds: float | None = None
+    uri: str,
+    *,
+    s3: S3Settings | None = None,
+    local_tmp_grace_seconds: float | None = None,
+    local_strict_names: bool = False,
 ) -> BlockStore:
     """Open the block store named by ``uri``: ``local:///abs/root``, ``mem://name`` or ``s3://bucket``.
 
     ``s3`` configures S3 stores (default :class:`S3Settings()`: region and credentials from the
     environment). ``local_tmp_grace_seconds`` is a local store's leftover temp-file sweep grace
-    (``None``: the store's default). The caller owns the store and must ``await store.close()`` it.
+    (``None``: the store's default); ``local_strict_names`` makes a local store's listing refuse a
+    file name that is not UTF-8 instead of skipping it. The caller owns the store and must
+    ``await store.close()`` it.
     """
     scheme, location = split_store_uri(uri)
     if scheme == "local":
         if local_tmp_grace_seconds is not None:
-            return LocalBlockStore(Path(location), tmp_grace_seconds=local_tmp_grace_seconds)
-        return LocalBlockStore(Path(location))
+            return LocalBlockStore(
+                Path(location), tmp_grace_seconds=local_tmp_grace_seconds, strict_names=local_strict_names
+            )
+        return LocalBlockStore(Path(location), strict_names=local_strict_names)
     if scheme == "mem":
         return MemoryBlockStore(location)
     from lakefs_core.block.s3 import S3BlockStore  # the SDK is imported only when S3 is used

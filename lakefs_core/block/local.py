@@ -30,7 +30,9 @@ A sidecar is chosen over extended attributes because it works on every filesyste
 overlay, macOS) and survives plain ``cp -r`` of the tree along with the data.
 
 Empty directories left by ``delete`` are removed up to the root (S3 has no empty "directories"); a
-listing never reports a directory without objects as a common prefix.
+listing never reports a directory without objects as a common prefix. A file name that is not UTF-8
+cannot be a key: ``list`` skips it, or, for a store opened with ``strict_names`` (an import's source,
+where a skipped file would be a missing entry), refuses it with :class:`BadInputError` naming it.
 
 A full filesystem (ENOSPC, EDQUOT) raises :class:`~lakefs_core.errors.StorageFullError`, which is not
 retryable; other unexpected ``OSError`` s are transient (see ``local_files.map_oserror``).
@@ -165,6 +167,7 @@ class LocalBlockStore:
         *,
         fsync: bool = True,
         tmp_grace_seconds: float | None = DEFAULT_TMP_GRACE_SECONDS,
+        strict_names: bool = False,
     ) -> None:
         raw = os.fspath(root)
         if not isinstance(raw, str) or not os.path.isabs(raw):
@@ -178,6 +181,7 @@ class LocalBlockStore:
         self._root_s = str(self._root).rstrip("/")  # "" for "/": then every file is "/<key>"
         self._meta_root = self._root / META_DIR
         self._fsync = fsync
+        self._strict_names = strict_names
         self._closed = False
         self._sidecars = Sidecars(self._meta_root, fsync)
         self._etags = EtagCache()
@@ -438,7 +442,7 @@ class LocalBlockStore:
     def _walk_dir(
         self, directory: Path, key_prefix: str, name_prefix: str, start_after: str | None, collapse: bool
     ) -> Generator[ObjectInfo | CommonPrefix, None, None]:
-        for sort_key, name, is_dir in scan_dir(directory, self._root, self.uri):
+        for sort_key, name, is_dir in scan_dir(directory, self._root, self.uri, strict=self._strict_names):
             if not sort_key.startswith(name_prefix):
                 continue
             full = key_prefix + sort_key

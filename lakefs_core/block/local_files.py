@@ -152,11 +152,11 @@ def prune(directory: Path, stop: Path) -> None:
         directory = directory.parent
 
 
-def scan_dir(directory: Path, root: Path, uri: str) -> list[tuple[str, str, bool]]:
+def scan_dir(directory: Path, root: Path, uri: str, *, strict: bool = False) -> list[tuple[str, str, bool]]:
     """``(sort_key, name, is_dir)`` of the listable entries of ``directory``, in key order.
 
     ``root`` is the store's root (whose metadata directory is not listed), ``uri`` names the store in
-    errors.
+    errors. A name that is not UTF-8 cannot be a key: skipped, or with ``strict`` refused by name.
     """
     at_root = directory == root
     out: list[tuple[str, str, bool]] = []
@@ -169,6 +169,8 @@ def scan_dir(directory: Path, root: Path, uri: str) -> list[tuple[str, str, bool
                 try:
                     name.encode("utf-8")
                 except UnicodeEncodeError:
+                    if strict:
+                        raise _not_utf8(uri, entry.path) from None
                     continue  # not valid UTF-8: cannot be an object key
                 try:
                     if entry.is_dir(follow_symlinks=False):
@@ -183,6 +185,11 @@ def scan_dir(directory: Path, root: Path, uri: str) -> list[tuple[str, str, bool
         raise map_oserror(e, f"{uri}: listing {directory}", reading=False) from e
     out.sort()
     return out
+
+
+def _not_utf8(uri: str, path: str) -> BadInputError:
+    shown = os.fsencode(path).decode("utf-8", "backslashreplace")
+    return BadInputError(f"{uri}: {shown}: the file name is not valid UTF-8 (not a key)", field="key")
 
 
 class TempFile:

@@ -378,6 +378,10 @@ class Graveler:
         """The block store holding ``namespace`` (opened once per process)."""
         return await self.stores.namespace_store(namespace)
 
+    async def source_store(self, source: StorageNamespace) -> BlockStore:
+        """The block store an import lists ``source`` from (:meth:`StoreRegistry.source_store`)."""
+        return await self.stores.source_store(source)
+
     async def namespace_tables(self, namespace: StorageNamespace) -> TableStore:
         """The ranges and metaranges of ``namespace``, through the shared table cache."""
         return await self.stores.tables(namespace)

@@ -405,7 +405,7 @@ async def import_objects(
 ) -> ImportResult:
     """The whole import in this process (small imports; large ones: the ``core-import`` Spark job)."""
     target = await prepare_import(g, repo_id, branch_id, dest_path, source_uri)
-    store = await g.namespace_store(target.source)
+    store = await g.source_store(target.source)
     tables = await g.namespace_tables(target.namespace)
     ranges: list[RangeInfo] = []
     entries = 0

@@ -45,6 +45,22 @@ class StoreRegistry:
     async def namespace_store(self, namespace: StorageNamespace) -> BlockStore:
         return await self.block_store(namespace.store_uri)
 
+    async def source_store(self, source: StorageNamespace) -> BlockStore:
+        """The store an import lists ``source`` from: as :meth:`namespace_store`, but a local
+        listing refuses a file name that is not UTF-8 (skipped, it would be a missing entry)."""
+        key = "strict-names " + source.store_uri
+        async with self._lock:
+            store = self._stores.get(key)
+            if store is None:
+                store = await open_block_store(
+                    source.store_uri,
+                    s3=self.s3,
+                    local_tmp_grace_seconds=self.local_tmp_grace_seconds,
+                    local_strict_names=True,
+                )
+                self._stores[key] = store
+        return store
+
     async def tables(self, namespace: StorageNamespace) -> TableStore:
         return TableStore(await self.namespace_store(namespace), namespace, self.table_cache)
 

@@ -58,7 +58,7 @@ def _range_of(row: list[Any]) -> RangeInfo:
 
 async def _chunk_ranges(conf: Mapping[str, Any], chunk: Chunk) -> tuple[list[RangeInfo], int]:
     source, dest = StoreRef.from_json(conf["source"]), StoreRef.from_json(conf["dest"])
-    src_store, dst_store = await source.open(), await dest.open()
+    src_store, dst_store = await source.open(strict_names=True), await dest.open()
     try:
         tables = TableStore(dst_store, dest.ns, TableCache(ram_bytes=16 << 20))
         return await build_chunk_ranges(
@@ -97,7 +97,7 @@ async def import_with_executor(
     """Plan here, build ranges on ``executor``, splice and commit here."""
     target = await prepare_import(g, repo_id, branch_id, dest_path, source_uri)
     wanted = partitions or executor.default_parallelism * 4
-    chunks = await plan_chunks(await g.namespace_store(target.source), target.source, wanted)
+    chunks = await plan_chunks(await g.source_store(target.source), target.source, wanted)
     conf = {
         "source": store_ref(g, target.source).to_json(),
         "dest": store_ref(g, target.namespace).to_json(),

@@ -70,9 +70,12 @@ class StoreRef:
             region=self.region, endpoint_url=self.endpoint_url, addressing_style=self.addressing_style
         )
 
-    async def open(self) -> BlockStore:
-        """Open the namespace's block store (the caller closes it)."""
-        return await open_block_store(self.ns.store_uri, s3=self.s3_settings())
+    async def open(self, *, strict_names: bool = False) -> BlockStore:
+        """Open the namespace's block store (the caller closes it); ``strict_names`` for an import's
+        source (see :func:`~lakefs_core.block.open_block_store`)."""
+        return await open_block_store(
+            self.ns.store_uri, s3=self.s3_settings(), local_strict_names=strict_names
+        )
 
     def to_json(self) -> dict[str, str]:
         return {f.name: getattr(self, f.name) for f in fields(self) if getattr(self, f.name) is not None}

@@ -6,12 +6,14 @@ inside, or enclosing) would treat them as its own: its retention GC, hard delete
 remove them. So creation refuses such a namespace while the importing repository lives, the
 read-only availability check (used by the mirror API and the purge of a deleted repository's
 namespace) reports it, a refused import leaves no record, and an import racing a creation over the
-same objects never lets both succeed, on every KV driver.
+same objects never lets both succeed, on every KV driver. A local source file whose name is not
+UTF-8 is refused by name (a skipped file would be an entry missing without a word).
 """
 
 from __future__ import annotations
 
 import asyncio
+import os
 from pathlib import Path
 
 import pytest
@@ -23,7 +25,7 @@ from lakefs_core.kv.memory import MemoryKVStore
 from lakefs_core.refs import kvkeys
 from lakefs_core.refs.model import Repository
 from lakefs_core.refs.store import claim_value
-from lakefs_core.repos.graveler import Graveler
+from lakefs_core.repos.graveler import Graveler, StorageNamespace
 from lakefs_core.repos.importing import ImportResult
 from lakefs_core.repos.stores import StoreRegistry
 from tests.repos.test_import import write_tree
@@ -200,3 +202,51 @@ async def test_an_import_and_a_creation_over_the_same_objects_never_both_win(
             assert isinstance(imported, BadInputError) and "overlaps" in str(imported), outcomes
         if not won[1]:
             assert isinstance(created, NamespaceConflictError), outcomes
+
+
+# -- a file name that cannot be a key ---------------------------------------------------------------
+
+
+def _latin1_file(directory: Path) -> None:
+    directory.mkdir(parents=True, exist_ok=True)
+    with open(os.path.join(os.fsencode(directory), b"caf\xe9.csv"), "wb") as f:
+        f.write(b"x")
+
+
+@pytest.mark.parametrize("where", ["top", "nested"])
+async def test_a_source_file_name_that_is_not_utf8_is_refused_not_skipped(
+    g: Graveler, tmp_path: Path, where: str
+) -> None:
+    """Skipped, it would be a missing entry nobody is told about: the import is refused naming it,
+    whether it sits at the source's top level (the planner's listing) or below (a chunk's)."""
+    src = tmp_path / "lake" / "src"
+    _latin1_file(src if where == "top" else src / "d" / "deeper")
+    head = (await g.branch("imp1", "main")).commit_id
+    with pytest.raises(BadInputError, match=r"caf\\xe9\.csv: the file name is not valid UTF-8"):
+        await g.import_objects("imp1", "main", "v/", str(src), committer="t")
+    assert (await g.branch("imp1", "main")).commit_id == head
+
+
+async def test_executors_refuse_a_name_that_is_not_utf8(g: Graveler, tmp_path: Path) -> None:
+    """The PySpark job's executors open the source the same way (here on the lite executor)."""
+    from lakefs_gc.spark.executor import LiteExecutor
+    from lakefs_gc.spark.import_job import import_with_executor
+
+    src = tmp_path / "lake" / "src"
+    _latin1_file(src / "d" / "deeper")
+    with LiteExecutor(workers=1) as lite, pytest.raises(BadInputError, match="not valid UTF-8"):
+        await import_with_executor(
+            g, lite, "imp1", "main", dest_path="v/", source_uri=str(src), committer="t"
+        )
+
+
+async def test_a_namespace_listing_still_skips_such_a_name(g: Graveler, tmp_path: Path) -> None:
+    """Only an import's source is strict: a stray file in a namespace must not break its listing
+    (retention GC lists the namespace)."""
+    repo = await g.repository("imp1")
+    ns = StorageNamespace.parse(repo.storage_namespace)
+    store = await g.namespace_store(ns)
+    await store.put(ns.key("data/a/b"), b"x")
+    _latin1_file(tmp_path / "ns" / "data" / "a")
+    assert [i.key async for i in store.list(ns.data_prefix())] == [ns.key("data/a/b")]
+    assert [i.key async for i in store.list_keys(ns.data_prefix())] == [ns.key("data/a/b")]
