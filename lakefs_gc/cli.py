@@ -5,10 +5,7 @@ from __future__ import annotations
 import sys
 from collections.abc import Sequence
 
-import click
-
-from lakefs_core import __version__
-from lakefs_core.cli import CLIGroup, run
+from lakefs_core.cli import project_group, run
 
 # Each command's module is imported only when the command runs (see lakefs_core.cli.CLIGroup):
 # the daemon's pulls the HTTP app, the GC configuration and SQLAlchemy, which mark/sweep/purge and
@@ -23,12 +20,7 @@ _COMMANDS = {
 }
 
 
-@click.group(
-    cls=CLIGroup,
-    lazy_subcommands=_COMMANDS,
-    context_settings={"help_option_names": ["-h", "--help"]},
-)
-@click.version_option(__version__, prog_name="lakefs-gc")
+@project_group("lakefs-gc", _COMMANDS)
 def cli() -> None:
     """Retention garbage collection and hard-delete daemons."""
 

@@ -31,8 +31,7 @@ from pathlib import Path
 
 import click
 
-from lakefs_core import __version__
-from lakefs_core.cli import CLIGroup, run
+from lakefs_core.cli import project_group, run
 from lakefs_core.cli.config_cmd import echo_problems
 from lakefs_core.config import display
 from lakefs_core.daemon import DaemonLoop, freeze_startup_heap
@@ -41,8 +40,7 @@ from lakefs_core.systemd import Notifier, run_notified
 from lakefs_mirror.config import MirrorConfig, inspect_mirror_config, load_mirror_config
 
 
-@click.group(cls=CLIGroup, context_settings={"help_option_names": ["-h", "--help"]})
-@click.version_option(__version__, prog_name="lakefs-mirror")
+@project_group("lakefs-mirror")
 def cli() -> None:
     """Transactional cross-region mirroring daemon for lakeFS-compatible repositories."""
 

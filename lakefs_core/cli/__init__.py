@@ -22,9 +22,9 @@ import importlib
 import os
 import sys
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import click
 
@@ -32,6 +32,7 @@ from lakefs_core import __version__
 from lakefs_core.cli.state import CONFIG_ENV, AppState
 from lakefs_core.errors import LakeFSError
 
+F = TypeVar("F", bound=Callable[..., Any])
 USAGE_EXIT = 64
 BROKEN_PIPE_EXIT = 141  # 128 + SIGPIPE: what a shell reports for a native tool in `... | head`
 
@@ -113,12 +114,22 @@ _COMMANDS = {
 }
 
 
-@click.group(
-    cls=CLIGroup,
-    lazy_subcommands=_COMMANDS,
-    context_settings={"help_option_names": ["-h", "--help"]},
-)
-@click.version_option(__version__, prog_name="lakefs-core")
+def project_group(prog_name: str, commands: Mapping[str, str] | None = None) -> Callable[[F], CLIGroup]:
+    """The top-level group of one of the project's CLIs: :class:`CLIGroup` with ``commands`` loaded
+    lazily, ``-h`` as well as ``--help``, and ``--version``."""
+
+    def decorate(f: F) -> CLIGroup:
+        group = click.group(
+            cls=CLIGroup, lazy_subcommands=commands, context_settings={"help_option_names": ["-h", "--help"]}
+        )(click.version_option(__version__, prog_name=prog_name)(f))
+        if not isinstance(group, CLIGroup):  # never: click.group(cls=...) builds that class
+            raise TypeError(f"{group!r} is not a CLIGroup")
+        return group
+
+    return decorate
+
+
+@project_group("lakefs-core", _COMMANDS)
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON document instead of text.")
 @click.option(
     "--config",

@@ -38,7 +38,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from lakefs_core.block.base import BlockStore, CommonPrefix, ObjectInfo
 from lakefs_core.errors import BadInputError, NoChangesError, NotFoundError
@@ -116,28 +116,20 @@ async def check_source_is_external(g: Graveler, source: StorageNamespace) -> Non
     repos = ((r.id, r.storage_namespace) async for r in g.refs.list_repositories(include_deleting=True))
     found = await first_overlap(repos, source)
     if found is not None:
-        name, other = found
-        raise BadInputError(
-            f"{source.uri} overlaps {other.uri}, the storage namespace of repository {name!r}",
-            field="source",
-        )
+        _refuse_overlap(source, found[1].uri, f"the storage namespace of repository {found[0]!r}")
     # A deleted repository's namespace is purged by the hard-delete reconciler once its grace ends.
     found = await first_overlap(((d.repo, d.namespace) async for d in g.deleted_repositories()), source)
     if found is not None:
-        name, other = found
-        raise BadInputError(
-            f"{source.uri} overlaps {other.uri}, the storage namespace of the deleted repository "
-            f"{name!r}, whose data is to be purged",
-            field="source",
-        )
+        whose = f"the storage namespace of the deleted repository {found[0]!r}, whose data is to be purged"
+        _refuse_overlap(source, found[1].uri, whose)
     # A repository being created has claimed its namespace before its record exists.
     claimed = await claimed_overlap(g, source)
     if claimed is not None:
-        name, canonical = claimed
-        raise BadInputError(
-            f"{source.uri} overlaps {canonical.rstrip('/')}, the storage namespace of repository {name!r}",
-            field="source",
-        )
+        _refuse_overlap(source, claimed[1].rstrip("/"), f"the storage namespace of repository {claimed[0]!r}")
+
+
+def _refuse_overlap(source: StorageNamespace, other: str, whose: str) -> NoReturn:
+    raise BadInputError(f"{source.uri} overlaps {other}, {whose}", field="source")
 
 
 async def check_source_exists(source: StorageNamespace) -> None:
