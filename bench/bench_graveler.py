@@ -30,6 +30,7 @@ from bench.common import best_of, machine, make_records, report, timer
 from lakefs_core.block.memory import MemoryBlockStore
 from lakefs_core.format.records import ValueRecord
 from lakefs_core.format.splitter import SplitPolicy
+from lakefs_core.format.sstable.writer import ACCELERATED
 from lakefs_core.graveler.apply import apply_changes
 from lakefs_core.graveler.diff import diff
 from lakefs_core.graveler.metarange import MetaRange
@@ -199,7 +200,9 @@ async def bench_diff(mr: MetaRange, records: list[ValueRecord], policy: SplitPol
 
 async def main_async(args: argparse.Namespace) -> None:
     policy = SplitPolicy(range_raggedness_entries=args.raggedness)
-    report("machine", **machine(), records=args.records, raggedness=args.raggedness)
+    report(
+        "machine", **machine(), records=args.records, raggedness=args.raggedness, compiled_writer=ACCELERATED
+    )
     with timer() as gen:
         records = make_records(args.records)
     report("generate_records", seconds=round(gen["seconds"], 2))

@@ -108,7 +108,7 @@ class IdentHasher:
         # A tag byte followed by Int64(n) in a single update: lengths are always in range.
         self._h.update(_TAG_LEN.pack(tag, TAG_INT64, 8, n))
 
-    def raw(self, data: bytes) -> IdentHasher:
+    def raw(self, data: bytes | bytearray) -> IdentHasher:
         """Feed ``data`` unencoded (table ids mix plain bytes with an ident-encoded StringMap)."""
         self._h.update(data)
         return self

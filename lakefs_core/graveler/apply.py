@@ -14,13 +14,13 @@ If nothing effectively changed, :class:`~lakefs_core.errors.NoChangesError` is r
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterable, AsyncIterator, Iterable, Iterator
+from collections.abc import AsyncIterable, AsyncIterator, Callable, Iterable, Iterator
 from dataclasses import dataclass
 
 from lakefs_core.errors import BadInputError, NoChangesError
 from lakefs_core.format.splitter import SplitPolicy
 from lakefs_core.graveler.metarange import MetaRange
-from lakefs_core.graveler.model import Change, RangeInfo
+from lakefs_core.graveler.model import Change, RangeInfo, ValueRecord
 from lakefs_core.graveler.tables import TableStore
 from lakefs_core.graveler.writer import MetaRangeWriter, WriteStats
 
@@ -70,6 +70,43 @@ class _Changes:
             self.head = None
             return
         self._accept(change)
+
+    def feed_sync(self, bound: bytes | None, append: Callable[[ValueRecord], bool]) -> tuple[int, bool]:
+        """Pass the records of changes with key < ``bound`` (all when ``None``) to ``append``,
+        advancing past each, until the stream ends, reaches ``bound``, or ``append`` answers True
+        (its range must be closed: the caller awaits that, then calls again). Returns the number
+        of records passed and whether it stopped for a close. Plain iterables only.
+
+        :meth:`advance_sync` and :meth:`_accept`, inlined: this is the per-record loop of a bulk
+        write (one Python frame per record instead of three)."""
+        it = self._sync
+        assert it is not None
+        head, prev = self.head, self._prev
+        n = 0
+        closing = False
+        try:
+            while head is not None and (bound is None or head.key < bound) and not closing:
+                value = head.value
+                if value is not None:
+                    n += 1
+                    closing = append(value)
+                change = next(it, None)
+                if change is not None:  # _accept's checks; prev is head's key here
+                    key = change.key
+                    if key <= head.key:
+                        raise BadInputError(
+                            f"changes must be strictly ascending: {key!r} after {head.key!r}",
+                            field="changes",
+                        )
+                    if change.value is not None and change.value.key != key:
+                        raise BadInputError(
+                            f"change for {key!r} carries a record for another key", field="changes"
+                        )
+                    prev = key
+                head = change
+        finally:
+            self.head, self._prev = head, prev
+        return n, closing
 
     def _accept(self, change: Change) -> None:
         if self._prev is not None and change.key <= self._prev:
@@ -138,15 +175,13 @@ async def _insert_before(writer: MetaRangeWriter, stream: _Changes, bound: bytes
 
 async def _insert_before_sync(writer: MetaRangeWriter, stream: _Changes, bound: bytes | None) -> int:
     """:func:`_insert_before` for a plain iterable: a tight loop, awaiting only to close a range."""
-    n = 0
-    append, advance = writer.append, stream.advance_sync
-    while (head := stream.head) is not None and (bound is None or head.key < bound):
-        if head.value is not None:
-            n += 1
-            if append(head.value):
-                await writer.close_current()
-        advance()
-    return n
+    total = 0
+    while True:
+        n, closing = stream.feed_sync(bound, writer.append)
+        total += n
+        if not closing:
+            return total
+        await writer.close_current()
 
 
 async def _merge_range(writer: MetaRangeWriter, stream: _Changes, base: MetaRange, i: int) -> int:

@@ -18,12 +18,11 @@ Keys must arrive strictly ascending, across records and reused ranges alike.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Protocol
 
 from lakefs_core.errors import BadInputError
-from lakefs_core.format.envelope import encode_envelope
 from lakefs_core.format.ids import TableIdHasher
 from lakefs_core.format.records import metarange_record
 from lakefs_core.format.splitter import SplitPolicy
@@ -55,7 +54,7 @@ class BuiltTable:
 class RangeBuilder:
     """Builds one table of ``kind`` (``ranges`` or ``metaranges``) in memory."""
 
-    __slots__ = ("_hasher", "_kind", "_last", "_min", "_writer")
+    __slots__ = ("_hasher", "_kind", "_writer")
 
     def __init__(self, kind: str, *, compression: str = "snappy") -> None:
         if kind not in (RANGES, METARANGES):
@@ -63,16 +62,15 @@ class RangeBuilder:
         self._kind = kind
         self._writer = TableWriter(compression=compression)
         self._hasher = TableIdHasher()
-        self._min: bytes | None = None
-        self._last: bytes | None = None
+        self._writer.set_id_sink(self._hasher.pending, self._hasher.feed)
 
     @property
     def count(self) -> int:
-        return self._hasher.count
+        return self._writer.entry_count
 
     @property
     def last_key(self) -> bytes | None:
-        return self._last
+        return self._writer.last_key if self._writer.entry_count else None
 
     def estimated_size(self) -> int:
         return self._writer.estimated_size()
@@ -81,25 +79,33 @@ class RangeBuilder:
         """Append ``key`` with its full envelope ``value``; return :meth:`estimated_size` after it."""
         estimate = self._writer.add(key, value)  # refuses keys that are not strictly ascending
         self._hasher.add(key, value)
-        if self._min is None:
-            self._min = key
-        self._last = key
         return estimate
+
+    def add_record(self, key: bytes, identity: bytes, data: bytes) -> int:
+        """:meth:`add` with the envelope of ``identity`` and ``data`` as the value, built and hashed
+        by the table writer's per-record path (compiled where the extension is built)."""
+        return self._writer.add_record(key, identity, data)
+
+    def record_adder(self) -> Callable[[bytes, bytes, bytes], int]:
+        """:meth:`add_record` as the table writer's own bound method (no Python frame between)."""
+        return self._writer.add_record
 
     def finish(self) -> BuiltTable:
         props: dict[str, str | bytes] = {"type": self._kind}
         table_id = self._hasher.finish(props)
-        min_key, max_key = self._min or b"", self._last or b""
+        count = self._writer.entry_count
+        min_key = self._writer.first_key if count else b""
+        max_key = self._writer.last_key if count else b""
         estimate = self._writer.estimated_size()
         user_props: dict[str, bytes] = {
             "type": self._kind.encode(),
             "min_key": min_key,
             "max_key": max_key,
-            "count": str(self.count).encode(),
+            "count": str(count).encode(),
             "estimated_size_bytes": str(estimate).encode(),
         }
         data = self._writer.finish(user_props)
-        return BuiltTable(table_id, data, min_key, max_key, self.count, estimate)
+        return BuiltTable(table_id, data, min_key, max_key, count, estimate)
 
 
 def build_metarange(ranges: Iterable[RangeInfo], *, compression: str = "snappy") -> BuiltTable:
@@ -134,6 +140,7 @@ class MetaRangeWriter:
         self._compression = compression
         self._ranges: list[RangeInfo] = []
         self._current: RangeBuilder | None = None
+        self._add: Callable[[bytes, bytes, bytes], int] | None = None
         self._last_key: bytes | None = None
         self._uploads: set[asyncio.Task[None]] = set()
         self._slots = asyncio.Semaphore(max(1, upload_concurrency))
@@ -157,10 +164,11 @@ class MetaRangeWriter:
         key = record.key
         if self._last_key is not None and key <= self._last_key:
             self._check_order(key, "record")
-        current = self._current
-        if current is None:
+        add = self._add
+        if add is None:
             current = self._current = RangeBuilder(RANGES, compression=self._compression)
-        estimate = current.add(key, encode_envelope(record.identity, record.data))
+            add = self._add = current.record_adder()
+        estimate = add(key, record.identity, record.data)
         self._last_key = key
         self.stats.records_written += 1
         return self._policy.should_break(key, estimate)
@@ -179,6 +187,7 @@ class MetaRangeWriter:
 
     async def _close_current(self) -> None:
         current, self._current = self._current, None
+        self._add = None
         if current is None or current.count == 0:
             return
         built = current.finish()

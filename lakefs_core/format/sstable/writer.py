@@ -27,9 +27,12 @@ byte-for-byte what the straightforward builder wrote; tests/format/test_writer_b
 from __future__ import annotations
 
 import struct
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING
 
 from lakefs_core.errors import BadInputError
+from lakefs_core.format.accel import FASTPATH
+from lakefs_core.format.envelope import encode_envelope
 from lakefs_core.format.sstable.block import INTERNAL_TRAILER_LEN, BlockBuilder
 from lakefs_core.format.sstable.footer import (
     BLOCK_TRAILER_SIZE,
@@ -63,16 +66,18 @@ _FLUSH_PERCENT = 90
 _UVARINT_TABLE_SIZE = 1 << 14
 _UVARINTS = tuple(encode_uvarint(i) for i in range(_UVARINT_TABLE_SIZE))
 _from_bytes = int.from_bytes  # big-endian by default (Python 3.11+)
+# add_record hands the table-id input to SHA-256 in chunks of this size (as _fastpath does).
+ID_INPUT_CHUNK = 65536
 
 
 def shortest_separator(start: bytes, limit: bytes) -> bytes:
     """A short user key ``s`` with ``start <= s < limit`` (RocksDB bytewise ``FindShortestSeparator``)."""
     n = min(len(start), len(limit))
-    i = 0
-    while i < n and start[i] == limit[i]:
-        i += 1
-    if i >= n:  # one is a prefix of the other: no shorter separator exists
+    head = start[:n]
+    if head == limit[:n]:  # one is a prefix of the other: no shorter separator exists
         return start
+    # The first differing byte, from the XOR of the prefixes read as big-endian integers.
+    i = n - ((_from_bytes(head) ^ _from_bytes(limit[:n])).bit_length() + 7) // 8
     if start[i] >= limit[i]:
         return start
     if i < len(limit) - 1 or start[i] + 1 < limit[i]:
@@ -138,62 +143,25 @@ class _IndexBuilder:
         return None, self.partitions
 
 
-class TableWriter:
-    """Builds one table in memory. Use: ``add`` records in ascending key order, then ``finish``."""
+class _PyTableCore:
+    """The open data block and per-record counters of :class:`TableWriter`, with the pure-Python
+    per-record path. When the optional extension ``_fastpath`` is built, its ``TableCore`` (the same
+    fields, the same bytes, in C) is the base class instead; see :data:`ACCELERATED`."""
 
-    def __init__(
-        self,
-        *,
-        compression: str = "snappy",
-        block_size: int = 4096,
-        block_restart_interval: int = 16,
-        index_partition_size: int = 4096,
-    ) -> None:
-        if compression not in _COMPRESSIONS:
-            raise BadInputError(f"must be one of {sorted(_COMPRESSIONS)}", field="compression")
-        for name, value in (
-            ("block_size", block_size),
-            ("block_restart_interval", block_restart_interval),
-            ("index_partition_size", index_partition_size),
-        ):
-            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-                raise BadInputError("must be a positive integer", field=name)
-        self._compression = _COMPRESSIONS[compression]
-        self._block_size = block_size
-        self._threshold = (block_size * _FLUSH_PERCENT + 99) // 100
-        self._interval = block_restart_interval
-        self._index = _IndexBuilder(index_partition_size)
-        self._chunks: list[bytes] = []
-        self._offset = 0
-        self._last_key = b""
-        self._entries = 0
-        self._raw_key_size = 0
-        self._raw_value_size = 0
-        self._data_blocks = 0
-        self._finished = False
-        # The open data block: entries area, restart offsets, entries since the last restart.
-        self._buf = bytearray()
-        self._restarts = [0]
-        self._counter = 0
-        # Two sums keep the per-record path to one comparison and one addition:
-        # estimated_size() == _base + len(_buf), and the flush rule can only fire once
-        # len(_buf) > _room (the block's estimate has reached the 90% threshold).
-        self._base = 0
-        self._room = 0
-        self._block_opened()
-
-    def _block_opened(self) -> None:
-        self._base = self._offset + self._index.estimated_size() + 4 + 4 * len(self._restarts)
-        self._room = self._threshold - 4 * len(self._restarts) - 5
-
-    @property
-    def entry_count(self) -> int:
-        """Records added so far."""
-        return self._entries
-
-    def estimated_size(self) -> int:
-        """Running estimate of the file size: written blocks plus the open data and index blocks."""
-        return self._base + len(self._buf)
+    _buf: bytearray
+    _restarts: list[int]
+    _last_key: bytes
+    _first_key: bytes
+    _counter: int
+    _interval: int
+    _entries: int
+    _raw_key_size: int
+    _raw_value_size: int
+    _base: int
+    _room: int
+    _finished: bool
+    _id_input: bytearray | None
+    _id_update: Callable[[bytearray], object]
 
     def add(self, user_key: bytes, value: bytes) -> int:
         """Append a record; ``user_key`` must sort strictly after the previous one.
@@ -212,6 +180,8 @@ class TableWriter:
         counter = self._counter
         if not counter:
             shared = 0  # first entry of a block: its restart offset 0 is already recorded
+            if not self._entries:
+                self._first_key = user_key
         elif counter < self._interval:
             if len(last) + INTERNAL_TRAILER_LEN == klen:  # usual: equal lengths, no slicing
                 diff = _from_bytes(last) ^ _from_bytes(user_key)
@@ -240,6 +210,109 @@ class TableWriter:
         self._raw_key_size += klen
         self._raw_value_size += vlen
         return self._base + len(buf)
+
+    def add_record(self, user_key: bytes, identity: bytes, data: bytes) -> int:
+        """:meth:`add` of a lakeFS range record: the value is the envelope of ``identity`` and
+        ``data`` (spec section 3). The record's table-id input (``len(key) key | len(value) value |``,
+        spec section 4) is appended to the id sink's buffer (:meth:`TableWriter.set_id_sink`),
+        which is passed to its ``update`` (the id's SHA-256) and emptied each time it reaches
+        64 KiB. Returns the estimate, as :meth:`add`."""
+        id_input = self._id_input
+        if id_input is None:
+            raise TypeError("add_record needs an id sink (TableWriter.set_id_sink)")
+        value = encode_envelope(identity, data)
+        estimate = self.add(user_key, value)
+        id_input += b"%d%b|%d%b|" % (len(user_key), user_key, len(value), value)
+        if len(id_input) >= ID_INPUT_CHUNK:
+            self._id_update(id_input)
+            id_input.clear()
+        return estimate
+
+    def _refuse(self, user_key: bytes) -> None:
+        raise NotImplementedError
+
+    def _make_room(self, user_key: bytes, klen: int, vlen: int) -> bytearray:
+        raise NotImplementedError
+
+
+class PureTableWriter(_PyTableCore):
+    """Builds one table in memory. Use: ``add`` records in ascending key order, then ``finish``.
+
+    This is the pure-Python writer; :data:`TableWriter` is the one to use (the same class with the
+    compiled per-record path first in its bases, where the extension is built).
+    """
+
+    def __init__(
+        self,
+        *,
+        compression: str = "snappy",
+        block_size: int = 4096,
+        block_restart_interval: int = 16,
+        index_partition_size: int = 4096,
+    ) -> None:
+        if compression not in _COMPRESSIONS:
+            raise BadInputError(f"must be one of {sorted(_COMPRESSIONS)}", field="compression")
+        for name, value in (
+            ("block_size", block_size),
+            ("block_restart_interval", block_restart_interval),
+            ("index_partition_size", index_partition_size),
+        ):
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise BadInputError("must be a positive integer", field=name)
+        self._compression = _COMPRESSIONS[compression]
+        self._block_size = block_size
+        self._threshold = (block_size * _FLUSH_PERCENT + 99) // 100
+        self._interval = block_restart_interval
+        self._index = _IndexBuilder(index_partition_size)
+        self._chunks: list[bytes] = []
+        self._offset = 0
+        self._last_key = b""
+        self._first_key = b""
+        self._id_input = None
+        self._entries = 0
+        self._raw_key_size = 0
+        self._raw_value_size = 0
+        self._data_blocks = 0
+        self._finished = False
+        # The open data block: entries area, restart offsets, entries since the last restart.
+        self._buf = bytearray()
+        self._restarts = [0]
+        self._counter = 0
+        # Two sums keep the per-record path to one comparison and one addition:
+        # estimated_size() == _base + len(_buf), and the flush rule can only fire once
+        # len(_buf) > _room (the block's estimate has reached the 90% threshold).
+        self._base = 0
+        self._room = 0
+        self._block_opened()
+
+    def _block_opened(self) -> None:
+        self._base = self._offset + self._index.estimated_size() + 4 + 4 * len(self._restarts)
+        self._room = self._threshold - 4 * len(self._restarts) - 5
+
+    @property
+    def entry_count(self) -> int:
+        """Records added so far."""
+        return self._entries
+
+    def set_id_sink(self, buffer: bytearray, update: Callable[[bytearray], object]) -> None:
+        """Where :meth:`add_record` puts each record's table-id input: ``buffer``, handed to
+        ``update`` and emptied each time it reaches 64 KiB (``TableIdHasher.pending``/``feed``)."""
+        self._id_input = buffer
+        self._id_update = update
+
+    @property
+    def first_key(self) -> bytes:
+        """The first record's user key (``b""`` before any record)."""
+        return self._first_key
+
+    @property
+    def last_key(self) -> bytes:
+        """The last record's user key (``b""`` before any record)."""
+        return self._last_key
+
+    def estimated_size(self) -> int:
+        """Running estimate of the file size: written blocks plus the open data and index blocks."""
+        return self._base + len(self._buf)
 
     def _refuse(self, user_key: bytes) -> None:
         if self._finished:
@@ -270,11 +343,20 @@ class TableWriter:
                 > self._block_size
             )
         ):
-            handle = self._flush_data_block()
-            last = self._last_key
-            self._index.add(_index_key(last, shortest_separator(last, user_key)), handle)
-            self._block_opened()
+            self._cut_block(user_key)
         return self._buf
+
+    def _cut_block(self, next_key: bytes) -> None:
+        """Flush the open data block and index it (the compiled path flushes itself, then calls
+        :meth:`_index_block`)."""
+        handle = self._flush_data_block()
+        self._index_block(next_key, handle.offset, handle.size)
+
+    def _index_block(self, next_key: bytes, offset: int, size: int) -> None:
+        """Index a flushed data block, its separator taken between its last key and ``next_key``."""
+        last = self._last_key
+        self._index.add(_index_key(last, shortest_separator(last, next_key)), BlockHandle(offset, size))
+        self._block_opened()
 
     def _flush_data_block(self) -> BlockHandle:
         restarts = self._restarts
@@ -341,6 +423,20 @@ class TableWriter:
         start = self._offset
         handle = self._write_block(top.finish(), self._compression)
         return handle, len(partitions), self._offset - start
+
+
+if TYPE_CHECKING or FASTPATH is None:
+    TableWriter = PureTableWriter
+else:
+
+    class TableWriter(FASTPATH.TableCore, PureTableWriter):
+        """:class:`PureTableWriter` with ``add`` and ``add_record`` (and the data-block flush they
+        trigger) from the compiled ``TableCore``: the same bytes, several times faster."""
+
+
+#: True when :data:`TableWriter` uses the compiled per-record path (the extension is built and
+#: ``LAKEFS_PURE_PYTHON=1`` is not set).
+ACCELERATED = TableWriter is not PureTableWriter
 
 
 def _shared_prefix(last: bytes, key: bytes) -> int:
