@@ -8,10 +8,13 @@ NOW but that the mark may not have protected:
 
 - the pins are read again (a source that cannot answer aborts the sweep);
 - staging is scanned again (first, for the same reason as in the mark);
-- the active commits are recomputed with the MARK's ``now``, rules and tags policy (the retention
-  decision is the mark's; only the refs are fresh), and only metaranges that neither the mark
-  (``commits.csv``) nor an earlier re-verification saw are opened; of their ranges, only those absent
-  from the mark's ``ranges.txt`` are read (the mark already protected the others' addresses).
+- the active commits are recomputed with the MARK's ``now`` and tags policy, fresh refs, and the
+  wider of the mark's rules and the rules stored NOW (:func:`~lakefs_gc.rules.widest_rules`): a
+  retention lengthened (or rules removed) after the mark is honoured before anything is deleted,
+  while a retention shortened after it never deletes more than the mark chose. Only metaranges that
+  neither the mark (``commits.csv``) nor an earlier re-verification saw are opened; of their ranges,
+  only those absent from the mark's ``ranges.txt`` are read (the mark already protected the others'
+  addresses). Unreadable current rules abort the round (fail closed).
 
 :meth:`Reverifier.live_among` answers which addresses of a batch are in that set. The set only
 grows during a sweep (retaining more is always safe). Every table read is fail-closed like the
@@ -37,6 +40,7 @@ from lakefs_gc.layout import RunLayout
 from lakefs_gc.parts import list_parts, read_lines
 from lakefs_gc.pins import PinSource
 from lakefs_gc.reports import RunManifest, read_commits_csv
+from lakefs_gc.rules import load_rules, widest_rules
 from lakefs_gc.uncommitted import staged_relative
 
 BATCH = 5000
@@ -148,12 +152,14 @@ class Reverifier:
             added += await asyncio.to_thread(self._sets.add, "live", batch)
         branches = {b.id: b.commit_id async for b in self._g.list_branches(self._repo)}
         tags = {t.id: t.commit_id async for t in self._g.list_tags(self._repo)}
+        store = await self._g.namespace_store(ns)
+        rules = widest_rules(self._manifest.rules, await load_rules(store, ns))
         active = await compute_active(
             self._g.commit_nodes(self._repo),
             branches=branches,
             tags=tags,
             pins=pins,
-            rules=self._manifest.rules,
+            rules=rules,
             now=self._manifest.now,
             tags_policy=self._manifest.tags_policy,
             workdir=self._workdir,

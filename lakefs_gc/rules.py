@@ -102,6 +102,19 @@ class GCRules(BaseModel):
         return msg.SerializeToString(deterministic=True)
 
 
+def widest_rules(a: GCRules | None, b: GCRules | None) -> GCRules | None:
+    """Rules that retain everything either of ``a`` and ``b`` retains: every branch (named or not)
+    gets the longer of its two retentions. ``None`` (no rules: nothing expires) wins over any rules.
+
+    Retention is monotone in the days (a longer window keeps a superset of commits), so the active
+    set under the result contains the active sets under both."""
+    if a is None or b is None:
+        return None
+    names = a.branch_days.keys() | b.branch_days.keys()
+    branches = {n: max(a.retention_days(n), b.retention_days(n)) for n in sorted(names)}
+    return GCRules.of(max(a.default_retention_days, b.default_retention_days), branches)
+
+
 def parse_rules_json(body: object) -> GCRules:
     """A request body (already JSON-decoded) as :class:`GCRules`; :class:`BadInputError` names the
     first offending field path (``branches.0.branch_id``)."""

@@ -55,13 +55,14 @@ from lakefs_gc.layout import RunLayout
 from lakefs_gc.mark import MarkOptions, run_mark
 from lakefs_gc.parts import list_parts, read_lines
 from lakefs_gc.reverify import Reverifier
-from lakefs_gc.rules import GCRules, save_rules
+from lakefs_gc.rules import GCRules, save_rules, widest_rules
 from lakefs_gc.spark.executor import LiteExecutor
 from lakefs_gc.sweep import SweepOptions, SweepReport, load_mark, run_sweep, store_deleter
 from tests.gc.mark_support import set_mtime, stored_objects
 from tests.gc.model_support import Listings, Node, oracle_active
 
 T = TypeVar("T")
+RulesAt = tuple[GCRules | None, datetime]  # rules and the clock they are applied at
 REPO = "repo1"
 MIN_AGE = timedelta(hours=1)
 PATHS = ("a", "b", "c", "d/e")
@@ -130,6 +131,7 @@ class GCModel(RuleBasedStateMachine):
         self.gc_rules: GCRules | None = GCRules.of(2)
         self.nodes: dict[str, Node] = {}
         self.pending: list[str] = []  # successful marks not yet completely swept
+        self.mark_rules: dict[str, RulesAt] = {}  # each mark's rules and now
         self.ever_marked: set[str] = set()
         self.gone: set[str] = set()  # objects the model saw deleted
         self.known: set[str] = set()  # objects the model saw stored
@@ -175,22 +177,24 @@ class GCModel(RuleBasedStateMachine):
     async def stored(self) -> dict[str, datetime]:
         return await stored_objects(await self.g.namespace_store(self.ns), self.ns)
 
-    async def active(self) -> tuple[set[str], dict[str, str]]:
+    async def active(self, at: RulesAt | None = None) -> tuple[set[str], dict[str, str]]:
+        """The active commits under the current rules and clock, or ``at`` (rules, now)."""
+        rules, now = at if at is not None else (self.gc_rules, self.clock.now)
         branches = await self.branches()
         active = oracle_active(
             self.nodes,
             branches=branches,
             tags=(await self.tags()).values(),
             pins=self.pins.pins,
-            rules=self.gc_rules,
-            now=self.clock.now,
+            rules=rules,
+            now=now,
         )
         return active, branches
 
-    async def live(self, *, safe: bool = False) -> set[str]:
+    async def live(self, *, safe: bool = False, at: RulesAt | None = None) -> set[str]:
         """What GC must keep; ``safe``: without the commits that lost objects while expired (a
         longer retention set later cannot bring their objects back: not a GC fault)."""
-        active, branches = await self.active()
+        active, branches = await self.active(at)
         return await self.listings.live(active - self.dead if safe else active, branches)
 
     async def intact(self) -> list[str]:
@@ -397,6 +401,7 @@ class GCModel(RuleBasedStateMachine):
             f"garbage not marked {sorted(garbage - marked)}"
         )
         self.pending.append(result.run_id)
+        self.mark_rules[result.run_id] = (self.gc_rules, now)
         self.stats["marked"] += len(marked)
         self.ever_marked |= marked
         return result.run_id
@@ -412,7 +417,10 @@ class GCModel(RuleBasedStateMachine):
                 await rv.verify()
                 revived = await rv.live_among(marked)
             self.stats["revived"] += len(revived)
-            missed = (set(marked) & await self.live()) - revived
+            # Re-verification decides with the mark's now and the wider of the mark's rules and
+            # today's (a retention lengthened since the mark is honoured; a shortened one is not).
+            rules, now = self.mark_rules[mark_id]
+            missed = (set(marked) & await self.live(at=(widest_rules(rules, self.gc_rules), now))) - revived
             assert not missed, f"re-verification of {mark_id} misses live objects {sorted(missed)}"
 
         self.run(go())

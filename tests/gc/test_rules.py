@@ -26,6 +26,7 @@ from lakefs_gc.rules import (
     load_rules,
     parse_rules_json,
     save_rules,
+    widest_rules,
 )
 
 
@@ -225,3 +226,21 @@ async def test_store_corrupt_and_oversized(store: tuple[BlockStore, StorageNames
     await blocks.put(ns.gc_rules_key(), b"\x00" * (MAX_RULES_BYTES + 10))
     with pytest.raises(CorruptDataError, match="larger than"):
         await load_rules(blocks, ns)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.integers(0, 30),
+    st.dictionaries(st.sampled_from(("main", "dev", "x")), st.integers(0, 30), max_size=3),
+    st.integers(0, 30),
+    st.dictionaries(st.sampled_from(("main", "dev", "y")), st.integers(0, 30), max_size=3),
+)
+def test_widest_rules_retains_what_either_retains(
+    d1: int, b1: dict[str, int], d2: int, b2: dict[str, int]
+) -> None:
+    a, b = GCRules.of(d1, b1), GCRules.of(d2, b2)
+    w = widest_rules(a, b)
+    assert w is not None and w == widest_rules(b, a)
+    for branch in ("main", "dev", "x", "y", "other"):
+        assert w.retention_days(branch) == max(a.retention_days(branch), b.retention_days(branch))
+    assert widest_rules(a, None) is None and widest_rules(None, b) is None

@@ -11,6 +11,7 @@ from lakefs_core.repos.objects import Objects
 from lakefs_gc.faults import ENV, InjectedFault
 from lakefs_gc.layout import RunLayout
 from lakefs_gc.mark import run_mark
+from lakefs_gc.rules import GCRules, delete_rules, save_rules
 from lakefs_gc.sweep import SweepOptions, SweepReport, run_sweep, store_deleter
 from tests.gc.mark_support import stored_objects
 from tests.gc.test_mark import Env, deleted_set, options
@@ -93,6 +94,40 @@ async def test_reverification_rescues_a_revived_object(env: Env) -> None:
     report = await sweep(env, mark_id)
     assert report.rescued == 2 and report.deleted == len(marked) - 2
     assert await readable(env, "revived") == 3
+
+
+async def test_reverification_honours_rules_changed_after_the_mark(env: Env) -> None:
+    """Retention lengthened between mark and sweep is honoured (within 60 days c1 and the dangling
+    leaf ``g`` are active again: a1, a2 and g1 are live); retention shortened after the mark
+    deletes no more than the mark chose."""
+    b = env.built
+    store = await env.g.namespace_store(b.ns)
+    mark_id = await mark(env, tags_policy="ignore")
+    marked = await deleted_set(env.g, b, mark_id)
+    revived = {b.addr["a1"], b.addr["a2"], b.addr["g1"]}
+    assert revived <= marked
+    await save_rules(store, b.ns, GCRules.of(60))
+    report = await sweep(env, mark_id)
+    assert report.rescued == 3 and report.deleted == len(marked) - 3
+    assert revived <= set(await stored_objects(store, b.ns))
+
+    # Rules removed after a mark (lakeFS's "no rules": nothing expires): everything is rescued.
+    await save_rules(store, b.ns, GCRules.of(7))
+    last = await mark(env, tags_policy="ignore")
+    marked = await deleted_set(env.g, b, last)
+    assert marked == revived
+    await delete_rules(store, b.ns)
+    report = await sweep(env, last)
+    assert report.deleted == 0 and report.rescued == len(marked)
+
+    await save_rules(store, b.ns, GCRules.of(7))
+    shorter = await mark(env, tags_policy="ignore")
+    marked = await deleted_set(env.g, b, shorter)
+    assert marked == revived
+    await save_rules(store, b.ns, GCRules.of(0, {"dev": 0}))
+    before = set(await stored_objects(store, b.ns))
+    report = await sweep(env, shorter)
+    assert before - set(await stored_objects(store, b.ns)) == marked and report.rescued == 0
 
 
 async def test_reverification_during_the_sweep(env: Env) -> None:
