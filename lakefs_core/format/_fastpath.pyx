@@ -11,7 +11,10 @@ the two per-record methods in C:
   ``varint(len(identity)) identity varint(len(data)) data`` (never materialised as an object),
   and the record's table-id input (``len(key) key | len(value) value |``, spec section 4) is
   appended to the caller's buffer, which is handed to ``update`` (a SHA-256's ``update``) each
-  time it passes 64 KiB, so the digest is computed over large chunks.
+  time it passes 64 KiB, so the digest is computed over large chunks;
+- :meth:`TableCore.add_record_split` and :meth:`TableCore.add_value_split` (a ``ValueRecord``
+  tuple whole): ``add_record`` plus the range split decision of ``splitter.SplitPolicy`` (its three
+  numbers set once per range), the one call per record of a bulk metarange write.
 
 Everything else (the flush rule, blocks, the index, properties, the footer) stays in Python: it
 runs once per ~4 KiB block, not per record. The flush rule is checked here too (it runs for
@@ -27,7 +30,8 @@ a pure-Python twin, both tested) is pyiceberg's ``decoder_fast.pyx``.
 """
 
 from cpython.bytearray cimport PyByteArray_AS_STRING, PyByteArray_GET_SIZE, PyByteArray_Resize
-from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
+from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_Check, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
+from cpython.tuple cimport PyTuple_Check, PyTuple_GET_ITEM, PyTuple_GET_SIZE
 from libc.string cimport memcpy
 
 import cramjam
@@ -147,6 +151,10 @@ cdef class TableCore:
     cdef public int _compression
     cdef public bytearray _id_input
     cdef public object _id_update
+    # The range split policy for add_record_split (splitter.SplitPolicy's three numbers).
+    cdef public Py_ssize_t _split_min
+    cdef public Py_ssize_t _split_max
+    cdef public unsigned long long _split_every
 
     def __cinit__(self, *args, **kwargs):
         self._buf = bytearray()
@@ -154,6 +162,8 @@ cdef class TableCore:
         self._last_key = b""
         self._first_key = b""
         self._interval = 16
+        self._split_max = 1
+        self._split_every = 1
 
     cdef inline bytearray _prepare(self, bytes user_key, Py_ssize_t klen, Py_ssize_t vlen):
         """The order check and the flush rule (both in Python when they fire)."""
@@ -293,6 +303,9 @@ cdef class TableCore:
     def add_record(self, bytes user_key not None, bytes identity not None, bytes data not None):
         """Append a range record built from ``identity`` and ``data`` (see the module doc); feed its
         table-id input to ``_id_input``/``_id_update``. Return the estimated size after it."""
+        return self._add_record(user_key, identity, data)
+
+    cdef Py_ssize_t _add_record(self, bytes user_key, bytes identity, bytes data) except -1:
         cdef bytearray id_input = self._id_input
         if id_input is None:
             raise TypeError("add_record needs an id sink (TableWriter.set_id_sink)")
@@ -331,14 +344,43 @@ cdef class TableCore:
             PyByteArray_Resize(id_input, 0)
         return estimate
 
+    def add_record_split(self, bytes user_key not None, bytes identity not None, bytes data not None):
+        """:meth:`add_record`, then the split decision of ``splitter.SplitPolicy.should_break`` for
+        the estimate after it (policy from ``set_split_policy``): True when the range ends here."""
+        return self._add_split(user_key, identity, data)
+
+    def add_value_split(self, record):
+        """:meth:`add_record_split` of a ``ValueRecord`` (a ``(key, identity, data)`` tuple): the
+        bulk write path's one call per record."""
+        if not PyTuple_Check(record) or PyTuple_GET_SIZE(record) != 3:
+            raise TypeError("a record is a (key, identity, data) tuple")
+        cdef object key = <object>PyTuple_GET_ITEM(record, 0)
+        cdef object identity = <object>PyTuple_GET_ITEM(record, 1)
+        cdef object data = <object>PyTuple_GET_ITEM(record, 2)
+        if not (PyBytes_Check(key) and PyBytes_Check(identity) and PyBytes_Check(data)):
+            raise TypeError("a record's key, identity and data must be bytes")
+        return self._add_split(<bytes>key, <bytes>identity, <bytes>data)
+
+    cdef bint _add_split(self, bytes user_key, bytes identity, bytes data) except -1:
+        cdef Py_ssize_t estimate = self._add_record(user_key, identity, data)
+        if estimate < self._split_min:
+            return False
+        if estimate >= self._split_max:
+            return True
+        return _fnv(<const unsigned char*>PyBytes_AS_STRING(user_key),
+                    PyBytes_GET_SIZE(user_key)) % self._split_every == 0
+
     # _refuse and _index_block are PureTableWriter's (after this class in TableWriter's bases).
+
+
+cdef inline unsigned long long _fnv(const unsigned char* p, Py_ssize_t n) noexcept:
+    cdef unsigned long long h = 0xCBF29CE484222325ULL
+    cdef Py_ssize_t i
+    for i in range(n):
+        h = (h ^ p[i]) * 0x100000001B3ULL
+    return h
 
 
 def fnv1a64(bytes data not None):
     """64-bit FNV-1a (Go's hash/fnv New64a), as ``splitter.fnv1a64``: once per record written."""
-    cdef unsigned long long h = 0xCBF29CE484222325ULL
-    cdef const unsigned char* p = <const unsigned char*>PyBytes_AS_STRING(data)
-    cdef Py_ssize_t i, n = PyBytes_GET_SIZE(data)
-    for i in range(n):
-        h = (h ^ p[i]) * 0x100000001B3ULL
-    return h
+    return _fnv(<const unsigned char*>PyBytes_AS_STRING(data), PyBytes_GET_SIZE(data))

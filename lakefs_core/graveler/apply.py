@@ -177,7 +177,7 @@ async def _insert_before_sync(writer: MetaRangeWriter, stream: _Changes, bound: 
     """:func:`_insert_before` for a plain iterable: a tight loop, awaiting only to close a range."""
     total = 0
     while True:
-        n, closing = stream.feed_sync(bound, writer.append)
+        n, closing = stream.feed_sync(bound, writer.appender())
         total += n
         if not closing:
             return total

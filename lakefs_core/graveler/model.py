@@ -11,15 +11,18 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from lakefs_core.format.records import RangeInfo, ValueRecord
 
 __all__ = ["Change", "DiffRecord", "DiffType", "MergeStrategy", "RangeInfo", "ValueRecord"]
 
 
-@dataclass(frozen=True, slots=True)
-class Change:
-    """A change to apply: ``value`` is the new record for ``key``, or ``None`` to delete it."""
+class Change(NamedTuple):
+    """A change to apply: ``value`` is the new record for ``key``, or ``None`` to delete it.
+
+    A named tuple, as :class:`ValueRecord`: bulk writes build one per record, and a tuple is
+    built in about half the time of a frozen dataclass."""
 
     key: bytes
     value: ValueRecord | None

@@ -69,6 +69,10 @@ class RangeBuilder:
         return self._writer.entry_count
 
     @property
+    def first_key(self) -> bytes | None:
+        return self._writer.first_key if self._writer.entry_count else None
+
+    @property
     def last_key(self) -> bytes | None:
         return self._writer.last_key if self._writer.entry_count else None
 
@@ -86,9 +90,12 @@ class RangeBuilder:
         by the table writer's per-record path (compiled where the extension is built)."""
         return self._writer.add_record(key, identity, data)
 
-    def record_adder(self) -> Callable[[bytes, bytes, bytes], int]:
-        """:meth:`add_record` as the table writer's own bound method (no Python frame between)."""
-        return self._writer.add_record
+    def value_appender(self, policy: SplitPolicy) -> Callable[[ValueRecord], bool]:
+        """:meth:`add_record` of a :class:`ValueRecord` and ``policy``'s split decision in one call,
+        which answers True when the range ends at the record: the table writer's own bound method
+        (compiled where the extension is built; no Python frame between)."""
+        self._writer.set_split_policy(policy)
+        return self._writer.add_value_split
 
     def finish(self) -> BuiltTable:
         props: dict[str, str | bytes] = {"type": self._kind}
@@ -140,7 +147,7 @@ class MetaRangeWriter:
         self._compression = compression
         self._ranges: list[RangeInfo] = []
         self._current: RangeBuilder | None = None
-        self._add: Callable[[bytes, bytes, bytes], int] | None = None
+        self._add: Callable[[ValueRecord], bool] | None = None
         self._last_key: bytes | None = None
         self._uploads: set[asyncio.Task[None]] = set()
         self._slots = asyncio.Semaphore(max(1, upload_concurrency))
@@ -148,10 +155,11 @@ class MetaRangeWriter:
         self.stats = WriteStats()
 
     def _check_order(self, key: bytes, what: str) -> None:
-        if self._last_key is not None and key <= self._last_key:
-            raise BadInputError(
-                f"{what} key {key!r} is not after the previous key {self._last_key!r}", field="key"
-            )
+        # The previous key: the open range's last record, else the last closed or reused range's.
+        current = self._current
+        last = current.last_key if current is not None and current.count else self._last_key
+        if last is not None and key <= last:
+            raise BadInputError(f"{what} key {key!r} is not after the previous key {last!r}", field="key")
 
     async def add(self, record: ValueRecord) -> None:
         """Append one record to the current range, closing it where the split policy says."""
@@ -160,18 +168,27 @@ class MetaRangeWriter:
 
     def append(self, record: ValueRecord) -> bool:
         """:meth:`add` without the await: True when the current range must be closed now (the caller
-        then awaits :meth:`close_current`). Bulk writers call this in a tight loop."""
-        key = record.key
-        if self._last_key is not None and key <= self._last_key:
-            self._check_order(key, "record")
+        then awaits :meth:`close_current`).
+
+        Within a range the table writer refuses keys that are not ascending; the first record of a
+        range is checked here against the previous range's last key."""
+        if self._add is None:
+            self._check_order(record.key, "record")
+        return self.appender()(record)
+
+    def appender(self) -> Callable[[ValueRecord], bool]:
+        """The open range's per-record method (a range is opened if none is): :meth:`append`
+        without its Python frame, for bulk writers' tight loops. After it answers True, await
+        :meth:`close_current`, then ask for the appender again.
+
+        Keys must ascend. Inside the range the table writer refuses any that does not; whether the
+        range's first key comes after the previous range is checked when the range closes, before
+        anything of it is stored."""
         add = self._add
         if add is None:
             current = self._current = RangeBuilder(RANGES, compression=self._compression)
-            add = self._add = current.record_adder()
-        estimate = add(key, record.identity, record.data)
-        self._last_key = key
-        self.stats.records_written += 1
-        return self._policy.should_break(key, estimate)
+            add = self._add = current.value_appender(self._policy)
+        return add
 
     async def close_current(self) -> None:
         """Close the current range (after :meth:`append` answered True)."""
@@ -190,6 +207,13 @@ class MetaRangeWriter:
         self._add = None
         if current is None or current.count == 0:
             return
+        first = current.first_key
+        if self._last_key is not None and first is not None and first <= self._last_key:
+            raise BadInputError(
+                f"record key {first!r} is not after the previous key {self._last_key!r}", field="key"
+            )
+        self._last_key = current.last_key
+        self.stats.records_written += current.count
         built = current.finish()
         self._ranges.append(
             RangeInfo(built.id, built.min_key, built.max_key, built.count, built.estimated_size)

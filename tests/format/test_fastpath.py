@@ -25,6 +25,8 @@ from hypothesis import strategies as st
 from lakefs_core.errors import BadInputError
 from lakefs_core.format.accel import FASTPATH
 from lakefs_core.format.envelope import encode_envelope
+from lakefs_core.format.records import ValueRecord
+from lakefs_core.format.splitter import SplitPolicy
 from lakefs_core.format.sstable.writer import ACCELERATED, PureTableWriter, TableWriter
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -98,6 +100,40 @@ def test_compiled_and_pure_writers_agree(
     )
 
 
+_policies = st.builds(
+    SplitPolicy,
+    min_range_size_bytes=st.sampled_from([0, 200, 3000]),
+    max_range_size_bytes=st.sampled_from([3000, 20_000, 1 << 30]),
+    range_raggedness_entries=st.integers(1, 7),
+)
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(keys=_keys, parts=st.lists(_parts, min_size=120, max_size=120), policy=_policies)
+def test_split_decisions_are_the_policys(
+    keys: list[bytes], parts: list[tuple[bytes, bytes]], policy: SplitPolicy
+) -> None:
+    """``add_record_split`` answers ``SplitPolicy.should_break`` on ``add_record``'s estimate, on
+    both paths (the compiled one computes FNV-1a and the thresholds in C)."""
+    answers = []
+    for cls in dict.fromkeys((TableWriter, PureTableWriter)):
+        split, plain = cls(), cls()
+        split.set_id_sink(bytearray(), lambda chunk: None)
+        plain.set_id_sink(bytearray(), lambda chunk: None)
+        split.set_split_policy(policy)
+        got = [
+            split.add_value_split(ValueRecord(k, i, d)) if n % 2 else split.add_record_split(k, i, d)
+            for n, (k, (i, d)) in enumerate(zip(keys, parts, strict=False))
+        ]
+        want = [
+            policy.should_break(k, plain.add_record(k, i, d)) for k, (i, d) in zip(keys, parts, strict=False)
+        ]
+        assert got == want
+        assert split.finish() == plain.finish()
+        answers.append(got)
+    assert answers[0] == answers[-1]
+
+
 T = b"\x01" + b"\x00" * 7  # the SET trailer: a key may continue its predecessor with these bytes
 
 
@@ -159,6 +195,8 @@ def test_refusals_are_the_same(cls: type[PureTableWriter]) -> None:
         with pytest.raises(BadInputError, match="keys must be strictly ascending"):
             writer.add_record(key, b"i", b"d")
         with pytest.raises(BadInputError, match="keys must be strictly ascending"):
+            writer.add_record_split(key, b"i", b"d")
+        with pytest.raises(BadInputError, match="keys must be strictly ascending"):
             writer.add(key, b"v")
     with pytest.raises(TypeError):
         writer.add("c", b"v")  # type: ignore[arg-type]
@@ -168,9 +206,20 @@ def test_refusals_are_the_same(cls: type[PureTableWriter]) -> None:
         writer.add(b"z", b"v")
     with pytest.raises(BadInputError, match="already finished"):
         writer.add_record(b"z", b"i", b"d")
+    for bad in (
+        [b"c", b"i", b"d"],
+        (b"c", b"i"),
+        (b"c", b"i", b"d", b""),
+        ("c", b"i", b"d"),
+        (b"c", None, b"d"),
+    ):
+        with pytest.raises(TypeError, match="a record"):
+            writer.add_value_split(bad)  # type: ignore[arg-type]
     unsinked = cls()
     with pytest.raises(TypeError, match="id sink"):
         unsinked.add_record(b"a", b"i", b"d")
+    with pytest.raises(TypeError, match="id sink"):
+        unsinked.add_record_split(b"a", b"i", b"d")
     assert unsinked.entry_count == 0
 
 

@@ -10,9 +10,11 @@ from __future__ import annotations
 import pytest
 
 from lakefs_core.errors import BadInputError
+from lakefs_core.format.splitter import SplitPolicy
 from lakefs_core.graveler.apply import apply_changes
 from lakefs_core.graveler.metarange import MetaRange
 from lakefs_core.graveler.model import Change
+from lakefs_core.graveler.writer import MetaRangeWriter
 from tests.graveler.support import as_async, memory_tables, rec, written
 
 
@@ -54,3 +56,35 @@ async def test_descending_keys_are_refused(stream: str) -> None:
     changes = [Change(b"k", rec("k")), Change(b"j", rec("j"))]
     with pytest.raises(BadInputError, match="strictly ascending"):
         await apply_changes(tables, empty, as_async(changes) if stream == "async" else changes)
+
+
+async def test_metarange_writer_refuses_keys_out_of_order_across_ranges() -> None:
+    """The table writer refuses a non-ascending key inside a range; the metarange writer checks the
+    first record of each range, and a reused range, against the previous key (open range or not)."""
+    tables = memory_tables()
+    writer = MetaRangeWriter(tables, SplitPolicy(range_raggedness_entries=1))  # a range per record
+    await writer.add(rec("b"))
+    with pytest.raises(BadInputError, match="not after the previous key"):
+        await writer.add(rec("a"))
+    base = await written(tables, [rec("c"), rec("d")])
+    open_range = MetaRangeWriter(tables, SplitPolicy(max_range_size_bytes=1 << 30))
+    await open_range.add(rec("e"))
+    with pytest.raises(BadInputError, match="not after the previous key"):
+        await open_range.add_range(base.ranges[0])  # c..d before the open range's e
+    with pytest.raises(BadInputError, match="strictly ascending"):
+        await open_range.add(rec("e"))
+    await open_range.add(rec("f"))
+    _, ranges = await open_range.close()
+    assert [(r.min_key, r.max_key, r.count) for r in ranges] == [(b"e", b"f", 2)]
+
+
+async def test_appender_refuses_a_range_that_starts_before_the_previous_one() -> None:
+    """The bulk path's appender checks a range's first key when the range closes, before storing."""
+    tables = memory_tables()
+    writer = MetaRangeWriter(tables, SplitPolicy(range_raggedness_entries=1))
+    assert writer.appender()(rec("b")) is True
+    await writer.close_current()
+    assert writer.appender()(rec("a")) is True  # a new range: nothing to compare inside it
+    with pytest.raises(BadInputError, match="not after the previous key"):
+        await writer.close_current()
+    assert writer.stats.ranges_written == 1

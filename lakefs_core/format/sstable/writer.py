@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING
 from lakefs_core.errors import BadInputError
 from lakefs_core.format.accel import FASTPATH
 from lakefs_core.format.envelope import encode_envelope
+from lakefs_core.format.splitter import SplitPolicy, fnv1a64
 from lakefs_core.format.sstable.block import INTERNAL_TRAILER_LEN, BlockBuilder
 from lakefs_core.format.sstable.footer import (
     BLOCK_TRAILER_SIZE,
@@ -162,6 +163,9 @@ class _PyTableCore:
     _finished: bool
     _id_input: bytearray | None
     _id_update: Callable[[bytearray], object]
+    _split_min: int
+    _split_max: int
+    _split_every: int
 
     def add(self, user_key: bytes, value: bytes) -> int:
         """Append a record; ``user_key`` must sort strictly after the previous one.
@@ -228,6 +232,27 @@ class _PyTableCore:
             id_input.clear()
         return estimate
 
+    def add_record_split(self, user_key: bytes, identity: bytes, data: bytes) -> bool:
+        """:meth:`add_record`, then :meth:`~lakefs_core.format.splitter.SplitPolicy.should_break`
+        for the estimate after it, with the policy of :meth:`TableWriter.set_split_policy`: True
+        when the range ends at this record. (One call per record for range writers.)"""
+        estimate = self.add_record(user_key, identity, data)
+        if estimate < self._split_min:
+            return False
+        if estimate >= self._split_max:
+            return True
+        return fnv1a64(user_key) % self._split_every == 0
+
+    def add_value_split(self, record: tuple[bytes, bytes, bytes]) -> bool:
+        """:meth:`add_record_split` of a ``ValueRecord`` (a ``(key, identity, data)`` tuple): the
+        bulk write path's one call per record."""
+        if not isinstance(record, tuple) or len(record) != 3:
+            raise TypeError("a record is a (key, identity, data) tuple")
+        key, identity, data = record
+        if not (isinstance(key, bytes) and isinstance(identity, bytes) and isinstance(data, bytes)):
+            raise TypeError("a record's key, identity and data must be bytes")
+        return self.add_record_split(key, identity, data)
+
     def _refuse(self, user_key: bytes) -> None:
         raise NotImplementedError
 
@@ -269,6 +294,7 @@ class PureTableWriter(_PyTableCore):
         self._last_key = b""
         self._first_key = b""
         self._id_input = None
+        self._split_min, self._split_max, self._split_every = 0, 1, 1  # until set_split_policy
         self._entries = 0
         self._raw_key_size = 0
         self._raw_value_size = 0
@@ -293,6 +319,12 @@ class PureTableWriter(_PyTableCore):
     def entry_count(self) -> int:
         """Records added so far."""
         return self._entries
+
+    def set_split_policy(self, policy: SplitPolicy) -> None:
+        """The range split policy :meth:`add_record_split` decides with."""
+        self._split_min = policy.min_range_size_bytes
+        self._split_max = policy.max_range_size_bytes
+        self._split_every = policy.range_raggedness_entries
 
     def set_id_sink(self, buffer: bytearray, update: Callable[[bytearray], object]) -> None:
         """Where :meth:`add_record` puts each record's table-id input: ``buffer``, handed to
@@ -430,8 +462,9 @@ if TYPE_CHECKING or FASTPATH is None:
 else:
 
     class TableWriter(FASTPATH.TableCore, PureTableWriter):
-        """:class:`PureTableWriter` with ``add`` and ``add_record`` (and the data-block flush they
-        trigger) from the compiled ``TableCore``: the same bytes, several times faster."""
+        """:class:`PureTableWriter` with ``add``, ``add_record``, ``add_record_split`` and
+        ``add_value_split`` (and the data-block flush they trigger) from the compiled ``TableCore``:
+        the same bytes and decisions, about twice as fast."""
 
 
 #: True when :data:`TableWriter` uses the compiled per-record path (the extension is built and
