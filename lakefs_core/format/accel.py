@@ -1,8 +1,9 @@
 """Which per-record paths are compiled: the optional extension ``format/_fastpath``.
 
 The extension (Cython, built by ``setup.py`` where a C compiler is available) speeds up the
-table writer's per-record path and FNV-1a; pure-Python twins produce the same bytes and are used
-when it is not built, or when ``LAKEFS_PURE_PYTHON=1`` is set (the tests run both ways).
+table writer's per-record path, the range split decision included; pure-Python twins produce the
+same bytes and are used when it is not built, or when ``LAKEFS_PURE_PYTHON=1`` is set (the tests
+run both ways).
 """
 
 from __future__ import annotations

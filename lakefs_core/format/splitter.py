@@ -23,14 +23,11 @@ from dataclasses import dataclass
 import fnv_c
 
 from lakefs_core.errors import BadInputError
-from lakefs_core.format.accel import FASTPATH
 
 _fnv1a_64: Callable[[bytes], int] = fnv_c.fnv1a_64
 # The C function under fnv_c's checked wrapper, for should_break (once per record written): half
 # the cost. Keys there are bytes (ValueRecord keys); anything else fails in cffi's argument check.
 _fnv1a_64_raw: Callable[[bytes, int], int] = fnv_c.lib.fnv1a_64
-# The same hash from this project's optional extension: one C call, no cffi argument conversion.
-_fnv1a_64_fast: Callable[[bytes], int] | None = None if FASTPATH is None else FASTPATH.fnv1a64
 
 DEFAULT_MIN_RANGE_SIZE_BYTES = 0
 DEFAULT_MAX_RANGE_SIZE_BYTES = 20 * 1024 * 1024
@@ -75,7 +72,4 @@ class SplitPolicy:
             return False
         if estimated_size >= self.max_range_size_bytes:
             return True
-        fast = _fnv1a_64_fast
-        if fast is not None:
-            return fast(key) % self.range_raggedness_entries == 0
         return _fnv1a_64_raw(key, len(key)) % self.range_raggedness_entries == 0

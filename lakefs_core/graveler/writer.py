@@ -85,15 +85,10 @@ class RangeBuilder:
         self._hasher.add(key, value)
         return estimate
 
-    def add_record(self, key: bytes, identity: bytes, data: bytes) -> int:
-        """:meth:`add` with the envelope of ``identity`` and ``data`` as the value, built and hashed
-        by the table writer's per-record path (compiled where the extension is built)."""
-        return self._writer.add_record(key, identity, data)
-
     def value_appender(self, policy: SplitPolicy) -> Callable[[ValueRecord], bool]:
-        """:meth:`add_record` of a :class:`ValueRecord` and ``policy``'s split decision in one call,
-        which answers True when the range ends at the record: the table writer's own bound method
-        (compiled where the extension is built; no Python frame between)."""
+        """The table writer's ``add_record`` of a :class:`ValueRecord` and ``policy``'s split
+        decision in one call, which answers True when the range ends at the record: the writer's
+        own bound method (compiled where the extension is built; no Python frame between)."""
         self._writer.set_split_policy(policy)
         return self._writer.add_value_split
 
@@ -101,8 +96,7 @@ class RangeBuilder:
         props: dict[str, str | bytes] = {"type": self._kind}
         table_id = self._hasher.finish(props)
         count = self._writer.entry_count
-        min_key = self._writer.first_key if count else b""
-        max_key = self._writer.last_key if count else b""
+        min_key, max_key = self._writer.first_key, self._writer.last_key  # b"" while empty
         estimate = self._writer.estimated_size()
         user_props: dict[str, bytes] = {
             "type": self._kind.encode(),

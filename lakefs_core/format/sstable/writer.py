@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING
 from lakefs_core.errors import BadInputError
 from lakefs_core.format.accel import FASTPATH
 from lakefs_core.format.envelope import encode_envelope
-from lakefs_core.format.splitter import SplitPolicy, fnv1a64
+from lakefs_core.format.splitter import SplitPolicy
 from lakefs_core.format.sstable.block import INTERNAL_TRAILER_LEN, BlockBuilder
 from lakefs_core.format.sstable.footer import (
     BLOCK_TRAILER_SIZE,
@@ -67,8 +67,11 @@ _FLUSH_PERCENT = 90
 _UVARINT_TABLE_SIZE = 1 << 14
 _UVARINTS = tuple(encode_uvarint(i) for i in range(_UVARINT_TABLE_SIZE))
 _from_bytes = int.from_bytes  # big-endian by default (Python 3.11+)
-# add_record hands the table-id input to SHA-256 in chunks of this size (as _fastpath does).
+# add_record hands the table-id input to SHA-256 in chunks of this size (as _fastpath does; the
+# digest does not depend on the chunking).
 ID_INPUT_CHUNK = 65536
+# Until set_split_policy: every record ends its range (estimate >= 1).
+_SPLIT_UNSET = SplitPolicy(max_range_size_bytes=1, range_raggedness_entries=1)
 
 
 def shortest_separator(start: bytes, limit: bytes) -> bytes:
@@ -163,9 +166,7 @@ class _PyTableCore:
     _finished: bool
     _id_input: bytearray | None
     _id_update: Callable[[bytearray], object]
-    _split_min: int
-    _split_max: int
-    _split_every: int
+    _split_policy: SplitPolicy
 
     def add(self, user_key: bytes, value: bytes) -> int:
         """Append a record; ``user_key`` must sort strictly after the previous one.
@@ -236,12 +237,7 @@ class _PyTableCore:
         """:meth:`add_record`, then :meth:`~lakefs_core.format.splitter.SplitPolicy.should_break`
         for the estimate after it, with the policy of :meth:`TableWriter.set_split_policy`: True
         when the range ends at this record. (One call per record for range writers.)"""
-        estimate = self.add_record(user_key, identity, data)
-        if estimate < self._split_min:
-            return False
-        if estimate >= self._split_max:
-            return True
-        return fnv1a64(user_key) % self._split_every == 0
+        return self._split_policy.should_break(user_key, self.add_record(user_key, identity, data))
 
     def add_value_split(self, record: tuple[bytes, bytes, bytes]) -> bool:
         """:meth:`add_record_split` of a ``ValueRecord`` (a ``(key, identity, data)`` tuple): the
@@ -294,7 +290,7 @@ class PureTableWriter(_PyTableCore):
         self._last_key = b""
         self._first_key = b""
         self._id_input = None
-        self._split_min, self._split_max, self._split_every = 0, 1, 1  # until set_split_policy
+        self.set_split_policy(_SPLIT_UNSET)
         self._entries = 0
         self._raw_key_size = 0
         self._raw_value_size = 0
@@ -321,7 +317,9 @@ class PureTableWriter(_PyTableCore):
         return self._entries
 
     def set_split_policy(self, policy: SplitPolicy) -> None:
-        """The range split policy :meth:`add_record_split` decides with."""
+        """The range split policy :meth:`add_record_split` decides with (the compiled path reads
+        its three numbers)."""
+        self._split_policy = policy
         self._split_min = policy.min_range_size_bytes
         self._split_max = policy.max_range_size_bytes
         self._split_every = policy.range_raggedness_entries
