@@ -138,6 +138,23 @@ def test_top_level_index_out_of_order() -> None:
     corrupt(c.finish(top, entries=2, two_level=True), "not strictly ascending")
 
 
+def test_partition_above_its_top_level_key_by_the_trailer_alone() -> None:
+    """The same user key in the partition's last separator and its top-level key, but the
+    partition's with a smaller trailer, so it sorts after the top-level key in internal-key order
+    (user key ascending, trailer descending). Old reader compared user keys only and accepted it."""
+    c = Crafter()
+    d0 = c.block(data_block([(b"a", b"1")]))
+    p0 = c.index([(ikey(b"b", seq=1), d0)])
+    top = c.index([(sep(b"b"), p0)])
+    corrupt(c.finish(top, entries=1, two_level=True), "above its top-level key")
+    # The other way round is in order: a partition ending at or before its top-level key.
+    c = Crafter()
+    d0 = c.block(data_block([(b"a", b"1")]))
+    p0 = c.index([(sep(b"b"), d0)])
+    top = c.index([(ikey(b"b", seq=1), p0)])
+    assert list(TableReader(c.finish(top, entries=1, two_level=True), "t")) == [(b"a", b"1")]
+
+
 def test_equal_index_separators() -> None:
     """Old reader: equal separators passed, and ``get(b"b")`` looked in the block holding "a"."""
     data = one_level(

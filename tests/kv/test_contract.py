@@ -8,7 +8,7 @@ reset moto server.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 
 import asyncpg
 import pytest
@@ -21,6 +21,7 @@ from lakefs_core.errors import (
     TransientError,
 )
 from lakefs_core.kv import Expect, KVEntry, KVStore, open_kv
+from lakefs_core.kv.base import KVItem
 from tests.support.kv import KV_DRIVERS, kv_url_for
 
 DRIVERS = KV_DRIVERS
@@ -430,6 +431,51 @@ async def test_set_many_bad_item_rejected_before_anything_is_written(kv: KVStore
         with pytest.raises(BadInputError):
             await kv.set_many(batch)  # type: ignore[arg-type]
     assert await keys_of(kv) == []
+
+
+def _streamed(n: int, keys: int) -> Iterator[KVItem]:
+    """``n`` items over ``keys`` keys, each key repeated at distances of ``keys`` items."""
+    for i in range(n):
+        yield (P, b"k%04d" % (i % keys), b"v%d" % i)
+
+
+async def test_set_many_of_a_long_generator_with_repeats_keeps_the_last_values(kv: KVStore) -> None:
+    # 1,000 items: more than 700 (the SQL test above) and 25 (a DynamoDB batch), with every
+    # key of the first 400 given again 600 items later.
+    await kv.set_many(_streamed(1000, 600))
+    assert await keys_of(kv) == [b"k%04d" % j for j in range(600)]
+    assert await kv.get(P, b"k0000") == b"v600"
+    assert await kv.get(P, b"k0399") == b"v999"
+    assert await kv.get(P, b"k0400") == b"v400"
+    await kv.set(b"refs", b"branch", b"v1")
+    assert await kv.set_many_then_get(_streamed(1000, 300), b"refs", b"branch") == b"v1"
+    assert await kv.get(P, b"k0000") == b"v900"
+    assert await kv.get(P, b"k0099") == b"v999"
+    assert await kv.get(P, b"k0100") == b"v700"
+
+
+def _failing_late(error: BaseException | None) -> Iterator[object]:
+    """900 good items, then an error or a bad item."""
+    for i in range(900):
+        yield (P, b"late%04d" % i, b"v")
+    if error is not None:
+        raise error
+    yield (P, b"", b"an empty key")
+
+
+@pytest.mark.parametrize("bad", ["bad item", "iterable raises"])
+async def test_a_late_failure_of_the_items_stores_nothing(kv: KVStore, bad: str) -> None:
+    await kv.set(b"refs", b"branch", b"v1")
+    error: type[BaseException] = BadInputError if bad == "bad item" else ZeroDivisionError
+    raised = None if bad == "bad item" else ZeroDivisionError("the source failed")
+    with pytest.raises(error):
+        await kv.set_many(_failing_late(raised))  # type: ignore[arg-type]
+    with pytest.raises(error):
+        await kv.set_many_then_get(_failing_late(raised), b"refs", b"branch")  # type: ignore[arg-type]
+    assert await keys_of(kv) == []
+    assert await kv.get(b"refs", b"branch") == b"v1"
+    await kv.set_many([(P, b"after", b"ok")])  # the store is usable afterwards (no lock left held)
+    assert await keys_of(kv) == [b"after"]
 
 
 async def test_set_many_large_values(kv: KVStore) -> None:

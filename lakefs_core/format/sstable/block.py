@@ -270,9 +270,12 @@ def decode_index_block(
     key_is_user_key: bool = False,
     value_delta_encoded: bool = False,
     after: bytes | None = None,
+    full: list[bytes] | None = None,
 ) -> tuple[list[bytes], list[BlockHandle], bytes | None]:
     """Decode an index block into separator user keys, the block handles they point to, and the
-    block's last key as stored (the ``after`` of the next partition of a two-level index).
+    block's last key as stored (the ``after`` of the next partition of a two-level index). Each
+    key as stored (with its trailer, when it has one) is also appended to ``full`` when given: the
+    top level of a two-level index is checked against its partitions in internal-key order.
 
     Separators must strictly ascend (as internal keys, or as user keys with ``key_is_user_key``),
     starting above ``after``. Format versions 3+ may store separators as bare user keys
@@ -283,7 +286,7 @@ def decode_index_block(
     limit, restarts = restart_points(block, file, base)
     trailer = 0 if key_is_user_key else INTERNAL_TRAILER_LEN
     if not value_delta_encoded:
-        return _decode_plain_index(block, limit, (file, base), trailer, after)
+        return _decode_plain_index(block, limit, (file, base), trailer, after, full=full)
     restart_set = set(restarts)
     seps: list[bytes] = []
     handles: list[BlockHandle] = []
@@ -309,6 +312,8 @@ def decode_index_block(
             _check_order(key, prev, trailer, (file, base, p))
         seps.append(sep)
         prev = key
+        if full is not None:
+            full.append(key)
         if p in restart_set:
             handle, q = decode_handle(block, kend, file=file, base=base)
         else:
@@ -324,19 +329,31 @@ def decode_index_block(
     return seps, handles, prev
 
 
+def sorts_after(key: bytes, other: bytes, trailer: int) -> bool:
+    """Whether index key ``key`` sorts strictly after ``other`` in the table's key order: a greater
+    user key, or (internal keys, ``trailer`` bytes long) the same user key with a smaller trailer."""
+    user, other_user = key[: len(key) - trailer], other[: len(other) - trailer]
+    if user != other_user:
+        return user > other_user
+    return bool(trailer) and trailer_of(key) < trailer_of(other)
+
+
 def _check_order(key: bytes, prev: bytes, trailer: int, where: tuple[str, int, int]) -> None:
-    """Raise unless index key ``key`` sorts strictly after ``prev``: a greater user key, or the same
-    one with a smaller trailer. Called off the fast path (equal user keys, or a partition's first)."""
-    sep, prev_sep = key[: len(key) - trailer], prev[: len(prev) - trailer]
-    if sep > prev_sep:
-        return
-    if sep < prev_sep or not trailer or trailer_of(key) >= trailer_of(prev):
+    """Raise unless index key ``key`` sorts strictly after ``prev``. Called off the fast path
+    (equal user keys, or a partition's first)."""
+    if not sorts_after(key, prev, trailer):
         file, base, p = where
         raise _corrupt("index separators not strictly ascending", file, base, p)
 
 
 def _decode_plain_index(
-    block: bytes, limit: int, where: tuple[str, int], trailer: int, after: bytes | None
+    block: bytes,
+    limit: int,
+    where: tuple[str, int],
+    trailer: int,
+    after: bytes | None,
+    *,
+    full: list[bytes] | None,
 ) -> tuple[list[bytes], list[BlockHandle], bytes | None]:
     """Index entries with explicit value lengths (pebble, RocksDB format 2-3). Runs once per
     data block at open, so the one-byte header is decoded inline as in :func:`decode_data_block`."""
@@ -374,6 +391,8 @@ def _decode_plain_index(
             _check_order(key, prev, trailer, (file, base, p))
         seps.append(sep)
         prev = key
+        if full is not None:
+            full.append(key)
         # pebble may append block properties after the handle, so the value can be longer.
         offset, q = decode_uvarint(block, kend, file=file, base=base)
         size, q = decode_uvarint(block, q, file=file, base=base)

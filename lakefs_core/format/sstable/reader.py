@@ -53,10 +53,12 @@ from collections.abc import Iterable, Iterator
 
 from lakefs_core.errors import BadInputError, CorruptDataError
 from lakefs_core.format.sstable.block import (
+    INTERNAL_TRAILER_LEN,
     DataBlock,
     decode_block,
     decode_data_block,
     decode_index_block,
+    sorts_after,
     trailer_of,
 )
 from lakefs_core.format.sstable.footer import (
@@ -202,17 +204,21 @@ class TableReader:
         data_end = min(
             [top.offset, self.footer.metaindex.offset, *(h.offset for h in self.meta_blocks.values())]
         )
-        seps, handles, _ = self._decode_index(top, None)
-        if self.index_type == INDEX_TYPE_TWO_LEVEL:
+        # A two-level index's top keys as stored: a partition's last key must not sort after its
+        # own top key in the table's key order (internal keys: user key, then trailer descending).
+        top_keys: list[bytes] | None = [] if self.index_type == INDEX_TYPE_TWO_LEVEL else None
+        seps, handles, _ = self._decode_index(top, None, top_keys)
+        if top_keys is not None:
             # Partitions in file order, apart from each other and from the top level: none is read
             # twice, so the index costs at most one pass over the file.
             self._check_layout(handles, "index partition", 0, len(self._data) - FOOTER_SIZE, avoid=top)
             all_seps: list[bytes] = []
             all_handles: list[BlockHandle] = []
             last: bytes | None = None
-            for top_sep, partition in zip(seps, handles, strict=True):
+            trailer = 0 if self._key_is_user_key else INTERNAL_TRAILER_LEN
+            for top_key, partition in zip(top_keys, handles, strict=True):
                 part_seps, part_handles, last = self._decode_index(partition, last)
-                if not part_seps or part_seps[-1] > top_sep:
+                if not part_seps or last is None or sorts_after(last, top_key, trailer):
                     raise CorruptDataError(
                         "index partition empty or above its top-level key",
                         file=self.name,
@@ -248,12 +254,13 @@ class TableReader:
             pos = block_end
 
     def _decode_index(
-        self, handle: BlockHandle, after: bytes | None
+        self, handle: BlockHandle, after: bytes | None, full: list[bytes] | None = None
     ) -> tuple[list[bytes], list[BlockHandle], bytes | None]:
         return decode_index_block(
             self._read(handle),
             self.name,
             handle.offset,
+            full=full,
             key_is_user_key=self._key_is_user_key,
             value_delta_encoded=self._value_delta,
             after=after,
