@@ -231,3 +231,13 @@ def first_exception(group: BaseExceptionGroup[BaseException]) -> BaseException:
     alone (``raise first_exception(g) from None``), so callers see one typed error, not a group."""
     first = group.exceptions[0]
     return first_exception(first) if isinstance(first, BaseExceptionGroup) else first
+
+
+def undecodable_shown(text: str) -> str:
+    """``text`` for a message, the bytes the OS could not decode shown as ``\\xNN`` escapes (other
+    lone surrogates as ``\\udNNN``)."""
+    try:
+        raw = text.encode("utf-8", "surrogateescape")
+    except UnicodeEncodeError:
+        return text.encode("utf-8", "backslashreplace").decode()
+    return raw.decode("utf-8", "backslashreplace")

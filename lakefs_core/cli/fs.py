@@ -41,7 +41,7 @@ from lakefs_core.cli.output import (
     wants_json,
 )
 from lakefs_core.cli.uri import PATH_URI, PREFIX_URI, LakeFSURI
-from lakefs_core.errors import BadInputError, LakeFSError, NotFoundError
+from lakefs_core.errors import BadInputError, LakeFSError, NotFoundError, undecodable_shown
 from lakefs_core.repos.staging_writes import MAX_PATH_BYTES
 
 if TYPE_CHECKING:
@@ -137,7 +137,7 @@ def _check_name(entry: os.DirEntry[str]) -> None:
     try:
         entry.name.encode("utf-8")
     except UnicodeEncodeError:
-        shown = os.fsencode(entry.path).decode("utf-8", "backslashreplace")
+        shown = undecodable_shown(entry.path)
         raise BadInputError(f"{shown}: the file name is not valid UTF-8", field="--source") from None
 
 

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from lakefs_core.errors import BadInputError
+from lakefs_core.errors import BadInputError, undecodable_shown
 from lakefs_core.refs.model import validate_branch_id, validate_repo_id, validate_tag_id
 from lakefs_core.repos.refexpr import parse_ref
 
@@ -72,6 +72,10 @@ def parse_uri(text: str, kind: Kind, *, field: str = "uri") -> LakeFSURI:
         raise bad(f"{shown!r} is not a lakefs:// URI")
     if "\0" in text:
         raise bad("URI contains a NUL character")
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:  # bytes the OS could not decode, given back as lone surrogates
+        raise bad(f"'{undecodable_shown(text)[:200]}' is not valid UTF-8") from None
     rest = text[len(SCHEME) :]
     repo, _, remainder = rest.partition("/")
     if not repo:

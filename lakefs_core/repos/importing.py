@@ -97,8 +97,12 @@ class Chunk:
 
 def normalize_dest_prefix(path: str) -> str:
     """The entries' key prefix: ``''`` (the whole branch) or a path ending in ``/``."""
-    if not isinstance(path, str) or "\0" in path or len(path.encode()) > MAX_KEY_BYTES:
-        raise BadInputError("must be a path of at most 1024 bytes without NUL", field="path")
+    try:
+        size = len(path.encode()) if isinstance(path, str) else -1
+    except UnicodeEncodeError:  # a lone surrogate
+        size = -1
+    if size < 0 or size > MAX_KEY_BYTES or "\0" in path:
+        raise BadInputError("must be a UTF-8 path of at most 1024 bytes without NUL", field="path")
     return path if not path or path.endswith("/") else path + "/"
 
 

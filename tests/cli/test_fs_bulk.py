@@ -300,6 +300,25 @@ def test_import_guards_and_exit_codes(run: InProcess, repo: str, tmp_path: Path)
     assert sorted(r["path"] for r in listed) == ["a.txt", "d/b.txt"]  # keep.txt and in/ replaced
 
 
+def test_uris_that_are_not_utf8_are_refused_by_argument(run: InProcess, repo: str, tmp_path: Path) -> None:
+    """argv bytes the OS could not decode reach the CLI as lone surrogates: exit 9 naming the
+    argument and the bytes, never an unexpected UnicodeEncodeError (exit 1)."""
+    src = write_tree(tmp_path / "src", {"ok.txt": b"ok"})
+    bad = f"{repo}/a\udcffb"
+    for args in (
+        ("fs", "stat", bad),
+        ("fs", "cat", bad),
+        ("fs", "rm", bad),
+        ("fs", "ls", bad),
+        ("fs", "download", bad, str(tmp_path / "out")),
+        ("fs", "upload", bad, "--source", str(src / "ok.txt")),
+        ("fs", "upload", "-r", bad + "/", "--source", str(src)),
+        ("import", "--from", str(src), "--to", bad + "/"),
+    ):
+        run(*args).failed(9, "a\\xffb", "is not valid UTF-8")
+    assert run.json("fs", "ls", "-r", f"{repo}/")["results"] == []
+
+
 def test_upload_tree_refuses_unusable_names_before_uploading(
     run: InProcess, repo: str, tmp_path: Path
 ) -> None:

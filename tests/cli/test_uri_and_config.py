@@ -61,6 +61,10 @@ def test_parse_valid(text: str, kind: Kind, expected: LakeFSURI) -> None:
         ("lakefs://repo/main/", Kind.PATH, "empty object path"),
         ("lakefs://repo/main//x", Kind.PATH, "must not start with '/'"),
         ("lakefs://repo/main/a\0b", Kind.PATH, "NUL"),
+        # bytes the OS could not decode (argv is surrogate-escaped), shown as the bytes given
+        ("lakefs://repo/main/a\udcffb", Kind.PATH, "'lakefs://repo/main/a\\xffb' is not valid UTF-8"),
+        ("lakefs://repo/main/dir\udcc3/", Kind.PREFIX, "dir\\xc3/' is not valid UTF-8"),
+        ("lakefs://repo/main/\ud800", Kind.PATH, "'lakefs://repo/main/\\ud800' is not valid UTF-8"),
     ],
 )
 def test_parse_invalid_names_the_argument(text: str, kind: Kind, needle: str) -> None:

@@ -102,9 +102,16 @@ class Crafter:
         return self.block(block_of([(k, encode_handle(h)) for k, h in entries], restart_interval=1))
 
     def finish(
-        self, index: BlockHandle, *, entries: int | None, two_level: bool = False, blocks: int = 1
+        self,
+        index: BlockHandle,
+        *,
+        entries: int | None,
+        two_level: bool = False,
+        blocks: int = 1,
+        index_type: int | None = None,
     ) -> bytes:
-        """Close the file; ``entries=None`` leaves ``rocksdb.num.entries`` out."""
+        """Close the file; ``entries=None`` leaves ``rocksdb.num.entries`` out; ``index_type``
+        overrides the index type property."""
         stats = TableStats(
             num_entries=entries or 0,
             raw_key_size=0,
@@ -118,6 +125,8 @@ class Crafter:
         props = standard_properties(stats)
         if entries is None:
             del props[NUM_ENTRIES]
+        if index_type is not None:
+            props[INDEX_TYPE] = struct.pack("<I", index_type)
         props_handle = self.block(encode_properties(props))
         meta = BlockBuilder(1)
         meta.add(PROPERTIES_BLOCK.encode(), encode_handle(props_handle))

@@ -16,6 +16,8 @@ import pytest
 
 from lakefs_core.errors import CorruptDataError
 from lakefs_core.format.sstable import TableReader
+from lakefs_core.format.sstable.block import decode_block
+from lakefs_core.format.sstable.footer import decode_footer, decode_handle, read_block
 from lakefs_core.format.varint import encode_uvarint
 from lakefs_core.graveler.tables import TableCache, TableStore
 from tests.format.crafted_tables import (
@@ -153,6 +155,18 @@ def test_partition_above_its_top_level_key_by_the_trailer_alone() -> None:
     p0 = c.index([(sep(b"b"), d0)])
     top = c.index([(ikey(b"b", seq=1), p0)])
     assert list(TableReader(c.finish(top, entries=1, two_level=True), "t")) == [(b"a", b"1")]
+
+
+def test_unsupported_index_type_names_the_properties_block() -> None:
+    """Found by a randomised run of the mutation fuzz: the refusal named no offset."""
+    c = Crafter()
+    d0 = c.block(data_block([(b"a", b"1")]))
+    data = c.finish(c.index([(sep(b"b"), d0)]), entries=1, index_type=522)
+    error = corrupt(data, "unsupported index type 522")
+    footer = decode_footer(memoryview(data), "t")
+    names, handles = decode_block(read_block(memoryview(data), footer.metaindex, "t"), "t", 0)
+    assert names == [b"rocksdb.properties"]
+    assert error.offset == decode_handle(handles[0], 0, file="t")[0].offset
 
 
 def test_equal_index_separators() -> None:

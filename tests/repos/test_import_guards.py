@@ -109,3 +109,12 @@ async def test_an_entry_path_of_1024_bytes_imports_and_1025_is_refused(
     with pytest.raises(BadInputError, match="1024 bytes"):
         await g.import_objects("imp1", "main", dest, str(src), committer="t")
     assert (await g.branch("imp1", "main")).commit_id == head
+
+
+async def test_a_destination_that_is_not_utf8_is_refused(g: Graveler, tmp_path: Path) -> None:
+    src = tmp_path / "src"
+    write_tree(src, {"a.csv": b"a"})
+    head = (await g.branch("imp1", "main")).commit_id
+    with pytest.raises(BadInputError, match="path: must be a UTF-8 path"):
+        await g.import_objects("imp1", "main", "in\udcff/", str(src), committer="t")
+    assert (await g.branch("imp1", "main")).commit_id == head

@@ -100,6 +100,15 @@ async def test_upload_refusals(g: Graveler, objects: Objects, repo: str) -> None
     for bad in ("", "/abs"):
         with pytest.raises(BadInputError):
             await objects.upload(repo, "main", bad, b"x")
+    # A lone surrogate (a file name the OS could not decode) names no UTF-8 key: refused by field,
+    # never a UnicodeEncodeError.
+    with pytest.raises(BadInputError, match=r"path: 'a\\xffb' is not valid UTF-8"):
+        await objects.upload(repo, "main", "a\udcffb", b"x")
+    with pytest.raises(BadInputError, match=r"path: .* is not valid UTF-8"):
+        await objects.stat(repo, "main", "a\udcffb")
+    for field in ("prefix", "delimiter", "after"):
+        with pytest.raises(BadInputError, match=rf"{field}: .* is not valid UTF-8"):
+            await objects.list(repo, "main", **{field: "\ud800"})
     # Nothing was written for the refused uploads.
     r = await g.repository(repo)
     ns = StorageNamespace.parse(r.storage_namespace)

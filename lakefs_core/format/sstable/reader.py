@@ -198,7 +198,9 @@ class TableReader:
 
     def _read_index(self) -> tuple[list[bytes], list[BlockHandle]]:
         if self.index_type not in _SUPPORTED_INDEX_TYPES:
-            raise CorruptDataError(f"unsupported index type {self.index_type}", file=self.name)
+            raise CorruptDataError(
+                f"unsupported index type {self.index_type}", file=self.name, offset=self._props_offset
+            )
         top = self.footer.index
         # Data blocks precede every index and meta block in RocksDB and pebble files.
         data_end = min(
