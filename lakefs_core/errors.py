@@ -241,3 +241,12 @@ def undecodable_shown(text: str) -> str:
     except UnicodeEncodeError:
         return text.encode("utf-8", "backslashreplace").decode()
     return raw.decode("utf-8", "backslashreplace")
+
+
+def encode_utf8(text: str, field: str) -> bytes:
+    """``text`` as UTF-8, or :class:`BadInputError` naming ``field`` for a lone surrogate (bytes the
+    OS could not decode, from argv, the environment or a file name), shown as those bytes."""
+    try:
+        return text.encode()
+    except UnicodeEncodeError:
+        raise BadInputError(f"'{undecodable_shown(text)[:200]}' is not valid UTF-8", field=field) from None

@@ -64,7 +64,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from enum import IntEnum
 
-from lakefs_core.errors import BadInputError
+from lakefs_core.errors import BadInputError, encode_utf8
 
 DATA_DIR = "data"
 TABLES_DIR = "_lakefs"
@@ -163,6 +163,7 @@ class StorageNamespace:
         uri = self.uri
         if not isinstance(uri, str):
             raise BadInputError("must be a str", field="storage_namespace")
+        encode_utf8(uri, "storage_namespace")  # stored in KV records and hashed into keys
         m = _SCHEME.fullmatch(uri)
         if m is None:
             raise BadInputError(f"{uri!r} is not a URI (scheme://...)", field="storage_namespace")

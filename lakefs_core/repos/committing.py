@@ -38,6 +38,7 @@ from lakefs_core.errors import (
     ConflictError,
     NoChangesError,
     PreconditionFailedError,
+    encode_utf8,
 )
 from lakefs_core.graveler.apply import apply_changes
 from lakefs_core.graveler.merge import merge as merge_metaranges
@@ -103,6 +104,18 @@ async def _build_commit(
     return commit
 
 
+def check_commit_text(committer: str, message: str | None, metadata: Mapping[str, str] | None) -> None:
+    """Refuse, before anything moves, text no commit can hold: a commit's fields are UTF-8 (its id
+    hashes them, its record stores them), so a lone surrogate (argv or environment bytes the OS
+    could not decode) is named by field instead of failing half-way through the commit."""
+    fields: list[tuple[str, object]] = [("committer", committer), ("message", message)]
+    for key, value in (metadata or {}).items():
+        fields += [("metadata", key), (f"metadata[{key!r}]", value)]  # the key is checked first
+    for field, text in fields:
+        if isinstance(text, str):
+            encode_utf8(text, field)
+
+
 async def commit(
     g: Graveler,
     repo_id: str,
@@ -114,10 +127,11 @@ async def commit(
     allow_empty: bool = False,
     force: bool = False,
 ) -> Commit:
-    repo = await g.repository(repo_id)
-    g.writable(repo, force)
     if not message:
         raise BadInputError("a commit needs a message", field="message")
+    check_commit_text(committer, message, metadata)
+    repo = await g.repository(repo_id)
+    g.writable(repo, force)
     current, _ = await g.refs.get_branch(repo, branch_id)
     if not allow_empty and not await g.has_uncommitted(repo, current):
         raise NoChangesError(f"branch {branch_id!r} has no uncommitted changes")
@@ -234,6 +248,7 @@ async def merge(
     metadata: Mapping[str, str] | None = None,
     force: bool = False,
 ) -> Commit:
+    check_commit_text(committer, message, metadata)
     repo = await g.repository(repo_id)
     g.writable(repo, force)
     meta = dict(metadata or {})
@@ -281,6 +296,7 @@ async def revert(
     message: str | None = None,
     force: bool = False,
 ) -> Commit:
+    check_commit_text(committer, message, None)
     repo = await g.repository(repo_id)
     g.writable(repo, force)
     target = (await g.resolve(repo, commit_ref)).commit

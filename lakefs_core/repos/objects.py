@@ -28,7 +28,7 @@ from datetime import UTC, datetime
 
 from lakefs_core.aio import bounded_each
 from lakefs_core.block.base import BlockStore, ObjectInfo, PutItem
-from lakefs_core.errors import BadInputError, NotFoundError, undecodable_shown
+from lakefs_core.errors import BadInputError, NotFoundError, encode_utf8
 from lakefs_core.format.proto import catalog_pb2
 from lakefs_core.format.records import ADDRESS_RELATIVE, ValueRecord, decode_entry, make_entry
 from lakefs_core.keys import SliceAllocator, StorageNamespace
@@ -113,18 +113,10 @@ def _put_item(item: UploadItem, target: str) -> PutItem:
     return PutItem(target, body, content_type=item.content_type, metadata=item.metadata)
 
 
-def utf8(text: str, field: str) -> bytes:
-    """``text`` as UTF-8; a lone surrogate (bytes the OS could not decode) names no key: refused."""
-    try:
-        return text.encode()
-    except UnicodeEncodeError:
-        raise BadInputError(f"'{undecodable_shown(text)[:200]}' is not valid UTF-8", field=field) from None
-
-
 def _path_bytes(path: str) -> bytes:
     if not path or path.startswith("/"):
         raise BadInputError("object paths are non-empty and relative (no leading '/')", field="path")
-    return utf8(path, "path")
+    return encode_utf8(path, "path")
 
 
 def _new_path_bytes(path: str) -> bytes:
@@ -333,11 +325,11 @@ class Objects:
     ) -> ListPage:
         if not 1 <= amount <= MAX_LIST_AMOUNT:
             raise BadInputError(f"must be between 1 and {MAX_LIST_AMOUNT}", field="amount")
-        pfx, delim = utf8(prefix, "prefix"), utf8(delimiter, "delimiter")
+        pfx, delim = encode_utf8(prefix, "prefix"), encode_utf8(delimiter, "delimiter")
         objects: list[ObjectStat] = []
         prefixes: list[str] = []
         start = b""
-        last = utf8(after, "after")
+        last = encode_utf8(after, "after")
         if delim and last.endswith(delim) and last.startswith(pfx) and len(last) > len(pfx):
             # The cursor is a common prefix from the previous page: continue after all of it.
             successor = prefix_successor(last)

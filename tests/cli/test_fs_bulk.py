@@ -314,9 +314,15 @@ def test_uris_that_are_not_utf8_are_refused_by_argument(run: InProcess, repo: st
         ("fs", "upload", bad, "--source", str(src / "ok.txt")),
         ("fs", "upload", "-r", bad + "/", "--source", str(src)),
         ("import", "--from", str(src), "--to", bad + "/"),
+        ("import", "--from", str(src / "a\udcffb"), "--to", f"{repo}/in/"),
+        ("import", "--from", "s3://bucket/a\udcffb/", "--to", f"{repo}/in/"),
+        ("repo", "create", "lakefs://other-repo", f"local://{tmp_path}/a\udcffb"),
+        ("commit", repo, "-m", "a\udcffb", "--allow-empty"),
+        ("commit", repo, "-m", "m", "--meta", "k=a\udcffb", "--allow-empty"),
     ):
         run(*args).failed(9, "a\\xffb", "is not valid UTF-8")
     assert run.json("fs", "ls", "-r", f"{repo}/")["results"] == []
+    assert [r["id"] for r in run.json("repo", "list")["results"]] == ["bulk"]
 
 
 def test_upload_tree_refuses_unusable_names_before_uploading(

@@ -8,6 +8,7 @@ committed exactly once.
 from __future__ import annotations
 
 import asyncio
+import re
 from collections import Counter
 from datetime import timedelta
 
@@ -37,6 +38,39 @@ async def test_commit_needs_a_message(g: Graveler, repo: str) -> None:
     await g.set_entry(repo, "main", record("a"))
     with pytest.raises(BadInputError):
         await g.commit(repo, "main", committer="t", message="")
+
+
+@pytest.mark.parametrize(
+    "case",
+    [
+        ("message", "t", "m\udcff", {}),
+        ("committer", "u\udcff", "m", {}),  # e.g. $USER holding bytes the OS could not decode
+        ("metadata", "t", "m", {"k\udcff": "v"}),
+        ("metadata['k']", "t", "m", {"k": "\ud800"}),
+    ],
+)
+async def test_text_that_is_not_utf8_is_refused_before_anything_moves(
+    g: Graveler, repo: str, case: tuple[str, str, str, dict[str, str]]
+) -> None:
+    field, committer, message, metadata = case
+    await g.set_entry(repo, "main", record("a"))
+    await g.commit(repo, "main", committer="t", message="first")
+    await g.create_branch(repo, "feature", "main")
+    await g.set_entry(repo, "feature", record("f"))
+    await g.commit(repo, "feature", committer="t", message="f")
+    await g.set_entry(repo, "main", record("b"))
+    before = await g.branch(repo, "main")
+    with pytest.raises(BadInputError, match=rf"^{re.escape(field)}: .* is not valid UTF-8"):
+        await g.commit(repo, "main", committer=committer, message=message, metadata=metadata)
+    assert await g.branch(repo, "main") == before  # no token was sealed
+    await g.commit(repo, "main", committer="t", message="b")
+    before = await g.branch(repo, "main")
+    with pytest.raises(BadInputError, match=rf"^{re.escape(field)}: "):
+        await g.merge(repo, "feature", "main", committer=committer, message=message, metadata=metadata)
+    if not metadata:  # revert takes no metadata
+        with pytest.raises(BadInputError, match=rf"^{re.escape(field)}: "):
+            await g.revert(repo, "main", "main", committer=committer, message=message)
+    assert await g.branch(repo, "main") == before
 
 
 async def test_commit_unknown_branch(g: Graveler, repo: str) -> None:

@@ -55,6 +55,14 @@ def test_canonical_form_and_nesting() -> None:
     assert StorageNamespace("s3://bucket/x/y").ancestors() == ["s3://bucket/", "s3://bucket/x/"]
 
 
+@pytest.mark.parametrize("uri", ["local:///data/ns\udcff", "s3://bucket/p\udcff/", "mem://m/\ud800"])
+def test_a_namespace_that_is_not_utf8_is_refused(uri: str) -> None:
+    """Namespaces are stored in KV records and keys: a lone surrogate (a directory name the OS
+    could not decode, say) is refused by field, never a UnicodeEncodeError later."""
+    with pytest.raises(BadInputError, match=r"^storage_namespace: '.*' is not valid UTF-8"):
+        StorageNamespace(uri)
+
+
 @pytest.mark.parametrize(
     "second",
     [
