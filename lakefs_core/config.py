@@ -132,6 +132,8 @@ def load_raw(path: Path | None) -> dict[str, Any]:
         raise BadInputError(f"config file {path} does not exist", field="config") from e
     except OSError as e:
         raise BadInputError(f"config file {path} cannot be read: {e.strerror}", field="config") from e
+    except UnicodeDecodeError as e:
+        raise BadInputError(f"config file {path} is not UTF-8 text (byte {e.start})", field="config") from e
     import yaml
 
     try:

@@ -51,8 +51,9 @@ def normalize_sql_url(url: str) -> URL:
     alone would split it at the first ``@`` and take the rest for the host (see :mod:`lakefs_core.redact`).
     """
     try:
+        url.encode()  # a lone surrogate (environment bytes the OS could not decode): refused
         parsed = make_url(_quote_userinfo_at(url))
-    except (ArgumentError, ValueError):
+    except (ArgumentError, ValueError):  # UnicodeEncodeError is a ValueError
         # ``from None``: a mis-split URL can put part of a password into the parser's message.
         raise ValueError("not a valid SQL database URL") from None
     driver = parsed.drivername.lower()

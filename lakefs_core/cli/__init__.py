@@ -29,7 +29,7 @@ from typing import Any, TypeVar
 import click
 
 from lakefs_core import __version__
-from lakefs_core.cli.state import CONFIG_ENV, AppState
+from lakefs_core.cli.state import CONFIG_ENV, DEBUG_ENV, AppState
 from lakefs_core.errors import LakeFSError
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -171,6 +171,14 @@ def run(group: click.Group, argv: Sequence[str] | None, prog_name: str) -> int:
         return USAGE_EXIT if isinstance(e, click.UsageError) else e.exit_code
     except click.exceptions.Exit as e:
         return e.exit_code
+    except Exception as e:
+        # A bug, or an input no check anticipated, outside a session (which already wraps them,
+        # see context.run_session): still one line, never a traceback, unless debugging.
+        if os.environ.get(DEBUG_ENV):
+            raise
+        shown = one_line(f"unexpected {type(e).__name__}: {e} (set {DEBUG_ENV}=1 for details)")
+        click.echo(f"{prog_name}: {shown}", err=True)
+        return LakeFSError.exit_code
     # Without standalone mode click RETURNS the code of an explicit ``Exit`` (``run --once``'s status,
     # ``check-config``'s); commands themselves return None.
     return result if type(result) is int else 0

@@ -60,7 +60,7 @@ import click
 import platformdirs
 from pydantic import Field
 
-from lakefs_core.cli.state import app_state
+from lakefs_core.cli.state import DEBUG_ENV, app_state
 from lakefs_core.config import load_config
 from lakefs_core.errors import BadInputError, LakeFSError, NotFoundError, StorageFullError
 from lakefs_core.settings import CoreSettings, S3Config
@@ -73,7 +73,6 @@ __all__ = ["CoreConfig", "S3Config", "Session", "load_core_config", "open_sessio
 
 APP_NAME = "lakefs-core"
 ENV_PREFIX = "LAKEFS_CORE"
-DEBUG_ENV = "LAKEFS_CORE_DEBUG"
 
 T = TypeVar("T")
 

@@ -17,6 +17,7 @@ if TYPE_CHECKING:
     from lakefs_core.cli.context import CoreConfig
 
 CONFIG_ENV = "LAKEFS_CORE_CONFIG"
+DEBUG_ENV = "LAKEFS_CORE_DEBUG"  # set: an unexpected error raises with its traceback (every CLI)
 
 
 @dataclass

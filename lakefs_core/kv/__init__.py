@@ -33,6 +33,11 @@ _SCHEME_RE = re.compile(r"[a-z][a-z0-9+.-]*")
 def _scheme(url: str) -> str:
     if not isinstance(url, str) or "://" not in url:
         raise BadInputError("not a KV store URL (expected scheme://...)", field="url")
+    if not url.isascii():
+        try:
+            url.encode()
+        except UnicodeEncodeError:  # never echoed: a URL may hold a password
+            raise BadInputError("the KV store URL is not valid UTF-8", field="url") from None
     scheme = url.split("://", 1)[0].lower()
     if not _SCHEME_RE.fullmatch(scheme):
         raise BadInputError("malformed URL scheme", field="url")

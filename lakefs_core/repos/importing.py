@@ -51,6 +51,7 @@ from lakefs_core.graveler.tables import TableStore
 from lakefs_core.graveler.writer import MetaRangeWriter
 from lakefs_core.keys import StorageNamespace
 from lakefs_core.refs.model import Commit
+from lakefs_core.repos.committing import check_commit_text
 from lakefs_core.repos.namespace_claims import claimed_overlap, first_overlap
 from lakefs_core.repos.retry import cas_retrying, exhausted_as
 from lakefs_core.repos.staging_writes import MAX_PATH_BYTES
@@ -344,11 +345,19 @@ class ImportTarget:
 
 
 async def prepare_import(
-    g: Graveler, repo_id: str, branch_id: str, dest_path: str, source_uri: str
+    g: Graveler,
+    repo_id: str,
+    branch_id: str,
+    dest_path: str,
+    source_uri: str,
+    *,
+    committer: str = "",
+    message: str | None = None,
 ) -> ImportTarget:
-    """Check the destination (writable repository, existing branch, path) and the source (not
-    overlapping the repository's namespace) before any listing or writing."""
+    """Check the commit's text, the destination (writable repository, existing branch, path) and
+    the source (not overlapping the repository's namespace) before any listing or writing."""
     started = time.perf_counter()
+    check_commit_text(committer, message, None)
     dest_prefix = normalize_dest_prefix(dest_path)
     repo = await g.repository(repo_id)
     g.writable(repo, False)
@@ -400,7 +409,9 @@ async def import_objects(
     message: str | None = None,
 ) -> ImportResult:
     """The whole import in this process (small imports; large ones: the ``core-import`` Spark job)."""
-    target = await prepare_import(g, repo_id, branch_id, dest_path, source_uri)
+    target = await prepare_import(
+        g, repo_id, branch_id, dest_path, source_uri, committer=committer, message=message
+    )
     store = await g.source_store(target.source)
     tables = await g.namespace_tables(target.namespace)
     ranges: list[RangeInfo] = []

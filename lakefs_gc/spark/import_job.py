@@ -95,7 +95,9 @@ async def import_with_executor(
     partitions: int | None = None,
 ) -> ImportResult:
     """Plan here, build ranges on ``executor``, splice and commit here."""
-    target = await prepare_import(g, repo_id, branch_id, dest_path, source_uri)
+    target = await prepare_import(
+        g, repo_id, branch_id, dest_path, source_uri, committer=committer, message=message
+    )
     wanted = partitions or executor.default_parallelism * 4
     chunks = await plan_chunks(await g.source_store(target.source), target.source, wanted)
     conf = {

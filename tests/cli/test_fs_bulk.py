@@ -316,6 +316,7 @@ def test_uris_that_are_not_utf8_are_refused_by_argument(run: InProcess, repo: st
         ("import", "--from", str(src), "--to", bad + "/"),
         ("import", "--from", str(src / "a\udcffb"), "--to", f"{repo}/in/"),
         ("import", "--from", "s3://bucket/a\udcffb/", "--to", f"{repo}/in/"),
+        ("import", "--from", str(src), "--to", f"{repo}/in/", "-m", "a\udcffb"),
         ("repo", "create", "lakefs://other-repo", f"local://{tmp_path}/a\udcffb"),
         ("commit", repo, "-m", "a\udcffb", "--allow-empty"),
         ("commit", repo, "-m", "m", "--meta", "k=a\udcffb", "--allow-empty"),

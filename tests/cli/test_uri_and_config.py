@@ -15,7 +15,7 @@ from lakefs_core.cli import run
 from lakefs_core.cli.context import CoreConfig, default_kv_url, load_core_config, user_config_file
 from lakefs_core.cli.output import human_bytes
 from lakefs_core.cli.uri import Kind, LakeFSURI, parse_uri
-from lakefs_core.config import load_config, validate
+from lakefs_core.config import load_config, load_raw, validate
 from lakefs_core.errors import BadInputError, ConfigError, StartupError
 from lakefs_core.settings import CoreSettings, S3Config, StaticCredentials
 from tests.cli.helpers import InProcess, set_user_env
@@ -261,3 +261,34 @@ def test_run_returns_the_code_of_an_explicit_click_exit() -> None:
 
     assert run(group, ["fail"], "prog") == 3  # lakefs-mirror run --once: a failed pass exits 1
     assert run(group, ["fine"], "prog") == 0
+
+
+def test_run_turns_an_unexpected_error_into_one_line(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Every CLI (lakefs-core, -gc, -mirror) goes through ``run``: an error no check anticipated is
+    one line and exit 1, never a traceback; with the debug variable set it propagates."""
+
+    @click.group()
+    def group() -> None:
+        pass
+
+    @group.command("boom")
+    def boom() -> None:
+        raise UnicodeDecodeError("utf-8", b"\xff", 0, 1, "invalid start byte")
+
+    monkeypatch.delenv("LAKEFS_CORE_DEBUG", raising=False)
+    assert run(group, ["boom"], "prog") == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "Traceback" not in err
+    assert err.startswith("prog: unexpected UnicodeDecodeError: ") and "LAKEFS_CORE_DEBUG=1" in err
+    monkeypatch.setenv("LAKEFS_CORE_DEBUG", "1")
+    with pytest.raises(UnicodeDecodeError):
+        run(group, ["boom"], "prog")
+
+
+def test_a_config_file_that_is_not_utf8_is_bad_input(tmp_path: Path) -> None:
+    path = tmp_path / "config.yaml"
+    path.write_bytes(b'kv_url: "\xff"\n')
+    with pytest.raises(BadInputError, match=r"^config: config file .* is not UTF-8 text \(byte 9\)"):
+        load_raw(path)

@@ -63,6 +63,10 @@ def test_normalize_url_selects_async_driver(url: str, driver: str) -> None:
         ("dynamodb://t?region=", "url.region"),
         (f"dynamodb://user:{SECRET}@t?region=us-east-1", "url"),
         ("dynamodb://t/extra/path", "url"),
+        # a lone surrogate (environment bytes the OS could not decode), in every scheme
+        (f"postgresql://u\udcff:{SECRET}@127.0.0.1/db", "url"),
+        (f"sqlite:////tmp/{SECRET}\udcff.db", "url"),
+        (f"dynamodb://t\udcff?region=us-east-1&x={SECRET}", "url"),
     ],
 )
 async def test_bad_urls_are_bad_input_without_secrets(url: str, field: str) -> None:
