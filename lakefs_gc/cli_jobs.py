@@ -38,16 +38,20 @@ from lakefs_gc.pins import PinSource
 
 T = TypeVar("T")
 LEASE_TTL = 120.0
-_DURATION = re.compile(r"(\d+)([smhd]?)")
+_DURATION = re.compile(r"([0-9]{1,12})([smhd]?)")  # ASCII digits only (\d takes any script's)
 _UNITS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}
+MAX_DURATION = timedelta(days=36500)
 
 
 def parse_duration(text: str) -> timedelta:
-    """``90``, ``90s``, ``30m``, ``24h``, ``7d``."""
+    """``90``, ``90s``, ``30m``, ``24h``, ``7d``; at most :data:`MAX_DURATION` (100 years)."""
     m = _DURATION.fullmatch(text.strip())
     if m is None:
         raise BadInputError(f"{text!r} is not a duration (e.g. 24h, 30m, 0s)", field="min_age")
-    return timedelta(seconds=int(m.group(1)) * _UNITS[m.group(2)])
+    seconds = int(m.group(1)) * _UNITS[m.group(2)]
+    if seconds > MAX_DURATION.total_seconds():
+        raise BadInputError(f"{text!r} is longer than {MAX_DURATION.days} days", field="min_age")
+    return timedelta(seconds=seconds)
 
 
 @contextlib.asynccontextmanager

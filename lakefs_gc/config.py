@@ -71,6 +71,7 @@ from lakefs_core.settings import (
     path_problems,
 )
 from lakefs_core.sqlengine import normalize_sql_url
+from lakefs_gc.spark.session import MASTER_PATTERN
 
 __all__ = [
     "ENV_PREFIX",
@@ -124,7 +125,7 @@ class RepositorySelection(StrictModel):
 
 class SparkConfig(StrictModel):
     mode: Literal["submit", "local", "lite"] = "submit"
-    master: str = Field(default="local[*]", min_length=1, max_length=512, pattern=r"^[^\s]+$")
+    master: str = Field(default="local[*]", min_length=1, max_length=512, pattern=MASTER_PATTERN)
     conf: dict[str, str] = Field(default_factory=dict)
     partitions: int | None = Field(default=None, ge=1, le=100_000)
     job_timeout_seconds: PositiveSeconds = 6 * 3600.0

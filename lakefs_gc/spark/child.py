@@ -44,6 +44,7 @@ from typing import Any, Literal
 from lakefs_core import errors
 from lakefs_core.errors import BadInputError, LakeFSError, StartupError, TransientError
 from lakefs_gc.spark.job import error_file
+from lakefs_gc.spark.session import check_master
 
 RUN_TOKEN_ENV = "LAKEFS_GC_SPARK_RUN"
 MAX_RESULT_BYTES = 64 << 20
@@ -97,6 +98,7 @@ def build_command(
     executor: Literal["spark", "lite"],
     conf: Mapping[str, str],
 ) -> list[str]:
+    check_master(master)
     tail = [job, "--args", str(args_file), "--result", str(result_file)]
     if launcher == "python":
         cmd = [sys.executable, "-m", "lakefs_gc.spark.job", *tail, "--executor", executor]

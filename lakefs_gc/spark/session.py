@@ -15,12 +15,13 @@
 from __future__ import annotations
 
 import os
+import re
 import sys
 from collections.abc import Mapping
 from types import ModuleType
 from typing import TYPE_CHECKING
 
-from lakefs_core.errors import StartupError
+from lakefs_core.errors import BadInputError, StartupError
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -35,6 +36,9 @@ LOCAL_DEFAULTS: Mapping[str, str] = {
     # The JVM half of a local run is small; the Python workers do the work.
     "spark.python.worker.reuse": "true",
 }
+# local[*], yarn, spark://host:7077, k8s://https://host:443: printable ASCII, no spaces.
+MASTER_PATTERN = r"^[!-~]{1,512}$"
+_MASTER = re.compile(MASTER_PATTERN)
 MISSING_PYSPARK = (
     "PySpark is not installed: install the 'spark' extra (pip install 'lakefs-open[spark]') "
     "or use the lite executor"
@@ -50,6 +54,18 @@ def require_pyspark() -> ModuleType:
     return pyspark
 
 
+def check_master(master: str) -> str:
+    """``master`` if it can name a Spark master, else :class:`BadInputError` (field ``master``)
+    before any JVM or ``spark-submit`` sees it."""
+    if not isinstance(master, str) or not _MASTER.fullmatch(master):
+        raise BadInputError(
+            "must be a Spark master URL: up to 512 printable ASCII characters without spaces "
+            "(local[*], yarn, spark://host:7077)",
+            field="master",
+        )
+    return master
+
+
 def under_spark_submit() -> bool:
     """True in a driver started by ``spark-submit`` (the JVM is already up and configured)."""
     return "PYSPARK_GATEWAY_PORT" in os.environ
@@ -63,6 +79,8 @@ def spark_session(
     log_level: str = "WARN",
 ) -> SparkSession:
     """The process's ``SparkSession`` (created on first call, shared afterwards)."""
+    if master is not None:
+        check_master(master)
     require_pyspark()
     from pyspark.sql import SparkSession
 

@@ -11,10 +11,13 @@ import click
 import pytest
 
 from lakefs_core.cli import run
+from lakefs_core.errors import BadInputError
 from lakefs_core.kv import open_kv
 from lakefs_core.lease import kv_lease
 from lakefs_core.repos.graveler import Graveler, StoreRegistry
 from lakefs_gc.cli_jobs import mark_cmd, parse_duration, sweep_cmd
+from lakefs_gc.spark.child import build_command
+from lakefs_gc.spark.session import check_master, spark_session
 from tests.gc.mark_support import MARK_NOW, Clock, build_repo, stored_objects
 from tests.gc.test_mark import deleted_set
 
@@ -75,3 +78,27 @@ def test_parse_duration() -> None:
     assert parse_duration("0s").total_seconds() == 0
     with pytest.raises(Exception, match="duration"):
         parse_duration("1w")
+    assert parse_duration("36500d").days == 36500
+    # Bounded (was an OverflowError from timedelta), ASCII digits only (\d takes any script's).
+    for text, needle in [
+        ("36501d", "longer than 36500 days"),
+        ("999999999999999999999d", "not a duration"),
+        ("\u0663d", "not a duration"),
+    ]:
+        with pytest.raises(BadInputError, match=rf"^min_age: .*{needle}"):
+            parse_duration(text)
+
+
+@pytest.mark.parametrize("master", ["local\udcff", "local [2]", "", "x" * 513, "local\t[2]"])
+def test_a_spark_master_that_cannot_name_one_is_refused_before_spark_starts(master: str) -> None:
+    for build in (
+        lambda: check_master(master),
+        lambda: build_command(
+            "mark", Path("a"), Path("r"), launcher="python", master=master, executor="spark", conf={}
+        ),
+        lambda: spark_session(master),
+    ):
+        with pytest.raises(BadInputError, match=r"^master: must be a Spark master URL"):
+            build()
+    for fine in ("local[*]", "local[2]", "yarn", "spark://host:7077", "k8s://https://h:443"):
+        assert check_master(fine) == fine
