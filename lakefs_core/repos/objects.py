@@ -113,6 +113,36 @@ def _put_item(item: UploadItem, target: str) -> PutItem:
     return PutItem(target, body, content_type=item.content_type, metadata=item.metadata)
 
 
+def new_entry(
+    key: bytes, relative: str, info: ObjectInfo, metadata: Mapping[str, str] | None, when: datetime
+) -> tuple[ValueRecord, ObjectStat]:
+    """The staged record of an object just stored at ``relative``, and what
+    :meth:`ObjectStat.from_record` would return for it, built from the same fields instead of
+    decoding the entry again (a decode and a pure-Python timestamp conversion per uploaded object)."""
+    meta = dict(metadata or {})
+    content_type = info.content_type or ""
+    identity, data = make_entry(
+        relative,
+        info.size,
+        info.etag,
+        last_modified=when,
+        metadata=meta,
+        content_type=content_type,
+        address_type=ADDRESS_RELATIVE,
+    )
+    stat = ObjectStat(
+        path=key.decode("utf-8", "backslashreplace"),
+        physical_address=relative,
+        address_type="RELATIVE",
+        size=info.size,
+        etag=info.etag,
+        content_type=content_type,
+        metadata=dict(meta),
+        last_modified=when.astimezone(UTC),  # the entry keeps the instant; from_record reads it as UTC
+    )
+    return ValueRecord(key, identity, data), stat
+
+
 def _path_bytes(path: str) -> bytes:
     if not path or path.startswith("/"):
         raise BadInputError("object paths are non-empty and relative (no leading '/')", field="path")
@@ -169,18 +199,9 @@ class Objects:
         )
         if journal is not None and intent is not None:
             await journal.mark_stored(intent, self.g.clock())
-        identity, data = make_entry(
-            relative,
-            info.size,
-            info.etag,
-            last_modified=info.last_modified or self.g.clock(),
-            metadata=dict(metadata or {}),
-            content_type=info.content_type or "",
-            address_type=ADDRESS_RELATIVE,
-        )
-        record = ValueRecord(key, identity, data)
+        record, stat = new_entry(key, relative, info, metadata, info.last_modified or self.g.clock())
         await self.g.set_entry(repo_id, branch, record, force=force)
-        return ObjectStat.from_record(record)
+        return stat
 
     async def upload_many(
         self,
@@ -221,12 +242,13 @@ class Objects:
         settled: list[tuple[bytes, bytes, bytes]] = []
         if journal is not None:
             settled = await journal.settled_items(intents, self.g.clock(), time.monotonic() - recorded_at)
-        records = [
-            self._record(key, address, info, item.metadata)
+        built = [
+            new_entry(key, address, info, item.metadata, info.last_modified or self.g.clock())
             for key, address, info, item in zip(keys, addresses, infos, items, strict=True)
         ]
+        records = [record for record, _ in built]
         await self.g.set_entries(repo_id, branch, records, force=force, with_items=settled)
-        return [ObjectStat.from_record(record) for record in records]
+        return [stat for _, stat in built]
 
     async def _put_all(
         self,
@@ -263,20 +285,6 @@ class Objects:
 
         await bounded_each(rest, concurrency, one)
         return [info for info in infos if info is not None]
-
-    def _record(
-        self, key: bytes, relative: str, info: ObjectInfo, metadata: Mapping[str, str] | None
-    ) -> ValueRecord:
-        identity, data = make_entry(
-            relative,
-            info.size,
-            info.etag,
-            last_modified=info.last_modified or self.g.clock(),
-            metadata=dict(metadata or {}),
-            content_type=info.content_type or "",
-            address_type=ADDRESS_RELATIVE,
-        )
-        return ValueRecord(key, identity, data)
 
     async def stat(self, repo_id: str, ref: str, path: str) -> ObjectStat:
         return ObjectStat.from_record(await self.g.get_entry(repo_id, ref, _path_bytes(path)))

@@ -4,14 +4,18 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import AsyncIterator
+from datetime import UTC, datetime, timedelta, timezone
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
+from lakefs_core.block.base import ObjectInfo
 from lakefs_core.errors import BadInputError, NotFoundError
 from lakefs_core.format.records import ValueRecord
 from lakefs_core.keys import StorageNamespace
 from lakefs_core.repos.graveler import Graveler
-from lakefs_core.repos.objects import ListPage, Objects, prefix_successor
+from lakefs_core.repos.objects import ListPage, Objects, ObjectStat, new_entry, prefix_successor
 from tests.repos.support import record
 
 
@@ -280,3 +284,35 @@ def test_prefix_successor() -> None:
     assert prefix_successor(b"a/") == b"a0"
     assert prefix_successor(b"a\xff") == b"b"
     assert prefix_successor(b"\xff\xff") is None
+
+
+_text = st.text(st.characters(blacklist_categories=("Cs",)), max_size=20)
+_ZONES = [UTC, timezone(timedelta(hours=14)), timezone(-timedelta(hours=9, minutes=30))]
+
+
+@st.composite
+def _uploads(draw: st.DrawFn) -> tuple[str, ObjectInfo, dict[str, str] | None, datetime]:
+    path = draw(st.text(st.characters(blacklist_categories=("Cs",)), min_size=1, max_size=30))
+    size = draw(st.integers(0, 2**62))
+    content_type = draw(st.one_of(st.none(), _text))
+    info = ObjectInfo(key="ns/data/x", size=size, etag=draw(_text), content_type=content_type)
+    metadata = draw(st.one_of(st.none(), st.dictionaries(_text, _text, max_size=4)))
+    # Days inside the range keep the instant within years 1-9999 in UTC for any offset used here.
+    naive = draw(st.datetimes(min_value=datetime(1, 1, 2), max_value=datetime(9999, 12, 30)))
+    return path, info, metadata, naive.replace(tzinfo=draw(st.sampled_from(_ZONES)))
+
+
+@settings(max_examples=300, deadline=None)
+@given(_uploads())
+def test_the_stat_of_a_new_entry_is_what_decoding_it_gives(
+    upload: tuple[str, ObjectInfo, dict[str, str] | None, datetime],
+) -> None:
+    """Uploads build the returned ObjectStat from the fields instead of decoding the entry they just
+    encoded: it must be exactly the decoded one, down to the timestamp's zone."""
+    path, info, metadata, when = upload
+    record, stat = new_entry(path.encode(), "data/gabc/def", info, metadata, when)
+    decoded = ObjectStat.from_record(record)
+    assert stat == decoded
+    assert stat.last_modified is not None and decoded.last_modified is not None
+    assert stat.last_modified.tzinfo == decoded.last_modified.tzinfo == UTC
+    assert stat.last_modified.isoformat() == decoded.last_modified.isoformat()
