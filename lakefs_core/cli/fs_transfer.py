@@ -30,6 +30,7 @@ import sys
 import uuid
 from collections.abc import AsyncIterator, Callable, Sequence
 from pathlib import Path
+from stat import S_ISDIR, S_ISREG
 from typing import IO, TYPE_CHECKING, Any, TypeVar
 
 from lakefs_core.aio import bounded_each
@@ -276,7 +277,12 @@ def download_plan(
 async def download_one(
     s: Session, repo: str, stat: ObjectStat, target: Path, on_chunk: Callable[[int], object]
 ) -> None:
-    """Stream one object to ``target`` through a temporary file renamed into place when complete."""
+    """Stream one object to ``target`` through a temporary file renamed into place when complete;
+    an existing device, FIFO or socket (``/dev/null``) is written in place instead, as ``cat >``
+    would: a rename would replace the device itself with a regular file."""
+    if await asyncio.to_thread(_special_file, target):
+        await _download_in_place(s, repo, stat, target, on_chunk)
+        return
     try:
         await asyncio.to_thread(target.parent.mkdir, parents=True, exist_ok=True)
     except OSError as e:
@@ -300,6 +306,33 @@ async def download_one(
     finally:
         if temp.exists():
             temp.unlink()
+
+
+def _special_file(path: Path) -> bool:
+    """Whether ``path`` exists (following symlinks) as neither a regular file nor a directory."""
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        return False
+    return not (S_ISREG(mode) or S_ISDIR(mode))
+
+
+async def _download_in_place(
+    s: Session, repo: str, stat: ObjectStat, target: Path, on_chunk: Callable[[int], object]
+) -> None:
+    try:
+        f = await asyncio.to_thread(target.open, "wb")  # a FIFO: waits for its reader, in a thread
+    except OSError as e:
+        raise local_path_error(e, target, "DEST", doing="write") from e
+    try:
+        async for chunk in s.objects.read_stat(repo, stat, start=0):
+            await asyncio.to_thread(f.write, chunk)
+            on_chunk(len(chunk))
+        await asyncio.to_thread(f.close)
+    except OSError as e:
+        raise local_path_error(e, target, "DEST", doing="write") from e
+    finally:
+        f.close()
 
 
 async def list_for_download(s: Session, src: LakeFSURI, recursive: bool) -> tuple[str, list[ObjectStat]]:

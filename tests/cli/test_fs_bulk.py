@@ -7,10 +7,13 @@ RSS is measured for a 200 MB object (streaming must keep memory flat).
 from __future__ import annotations
 
 import base64
+import contextlib
 import json
 import os
+import stat
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import pytest
@@ -129,6 +132,31 @@ def test_download_single_and_recursive(run: InProcess, repo: str, tmp_path: Path
     run("fs", "download", "-r", f"{repo}/none/", "out2").failed(2, "no objects under")
     run("fs", "download", f"{repo}/a/", "out3").failed(9, "needs an object path")
     assert not (tmp_path / "out2").exists()
+
+
+def test_download_into_a_fifo_or_device_writes_through_it(run: InProcess, repo: str, tmp_path: Path) -> None:
+    """``fs download x /dev/null`` (or a FIFO) writes into it as ``cat >`` would. The old download
+    renamed its temporary file over the destination: as root, that replaced /dev/null itself."""
+    body = bytes(range(256)) * 4096  # 1 MiB: more than one chunk through the pipe
+    (tmp_path / "obj").write_bytes(body)
+    run("fs", "upload", f"{repo}/obj", "--source", str(tmp_path / "obj")).ok()
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    (tmp_path / "link").symlink_to(fifo)
+    for dest in (fifo, tmp_path / "link"):
+        got: list[bytes] = []
+        reader = threading.Thread(target=lambda out=got: out.append(fifo.read_bytes()), daemon=True)
+        reader.start()
+        try:
+            run("fs", "download", f"{repo}/obj", str(dest), "--no-progress").ok()
+            reader.join(30)
+        finally:
+            if reader.is_alive():  # nothing opened the FIFO for writing: release the reader
+                with contextlib.suppress(OSError):
+                    os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
+        assert got == [body]
+        assert stat.S_ISFIFO(os.stat(fifo).st_mode) and (tmp_path / "link").is_symlink()
+    assert not list(tmp_path.glob(".lakefs-download-*")), "a temporary file was left beside the FIFO"
 
 
 def test_download_refuses_keys_that_leave_the_destination(run: InProcess, repo: str, tmp_path: Path) -> None:
