@@ -281,7 +281,7 @@ async def download_one(
     an existing device, FIFO or socket (``/dev/null``) is written in place instead, as ``cat >``
     would: a rename would replace the device itself with a regular file."""
     if await asyncio.to_thread(_special_file, target):
-        await _download_in_place(s, repo, stat, target, on_chunk)
+        await _stream_into(s, repo, stat, target, mode="wb", target=target, on_chunk=on_chunk)
         return
     try:
         await asyncio.to_thread(target.parent.mkdir, parents=True, exist_ok=True)
@@ -290,19 +290,11 @@ async def download_one(
     # Not derived from the target's name: a name near the 255-byte limit must still fit.
     temp = target.parent / f".lakefs-download-{uuid.uuid4().hex}"
     try:
-        f = await asyncio.to_thread(temp.open, "xb")
-    except OSError as e:
-        raise local_path_error(e, target, "DEST", doing="write") from e
-    try:
+        await _stream_into(s, repo, stat, temp, mode="xb", target=target, on_chunk=on_chunk)
         try:
-            async for chunk in s.objects.read_stat(repo, stat, start=0):
-                await asyncio.to_thread(f.write, chunk)
-                on_chunk(len(chunk))
-        finally:
-            f.close()
-        await asyncio.to_thread(os.replace, temp, target)
-    except OSError as e:
-        raise local_path_error(e, target, "DEST", doing="write") from e
+            await asyncio.to_thread(os.replace, temp, target)
+        except OSError as e:
+            raise local_path_error(e, target, "DEST", doing="write") from e
     finally:
         if temp.exists():
             temp.unlink()
@@ -317,22 +309,31 @@ def _special_file(path: Path) -> bool:
     return not (S_ISREG(mode) or S_ISDIR(mode))
 
 
-async def _download_in_place(
-    s: Session, repo: str, stat: ObjectStat, target: Path, on_chunk: Callable[[int], object]
+async def _stream_into(
+    s: Session,
+    repo: str,
+    stat: ObjectStat,
+    path: Path,
+    *,
+    mode: str,
+    target: Path,
+    on_chunk: Callable[[int], object],
 ) -> None:
+    """Open ``path`` with ``mode`` (in a thread: a FIFO waits there for its reader), write the
+    object's bytes into it and close it; a failure names ``target``."""
     try:
-        f = await asyncio.to_thread(target.open, "wb")  # a FIFO: waits for its reader, in a thread
+        f = await asyncio.to_thread(path.open, mode)
     except OSError as e:
         raise local_path_error(e, target, "DEST", doing="write") from e
     try:
-        async for chunk in s.objects.read_stat(repo, stat, start=0):
-            await asyncio.to_thread(f.write, chunk)
-            on_chunk(len(chunk))
-        await asyncio.to_thread(f.close)
+        try:
+            async for chunk in s.objects.read_stat(repo, stat, start=0):
+                await asyncio.to_thread(f.write, chunk)
+                on_chunk(len(chunk))
+        finally:
+            f.close()
     except OSError as e:
         raise local_path_error(e, target, "DEST", doing="write") from e
-    finally:
-        f.close()
 
 
 async def list_for_download(s: Session, src: LakeFSURI, recursive: bool) -> tuple[str, list[ObjectStat]]:

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from lakefs_core.errors import BadInputError, undecodable_shown
+from lakefs_core.errors import BadInputError, encode_utf8
 from lakefs_core.refs.model import validate_branch_id, validate_repo_id, validate_tag_id
 from lakefs_core.repos.refexpr import parse_ref
 
@@ -73,9 +73,9 @@ def parse_uri(text: str, kind: Kind, *, field: str = "uri") -> LakeFSURI:
     if "\0" in text:
         raise bad("URI contains a NUL character")
     try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:  # bytes the OS could not decode, given back as lone surrogates
-        raise bad(f"'{undecodable_shown(text)[:200]}' is not valid UTF-8") from None
+        encode_utf8(text, field)  # bytes the OS could not decode, given back as lone surrogates
+    except BadInputError as e:
+        raise bad(str(e).split(": ", 1)[-1]) from None
     rest = text[len(SCHEME) :]
     repo, _, remainder = rest.partition("/")
     if not repo:

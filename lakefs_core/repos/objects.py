@@ -119,14 +119,13 @@ def new_entry(
     """The staged record of an object just stored at ``relative``, and what
     :meth:`ObjectStat.from_record` would return for it, built from the same fields instead of
     decoding the entry again (a decode and a pure-Python timestamp conversion per uploaded object)."""
-    meta = dict(metadata or {})
     content_type = info.content_type or ""
-    identity, data = make_entry(
+    identity, data = make_entry(  # copies the metadata it is given
         relative,
         info.size,
         info.etag,
         last_modified=when,
-        metadata=meta,
+        metadata=metadata,
         content_type=content_type,
         address_type=ADDRESS_RELATIVE,
     )
@@ -137,7 +136,7 @@ def new_entry(
         size=info.size,
         etag=info.etag,
         content_type=content_type,
-        metadata=dict(meta),
+        metadata=dict(metadata or {}),
         last_modified=when.astimezone(UTC),  # the entry keeps the instant; from_record reads it as UTC
     )
     return ValueRecord(key, identity, data), stat
