@@ -14,12 +14,12 @@ $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 
-$(RUN_STAMP): pyproject.toml setup.py lakefs_core/format/_fastpath.pyx | $(BIN)/python
+$(RUN_STAMP): pyproject.toml setup.py lakefs_core/format/_fastpath.pyx lakefs_core/block/_localput.pyx | $(BIN)/python
 	@echo "make: installing lakefs-open and its runtime dependencies into $(VENV) (about a minute the first time)"
 	$(BIN)/python -m pip install -q -e .
 	touch $(RUN_STAMP)
 
-$(DEV_STAMP): pyproject.toml setup.py lakefs_core/format/_fastpath.pyx | $(BIN)/python
+$(DEV_STAMP): pyproject.toml setup.py lakefs_core/format/_fastpath.pyx lakefs_core/block/_localput.pyx | $(BIN)/python
 	@echo "make: installing lakefs-open with the test tool chain (extra 'dev') into $(VENV)"
 	$(BIN)/python -m pip install -q -e '.[dev]'
 	touch $(DEV_STAMP) $(RUN_STAMP)

@@ -14,7 +14,9 @@ Contract every driver honours (checked by ``tests/block/test_contract.py``):
   (keys, content types, metadata) before anything is written, at most ``concurrency`` at a time, the
   results in the order of the items. A body may be a blocking callable returning the bytes (a local
   file's reader): it is called once, in a worker thread, only when its item is written, so a batch
-  holds at most ``concurrency`` bodies. The first failure raises; objects of the batch written
+  holds at most ``concurrency`` bodies. A :class:`SourceFile` is such a callable that names a local
+  file: a driver may copy it without calling it (the local driver does, in compiled code), with
+  the same outcome. The first failure raises; objects of the batch written
   before it stay (the caller's garbage: an upload's journal intents cover them). Every object is
   durable when the call returns (the local driver syncs the batch's files once, not one by one).
 - ``get``/``stream`` raise :class:`~lakefs_core.errors.NotFoundError` for a missing key; byte ranges
@@ -49,6 +51,7 @@ Contract every driver honours (checked by ``tests/block/test_contract.py``):
 
 from __future__ import annotations
 
+import os
 from collections.abc import AsyncIterable, AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -72,6 +75,45 @@ class CommonPrefix:
 
 Body = bytes | AsyncIterable[bytes]
 BatchBody = bytes | Callable[[], bytes]
+
+_READ_MORE = 1 << 20  # read size once a file turns out longer than it was listed
+
+
+def read_small_file(path: str, size: int) -> bytes:
+    """The whole file, in three system calls when ``size`` (from a listing) is still right: asked
+    for one byte more, a regular file's read returns exactly ``size`` bytes only at its end. Any
+    other length (the file changed since, or a short read) reads on until end of file. Blocking."""
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        data = os.read(fd, size + 1)
+        if len(data) == size:
+            return data
+        pieces = [data]
+        while chunk := os.read(fd, _READ_MORE):
+            pieces.append(chunk)
+        return b"".join(pieces)
+    finally:
+        os.close(fd)
+
+
+@dataclass(frozen=True, slots=True)
+class SourceFile:
+    """A :data:`BatchBody` that is a local file, read whole when its object is written: a blocking
+    callable like any other, so every driver can load it. ``size`` is the size it had when the
+    caller listed it (a hint: a file of another size is read as it is now). ``describe`` turns an
+    ``OSError`` of reading it into the caller's typed error (a missing ``--source`` file, say).
+    The local driver copies such files in compiled code without calling this, and calls it only
+    when that path gives up on the file, so the error is the same either way."""
+
+    path: str
+    size: int
+    describe: Callable[[OSError], Exception]
+
+    def __call__(self) -> bytes:
+        try:
+            return read_small_file(self.path, self.size)
+        except OSError as e:
+            raise self.describe(e) from e
 
 
 @dataclass(frozen=True)

@@ -94,6 +94,7 @@ from lakefs_core.block.base import (
     ObjectInfo,
     PutItem,
 )
+from lakefs_core.block.local_batch import LOCALPUT, Paths, eligible, put_compiled
 from lakefs_core.block.local_files import (
     IO_CHUNK,
     META_DIR,
@@ -312,7 +313,7 @@ class LocalBlockStore:
         etag = temp.md5.hexdigest()
         if st.st_size <= BARE_MAX_BYTES and content_type == DEFAULT_CONTENT_TYPE and not metadata:
             temp.commit(if_none_match)
-            self._sidecars.drop_stale(parts, temp.target, st)  # an earlier version's, if any
+            self._sidecars.drop_stale(parts, temp.target, (st.st_dev, st.st_ino))  # an earlier one's
         else:
             record = {
                 "v": SIDECAR_VERSION,
@@ -383,8 +384,30 @@ class LocalBlockStore:
         if_none_match: bool,
         fsync: bool,
     ) -> None:
-        """Write the items ``hop`` of a batch in this worker thread, one after the other."""
-        for i in hop:
+        """Write the items ``hop`` of a batch in this worker thread: what it can through the
+        compiled path (:mod:`~lakefs_core.block.local_batch`), the rest one after the other."""
+        rest: Sequence[int] = hop
+        if LOCALPUT is not None and not fsync:
+            fast = [i for i in hop if eligible(items[i], BARE_MAX_BYTES)]
+            if fast:
+
+                def paths(i: int) -> Paths:
+                    return Paths(
+                        self._file(parts[i]), self._sidecars.file(parts[i]), self._where(items[i].key)
+                    )
+
+                written, fell_back = put_compiled(items, fast, paths, exclusive=if_none_match)
+                for w in written:
+                    target = self._file(parts[w.position])
+                    dirs.add(os.path.dirname(target))
+                    if w.has_sidecar:
+                        self._sidecars.drop_stale(parts[w.position], target, w.st[:2])
+                    self._etags.remember_key(w.st, w.info.etag)
+                    results[w.position] = w.info
+                if len(fell_back) < len(hop):
+                    taken = set(fast).difference(fell_back)
+                    rest = [i for i in hop if i not in taken]
+        for i in rest:
             item = items[i]
             data = load_body(item.body)
             results[i] = self._put_bytes(

@@ -129,13 +129,18 @@ class Sidecars:
             return tmp
         raise TransientError(f"{where}: metadata directory kept disappearing while writing")
 
-    def drop_stale(self, parts: Sequence[str], data_file: str, ours: os.stat_result) -> None:
-        """After a put without a sidecar (``ours``: the file it wrote): remove the key's sidecar,
-        unless another writer's file replaced ours meanwhile and the sidecar describes that one (a
-        concurrent put of the same key with metadata). While our file is in place no sidecar can be
-        right, so one is removed whatever it says (an old one could match a reused inode on a
-        filesystem with coarse mtimes). The usual case, no sidecar, costs one failed ``open``."""
-        path = f"{self._root_s}/{'/'.join(parts)}"  # a string: this runs for every bare put
+    def file(self, parts: Sequence[str]) -> str:
+        """:meth:`path` as a string (cheaper, for per-object work of batches)."""
+        return f"{self._root_s}/{'/'.join(parts)}"
+
+    def drop_stale(self, parts: Sequence[str], data_file: str, ours: tuple[int, int]) -> None:
+        """After a put without a sidecar (``ours``: device and inode of the file it wrote): remove
+        the key's sidecar, unless another writer's file replaced ours meanwhile and the sidecar
+        describes that one (a concurrent put of the same key with metadata). While our file is in
+        place no sidecar can be right, so one is removed whatever it says (an old one could match a
+        reused inode on a filesystem with coarse mtimes). The usual case, no sidecar, costs one
+        failed ``open``."""
+        path = self.file(parts)  # a string: this runs for every bare put
         try:
             with open(path, "rb") as f:
                 raw = f.read()
@@ -143,7 +148,7 @@ class Sidecars:
             return
         try:
             now = os.stat(data_file)
-            if (now.st_dev, now.st_ino) != (ours.st_dev, ours.st_ino) and _current(raw, now) is not None:
+            if (now.st_dev, now.st_ino) != ours and _current(raw, now) is not None:
                 return
         except OSError:
             pass  # the data file is gone as well: the sidecar is stale
@@ -183,7 +188,11 @@ class EtagCache:
 
     def remember(self, st: os.stat_result, etag: str) -> None:
         """Remember the ETag of the file ``st`` (forgetting the least recently used beyond 4,096)."""
+        self.remember_key((st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns), etag)
+
+    def remember_key(self, key: tuple[int, int, int, int], etag: str) -> None:
+        """:meth:`remember` given ``(st_dev, st_ino, st_size, st_mtime_ns)``."""
         with self._lock:
-            self._etags[(st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)] = etag
+            self._etags[key] = etag
             while len(self._etags) > _ETAG_CACHE_SIZE:
                 self._etags.popitem(last=False)

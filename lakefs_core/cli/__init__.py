@@ -29,7 +29,7 @@ from typing import Any, TypeVar
 import click
 
 from lakefs_core import __version__
-from lakefs_core.cli.state import CONFIG_ENV, DEBUG_ENV, AppState
+from lakefs_core.cli.state import CONFIG_ENV, DEBUG_ENV, AppState, out_of_space
 from lakefs_core.errors import LakeFSError
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -82,6 +82,12 @@ class CLIGroup(click.Group):
         except BrokenPipeError:
             _silence_stdout()
             raise click.exceptions.Exit(BROKEN_PIPE_EXIT) from None
+        except OSError as e:
+            full = out_of_space(e)
+            if full is None:
+                raise
+            _silence_stdout()  # what could not be written must not fail again at exit
+            raise full from e
 
 
 def _silence_stdout() -> None:
@@ -171,17 +177,28 @@ def run(group: click.Group, argv: Sequence[str] | None, prog_name: str) -> int:
         return USAGE_EXIT if isinstance(e, click.UsageError) else e.exit_code
     except click.exceptions.Exit as e:
         return e.exit_code
+    except OSError as e:
+        full = out_of_space(e)  # --help or --version on a full disk
+        if full is None:
+            return _unexpected(e, prog_name)
+        _silence_stdout()
+        click.echo(f"{prog_name}: {full}", err=True)
+        return full.exit_code
     except Exception as e:
-        # A bug, or an input no check anticipated, outside a session (which already wraps them,
-        # see context.run_session): still one line, never a traceback, unless debugging.
-        if os.environ.get(DEBUG_ENV):
-            raise
-        shown = one_line(f"unexpected {type(e).__name__}: {e} (set {DEBUG_ENV}=1 for details)")
-        click.echo(f"{prog_name}: {shown}", err=True)
-        return LakeFSError.exit_code
+        return _unexpected(e, prog_name)
     # Without standalone mode click RETURNS the code of an explicit ``Exit`` (``run --once``'s status,
     # ``check-config``'s); commands themselves return None.
     return result if type(result) is int else 0
+
+
+def _unexpected(e: Exception, prog_name: str) -> int:
+    """A bug, or an input no check anticipated, outside a session (which already wraps them, see
+    context.run_session): still one line, never a traceback, unless debugging."""
+    if os.environ.get(DEBUG_ENV):
+        raise e
+    shown = one_line(f"unexpected {type(e).__name__}: {e} (set {DEBUG_ENV}=1 for details)")
+    click.echo(f"{prog_name}: {shown}", err=True)
+    return LakeFSError.exit_code
 
 
 def _ignore_thread_exception(_args: threading.ExceptHookArgs) -> None:

@@ -60,7 +60,7 @@ import click
 import platformdirs
 from pydantic import Field
 
-from lakefs_core.cli.state import DEBUG_ENV, app_state
+from lakefs_core.cli.state import DEBUG_ENV, app_state, out_of_space
 from lakefs_core.config import load_config
 from lakefs_core.errors import BadInputError, LakeFSError, NotFoundError, StorageFullError
 from lakefs_core.settings import CoreSettings, S3Config
@@ -192,6 +192,12 @@ def run_session(fn: Callable[[Session], Awaitable[T]]) -> T:
         raise
     except BrokenPipeError:  # stdout's reader went away (`fs cat | head`): see cli.CLIGroup
         raise
+    except OSError as e:
+        if out_of_space(e) is not None:
+            raise  # standard output on a full disk (`fs cat > /dev/full`): see cli.CLIGroup
+        if os.environ.get(DEBUG_ENV):
+            raise
+        raise LakeFSError(f"unexpected {type(e).__name__}: {e} (set {DEBUG_ENV}=1 for details)") from e
     except Exception as e:
         if os.environ.get(DEBUG_ENV):
             raise

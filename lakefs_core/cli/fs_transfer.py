@@ -24,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import codecs
+import functools
 import json
 import os
 import sys
@@ -128,37 +129,18 @@ def batches(files: Sequence[tuple[Path, str, int]]) -> list[list[tuple[Path, str
     return out
 
 
-def read_small_file(path: Path, size: int) -> bytes:
-    """The whole file, in three system calls when ``size`` (from the walk) is still right: asked for
-    one byte more, a regular file's read returns exactly ``size`` bytes only at its end
-    (``Path.read_bytes`` makes seven calls). Any other length (the file changed since the walk, or a
-    short read) reads on until end of file."""
-    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
-    try:
-        data = os.read(fd, size + 1)
-        if len(data) == size:
-            return data
-        pieces = [data]
-        while chunk := os.read(fd, WRITE_CHUNK):
-            pieces.append(chunk)
-        return b"".join(pieces)
-    finally:
-        os.close(fd)
-
-
 def _upload_item(local: Path, key: str, size: int, content_type: str | None) -> UploadItem:
+    from lakefs_core.block.base import SourceFile
     from lakefs_core.repos.objects import BlockingBody, UploadItem
-
-    def whole() -> bytes:  # in the store's worker thread, when the object is written
-        try:
-            return read_small_file(local, size)
-        except OSError as e:
-            raise local_path_error(e, local, "--source") from e
 
     async def streamed() -> AsyncIterator[bytes]:
         return file_chunks(local)
 
     if size <= STREAM_THRESHOLD:
+        # read in the store's worker thread when the object is written (or copied there in C)
+        whole = SourceFile(
+            str(local), size, functools.partial(local_path_error, path=local, field="--source")
+        )
         return UploadItem(key, BlockingBody(whole), content_type=content_type)
     return UploadItem(key, streamed, content_type=content_type)
 

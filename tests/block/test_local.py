@@ -317,6 +317,12 @@ async def test_put_batch_failure_leaves_no_temporary_files(store: LocalBlockStor
     assert await store.get("data/g/taken") == b"original" and temp_files(local_root) == []
 
 
+def ident(p: Path) -> tuple[int, int]:
+    """Device and inode of ``p``: which file ``drop_stale`` was told it wrote."""
+    st = os.stat(p)
+    return st.st_dev, st.st_ino
+
+
 async def test_a_bare_put_keeps_a_sidecar_that_describes_the_file_in_place(
     store: LocalBlockStore, local_root: Path
 ) -> None:
@@ -328,13 +334,13 @@ async def test_a_bare_put_keeps_a_sidecar_that_describes_the_file_in_place(
     ours.write_bytes(b"the bare put's file, replaced before it looked")
     await store.put("k", b"typed", content_type="text/csv")  # the other writer won the race
     sidecars = Sidecars(local_root / META_DIR, fsync=False)
-    sidecars.drop_stale(["k"], str(local_root / "k"), os.stat(ours))
+    sidecars.drop_stale(["k"], str(local_root / "k"), ident(ours))
     assert (await store.head("k")).content_type == "text/csv"
     (local_root / "k").write_bytes(b"replaced by another tool")  # now the sidecar is stale
-    sidecars.drop_stale(["k"], str(local_root / "k"), os.stat(ours))
+    sidecars.drop_stale(["k"], str(local_root / "k"), ident(ours))
     assert not (local_root / META_DIR / "k").exists()
-    sidecars.drop_stale(["k"], str(local_root / "k"), os.stat(ours))  # none: nothing to do
+    sidecars.drop_stale(["k"], str(local_root / "k"), ident(ours))  # none: nothing to do
     # Our file in place: any sidecar goes, even one that (an inode reused) seems to describe it.
     await store.put("k", b"typed", content_type="text/csv")
-    sidecars.drop_stale(["k"], str(local_root / "k"), os.stat(local_root / "k"))
+    sidecars.drop_stale(["k"], str(local_root / "k"), ident(local_root / "k"))
     assert not (local_root / META_DIR / "k").exists()

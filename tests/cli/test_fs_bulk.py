@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 
+from lakefs_core.block.base import read_small_file
 from lakefs_core.cli import fs_transfer, main
 from lakefs_core.errors import BadInputError
 from tests.cli.helpers import Result, set_user_env, user_env, write_tree
@@ -296,7 +297,7 @@ def test_read_small_file_returns_the_whole_current_file(
 ) -> None:
     path = tmp_path / "f"
     path.write_bytes(content)
-    assert fs_transfer.read_small_file(path, walked_size) == content
+    assert read_small_file(str(path), walked_size) == content
 
 
 def test_import_guards_and_exit_codes(run: InProcess, repo: str, tmp_path: Path) -> None:
@@ -382,6 +383,36 @@ def test_a_closed_stdout_ends_quietly_with_141(tmp_path: Path) -> None:
         proc.stdout.close()  # before the command writes anything: its first write fails with EPIPE
         err = proc.stderr.read()
         assert proc.wait(timeout=60) == 141 and err == b"", err
+
+
+@pytest.mark.skipif(
+    not (os.path.exists("/dev/full") and stat.S_ISCHR(os.stat("/dev/full").st_mode)), reason="no /dev/full"
+)
+def test_a_full_stdout_is_a_storage_full_error(tmp_path: Path) -> None:
+    """Output redirected to a full disk (`/dev/full`): one line naming the output and exit 14, as
+    any other out-of-space error, for a session's command (`fs cat`, text and --json), one
+    without a session (`--version`) and the help text; never 'unexpected OSError'."""
+    env = user_env(tmp_path / "home")
+    cmd = [sys.executable, "-m", "lakefs_core.cli"]
+    src = write_tree(tmp_path / "src", {"f": os.urandom(300_000)})
+    subprocess.run(
+        [*cmd, "repo", "create", "lakefs://full", f"local://{tmp_path / 'ns'}"], env=env, check=True
+    )
+    put = [*cmd, "fs", "upload", "lakefs://full/main/f", "--source", str(src / "f")]
+    subprocess.run(put, env=env, check=True, capture_output=True)
+    for args in (
+        ["fs", "cat", "lakefs://full/main/f"],
+        ["--json", "fs", "cat", "lakefs://full/main/f"],
+        ["fs", "ls", "lakefs://full/main/"],
+        ["--version"],
+        ["--help"],
+    ):
+        with open("/dev/full", "wb") as full:
+            proc = subprocess.run([*cmd, *args], env=env, stdout=full, stderr=subprocess.PIPE, check=False)
+        assert proc.returncode == 14, (args, proc.stderr)
+        assert proc.stderr.decode().splitlines() == [
+            "lakefs-core: cannot write the output: No space left on device"
+        ]
 
 
 def test_rm_recursive_in_batches(

@@ -1,0 +1,203 @@
+# cython: language_level=3, boundscheck=False, wraparound=False, initializedcheck=False
+"""Compiled file operations of the local store's batched small puts (optional; see ``local_batch``).
+
+:func:`put_files` writes a hop of small objects with the GIL released for all of its system
+calls: per object, read the source file (or take the bytes given), create the temporary file,
+write, ``fstat``, close, move it into place (``link`` + ``unlink`` for create-only puts,
+``rename`` otherwise) and probe for a sidecar. The pure-Python path does the same calls one
+``os`` function at a time, and each of them gives the GIL up and takes it back: with the event
+loop busy on the other core (encoding entries, journaling), every take-back waits for the loop,
+so the writer threads crawled. Here a hop of 32 objects takes the GIL back once.
+
+The contract is deliberately narrow. Anything but the plain success path (a missing directory, a
+source of another size than expected, an existing target, a full disk, any other error before
+the object is in place) undoes what this call did for that object (its temporary file) and
+reports ``FALLBACK``; the caller then writes that object again through the pure-Python path,
+which makes directories, retries and raises the one typed error the store promises. Only a
+failure after the object is in place (unlinking the temporary name of a create-only put) is
+reported as ``UNLINK_FAILED`` with its errno, as the pure path raises then.
+
+Nothing here decides what to write: names, flags and sizes come from the caller.
+"""
+
+from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
+from libc.errno cimport EINTR, errno
+from libc.stdlib cimport free, malloc
+from posix.types cimport dev_t, ino_t, off_t
+from posix.time cimport timespec
+
+cdef extern from "<fcntl.h>" nogil:
+    int c_open "open" (const char *path, int flags, ...)
+    enum: O_RDONLY
+    enum: O_CLOEXEC
+
+cdef extern from "<unistd.h>" nogil:
+    ssize_t c_read "read" (int fd, void *buf, size_t n)
+    ssize_t c_write "write" (int fd, const void *buf, size_t n)
+    int c_close "close" (int fd)
+    int c_link "link" (const char *a, const char *b)
+    int c_unlink "unlink" (const char *path)
+
+cdef extern from "<stdio.h>" nogil:
+    int c_rename "rename" (const char *a, const char *b)
+
+cdef extern from "<sys/stat.h>" nogil:
+    cdef struct stat:
+        dev_t st_dev
+        ino_t st_ino
+        off_t st_size
+        timespec st_mtim
+    int c_fstat "fstat" (int fd, stat *st)
+
+# Outcomes per object (local_batch.py has the same names).
+DEF DONE = 0
+DEF FALLBACK = 1
+DEF UNLINK_FAILED = 2
+
+cdef struct Job:
+    const char *src      # source file, or NULL when data is given
+    const char *data     # the bytes to write (a source is read into the hop's buffer first)
+    Py_ssize_t size      # expected source size, or the data's length
+    const char *tmp
+    const char *target
+    const char *sidecar
+    int status
+    int err
+    int has_sidecar
+    stat st
+
+
+cdef int _open_retry(const char *path, int flags, int mode) noexcept nogil:
+    cdef int fd
+    while True:
+        fd = c_open(path, flags, mode)
+        if fd >= 0 or errno != EINTR:
+            return fd
+
+
+cdef int _read_source(Job *job, char *buf) noexcept nogil:
+    """Read the whole source into ``buf`` (size + 1 bytes): 0 when it had exactly ``size`` bytes."""
+    cdef int fd = _open_retry(job.src, O_RDONLY | O_CLOEXEC, 0)
+    cdef ssize_t r
+    cdef Py_ssize_t got = 0
+    if fd < 0:
+        return -1
+    while got <= job.size:  # one byte more than expected: a longer file is noticed
+        r = c_read(fd, buf + got, <size_t>(job.size + 1 - got))
+        if r < 0:
+            if errno == EINTR:
+                continue
+            c_close(fd)
+            return -1
+        if r == 0:
+            break
+        got += r
+    c_close(fd)
+    if got != job.size:
+        return -1  # changed since it was listed: the pure path reads whatever it holds now
+    job.data = buf
+    return 0
+
+
+cdef int _write_all(int fd, const char *data, Py_ssize_t n) noexcept nogil:
+    cdef ssize_t w
+    cdef Py_ssize_t done = 0
+    while done < n:
+        w = c_write(fd, data + done, <size_t>(n - done))
+        if w < 0:
+            if errno == EINTR:
+                continue
+            return -1
+        done += w
+    return 0
+
+
+cdef void _put_one(Job *job, char *buf, int create_flags, bint exclusive) noexcept nogil:
+    cdef int fd
+    cdef int err = 0
+    if job.src != NULL and _read_source(job, buf) != 0:
+        job.status, job.err = FALLBACK, errno
+        return
+    fd = _open_retry(job.tmp, create_flags, 0o666)
+    if fd < 0:
+        job.status, job.err = FALLBACK, errno  # e.g. the directory does not exist yet
+        return
+    if _write_all(fd, job.data, job.size) != 0 or c_fstat(fd, &job.st) != 0:
+        err = errno
+    if c_close(fd) != 0 and err == 0:
+        err = errno
+    if err == 0:
+        if exclusive:
+            if c_link(job.tmp, job.target) != 0:
+                err = errno
+        elif c_rename(job.tmp, job.target) != 0:
+            err = errno
+    if err != 0:
+        job.status, job.err = FALLBACK, err
+        c_unlink(job.tmp)
+        return
+    if exclusive and c_unlink(job.tmp) != 0:
+        job.status, job.err = UNLINK_FAILED, errno
+        return
+    job.status, job.err = DONE, 0
+    fd = _open_retry(job.sidecar, O_RDONLY | O_CLOEXEC, 0)
+    if fd >= 0:
+        job.has_sidecar = 1  # rare: the caller decides whether it is stale
+        c_close(fd)
+
+
+def put_files(list sources, list datas, list sizes, list tmps, list targets, list sidecars,
+              int create_flags, bint exclusive):
+    """Write ``len(tmps)`` objects; object ``i`` is ``datas[i]`` (bytes) or, when that is None, the
+    file ``sources[i]`` (bytes path) of ``sizes[i]`` bytes. Paths are bytes. Returns one tuple per
+    object: ``(status, errno, data, dev, ino, size, mtime_ns, has_sidecar)``; ``data`` is the
+    bytes written (for the ETag) when the status is DONE or UNLINK_FAILED, else None."""
+    cdef Py_ssize_t n = len(tmps), i, total = 0, off = 0
+    if not (len(sources) == len(datas) == len(sizes) == len(targets) == len(sidecars) == n):
+        raise ValueError("put_files: the lists differ in length")
+    cdef Job *jobs = <Job *>malloc(max(n, 1) * sizeof(Job))
+    cdef Py_ssize_t *offsets = <Py_ssize_t *>malloc(max(n, 1) * sizeof(Py_ssize_t))
+    cdef char *buf = NULL
+    cdef bytes b
+    cdef Job *j
+    if jobs == NULL or offsets == NULL:
+        free(jobs)
+        free(offsets)
+        raise MemoryError()
+    try:
+        for i in range(n):  # every pointer below is owned by the caller's lists, which outlive this call
+            jobs[i].status, jobs[i].err, jobs[i].has_sidecar = FALLBACK, 0, 0
+            jobs[i].tmp = PyBytes_AS_STRING(tmps[i])
+            jobs[i].target = PyBytes_AS_STRING(targets[i])
+            jobs[i].sidecar = PyBytes_AS_STRING(sidecars[i])
+            offsets[i] = total
+            if datas[i] is not None:
+                b = datas[i]
+                jobs[i].src, jobs[i].data, jobs[i].size = NULL, PyBytes_AS_STRING(b), PyBytes_GET_SIZE(b)
+            else:
+                jobs[i].src, jobs[i].data, jobs[i].size = PyBytes_AS_STRING(sources[i]), NULL, sizes[i]
+                if jobs[i].size < 0:
+                    raise ValueError("put_files: a negative size")
+                total += jobs[i].size + 1
+        buf = <char *>malloc(max(total, 1))
+        if buf == NULL:
+            raise MemoryError()
+        with nogil:
+            for i in range(n):
+                _put_one(&jobs[i], buf + offsets[i], create_flags, exclusive)
+        out = []
+        for i in range(n):
+            j = &jobs[i]
+            if j.status == FALLBACK:
+                out.append((FALLBACK, j.err, None, 0, 0, 0, 0, 0))
+                continue
+            data = datas[i] if datas[i] is not None else PyBytes_FromStringAndSize(j.data, j.size)
+            out.append((
+                j.status, j.err, data, j.st.st_dev, j.st.st_ino, j.st.st_size,
+                j.st.st_mtim.tv_sec * 1_000_000_000 + j.st.st_mtim.tv_nsec, j.has_sidecar,
+            ))
+        return out
+    finally:
+        free(buf)
+        free(offsets)
+        free(jobs)

@@ -1,0 +1,124 @@
+"""The compiled path of the local store's batched small puts (``put_batch``), with its fallback.
+
+A hop of ``put_batch`` (a few dozen objects, one worker thread) hands the objects this path can
+take to the optional extension ``_localput``, which does every system call of a bare create
+(read the source, temporary file, write, ``fstat``, close, ``link``/``unlink`` or ``rename``,
+sidecar probe) without the GIL, the whole hop at once. Why: in the pure-Python path each of
+those ~10 calls per object gives the GIL up and takes it back, and while the event loop encodes
+and journals entries on the other core each take-back waits for it; the writer threads then move
+at the loop's pace instead of the disk's.
+
+Which objects: bare ones (at most ``BARE_MAX_BYTES``, default content type, no metadata: no
+sidecar to write) whose body is bytes or a :class:`~lakefs_core.block.base.SourceFile`, and only
+when files are not fsynced one by one (a batch synced by ``syncfs``, or no fsync at all). Every
+other object, and every object the compiled path gives up on (``FALLBACK``: a directory to make,
+a source whose size changed, an existing target, any error before the object is in place; the
+extension has removed its temporary file), goes through the store's pure-Python put, which makes
+directories, retries and raises the store's typed errors. So the outcome of a batch is the same
+on both paths; ``tests/block/test_local_batch.py`` checks it, including every fallback.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from collections.abc import Callable, Sequence
+from datetime import UTC, datetime
+from typing import NamedTuple
+
+from lakefs_core.block._common import DEFAULT_CONTENT_TYPE, CheckedPut
+from lakefs_core.block.base import ObjectInfo, SourceFile
+from lakefs_core.block.local_files import CREATE_FLAGS, map_oserror
+from lakefs_core.block.local_leftovers import temp_name
+from lakefs_core.format.accel import load
+
+#: The compiled module, or None (not built, or ``LAKEFS_PURE_PYTHON=1``).
+LOCALPUT = load("lakefs_core.block._localput")
+
+# The extension's outcomes per object (_localput.pyx has the same numbers).
+DONE, FALLBACK, UNLINK_FAILED = 0, 1, 2
+
+
+class Paths(NamedTuple):
+    """Where one object of a hop goes: its data file, its sidecar, and its URI for errors."""
+
+    target: str
+    sidecar: str
+    where: str
+
+
+class Written(NamedTuple):
+    """An object the compiled path put in place, for the store's bookkeeping."""
+
+    position: int  # in the batch
+    info: ObjectInfo
+    st: tuple[int, int, int, int]  # (dev, ino, size, mtime_ns): the ETag cache's key
+    has_sidecar: bool  # a sidecar file exists for the key: the store checks whether it is stale
+
+
+def eligible(item: CheckedPut, bare_max: int) -> bool:
+    """Whether the compiled path may write ``item``: a bare object from bytes or a source file."""
+    if item.content_type != DEFAULT_CONTENT_TYPE or item.metadata:
+        return False
+    body = item.body
+    if isinstance(body, bytes):
+        return len(body) <= bare_max
+    return isinstance(body, SourceFile) and 0 <= body.size <= bare_max
+
+
+def put_compiled(
+    items: Sequence[CheckedPut],
+    indices: Sequence[int],
+    paths: Callable[[int], Paths],
+    *,
+    exclusive: bool,
+) -> tuple[list[Written], list[int]]:
+    """Write ``items[i]`` for each ``i`` in ``indices`` (all :func:`eligible`) in one call of the
+    extension. Returns what was written and the indices left for the pure-Python path. A failure
+    after an object is in place (its temporary name could not be removed) raises, as the pure
+    path does. Blocking: run it in a worker thread. Requires :data:`LOCALPUT`."""
+    assert LOCALPUT is not None
+    sources: list[bytes | None] = []
+    datas: list[bytes | None] = []
+    sizes: list[int] = []
+    tmps: list[bytes] = []
+    targets: list[bytes] = []
+    sidecars: list[bytes] = []
+    where: list[Paths] = []
+    for i in indices:
+        body = items[i].body
+        p = paths(i)
+        where.append(p)
+        if isinstance(body, SourceFile):
+            sources.append(os.fsencode(body.path))
+            datas.append(None)
+            sizes.append(body.size)
+        else:
+            assert isinstance(body, bytes)
+            sources.append(None)
+            datas.append(body)
+            sizes.append(len(body))
+        tmps.append(os.fsencode(f"{os.path.dirname(p.target)}/{temp_name()}"))
+        targets.append(os.fsencode(p.target))
+        sidecars.append(os.fsencode(p.sidecar))
+    outcomes = LOCALPUT.put_files(sources, datas, sizes, tmps, targets, sidecars, CREATE_FLAGS, exclusive)
+    written: list[Written] = []
+    rest: list[int] = []
+    for i, p, (status, err, data, dev, ino, size, mtime_ns, has_sidecar) in zip(
+        indices, where, outcomes, strict=True
+    ):
+        if status == FALLBACK:
+            rest.append(i)
+            continue
+        if status == UNLINK_FAILED:
+            raise map_oserror(OSError(err, os.strerror(err)), p.where, reading=False)
+        info = ObjectInfo(
+            key=items[i].key,
+            size=size,
+            etag=hashlib.md5(data, usedforsecurity=False).hexdigest(),
+            last_modified=datetime.fromtimestamp(mtime_ns / 1e9, UTC),
+            content_type=DEFAULT_CONTENT_TYPE,
+            metadata={},
+        )
+        written.append(Written(i, info, (dev, ino, size, mtime_ns), bool(has_sidecar)))
+    return written, rest

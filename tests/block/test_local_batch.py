@@ -1,0 +1,386 @@
+"""The local store's batched small puts: the compiled path (``block/_localput``) against the
+pure-Python one, on real files in the test's tmp dir.
+
+Every test runs on both paths (``path`` fixture) and checks what a caller sees: the results, the
+files, the typed errors, no temporary file left behind. The model test generates batches with
+objects already in the way (the same key, a directory, an object where a prefix should be) and
+sources that changed or vanished since they were listed, and compares the two paths' outcomes
+and trees.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import os
+import subprocess
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from lakefs_core.block import LocalBlockStore, local_batch
+from lakefs_core.block import local as local_module
+from lakefs_core.block.base import ObjectInfo, PutItem, SourceFile
+from lakefs_core.block.local import BARE_MAX_BYTES, META_DIR, TMP_PREFIX
+from lakefs_core.errors import ConflictError, LakeFSError, NotFoundError, PreconditionFailedError
+
+needs_extension = pytest.mark.skipif(
+    local_batch.LOCALPUT is None, reason="the extension _localput is not built"
+)
+
+
+class SourceError(LakeFSError):
+    """What the test's ``describe`` turns a source's OSError into."""
+
+
+def describe(e: OSError) -> Exception:
+    if isinstance(e, FileNotFoundError):
+        return NotFoundError(f"no such source: {e.filename}")
+    return SourceError(f"cannot read the source: {e.strerror}")
+
+
+def source(path: Path, size: int | None = None) -> SourceFile:
+    return SourceFile(str(path), path.stat().st_size if size is None else size, describe)
+
+
+@contextlib.contextmanager
+def on_path(path: str) -> Iterator[None]:
+    """Run the local store on the compiled (``"compiled"``) or the pure-Python path."""
+    saved = local_module.LOCALPUT
+    if path == "pure":
+        local_module.LOCALPUT = None
+    try:
+        yield
+    finally:
+        local_module.LOCALPUT = saved
+
+
+@pytest.fixture(params=["compiled", "pure"])
+def path(request: pytest.FixtureRequest) -> Iterator[str]:
+    if request.param == "compiled" and local_batch.LOCALPUT is None:
+        pytest.skip("the extension _localput is not built")
+    with on_path(request.param):
+        yield request.param
+
+
+@pytest.fixture
+async def store(local_root: Path, path: str) -> AsyncIterator[LocalBlockStore]:
+    async with LocalBlockStore(local_root) as s:
+        yield s
+
+
+def md5(data: bytes) -> str:
+    return hashlib.md5(data).hexdigest()
+
+
+def leftovers(root: Path) -> list[str]:
+    return sorted(str(p.relative_to(root)) for p in root.rglob(f"{TMP_PREFIX}*"))
+
+
+def tree(root: Path) -> dict[str, bytes]:
+    """Every file below ``root`` but the leftover-sweep's stamp, by relative path."""
+    out: dict[str, bytes] = {}
+    for p in sorted(root.rglob("*")):
+        rel = str(p.relative_to(root))
+        if p.is_file() and not rel.startswith(f"{META_DIR}/.") and ".lakefs-sweep" not in rel:
+            out[rel] = p.read_bytes()
+    return out
+
+
+def same_info(a: ObjectInfo, b: ObjectInfo) -> bool:
+    return (a.key, a.size, a.etag, a.content_type, dict(a.metadata)) == (
+        b.key,
+        b.size,
+        b.etag,
+        b.content_type,
+        dict(b.metadata),
+    )
+
+
+# -- both paths, one batch ---------------------------------------------------------------------------
+
+
+async def test_a_mixed_batch(store: LocalBlockStore, local_root: Path, tmp_path: Path) -> None:
+    """Bytes and source files, bare and not (metadata, content type, over BARE_MAX_BYTES), in new
+    nested directories: every result right, every file in place, nothing left behind."""
+    src = tmp_path / "src"
+    src.mkdir()
+    bodies = {f"s{i}": bytes([i]) * (i * 37) for i in range(10)}
+    for name, data in bodies.items():
+        (src / name).write_bytes(data)
+    big = b"B" * (BARE_MAX_BYTES + 1)
+    items = [PutItem(f"a/b{i % 3}/s{i}", source(src / f"s{i}")) for i in range(10)]
+    items += [
+        PutItem("a/bytes", b"plain bytes"),
+        PutItem("a/empty", b""),
+        PutItem("c/typed", b"<p/>", content_type="text/html"),
+        PutItem("c/meta", b"m", metadata={"owner": "x"}),
+        PutItem("c/big", big),
+        PutItem("c/bare-max", b"E" * BARE_MAX_BYTES),
+    ]
+    infos = await store.put_batch(items, if_none_match=True, concurrency=3)
+    expected = [bodies[f"s{i}"] for i in range(10)] + [
+        b"plain bytes",
+        b"",
+        b"<p/>",
+        b"m",
+        big,
+        b"E" * BARE_MAX_BYTES,
+    ]
+    assert [i.key for i in infos] == [item.key for item in items]
+    for item, info, data in zip(items, infos, expected, strict=True):
+        assert (info.size, info.etag) == (len(data), md5(data))
+        assert (local_root / item.key).read_bytes() == data
+        assert same_info(await store.head(item.key), info)
+        assert info.last_modified is not None
+    assert infos[12].content_type == "text/html" and infos[13].metadata == {"owner": "x"}
+    assert sorted(p.name for p in (local_root / META_DIR / "c").iterdir()) == ["big", "meta", "typed"]
+    assert leftovers(local_root) == []
+
+
+async def test_create_only_refuses_an_existing_key(store: LocalBlockStore, local_root: Path) -> None:
+    await store.put("k/taken", b"first")
+    with pytest.raises(PreconditionFailedError):
+        await store.put_batch([PutItem("k/free", b"a"), PutItem("k/taken", b"second")], if_none_match=True)
+    assert (local_root / "k/taken").read_bytes() == b"first"
+    assert leftovers(local_root) == []
+
+
+async def test_overwrite_drops_an_earlier_sidecar(store: LocalBlockStore, local_root: Path) -> None:
+    """A bare overwrite of a key written with metadata: the old sidecar must not describe it."""
+    await store.put("k", b"old", content_type="text/plain", metadata={"m": "1"})
+    assert (local_root / META_DIR / "k").is_file()
+    [info] = await store.put_batch([PutItem("k", b"new!")])
+    assert not (local_root / META_DIR / "k").exists()
+    head = await store.head("k")
+    assert same_info(head, info) and (head.content_type, head.metadata) == ("application/octet-stream", {})
+
+
+@pytest.mark.parametrize(
+    ("existing", "key", "error"),
+    [
+        ("dir/below", "dir", ConflictError),  # keys below this key exist
+        ("obj", "obj/below", ConflictError),  # a prefix of this key is an object
+    ],
+)
+@pytest.mark.parametrize("create_only", [True, False])
+async def test_layout_conflicts(
+    store: LocalBlockStore,
+    local_root: Path,
+    *,
+    existing: str,
+    key: str,
+    error: type[Exception],
+    create_only: bool,
+) -> None:
+    await store.put(existing, b"x")
+    with pytest.raises(error):
+        await store.put_batch([PutItem(key, b"y")], if_none_match=create_only)
+    assert leftovers(local_root) == []
+
+
+@pytest.mark.parametrize(
+    ("content", "listed"),
+    [(b"abc", 3), (b"grown since it was listed", 3), (b"ab", 3), (b"", 2), (b"x" * 100, 0)],
+)
+async def test_a_source_is_copied_as_it_is_now(
+    store: LocalBlockStore, local_root: Path, tmp_path: Path, content: bytes, listed: int
+) -> None:
+    f = tmp_path / "f"
+    f.write_bytes(content)
+    [info] = await store.put_batch([PutItem("k", source(f, listed))], if_none_match=True)
+    assert (local_root / "k").read_bytes() == content
+    assert (info.size, info.etag) == (len(content), md5(content))
+    assert leftovers(local_root) == []
+
+
+async def test_a_missing_source_raises_the_callers_error(
+    store: LocalBlockStore, local_root: Path, tmp_path: Path
+) -> None:
+    with pytest.raises(NotFoundError, match="no such source"):
+        await store.put_batch([PutItem("k", SourceFile(str(tmp_path / "gone"), 3, describe))])
+    assert not (local_root / "k").exists() and leftovers(local_root) == []
+
+
+async def test_an_unreadable_source_raises_the_callers_error(
+    store: LocalBlockStore, local_root: Path, tmp_path: Path
+) -> None:
+    d = tmp_path / "a-directory"
+    d.mkdir()
+    with pytest.raises(SourceError, match="directory"):
+        await store.put_batch([PutItem("k", SourceFile(str(d), 0, describe))])
+    assert leftovers(local_root) == []
+
+
+def chattr(flag: str, path: Path) -> bool:
+    return subprocess.run(["chattr", flag, str(path)], capture_output=True, check=False).returncode == 0
+
+
+async def test_an_unwritable_directory(store: LocalBlockStore, local_root: Path) -> None:
+    """Creating the temporary file fails (an immutable directory: root too is refused): the same
+    typed error on both paths, and the directory is as it was."""
+    d = local_root / "frozen"
+    d.mkdir()
+    if not chattr("+i", d):
+        pytest.skip("chattr +i is not available here")
+    try:
+        with pytest.raises(LakeFSError) as caught:
+            await store.put_batch([PutItem("frozen/k", b"x")], if_none_match=True)
+        assert "frozen/k" in str(caught.value)
+        assert list(d.iterdir()) == []
+    finally:
+        assert chattr("-i", d)
+
+
+# -- the compiled path itself --------------------------------------------------------------------------
+
+
+@needs_extension
+async def test_eligible_objects_never_call_their_loader(
+    local_root: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Bare source files and bytes go through the extension; only the rest is loaded in Python."""
+    loaded: list[str] = []
+    real = local_module.load_body
+
+    def spy(body: object) -> bytes:
+        loaded.append(body.path if isinstance(body, SourceFile) else repr(body)[:20])
+        return real(body)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(local_module, "load_body", spy)
+    (tmp_path / "f").write_bytes(b"small")
+    items = [
+        PutItem("new/dir/a", source(tmp_path / "f")),  # a directory to make: the extension gives up
+        PutItem("new/dir/b", source(tmp_path / "f")),
+        PutItem("new/dir/c", b"bytes"),
+        PutItem("new/dir/typed", b"t", content_type="text/plain"),
+    ]
+    async with LocalBlockStore(local_root) as store:
+        await store.put_batch(items, concurrency=1)
+    # a hop hands a, b and c to the extension; each falls back (new/dir does not exist yet)
+    assert len(loaded) == 4
+    loaded.clear()
+    async with LocalBlockStore(local_root) as store:
+        await store.put_batch([PutItem(f"new/dir/{k}", source(tmp_path / "f")) for k in "xyz"], concurrency=1)
+    assert loaded == []  # the directory exists now: all three were written in C
+
+
+@needs_extension
+def test_a_failure_after_the_object_is_in_place_raises(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """UNLINK_FAILED (the create-only link succeeded, removing the temporary name did not) is an
+    error, as on the pure path; FALLBACK hands the object back."""
+    from lakefs_core.block._common import check_put_batch
+
+    class Fake:
+        @staticmethod
+        def put_files(*args: object) -> list[tuple[object, ...]]:
+            return [
+                (local_batch.FALLBACK, 2, None, 0, 0, 0, 0, 0),
+                (local_batch.UNLINK_FAILED, 13, b"x", 1, 2, 1, 3, 0),
+            ]
+
+    monkeypatch.setattr(local_batch, "LOCALPUT", Fake)
+    items = check_put_batch([PutItem("a", b"x"), PutItem("b", b"x")], 1)
+
+    def paths(i: int) -> local_batch.Paths:
+        return local_batch.Paths(
+            str(tmp_path / items[i].key), str(tmp_path / "meta"), f"local://{items[i].key}"
+        )
+
+    with pytest.raises(LakeFSError, match="local://b"):
+        local_batch.put_compiled(items, [0, 1], paths, exclusive=True)
+    monkeypatch.setattr(
+        Fake, "put_files", staticmethod(lambda *a: [(local_batch.FALLBACK, 2, None, 0, 0, 0, 0, 0)])
+    )
+    assert local_batch.put_compiled(items, [0], paths, exclusive=True) == ([], [0])
+
+
+def test_extension_is_in_use_in_ci() -> None:
+    if os.environ.get("CI") != "true":
+        pytest.skip("only CI requires the extension (it builds it with `make venv`)")
+    assert os.environ.get("LAKEFS_PURE_PYTHON") != "1"
+    assert local_batch.LOCALPUT is not None, "CI must build lakefs_core/block/_localput.pyx (see setup.py)"
+
+
+# -- model: the two paths agree ------------------------------------------------------------------------
+
+KEYS = ["a", "b", "d/a", "d/b", "d/e/f", "a/x"]  # "a" and "a/x" (and "d/e/f" after "d/e") collide
+
+item_st = st.tuples(
+    st.sampled_from(KEYS),
+    st.sampled_from(["bytes", "source", "grown", "gone", "typed"]),
+    st.integers(0, 40),
+)
+batch_st = st.lists(item_st, min_size=1, max_size=8, unique_by=lambda t: t[0])
+before_st = st.lists(st.tuples(st.sampled_from([*KEYS, "d/e"]), st.booleans()), max_size=3)
+
+
+async def outcome(
+    root: Path,
+    srcdir: Path,
+    before: list[tuple[str, bool]],
+    batch: list[tuple[str, str, int]],
+    create_only: bool,
+) -> tuple[object, ...]:
+    """Put ``before`` one by one (skipping what conflicts), then ``batch``: what a caller sees."""
+    async with LocalBlockStore(root) as store:
+        for key, with_meta in before:
+            with contextlib.suppress(LakeFSError):
+                await store.put(key, key.encode(), **({"metadata": {"m": "1"}} if with_meta else {}))
+        items = []
+        for n, (key, kind, size) in enumerate(batch):
+            data = bytes([65 + n]) * size
+            f = srcdir / f"{n}"
+            f.write_bytes(data + (b"+" if kind == "grown" else b""))
+            if kind == "gone":
+                f.unlink()
+            body = data if kind in ("bytes", "typed") else SourceFile(str(f), size, describe)
+            items.append(PutItem(key, body, content_type="text/plain" if kind == "typed" else None))
+        try:
+            infos = await store.put_batch(items, if_none_match=create_only, concurrency=2)
+            result: object = [(i.key, i.size, i.etag, i.content_type, dict(i.metadata)) for i in infos]
+        except LakeFSError as e:
+            result = type(e).__name__
+        heads = {}
+        for key in KEYS:
+            with contextlib.suppress(LakeFSError):
+                h = await store.head(key)
+                heads[key] = (h.size, h.etag, h.content_type, dict(h.metadata))
+    return result, heads, leftovers(root)
+
+
+@needs_extension
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(before=before_st, batch=batch_st, create_only=st.booleans())
+def test_the_two_paths_agree(
+    tmp_path: Path, before: list[tuple[str, bool]], batch: list[tuple[str, str, int]], create_only: bool
+) -> None:
+    """With at most one object per key of a batch (the order of two puts of one key in a batch is
+    not defined), the compiled and the pure path give the same results or the same error, and
+    leave the same objects. A failed batch may have written some of its objects (the contract),
+    so then only the error and the leftovers are compared."""
+    import tempfile
+
+    with tempfile.TemporaryDirectory(dir=tmp_path) as d:
+        base = Path(d)
+        seen = []
+        for name in ("compiled", "pure"):
+            (base / name / "src").mkdir(parents=True)
+            (base / name / "root").mkdir()
+            with on_path(name):
+                seen.append(
+                    asyncio.run(
+                        outcome(base / name / "root", base / name / "src", before, batch, create_only)
+                    )
+                )
+        compiled, pure = seen
+        assert compiled[0] == pure[0]
+        assert compiled[2] == pure[2] == []
+        if not isinstance(compiled[0], str):
+            assert compiled[1] == pure[1]
