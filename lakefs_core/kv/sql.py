@@ -10,7 +10,9 @@ atomic across connections and processes without read-then-write:
 
 - ``set`` = upsert (``INSERT ... ON CONFLICT (partition_key, key) DO UPDATE``);
 - ``set_many`` = the same upsert in ONE transaction, so the batch is atomic: on PostgreSQL one
-  statement over arrays (``INSERT ... SELECT * FROM unnest(...)``), on SQLite one ``executemany``;
+  statement over arrays (``INSERT ... SELECT * FROM unnest(...)``), on SQLite multi-row
+  ``INSERT ... VALUES (?, ?, ?), ...`` statements of up to :func:`sqlite_rows` rows (one
+  ``executemany`` step per row cost about half again as much: 2.6 against 1.75 ms per 1,000 rows);
 - ``set_if(ABSENT)`` = ``INSERT ... ON CONFLICT DO NOTHING``, success iff one row was inserted;
 - ``set_if(EXISTS)`` = ``UPDATE ... WHERE partition_key=:p AND key=:k``, success iff one row;
 - ``set_if(equals(pred))`` = the same ``UPDATE`` with ``AND value=:pred``; under PostgreSQL's READ
@@ -47,8 +49,11 @@ strings.
 
 from __future__ import annotations
 
+import contextlib
+import sqlite3
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
-from functools import partial
+from functools import cache, lru_cache, partial
+from itertools import chain
 from typing import Any, TypeVar
 
 from sqlalchemy import Column, LargeBinary, MetaData, Table, inspect, select, update
@@ -86,6 +91,30 @@ from lakefs_core.sqlengine import (
 )
 
 T = TypeVar("T")
+
+# Rows per multi-row SQLite INSERT, at most: a batch of 1,000 staged entries is one statement. Each
+# statement costs about four hops to aiosqlite's thread (cursor, execute, close, ...), so fewer
+# statements matter more than their size (333 or 1,000 rows took the same time in SQLite itself).
+SQLITE_MAX_ROWS = 1000
+
+
+@cache
+def sqlite_rows() -> int:
+    """Rows per multi-row INSERT on this SQLite library: three bound values per row, within its
+    SQLITE_LIMIT_VARIABLE_NUMBER (999 in builds before 3.32, 32,766 since; aiosqlite uses the
+    ``sqlite3`` module, so the limit read here is the one its connections have)."""
+    with contextlib.closing(sqlite3.connect(":memory:")) as conn:
+        limit = conn.getlimit(sqlite3.SQLITE_LIMIT_VARIABLE_NUMBER)
+    return max(1, min(SQLITE_MAX_ROWS, limit // 3))
+
+
+@lru_cache(maxsize=64)
+def _sqlite_upsert(table: str, upsert: str, rows: int) -> str:
+    """The upsert of ``rows`` rows (one string per size, so sqlite3 reuses its prepared statement)."""
+    return (
+        f"INSERT INTO {table} (partition_key, key, value) VALUES {', '.join(['(?, ?, ?)'] * rows)} {upsert}"
+    )
+
 
 DEFAULT_TABLE = "kv"
 DEFAULT_BUSY_TIMEOUT_S = 30.0
@@ -277,10 +306,17 @@ class SQLKVStore:
                 await conn.exec_driver_sql(sql, columns)
 
         else:
-            sql = f"INSERT INTO {name} (partition_key, key, value) VALUES (?, ?, ?) {upsert}"
+            # Each statement binds its rows' values at once and runs them in one sqlite3 step,
+            # without the GIL (the sqlite3 module releases it while SQLite works).
+            step = sqlite_rows()
+            pieces = [
+                (_sqlite_upsert(name, upsert, len(rows)), tuple(chain.from_iterable(rows)))
+                for rows in (batch[i : i + step] for i in range(0, len(batch), step))
+            ]
 
             async def op(conn: AsyncConnection) -> None:
-                await conn.exec_driver_sql(sql, batch)  # rows
+                for sql, values in pieces:
+                    await conn.exec_driver_sql(sql, values)
 
         return op
 
