@@ -38,7 +38,7 @@ demo-core: venv-run
 # Tests run in TEST_WORKERS pytest-xdist processes, a test file per worker at a time (its module
 # fixtures stay in one process); TEST_WORKERS=0 runs them in this process.
 TEST_WORKERS ?= 2
-PYTEST := $(BIN)/python -m pytest -q $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadfile)
+PYTEST := $(BIN)/python -m pytest -q --durations=20 $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadfile)
 
 test: venv
 	$(PYTEST)
