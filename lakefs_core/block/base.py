@@ -57,6 +57,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import NamedTuple, Protocol, runtime_checkable
 
+from lakefs_core.errors import BadInputError
+
 
 @dataclass(frozen=True)
 class ObjectInfo:
@@ -108,6 +110,14 @@ class SourceFile:
     path: str
     size: int
     describe: Callable[[OSError], Exception]
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.path, str) or not self.path or "\0" in self.path:
+            raise BadInputError("must be a non-empty file path without NUL", field="body.path")
+        if type(self.size) is not int or self.size < 0:
+            raise BadInputError("must be an int >= 0", field="body.size")
+        if not callable(self.describe):
+            raise BadInputError("must be callable", field="body.describe")
 
     def __call__(self) -> bytes:
         try:
