@@ -93,8 +93,8 @@ from lakefs_core.sqlengine import (
 T = TypeVar("T")
 
 # Rows per multi-row SQLite INSERT, at most: a batch of 1,000 staged entries is one statement. Each
-# statement costs about four hops to aiosqlite's thread (cursor, execute, close, ...), so fewer
-# statements matter more than their size (333 or 1,000 rows took the same time in SQLite itself).
+# statement costs three hops to aiosqlite's thread (cursor, execute, close), so fewer statements
+# matter more than their size (333 or 1,000 rows took the same time in SQLite itself).
 SQLITE_MAX_ROWS = 1000
 
 
