@@ -30,6 +30,7 @@ cdef extern from "<fcntl.h>" nogil:
     int c_open "open" (const char *path, int flags, ...)
     enum: O_RDONLY
     enum: O_CLOEXEC
+    enum: O_NONBLOCK
 
 cdef extern from "<unistd.h>" nogil:
     ssize_t c_read "read" (int fd, void *buf, size_t n)
@@ -45,9 +46,11 @@ cdef extern from "<sys/stat.h>" nogil:
     cdef struct stat:
         dev_t st_dev
         ino_t st_ino
+        unsigned int st_mode
         off_t st_size
         timespec st_mtim
     int c_fstat "fstat" (int fd, stat *st)
+    bint S_ISREG(unsigned int mode)
 
 # Outcomes per object (local_batch.py has the same names).
 DEF DONE = 0
@@ -76,11 +79,16 @@ cdef int _open_retry(const char *path, int flags, int mode) noexcept nogil:
 
 
 cdef int _read_source(Job *job, char *buf) noexcept nogil:
-    """Read the whole source into ``buf`` (size + 1 bytes): 0 when it had exactly ``size`` bytes."""
-    cdef int fd = _open_retry(job.src, O_RDONLY | O_CLOEXEC, 0)
+    """Read the whole source into ``buf`` (size + 1 bytes): 0 when it is a regular file of exactly
+    ``size`` bytes (not blocking on a FIFO swapped in since it was listed)."""
+    cdef int fd = _open_retry(job.src, O_RDONLY | O_CLOEXEC | O_NONBLOCK, 0)
     cdef ssize_t r
     cdef Py_ssize_t got = 0
+    cdef stat st
     if fd < 0:
+        return -1
+    if c_fstat(fd, &st) != 0 or not S_ISREG(st.st_mode):
+        c_close(fd)
         return -1
     while got <= job.size:  # one byte more than expected: a longer file is noticed
         r = c_read(fd, buf + got, <size_t>(job.size + 1 - got))

@@ -51,7 +51,9 @@ Contract every driver honours (checked by ``tests/block/test_contract.py``):
 
 from __future__ import annotations
 
+import errno
 import os
+import stat
 from collections.abc import AsyncIterable, AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -79,19 +81,28 @@ Body = bytes | AsyncIterable[bytes]
 BatchBody = bytes | Callable[[], bytes]
 
 _READ_MORE = 1 << 20  # read size once a file turns out longer than it was listed
+#: The most a :class:`SourceFile` reads: one that grew past this since it was listed is refused.
+MAX_SOURCE_FILE = 64 << 20
 
 
-def read_small_file(path: str, size: int) -> bytes:
-    """The whole file, in three system calls when ``size`` (from a listing) is still right: asked
+def read_small_file(path: str, size: int, limit: int = MAX_SOURCE_FILE) -> bytes:
+    """The whole file, in four system calls when ``size`` (from a listing) is still right: asked
     for one byte more, a regular file's read returns exactly ``size`` bytes only at its end. Any
-    other length (the file changed since, or a short read) reads on until end of file. Blocking."""
-    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    other length (the file changed since, or a short read) reads on until end of file. Raises
+    ``OSError`` for what is not a regular file now (a FIFO swapped in would block, a device never
+    end) and for a file over ``limit`` bytes now. Blocking."""
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | getattr(os, "O_NONBLOCK", 0))
     try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise OSError(errno.EINVAL, "not a regular file", path)
         data = os.read(fd, size + 1)
         if len(data) == size:
             return data
-        pieces = [data]
+        pieces, total = [data], len(data)
         while chunk := os.read(fd, _READ_MORE):
+            total += len(chunk)
+            if total > limit:
+                raise OSError(errno.EFBIG, f"over {limit} bytes now ({size} when it was listed)", path)
             pieces.append(chunk)
         return b"".join(pieces)
     finally:

@@ -212,14 +212,37 @@ async def test_a_missing_source_raises_the_callers_error(
     assert not (local_root / "k").exists() and leftovers(local_root) == []
 
 
-async def test_an_unreadable_source_raises_the_callers_error(
-    store: LocalBlockStore, local_root: Path, tmp_path: Path
+@pytest.mark.parametrize("kind", ["directory", "fifo", "device"])
+async def test_a_source_that_is_not_a_regular_file_now(
+    store: LocalBlockStore, local_root: Path, tmp_path: Path, kind: str
 ) -> None:
-    d = tmp_path / "a-directory"
-    d.mkdir()
-    with pytest.raises(SourceError, match="directory"):
-        await store.put_batch([PutItem("k", SourceFile(str(d), 0, describe))])
-    assert leftovers(local_root) == []
+    """Listed as a file, something else when read: a FIFO would block the reader forever and a
+    device (/dev/zero) never end. Refused at once with the caller's error, nothing written."""
+    src = tmp_path / "swapped"
+    if kind == "directory":
+        src.mkdir()
+    elif kind == "fifo":
+        os.mkfifo(src)
+    else:
+        src.symlink_to("/dev/zero")
+    with pytest.raises(SourceError, match="not a regular file"):
+        await asyncio.wait_for(store.put_batch([PutItem("k", SourceFile(str(src), 3, describe))]), 30)
+    assert not (local_root / "k").exists() and leftovers(local_root) == []
+
+
+async def test_a_source_that_grew_past_the_limit_is_refused(
+    store: LocalBlockStore, local_root: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from lakefs_core.block import base
+
+    monkeypatch.setattr(base.read_small_file, "__defaults__", (1000,))  # the limit, for this test
+    f = tmp_path / "f"
+    f.write_bytes(b"x" * 1001)
+    with pytest.raises(SourceError, match="over 1000 bytes now"):
+        await store.put_batch([PutItem("k", SourceFile(str(f), 10, describe))])
+    f.write_bytes(b"x" * 1000)  # at the limit: read whole
+    [info] = await store.put_batch([PutItem("k", SourceFile(str(f), 10, describe))])
+    assert info.size == 1000 and leftovers(local_root) == []
 
 
 def chattr(flag: str, path: Path) -> bool:
