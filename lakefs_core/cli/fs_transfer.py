@@ -24,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import codecs
+import errno
 import functools
 import json
 import os
@@ -57,10 +58,31 @@ BATCH_BYTES = 256 << 20  # a batch closes early once its files add up to this
 WRITE_CHUNK = 1 << 20
 
 
-async def file_chunks(path: Path, size: int = READ_CHUNK) -> AsyncIterator[bytes]:
-    """The file's bytes, chunk by chunk; a failing open or read is a one-line error naming it."""
+def _open_regular(path: Path) -> IO[bytes]:
+    """``path`` opened for reading if it is still a regular file (non-blocking open: a FIFO swapped
+    in since a walk listed the file must not block, a device swapped in must not stream forever)."""
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK)
     try:
-        f = await asyncio.to_thread(path.open, "rb")
+        if not S_ISREG(os.fstat(fd).st_mode):
+            raise OSError(errno.EINVAL, "not a regular file", str(path))
+        return os.fdopen(fd, "rb")
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def _open_any(path: Path) -> IO[bytes]:
+    return path.open("rb")
+
+
+async def file_chunks(
+    path: Path, size: int = READ_CHUNK, *, regular_only: bool = False
+) -> AsyncIterator[bytes]:
+    """The file's bytes, chunk by chunk; a failing open or read is a one-line error naming it.
+    ``regular_only``: refuse what is not a regular file when opened (files listed by a walk; a
+    single ``--source`` may be a FIFO on purpose, ``<(command)``)."""
+    try:
+        f = await asyncio.to_thread(_open_regular if regular_only else _open_any, path)
     except OSError as e:
         raise local_path_error(e, path, "--source") from e
     try:
@@ -134,7 +156,7 @@ def _upload_item(local: Path, key: str, size: int, content_type: str | None) -> 
     from lakefs_core.repos.objects import BlockingBody, UploadItem
 
     async def streamed() -> AsyncIterator[bytes]:
-        return file_chunks(local)
+        return file_chunks(local, regular_only=True)
 
     if size <= STREAM_THRESHOLD:
         # read in the store's worker thread when the object is written (or copied there in C)

@@ -300,6 +300,30 @@ def test_read_small_file_returns_the_whole_current_file(
     assert read_small_file(str(path), walked_size) == content
 
 
+@pytest.mark.parametrize("kind", ["fifo", "device"])
+def test_a_listed_file_swapped_for_a_fifo_or_device_is_refused(tmp_path: Path, kind: str) -> None:
+    """`upload -r` lists regular files only; one replaced before it is read (by a FIFO, which would
+    block the read, or a link to /dev/zero, which would never end) fails with one line naming it,
+    for small (read whole) and large (streamed) files alike."""
+    import asyncio
+
+    src = tmp_path / "swapped"
+    if kind == "fifo":
+        os.mkfifo(src)
+    else:
+        src.symlink_to("/dev/zero")
+
+    async def read(size: int) -> bytes:
+        item = fs_transfer._upload_item(src, "k", size, None)
+        if size > fs_transfer.STREAM_THRESHOLD:
+            return b"".join([c async for c in await item.body()])  # type: ignore[operator,misc]
+        return await asyncio.to_thread(item.body.read)  # type: ignore[union-attr]
+
+    for size in (3, fs_transfer.STREAM_THRESHOLD + 1):
+        with pytest.raises(BadInputError, match="not a regular file"):
+            asyncio.run(asyncio.wait_for(read(size), 30))
+
+
 def test_import_guards_and_exit_codes(run: InProcess, repo: str, tmp_path: Path) -> None:
     """An import replaces everything under its path: without a path it would replace the whole
     branch, so that needs --whole-branch. A wrong source is an error of its own (not "no changes")."""
