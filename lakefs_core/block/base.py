@@ -85,16 +85,28 @@ _READ_MORE = 1 << 20  # read size once a file turns out longer than it was liste
 MAX_SOURCE_FILE = 64 << 20
 
 
+def open_regular(path: str | os.PathLike[str]) -> int:
+    """A read-only descriptor of ``path`` if it is a regular file now, else ``OSError``. The open
+    does not block (a FIFO swapped in for a listed file would wait for a writer); reads from a
+    regular file ignore the non-blocking flag."""
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | getattr(os, "O_NONBLOCK", 0))
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise OSError(errno.EINVAL, "not a regular file", os.fspath(path))
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
 def read_small_file(path: str, size: int, limit: int = MAX_SOURCE_FILE) -> bytes:
     """The whole file, in four system calls when ``size`` (from a listing) is still right: asked
     for one byte more, a regular file's read returns exactly ``size`` bytes only at its end. Any
     other length (the file changed since, or a short read) reads on until end of file. Raises
     ``OSError`` for what is not a regular file now (a FIFO swapped in would block, a device never
     end) and for a file over ``limit`` bytes now. Blocking."""
-    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | getattr(os, "O_NONBLOCK", 0))
+    fd = open_regular(path)
     try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise OSError(errno.EINVAL, "not a regular file", path)
         data = os.read(fd, size + 1)
         if len(data) == size:
             return data

@@ -24,7 +24,6 @@ from __future__ import annotations
 import asyncio
 import base64
 import codecs
-import errno
 import functools
 import json
 import os
@@ -55,16 +54,15 @@ STREAM_THRESHOLD = 8 << 20  # bigger files are streamed to the store
 READ_CHUNK = 1 << 20
 BATCH_FILES = 1000  # objects staged per KV batch by upload --recursive
 BATCH_BYTES = 256 << 20  # a batch closes early once its files add up to this
-WRITE_CHUNK = 1 << 20
 
 
 def _open_regular(path: Path) -> IO[bytes]:
-    """``path`` opened for reading if it is still a regular file (non-blocking open: a FIFO swapped
-    in since a walk listed the file must not block, a device swapped in must not stream forever)."""
-    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK)
+    """``path`` opened for reading if it is still a regular file (a FIFO swapped in since a walk
+    listed the file must not block, a device swapped in must not stream forever)."""
+    from lakefs_core.block.base import open_regular
+
+    fd = open_regular(path)
     try:
-        if not S_ISREG(os.fstat(fd).st_mode):
-            raise OSError(errno.EINVAL, "not a regular file", str(path))
         return os.fdopen(fd, "rb")
     except BaseException:
         os.close(fd)
