@@ -160,7 +160,7 @@ def put_files(list sources, list datas, list sizes, list tmps, list targets, lis
     file ``sources[i]`` (bytes path) of ``sizes[i]`` bytes. Paths are bytes. Returns one tuple per
     object: ``(status, errno, data, dev, ino, size, mtime_ns, has_sidecar)``; ``data`` is the
     bytes written (for the ETag) when the status is DONE or UNLINK_FAILED, else None."""
-    cdef Py_ssize_t n = len(tmps), i, total = 0, off = 0
+    cdef Py_ssize_t n = len(tmps), i, total = 0
     if not (len(sources) == len(datas) == len(sizes) == len(targets) == len(sidecars) == n):
         raise ValueError("put_files: the lists differ in length")
     cdef Job *jobs = <Job *>malloc(max(n, 1) * sizeof(Job))

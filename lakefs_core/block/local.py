@@ -398,10 +398,9 @@ class LocalBlockStore:
 
                 written, fell_back = put_compiled(items, fast, paths, exclusive=if_none_match)
                 for w in written:
-                    target = self._file(parts[w.position])
-                    dirs.add(os.path.dirname(target))
+                    dirs.add(os.path.dirname(w.target))
                     if w.has_sidecar:
-                        self._sidecars.drop_stale(parts[w.position], target, w.st[:2])
+                        self._sidecars.drop_stale(parts[w.position], w.target, w.st[:2])
                     self._etags.remember_key(w.st, w.info.etag)
                     results[w.position] = w.info
                 if len(fell_back) < len(hop):

@@ -23,12 +23,11 @@ from __future__ import annotations
 import hashlib
 import os
 from collections.abc import Callable, Sequence
-from datetime import UTC, datetime
 from typing import NamedTuple
 
 from lakefs_core.block._common import DEFAULT_CONTENT_TYPE, CheckedPut
 from lakefs_core.block.base import ObjectInfo, SourceFile
-from lakefs_core.block.local_files import CREATE_FLAGS, map_oserror
+from lakefs_core.block.local_files import CREATE_FLAGS, map_oserror, ns_datetime
 from lakefs_core.block.local_leftovers import temp_name
 from lakefs_core.format.accel import load
 
@@ -51,6 +50,7 @@ class Written(NamedTuple):
     """An object the compiled path put in place, for the store's bookkeeping."""
 
     position: int  # in the batch
+    target: str  # its data file
     info: ObjectInfo
     st: tuple[int, int, int, int]  # (dev, ino, size, mtime_ns): the ETag cache's key
     has_sidecar: bool  # a sidecar file exists for the key: the store checks whether it is stale
@@ -116,9 +116,9 @@ def put_compiled(
             key=items[i].key,
             size=size,
             etag=hashlib.md5(data, usedforsecurity=False).hexdigest(),
-            last_modified=datetime.fromtimestamp(mtime_ns / 1e9, UTC),
+            last_modified=ns_datetime(mtime_ns),
             content_type=DEFAULT_CONTENT_TYPE,
             metadata={},
         )
-        written.append(Written(i, info, (dev, ino, size, mtime_ns), bool(has_sidecar)))
+        written.append(Written(i, p.target, info, (dev, ino, size, mtime_ns), bool(has_sidecar)))
     return written, rest

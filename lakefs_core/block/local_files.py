@@ -70,7 +70,12 @@ def segments_ok(parts: Sequence[str]) -> bool:
 
 def mtime_datetime(st: os.stat_result) -> datetime:
     """The modification time of ``st`` as an aware UTC datetime."""
-    return datetime.fromtimestamp(st.st_mtime_ns / 1e9, UTC)
+    return ns_datetime(st.st_mtime_ns)
+
+
+def ns_datetime(ns: int) -> datetime:
+    """A time in nanoseconds since the epoch (``st_mtime_ns``) as an aware UTC datetime."""
+    return datetime.fromtimestamp(ns / 1e9, UTC)
 
 
 def write_all(fd: int, data: bytes | memoryview) -> None:

@@ -82,12 +82,6 @@ class CLIGroup(click.Group):
         except BrokenPipeError:
             _silence_stdout()
             raise click.exceptions.Exit(BROKEN_PIPE_EXIT) from None
-        except OSError as e:
-            full = out_of_space(e)
-            if full is None:
-                raise
-            _silence_stdout()  # what could not be written must not fail again at exit
-            raise full from e
 
 
 def _silence_stdout() -> None:
@@ -163,8 +157,7 @@ def run(group: click.Group, argv: Sequence[str] | None, prog_name: str) -> int:
             args=list(argv) if argv is not None else None, prog_name=prog_name, standalone_mode=False
         )
     except LakeFSError as e:
-        click.echo(f"{prog_name}: {one_line(str(e))}", err=True)
-        return e.exit_code
+        return _report(e, prog_name)
     except click.exceptions.Abort:
         # Interrupted mid-operation: a driver's worker thread (aiosqlite's) may still finish its
         # call and fail to hand the result to the closed event loop. The process is ending on
@@ -178,17 +171,21 @@ def run(group: click.Group, argv: Sequence[str] | None, prog_name: str) -> int:
     except click.exceptions.Exit as e:
         return e.exit_code
     except OSError as e:
-        full = out_of_space(e)  # --help or --version on a full disk
+        full = out_of_space(e)  # standard output on a full disk, from any command or --help
         if full is None:
             return _unexpected(e, prog_name)
-        _silence_stdout()
-        click.echo(f"{prog_name}: {full}", err=True)
-        return full.exit_code
+        _silence_stdout()  # what could not be written must not fail again at exit
+        return _report(full, prog_name)
     except Exception as e:
         return _unexpected(e, prog_name)
     # Without standalone mode click RETURNS the code of an explicit ``Exit`` (``run --once``'s status,
     # ``check-config``'s); commands themselves return None.
     return result if type(result) is int else 0
+
+
+def _report(e: LakeFSError, prog_name: str) -> int:
+    click.echo(f"{prog_name}: {one_line(str(e))}", err=True)
+    return e.exit_code
 
 
 def _unexpected(e: Exception, prog_name: str) -> int:

@@ -192,13 +192,9 @@ def run_session(fn: Callable[[Session], Awaitable[T]]) -> T:
         raise
     except BrokenPipeError:  # stdout's reader went away (`fs cat | head`): see cli.CLIGroup
         raise
-    except OSError as e:
-        if out_of_space(e) is not None:
-            raise  # standard output on a full disk (`fs cat > /dev/full`): see cli.CLIGroup
-        if os.environ.get(DEBUG_ENV):
-            raise
-        raise LakeFSError(f"unexpected {type(e).__name__}: {e} (set {DEBUG_ENV}=1 for details)") from e
     except Exception as e:
+        if isinstance(e, OSError) and out_of_space(e) is not None:
+            raise  # standard output on a full disk (`fs cat > /dev/full`): see cli.run
         if os.environ.get(DEBUG_ENV):
             raise
         raise LakeFSError(f"unexpected {type(e).__name__}: {e} (set {DEBUG_ENV}=1 for details)") from e
