@@ -87,16 +87,6 @@ def leftovers(root: Path) -> list[str]:
     return sorted(str(p.relative_to(root)) for p in root.rglob(f"{TMP_PREFIX}*"))
 
 
-def tree(root: Path) -> dict[str, bytes]:
-    """Every file below ``root`` but the leftover-sweep's stamp, by relative path."""
-    out: dict[str, bytes] = {}
-    for p in sorted(root.rglob("*")):
-        rel = str(p.relative_to(root))
-        if p.is_file() and not rel.startswith(f"{META_DIR}/.") and ".lakefs-sweep" not in rel:
-            out[rel] = p.read_bytes()
-    return out
-
-
 def same_info(a: ObjectInfo, b: ObjectInfo) -> bool:
     return (a.key, a.size, a.etag, a.content_type, dict(a.metadata)) == (
         b.key,
@@ -377,53 +367,50 @@ batch_st = st.lists(item_st, min_size=1, max_size=8, unique_by=lambda t: t[0]).f
 before_st = st.lists(st.tuples(st.sampled_from([*KEYS, "d/e"]), st.booleans()), max_size=3)
 
 
-async def outcome(
-    root: Path,
-    srcdir: Path,
-    before: list[tuple[str, bool]],
-    batch: list[tuple[str, str, int]],
-    create_only: bool,
-) -> tuple[object, ...]:
-    """Put ``before`` one by one (skipping what conflicts), then ``batch``: what a caller sees."""
-    async with LocalBlockStore(root) as store:
-        for key, with_meta in before:
-            with contextlib.suppress(LakeFSError):
-                await store.put(key, key.encode(), **({"metadata": {"m": "1"}} if with_meta else {}))
-        items = []
-        for n, (key, kind, size) in enumerate(batch):
-            data = bytes([65 + n]) * size
-            f = srcdir / f"{n}"
-            f.write_bytes(data + (b"+" if kind == "grown" else b""))
-            if kind == "gone":
-                f.unlink()
-            body = data if kind in ("bytes", "typed") else SourceFile(str(f), size, describe)
-            items.append(PutItem(key, body, content_type="text/plain" if kind == "typed" else None))
-        try:
-            infos = await store.put_batch(items, if_none_match=create_only, concurrency=2)
-            result: object = [(i.key, i.size, i.etag, i.content_type, dict(i.metadata)) for i in infos]
-        except LakeFSError as e:
-            result = type(e).__name__
-        heads = {}
-        for key in KEYS:
-            with contextlib.suppress(LakeFSError):
-                h = await store.head(key)
-                heads[key] = (h.size, h.etag, h.content_type, dict(h.metadata))
-    # sidecars too: a stale one is ignored by head, but must not be left to match a reused inode
-    sidecars = sorted(str(p.relative_to(root)) for p in (root / META_DIR).rglob("*") if p.is_file())
-    return result, (heads, [s for s in sidecars if not s.startswith(f"{META_DIR}/.")]), leftovers(root)
-
-
-def run_outcome(
+def outcome(
     base: Path,
     path: str,
     before: list[tuple[str, bool]],
     batch: list[tuple[str, str, int]],
     create_only: bool,
 ) -> tuple[object, ...]:
-    (base / "src").mkdir(parents=True)
-    (base / "root").mkdir()
+    """In a fresh root below ``base``, on the ``path`` given: put ``before`` one by one (skipping
+    what conflicts), then ``batch``. What a caller sees."""
+    root, srcdir = base / "root", base / "src"
+    srcdir.mkdir(parents=True)
+    root.mkdir()
+
+    async def run() -> tuple[object, dict[str, tuple[object, ...]]]:
+        async with LocalBlockStore(root) as store:
+            for key, with_meta in before:
+                with contextlib.suppress(LakeFSError):
+                    await store.put(key, key.encode(), **({"metadata": {"m": "1"}} if with_meta else {}))
+            items = []
+            for n, (key, kind, size) in enumerate(batch):
+                data = bytes([65 + n]) * size
+                f = srcdir / f"{n}"
+                f.write_bytes(data + (b"+" if kind == "grown" else b""))
+                if kind == "gone":
+                    f.unlink()
+                body = data if kind in ("bytes", "typed") else SourceFile(str(f), size, describe)
+                items.append(PutItem(key, body, content_type="text/plain" if kind == "typed" else None))
+            try:
+                infos = await store.put_batch(items, if_none_match=create_only, concurrency=2)
+                result: object = [(i.key, i.size, i.etag, i.content_type, dict(i.metadata)) for i in infos]
+            except LakeFSError as e:
+                result = type(e).__name__
+            heads = {}
+            for key in KEYS:
+                with contextlib.suppress(LakeFSError):
+                    h = await store.head(key)
+                    heads[key] = (h.size, h.etag, h.content_type, dict(h.metadata))
+        return result, heads
+
     with on_path(path):
-        return asyncio.run(outcome(base / "root", base / "src", before, batch, create_only))
+        result, heads = asyncio.run(run())
+    # sidecars too: a stale one is ignored by head, but must not be left to match a reused inode
+    sidecars = sorted(str(p.relative_to(root)) for p in (root / META_DIR).rglob("*") if p.is_file())
+    return result, (heads, [s for s in sidecars if not s.startswith(f"{META_DIR}/.")]), leftovers(root)
 
 
 @needs_extension
@@ -445,12 +432,12 @@ def test_the_two_paths_agree(
 
     with tempfile.TemporaryDirectory(dir=tmp_path) as d:
         base = Path(d)
-        compiled = run_outcome(base / "compiled", "compiled", before, batch, create_only)
-        pure = run_outcome(base / "pure", "pure", before, batch, create_only)
+        compiled = outcome(base / "compiled", "compiled", before, batch, create_only)
+        pure = outcome(base / "pure", "pure", before, batch, create_only)
         assert compiled[2] == pure[2] == []
         if isinstance(compiled[0], str) or isinstance(pure[0], str):
             alone = [
-                run_outcome(base / f"alone{n}", "pure", before, [item], create_only)[0]
+                outcome(base / f"alone{n}", "pure", before, [item], create_only)[0]
                 for n, item in enumerate(batch)
             ]
             errors = {r for r in alone if isinstance(r, str)}
