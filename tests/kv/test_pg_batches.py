@@ -1,0 +1,171 @@
+"""PostgreSQL ``set_many``: a batch of at least ``INSERT_FIRST_MIN`` items is first written with a
+plain ``INSERT`` and, when that meets an existing key, written again with the upsert in a new
+transaction; the next ``UPSERT_STREAK`` batches then go straight to the upsert. Whatever the path,
+a batch is atomic and each key ends with its value from the batch. Real server; the statements sent
+are read off the engine's cursor events, and other writers are raw asyncpg connections."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import AsyncIterator
+
+import asyncpg
+import pytest
+from sqlalchemy import event
+
+from lakefs_core.errors import ConflictError
+from lakefs_core.kv import sql as sql_module
+from lakefs_core.kv.base import KVItem
+from lakefs_core.kv.sql import INSERT_FIRST_MIN, UPSERT_STREAK, SQLKVStore
+from tests.support.pg import PgDatabase
+
+N = INSERT_FIRST_MIN + 6
+
+
+class Recorded:
+    """The batch statements the store sends: "plain" (no ON CONFLICT) or "upsert"."""
+
+    def __init__(self, kv: SQLKVStore) -> None:
+        self.kinds: list[str] = []
+        engine = kv._engine.sync_engine
+
+        @event.listens_for(engine, "before_cursor_execute")
+        def seen(conn: object, cursor: object, statement: str, *args: object) -> None:
+            if "unnest" in statement:
+                self.kinds.append("upsert" if "ON CONFLICT" in statement else "plain")
+
+    def take(self) -> list[str]:
+        kinds, self.kinds = self.kinds, []
+        return kinds
+
+
+@pytest.fixture
+async def kv(pg_database: PgDatabase) -> AsyncIterator[SQLKVStore]:
+    store = await SQLKVStore.open(pg_database.url)
+    try:
+        yield store
+    finally:
+        await store.close()
+
+
+@pytest.fixture
+async def raw(pg_database: PgDatabase) -> AsyncIterator[asyncpg.Connection]:
+    conn = await asyncpg.connect(pg_database.url.replace("postgresql+asyncpg://", "postgresql://", 1))
+    try:
+        yield conn
+    finally:
+        await conn.close()
+
+
+def partition() -> bytes:
+    return b"p-" + uuid.uuid4().hex.encode()
+
+
+def batch(p: bytes, n: int, tag: bytes, start: int = 0) -> list[KVItem]:
+    return [(p, b"k%04d" % i, tag + b"%d" % i) for i in range(start, start + n)]
+
+
+async def contents(kv: SQLKVStore, p: bytes) -> dict[bytes, bytes]:
+    return {e.key: e.value async for e in kv.scan(p)}
+
+
+async def test_new_keys_take_one_plain_insert(kv: SQLKVStore) -> None:
+    seen, p = Recorded(kv), partition()
+    await kv.set_many(batch(p, N, b"a"))
+    assert seen.take() == ["plain"]
+    assert await kv.set_many_then_get(batch(p, N, b"b", start=N), p, b"k0000") == b"a0"
+    assert seen.take() == ["plain"]
+    assert await contents(kv, p) == dict((k, v) for _, k, v in batch(p, N, b"a") + batch(p, N, b"b", start=N))
+
+
+async def test_small_batches_always_upsert(kv: SQLKVStore) -> None:
+    seen, p = Recorded(kv), partition()
+    await kv.set_many(batch(p, INSERT_FIRST_MIN - 1, b"a"))
+    assert seen.take() == ["upsert"]
+
+
+@pytest.mark.parametrize("where", ["first", "last"])
+async def test_an_existing_key_sends_the_batch_again_as_upsert(kv: SQLKVStore, where: str) -> None:
+    seen, p = Recorded(kv), partition()
+    existing = 0 if where == "first" else N - 1
+    await kv.set(p, b"k%04d" % existing, b"old")
+    await kv.set(p, b"other", b"kept")
+    items = batch(p, N, b"new")
+    items.append((p, b"k0003", b"repeat"))  # a key given twice keeps its last value
+    assert await kv.set_many_then_get(items, p, b"other") == b"kept"
+    assert seen.take() == ["plain", "upsert"]
+    expected = {k: v for _, k, v in items} | {b"other": b"kept"}
+    assert await contents(kv, p) == expected
+
+
+async def test_after_a_conflict_a_streak_of_batches_skips_the_plain_insert(kv: SQLKVStore) -> None:
+    seen, p = Recorded(kv), partition()
+    await kv.set_many(batch(p, N, b"a"))
+    await kv.set_many(batch(p, N, b"b"))  # every key exists
+    assert seen.take() == ["plain", "plain", "upsert"]
+    for i in range(UPSERT_STREAK):
+        await kv.set_many(batch(p, N, b"c", start=(i + 2) * N))
+    await kv.set_many(batch(p, 1, b"small", start=10**6))  # small batches do not count
+    assert seen.take() == ["upsert"] * (UPSERT_STREAK + 1)
+    await kv.set_many(batch(p, N, b"d", start=(UPSERT_STREAK + 2) * N))
+    assert seen.take() == ["plain"]
+    assert (await contents(kv, p))[b"k0000"] == b"b0"
+
+
+async def test_other_integrity_errors_are_not_retried(kv: SQLKVStore, raw: asyncpg.Connection) -> None:
+    seen, p = Recorded(kv), partition()
+    hex_p = p.hex()
+    await raw.execute(
+        f"ALTER TABLE kv ADD CONSTRAINT short_{hex_p[-12:]} "
+        f"CHECK (partition_key <> '\\x{hex_p}'::bytea OR length(value) < 8) NOT VALID"
+    )
+    try:
+        items = batch(p, N, b"v")
+        items.append((p, b"long", b"x" * 20))
+        with pytest.raises(ConflictError):
+            await kv.set_many(items)
+        assert seen.take() == ["plain"]  # a CHECK violation is not an existing key
+        assert await contents(kv, p) == {}
+    finally:
+        await raw.execute(f"ALTER TABLE kv DROP CONSTRAINT short_{hex_p[-12:]}")
+
+
+async def test_an_uncommitted_insert_of_a_key_is_waited_for(kv: SQLKVStore, raw: asyncpg.Connection) -> None:
+    """Another transaction holds a new row of one of the batch's keys: the batch waits for it and
+    ends with its own values whether the other commits (the plain INSERT fails, the upsert wins)
+    or rolls back (the plain INSERT goes through)."""
+    for outcome in ("commit", "rollback"):
+        seen, p = Recorded(kv), partition()
+        tx = raw.transaction()
+        await tx.start()
+        await raw.execute("INSERT INTO kv VALUES ($1, $2, $3)", p, b"k0005", b"theirs")
+        task = asyncio.create_task(kv.set_many(batch(p, N, b"ours")))
+        await asyncio.sleep(0.3)
+        assert not task.done(), "the batch went around an uncommitted row of its key"
+        await (tx.commit() if outcome == "commit" else tx.rollback())
+        await asyncio.wait_for(task, 30)
+        assert seen.take() == (["plain", "upsert"] if outcome == "commit" else ["plain"])
+        assert await contents(kv, p) == {k: v for _, k, v in batch(p, N, b"ours")}
+        kv._upsert_batches = 0  # the next outcome starts from the plain INSERT again
+
+
+async def test_racing_batches_each_land_whole(pg_database: PgDatabase) -> None:
+    """Writers of overlapping batches (same key order) through separate stores: every round ends
+    with all keys from one writer, as some serial order of the atomic batches would leave them."""
+    stores = [await SQLKVStore.open(pg_database.url) for _ in range(3)]
+    try:
+        for _ in range(5):
+            p = partition()
+            await asyncio.gather(*(s.set_many(batch(p, N, b"w%d-" % i)) for i, s in enumerate(stores)))
+            values = await contents(stores[0], p)
+            assert len(values) == N
+            writers = {v.split(b"-")[0] for v in values.values()}
+            assert len(writers) == 1, writers
+    finally:
+        for s in stores:
+            await s.close()
+
+
+def test_thresholds_are_sane() -> None:
+    assert 1 < sql_module.INSERT_FIRST_MIN <= 1000 and sql_module.UPSERT_STREAK >= 1
