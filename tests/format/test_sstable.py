@@ -184,7 +184,8 @@ def test_writer_reproduces_pebble_blocks(shared_fixtures: Path, name: str) -> No
     assert original[:end] == ours_bytes[:end]
     assert ours.user_properties == theirs.user_properties
     differing = {
-        k for k in theirs.properties.keys() | ours.properties.keys()
+        k
+        for k in theirs.properties.keys() | ours.properties.keys()
         if theirs.properties.get(k) != ours.properties.get(k)
     }
     # Only pebble's self-descriptions differ (merge operator and collector names).
@@ -769,3 +770,12 @@ def test_to_bytes_copies_the_file_and_refuses_once_closed(tmp_path: Path) -> Non
             with pytest.raises(BadInputError, match="closed"):
                 reader.to_bytes()
             assert reader.size_bytes == len(data)
+
+
+def test_the_writers_uvarint_table_is_every_small_uvarint() -> None:
+    from lakefs_core.format.sstable import writer as writer_module
+    from lakefs_core.format.varint import encode_uvarint
+
+    table = writer_module._UVARINTS
+    assert len(table) == writer_module._UVARINT_TABLE_SIZE
+    assert all(table[i] == encode_uvarint(i) for i in range(len(table)))
