@@ -11,9 +11,13 @@
    two counting proxies (one for S3, one for DynamoDB); reports requests per object. Target: at most
    1 PUT per object plus 1/100 of a KV batch.
 3. ``batched_staging``: ``Graveler.set_entries`` of batches of ``--batch`` entries on memory, SQLite
-   and PostgreSQL, in-process; entries/s and the ratio to memory. Target: >= 0.3.
+   and PostgreSQL, in-process, one batch after the other; entries/s and the median over
+   ``--rounds`` rounds of the ratio to memory in the same round. Target: >= 0.3. Then the same
+   with ``--writers`` concurrent writers on every driver (context: how each driver scales with
+   writers; the target is the sequential figure).
 
-Run: ``.venv/bin/python -m bench.bench_upload [--files 5000] [--rounds 3] [--s3]``.
+Run: ``.venv/bin/python -m bench.bench_upload [--files 5000] [--rounds 3] [--s3] [--writers 4]
+[--staging-only]``.
 """
 
 from __future__ import annotations
@@ -32,6 +36,7 @@ from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 from bench.common import machine, make_records, report
+from lakefs_core.format.records import ValueRecord
 from lakefs_core.kv import open_kv
 from lakefs_core.repos.graveler import Graveler, GravelerSettings
 from lakefs_core.repos.stores import StoreRegistry
@@ -207,33 +212,61 @@ async def upload_requests(tmp: Path, src: Path, files: int) -> None:
     )
 
 
-async def batched_staging(tmp: Path, entries: int, batch: int, pg_url: str | None) -> None:
-    records = make_records(entries)
-    urls = {"memory": "memory://", "sqlite": f"sqlite:///{tmp / 'staging.sqlite3'}"}
+async def _staging_rate(tmp: Path, url: str, records: list[ValueRecord], batch: int, writers: int) -> float:
+    """Entries/s of ``writers`` tasks staging disjoint slices of ``records`` but its last 10 (the
+    warm-up's), each one batch after the other, on a fresh repository of a fresh store."""
+    kv = await open_kv(url)
+    stores = StoreRegistry()
+    try:
+        g = Graveler(kv, stores, GravelerSettings())
+        repo = f"stage-{uuid.uuid4().hex[:8]}"
+        await g.create_repository(repo, f"local://{tmp / repo}")
+        # warm-up on keys of its own: staging a key again is an overwrite, which is not what is measured
+        measured = records[:-10]
+        await g.set_entries(repo, "main", records[-10:])
+
+        async def writer(w: int) -> None:
+            for i in range(w * batch, len(measured), writers * batch):
+                await g.set_entries(repo, "main", measured[i : i + batch])
+
+        t0 = time.perf_counter()
+        await asyncio.gather(*(writer(w) for w in range(writers)))
+        return len(measured) / (time.perf_counter() - t0)
+    finally:
+        await stores.close()
+        await kv.close()
+
+
+async def batched_staging(
+    tmp: Path, entries: int, batch: int, pg_url: str | None, *, writers: int = 1, rounds: int = 5
+) -> None:
+    """Each round measures every driver once, in an order that rotates between rounds; a driver's
+    ratio is the median of its per-round ratios to the memory driver of the same round (this
+    machine's CPU speed drifts by 2x within a minute, which one pass per driver would pick up as a
+    ratio). ``writers`` 1 is the issue's sequential measure; more shows how a driver scales."""
+    records = make_records(entries + 10)
+    urls = {"memory": "memory://", "sqlite": f"sqlite:///{tmp / f'staging-{writers}.sqlite3'}"}
     if pg_url:
         urls["postgres"] = pg_url
-    rates: dict[str, float] = {}
-    for name, url in urls.items():
-        kv = await open_kv(url)
-        stores = StoreRegistry()
-        try:
-            g = Graveler(kv, stores, GravelerSettings())
-            repo = f"stage-{uuid.uuid4().hex[:8]}"
-            await g.create_repository(repo, f"local://{tmp / repo}")
-            await g.set_entries(repo, "main", records[:10])  # warm-up
-            t0 = time.perf_counter()
-            for i in range(0, entries, batch):
-                await g.set_entries(repo, "main", records[i : i + batch])
-            rates[name] = entries / (time.perf_counter() - t0)
-        finally:
-            await stores.close()
-            await kv.close()
+    names = list(urls)
+    runs: dict[str, list[float]] = {name: [] for name in names}
+    for r in range(rounds):
+        for name in names[r % len(names) :] + names[: r % len(names)]:
+            runs[name].append(await _staging_rate(tmp, urls[name], records, batch, writers))
+    ratios = {
+        name: sorted(rate / mem for rate, mem in zip(runs[name], runs["memory"], strict=True))
+        for name in names
+        if name != "memory"
+    }
     report(
         "batched_staging",
         entries=entries,
         batch=batch,
-        entries_per_second={k: round(v) for k, v in rates.items()},
-        ratio_to_memory={k: round(v / rates["memory"], 3) for k, v in rates.items() if k != "memory"},
+        writers=writers,
+        rounds=rounds,
+        entries_per_second_median={k: round(sorted(v)[len(v) // 2]) for k, v in runs.items()},
+        median_round_ratio={k: round(v[len(v) // 2], 3) for k, v in ratios.items()},
+        round_ratios={k: [round(x, 3) for x in v] for k, v in ratios.items()},
     )
 
 
@@ -243,6 +276,10 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--entries", type=int, default=20000)
     parser.add_argument("--batch", type=int, default=1000)
+    parser.add_argument(
+        "--writers", type=int, default=4, help="batched staging again with this many concurrent writers"
+    )
+    parser.add_argument("--staging-only", action="store_true", help="only the batched staging measures")
     parser.add_argument("--s3", action="store_true", help="also count requests on S3 + DynamoDB (moto)")
     parser.add_argument("--no-postgres", action="store_true")
     args = parser.parse_args()
@@ -250,12 +287,21 @@ def main() -> None:
         tmp = Path(name)
         src = make_tree(tmp / "src", args.files)
         pg_url = None if args.no_postgres else asyncio.run(_pg_url())
-        upload_tree(tmp, src, args.files, args.rounds, mode="sqlite+local (embedded default)", kv_url=None)
-        if pg_url:
-            upload_tree(tmp, src, args.files, args.rounds, mode="postgres+local", kv_url=pg_url)
-        if args.s3:
-            asyncio.run(upload_requests(tmp, src, args.files))
-        asyncio.run(batched_staging(tmp, args.entries, args.batch, pg_url))
+        if not args.staging_only:
+            upload_tree(
+                tmp, src, args.files, args.rounds, mode="sqlite+local (embedded default)", kv_url=None
+            )
+            if pg_url:
+                upload_tree(tmp, src, args.files, args.rounds, mode="postgres+local", kv_url=pg_url)
+            if args.s3:
+                asyncio.run(upload_requests(tmp, src, args.files))
+        asyncio.run(batched_staging(tmp, args.entries, args.batch, pg_url, rounds=args.rounds))
+        if args.writers > 1:
+            asyncio.run(
+                batched_staging(
+                    tmp, args.entries, args.batch, pg_url, writers=args.writers, rounds=args.rounds
+                )
+            )
 
 
 if __name__ == "__main__":
