@@ -260,7 +260,7 @@ def translate_db_error(
         return UnreachableError(f"lost connection to {where}: {reason}")
     if state in PG_TRANSIENT_STATES or state.startswith(PG_TRANSIENT_CLASSES):
         return TransientError(f"{where} temporarily refused the operation: {reason}")
-    if isinstance(e, IntegrityError):
+    if isinstance(e, IntegrityError) or state.startswith("23"):  # also the driver's own errors
         return PreconditionFailedError(f"{where}: {reason}") if cas else ConflictError(f"{where}: {reason}")
     if "unable to open database file" in text or "disk i/o error" in text:
         return UnreachableError(f"{where}: {reason}")

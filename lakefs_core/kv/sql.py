@@ -13,9 +13,10 @@ atomic across connections and processes without read-then-write:
   statement over arrays (``INSERT ... SELECT * FROM unnest(...)``), on SQLite multi-row
   ``INSERT ... VALUES (?, ?, ?), ...`` statements of up to :func:`sqlite_rows` rows (one
   ``executemany`` step per row cost about half again as much: 2.6 against 1.75 ms per 1,000 rows).
-  On PostgreSQL a batch of at least :data:`INSERT_FIRST_MIN` items is first tried as a plain
-  ``INSERT`` (no speculative insertion per row), and written again with the upsert in a new
-  transaction when it meets an existing key (``SQLKVStore._write_batch``);
+  On PostgreSQL a batch of at least :data:`INSERT_FIRST_MIN` items is first written by binary
+  ``COPY`` (no speculative insertion per row, no array encoding; :mod:`lakefs_core.kv.pg_copy`),
+  and again with the upsert in a new transaction when it meets an existing key
+  (``SQLKVStore._write_batch``);
 - ``set_if(ABSENT)`` = ``INSERT ... ON CONFLICT DO NOTHING``, success iff one row was inserted;
 - ``set_if(EXISTS)`` = ``UPDATE ... WHERE partition_key=:p AND key=:k``, success iff one row;
 - ``set_if(equals(pred))`` = the same ``UPDATE`` with ``AND value=:pred``; under PostgreSQL's READ
@@ -62,7 +63,6 @@ from typing import Any, TypeVar
 from sqlalchemy import Column, LargeBinary, MetaData, Table, inspect, select, update
 from sqlalchemy import delete as sql_delete
 from sqlalchemy.engine import URL
-from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from sqlalchemy.schema import CreateTable
 
@@ -90,7 +90,6 @@ from lakefs_core.sqlengine import (
     create_sql_engine,
     normalize_sql_url,
     run_transaction,
-    sqlstate,
     translate_db_error,
     upsert_insert,
 )
@@ -102,18 +101,13 @@ T = TypeVar("T")
 # matter more than their size (333 or 1,000 rows took the same time in SQLite itself).
 SQLITE_MAX_ROWS = 1000
 
-# PostgreSQL: a batch of at least this many items is first written with a plain INSERT (see
+# PostgreSQL: a batch of at least this many items is first written by binary COPY (see
 # SQLKVStore._write_batch); below it, the upsert's extra per-row cost is less than what a failed
 # first attempt would cost.
 INSERT_FIRST_MIN = 64
-# After a batch whose plain INSERT met an existing key, this many batches go straight to the upsert
-# (a writer that overwrites keeps paying for one failed attempt in this many, not in every batch).
+# After a batch whose COPY met an existing key, this many batches go straight to the upsert (a
+# writer that overwrites keeps paying for one failed attempt in this many, not in every batch).
 UPSERT_STREAK = 32
-UNIQUE_VIOLATION = "23505"
-
-
-class _KeyExists(LakeFSError):
-    """A plain batch INSERT met an existing key: nothing of it was written (never leaves this module)."""
 
 
 @cache
@@ -162,7 +156,7 @@ class SQLKVStore:
             Column("value", LargeBinary, nullable=False),
         )
         self._closed = False
-        self._upsert_batches = 0  # batches left that skip the plain INSERT (see _write_batch)
+        self._upsert_batches = 0  # batches left that skip the COPY (see _write_batch)
 
     @classmethod
     async def open(
@@ -283,78 +277,63 @@ class SQLKVStore:
 
     async def set_many_then_get(self, items: Iterable[KVItem], partition: bytes, key: bytes) -> bytes:
         batch = check_items(items)
-        p, k = check_key(partition, key)
-        t = self._table
-        read = select(t.c.value).where(t.c.partition_key == p, t.c.key == k)
-        if self._dialect == "postgresql":
-            # FOR SHARE: an update of the key by another transaction either committed before this
-            # read (and is seen) or waits for this transaction's commit, i.e. for the batch.
-            read = read.with_for_update(read=True)
-        # SQLite: the batch's first INSERT began the transaction and took the database's write lock,
-        # held until the commit, so no writer can change the key between this read and the commit.
-
-        async def then(conn: AsyncConnection) -> bytes | None:
-            value = (await conn.execute(read)).scalar_one_or_none()
-            return None if value is None else bytes(value)
-
-        found = await self._write_batch(batch, then)
+        found = await self._write_batch(batch, check_key(partition, key))
         if found is None:
             raise NotFoundError("key not found in KV partition")  # the batch is committed
         return found
 
-    async def _write_batch(
-        self, batch: list[KVItem], then: Callable[[AsyncConnection], Awaitable[T]] | None
-    ) -> T | None:
-        """Write ``batch`` (if any) and run ``then`` after it, in ONE transaction; its result.
+    async def _write_batch(self, batch: list[KVItem], read: tuple[bytes, bytes] | None) -> bytes | None:
+        """Write ``batch`` (if any), then read ``read``'s value (if asked), in ONE transaction.
 
-        PostgreSQL's upsert pays for a speculative insertion per row (about 35-40% more server time
-        than a plain INSERT of new keys), and bulk batches are mostly new keys (staging partitions are
-        per staging token). So a batch of at least :data:`INSERT_FIRST_MIN` items is first written
-        with a plain INSERT; if that meets an existing key (unique violation: the transaction wrote
-        nothing and is rolled back, a definite outcome), the whole transaction runs again with the
-        upsert, and so do the next :data:`UPSERT_STREAK` batches. Either way the batch is atomic and
-        each key ends with its value from this batch, as with the upsert alone."""
+        The read takes the locks that make it as good as a read after the commit. PostgreSQL:
+        ``FOR SHARE``, so an update of the key by another transaction either committed before this
+        read (and is seen) or waits for this transaction's commit, i.e. for the batch. SQLite: the
+        batch's first INSERT began the transaction and took the database's write lock, held until
+        the commit, so no writer can change the key between this read and the commit.
+
+        PostgreSQL's upsert pays for a speculative insertion per row, and bulk batches are mostly
+        new keys (staging partitions are per staging token). So a batch of at least
+        :data:`INSERT_FIRST_MIN` items is first written by binary COPY
+        (:func:`~lakefs_core.kv.pg_copy.copy_then_read`); if that meets an existing key (the
+        transaction wrote nothing: a definite outcome), the whole transaction runs again with the
+        upsert, and so do the next :data:`UPSERT_STREAK` batches. Either way the batch is atomic
+        and each key ends with its value from this batch, as with the upsert alone."""
+        if self._closed:
+            raise closed_error("SQL")
+        translate = partial(self._translate, cas=False)
         if batch and self._dialect == "postgresql" and len(batch) >= INSERT_FIRST_MIN:
             if self._upsert_batches > 0:
                 self._upsert_batches -= 1
             else:
+                from lakefs_core.kv import pg_copy  # asyncpg is imported for PostgreSQL only
+
+                async def copy(conn: AsyncConnection) -> bytes | None:
+                    return await pg_copy.copy_then_read(conn, self._table.name, batch, read, translate)
+
                 try:
-                    return await self._transaction(self._batch_write(batch, plain=True), then, plain=True)
-                except _KeyExists:
+                    return await run_transaction(self._engine, copy, write=True, translate=translate)
+                except pg_copy.KeyExists:
                     self._upsert_batches = UPSERT_STREAK
         write = self._batch_write(batch) if batch else None
-        return await self._transaction(write, then)
+        t = self._table
+        stmt = (
+            None
+            if read is None
+            else select(t.c.value).where(t.c.partition_key == read[0], t.c.key == read[1])
+        )
+        if stmt is not None and self._dialect == "postgresql":
+            stmt = stmt.with_for_update(read=True)
 
-    async def _transaction(
-        self,
-        write: Callable[[AsyncConnection], Awaitable[None]] | None,
-        then: Callable[[AsyncConnection], Awaitable[T]] | None,
-        *,
-        plain: bool = False,
-    ) -> T | None:
-        async def op(conn: AsyncConnection) -> T | None:
+        async def op(conn: AsyncConnection) -> bytes | None:
             if write is not None:
                 await write(conn)
-            return None if then is None else await then(conn)
+            value = None if stmt is None else (await conn.execute(stmt)).scalar_one_or_none()
+            return None if value is None else bytes(value)
 
-        if self._closed:
-            raise closed_error("SQL")
-        translate = partial(self._translate, cas=False)
+        return await run_transaction(self._engine, op, write=True, translate=translate)
 
-        def on_integrity(e: IntegrityError) -> LakeFSError:
-            if plain and sqlstate(e) == UNIQUE_VIOLATION:
-                return _KeyExists("a key of the batch exists")
-            return translate(e, connecting=False, write=True)
-
-        return await run_transaction(
-            self._engine, op, write=True, translate=translate, on_integrity=on_integrity
-        )
-
-    def _batch_write(
-        self, batch: list[KVItem], *, plain: bool = False
-    ) -> Callable[[AsyncConnection], Awaitable[None]]:
-        """The statement of a non-empty batch, to run in a transaction (``plain``: PostgreSQL's INSERT
-        without ``ON CONFLICT``, which fails on an existing key)."""
+    def _batch_write(self, batch: list[KVItem]) -> Callable[[AsyncConnection], Awaitable[None]]:
+        """The upsert of a non-empty batch, to run in a transaction."""
         # Raw DBAPI statements, no per-value SQLAlchemy processing; only the table name (ours,
         # quoted) is interpolated. PostgreSQL: ONE statement over three arrays (unnest); SQLite:
         # multi-row INSERT ... VALUES statements.
@@ -363,10 +342,8 @@ class SQLKVStore:
         if self._dialect == "postgresql":
             sql = (
                 f"INSERT INTO {name} (partition_key, key, value) "
-                f"SELECT * FROM unnest($1::bytea[], $2::bytea[], $3::bytea[])"
+                f"SELECT * FROM unnest($1::bytea[], $2::bytea[], $3::bytea[]) {upsert}"
             )
-            if not plain:
-                sql = f"{sql} {upsert}"
             columns = tuple(list(column) for column in zip(*batch, strict=True))
 
             async def op(conn: AsyncConnection) -> None:

@@ -1,20 +1,23 @@
-"""PostgreSQL ``set_many``: a batch of at least ``INSERT_FIRST_MIN`` items is first written with a
-plain ``INSERT`` and, when that meets an existing key, written again with the upsert in a new
-transaction; the next ``UPSERT_STREAK`` batches then go straight to the upsert. Whatever the path,
-a batch is atomic and each key ends with its value from the batch. Real server; the statements sent
-are read off the engine's cursor events, and other writers are raw asyncpg connections."""
+"""PostgreSQL ``set_many``: a batch of at least ``INSERT_FIRST_MIN`` items is first written by binary
+``COPY`` and, when that meets an existing key, written again with the upsert in a new transaction;
+the next ``UPSERT_STREAK`` batches then go straight to the upsert. Whatever the path, a batch is
+atomic and each key ends with its value from the batch, and the driver's errors are the store's.
+Real server; the paths taken are recorded from the engine's cursor events and the driver's COPY
+calls, other writers are raw asyncpg connections, and lost connections are real
+(``pg_terminate_backend``)."""
 
 from __future__ import annotations
 
 import asyncio
 import uuid
 from collections.abc import AsyncIterator
+from typing import Any
 
 import asyncpg
 import pytest
 from sqlalchemy import event
 
-from lakefs_core.errors import ConflictError
+from lakefs_core.errors import ConflictError, TransientError
 from lakefs_core.kv import sql as sql_module
 from lakefs_core.kv.base import KVItem
 from lakefs_core.kv.sql import INSERT_FIRST_MIN, UPSERT_STREAK, SQLKVStore
@@ -24,9 +27,9 @@ N = INSERT_FIRST_MIN + 6
 
 
 class Recorded:
-    """The batch statements the store sends: "plain" (no ON CONFLICT) or "upsert"."""
+    """How the store writes batches: "copy" (the driver's COPY, attempted) or "upsert"."""
 
-    def __init__(self, kv: SQLKVStore) -> None:
+    def __init__(self, kv: SQLKVStore, monkeypatch: pytest.MonkeyPatch) -> None:
         self.kinds: list[str] = []
         engine = kv._engine.sync_engine
 
@@ -34,6 +37,14 @@ class Recorded:
         def seen(conn: object, cursor: object, statement: str, *args: object) -> None:
             if "unnest" in statement:
                 self.kinds.append("upsert" if "ON CONFLICT" in statement else "plain")
+
+        copy = asyncpg.Connection.copy_records_to_table
+
+        async def copied(conn: asyncpg.Connection, *args: Any, **kwargs: Any) -> Any:
+            self.kinds.append("copy")
+            return await copy(conn, *args, **kwargs)
+
+        monkeypatch.setattr(asyncpg.Connection, "copy_records_to_table", copied)
 
     def take(self) -> list[str]:
         kinds, self.kinds = self.kinds, []
@@ -70,51 +81,57 @@ async def contents(kv: SQLKVStore, p: bytes) -> dict[bytes, bytes]:
     return {e.key: e.value async for e in kv.scan(p)}
 
 
-async def test_new_keys_take_one_plain_insert(kv: SQLKVStore) -> None:
-    seen, p = Recorded(kv), partition()
+async def test_new_keys_take_one_copy(kv: SQLKVStore, monkeypatch: pytest.MonkeyPatch) -> None:
+    seen, p = Recorded(kv, monkeypatch), partition()
     await kv.set_many(batch(p, N, b"a"))
-    assert seen.take() == ["plain"]
+    assert seen.take() == ["copy"]
     assert await kv.set_many_then_get(batch(p, N, b"b", start=N), p, b"k0000") == b"a0"
-    assert seen.take() == ["plain"]
+    assert seen.take() == ["copy"]
     assert await contents(kv, p) == dict((k, v) for _, k, v in batch(p, N, b"a") + batch(p, N, b"b", start=N))
 
 
-async def test_small_batches_always_upsert(kv: SQLKVStore) -> None:
-    seen, p = Recorded(kv), partition()
+async def test_small_batches_always_upsert(kv: SQLKVStore, monkeypatch: pytest.MonkeyPatch) -> None:
+    seen, p = Recorded(kv, monkeypatch), partition()
     await kv.set_many(batch(p, INSERT_FIRST_MIN - 1, b"a"))
     assert seen.take() == ["upsert"]
 
 
 @pytest.mark.parametrize("where", ["first", "last"])
-async def test_an_existing_key_sends_the_batch_again_as_upsert(kv: SQLKVStore, where: str) -> None:
-    seen, p = Recorded(kv), partition()
+async def test_an_existing_key_sends_the_batch_again_as_upsert(
+    kv: SQLKVStore, where: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    seen, p = Recorded(kv, monkeypatch), partition()
     existing = 0 if where == "first" else N - 1
     await kv.set(p, b"k%04d" % existing, b"old")
     await kv.set(p, b"other", b"kept")
     items = batch(p, N, b"new")
     items.append((p, b"k0003", b"repeat"))  # a key given twice keeps its last value
     assert await kv.set_many_then_get(items, p, b"other") == b"kept"
-    assert seen.take() == ["plain", "upsert"]
+    assert seen.take() == ["copy", "upsert"]
     expected = {k: v for _, k, v in items} | {b"other": b"kept"}
     assert await contents(kv, p) == expected
 
 
-async def test_after_a_conflict_a_streak_of_batches_skips_the_plain_insert(kv: SQLKVStore) -> None:
-    seen, p = Recorded(kv), partition()
+async def test_after_a_conflict_a_streak_of_batches_skips_the_copy(
+    kv: SQLKVStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    seen, p = Recorded(kv, monkeypatch), partition()
     await kv.set_many(batch(p, N, b"a"))
     await kv.set_many(batch(p, N, b"b"))  # every key exists
-    assert seen.take() == ["plain", "plain", "upsert"]
+    assert seen.take() == ["copy", "copy", "upsert"]
     for i in range(UPSERT_STREAK):
         await kv.set_many(batch(p, N, b"c", start=(i + 2) * N))
     await kv.set_many(batch(p, 1, b"small", start=10**6))  # small batches do not count
     assert seen.take() == ["upsert"] * (UPSERT_STREAK + 1)
     await kv.set_many(batch(p, N, b"d", start=(UPSERT_STREAK + 2) * N))
-    assert seen.take() == ["plain"]
+    assert seen.take() == ["copy"]
     assert (await contents(kv, p))[b"k0000"] == b"b0"
 
 
-async def test_other_integrity_errors_are_not_retried(kv: SQLKVStore, raw: asyncpg.Connection) -> None:
-    seen, p = Recorded(kv), partition()
+async def test_other_integrity_errors_are_not_retried(
+    kv: SQLKVStore, raw: asyncpg.Connection, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    seen, p = Recorded(kv, monkeypatch), partition()
     hex_p = p.hex()
     await raw.execute(
         f"ALTER TABLE kv ADD CONSTRAINT short_{hex_p[-12:]} "
@@ -125,18 +142,20 @@ async def test_other_integrity_errors_are_not_retried(kv: SQLKVStore, raw: async
         items.append((p, b"long", b"x" * 20))
         with pytest.raises(ConflictError):
             await kv.set_many(items)
-        assert seen.take() == ["plain"]  # a CHECK violation is not an existing key
+        assert seen.take() == ["copy"]  # a CHECK violation is not an existing key: no upsert
         assert await contents(kv, p) == {}
     finally:
         await raw.execute(f"ALTER TABLE kv DROP CONSTRAINT short_{hex_p[-12:]}")
 
 
-async def test_an_uncommitted_insert_of_a_key_is_waited_for(kv: SQLKVStore, raw: asyncpg.Connection) -> None:
+async def test_an_uncommitted_insert_of_a_key_is_waited_for(
+    kv: SQLKVStore, raw: asyncpg.Connection, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Another transaction holds a new row of one of the batch's keys: the batch waits for it and
-    ends with its own values whether the other commits (the plain INSERT fails, the upsert wins)
-    or rolls back (the plain INSERT goes through)."""
+    ends with its own values whether the other commits (the COPY fails, the upsert wins) or rolls
+    back (the COPY goes through)."""
     for outcome in ("commit", "rollback"):
-        seen, p = Recorded(kv), partition()
+        seen, p = Recorded(kv, monkeypatch), partition()
         tx = raw.transaction()
         await tx.start()
         await raw.execute("INSERT INTO kv VALUES ($1, $2, $3)", p, b"k0005", b"theirs")
@@ -145,9 +164,9 @@ async def test_an_uncommitted_insert_of_a_key_is_waited_for(kv: SQLKVStore, raw:
         assert not task.done(), "the batch went around an uncommitted row of its key"
         await (tx.commit() if outcome == "commit" else tx.rollback())
         await asyncio.wait_for(task, 30)
-        assert seen.take() == (["plain", "upsert"] if outcome == "commit" else ["plain"])
+        assert seen.take() == (["copy", "upsert"] if outcome == "commit" else ["copy"])
         assert await contents(kv, p) == {k: v for _, k, v in batch(p, N, b"ours")}
-        kv._upsert_batches = 0  # the next outcome starts from the plain INSERT again
+        kv._upsert_batches = 0  # the next outcome starts from the COPY again
 
 
 async def test_racing_batches_each_land_whole(pg_database: PgDatabase) -> None:
@@ -165,6 +184,85 @@ async def test_racing_batches_each_land_whole(pg_database: PgDatabase) -> None:
     finally:
         for s in stores:
             await s.close()
+
+
+async def test_the_read_after_a_copy_waits_for_an_uncommitted_update(
+    kv: SQLKVStore, raw: asyncpg.Connection, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    seen, p, refs = Recorded(kv, monkeypatch), partition(), partition()
+    await kv.set(refs, b"ptr", b"old")
+    tx = raw.transaction()
+    await tx.start()
+    await raw.execute("UPDATE kv SET value = $1 WHERE partition_key = $2 AND key = $3", b"new", refs, b"ptr")
+    task = asyncio.create_task(kv.set_many_then_get(batch(p, N, b"v"), refs, b"ptr"))
+    await asyncio.sleep(0.3)
+    assert not task.done(), "the read went around another transaction's uncommitted change"
+    await tx.commit()
+    assert await asyncio.wait_for(task, 30) == b"new"
+    assert seen.take() == ["copy"] and len(await contents(kv, p)) == N
+
+
+async def _blocked_copy(kv: SQLKVStore, raw: asyncpg.Connection, p: bytes) -> tuple[asyncio.Task[None], int]:
+    """A batch whose COPY waits for ``raw``'s uncommitted row of one of its keys, and its backend's pid."""
+    await raw.execute("BEGIN")
+    await raw.execute("INSERT INTO kv VALUES ($1, $2, $3)", p, b"k0005", b"theirs")
+    task = asyncio.create_task(kv.set_many(batch(p, N, b"ours")))
+    for _ in range(100):
+        await asyncio.sleep(0.05)
+        pid = await raw.fetchval(
+            "SELECT pid FROM pg_stat_activity WHERE datname = current_database() "
+            "AND wait_event_type = 'Lock' AND query LIKE 'COPY%'"
+        )
+        if pid is not None:
+            return task, int(pid)
+    raise AssertionError("the COPY never waited for the uncommitted row")
+
+
+async def _backends_but(raw: asyncpg.Connection) -> int:
+    """The other sessions on this test database, once closed ones are gone (up to 5 s)."""
+    query = (
+        "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()"
+    )
+    for _ in range(50):
+        if not (n := int(await raw.fetchval(query))):
+            break
+        await asyncio.sleep(0.1)
+    return n
+
+
+async def test_a_connection_lost_during_the_copy_is_an_unknown_outcome(
+    kv: SQLKVStore, raw: asyncpg.Connection, pg_database: PgDatabase
+) -> None:
+    p = partition()
+    task, pid = await _blocked_copy(kv, raw, p)
+    admin = await asyncpg.connect(pg_database.url)
+    try:
+        assert await admin.fetchval("SELECT pg_terminate_backend($1)", pid)
+    finally:
+        await admin.close()
+    with pytest.raises(TransientError, match="outcome unknown"):
+        await asyncio.wait_for(task, 30)
+    await raw.execute("ROLLBACK")
+    await kv.set_many(batch(p, N, b"after"))
+    assert await contents(kv, p) == {k: v for _, k, v in batch(p, N, b"after")}
+
+
+async def test_a_cancelled_copy_writes_nothing_and_leaves_the_store_usable(
+    kv: SQLKVStore, raw: asyncpg.Connection
+) -> None:
+    p = partition()
+    task, _ = await _blocked_copy(kv, raw, p)  # the store's only connection
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    await raw.execute("ROLLBACK")
+    # the connection cut short mid-COPY was closed, not handed back to the pool
+    assert await _backends_but(raw) == 0
+    await asyncio.sleep(0.2)
+    assert await contents(kv, p) == {}
+    for i in range(12):  # more batches than the pool holds connections: none came back broken
+        await kv.set_many(batch(p, N, b"r%d-" % i))
+    assert len(await contents(kv, p)) == N
 
 
 def test_thresholds_are_sane() -> None:
