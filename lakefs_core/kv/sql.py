@@ -32,14 +32,18 @@ to ``busy_timeout`` before failing. ``sqlite:///:memory:`` is refused (each pool
 see its own empty database); use ``memory://`` instead.
 
 Every operation runs through :func:`lakefs_core.sqlengine.run_transaction` (shared with the mirrors
-database). Errors are translated at this edge, always with ``raise ... from e``:
+database); the PostgreSQL ``COPY`` of a batch runs inside it on the driver connection and translates
+the driver's own errors the same way (:mod:`lakefs_core.kv.pg_copy`). Errors are translated at this
+edge, always with ``raise ... from e``:
 
 - cannot obtain a connection (refused, DNS, auth, unopenable file) -> :class:`UnreachableError`;
 - connection lost while a *read* runs -> :class:`UnreachableError`; while a *write* runs the outcome
   is unknown -> :class:`TransientError` (never reported as a precondition failure);
 - SQLite "database is locked" after the busy timeout, PostgreSQL serialization failures, deadlocks,
   lock/statement timeouts, admin shutdown, pool exhaustion -> :class:`TransientError`;
-- integrity errors during ``set_if`` -> :class:`PreconditionFailedError`;
+- integrity errors during ``set_if`` -> :class:`PreconditionFailedError`, elsewhere
+  :class:`~lakefs_core.errors.ConflictError` (a batch's ``COPY`` meeting an existing key is not an
+  error: the batch is written again with the upsert);
 - a full disk (SQLite "database or disk is full", or its "disk I/O error" on a full filesystem;
   PostgreSQL 53100 disk_full) ->
   :class:`~lakefs_core.errors.StorageFullError`, which is not retryable.
