@@ -14,8 +14,9 @@ through it, and none does here), so errors are the driver's and are translated h
 - a unique violation -> :class:`KeyExists` (a definite outcome: nothing was written);
 - any other server error -> ``translate`` by its SQLSTATE (a lost connection during the write is an
   unknown outcome, :class:`~lakefs_core.errors.TransientError`; integrity errors are conflicts);
-- the driver's interface errors (connection closed or broken), socket errors and timeouts -> a lost
-  connection during a write: :class:`~lakefs_core.errors.TransientError`, outcome unknown.
+- the driver's interface errors (connection closed or broken) and socket errors -> a lost
+  connection during a write, timeouts -> a timed-out write: both
+  :class:`~lakefs_core.errors.TransientError`, outcome unknown.
 
 After anything but a server error that left the connection usable, the pooled connection is
 invalidated (closed and dropped from the pool): its driver state is not SQLAlchemy's to reset.
@@ -72,9 +73,11 @@ async def copy_then_read(
         if state == UNIQUE_VIOLATION:
             raise KeyExists("a key of the batch exists") from e
         raise translate(e, connecting=False, write=True) from e
-    except (asyncpg.InterfaceError, OSError, TimeoutError) as e:
+    except asyncpg.InterfaceError as e:
         lost = ConnectionError(f"{type(e).__name__}: {e}")  # translated as a lost connection
         raise translate(lost, connecting=False, write=True) from e
+    except (OSError, TimeoutError) as e:
+        raise translate(e, connecting=False, write=True) from e
     finally:
         if discard:
             # Also on cancellation: a COPY cut short leaves the driver mid-protocol.
