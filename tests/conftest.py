@@ -33,6 +33,29 @@ os.environ.setdefault("AWS_DEFAULT_REGION", "us-east-1")
 os.environ.pop("AWS_PROFILE", None)
 
 
+# The test files that take minutes, longest first (CI's --durations). They are collected first, and
+# `make test` keeps that order for pytest-xdist (--no-loadscope-reorder; by default it sends the files
+# with the most tests first, which left these few-test files to the end, with one worker running
+# them for minutes after the other had finished everything else).
+SLOW_FILES_FIRST = (
+    "tests/gc/test_gc_kill.py",
+    "tests/gc/test_gc_model.py",
+    "tests/gc/test_gc_slowdown.py",
+    "tests/gc/test_mark_spark.py",
+    "tests/gc/test_import_spark.py",
+    "tests/cli/test_scenario.py",
+    "tests/gc/test_deleter.py",
+    "tests/mirror/test_crash.py",
+    "tests/gc/test_spark_submit.py",
+    "tests/cli/test_fs_bulk.py",
+)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    rank = {path: i for i, path in enumerate(SLOW_FILES_FIRST)}
+    items.sort(key=lambda item: rank.get(item.nodeid.split("::", 1)[0], len(rank)))  # stable
+
+
 @pytest.fixture(autouse=True)
 def _restore_switch_interval(
     request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
