@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING
 import asyncpg
 
 from lakefs_core.errors import LakeFSError
+from lakefs_core.sqlengine import sqlstate
 
 if TYPE_CHECKING:
     from sqlalchemy.ext.asyncio import AsyncConnection
@@ -47,13 +48,16 @@ class KeyExists(LakeFSError):
 
 async def copy_then_read(
     conn: AsyncConnection,
-    table: str,
     batch: list[KVItem],
+    *,
+    table: str,
+    quoted_table: str,
     read: tuple[bytes, bytes] | None,
     translate: Translate,
 ) -> bytes | None:
-    """COPY ``batch`` into ``table`` and, if ``read`` is given, read that key ``FOR SHARE`` after
-    it, in one committed transaction; the value read (None when absent or not asked)."""
+    """COPY ``batch`` into ``table`` (the driver quotes the name itself) and, if ``read`` is given,
+    read that key ``FOR SHARE`` after it (SQL text naming ``quoted_table``), in one committed
+    transaction; the value read (None when absent or not asked)."""
     raw: asyncpg.Connection = (await conn.get_raw_connection()).driver_connection
     discard = True
     try:
@@ -61,14 +65,14 @@ async def copy_then_read(
             await raw.copy_records_to_table(table, records=batch, columns=COLUMNS)
             value = None
             if read is not None:
-                quoted = '"' + table.replace('"', '""') + '"'
                 value = await raw.fetchval(
-                    f"SELECT value FROM {quoted} WHERE partition_key = $1 AND key = $2 FOR SHARE", *read
+                    f"SELECT value FROM {quoted_table} WHERE partition_key = $1 AND key = $2 FOR SHARE",
+                    *read,
                 )
         discard = False
         return None if value is None else bytes(value)
     except asyncpg.PostgresError as e:
-        state = str(getattr(e, "sqlstate", "") or "")
+        state = sqlstate(e) or ""
         discard = state.startswith("08")  # connection exceptions leave nothing usable
         if state == UNIQUE_VIOLATION:
             raise KeyExists("a key of the batch exists") from e

@@ -159,6 +159,8 @@ class SQLKVStore:
             Column("key", LargeBinary, primary_key=True),
             Column("value", LargeBinary, nullable=False),
         )
+        # the table's name as it goes into the batch statements' SQL text (quoted where needed)
+        self._quoted_table = engine.dialect.identifier_preparer.quote(table)
         self._closed = False
         self._upsert_batches = 0  # batches left that skip the COPY (see _write_batch)
 
@@ -302,31 +304,35 @@ class SQLKVStore:
         transaction wrote nothing: a definite outcome), the whole transaction runs again with the
         upsert, and so do the next :data:`UPSERT_STREAK` batches. Either way the batch is atomic
         and each key ends with its value from this batch, as with the upsert alone."""
-        if self._closed:
-            raise closed_error("SQL")
-        translate = partial(self._translate, cas=False)
         if batch and self._dialect == "postgresql" and len(batch) >= INSERT_FIRST_MIN:
             if self._upsert_batches > 0:
                 self._upsert_batches -= 1
             else:
                 from lakefs_core.kv import pg_copy  # asyncpg is imported for PostgreSQL only
 
+                translate = partial(self._translate, cas=False)
+
                 async def copy(conn: AsyncConnection) -> bytes | None:
-                    return await pg_copy.copy_then_read(conn, self._table.name, batch, read, translate)
+                    return await pg_copy.copy_then_read(
+                        conn,
+                        batch,
+                        table=self._table.name,
+                        quoted_table=self._quoted_table,
+                        read=read,
+                        translate=translate,
+                    )
 
                 try:
-                    return await run_transaction(self._engine, copy, write=True, translate=translate)
+                    return await self._run(copy, write=True)
                 except pg_copy.KeyExists:
                     self._upsert_batches = UPSERT_STREAK
         write = self._batch_write(batch) if batch else None
-        t = self._table
-        stmt = (
-            None
-            if read is None
-            else select(t.c.value).where(t.c.partition_key == read[0], t.c.key == read[1])
-        )
-        if stmt is not None and self._dialect == "postgresql":
-            stmt = stmt.with_for_update(read=True)
+        stmt = None
+        if read is not None:
+            t = self._table
+            stmt = select(t.c.value).where(t.c.partition_key == read[0], t.c.key == read[1])
+            if self._dialect == "postgresql":
+                stmt = stmt.with_for_update(read=True)
 
         async def op(conn: AsyncConnection) -> bytes | None:
             if write is not None:
@@ -334,14 +340,14 @@ class SQLKVStore:
             value = None if stmt is None else (await conn.execute(stmt)).scalar_one_or_none()
             return None if value is None else bytes(value)
 
-        return await run_transaction(self._engine, op, write=True, translate=translate)
+        return await self._run(op, write=True)
 
     def _batch_write(self, batch: list[KVItem]) -> Callable[[AsyncConnection], Awaitable[None]]:
         """The upsert of a non-empty batch, to run in a transaction."""
         # Raw DBAPI statements, no per-value SQLAlchemy processing; only the table name (ours,
         # quoted) is interpolated. PostgreSQL: ONE statement over three arrays (unnest); SQLite:
         # multi-row INSERT ... VALUES statements.
-        name = self._engine.dialect.identifier_preparer.quote(self._table.name)
+        name = self._quoted_table
         upsert = "ON CONFLICT (partition_key, key) DO UPDATE SET value = excluded.value"
         if self._dialect == "postgresql":
             sql = (
