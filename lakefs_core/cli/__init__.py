@@ -29,6 +29,7 @@ from typing import Any, TypeVar
 import click
 
 from lakefs_core import __version__
+from lakefs_core.cli import collector
 from lakefs_core.cli.state import CONFIG_ENV, DEBUG_ENV, AppState, out_of_space
 from lakefs_core.errors import LakeFSError
 
@@ -60,6 +61,7 @@ class CLIGroup(click.Group):
             return super().get_command(ctx, cmd_name)
         module, attribute = target.split(":")
         command = getattr(importlib.import_module(module), attribute)
+        collector.started()  # the command's modules are start-up objects (see .collector)
         if not isinstance(command, click.Command):
             raise TypeError(f"{target} is not a click command")
         return command
@@ -203,8 +205,16 @@ def _ignore_thread_exception(_args: threading.ExceptHookArgs) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """``lakefs-core`` run in this process (tests, an embedding program): the collector untouched."""
     return run(cli, argv, "lakefs-core")
 
 
+def process_main() -> int:
+    """The ``lakefs-core`` process (console script, ``python -m lakefs_core.cli``): :func:`main`
+    in a command process, whose start-up runs without cyclic collections (see :mod:`.collector`)."""
+    collector.command_process()
+    return main()
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(process_main())

@@ -2,6 +2,6 @@
 
 import sys
 
-from lakefs_core.cli import main
+from lakefs_core.cli import process_main
 
-sys.exit(main())
+sys.exit(process_main())

@@ -60,6 +60,7 @@ import click
 import platformdirs
 from pydantic import Field
 
+from lakefs_core.cli import collector
 from lakefs_core.cli.state import DEBUG_ENV, app_state, out_of_space
 from lakefs_core.config import load_config
 from lakefs_core.errors import BadInputError, LakeFSError, NotFoundError, StorageFullError
@@ -172,9 +173,11 @@ async def open_session(config: CoreConfig) -> AsyncIterator[Session]:
     An unset ``kv_url`` is the embedded default (created on first use); an explicit SQLite URL whose
     directory does not exist is a StartupError naming ``kv_url``.
     """
-    from lakefs_core.wiring import open_core
+    with collector.start_up():  # the core's modules and engine are start-up objects
+        from lakefs_core.wiring import open_core
 
-    async with await open_core(config, default_kv_url=default_kv_url()) as core:
+        core = await open_core(config, default_kv_url=default_kv_url())
+    async with core:
         yield Session(config, core.graveler, core.objects)
 
 
