@@ -9,19 +9,30 @@ write, ``fstat``, close, move it into place (``link`` + ``unlink`` for create-on
 loop busy on the other core (encoding entries, journaling), every take-back waits for the loop,
 so the writer threads crawled. Here a hop of 32 objects takes the GIL back once.
 
+A create-only put (every upload's) uses an unnamed file where the system has them (Linux's
+``O_TMPFILE``, on ext4, XFS, Btrfs, tmpfs): written, then linked to its target name, so the
+object appears whole as with a temporary name. That makes one directory entry per object
+instead of making two and removing one, and every such change takes the directory's lock:
+with all objects of an upload in one slice directory, 8 writer threads in C put 5,000 files
+in 0.09 s this way against 0.17 s through temporary names (``bench/RESULTS.md``). A system
+without them (another filesystem, no ``/proc`` to link through) is noticed on the first object
+and the named temporary file is used from then on.
+
 The contract is deliberately narrow. Anything but the plain success path (a missing directory, a
 source of another size than expected, an existing target, a full disk, any other error before
 the object is in place) undoes what this call did for that object (its temporary file) and
 reports ``FALLBACK``; the caller then writes that object again through the pure-Python path,
 which makes directories, retries and raises the one typed error the store promises. Only a
 failure after the object is in place (unlinking the temporary name of a create-only put) is
-reported as ``UNLINK_FAILED`` with its errno, as the pure path raises then.
+reported as ``UNLINK_FAILED`` with its errno, as the pure path raises then. (An unnamed file
+whose descriptor fails to close after it was linked is unlinked again, the name this call just
+made, and reported ``FALLBACK``.)
 
 Nothing here decides what to write: names, flags and sizes come from the caller.
 """
 
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
-from libc.errno cimport EINTR, errno
+from libc.errno cimport EDQUOT, EEXIST, EINTR, EINVAL, EISDIR, ENOSPC, EOPNOTSUPP, errno
 from libc.stdlib cimport free, malloc
 from posix.types cimport dev_t, ino_t, off_t
 from posix.time cimport timespec
@@ -29,6 +40,7 @@ from posix.time cimport timespec
 cdef extern from "<fcntl.h>" nogil:
     int c_open "open" (const char *path, int flags, ...)
     enum: O_RDONLY
+    enum: O_WRONLY
     enum: O_CLOEXEC
     enum: O_NONBLOCK
 
@@ -41,6 +53,23 @@ cdef extern from "<unistd.h>" nogil:
 
 cdef extern from "<stdio.h>" nogil:
     int c_rename "rename" (const char *a, const char *b)
+    int snprintf(char *out, size_t n, const char *fmt, ...)
+
+cdef extern from *:
+    """
+    #include <fcntl.h>
+    #include <stdio.h>
+    #include <unistd.h>
+    #ifdef O_TMPFILE
+    #define LAKEFS_O_TMPFILE O_TMPFILE
+    #else
+    #define LAKEFS_O_TMPFILE 0
+    #endif
+    """
+    int LAKEFS_O_TMPFILE  # 0 where the platform has no unnamed files (then never tried)
+    int AT_FDCWD
+    int AT_SYMLINK_FOLLOW
+    int c_linkat "linkat" (int olddirfd, const char *a, int newdirfd, const char *b, int flags) nogil
 
 cdef extern from "<sys/stat.h>" nogil:
     cdef struct stat:
@@ -62,6 +91,7 @@ cdef struct Job:
     const char *data     # the bytes to write (a source is read into the hop's buffer first)
     Py_ssize_t size      # expected source size, or the data's length
     const char *tmp
+    const char *dir      # the target's directory (where an unnamed file is made)
     const char *target
     const char *sidecar
     int status
@@ -120,12 +150,51 @@ cdef int _write_all(int fd, const char *data, Py_ssize_t n) noexcept nogil:
     return 0
 
 
-cdef void _put_one(Job *job, char *buf, int create_flags, bint exclusive) noexcept nogil:
+cdef bint _put_unnamed(Job *job, int *unnamed) noexcept nogil:
+    """Create-only put through an unnamed file (``O_TMPFILE`` in the target's directory, written,
+    then linked to its name through ``/proc/self/fd``): one directory entry made per object where
+    the named temporary file makes two and removes one, and nothing to clean up after a crash.
+    False when this filesystem or system cannot (no ``O_TMPFILE``, no ``/proc``): ``unnamed`` is
+    then cleared and the caller uses a named temporary file, for this and every later object."""
+    cdef int fd = _open_retry(job.dir, O_WRONLY | LAKEFS_O_TMPFILE | O_CLOEXEC, 0o666)
+    cdef int err = 0
+    cdef char proc[64]
+    if fd < 0:
+        if errno == EOPNOTSUPP or errno == EISDIR or errno == EINVAL:
+            unnamed[0] = 0  # EISDIR, EINVAL: a kernel without O_TMPFILE
+            return False
+        job.status, job.err = FALLBACK, errno  # e.g. the directory does not exist yet
+        return True
+    if _write_all(fd, job.data, job.size) != 0 or c_fstat(fd, &job.st) != 0:
+        err = errno
+    if err == 0:
+        snprintf(proc, sizeof(proc), "/proc/self/fd/%d", fd)
+        if c_linkat(AT_FDCWD, proc, AT_FDCWD, job.target, AT_SYMLINK_FOLLOW) != 0:
+            err = errno
+            if err != EEXIST and err != ENOSPC and err != EDQUOT:
+                # no /proc, or linking through it refused: the named path from now on (it meets
+                # any error that was not about unnamed files itself)
+                c_close(fd)
+                unnamed[0] = 0
+                return False
+    if err != 0:
+        c_close(fd)  # the unnamed file goes with its descriptor
+        job.status, job.err = FALLBACK, err  # EEXIST: an existing target, for the pure path
+        return True
+    if c_close(fd) != 0:
+        err = errno
+        c_unlink(job.target)  # the name this call linked a moment ago (create-only): not in place
+        job.status, job.err = FALLBACK, err
+        return True
+    job.status, job.err = DONE, 0
+    return True
+
+
+cdef void _put_named(Job *job, int create_flags, bint exclusive) noexcept nogil:
+    """Put through a named temporary file, moved into place (``link`` + ``unlink`` when
+    create-only, ``rename`` otherwise)."""
     cdef int fd
     cdef int err = 0
-    if job.src != NULL and _read_source(job, buf) != 0:
-        job.status, job.err = FALLBACK, errno
-        return
     fd = _open_retry(job.tmp, create_flags, 0o666)
     if fd < 0:
         job.status, job.err = FALLBACK, errno  # e.g. the directory does not exist yet
@@ -148,20 +217,35 @@ cdef void _put_one(Job *job, char *buf, int create_flags, bint exclusive) noexce
         job.status, job.err = UNLINK_FAILED, errno
         return
     job.status, job.err = DONE, 0
+
+
+cdef void _put_one(Job *job, char *buf, int create_flags, bint exclusive, int *unnamed) noexcept nogil:
+    cdef int fd
+    if job.src != NULL and _read_source(job, buf) != 0:
+        job.status, job.err = FALLBACK, errno
+        return
+    if not (exclusive and unnamed[0] and _put_unnamed(job, unnamed)):
+        _put_named(job, create_flags, exclusive)
+    if job.status != DONE:
+        return
     fd = _open_retry(job.sidecar, O_RDONLY | O_CLOEXEC, 0)
     if fd >= 0:
         job.has_sidecar = 1  # rare: the caller decides whether it is stale
         c_close(fd)
 
 
-def put_files(list sources, list datas, list sizes, list tmps, list targets, list sidecars,
-              int create_flags, bint exclusive):
+def put_files(list sources, list datas, list sizes, list tmps, list dirs, list targets, list sidecars,
+              int create_flags, bint exclusive, bint unnamed):
     """Write ``len(tmps)`` objects; object ``i`` is ``datas[i]`` (bytes) or, when that is None, the
-    file ``sources[i]`` (bytes path) of ``sizes[i]`` bytes. Paths are bytes. Returns one tuple per
-    object: ``(status, errno, data, dev, ino, size, mtime_ns, has_sidecar)``; ``data`` is the
-    bytes written (for the ETag) when the status is DONE or UNLINK_FAILED, else None."""
+    file ``sources[i]`` (bytes path) of ``sizes[i]`` bytes, put at ``targets[i]`` (in ``dirs[i]``)
+    through the temporary name ``tmps[i]``, or, when ``unnamed`` and ``exclusive``, through an
+    unnamed file. Paths are bytes. Returns ``(outcomes, unnamed)``: one tuple per object,
+    ``(status, errno, data, dev, ino, size, mtime_ns, has_sidecar)`` where ``data`` is the bytes
+    written (for the ETag) when the status is DONE or UNLINK_FAILED, else None; and whether
+    unnamed files still work here (False once this system showed it has none)."""
     cdef Py_ssize_t n = len(tmps), i, total = 0
-    if not (len(sources) == len(datas) == len(sizes) == len(targets) == len(sidecars) == n):
+    cdef int use_unnamed = 1 if unnamed and LAKEFS_O_TMPFILE != 0 else 0
+    if not (len(sources) == len(datas) == len(sizes) == len(dirs) == len(targets) == len(sidecars) == n):
         raise ValueError("put_files: the lists differ in length")
     cdef Job *jobs = <Job *>malloc(max(n, 1) * sizeof(Job))
     cdef Py_ssize_t *offsets = <Py_ssize_t *>malloc(max(n, 1) * sizeof(Py_ssize_t))
@@ -176,6 +260,7 @@ def put_files(list sources, list datas, list sizes, list tmps, list targets, lis
         for i in range(n):  # every pointer below is owned by the caller's lists, which outlive this call
             jobs[i].status, jobs[i].err, jobs[i].has_sidecar = FALLBACK, 0, 0
             jobs[i].tmp = PyBytes_AS_STRING(tmps[i])
+            jobs[i].dir = PyBytes_AS_STRING(dirs[i])
             jobs[i].target = PyBytes_AS_STRING(targets[i])
             jobs[i].sidecar = PyBytes_AS_STRING(sidecars[i])
             offsets[i] = total
@@ -192,7 +277,7 @@ def put_files(list sources, list datas, list sizes, list tmps, list targets, lis
             raise MemoryError()
         with nogil:
             for i in range(n):
-                _put_one(&jobs[i], buf + offsets[i], create_flags, exclusive)
+                _put_one(&jobs[i], buf + offsets[i], create_flags, exclusive, &use_unnamed)
         out = []
         for i in range(n):
             j = &jobs[i]
@@ -204,7 +289,7 @@ def put_files(list sources, list datas, list sizes, list tmps, list targets, lis
                 j.status, j.err, data, j.st.st_dev, j.st.st_ino, j.st.st_size,
                 j.st.st_mtim.tv_sec * 1_000_000_000 + j.st.st_mtim.tv_nsec, j.has_sidecar,
             ))
-        return out
+        return out, use_unnamed != 0
     finally:
         free(buf)
         free(offsets)

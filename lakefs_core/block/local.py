@@ -186,6 +186,9 @@ class LocalBlockStore:
         self._closed = False
         self._sidecars = Sidecars(self._meta_root, fsync)
         self._etags = EtagCache()
+        # create-only batched puts through unnamed files (block/_localput) until this system shows
+        # it has none; hop threads may clear it at once, to the same value
+        self._unnamed = True
 
     @property
     def uri(self) -> str:
@@ -396,7 +399,9 @@ class LocalBlockStore:
                         self._file(parts[i]), self._sidecars.file(parts[i]), self._where(items[i].key)
                     )
 
-                written, fell_back = put_compiled(items, fast, paths, exclusive=if_none_match)
+                written, fell_back, self._unnamed = put_compiled(
+                    items, fast, paths, exclusive=if_none_match, unnamed=self._unnamed
+                )
                 for w in written:
                     dirs.add(os.path.dirname(w.target))
                     if w.has_sidecar:

@@ -3,7 +3,8 @@
 A hop of ``put_batch`` (a few dozen objects, one worker thread) hands the objects this path can
 take to the optional extension ``_localput``, which does every system call of a bare create
 (read the source, temporary file, write, ``fstat``, close, ``link``/``unlink`` or ``rename``,
-sidecar probe) without the GIL, the whole hop at once. Why: in the pure-Python path each of
+sidecar probe; for a create-only put an unnamed file linked into place where the system has
+them) without the GIL, the whole hop at once. Why: in the pure-Python path each of
 those ~10 calls per object gives the GIL up and takes it back, and while the event loop encodes
 and journals entries on the other core each take-back waits for it; the writer threads then move
 at the loop's pace instead of the disk's.
@@ -72,16 +73,20 @@ def put_compiled(
     paths: Callable[[int], Paths],
     *,
     exclusive: bool,
-) -> tuple[list[Written], list[int]]:
+    unnamed: bool,
+) -> tuple[list[Written], list[int], bool]:
     """Write ``items[i]`` for each ``i`` in ``indices`` (all :func:`eligible`) in one call of the
-    extension. Returns what was written and the indices left for the pure-Python path. A failure
-    after an object is in place (its temporary name could not be removed) raises, as the pure
-    path does. Blocking: run it in a worker thread. Requires :data:`LOCALPUT`."""
+    extension; create-only (``exclusive``) ones through unnamed files when ``unnamed`` (see
+    ``_localput``). Returns what was written, the indices left for the pure-Python path, and
+    whether unnamed files still work on this system (pass that next time). A failure after an
+    object is in place (its temporary name could not be removed) raises, as the pure path does.
+    Blocking: run it in a worker thread. Requires :data:`LOCALPUT`."""
     assert LOCALPUT is not None
     sources: list[bytes | None] = []
     datas: list[bytes | None] = []
     sizes: list[int] = []
     tmps: list[bytes] = []
+    dirs: list[bytes] = []
     targets: list[bytes] = []
     sidecars: list[bytes] = []
     where: list[Paths] = []
@@ -98,10 +103,14 @@ def put_compiled(
             sources.append(None)
             datas.append(body)
             sizes.append(len(body))
-        tmps.append(os.fsencode(f"{os.path.dirname(p.target)}/{temp_name()}"))
+        directory = os.path.dirname(p.target)
+        tmps.append(os.fsencode(f"{directory}/{temp_name()}"))
+        dirs.append(os.fsencode(directory))
         targets.append(os.fsencode(p.target))
         sidecars.append(os.fsencode(p.sidecar))
-    outcomes = LOCALPUT.put_files(sources, datas, sizes, tmps, targets, sidecars, CREATE_FLAGS, exclusive)
+    outcomes, unnamed = LOCALPUT.put_files(
+        sources, datas, sizes, tmps, dirs, targets, sidecars, CREATE_FLAGS, exclusive, unnamed
+    )
     written: list[Written] = []
     rest: list[int] = []
     for i, p, (status, err, data, dev, ino, size, mtime_ns, has_sidecar) in zip(
@@ -121,4 +130,4 @@ def put_compiled(
             metadata={},
         )
         written.append(Written(i, p.target, info, (dev, ino, size, mtime_ns), bool(has_sidecar)))
-    return written, rest
+    return written, rest, bool(unnamed)

@@ -1,22 +1,27 @@
 """The local store's batched small puts: the compiled path (``block/_localput``) against the
 pure-Python one, on real files in the test's tmp dir.
 
-Every test runs on both paths (``path`` fixture) and checks what a caller sees: the results, the
-files, the typed errors, no temporary file left behind. The model test generates batches with
-objects already in the way (the same key, a directory, an object where a prefix should be) and
-sources that changed or vanished since they were listed, and compares the two paths' outcomes
-and trees.
+Every test runs on each path (``path`` fixture: compiled through unnamed files, compiled through
+named temporary files, pure) and checks what a caller sees: the results, the files, the typed
+errors, no temporary file left behind. The model test generates batches with objects already in
+the way (the same key, a directory, an object where a prefix should be) and sources that changed
+or vanished since they were listed, and compares the paths' outcomes and trees. Which names a put
+makes in the directory is watched with inotify (Linux).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import ctypes
 import hashlib
 import os
+import struct
 import subprocess
+import sys
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -55,19 +60,27 @@ def source(path: Path, size: int | None = None) -> SourceFile:
 
 @contextlib.contextmanager
 def on_path(path: str) -> Iterator[None]:
-    """Run the local store on the compiled (``"compiled"``) or the pure-Python path."""
-    saved = local_module.LOCALPUT
+    """Run the local store on the compiled path (``"compiled"``: create-only puts through unnamed
+    files, which this machine's filesystems have; ``"compiled-named"``: through named temporary
+    files, as on a system without them) or on the pure-Python one (``"pure"``)."""
+    saved, saved_put = local_module.LOCALPUT, local_module.put_compiled
     if path == "pure":
         local_module.LOCALPUT = None
+    if path == "compiled-named":
+
+        def named(*args: Any, **kwargs: Any) -> Any:
+            return saved_put(*args, **{**kwargs, "unnamed": False})
+
+        local_module.put_compiled = named
     try:
         yield
     finally:
-        local_module.LOCALPUT = saved
+        local_module.LOCALPUT, local_module.put_compiled = saved, saved_put
 
 
-@pytest.fixture(params=["compiled", "pure"])
+@pytest.fixture(params=["compiled", "compiled-named", "pure"])
 def path(request: pytest.FixtureRequest) -> Iterator[str]:
-    if request.param == "compiled" and local_batch.LOCALPUT is None:
+    if request.param.startswith("compiled") and local_batch.LOCALPUT is None:
         pytest.skip("the extension _localput is not built")
     with on_path(request.param):
         yield request.param
@@ -306,6 +319,70 @@ async def test_eligible_objects_never_call_their_loader(
     assert loaded == []  # the directory exists now: all three were written in C
 
 
+IN_CREATE = 0x100
+_EVENT = struct.Struct("iIII")  # struct inotify_event: wd, mask, cookie, len (then the name)
+
+
+@contextlib.contextmanager
+def created_names(directory: Path) -> Iterator[list[str]]:
+    """The names made in ``directory`` while the block runs (inotify's IN_CREATE: a file created
+    or linked there), in order."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    fd = libc.inotify_init1(os.O_NONBLOCK | os.O_CLOEXEC)
+    if fd < 0:
+        pytest.skip("no inotify here")
+    names: list[str] = []
+    try:
+        if libc.inotify_add_watch(fd, os.fsencode(directory), IN_CREATE) < 0:
+            pytest.skip("cannot watch the directory")
+        yield names
+        buf = b""
+        with contextlib.suppress(BlockingIOError):
+            while chunk := os.read(fd, 1 << 16):
+                buf += chunk
+        while buf:
+            _, mask, _, size = _EVENT.unpack_from(buf)
+            name = buf[_EVENT.size : _EVENT.size + size].rstrip(b"\0").decode()
+            if mask & IN_CREATE:
+                names.append(name)
+            buf = buf[_EVENT.size + size :]
+    finally:
+        os.close(fd)
+
+
+@needs_extension
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="O_TMPFILE and inotify are Linux's")
+@pytest.mark.parametrize("path", ["compiled", "compiled-named"])
+async def test_create_only_puts_make_one_name_per_object(path: str, local_root: Path, tmp_path: Path) -> None:
+    """Through unnamed files a create-only put makes only its object's name in the directory (no
+    temporary name made and removed), and the files are the same as through named ones: content,
+    permissions. Puts that may overwrite still go through a temporary name (``rename``)."""
+    (tmp_path / "f").write_bytes(b"from a file")
+    keys = [f"slice/o{i:02d}" for i in range(20)]
+    with on_path(path):
+        async with LocalBlockStore(local_root) as store:
+            await store.put("slice/first", b"makes the directory")
+            with created_names(local_root / "slice") as names:
+                infos = await store.put_batch(
+                    [PutItem(k, source(tmp_path / "f") if i % 2 else b"bytes") for i, k in enumerate(keys)],
+                    if_none_match=True,
+                    concurrency=4,
+                )
+            assert [i.key for i in infos] == keys
+            temporary = [n for n in names if n.startswith(TMP_PREFIX)]
+            assert sorted(n for n in names if not n.startswith(TMP_PREFIX)) == [k[6:] for k in keys]
+            assert (temporary == []) is (path == "compiled"), names
+            with created_names(local_root / "slice") as names:
+                await store.put_batch([PutItem("slice/over", b"x")], if_none_match=False)
+            # its temporary name is made, then renamed into place (a move, not a create)
+            assert len(names) == 1 and names[0].startswith(TMP_PREFIX), names
+    for i, k in enumerate(keys):
+        assert (local_root / k).read_bytes() == (b"from a file" if i % 2 else b"bytes")
+    modes = {(local_root / k).stat().st_mode for k in keys}
+    assert modes == {(local_root / "slice" / "first").stat().st_mode}
+    assert leftovers(local_root) == []
+
+
 @needs_extension
 def test_a_failure_after_the_object_is_in_place_raises(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
@@ -316,11 +393,11 @@ def test_a_failure_after_the_object_is_in_place_raises(
 
     class Fake:
         @staticmethod
-        def put_files(*args: object) -> list[tuple[object, ...]]:
+        def put_files(*args: object) -> tuple[list[tuple[object, ...]], bool]:
             return [
                 (local_batch.FALLBACK, 2, None, 0, 0, 0, 0, 0),
                 (local_batch.UNLINK_FAILED, 13, b"x", 1, 2, 1, 3, 0),
-            ]
+            ], True
 
     monkeypatch.setattr(local_batch, "LOCALPUT", Fake)
     items = check_put_batch([PutItem("a", b"x"), PutItem("b", b"x")], 1)
@@ -331,11 +408,13 @@ def test_a_failure_after_the_object_is_in_place_raises(
         )
 
     with pytest.raises(LakeFSError, match="local://b"):
-        local_batch.put_compiled(items, [0, 1], paths, exclusive=True)
+        local_batch.put_compiled(items, [0, 1], paths, exclusive=True, unnamed=True)
     monkeypatch.setattr(
-        Fake, "put_files", staticmethod(lambda *a: [(local_batch.FALLBACK, 2, None, 0, 0, 0, 0, 0)])
+        Fake,
+        "put_files",
+        staticmethod(lambda *a: ([(local_batch.FALLBACK, 2, None, 0, 0, 0, 0, 0)], False)),
     )
-    assert local_batch.put_compiled(items, [0], paths, exclusive=True) == ([], [0])
+    assert local_batch.put_compiled(items, [0], paths, exclusive=True, unnamed=True) == ([], [0], False)
 
 
 def test_extension_is_in_use_in_ci() -> None:
@@ -420,28 +499,31 @@ def outcome(
     suppress_health_check=[HealthCheck.function_scoped_fixture],
 )
 @given(before=before_st, batch=batch_st, create_only=st.booleans())
-def test_the_two_paths_agree(
+def test_the_paths_agree(
     tmp_path: Path, before: list[tuple[str, bool]], batch: list[tuple[str, str, int]], create_only: bool
 ) -> None:
-    """The compiled and the pure path give the same results and leave the same objects, or both
-    fail. Which object's error a failed batch raises is not defined (objects are written
-    concurrently, the first failure raises), so a failure must be one that some object of the
-    batch raises when put alone (pure path); a failed batch may have written some of its objects
-    (the contract), so then the objects are not compared. Neither path leaves a temporary file."""
+    """The compiled path (through unnamed files and through named ones) and the pure path give the
+    same results and leave the same objects, or all fail. Which object's error a failed batch
+    raises is not defined (objects are written concurrently, the first failure raises), so a
+    failure must be one that some object of the batch raises when put alone (pure path); a failed
+    batch may have written some of its objects (the contract), so then the objects are not
+    compared. No path leaves a temporary file."""
     import tempfile
 
     with tempfile.TemporaryDirectory(dir=tmp_path) as d:
         base = Path(d)
         compiled = outcome(base / "compiled", "compiled", before, batch, create_only)
+        named = outcome(base / "named", "compiled-named", before, batch, create_only)
         pure = outcome(base / "pure", "pure", before, batch, create_only)
-        assert compiled[2] == pure[2] == []
-        if isinstance(compiled[0], str) or isinstance(pure[0], str):
+        assert compiled[2] == named[2] == pure[2] == []
+        results = (compiled[0], named[0], pure[0])
+        if any(isinstance(r, str) for r in results):
             alone = [
                 outcome(base / f"alone{n}", "pure", before, [item], create_only)[0]
                 for n, item in enumerate(batch)
             ]
             errors = {r for r in alone if isinstance(r, str)}
-            assert isinstance(compiled[0], str) and isinstance(pure[0], str), (compiled[0], pure[0])
-            assert {compiled[0], pure[0]} <= errors, (compiled[0], pure[0], alone)
+            assert all(isinstance(r, str) for r in results), results
+            assert set(results) <= errors, (results, alone)
         else:
-            assert compiled[:2] == pure[:2]
+            assert compiled[:2] == named[:2] == pure[:2]
