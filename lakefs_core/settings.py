@@ -221,14 +221,13 @@ def sqlite_dir_problem(url: str) -> str | None:
     is not a SQLite file URL). The message shows the directory (a path is no secret)."""
     if not url.lower().startswith("sqlite"):
         return None
-    from sqlalchemy.engine import make_url
-    from sqlalchemy.exc import ArgumentError
+    from lakefs_core.sqlite_files import sqlite_database
 
     try:
-        database = make_url(url).database
-    except ArgumentError:
-        return None  # not a URL SQLAlchemy parses: the opener reports it with its own message
-    if not database or database == ":memory:" or database.startswith("file:"):
+        database = sqlite_database(url.split("?", 1)[0])  # parameters: the opener checks them
+    except BadInputError:
+        return None  # not a SQLite file URL: the opener reports it with its own message
+    if database.startswith("file:"):
         return None
     parent = os.path.dirname(os.path.abspath(database))
     if not os.path.isdir(parent):

@@ -1,8 +1,10 @@
 """One way to open SQLAlchemy async engines on SQLite (aiosqlite) or PostgreSQL (asyncpg).
 
-Used by the SQL KV driver, the mirrors database and the SQL lease. SQLite gets WAL journalling and a
-busy timeout on every connection, so several processes can share one file; PostgreSQL gets a bounded,
-recycled pool. URLs are never echoed in errors (they may carry a password).
+Used by the PostgreSQL KV driver (:mod:`lakefs_core.kv.sql`; SQLite KV files are
+:mod:`lakefs_core.kv.sqlite`'s, without SQLAlchemy), the mirrors database and the SQL lease. SQLite
+gets WAL journalling and a busy timeout on every connection (:mod:`lakefs_core.sqlite_files`), so
+several processes can share one file; PostgreSQL gets a bounded, recycled pool. URLs are never
+echoed in errors (they may carry a password).
 
 :func:`run_transaction` is THE way those users run a unit of work: one transaction on a fresh pooled
 connection, no retries (callers' bounded loops know what is idempotent), database errors translated
@@ -12,10 +14,6 @@ at this edge (``raise ... from e``) and errors of the project's tree passed thro
 from __future__ import annotations
 
 import contextlib
-import errno
-import os
-import sqlite3
-import time
 from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
@@ -35,12 +33,19 @@ from lakefs_core.errors import (
     TransientError,
     UnreachableError,
 )
-from lakefs_core.fileperm import create_private_file, make_private_dir
 from lakefs_core.redact import sql_userinfo_end
+from lakefs_core.sqlite_files import (
+    SQLITE_SCHEMES,
+    execute_pragma,
+    is_busy,
+    is_disk_full,
+    opening_pragmas,
+    prepare_database_file,
+)
 
 T = TypeVar("T")
 
-SQLITE_DRIVERS = frozenset({"sqlite", "sqlite+aiosqlite"})
+SQLITE_DRIVERS = SQLITE_SCHEMES
 PG_DRIVERS = frozenset({"postgresql", "postgres", "postgresql+asyncpg", "postgres+asyncpg"})
 
 
@@ -108,16 +113,7 @@ def create_sql_engine(
     """An engine for a normalised ``url``; SQLite's parent directory is created if needed."""
     kwargs: dict[str, Any] = {"hide_parameters": True, "pool_size": pool_size, "max_overflow": max_overflow}
     if url.drivername.startswith("sqlite"):
-        db_path = Path(url.database or "")
-        try:
-            # Owner-only (0700 directories, a 0600 file that SQLite's -wal/-shm inherit): see fileperm.
-            make_private_dir(db_path.parent)
-            create_private_file(db_path)
-        except OSError as e:
-            what = f"cannot create SQLite database {db_path} or its directory"
-            if is_disk_full(e, "", ""):
-                raise StorageFullError(f"{what}: {e.strerror}") from e
-            raise UnreachableError(f"{what}: {e.strerror}") from e
+        prepare_database_file(Path(url.database or ""))
         # sqlite3's own "timeout" is the busy timeout too; keep it in line with the PRAGMA. A local
         # file never goes stale, so no per-checkout ping (it costs a round trip per operation).
         kwargs["connect_args"] = {"timeout": busy_timeout}
@@ -131,40 +127,18 @@ def create_sql_engine(
         )
     engine = create_async_engine(url, **kwargs)
     if engine.dialect.name == "sqlite":
-        pragmas = [f"PRAGMA busy_timeout = {max(0, int(busy_timeout * 1000))}", "PRAGMA journal_mode = WAL"]
-        pragmas += [f"PRAGMA {p}" for p in sqlite_pragmas]
+        pragmas = opening_pragmas(busy_timeout, tuple(sqlite_pragmas))
 
         @event.listens_for(engine.sync_engine, "connect")
         def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
             cursor = dbapi_connection.cursor()
             try:
                 for pragma in pragmas:
-                    _execute_pragma(cursor, pragma, busy_timeout)
+                    execute_pragma(cursor, pragma, busy_timeout)
             finally:
                 cursor.close()
 
     return engine
-
-
-def _execute_pragma(cursor: Any, pragma: str, busy_timeout: float) -> None:
-    """Run one PRAGMA, retrying "database is locked" within the busy timeout.
-
-    Switching a new file to WAL needs an exclusive lock, and SQLite answers that attempt with
-    SQLITE_BUSY at once (without its busy handler) when several connections open the file at the
-    same moment; the switch succeeds as soon as the others are done. This runs in the driver's
-    worker thread (the connect hook is synchronous), so a short sleep blocks no event loop.
-    """
-    deadline = time.monotonic() + max(busy_timeout, 1.0)
-    delay = 0.005
-    while True:
-        try:
-            cursor.execute(pragma)
-            return
-        except sqlite3.OperationalError as e:
-            if "locked" not in str(e).lower() or time.monotonic() >= deadline:
-                raise
-            time.sleep(delay)
-            delay = min(delay * 2, 0.1)
 
 
 def sqlstate(e: BaseException) -> str | None:
@@ -188,29 +162,6 @@ def db_reason(e: BaseException) -> str:
         inner = inner.__cause__
     text = str(inner).strip() or type(inner).__name__
     return f"{type(inner).__name__}: {text}"[:500]
-
-
-PG_DISK_FULL = "53100"  # disk_full; the rest of class 53 (out of memory, too many connections) is transient
-
-
-NEARLY_FULL_BYTES = 1 << 20  # less free space than this cannot hold SQLite's -wal/-shm growth
-
-
-def is_disk_full(e: BaseException, text: str, state: str, db_path: str | None = None) -> bool:
-    """SQLite's SQLITE_FULL ("database or disk is full"), PostgreSQL's disk_full, ENOSPC/EDQUOT; or
-    SQLite's "disk I/O error" on a filesystem with (next to) no free space: SQLite reports a failed
-    growth of its -shm/-wal files (SQLITE_IOERR_SHMSIZE, _WRITE) that way, hiding the ENOSPC."""
-    if isinstance(e, OSError) and e.errno in (errno.ENOSPC, errno.EDQUOT):
-        return True
-    if state == PG_DISK_FULL or "database or disk is full" in text or "sqlite_full" in text:
-        return True
-    if db_path and "disk i/o error" in text:
-        try:
-            fs = os.statvfs(os.path.dirname(os.path.abspath(db_path)))
-        except OSError:
-            return False
-        return fs.f_bavail * fs.f_frsize < NEARLY_FULL_BYTES
-    return False
 
 
 # PostgreSQL SQLSTATEs worth retrying: serialization failure, deadlock, lock not available, query
@@ -244,7 +195,7 @@ def translate_db_error(
     # First: a full disk is neither unreachable nor transient, whatever else the driver says.
     if is_disk_full(e, text, state, db_path):
         return StorageFullError(f"{where}: no space left: {reason}")
-    if "database is locked" in text or "database table is locked" in text or "sqlite_busy" in text:
+    if is_busy(text):
         return TransientError(f"{where} is busy (locked by another writer): {reason}")
     if isinstance(e, PoolTimeoutError):
         return TransientError(f"{where}: no pooled connection available: {reason}")

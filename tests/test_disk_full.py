@@ -22,8 +22,8 @@ from lakefs_core.block import LocalBlockStore
 from lakefs_core.block.s3_errors import is_transient, translate_error
 from lakefs_core.block.s3_settings import S3Settings
 from lakefs_core.errors import LakeFSError, StorageFullError, TransientError, is_retryable
-from lakefs_core.kv.sql import SQLKVStore
-from lakefs_core.sqlengine import create_sql_engine, normalize_sql_url, translate_db_error
+from lakefs_core.kv.sqlite import SQLiteKVStore
+from lakefs_core.sqlengine import translate_db_error
 from tests.cli.helpers import Cli, user_env
 
 TINY = 256 * 1024
@@ -80,10 +80,8 @@ async def test_local_block_store_full(tiny_fs: Path) -> None:
 async def test_sqlite_kv_full(tmp_path: Path) -> None:
     # A real SQLite file whose connections may not grow it past a few pages.
     path = tmp_path / "kv.sqlite3"
-    engine = create_sql_engine(normalize_sql_url(f"sqlite:///{path}"), sqlite_pragmas=["max_page_count = 8"])
-    kv = SQLKVStore(engine)
+    kv = await SQLiteKVStore.open(f"sqlite:///{path}", pragmas=["max_page_count = 8"])
     try:
-        await kv.create_table()
         with pytest.raises(StorageFullError, match="full") as info:
             for i in range(1000):
                 await kv.set(b"p", f"k{i:04}".encode(), os.urandom(1024))

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from lakefs_core.graveler.tables import DiskCache
-from lakefs_core.kv.sql import SQLKVStore
+from lakefs_core.kv.sqlite import SQLiteKVStore
 from lakefs_mirror.config import load_mirror_config
 from lakefs_mirror.db import MirrorsDB
 from lakefs_mirror.service import MirrorService
@@ -45,7 +45,7 @@ def assert_sqlite_private(db: Path, created_dirs: list[Path]) -> None:
 
 async def test_sqlite_kv_store_files_are_private(tmp_path: Path) -> None:
     db = tmp_path / "state" / "kv" / "kv.sqlite3"
-    kv = await SQLKVStore.open(f"sqlite:///{db}")
+    kv = await SQLiteKVStore.open(f"sqlite:///{db}")
     try:
         await kv.set(b"p", b"k", b"v")
         assert_sqlite_private(db, [tmp_path / "state", tmp_path / "state" / "kv"])

@@ -161,8 +161,8 @@ def run(group: click.Group, argv: Sequence[str] | None, prog_name: str) -> int:
     except LakeFSError as e:
         return _report(e, prog_name)
     except click.exceptions.Abort:
-        # Interrupted mid-operation: a driver's worker thread (aiosqlite's) may still finish its
-        # call and fail to hand the result to the closed event loop. The process is ending on
+        # Interrupted mid-operation: a driver's worker thread (a SQLite connection's) may still
+        # finish its call and fail to hand the result to the closed event loop. The process is ending on
         # purpose; such late failures must not print a traceback.
         threading.excepthook = _ignore_thread_exception
         click.echo(f"{prog_name}: aborted", err=True)

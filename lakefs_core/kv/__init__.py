@@ -4,7 +4,7 @@
 URL                                                    driver
 =====================================================  ===============================================
 ``memory://``                                          :class:`~.memory.MemoryKVStore` (process-local)
-``sqlite:///path/kv.db`` / ``sqlite+aiosqlite:///..``  :class:`~.sql.SQLKVStore` (SQLite, WAL)
+``sqlite:///path/kv.db`` / ``sqlite+aiosqlite:///..``  :class:`~.sqlite.SQLiteKVStore` (SQLite, WAL)
 ``postgresql://user:pw@host/db`` / ``postgres://..``   :class:`~.sql.SQLKVStore` (PostgreSQL, asyncpg)
 ``dynamodb://TABLE?region=R&endpoint=http://h:p``      :class:`~.dynamodb.DynamoKVStore`
 =====================================================  ===============================================
@@ -25,7 +25,8 @@ from lakefs_core.kv.base import Expect, KVEntry, KVItem, KVStore
 
 __all__ = ["Expect", "KVEntry", "KVItem", "KVStore", "open_kv"]
 
-_SQL_SCHEMES = frozenset({"sqlite", "sqlite+aiosqlite", "postgresql", "postgres", "postgresql+asyncpg"})
+_SQLITE_SCHEMES = frozenset({"sqlite", "sqlite+aiosqlite"})
+_PG_SCHEMES = frozenset({"postgresql", "postgres", "postgresql+asyncpg"})
 _DYNAMO_PARAMS = frozenset({"region", "endpoint"})
 _SCHEME_RE = re.compile(r"[a-z][a-z0-9+.-]*")
 
@@ -57,7 +58,11 @@ async def open_kv(url: str) -> KVStore:
         from lakefs_core.kv.memory import MemoryKVStore
 
         return MemoryKVStore()
-    if scheme in _SQL_SCHEMES:
+    if scheme in _SQLITE_SCHEMES:
+        from lakefs_core.kv.sqlite import SQLiteKVStore  # no SQLAlchemy: a CLI process starts faster
+
+        return await SQLiteKVStore.open(url)
+    if scheme in _PG_SCHEMES:
         from lakefs_core.kv.sql import SQLKVStore
 
         return await SQLKVStore.open(url)

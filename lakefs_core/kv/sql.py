@@ -1,22 +1,19 @@
-"""SQL KV store over SQLAlchemy 2 asyncio: SQLite (aiosqlite, the embedded default) and PostgreSQL (asyncpg).
+"""PostgreSQL KV store over SQLAlchemy 2 asyncio (asyncpg). SQLite files: :mod:`.sqlite`.
 
 Layout (spec section 6)::
 
-    kv(partition_key BYTEA/BLOB, key BYTEA/BLOB, value BYTEA/BLOB, PRIMARY KEY(partition_key, key))
+    kv(partition_key BYTEA, key BYTEA, value BYTEA, PRIMARY KEY(partition_key, key))
 
 The table is created on demand (``CREATE TABLE IF NOT EXISTS``; a concurrent creator losing the race
 is tolerated). Every operation is ONE statement in its own short transaction, so compare-and-swap is
 atomic across connections and processes without read-then-write:
 
 - ``set`` = upsert (``INSERT ... ON CONFLICT (partition_key, key) DO UPDATE``);
-- ``set_many`` = the same upsert in ONE transaction, so the batch is atomic: on PostgreSQL one
-  statement over arrays (``INSERT ... SELECT * FROM unnest(...)``), on SQLite multi-row
-  ``INSERT ... VALUES (?, ?, ?), ...`` statements of up to :func:`sqlite_rows` rows (one
-  ``executemany`` step per row cost about half again as much: 2.6 against 1.75 ms per 1,000 rows).
-  On PostgreSQL a batch of at least :data:`INSERT_FIRST_MIN` items is first written by binary
-  ``COPY`` (no speculative insertion per row, no array encoding; :mod:`lakefs_core.kv.pg_copy`),
-  and again with the upsert in a new transaction when it meets an existing key
-  (``SQLKVStore._write_batch``);
+- ``set_many`` = the same upsert in ONE transaction, so the batch is atomic: one statement over
+  arrays (``INSERT ... SELECT * FROM unnest(...)``). A batch of at least :data:`INSERT_FIRST_MIN`
+  items is first written by binary ``COPY`` (no speculative insertion per row, no array encoding;
+  :mod:`lakefs_core.kv.pg_copy`), and again with the upsert in a new transaction when it meets an
+  existing key (``SQLKVStore._write_batch``);
 - ``set_if(ABSENT)`` = ``INSERT ... ON CONFLICT DO NOTHING``, success iff one row was inserted;
 - ``set_if(EXISTS)`` = ``UPDATE ... WHERE partition_key=:p AND key=:k``, success iff one row;
 - ``set_if(equals(pred))`` = the same ``UPDATE`` with ``AND value=:pred``; under PostgreSQL's READ
@@ -24,29 +21,23 @@ atomic across connections and processes without read-then-write:
   so exactly one of N racing CASes from the same predicate wins;
 - ``scan`` = keyset pagination ``WHERE partition_key=:p AND key >= :start ORDER BY key LIMIT :n``
   (later pages use ``key > :last``); no connection is held between pages, so abandoning a scan
-  leaks nothing. BYTEA and BLOB both compare bytewise (memcmp), matching the KV contract.
-
-SQLite is opened in WAL mode with a busy timeout (set on every new connection), so several OS
-processes (CLI invocations) can share one database file: writers queue on SQLite's write lock for up
-to ``busy_timeout`` before failing. ``sqlite:///:memory:`` is refused (each pooled connection would
-see its own empty database); use ``memory://`` instead.
+  leaks nothing. BYTEA compares bytewise (memcmp), matching the KV contract.
 
 Every operation runs through :func:`lakefs_core.sqlengine.run_transaction` (shared with the mirrors
-database); the PostgreSQL ``COPY`` of a batch runs inside it on the driver connection and translates
-the driver's own errors the same way (:mod:`lakefs_core.kv.pg_copy`). Errors are translated at this
+database); the ``COPY`` of a batch runs inside it on the driver connection and translates the
+driver's own errors the same way (:mod:`lakefs_core.kv.pg_copy`). Errors are translated at this
 edge, always with ``raise ... from e``:
 
-- cannot obtain a connection (refused, DNS, auth, unopenable file) -> :class:`UnreachableError`;
+- cannot obtain a connection (refused, DNS, auth) -> :class:`UnreachableError`;
 - connection lost while a *read* runs -> :class:`UnreachableError`; while a *write* runs the outcome
   is unknown -> :class:`TransientError` (never reported as a precondition failure);
-- SQLite "database is locked" after the busy timeout, PostgreSQL serialization failures, deadlocks,
-  lock/statement timeouts, admin shutdown, pool exhaustion -> :class:`TransientError`;
+- serialization failures, deadlocks, lock/statement timeouts, admin shutdown, pool exhaustion ->
+  :class:`TransientError`;
 - integrity errors during ``set_if`` -> :class:`PreconditionFailedError`, elsewhere
   :class:`~lakefs_core.errors.ConflictError` (a batch's ``COPY`` meeting an existing key is not an
   error: the batch is written again with the upsert);
-- a full disk (SQLite "database or disk is full", or its "disk I/O error" on a full filesystem;
-  PostgreSQL 53100 disk_full) ->
-  :class:`~lakefs_core.errors.StorageFullError`, which is not retryable.
+- a full disk (PostgreSQL 53100 disk_full) -> :class:`~lakefs_core.errors.StorageFullError`, which
+  is not retryable.
 
 The driver does not retry by itself: the unreachable and transient errors above are ``retryable``
 and callers' bounded retry loops (which know whether an operation is idempotent) decide. Stale pooled
@@ -57,11 +48,8 @@ strings.
 
 from __future__ import annotations
 
-import contextlib
-import sqlite3
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
-from functools import cache, lru_cache, partial
-from itertools import chain
+from functools import partial
 from typing import Any, TypeVar
 
 from sqlalchemy import Column, LargeBinary, MetaData, Table, inspect, select, update
@@ -100,11 +88,6 @@ from lakefs_core.sqlengine import (
 
 T = TypeVar("T")
 
-# Rows per multi-row SQLite INSERT, at most: a batch of 1,000 staged entries is one statement. Each
-# statement costs three hops to aiosqlite's thread (cursor, execute, close), so fewer statements
-# matter more than their size (333 or 1,000 rows took the same time in SQLite itself).
-SQLITE_MAX_ROWS = 1000
-
 # PostgreSQL: a batch of at least this many items is first written by binary COPY (see
 # SQLKVStore._write_batch); below it, the upsert's extra per-row cost is less than what a failed
 # first attempt would cost.
@@ -114,35 +97,21 @@ INSERT_FIRST_MIN = 64
 UPSERT_STREAK = 32
 
 
-@cache
-def sqlite_rows() -> int:
-    """Rows per multi-row INSERT on this SQLite library: three bound values per row, within its
-    SQLITE_LIMIT_VARIABLE_NUMBER (999 in builds before 3.32, 32,766 since; aiosqlite uses the
-    ``sqlite3`` module, so the limit read here is the one its connections have)."""
-    with contextlib.closing(sqlite3.connect(":memory:")) as conn:
-        limit = conn.getlimit(sqlite3.SQLITE_LIMIT_VARIABLE_NUMBER)
-    return max(1, min(SQLITE_MAX_ROWS, limit // 3))
-
-
-@lru_cache(maxsize=64)
-def _sqlite_upsert(table: str, upsert: str, rows: int) -> str:
-    """The upsert of ``rows`` rows (one string per size, so sqlite3 reuses its prepared statement)."""
-    return (
-        f"INSERT INTO {table} (partition_key, key, value) VALUES {', '.join(['(?, ?, ?)'] * rows)} {upsert}"
-    )
-
-
 DEFAULT_TABLE = "kv"
 DEFAULT_BUSY_TIMEOUT_S = 30.0
 DEFAULT_CONNECT_TIMEOUT_S = 10.0
 
 
 def normalize_url(url: str) -> URL:
-    """Parse ``url`` and point it at the async driver; refuse anything else (never echoing it)."""
+    """Parse a PostgreSQL ``url`` and point it at the async driver; refuse anything else (never
+    echoing it). A SQLite file is :mod:`lakefs_core.kv.sqlite`'s."""
     try:
-        return normalize_sql_url(url)
+        parsed = normalize_sql_url(url)
     except ValueError as e:
         raise BadInputError(str(e), field="url") from None
+    if parsed.drivername != "postgresql+asyncpg":
+        raise BadInputError("SQLite files are opened by lakefs_core.kv.sqlite (open_kv)", field="url")
+    return parsed
 
 
 class SQLKVStore:
@@ -150,7 +119,6 @@ class SQLKVStore:
 
     def __init__(self, engine: AsyncEngine, *, table: str = DEFAULT_TABLE) -> None:
         self._engine = engine
-        self._dialect = engine.dialect.name  # "sqlite" | "postgresql"
         self._display = redact_url(engine.url.render_as_string(hide_password=True))
         self._table = Table(
             table,
@@ -219,7 +187,7 @@ class SQLKVStore:
         return await run_transaction(self._engine, fn, write=write, translate=translate)
 
     def _insert(self) -> Any:
-        return upsert_insert(self._dialect, self._table)
+        return upsert_insert("postgresql", self._table)
 
     # -- schema ---------------------------------------------------------------------------------
 
@@ -291,11 +259,9 @@ class SQLKVStore:
     async def _write_batch(self, batch: list[KVItem], read: tuple[bytes, bytes] | None) -> bytes | None:
         """Write ``batch`` (if any), then read ``read``'s value (if asked), in ONE transaction.
 
-        The read takes the locks that make it as good as a read after the commit. PostgreSQL:
-        ``FOR SHARE``, so an update of the key by another transaction either committed before this
-        read (and is seen) or waits for this transaction's commit, i.e. for the batch. SQLite: the
-        batch's first INSERT began the transaction and took the database's write lock, held until
-        the commit, so no writer can change the key between this read and the commit.
+        The read takes the locks that make it as good as a read after the commit: ``FOR SHARE``,
+        so an update of the key by another transaction either committed before this read (and is
+        seen) or waits for this transaction's commit, i.e. for the batch.
 
         PostgreSQL's upsert pays for a speculative insertion per row, and bulk batches are mostly
         new keys (staging partitions are per staging token). So a batch of at least
@@ -304,7 +270,7 @@ class SQLKVStore:
         transaction wrote nothing: a definite outcome), the whole transaction runs again with the
         upsert, and so do the next :data:`UPSERT_STREAK` batches. Either way the batch is atomic
         and each key ends with its value from this batch, as with the upsert alone."""
-        if batch and self._dialect == "postgresql" and len(batch) >= INSERT_FIRST_MIN:
+        if len(batch) >= INSERT_FIRST_MIN:
             if self._upsert_batches > 0:
                 self._upsert_batches -= 1
             else:
@@ -331,8 +297,7 @@ class SQLKVStore:
         if read is not None:
             t = self._table
             stmt = select(t.c.value).where(t.c.partition_key == read[0], t.c.key == read[1])
-            if self._dialect == "postgresql":
-                stmt = stmt.with_for_update(read=True)
+            stmt = stmt.with_for_update(read=True)
 
         async def op(conn: AsyncConnection) -> bytes | None:
             if write is not None:
@@ -343,34 +308,18 @@ class SQLKVStore:
         return await self._run(op, write=True)
 
     def _batch_write(self, batch: list[KVItem]) -> Callable[[AsyncConnection], Awaitable[None]]:
-        """The upsert of a non-empty batch, to run in a transaction."""
-        # Raw DBAPI statements, no per-value SQLAlchemy processing; only the table name (ours,
-        # quoted) is interpolated. PostgreSQL: ONE statement over three arrays (unnest); SQLite:
-        # multi-row INSERT ... VALUES statements.
-        name = self._quoted_table
-        upsert = "ON CONFLICT (partition_key, key) DO UPDATE SET value = excluded.value"
-        if self._dialect == "postgresql":
-            sql = (
-                f"INSERT INTO {name} (partition_key, key, value) "
-                f"SELECT * FROM unnest($1::bytea[], $2::bytea[], $3::bytea[]) {upsert}"
-            )
-            columns = tuple(list(column) for column in zip(*batch, strict=True))
+        """The upsert of a non-empty batch, to run in a transaction: ONE raw statement over three
+        arrays (``unnest``), no per-value SQLAlchemy processing; only the table name (ours,
+        quoted) is interpolated."""
+        sql = (
+            f"INSERT INTO {self._quoted_table} (partition_key, key, value) "
+            "SELECT * FROM unnest($1::bytea[], $2::bytea[], $3::bytea[]) "
+            "ON CONFLICT (partition_key, key) DO UPDATE SET value = excluded.value"
+        )
+        columns = tuple(list(column) for column in zip(*batch, strict=True))
 
-            async def op(conn: AsyncConnection) -> None:
-                await conn.exec_driver_sql(sql, columns)
-
-        else:
-            # Each statement binds its rows' values at once and runs them in one sqlite3 step,
-            # without the GIL (the sqlite3 module releases it while SQLite works).
-            step = sqlite_rows()
-            pieces = [
-                (_sqlite_upsert(name, upsert, len(rows)), tuple(chain.from_iterable(rows)))
-                for rows in (batch[i : i + step] for i in range(0, len(batch), step))
-            ]
-
-            async def op(conn: AsyncConnection) -> None:
-                for sql, values in pieces:
-                    await conn.exec_driver_sql(sql, values)
+        async def op(conn: AsyncConnection) -> None:
+            await conn.exec_driver_sql(sql, columns)
 
         return op
 

@@ -118,7 +118,9 @@ async def test_killed_job_leaves_no_process(how: str, make_namespace: MakeNamesp
         await asyncio.sleep(0.05)
         if len(marked_processes(mark)) >= 1 and not task.done():
             break
-    assert marked_processes(mark), "the job never started"
+    if not marked_processes(mark):  # say what the run did instead (an error, or nothing seen)
+        detail = repr(task.exception()) if task.done() and not task.cancelled() else "running, unseen"
+        pytest.fail(f"the job never started: {detail}")
     leaders = [p for p in marked_processes(mark) if _pgid(p) == p]
     assert len(leaders) == 1  # spark-submit's JVM leads the run's own process group
     leader = leaders[0]

@@ -13,11 +13,21 @@ import aioboto3
 import asyncpg
 import pytest
 
-from lakefs_core.errors import BadInputError, PreconditionFailedError, TransientError, UnreachableError
+from lakefs_core.errors import (
+    BadInputError,
+    ConflictError,
+    LakeFSError,
+    PreconditionFailedError,
+    StorageFullError,
+    TransientError,
+    UnreachableError,
+)
 from lakefs_core.kv import KVStore, open_kv
 from lakefs_core.kv.dynamodb import DynamoKVStore
 from lakefs_core.kv.memory import MemoryKVStore
 from lakefs_core.kv.sql import SQLKVStore, normalize_url
+from lakefs_core.kv.sqlite import SQLiteKVStore
+from lakefs_core.sqlite_files import sqlite_database
 from tests.support.moto import MotoServer, free_port
 from tests.support.pg import PgDatabase
 
@@ -35,8 +45,6 @@ def full_text(exc: BaseException) -> str:
 @pytest.mark.parametrize(
     ("url", "driver"),
     [
-        ("sqlite:///tmp/x.db", "sqlite+aiosqlite"),
-        ("sqlite+aiosqlite:///tmp/x.db", "sqlite+aiosqlite"),
         (f"postgresql://u:{SECRET}@h:5433/db", "postgresql+asyncpg"),
         (f"postgres://u:{SECRET}@h/db", "postgresql+asyncpg"),
         ("postgresql+asyncpg://u@h/db", "postgresql+asyncpg"),
@@ -46,6 +54,48 @@ def test_normalize_url_selects_async_driver(url: str, driver: str) -> None:
     parsed = normalize_url(url)
     assert parsed.drivername == driver
     assert SECRET not in parsed.render_as_string(hide_password=True)
+
+
+def test_the_postgresql_store_refuses_a_sqlite_file() -> None:
+    with pytest.raises(BadInputError, match=r"lakefs_core\.kv\.sqlite"):
+        normalize_url("sqlite:///tmp/x.db")
+
+
+@pytest.mark.parametrize(
+    ("url", "database"),
+    [
+        ("sqlite:////tmp/x.db", "/tmp/x.db"),
+        ("sqlite:///rel/x.db", "rel/x.db"),
+        ("sqlite+aiosqlite:////tmp/x.db", "/tmp/x.db"),
+        ("SQLite:////tmp/x.db", "/tmp/x.db"),
+        ("sqlite:////tmp/a%20b.db", "/tmp/a b.db"),
+        ("sqlite:////tmp/a#b.db", "/tmp/a#b.db"),
+    ],
+)
+def test_sqlite_urls_name_the_file_as_sqlalchemy_reads_them(url: str, database: str) -> None:
+    from sqlalchemy.engine import make_url
+
+    assert sqlite_database(url) == database == make_url(url).database
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "sqlite://",
+        "sqlite:///",
+        "sqlite:///:memory:",
+        "sqlite:///file::memory:?cache=shared",
+        f"sqlite://{SECRET}@host/x.db",
+        f"sqlite:////tmp/x.db?password={SECRET}",
+        "sqlite:////tmp/a%ff.db",
+        "sqlite:////tmp/a%00.db",
+        f"mysql:///{SECRET}",
+    ],
+)
+def test_bad_sqlite_urls_are_refused_without_echoing_them(url: str) -> None:
+    with pytest.raises(BadInputError) as info:
+        sqlite_database(url)
+    assert info.value.field == "url" and SECRET not in str(info.value)
 
 
 @pytest.mark.parametrize(
@@ -105,7 +155,7 @@ async def test_open_sqlite_creates_file_in_wal_mode(tmp_path: Path, scheme: str)
     path = tmp_path / "nested" / "dir" / "kv.sqlite3"
     store = await open_kv(f"{scheme}:///{path}")
     try:
-        assert isinstance(store, SQLKVStore)
+        assert isinstance(store, SQLiteKVStore)
         await store.set(b"p", b"k", b"v")
     finally:
         await store.close()
@@ -121,7 +171,7 @@ async def test_open_sqlite_creates_file_in_wal_mode(tmp_path: Path, scheme: str)
 
 async def test_sqlite_locked_beyond_busy_timeout_is_transient(tmp_path: Path) -> None:
     path = tmp_path / "kv.sqlite3"
-    store = await SQLKVStore.open(f"sqlite:///{path}", busy_timeout=0.2)
+    store = await SQLiteKVStore.open(f"sqlite:///{path}", busy_timeout=0.2)
     holder = sqlite3.connect(path, isolation_level=None)
     try:
         await store.set(b"p", b"k", b"v")
@@ -302,10 +352,14 @@ async def test_dynamodb_concurrent_opens_share_one_new_table(moto: Callable[[str
             await s.close()
 
 
-async def test_sql_error_translation_table(tmp_path: Path) -> None:
+async def test_sql_error_translation_table() -> None:
+    """SQLAlchemy's errors (the PostgreSQL store; the SQLite engines of the mirrors database and
+    the lease go through the same translation), on a store that never connects."""
     from sqlalchemy.exc import DBAPIError, IntegrityError, OperationalError
 
-    store = await SQLKVStore.open(f"sqlite:///{tmp_path / 'kv.sqlite3'}")
+    from lakefs_core.sqlengine import create_sql_engine
+
+    store = SQLKVStore(create_sql_engine(normalize_url("postgresql://u@127.0.0.1:1/db")))
     try:
         tr = store._translate
         lost = DBAPIError("UPDATE kv", {}, ConnectionResetError("reset"), connection_invalidated=True)
@@ -322,5 +376,30 @@ async def test_sql_error_translation_table(tmp_path: Path) -> None:
         assert isinstance(tr(dup, connecting=False, write=True, cas=True), PreconditionFailedError)
         assert not isinstance(tr(dup, connecting=False, write=True, cas=False), PreconditionFailedError)
         assert "[parameters" not in str(tr(dup, connecting=False, write=True, cas=False))
+    finally:
+        await store.close()
+
+
+async def test_sqlite_error_translation_table(tmp_path: Path) -> None:
+    """The SQLite store's own translation of ``sqlite3``'s errors."""
+    store = await SQLiteKVStore.open(f"sqlite:///{tmp_path / 'kv.sqlite3'}")
+    try:
+        tr = store._translate
+        locked = sqlite3.OperationalError("database is locked")
+        assert type(tr(locked, connecting=False, write=True, cas=True)) is TransientError
+        assert type(tr(locked, connecting=True, write=False, cas=False)) is TransientError
+        dup = sqlite3.IntegrityError("UNIQUE constraint failed: kv.partition_key, kv.key")
+        assert type(tr(dup, connecting=False, write=True, cas=True)) is PreconditionFailedError
+        assert type(tr(dup, connecting=False, write=True, cas=False)) is ConflictError
+        full = sqlite3.OperationalError("database or disk is full")
+        assert type(tr(full, connecting=False, write=True, cas=False)) is StorageFullError
+        cannot = sqlite3.OperationalError("unable to open database file")
+        assert type(tr(cannot, connecting=True, write=False, cas=False)) is UnreachableError
+        assert type(tr(cannot, connecting=False, write=False, cas=False)) is UnreachableError
+        io = sqlite3.OperationalError("disk I/O error")  # with free space: not a full disk
+        assert type(tr(io, connecting=False, write=True, cas=False)) is UnreachableError
+        other = sqlite3.DatabaseError("database disk image is malformed")
+        err = tr(other, connecting=False, write=False, cas=False)
+        assert type(err) is LakeFSError and "malformed" in str(err) and "kv.sqlite3" in str(err)
     finally:
         await store.close()

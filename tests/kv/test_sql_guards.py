@@ -15,7 +15,6 @@ from __future__ import annotations
 import asyncio
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
-from pathlib import Path
 
 import asyncpg
 import pytest
@@ -23,8 +22,10 @@ from sqlalchemy.exc import DBAPIError
 from sqlalchemy.exc import TimeoutError as PoolTimeoutError
 
 from lakefs_core.errors import LakeFSError, NotFoundError, TransientError, UnreachableError
-from lakefs_core.kv import Expect
-from lakefs_core.kv.sql import SQLKVStore
+from lakefs_core.kv import Expect, KVStore
+from lakefs_core.kv.sql import SQLKVStore, normalize_url
+from lakefs_core.kv.sqlite import SQLiteKVStore
+from lakefs_core.sqlengine import create_sql_engine
 from tests.support.pg import PgDatabase
 
 P = b"partition"
@@ -143,28 +144,29 @@ class _ConnectionFailure(Exception):
 
 
 @pytest.fixture
-async def sqlite_store(tmp_path: Path) -> AsyncIterator[SQLKVStore]:
-    store = await SQLKVStore.open(f"sqlite:///{tmp_path / 'kv.sqlite3'}")
+async def pg_translation() -> AsyncIterator[SQLKVStore]:
+    """A PostgreSQL store that never connects: its error translation is all these tests use."""
+    store = SQLKVStore(create_sql_engine(normalize_url("postgresql://u@127.0.0.1:1/db")))
     try:
         yield store
     finally:
         await store.close()
 
 
-async def test_connection_class_sqlstate_is_a_lost_connection(sqlite_store: SQLKVStore) -> None:
+async def test_connection_class_sqlstate_is_a_lost_connection(pg_translation: SQLKVStore) -> None:
     """A 08xxx SQLSTATE without an invalidated connection is still a lost connection: unreachable
     for a read, unknown outcome for a write (not a mere "temporarily refused")."""
     lost = DBAPIError("UPDATE kv", {}, _ConnectionFailure("server closed the connection"))
     assert not lost.connection_invalidated
-    read = sqlite_store._translate(lost, connecting=False, write=False, cas=False)
+    read = pg_translation._translate(lost, connecting=False, write=False, cas=False)
     assert type(read) is UnreachableError, repr(read)
-    write = sqlite_store._translate(lost, connecting=False, write=True, cas=True)
+    write = pg_translation._translate(lost, connecting=False, write=True, cas=True)
     assert type(write) is TransientError and "outcome unknown" in str(write), repr(write)
 
 
-async def test_exhausted_pool_is_transient_not_unreachable(sqlite_store: SQLKVStore) -> None:
+async def test_exhausted_pool_is_transient_not_unreachable(pg_translation: SQLKVStore) -> None:
     """No pooled connection within the pool timeout: the database is up but busy."""
-    err = sqlite_store._translate(
+    err = pg_translation._translate(
         PoolTimeoutError("QueuePool limit reached"), connecting=True, write=False, cas=False
     )
     assert type(err) is TransientError, repr(err)
@@ -181,11 +183,13 @@ def any_sql_url(request: pytest.FixtureRequest, sqlite_url: str) -> str:
 
 
 @pytest.fixture
-async def any_sql(any_sql_url: str) -> AsyncIterator[SQLKVStore]:
+async def any_sql(any_sql_url: str) -> AsyncIterator[KVStore]:
     """A fresh SQL store: a new SQLite file, or its own table in the PostgreSQL database."""
     postgres = any_sql_url.startswith("postgresql://")
     table = f"kv_guard_{uuid.uuid4().hex[:10]}" if postgres else "kv"
-    store = await SQLKVStore.open(any_sql_url, table=table)
+    store: KVStore = (
+        await SQLKVStore.open(any_sql_url, table=table) if postgres else await SQLiteKVStore.open(any_sql_url)
+    )
     try:
         yield store
     finally:
@@ -198,7 +202,7 @@ async def any_sql(any_sql_url: str) -> AsyncIterator[SQLKVStore]:
                 await raw.close()
 
 
-async def test_set_many_then_get_reads_the_key_of_its_own_partition(any_sql: SQLKVStore) -> None:
+async def test_set_many_then_get_reads_the_key_of_its_own_partition(any_sql: KVStore) -> None:
     """The read after the batch is of (partition, key): the same key in another partition is another
     entry, never returned in its place."""
     kv = any_sql

@@ -14,22 +14,22 @@ import pytest
 
 from lakefs_core.errors import LakeFSError
 from lakefs_core.kv import open_kv
-from lakefs_core.kv import sql as sql_module
+from lakefs_core.kv import sqlite as sqlite_module
 
 P = b"partition"
 
 
 @pytest.fixture
 def rows_per_statement(monkeypatch: pytest.MonkeyPatch) -> Iterator[int]:
-    monkeypatch.setattr(sql_module, "sqlite_rows", lambda: 3)
+    monkeypatch.setattr(sqlite_module, "sqlite_rows", lambda: 3)
     yield 3
 
 
 def test_rows_per_statement_fit_the_librarys_limit() -> None:
     with sqlite3.connect(":memory:") as conn:
         limit = conn.getlimit(sqlite3.SQLITE_LIMIT_VARIABLE_NUMBER)
-    rows = sql_module.sqlite_rows()
-    assert 1 <= rows <= sql_module.SQLITE_MAX_ROWS and 3 * rows <= limit
+    rows = sqlite_module.sqlite_rows()
+    assert 1 <= rows <= sqlite_module.SQLITE_MAX_ROWS and 3 * rows <= limit
 
 
 @pytest.mark.parametrize("n", [1, 2, 3, 4, 7, 9, 10])
