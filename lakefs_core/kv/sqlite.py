@@ -38,7 +38,8 @@ Errors are translated at this edge (``raise ... from e``): the file not creatabl
 :class:`UnreachableError`; "database is locked" after the busy timeout -> :class:`TransientError`;
 a full disk (SQLITE_FULL, or "disk I/O error" with no space left) -> :class:`StorageFullError`;
 an integrity error -> :class:`PreconditionFailedError` in ``set_if``, :class:`ConflictError`
-elsewhere; "disk I/O error" otherwise -> :class:`UnreachableError`; anything else ->
+elsewhere; "disk I/O error" during a write -> :class:`TransientError` with an unknown outcome (the
+WAL may hold the commit), during a read -> :class:`UnreachableError`; anything else ->
 :class:`LakeFSError` naming the database. Nothing is retried here: callers' bounded loops decide.
 """
 
@@ -56,6 +57,7 @@ from pathlib import Path
 from typing import TypeVar
 
 from lakefs_core.errors import (
+    BadInputError,
     ConflictError,
     LakeFSError,
     NotFoundError,
@@ -115,7 +117,7 @@ def _upsert_rows(table: str, rows: int) -> str:
 def quote_identifier(name: str) -> str:
     """``name`` as a quoted SQL identifier (the table name is configuration, never data)."""
     if not name or "\0" in name:
-        raise LakeFSError("the KV table name must be non-empty without NUL")
+        raise BadInputError("must be non-empty, without NUL", field="table")
     return '"' + name.replace('"', '""') + '"'
 
 
@@ -248,7 +250,7 @@ class SQLiteKVStore:
         try:
             db = await asyncio.wrap_future(opening)
         except BaseException as e:
-            # Cancelled: the opening still finishes in its thread; close what it opened there.
+            # Cancelled, the opening still finishes in its thread: close what it opened there.
             opening.add_done_callback(_close_opened)
             thread.shutdown(wait=False)
             if isinstance(e, sqlite3.Error | OSError):
@@ -298,6 +300,8 @@ class SQLiteKVStore:
                 if cas
                 else ConflictError(f"{self._where}: {reason}")
             )
+        if write and "disk i/o error" in text:  # the WAL may hold the commit: never "nothing happened"
+            return TransientError(f"{self._where}: I/O error during a write; outcome unknown: {reason}")
         if isinstance(e, OSError) or "unable to open database file" in text or "disk i/o error" in text:
             return UnreachableError(f"{self._where}: {reason}")
         return LakeFSError(f"{self._where}: {reason}")

@@ -397,7 +397,9 @@ async def test_sqlite_error_translation_table(tmp_path: Path) -> None:
         assert type(tr(cannot, connecting=True, write=False, cas=False)) is UnreachableError
         assert type(tr(cannot, connecting=False, write=False, cas=False)) is UnreachableError
         io = sqlite3.OperationalError("disk I/O error")  # with free space: not a full disk
-        assert type(tr(io, connecting=False, write=True, cas=False)) is UnreachableError
+        assert type(tr(io, connecting=False, write=False, cas=False)) is UnreachableError
+        err = tr(io, connecting=False, write=True, cas=False)
+        assert type(err) is TransientError and "outcome unknown" in str(err)
         other = sqlite3.DatabaseError("database disk image is malformed")
         err = tr(other, connecting=False, write=False, cas=False)
         assert type(err) is LakeFSError and "malformed" in str(err) and "kv.sqlite3" in str(err)

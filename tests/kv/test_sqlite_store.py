@@ -33,8 +33,8 @@ def wait_for_no_threads(before: list[threading.Thread]) -> list[threading.Thread
 
 
 def test_the_table_is_the_one_sqlalchemy_created() -> None:
-    """Byte for byte the DDL SQLAlchemy emitted for the KV table before this driver (files made by
-    earlier versions open unchanged, and ``sqlite_master`` holds the same text)."""
+    """The DDL SQLAlchemy emitted for the KV table before this driver, byte for byte but for the
+    quotes around the table's name (files made by earlier versions have the same table)."""
     from sqlalchemy import Column, LargeBinary, MetaData, Table
     from sqlalchemy.dialects import sqlite
     from sqlalchemy.schema import CreateTable
@@ -55,7 +55,7 @@ async def test_a_file_made_by_the_sqlalchemy_driver_opens(tmp_path: Path) -> Non
     path = tmp_path / "kv.sqlite3"
     with sqlite3.connect(path) as raw:
         raw.execute(
-            "CREATE TABLE IF NOT EXISTS kv (partition_key BLOB NOT NULL, \"key\" BLOB NOT NULL, "
+            'CREATE TABLE IF NOT EXISTS kv (partition_key BLOB NOT NULL, "key" BLOB NOT NULL, '
             'value BLOB NOT NULL, PRIMARY KEY (partition_key, "key"))'
         )
         raw.execute("INSERT INTO kv VALUES (?, ?, ?)", (P, b"k", b"from before"))
