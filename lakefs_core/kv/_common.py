@@ -1,11 +1,12 @@
-"""Helpers shared by the KV drivers (argument checks, closed-store guard). Not public API."""
+"""Helpers shared by the KV drivers (argument checks, closed-store guard, the paged scan loop, the
+batch entry points of the SQL drivers). Not public API."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 
-from lakefs_core.errors import BadInputError, LakeFSError
-from lakefs_core.kv.base import Expect, KVItem
+from lakefs_core.errors import BadInputError, LakeFSError, NotFoundError
+from lakefs_core.kv.base import Expect, KVEntry, KVItem
 
 _KINDS = frozenset({"absent", "exists", "equals"})
 
@@ -75,3 +76,48 @@ def check_items(items: Iterable[object]) -> list[KVItem]:
             del last[(p, k)]
         last[(p, k)] = (p, k, v)
     return list(last.values())
+
+
+# (partition, cursor, inclusive, size) -> up to ``size`` entries of the partition from the cursor on
+PageReader = Callable[[bytes, bytes, bool, int], Awaitable[list[KVEntry]]]
+
+
+async def paged_scan(
+    partition: bytes, start: bytes, page_size: int, read: PageReader
+) -> AsyncIterator[KVEntry]:
+    """``KVStore.scan`` by keyset pagination: the arguments checked, then pages of ``page_size``
+    read by ``read(partition, cursor, inclusive, size)`` (keys ``>= cursor`` on the first page,
+    ``> last key`` after it, ascending) until a short page. Nothing is held between pages, so an
+    abandoned scan leaks nothing."""
+    p = check_partition(partition)
+    cursor = as_bytes(start, "start")
+    size = check_page_size(page_size)
+    inclusive = True
+    while True:
+        page = await read(p, cursor, inclusive, size)
+        for entry in page:
+            yield entry
+        if len(page) < size:
+            return
+        cursor, inclusive = page[-1].key, False
+
+
+class TransactionalBatches:
+    """``set_many`` and ``set_many_then_get`` of a driver that writes a batch and reads a key in ONE
+    transaction (:meth:`_write_batch`): the SQL drivers."""
+
+    async def _write_batch(self, batch: list[KVItem], read: tuple[bytes, bytes] | None) -> bytes | None:
+        """Write ``batch`` (if any), then read ``read``'s value (if asked), in ONE transaction."""
+        raise NotImplementedError
+
+    async def set_many(self, items: Iterable[KVItem]) -> None:
+        batch = check_items(items)
+        if batch:
+            await self._write_batch(batch, None)
+
+    async def set_many_then_get(self, items: Iterable[KVItem], partition: bytes, key: bytes) -> bytes:
+        batch = check_items(items)
+        found = await self._write_batch(batch, check_key(partition, key))
+        if found is None:
+            raise NotFoundError("key not found in KV partition")  # the batch is committed
+        return found

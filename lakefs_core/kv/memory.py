@@ -25,9 +25,8 @@ from lakefs_core.kv._common import (
     check_expect,
     check_items,
     check_key,
-    check_page_size,
-    check_partition,
     closed_error,
+    paged_scan,
     precondition_message,
 )
 from lakefs_core.kv.base import Expect, KVEntry, KVItem
@@ -145,24 +144,18 @@ class MemoryKVStore:
     async def scan(
         self, partition: bytes, start: bytes = b"", *, page_size: int = 1000
     ) -> AsyncIterator[KVEntry]:
-        p = check_partition(partition)
-        cursor = as_bytes(start, "start")
-        size = check_page_size(page_size)
-        inclusive = True
-        while True:
+        async def read(p: bytes, cursor: bytes, inclusive: bool, size: int) -> list[KVEntry]:
             await asyncio.sleep(0)
             self._check_open()
             with self._lock:
                 part = self._partitions.get(p)
                 if part is None:
-                    return
+                    return []
                 i = (bisect.bisect_left if inclusive else bisect.bisect_right)(part.keys, cursor)
-                page = [KVEntry(key, part.values[key]) for key in part.keys[i : i + size]]
-            for entry in page:
-                yield entry
-            if len(page) < size:
-                return
-            cursor, inclusive = page[-1].key, False
+                return [KVEntry(key, part.values[key]) for key in part.keys[i : i + size]]
+
+        async for entry in paged_scan(partition, start, page_size, read):
+            yield entry
 
     async def close(self) -> None:
         self._closed = True

@@ -48,7 +48,7 @@ strings.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from functools import partial
 from typing import Any, TypeVar
 
@@ -67,13 +67,12 @@ from lakefs_core.errors import (
     UnreachableError,
 )
 from lakefs_core.kv._common import (
+    TransactionalBatches,
     as_bytes,
     check_expect,
-    check_items,
     check_key,
-    check_page_size,
-    check_partition,
     closed_error,
+    paged_scan,
     precondition_message,
 )
 from lakefs_core.kv.base import Expect, KVEntry, KVItem
@@ -114,7 +113,7 @@ def normalize_url(url: str) -> URL:
     return parsed
 
 
-class SQLKVStore:
+class SQLKVStore(TransactionalBatches):
     """A :class:`~lakefs_core.kv.base.KVStore` over one SQL table. Open with :meth:`open`."""
 
     def __init__(self, engine: AsyncEngine, *, table: str = DEFAULT_TABLE) -> None:
@@ -244,18 +243,6 @@ class SQLKVStore:
 
         await self._run(op, write=True)
 
-    async def set_many(self, items: Iterable[KVItem]) -> None:
-        batch = check_items(items)
-        if batch:
-            await self._write_batch(batch, None)
-
-    async def set_many_then_get(self, items: Iterable[KVItem], partition: bytes, key: bytes) -> bytes:
-        batch = check_items(items)
-        found = await self._write_batch(batch, check_key(partition, key))
-        if found is None:
-            raise NotFoundError("key not found in KV partition")  # the batch is committed
-        return found
-
     async def _write_batch(self, batch: list[KVItem], read: tuple[bytes, bytes] | None) -> bytes | None:
         """Write ``batch`` (if any), then read ``read``'s value (if asked), in ONE transaction.
 
@@ -359,27 +346,22 @@ class SQLKVStore:
     async def scan(
         self, partition: bytes, start: bytes = b"", *, page_size: int = 1000
     ) -> AsyncIterator[KVEntry]:
-        p = check_partition(partition)
-        cursor = as_bytes(start, "start")
-        size = check_page_size(page_size)
         t = self._table
-        inclusive = True
-        while True:
+
+        async def read(p: bytes, cursor: bytes, inclusive: bool, size: int) -> list[KVEntry]:
             bound = t.c.key >= cursor if inclusive else t.c.key > cursor
             stmt = (
                 select(t.c.key, t.c.value).where(t.c.partition_key == p, bound).order_by(t.c.key).limit(size)
             )
 
-            async def op(conn: AsyncConnection, stmt: Any = stmt) -> list[KVEntry]:
+            async def op(conn: AsyncConnection) -> list[KVEntry]:
                 rows = (await conn.execute(stmt)).all()
                 return [KVEntry(bytes(row[0]), bytes(row[1])) for row in rows]
 
-            page = await self._run(op, write=False)
-            for entry in page:
-                yield entry
-            if len(page) < size:
-                return
-            cursor, inclusive = page[-1].key, False
+            return await self._run(op, write=False)
+
+        async for entry in paged_scan(partition, start, page_size, read):
+            yield entry
 
     async def close(self) -> None:
         if self._closed:

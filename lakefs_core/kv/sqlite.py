@@ -48,7 +48,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import sqlite3
-from collections.abc import AsyncIterator, Callable, Iterable, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from functools import cache, lru_cache
@@ -67,13 +67,12 @@ from lakefs_core.errors import (
     UnreachableError,
 )
 from lakefs_core.kv._common import (
+    TransactionalBatches,
     as_bytes,
     check_expect,
-    check_items,
     check_key,
-    check_page_size,
-    check_partition,
     closed_error,
+    paged_scan,
     precondition_message,
 )
 from lakefs_core.kv.base import Expect, KVEntry, KVItem
@@ -177,7 +176,7 @@ def _in_transaction(db: sqlite3.Connection, fn: Callable[[sqlite3.Connection], T
     return result
 
 
-class SQLiteKVStore:
+class SQLiteKVStore(TransactionalBatches):
     """A :class:`~lakefs_core.kv.base.KVStore` in one SQLite file. Open with :meth:`open`."""
 
     def __init__(
@@ -342,18 +341,6 @@ class SQLiteKVStore:
 
         await self._run(write, write=True)
 
-    async def set_many(self, items: Iterable[KVItem]) -> None:
-        batch = check_items(items)
-        if batch:
-            await self._write_batch(batch, None)
-
-    async def set_many_then_get(self, items: Iterable[KVItem], partition: bytes, key: bytes) -> bytes:
-        batch = check_items(items)
-        found = await self._write_batch(batch, check_key(partition, key))
-        if found is None:
-            raise NotFoundError("key not found in KV partition")  # the batch is committed
-        return found
-
     async def _write_batch(self, batch: list[KVItem], read: tuple[bytes, bytes] | None) -> bytes | None:
         """``batch`` (if any), then ``read``'s value (if asked), in ONE transaction: the write lock
         is taken first (``BEGIN IMMEDIATE``) and held until the commit."""
@@ -406,24 +393,18 @@ class SQLiteKVStore:
     async def scan(
         self, partition: bytes, start: bytes = b"", *, page_size: int = 1000
     ) -> AsyncIterator[KVEntry]:
-        p = check_partition(partition)
-        cursor = as_bytes(start, "start")
-        size = check_page_size(page_size)
-        sql = self._sql.scan_from
-        while True:
-            params = (p, cursor, size)
+        scan_from, scan_after = self._sql.scan_from, self._sql.scan_after
 
-            def read(
-                db: sqlite3.Connection, sql: str = sql, params: tuple[object, ...] = params
-            ) -> list[KVEntry]:
+        async def read(p: bytes, cursor: bytes, inclusive: bool, size: int) -> list[KVEntry]:
+            sql, params = (scan_from if inclusive else scan_after), (p, cursor, size)
+
+            def page(db: sqlite3.Connection) -> list[KVEntry]:
                 return [KVEntry(bytes(k), bytes(v)) for k, v in db.execute(sql, params).fetchall()]
 
-            page = await self._run(read, write=False)
-            for entry in page:
-                yield entry
-            if len(page) < size:
-                return
-            cursor, sql = page[-1].key, self._sql.scan_after
+            return await self._run(page, write=False)
+
+        async for entry in paged_scan(partition, start, page_size, read):
+            yield entry
 
     async def close(self) -> None:
         """Close every idle connection now; one in use is closed when its operation ends."""
