@@ -45,7 +45,7 @@ from lakefs_core.sqlite_files import (
 
 T = TypeVar("T")
 
-SQLITE_DRIVERS = SQLITE_SCHEMES
+PG_DISK_FULL = "53100"  # disk_full; the rest of class 53 (out of memory, too many connections) is transient
 PG_DRIVERS = frozenset({"postgresql", "postgres", "postgresql+asyncpg", "postgres+asyncpg"})
 
 
@@ -62,7 +62,7 @@ def normalize_sql_url(url: str) -> URL:
         # ``from None``: a mis-split URL can put part of a password into the parser's message.
         raise ValueError("not a valid SQL database URL") from None
     driver = parsed.drivername.lower()
-    if driver in SQLITE_DRIVERS:
+    if driver in SQLITE_SCHEMES:
         database = parsed.database or ""
         if database in ("", ":memory:") or database.startswith("file::memory:"):
             raise ValueError("in-memory SQLite cannot be shared between pooled connections; use a file")
@@ -191,9 +191,9 @@ def translate_db_error(
     reason = db_reason(e)
     text = reason.lower()
     state = sqlstate(e) or ""
-    db_path = url.database if url is not None and url.drivername in SQLITE_DRIVERS else None
+    db_path = url.database if url is not None and url.drivername in SQLITE_SCHEMES else None
     # First: a full disk is neither unreachable nor transient, whatever else the driver says.
-    if is_disk_full(e, text, state, db_path):
+    if state == PG_DISK_FULL or is_disk_full(e, text, db_path):
         return StorageFullError(f"{where}: no space left: {reason}")
     if is_busy(text):
         return TransientError(f"{where} is busy (locked by another writer): {reason}")

@@ -53,7 +53,7 @@ def prepare_database_file(db_path: Path) -> None:
         create_private_file(db_path)
     except OSError as e:
         what = f"cannot create SQLite database {db_path} or its directory"
-        if is_disk_full(e, "", ""):
+        if is_disk_full(e, ""):
             raise StorageFullError(f"{what}: {e.strerror}") from e
         raise UnreachableError(f"{what}: {e.strerror}") from e
 
@@ -85,16 +85,14 @@ def opening_pragmas(busy_timeout: float, extra: tuple[str, ...] = ()) -> list[st
     return pragmas + [f"PRAGMA {p}" for p in extra]
 
 
-PG_DISK_FULL = "53100"  # disk_full; the rest of class 53 (out of memory, too many connections) is transient
-
-
-def is_disk_full(e: BaseException, text: str, state: str, db_path: str | None = None) -> bool:
-    """SQLite's SQLITE_FULL ("database or disk is full"), PostgreSQL's disk_full, ENOSPC/EDQUOT; or
-    SQLite's "disk I/O error" on a filesystem with (next to) no free space: SQLite reports a failed
-    growth of its -shm/-wal files (SQLITE_IOERR_SHMSIZE, _WRITE) that way, hiding the ENOSPC."""
+def is_disk_full(e: BaseException, text: str, db_path: str | None = None) -> bool:
+    """ENOSPC/EDQUOT, SQLite's SQLITE_FULL ("database or disk is full"; ``text`` is the error's
+    message, lower case), or SQLite's "disk I/O error" on a filesystem with (next to) no free space
+    under ``db_path``: SQLite reports a failed growth of its -shm/-wal files (SQLITE_IOERR_SHMSIZE,
+    _WRITE) that way, hiding the ENOSPC. PostgreSQL's disk_full is :mod:`lakefs_core.sqlengine`'s."""
     if isinstance(e, OSError) and e.errno in (errno.ENOSPC, errno.EDQUOT):
         return True
-    if state == PG_DISK_FULL or "database or disk is full" in text or "sqlite_full" in text:
+    if "database or disk is full" in text or "sqlite_full" in text:
         return True
     if db_path and "disk i/o error" in text:
         try:

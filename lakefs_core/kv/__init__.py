@@ -25,6 +25,8 @@ from lakefs_core.kv.base import Expect, KVEntry, KVItem, KVStore
 
 __all__ = ["Expect", "KVEntry", "KVItem", "KVStore", "open_kv"]
 
+# lakefs_core.sqlite_files.SQLITE_SCHEMES (a test checks they agree), not imported from there: that
+# would load sqlite3 into every process that opens a PostgreSQL or DynamoDB store (~6 ms)
 _SQLITE_SCHEMES = frozenset({"sqlite", "sqlite+aiosqlite"})
 _PG_SCHEMES = frozenset({"postgresql", "postgres", "postgresql+asyncpg"})
 _DYNAMO_PARAMS = frozenset({"region", "endpoint"})

@@ -287,7 +287,7 @@ class SQLiteKVStore(TransactionalBatches):
     def _translate(self, e: BaseException, *, connecting: bool, write: bool, cas: bool) -> LakeFSError:
         reason = f"{type(e).__name__}: {str(e).strip() or type(e).__name__}"[:500]
         text = reason.lower()
-        if is_disk_full(e, text, "", self._path):
+        if is_disk_full(e, text, self._path):
             return StorageFullError(f"{self._where}: no space left: {reason}")
         if is_busy(text):
             return TransientError(f"{self._where} is busy (locked by another writer): {reason}")

@@ -27,7 +27,7 @@ from lakefs_core.kv.dynamodb import DynamoKVStore
 from lakefs_core.kv.memory import MemoryKVStore
 from lakefs_core.kv.sql import SQLKVStore, normalize_url
 from lakefs_core.kv.sqlite import SQLiteKVStore
-from lakefs_core.sqlite_files import sqlite_database
+from lakefs_core.sqlite_files import SQLITE_SCHEMES, sqlite_database
 from tests.support.moto import MotoServer, free_port
 from tests.support.pg import PgDatabase
 
@@ -54,6 +54,12 @@ def test_normalize_url_selects_async_driver(url: str, driver: str) -> None:
     parsed = normalize_url(url)
     assert parsed.drivername == driver
     assert SECRET not in parsed.render_as_string(hide_password=True)
+
+
+def test_open_kv_routes_the_schemes_sqlite_files_reads() -> None:
+    from lakefs_core import kv
+
+    assert kv._SQLITE_SCHEMES == SQLITE_SCHEMES
 
 
 def test_the_postgresql_store_refuses_a_sqlite_file() -> None:
