@@ -16,6 +16,7 @@ import pytest
 
 from lakefs_core.cli import main
 
+REPO = Path(__file__).resolve().parents[2]
 PARALLEL = 4  # CLI processes at once (each spends ~0.5 s importing)
 
 
@@ -113,6 +114,24 @@ class InProcess:
 
     def json(self, *args: str) -> Any:
         return self(*args, "--json").json()
+
+
+def run_probe(tmp_path: Path, script: str, *args: str, **env: str) -> dict[str, Any]:
+    """Run ``script`` in a fresh interpreter with this checkout first on the path, as a user whose
+    home is under ``tmp_path`` (``env`` added); the script gets a report file as ``sys.argv[1]``
+    (then ``args``) and writes one JSON document there, returned here."""
+    report = tmp_path / "probe.json"
+    proc = subprocess.run(
+        [sys.executable, "-c", script, str(report), *args],
+        env=user_env(tmp_path / "home", PYTHONPATH=str(REPO), **env),
+        cwd=tmp_path,
+        capture_output=True,
+        timeout=120,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr.decode(errors="replace")
+    result: dict[str, Any] = json.loads(report.read_text())
+    return result
 
 
 def set_user_env(monkeypatch: pytest.MonkeyPatch, home: Path, **extra: str) -> None:

@@ -9,9 +9,6 @@ Counts of collections, never timings.
 from __future__ import annotations
 
 import gc
-import json
-import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -19,9 +16,7 @@ from typing import Any
 import pytest
 
 from lakefs_core.cli import collector
-from tests.cli.helpers import InProcess, user_env
-
-REPO = Path(__file__).resolve().parents[2]
+from tests.cli.helpers import InProcess, run_probe
 
 _PROBE = """
 import gc, json, sys
@@ -49,18 +44,7 @@ with open(report, "w") as out:
 
 
 def probe(tmp_path: Path, entry: str, *args: str, **env: str) -> dict[str, Any]:
-    report = tmp_path / "gc.json"
-    proc = subprocess.run(
-        [sys.executable, "-c", _PROBE, str(report), entry, *args],
-        env=user_env(tmp_path / "home", PYTHONPATH=str(REPO), **env),
-        cwd=tmp_path,
-        capture_output=True,
-        timeout=120,
-        check=False,
-    )
-    assert proc.returncode == 0, proc.stderr.decode(errors="replace")
-    result: dict[str, Any] = json.loads(report.read_text())
-    return result
+    return run_probe(tmp_path, _PROBE, entry, *args, **env)
 
 
 @pytest.fixture

@@ -9,19 +9,14 @@ imported on use).
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
 from pathlib import Path
 
 import click
 import pytest
 
 from lakefs_core.cli import cli
-from tests.cli.helpers import InProcess, user_env
+from tests.cli.helpers import InProcess, run_probe
 from tests.support.pg import PgDatabase
-
-REPO = Path(__file__).resolve().parents[2]
 
 _PROBE = """
 import json, sys
@@ -52,18 +47,8 @@ CONFIGURATION = ("lakefs_core.cli.context", "pydantic", "yaml", "asyncio", "sqla
 
 def imported(tmp_path: Path, *args: str, **env: str) -> set[str]:
     """The modules imported by one successful CLI run in a fresh interpreter."""
-    report = tmp_path / "modules.json"
-    proc = subprocess.run(
-        [sys.executable, "-c", _PROBE, str(report), *args],
-        env=user_env(tmp_path / "home", PYTHONPATH=str(REPO), **env),
-        cwd=tmp_path,
-        capture_output=True,
-        timeout=120,
-        check=False,
-    )
-    assert proc.returncode == 0, proc.stderr.decode(errors="replace")
-    result = json.loads(report.read_text())
-    assert result["code"] == 0, proc.stderr.decode(errors="replace")
+    result = run_probe(tmp_path, _PROBE, *args, **env)
+    assert result["code"] == 0, result
     return set(result["modules"])
 
 
