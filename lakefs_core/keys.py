@@ -427,11 +427,23 @@ def new_object_ids(n: int) -> list[str]:
     """``n`` fresh object ids as :func:`new_object_id` makes them, with one clock read and one
     ``os.urandom`` call for all (a batch upload allocates one per object)."""
     millis = (int(datetime.now(UTC).timestamp() * 1000) & ((1 << 48) - 1)).to_bytes(6, "big")
-    noise = os.urandom(10 * n)
-    return [
-        base64.b32hexencode(millis + noise[i : i + 10]).decode("ascii").rstrip("=").lower()
-        for i in range(0, 10 * n, 10)
-    ]
+    return encode_object_ids(millis, os.urandom(10 * n))
+
+
+# base32hex of one byte that ends a 16-byte id: its top five bits, then its low three and two zero bits
+_LAST_BYTE = tuple(_B32HEX[b >> 3] + _B32HEX[(b & 7) << 2] for b in range(256))
+
+
+def encode_object_ids(millis: bytes, noise: bytes) -> list[str]:
+    """One id per 10 bytes of ``noise``: lowercase unpadded base32hex of ``millis + noise[i:i+10]``
+    (16 bytes, 26 characters). The first 15 bytes of every id are encoded in ONE call (whole 5-byte
+    groups, so the text splits into 24 characters per id), the 16th by table: ``b32hexencode`` is
+    pure Python, and a call per id cost most of the allocation of a batch."""
+    if len(millis) != 6 or len(noise) % 10:
+        raise BadInputError("must be 6 bytes of time and 10 of noise per id", field="noise")
+    head = b"".join([millis + noise[i : i + 9] for i in range(0, len(noise), 10)])
+    text = base64.b32hexencode(head).decode("ascii").lower()
+    return [text[j * 24 : j * 24 + 24] + _LAST_BYTE[noise[j * 10 + 9]] for j in range(len(noise) // 10)]
 
 
 class SliceAllocator:

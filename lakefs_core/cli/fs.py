@@ -80,12 +80,13 @@ def _read_source(source: str) -> bytes | AsyncIterator[bytes]:
         raise _local_error(e, path) from e
 
 
-def walk_tree(root: Path) -> tuple[list[tuple[Path, str, int]], int]:
-    """``(file, relative posix path, size)`` for every regular file under ``root``, sorted, and how
-    many other entries were skipped (FIFOs, sockets, devices, symlinked directories)."""
+def walk_tree(root: Path) -> tuple[list[tuple[str, str, int]], int]:
+    """``(file path, relative posix path, size)`` for every regular file under ``root``, sorted, and
+    how many other entries were skipped (FIFOs, sockets, devices, symlinked directories)."""
     # os.scandir, one stat per file (it follows a symlink, as reading the file will): directories
     # are descended as os.walk does (symlinked ones are not), anything but a regular file is skipped.
-    found: list[tuple[Path, str, int]] = []
+    # Paths stay strings: a Path per file cost about a tenth of the walk.
+    found: list[tuple[str, str, int]] = []
     skipped = 0
     pending = [(os.fspath(root), "")]
     while pending:
@@ -112,7 +113,7 @@ def walk_tree(root: Path) -> tuple[list[tuple[Path, str, int]], int]:
                         if not os.access(entry.path, os.R_OK):  # found now, before any upload
                             denied = PermissionError(errno.EACCES, os.strerror(errno.EACCES), entry.path)
                             raise _local_error(denied, Path(entry.path))
-                        found.append((Path(entry.path), name, st.st_size))
+                        found.append((entry.path, name, st.st_size))
                     else:
                         skipped += 1
         except OSError as e:
@@ -121,7 +122,7 @@ def walk_tree(root: Path) -> tuple[list[tuple[Path, str, int]], int]:
     return found, skipped
 
 
-def _check_paths(files: list[tuple[Path, str, int]], prefix: str) -> None:
+def _check_paths(files: list[tuple[str, str, int]], prefix: str) -> None:
     """Every object path fits (see staging_writes.check_new_path): refused by file, before any upload."""
     for local, rel, _ in files:
         size = len(fs_transfer.object_key(prefix, rel).encode())

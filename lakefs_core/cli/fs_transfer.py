@@ -29,7 +29,7 @@ import json
 import os
 import sys
 import uuid
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from pathlib import Path
 from stat import S_ISDIR, S_ISREG
 from typing import IO, TYPE_CHECKING, Any, TypeVar
@@ -134,9 +134,9 @@ def _widen_thread_pool(concurrency: int) -> None:
 # -- upload --recursive ------------------------------------------------------------------------------
 
 
-def batches(files: Sequence[tuple[Path, str, int]]) -> list[list[tuple[Path, str, int]]]:
-    out: list[list[tuple[Path, str, int]]] = []
-    current: list[tuple[Path, str, int]] = []
+def batches(files: Sequence[tuple[str, str, int]]) -> list[list[tuple[str, str, int]]]:
+    out: list[list[tuple[str, str, int]]] = []
+    current: list[tuple[str, str, int]] = []
     size = 0
     for item in files:
         if current and (len(current) >= BATCH_FILES or size + item[2] > BATCH_BYTES):
@@ -149,26 +149,36 @@ def batches(files: Sequence[tuple[Path, str, int]]) -> list[list[tuple[Path, str
     return out
 
 
-def _upload_item(local: Path, key: str, size: int, content_type: str | None) -> UploadItem:
+def _upload_items(
+    batch: Sequence[tuple[str, str, int]], prefix: str, content_type: str | None
+) -> list[UploadItem]:
+    """The items of one batch of ``(local path, relative path, size)``."""
     from lakefs_core.block.base import SourceFile
     from lakefs_core.repos.objects import BlockingBody, UploadItem
 
+    items: list[UploadItem] = []
+    for local, rel, size in batch:
+        key = object_key(prefix, rel)
+        if size <= STREAM_THRESHOLD:
+            # read in the store's worker thread when the object is written (or copied there in C)
+            describe = functools.partial(local_path_error, path=local, field="--source")
+            items.append(UploadItem(key, BlockingBody(SourceFile(local, size, describe)), content_type))
+        else:
+            items.append(UploadItem(key, _streamed(Path(local)), content_type))
+    return items
+
+
+def _streamed(local: Path) -> Callable[[], Awaitable[AsyncIterator[bytes]]]:
     async def streamed() -> AsyncIterator[bytes]:
         return file_chunks(local, regular_only=True)
 
-    if size <= STREAM_THRESHOLD:
-        # read in the store's worker thread when the object is written (or copied there in C)
-        whole = SourceFile(
-            str(local), size, functools.partial(local_path_error, path=local, field="--source")
-        )
-        return UploadItem(key, BlockingBody(whole), content_type=content_type)
-    return UploadItem(key, streamed, content_type=content_type)
+    return streamed
 
 
 async def upload_tree(
     s: Session,
     dest: LakeFSURI,
-    files: Sequence[tuple[Path, str, int]],
+    files: Sequence[tuple[str, str, int]],
     content_type: str | None,
     no_progress: bool,
 ) -> list[ObjectStat]:
@@ -187,10 +197,7 @@ async def upload_tree(
     results: list[ObjectStat] = []
     try:
         for batch in batches(files):
-            items = [
-                _upload_item(local, object_key(dest.path, rel), size, content_type)
-                for local, rel, size in batch
-            ]
+            items = _upload_items(batch, dest.path, content_type)
             try:
                 results += await s.objects.upload_many(
                     dest.repo, dest.ref, items, concurrency=s.config.upload_concurrency, on_stored=stored

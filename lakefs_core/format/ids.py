@@ -22,7 +22,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 
 from lakefs_core.errors import BadInputError
-from lakefs_core.format.ident import IdentHasher
+from lakefs_core.format.ident import IdentHasher, plain_entry_digest
 
 COMMIT_ID_VERSION_TAG = "commit:v1"
 
@@ -42,6 +42,10 @@ def entry_identity(
     """The raw 32-byte identity of an entry (the identity part of its range record)."""
     if size < 0:
         raise BadInputError("must be >= 0", field="size")
+    if not metadata and type(etag) is str and type(content_type) is str:
+        plain = plain_entry_digest(size, etag, content_type)
+        if plain is not None:
+            return plain
     h = IdentHasher().int64(size).string(etag).string_map(metadata or {})
     if content_type:
         h.string(content_type)

@@ -314,7 +314,7 @@ def test_a_listed_file_swapped_for_a_fifo_or_device_is_refused(tmp_path: Path, k
         src.symlink_to("/dev/zero")
 
     async def read(size: int) -> bytes:
-        item = fs_transfer._upload_item(src, "k", size, None)
+        [item] = fs_transfer._upload_items([(str(src), "k", size)], "", None)
         if size > fs_transfer.STREAM_THRESHOLD:
             return b"".join([c async for c in await item.body()])  # type: ignore[operator,misc]
         return await asyncio.to_thread(item.body.read)  # type: ignore[union-attr]

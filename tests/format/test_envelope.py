@@ -94,3 +94,12 @@ def test_malformed_varints() -> None:
         decode_envelope(b"\xff" * 11)  # longer than 10 bytes
     with pytest.raises(CorruptDataError, match="before data length"):
         decode_envelope(b"\x04ab")  # identity fine, then nothing
+
+
+def test_length_prefix_table_is_the_varint_encoding() -> None:
+    """Lengths below the table size take a precomputed prefix built without the encoder."""
+    from lakefs_core.format.envelope import _PREFIX_TABLE_SIZE, _PREFIXES
+    from lakefs_core.format.varint import encode_varint
+
+    assert len(_PREFIXES) == _PREFIX_TABLE_SIZE
+    assert all(_PREFIXES[n] == encode_varint(n) for n in range(_PREFIX_TABLE_SIZE))

@@ -6,6 +6,8 @@ import hashlib
 from datetime import UTC, datetime, timedelta, timezone
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from lakefs_core.errors import BadInputError
 from lakefs_core.format.ids import TableIdHasher, commit_id, entry_identity, table_id, unix_seconds
@@ -32,6 +34,30 @@ def test_entry_identity_omits_empty_content_type() -> None:
     assert entry_identity(0, "", {}, "") == expected
     assert entry_identity(0, "") == expected
     assert len(expected) == 32
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    size=st.integers(0, 2**64),
+    etag=st.text(max_size=40) | st.sampled_from(["\ud800", "", "é"]),
+    content_type=st.sampled_from(["", "application/octet-stream", "text/\ud800"]) | st.text(max_size=20),
+)
+def test_plain_entry_identity_is_the_hand_built_hash(size: int, etag: str, content_type: str) -> None:
+    """Entries without metadata take a one-piece hash; it must be the same hash (and the same
+    refusal: sizes beyond int64, strings that are not UTF-8) as the general encoding."""
+    try:
+        expected = hashlib.sha256(
+            i64(size) + s(etag) + b"\x04" + i64(0) + (s(content_type) if content_type else b"")
+        ).digest()
+        ok = size < 2**63
+    except UnicodeEncodeError:
+        ok = False
+    if ok:
+        assert entry_identity(size, etag, None, content_type) == expected
+        assert entry_identity(size, etag, {}, content_type) == expected
+    else:
+        with pytest.raises(BadInputError):
+            entry_identity(size, etag, None, content_type)
 
 
 def test_entry_identity_rejects_negative_size() -> None:

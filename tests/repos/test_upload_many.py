@@ -7,10 +7,13 @@ the batches and to run a commit in the middle of a batch write (a token rotation
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
+from dataclasses import replace
 from datetime import timedelta
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from lakefs_core.block.base import ObjectInfo
 from lakefs_core.errors import BadInputError, NotFoundError, PreconditionFailedError, ReadOnlyError
@@ -18,7 +21,7 @@ from lakefs_core.graveler.model import DiffType
 from lakefs_core.kv import KVStore, open_kv
 from lakefs_core.refs import kvkeys
 from lakefs_core.repos.graveler import Graveler
-from lakefs_core.repos.journal import BLIND_SETTLE_SECONDS, Journal
+from lakefs_core.repos.journal import BLIND_SETTLE_SECONDS, Intent, IntentState, Journal, batch_bytes
 from lakefs_core.repos.objects import Objects, UploadItem
 from lakefs_core.repos.stores import StoreRegistry
 from tests.repos.support import Clock, HookedKV, fast_settings, record, unique
@@ -121,8 +124,6 @@ async def test_journal_decides_batch_uploads_like_single_ones(g: Graveler, local
 async def test_late_settle_uses_cas_and_refuses_a_claimed_intent(g: Graveler, local_root: Path) -> None:
     repo = await new_repo(g, local_root, journal=True)
     journal = Journal(g, await g.repository(repo))
-    from lakefs_core.repos.journal import Intent
-
     intents = await journal.record_intents(
         [Intent(f"data/x/{n}", "main", b"k%d" % n, g.clock().timestamp()) for n in range(3)]
     )
@@ -247,3 +248,42 @@ def test_only_batch_upload_stages_values_in_batches() -> None:
         ("lakefs_core/repos/graveler.py", "delete_entries"),  # tombstones it builds itself
     }
     assert stage_calls == [("lakefs_core/repos/graveler.py", "set_entry")]
+
+
+_TIMES = st.one_of(
+    st.floats(allow_nan=True, allow_infinity=True),
+    st.sampled_from([0.0, -0.0, 1.5, -1.5]),
+    st.integers(-(2**40), 2**40),
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    rows=st.lists(
+        st.tuples(
+            st.sampled_from(["main", "dev", "ünïcode", 'quo"te']),
+            st.binary(min_size=1, max_size=12) | st.text(min_size=1, max_size=12).map(str.encode),
+            _TIMES,
+            st.sampled_from(["pending", "stored", "deleting"]),
+            st.none() | _TIMES,
+            st.none() | st.floats(allow_nan=False, allow_infinity=False),
+            st.integers(0, 3),
+        ),
+        max_size=12,
+    ),
+    settle=st.none() | st.tuples(st.sampled_from(["stored", "pending"]), st.none() | _TIMES),
+)
+def test_batch_bytes_match_to_bytes(
+    rows: list[tuple[str, bytes, float, IntentState, float | None, float | None, int]],
+    settle: tuple[IntentState, float | None] | None,
+) -> None:
+    """The shared-shell encoder writes exactly what ``Intent.to_bytes`` writes, for any mix of
+    branches, keys (undecodable bytes too), times (-0.0 and 0.0, ints, NaN, infinities), states,
+    and the fields a batch never has (``next``, ``checks``), which take the generic path."""
+    intents = [Intent(f"data/x/{n}", *row) for n, row in enumerate(rows)]
+    if settle is None:
+        assert batch_bytes(intents) == [i.to_bytes() for i in intents]
+    else:
+        state, t_stored = settle
+        expected = [replace(i, state=state, t_stored=t_stored).to_bytes() for i in intents]
+        assert batch_bytes(intents, state, t_stored) == expected  # type: ignore[arg-type]
