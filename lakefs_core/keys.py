@@ -467,17 +467,31 @@ class SliceAllocator:
 
     def next_slice(self) -> str:
         """The slice for the next object."""
+        return self.next_slices(1)[0]
+
+    def next_slices(self, n: int) -> list[str]:
+        """The slices of the next ``n`` objects, as ``n`` calls of :meth:`next_slice` at one instant
+        would give them (one clock read and one lock for a batch)."""
+        if n <= 0:
+            return []
         now = self._clock()
+        out: list[str] = []
         with self._lock:
             hour = int(now.timestamp() // 3600)
             if hour != self._hour:
                 self._hour, self._seq, self._count = hour, 0, 0
-            elif self._count >= self._max and self._seq < SLICE_MAX_SEQ:
-                self._seq, self._count = self._seq + 1, 0
-            self._count += 1
-            if self._slice is None or self._slice[0] != (hour, self._seq):
-                self._slice = ((hour, self._seq), new_slice_id(now, seq=self._seq))
-            return self._slice[1]
+            while len(out) < n:
+                if self._count >= self._max and self._seq < SLICE_MAX_SEQ:
+                    self._seq, self._count = self._seq + 1, 0
+                # the last sequence number takes everything that is left
+                room = (
+                    n - len(out) if self._seq >= SLICE_MAX_SEQ else min(n - len(out), self._max - self._count)
+                )
+                if self._slice is None or self._slice[0] != (hour, self._seq):
+                    self._slice = ((hour, self._seq), new_slice_id(now, seq=self._seq))
+                out += [self._slice[1]] * room
+                self._count += room
+        return out
 
     def new_relative_address(self) -> str:
         """``data/<slice>/<fresh object id>`` for a new upload."""
@@ -485,7 +499,13 @@ class SliceAllocator:
 
     def new_relative_addresses(self, n: int) -> list[str]:
         """``n`` addresses as :meth:`new_relative_address` would give them one by one."""
-        return [relative_address(self.next_slice(), oid) for oid in new_object_ids(n)]
+        slices = self.next_slices(n)
+        # both parts are made here, in their alphabet: checked once per slice, not once per object
+        for slice_id in set(slices):
+            _segment(slice_id, "slice_id")
+        return [
+            f"{DATA_DIR}/{slice_id}/{oid}" for slice_id, oid in zip(slices, new_object_ids(n), strict=True)
+        ]
 
 
 def new_relative_address(now: datetime | None = None) -> str:

@@ -263,6 +263,42 @@ def test_batched_id_encoding_is_the_per_id_encoding(millis: bytes, noise: list[b
         encode_object_ids(millis, b"x" * 11)
 
 
+def _one_by_one(alloc: SliceAllocator, now: datetime) -> str:
+    """The per-object allocation ``next_slices`` must equal (the allocator's logic before batches)."""
+    hour = int(now.timestamp() // 3600)
+    if hour != alloc._hour:
+        alloc._hour, alloc._seq, alloc._count = hour, 0, 0
+    elif alloc._count >= alloc._max and alloc._seq < SLICE_MAX_SEQ:
+        alloc._seq, alloc._count = alloc._seq + 1, 0
+    alloc._count += 1
+    return new_slice_id(now, seq=alloc._seq)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    max_objects=st.integers(1, 5),
+    near_last=st.booleans(),
+    steps=st.lists(st.tuples(st.integers(0, 12), st.booleans()), min_size=1, max_size=12),
+)
+def test_batched_slices_are_the_one_by_one_slices(
+    max_objects: int, near_last: bool, steps: list[tuple[int, bool]]
+) -> None:
+    """``next_slices(n)`` gives what ``n`` single allocations give at one instant: rolling to the
+    next slice every ``max_objects`` objects, to a new hour's first slice, and staying on the last
+    sequence number once it is reached."""
+    now = [datetime(2024, 5, 17, 10, 0, tzinfo=UTC)]
+    batched = SliceAllocator(max_objects=max_objects, clock=lambda: now[0])
+    model = SliceAllocator(max_objects=max_objects, clock=lambda: now[0])
+    assert batched.next_slices(1) == [_one_by_one(model, now[0])]
+    if near_last:  # reaching the last sequence number takes 2**15 slices otherwise
+        batched._seq = model._seq = SLICE_MAX_SEQ - 1
+    for n, next_hour in steps:
+        if next_hour:
+            now[0] += timedelta(hours=1)
+        assert batched.next_slices(n) == [_one_by_one(model, now[0]) for _ in range(n)]
+        assert (batched._seq, batched._count) == (model._seq, model._count)
+
+
 def test_object_ids_are_unique_and_path_safe() -> None:
     ids: list[str] = []
 

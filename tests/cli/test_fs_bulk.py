@@ -504,3 +504,49 @@ def test_human_output_escapes_control_characters_in_keys(run: InProcess, repo: s
     assert "two\\nlines" in diff and "\x1b" not in diff
     deleted = run("fs", "rm", f"{repo}/{key}").ok().out
     assert "\x1b" not in deleted
+
+
+def test_upload_progress_bar_on_a_terminal_only(tmp_path: Path) -> None:
+    """With stderr on a terminal, `upload -r` draws a progress bar; with --no-progress (or without a
+    terminal) it draws nothing and never loads tqdm (the startup-imports test checks that)."""
+    import fcntl
+    import pty
+    import struct
+    import termios
+
+    from tests.cli.helpers import REPO
+
+    src = write_tree(tmp_path / "src", {f"f{i}.txt": b"x" * 100 for i in range(3)})
+    env = user_env(tmp_path / "home", PYTHONPATH=str(REPO))
+    cmd = [sys.executable, "-m", "lakefs_core.cli"]
+    namespace = f"local://{tmp_path / 'ns'}"
+    subprocess.run([*cmd, "repo", "create", "lakefs://bar", namespace], env=env, check=True)
+
+    def upload(dest: str, *flags: str) -> str:
+        primary, secondary = pty.openpty()
+        # a new terminal is 0 columns wide, and tqdm draws nothing into that
+        fcntl.ioctl(secondary, termios.TIOCSWINSZ, struct.pack("HHHH", 40, 120, 0, 0))
+        try:
+            proc = subprocess.run(
+                [*cmd, "fs", "upload", "-r", "-s", str(src), dest, *flags],
+                env=env,
+                stdout=subprocess.DEVNULL,
+                stderr=secondary,
+                timeout=120,
+                check=True,
+            )
+            assert proc.returncode == 0
+            os.close(secondary)
+            out = b""
+            with contextlib.suppress(OSError):  # EIO once the writer side is closed and drained
+                while chunk := os.read(primary, 65536):
+                    out += chunk
+            return out.decode(errors="replace")
+        finally:
+            os.close(primary)
+
+    drawn = upload("lakefs://bar/main/a/")
+    # drawn at its start (bytes of the total) and erased at its end; updates in between are
+    # rate-limited by tqdm, so a 3-file upload may show none of them
+    assert "upload 3 objects" in drawn and "/300" in drawn, drawn
+    assert upload("lakefs://bar/main/b/", "--no-progress") == ""
