@@ -126,13 +126,10 @@ def make_entry(
         raise BadInputError("must be RELATIVE or FULL", field="address_type")
     meta = dict(metadata or {})
     entry = catalog_pb2.Entry(
-        address=address,
-        size=size,
-        e_tag=etag,
-        metadata=meta,
-        address_type=address_type,
-        content_type=content_type,
+        address=address, size=size, e_tag=etag, address_type=address_type, content_type=content_type
     )
+    if meta:  # an empty map is not serialised: filling it costs a Python-level map update per entry
+        entry.metadata.update(meta)
     if last_modified is not None:
         if last_modified.tzinfo is None or last_modified.utcoffset() is None:
             raise BadInputError("must be timezone-aware", field="last_modified")
