@@ -119,11 +119,11 @@ def batch_bytes(
     """``intent.to_bytes()`` of each intent, byte for byte, with ``state`` and ``t_stored`` set when
     ``state`` is given: what a batch upload writes twice per object.
 
-    The intents of a batch share their branch and times, so the JSON around the key is built once
-    per distinct ``(branch, t)`` (sorted keys: ``branch``, ``key``, ``state``, ``t``, ``t_stored``)
-    and each intent costs one string escape; a per-intent ``JSONEncoder`` call cost several times
-    more. An intent with ``next`` or ``checks`` (never one of a batch), or times that are not
-    finite floats, takes :meth:`Intent.to_bytes`."""
+    The intents of a batch share their branch, state and times, so the JSON around the key is built
+    once per distinct ``(branch, state, t, t_stored)`` (sorted keys: ``branch``, ``key``, ``state``,
+    ``t``, ``t_stored``) and each intent costs one string escape; a per-intent ``JSONEncoder``
+    call cost several times more. An intent with ``next`` or ``checks`` (never one of a batch), or
+    times that are not finite floats, takes :meth:`Intent.to_bytes`."""
     shells: dict[tuple[object, ...], tuple[str, str]] = {}
     out: list[bytes] = []
     for intent in intents:
