@@ -71,7 +71,9 @@ async def _run(config: MirrorConfig, once: bool, pass_timeout: float | None) -> 
         )
         service.loop = loop
         loop.install_signal_handlers()
-        freeze_startup_heap()
+        from lakefs_core.repos.graveler import LAZY_MODULES
+
+        freeze_startup_heap(preload=LAZY_MODULES)
         return await run_notified(loop, Notifier.from_env(), once=once)
     finally:
         await service.close()

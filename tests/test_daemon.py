@@ -132,3 +132,21 @@ def test_freeze_startup_heap_takes_startup_objects_out_of_collections() -> None:
     finally:
         gc.unfreeze()
     assert gc.get_freeze_count() == 0
+
+
+def test_freeze_startup_heap_loads_the_facades_lazy_modules_first() -> None:
+    """A daemon loads what the facade imports on first use before it freezes, so no commit, import
+    or purge imports a module on its event loop later (a fresh interpreter: this one has them)."""
+    probe = (
+        "import sys, gc\n"
+        "from lakefs_core.repos.graveler import LAZY_MODULES\n"
+        "from lakefs_core.daemon import freeze_startup_heap\n"
+        "before = [m for m in LAZY_MODULES if m in sys.modules]\n"
+        "freeze_startup_heap(preload=LAZY_MODULES)\n"
+        "after = [m for m in LAZY_MODULES if m in sys.modules]\n"
+        "print(before == [] and after == list(LAZY_MODULES) and gc.get_freeze_count() > 0)\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, timeout=60, check=True
+    )
+    assert out.stdout.strip() == "True", out.stderr

@@ -31,6 +31,7 @@ import uuid
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
+from typing import TYPE_CHECKING
 
 from lakefs_core.block.base import BlockStore
 from lakefs_core.errors import (
@@ -73,7 +74,7 @@ from lakefs_core.refs.model import (
 )
 from lakefs_core.refs.staging import StagingArea, merge_sorted, tombstone
 from lakefs_core.refs.store import DeletedRepository, RefStore, claim_value
-from lakefs_core.repos import admin, committing, importing, namespace_claims, purge, staging_writes
+from lakefs_core.repos import admin, namespace_claims, staging_writes
 from lakefs_core.repos.journal import (
     DEFAULT_CLOCK_SKEW_SECONDS,
     Decision,
@@ -84,10 +85,28 @@ from lakefs_core.repos.journal import (
     read_settings,
 )
 from lakefs_core.repos.journal import staged_addresses as journal_staged_addresses
-from lakefs_core.repos.purge import PurgeRecord, PurgeReport
 from lakefs_core.repos.refexpr import parse_ref
 from lakefs_core.repos.retry import cas_retrying, exhausted_as
 from lakefs_core.repos.stores import StoreRegistry
+
+if TYPE_CHECKING:
+    from lakefs_core.repos import importing, purge
+    from lakefs_core.repos.purge import PurgeRecord, PurgeReport
+
+# Imported by the methods that use them (commits, imports, purges): an upload or a listing never
+# loads them, ~20 ms of every command's start-up. A daemon loads them before it freezes its start-up
+# heap (``freeze_startup_heap(preload=LAZY_MODULES)``), so none is imported on its event loop.
+LAZY_MODULES = ("lakefs_core.repos.committing", "lakefs_core.repos.importing", "lakefs_core.repos.purge")
+
+
+def __getattr__(name: str) -> object:
+    """The re-exported purge records, imported on first use (see the TYPE_CHECKING block)."""
+    if name in ("PurgeRecord", "PurgeReport"):
+        from lakefs_core.repos import purge
+
+        return getattr(purge, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 # The facade is the seam for daemons: what they need of the model and of the key layout is
 # re-exported here, so they never import lakefs_core.refs, repos.stores or the key modules.
@@ -95,6 +114,7 @@ __all__ = [
     "DATA_DIR",
     "DEFAULT_CLOCK_SKEW_SECONDS",
     "DUMMY_NAME",
+    "LAZY_MODULES",
     "TABLES_DIR",
     "AddressType",
     "Branch",
@@ -639,6 +659,8 @@ class Graveler:
         allow_empty: bool = False,
         force: bool = False,
     ) -> Commit:
+        from lakefs_core.repos import committing
+
         return await committing.commit(
             self,
             repo_id,
@@ -662,6 +684,8 @@ class Graveler:
         metadata: Mapping[str, str] | None = None,
         force: bool = False,
     ) -> Commit:
+        from lakefs_core.repos import committing
+
         return await committing.merge(
             self,
             repo_id,
@@ -685,6 +709,8 @@ class Graveler:
         message: str | None = None,
         force: bool = False,
     ) -> Commit:
+        from lakefs_core.repos import committing
+
         return await committing.revert(
             self,
             repo_id,
@@ -718,6 +744,8 @@ class Graveler:
     ) -> importing.ImportResult:
         """Entries for every object under ``source_uri`` (full addresses, nothing copied) under ``path``,
         in one commit on the branch (in this process; PySpark: ``lakefs_gc.spark.import_job``)."""
+        from lakefs_core.repos import importing
+
         return await importing.import_objects(
             self, repo_id, branch_id, path, source_uri, committer=committer, message=message
         )
@@ -728,22 +756,32 @@ class Graveler:
         self, repo_id: str, ref: str, path: str, *, all_history: bool, reason: str, actor: str, yes: bool
     ) -> purge.PurgeReport:
         """Destroy the objects ``path`` had (dry run unless ``yes``); history stays unchanged."""
+        from lakefs_core.repos import purge
+
         return await purge.purge_path(
             self, repo_id, ref, path, all_history=all_history, reason=reason, actor=actor, yes=yes
         )
 
     async def purge_record(self, repo_id: str, audit_id: str) -> purge.PurgeRecord:
+        from lakefs_core.repos import purge
+
         return await purge.purge_record(self, repo_id, audit_id)
 
     async def list_purges(self, repo_id: str) -> list[purge.PurgeRecord]:
+        from lakefs_core.repos import purge
+
         return await purge.list_purges(self, repo_id)
 
     async def purged_addresses(self, repo_id: str, addresses: Sequence[str]) -> dict[str, str]:
         """Relative address -> audit id, for the addresses an audited purge destroyed."""
+        from lakefs_core.repos import purge
+
         return await purge.purged_addresses(self, await self.repository(repo_id), addresses)
 
     async def record_purge(self, repo_id: str, record: purge.PurgeRecord) -> purge.PurgeRecord:
         """Apply a purge record (a mirror applying its source's purge; read-only repositories too)."""
+        from lakefs_core.repos import purge
+
         return await purge.record_purge(self, await self.repository(repo_id), record)
 
     # -- retention GC and the hard-delete journal (see journal.py) -----------------------------------

@@ -35,7 +35,6 @@ from lakefs_core.keys import SliceAllocator, StorageNamespace
 from lakefs_core.refs.model import Repository
 from lakefs_core.repos.graveler import Graveler
 from lakefs_core.repos.journal import Intent, Journal
-from lakefs_core.repos.purge import raise_if_purged
 from lakefs_core.repos.staging_writes import check_new_path
 
 MAX_LIST_AMOUNT = 10_000
@@ -312,6 +311,8 @@ class Objects:
                 yield chunk
         except NotFoundError as e:
             # Missing on purpose? An audited purge left a marker naming its record (HTTP 410).
+            from lakefs_core.repos.purge import raise_if_purged  # loaded only when data is missing
+
             await raise_if_purged(self.g, repo, stat.physical_address, address_type, stat.path)
             raise NotFoundError(f"data of {stat.path!r} is missing at {stat.physical_address}") from e
 

@@ -67,8 +67,9 @@ def test_the_process_entry_point_starts_up_without_collections(tmp_path: Path, r
     result = probe(tmp_path, "process", *upload)
     assert result["code"] == 0
     assert result["startup_collections"] == []
-    # start-up's objects are frozen, and the collector runs again, with a larger first generation
-    assert result["frozen"] > 50_000
+    # start-up's objects are frozen (the command's modules alone make tens of thousands), and the
+    # collector runs again, with a larger first generation
+    assert result["frozen"] > 20_000
     assert result["enabled"] and result["threshold"][0] == collector.FIRST_GENERATION
 
 
