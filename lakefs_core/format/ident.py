@@ -64,7 +64,7 @@ def encode_bytes(b: bytes) -> bytes:
 def encode_string(s: str | bytes) -> bytes:
     """The ident encoding of ``String(s)``."""
     raw = _as_bytes(s, "string")
-    return bytes((TAG_STRING,)) + encode_int64(len(raw)) + raw
+    return _TAG_LEN.pack(TAG_STRING, TAG_INT64, 8, len(raw)) + raw  # a length is always in range
 
 
 def encode_string_slice(items: Iterable[str | bytes]) -> bytes:
@@ -94,27 +94,17 @@ def encode_embedded(identity: bytes) -> bytes:
     return bytes((TAG_EMBEDDED,)) + encode_bytes(identity)
 
 
-_EMPTY_MAP = _TAG_LEN.pack(TAG_STRING_MAP, TAG_INT64, 8, 0)
+_EMPTY_MAP = encode_string_map({})
 
 
-def plain_entry_digest(size: int, etag: str, content_type: str) -> bytes | None:
+def plain_entry_digest(size: int, etag: str | bytes, content_type: str | bytes) -> bytes:
     """The SHA-256 of ``Int64(size) String(etag) StringMap({}) [String(content_type)]`` (the last
-    only when non-empty), fed in one piece: the identity of an entry without metadata (every
-    object of a bulk upload), several times cheaper than :class:`IdentHasher` calls. None when
-    the generic path must decide (``size`` out of range, a string not encodable), so errors stay
-    the generic path's."""
-    if not 0 <= size <= _INT64_MAX:
-        return None
-    try:
-        raw = etag.encode("utf-8")
-        ctype = content_type.encode("utf-8")
-    except UnicodeEncodeError:
-        return None
-    data = (
-        _INT64.pack(TAG_INT64, 8, size) + _TAG_LEN.pack(TAG_STRING, TAG_INT64, 8, len(raw)) + raw + _EMPTY_MAP
-    )
-    if ctype:
-        data += _TAG_LEN.pack(TAG_STRING, TAG_INT64, 8, len(ctype)) + ctype
+    only when non-empty), hashed in one piece: the identity of an entry without metadata (every
+    object of a bulk upload), cheaper than the chain of :class:`IdentHasher` calls (2.0 against 3.4 µs).
+    Built from the same ``encode_*`` functions, so it refuses what they refuse, alike."""
+    data = encode_int64(size) + encode_string(etag) + _EMPTY_MAP
+    if content_type:
+        data += encode_string(content_type)
     return hashlib.sha256(data).digest()
 
 

@@ -42,11 +42,9 @@ def entry_identity(
     """The raw 32-byte identity of an entry (the identity part of its range record)."""
     if size < 0:
         raise BadInputError("must be >= 0", field="size")
-    if not metadata and type(etag) is str and type(content_type) is str:
-        plain = plain_entry_digest(size, etag, content_type)
-        if plain is not None:
-            return plain
-    h = IdentHasher().int64(size).string(etag).string_map(metadata or {})
+    if not metadata:
+        return plain_entry_digest(size, etag, content_type)
+    h = IdentHasher().int64(size).string(etag).string_map(metadata)
     if content_type:
         h.string(content_type)
     return h.digest()
