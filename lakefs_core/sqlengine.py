@@ -1,14 +1,15 @@
 """One way to open SQLAlchemy async engines on SQLite (aiosqlite) or PostgreSQL (asyncpg).
 
-Used by the PostgreSQL KV driver (:mod:`lakefs_core.kv.sql`; SQLite KV files are
-:mod:`lakefs_core.kv.sqlite`'s, without SQLAlchemy), the mirrors database and the SQL lease. SQLite
+Used by the mirrors database and the SQL lease (the KV stores go without SQLAlchemy: SQLite files
+in :mod:`lakefs_core.kv.sqlite`, PostgreSQL in :mod:`lakefs_core.kv.sql` on asyncpg). SQLite
 gets WAL journalling and a busy timeout on every connection (:mod:`lakefs_core.sqlite_files`), so
 several processes can share one file; PostgreSQL gets a bounded, recycled pool. URLs are never
 echoed in errors (they may carry a password).
 
 :func:`run_transaction` is THE way those users run a unit of work: one transaction on a fresh pooled
 connection, no retries (callers' bounded loops know what is idempotent), database errors translated
-at this edge (``raise ... from e``) and errors of the project's tree passed through unchanged.
+at this edge (``raise ... from e``; the table is :func:`lakefs_core.dberrors.translate_failure`,
+shared with the PostgreSQL KV store) and errors of the project's tree passed through unchanged.
 """
 
 from __future__ import annotations
@@ -25,14 +26,8 @@ from sqlalchemy.exc import TimeoutError as PoolTimeoutError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 from sqlalchemy.sql.expression import TableClause
 
-from lakefs_core.errors import (
-    ConflictError,
-    LakeFSError,
-    PreconditionFailedError,
-    StorageFullError,
-    TransientError,
-    UnreachableError,
-)
+from lakefs_core.dberrors import PG_DISK_FULL, sqlstate, translate_failure
+from lakefs_core.errors import LakeFSError, StorageFullError, TransientError, UnreachableError
 from lakefs_core.redact import sql_userinfo_end
 from lakefs_core.sqlite_files import (
     SQLITE_SCHEMES,
@@ -45,7 +40,6 @@ from lakefs_core.sqlite_files import (
 
 T = TypeVar("T")
 
-PG_DISK_FULL = "53100"  # disk_full; the rest of class 53 (out of memory, too many connections) is transient
 PG_DRIVERS = frozenset({"postgresql", "postgres", "postgresql+asyncpg", "postgres+asyncpg"})
 
 
@@ -141,19 +135,6 @@ def create_sql_engine(
     return engine
 
 
-def sqlstate(e: BaseException) -> str | None:
-    """The SQLSTATE of a database error (through SQLAlchemy's and the driver's wrappers), if any."""
-    seen: BaseException | None = e
-    for _ in range(4):
-        if seen is None:
-            break
-        state = getattr(seen, "sqlstate", None) or getattr(seen, "pgcode", None)
-        if isinstance(state, str):
-            return state
-        seen = getattr(seen, "orig", None) or seen.__cause__
-    return None
-
-
 def db_reason(e: BaseException) -> str:
     """A short description of a database error naming the driver's exception class."""
     inner: BaseException = e.orig if isinstance(e, DBAPIError) and e.orig is not None else e
@@ -162,13 +143,6 @@ def db_reason(e: BaseException) -> str:
         inner = inner.__cause__
     text = str(inner).strip() or type(inner).__name__
     return f"{type(inner).__name__}: {text}"[:500]
-
-
-# PostgreSQL SQLSTATEs worth retrying: serialization failure, deadlock, lock not available, query
-# cancelled, admin/crash shutdown, cannot connect now; and whole classes: connection exception,
-# insufficient resources (but disk_full, see PG_DISK_FULL), system error.
-PG_TRANSIENT_STATES = frozenset({"40001", "40P01", "55P03", "57014", "57P01", "57P02", "57P03"})
-PG_TRANSIENT_CLASSES = ("08", "53", "58")
 
 
 def translate_db_error(
@@ -197,22 +171,21 @@ def translate_db_error(
         return StorageFullError(f"{where}: no space left: {reason}")
     if is_busy(text):
         return TransientError(f"{where} is busy (locked by another writer): {reason}")
-    if isinstance(e, PoolTimeoutError):
-        return TransientError(f"{where}: no pooled connection available: {reason}")
-    if connecting:
-        return UnreachableError(f"cannot connect to {where}: {reason}")
-    if isinstance(e, TimeoutError):  # also asyncio.TimeoutError; checked before OSError (its base)
-        suffix = " during a write; outcome unknown" if write else ""
-        return TransientError(f"{where} timed out{suffix}: {reason}")
     disconnect = (isinstance(e, DBAPIError) and e.connection_invalidated) or isinstance(e, OSError)
-    if disconnect or state.startswith("08"):
-        if write:
-            return TransientError(f"lost connection to {where} during a write; outcome unknown: {reason}")
-        return UnreachableError(f"lost connection to {where}: {reason}")
-    if state in PG_TRANSIENT_STATES or state.startswith(PG_TRANSIENT_CLASSES):
-        return TransientError(f"{where} temporarily refused the operation: {reason}")
-    if isinstance(e, IntegrityError) or state.startswith("23"):  # also the driver's own errors
-        return PreconditionFailedError(f"{where}: {reason}") if cas else ConflictError(f"{where}: {reason}")
+    err = translate_failure(
+        e,
+        where,
+        reason,
+        state=state,
+        connecting=connecting,
+        write=write,
+        cas=cas,
+        disconnect=disconnect,
+        integrity=isinstance(e, IntegrityError),
+        exhausted=isinstance(e, PoolTimeoutError),
+    )
+    if err is not None:
+        return err
     if "unable to open database file" in text or "disk i/o error" in text:
         return UnreachableError(f"{where}: {reason}")
     return LakeFSError(f"{where}: {reason}")

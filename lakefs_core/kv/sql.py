@@ -1,71 +1,73 @@
-"""PostgreSQL KV store over SQLAlchemy 2 asyncio (asyncpg). SQLite files: :mod:`.sqlite`.
+"""PostgreSQL KV store on asyncpg (``postgresql://``). SQLite files are :mod:`.sqlite`'s.
 
-Layout (spec section 6)::
+Layout (spec section 6), created on demand as SQLAlchemy emitted it for earlier versions, so a
+table made by one works unchanged::
 
     kv(partition_key BYTEA, key BYTEA, value BYTEA, PRIMARY KEY(partition_key, key))
 
-The table is created on demand (``CREATE TABLE IF NOT EXISTS``; a concurrent creator losing the race
-is tolerated). Every operation is ONE statement in its own short transaction, so compare-and-swap is
-atomic across connections and processes without read-then-write:
+Why asyncpg without SQLAlchemy: every statement here is a fixed string, and importing SQLAlchemy
+and setting up its engine took ~0.24 s of a ``lakefs-core`` process (``bench/RESULTS.md``), a
+third of a 5,000-file upload. What the engine did is asyncpg's own pool plus a few lines:
 
-- ``set`` = upsert (``INSERT ... ON CONFLICT (partition_key, key) DO UPDATE``);
-- ``set_many`` = the same upsert in ONE transaction, so the batch is atomic: one statement over
-  arrays (``INSERT ... SELECT * FROM unnest(...)``). A batch of at least :data:`INSERT_FIRST_MIN`
-  items is first written by binary ``COPY`` (no speculative insertion per row, no array encoding;
-  :mod:`lakefs_core.kv.pg_copy`), and again with the upsert in a new transaction when it meets an
-  existing key (``SQLKVStore._write_batch``);
-- ``set_if(ABSENT)`` = ``INSERT ... ON CONFLICT DO NOTHING``, success iff one row was inserted;
-- ``set_if(EXISTS)`` = ``UPDATE ... WHERE partition_key=:p AND key=:k``, success iff one row;
-- ``set_if(equals(pred))`` = the same ``UPDATE`` with ``AND value=:pred``; under PostgreSQL's READ
-  COMMITTED a concurrent updater blocks and the predicate is re-evaluated on the new row version,
-  so exactly one of N racing CASes from the same predicate wins;
-- ``scan`` = keyset pagination ``WHERE partition_key=:p AND key >= :start ORDER BY key LIMIT :n``
-  (later pages use ``key > :last``); no connection is held between pages, so abandoning a scan
-  leaks nothing. BYTEA compares bytewise (memcmp), matching the KV contract.
+- **Pool.** asyncpg's, at most ``pool_size + max_overflow`` connections, none opened before the
+  first operation, idle ones closed after 5 minutes. Waiting longer than ``pool_timeout`` for a
+  free one is :class:`TransientError` ("no pooled connection available"). Each checkout is pinged
+  first (``SELECT 1``), as SQLAlchemy's ``pool_pre_ping`` did: a connection the server dropped
+  while idle is replaced, once, transparently. Nothing changes session state, so a connection
+  goes back to the pool as it is (asyncpg still rolls back a transaction left open).
+- **Operations.** One statement each, autocommitted (a single statement is its own transaction),
+  so compare-and-swap is atomic across connections and processes without read-then-write:
 
-Every operation runs through :func:`lakefs_core.sqlengine.run_transaction` (shared with the mirrors
-database); the ``COPY`` of a batch runs inside it on the driver connection and translates the
-driver's own errors the same way (:mod:`lakefs_core.kv.pg_copy`). Errors are translated at this
-edge, always with ``raise ... from e``:
+  - ``set`` = upsert (``INSERT ... ON CONFLICT (partition_key, key) DO UPDATE``);
+  - ``set_many`` = ONE transaction, so the batch is atomic, writing partition by partition: the
+    upsert over arrays (``INSERT ... SELECT * FROM unnest(...)``), or, for at least
+    :data:`INSERT_FIRST_MIN` items of one partition, first binary ``COPY`` under a savepoint (no
+    speculative insertion per row; :mod:`lakefs_core.kv.pg_copy`), and the upsert after rolling
+    back to it when that meets an existing key (``SQLKVStore._write_batch``);
+    ``set_many_then_get`` reads the key ``FOR SHARE`` before the commit;
+  - ``set_if(ABSENT)`` = ``INSERT ... ON CONFLICT DO NOTHING``, success iff one row was inserted;
+  - ``set_if(EXISTS)`` = ``UPDATE ... WHERE partition_key = $1 AND key = $2`` (``AND value = $4``
+    for ``equals``); under READ COMMITTED a concurrent updater blocks and the predicate is
+    re-evaluated on the new row version, so exactly one of N racing CASes from one predicate wins;
+  - ``scan`` = keyset pagination (``key >= start``, then ``key > last``), one ``SELECT`` per
+    page, no connection held between pages. BYTEA compares bytewise (memcmp), as the contract says.
 
-- cannot obtain a connection (refused, DNS, auth) -> :class:`UnreachableError`;
-- connection lost while a *read* runs -> :class:`UnreachableError`; while a *write* runs the outcome
-  is unknown -> :class:`TransientError` (never reported as a precondition failure);
-- serialization failures, deadlocks, lock/statement timeouts, admin shutdown, pool exhaustion ->
-  :class:`TransientError`;
-- integrity errors during ``set_if`` -> :class:`PreconditionFailedError`, elsewhere
-  :class:`~lakefs_core.errors.ConflictError` (a batch's ``COPY`` meeting an existing key is not an
-  error: the batch is written again with the upsert);
-- a full disk (PostgreSQL 53100 disk_full) -> :class:`~lakefs_core.errors.StorageFullError`, which
-  is not retryable.
+- **Cancellation.** A connection whose operation was cancelled, or that broke, is closed, never
+  handed back (a COPY cut short leaves the protocol mid-stream).
 
-The driver does not retry by itself: the unreachable and transient errors above are ``retryable``
-and callers' bounded retry loops (which know whether an operation is idempotent) decide. Stale pooled
-connections are replaced transparently by ``pool_pre_ping``. Messages name the database by its
-redacted URL only (password shown as ``***``) and SQL parameters are hidden from SQLAlchemy's error
-strings.
+Errors are translated at this edge (``raise ... from e``) by :func:`lakefs_core.dberrors.
+translate_failure`, the table the SQLAlchemy engines use too: cannot connect -> unreachable; a lost
+connection (class 08, the server ending the session, socket and driver interface errors) -> during a
+read unreachable, during a write :class:`TransientError` with an UNKNOWN outcome; serialization
+failures, deadlocks, lock timeouts, cancelled statements -> transient; integrity violations ->
+:class:`PreconditionFailedError` in ``set_if``, :class:`~lakefs_core.errors.ConflictError`
+elsewhere; PostgreSQL's disk_full -> :class:`~lakefs_core.errors.StorageFullError` (not retryable).
+Nothing is retried here: callers' bounded loops know what is idempotent. Messages name the database
+by its redacted URL (no user, no password); parameters never appear in them.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+from collections import OrderedDict
 from collections.abc import AsyncIterator, Awaitable, Callable
-from functools import partial
-from typing import Any, TypeVar
+from typing import TypeVar
+from urllib.parse import urlsplit
 
-from sqlalchemy import Column, LargeBinary, MetaData, Table, inspect, select, update
-from sqlalchemy import delete as sql_delete
-from sqlalchemy.engine import URL
-from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
-from sqlalchemy.schema import CreateTable
+import asyncpg
 
+from lakefs_core.dberrors import PG_DISK_FULL, PG_SESSION_ENDED, sqlstate, translate_failure
 from lakefs_core.errors import (
     BadInputError,
     LakeFSError,
     NotFoundError,
     PreconditionFailedError,
+    StorageFullError,
     TransientError,
     UnreachableError,
 )
+from lakefs_core.kv import pg_copy
 from lakefs_core.kv._common import (
     TransactionalBatches,
     as_bytes,
@@ -76,60 +78,143 @@ from lakefs_core.kv._common import (
     precondition_message,
 )
 from lakefs_core.kv.base import Expect, KVEntry, KVItem
-from lakefs_core.redact import redact_url
-from lakefs_core.sqlengine import (
-    create_sql_engine,
-    normalize_sql_url,
-    run_transaction,
-    translate_db_error,
-    upsert_insert,
-)
+from lakefs_core.redact import redact_url, sql_userinfo_end
 
 T = TypeVar("T")
 
-# PostgreSQL: a batch of at least this many items is first written by binary COPY (see
+# A batch of at least this many items is first written by binary COPY (see
 # SQLKVStore._write_batch); below it, the upsert's extra per-row cost is less than what a failed
 # first attempt would cost.
 INSERT_FIRST_MIN = 64
 # After a batch whose COPY met an existing key, this many batches go straight to the upsert (a
 # writer that overwrites keeps paying for one failed attempt in this many, not in every batch).
 UPSERT_STREAK = 32
-
+# Partitions whose streak is remembered (the least recently conflicting one is forgotten first).
+STREAK_PARTITIONS = 256
 
 DEFAULT_TABLE = "kv"
-DEFAULT_BUSY_TIMEOUT_S = 30.0
+DEFAULT_POOL_TIMEOUT_S = 30.0
 DEFAULT_CONNECT_TIMEOUT_S = 10.0
+IDLE_CONNECTION_LIFETIME_S = 300.0
+PG_SCHEMES = frozenset({"postgresql", "postgres", "postgresql+asyncpg", "postgres+asyncpg"})
+_SQLITE_SCHEMES = frozenset({"sqlite", "sqlite+aiosqlite"})  # = sqlite_files.SQLITE_SCHEMES (tested)
+# Characters a pasted password may hold raw that would end the userinfo for a URL parser.
+_USERINFO_QUOTES = str.maketrans({"@": "%40", "/": "%2F", "#": "%23"})
+# What the driver raises for database trouble: server errors, then a connection that is closed or in
+# a state it cannot use (e.g. the server ended the session while it sat idle), sockets, timeouts.
+_DRIVER_ERRORS = (
+    asyncpg.PostgresError,
+    asyncpg.InterfaceError,
+    asyncpg.InternalClientError,
+    OSError,
+    TimeoutError,
+)
+_BROKEN = (asyncpg.InterfaceError, asyncpg.InternalClientError, OSError)
 
 
-def normalize_url(url: str) -> URL:
-    """Parse a PostgreSQL ``url`` and point it at the async driver; refuse anything else (never
-    echoing it). A SQLite file is :mod:`lakefs_core.kv.sqlite`'s."""
+def normalize_url(url: str) -> str:
+    """The asyncpg DSN (``postgresql://...``) for a PostgreSQL ``url`` (``postgresql://``,
+    ``postgres://``, ``postgresql+asyncpg://``); :class:`BadInputError` naming no part of it for
+    anything else. A password written with a raw ``@``, ``/`` or ``#`` is taken whole, as libpq
+    does (see :mod:`lakefs_core.redact`), and percent-encoded for the driver."""
     try:
-        parsed = normalize_sql_url(url)
-    except ValueError as e:
-        raise BadInputError(str(e), field="url") from None
-    if parsed.drivername != "postgresql+asyncpg":
+        url.encode()  # a lone surrogate (environment bytes the OS could not decode): refused
+    except UnicodeEncodeError:
+        raise BadInputError("the PostgreSQL URL is not valid UTF-8", field="url") from None
+    scheme, sep, rest = url.partition("://")
+    scheme = scheme.lower()
+    if sep and scheme in _SQLITE_SCHEMES:
         raise BadInputError("SQLite files are opened by lakefs_core.kv.sqlite (open_kv)", field="url")
-    return parsed
+    if not sep or scheme not in PG_SCHEMES:
+        raise BadInputError("not a PostgreSQL URL (postgresql://user@host:port/database)", field="url")
+    end = sql_userinfo_end(rest)
+    if end > 0:
+        rest = rest[:end].translate(_USERINFO_QUOTES) + rest[end:]
+    dsn = f"postgresql://{rest}"
+    try:
+        parts = urlsplit(dsn)
+        parts.port  # noqa: B018 -- raises ValueError for a port that is not a number in range
+    except ValueError:
+        # ``from None``: the parser's message may repeat part of the URL (a mis-split password).
+        raise BadInputError("malformed PostgreSQL URL", field="url") from None
+    return dsn
+
+
+def _quote_ident(name: str) -> str:
+    return '"' + name.replace('"', '""') + '"'
+
+
+def _check_table(table: str) -> str:
+    if not isinstance(table, str) or not table or "\x00" in table or len(table.encode()) > 63:
+        raise BadInputError("table name must be 1-63 bytes without NUL", field="table")
+    return table
+
+
+def _rowcount(status: str) -> int:
+    """The row count of a command status (``INSERT 0 1``, ``UPDATE 1``)."""
+    return int(status.rsplit(" ", 1)[-1])
+
+
+async def _keep_session(_conn: asyncpg.Connection) -> None:
+    """Pool reset: nothing here changes session state (asyncpg still rolls back an open transaction)."""
+
+
+class _SQL:
+    """The statements for one table (its name quoted once)."""
+
+    def __init__(self, table: str) -> None:
+        t = _quote_ident(table)
+        self.create = (
+            f"CREATE TABLE IF NOT EXISTS {t} (partition_key BYTEA NOT NULL, key BYTEA NOT NULL, "
+            "value BYTEA NOT NULL, PRIMARY KEY (partition_key, key))"
+        )
+        self.get = f"SELECT value FROM {t} WHERE partition_key = $1 AND key = $2"
+        self.get_for_share = self.get + " FOR SHARE"
+        self.upsert = (
+            f"INSERT INTO {t} (partition_key, key, value) VALUES ($1, $2, $3) "
+            "ON CONFLICT (partition_key, key) DO UPDATE SET value = excluded.value"
+        )
+        self.upsert_many = (
+            f"INSERT INTO {t} (partition_key, key, value) "
+            "SELECT * FROM unnest($1::bytea[], $2::bytea[], $3::bytea[]) "
+            "ON CONFLICT (partition_key, key) DO UPDATE SET value = excluded.value"
+        )
+        self.insert_absent = (
+            f"INSERT INTO {t} (partition_key, key, value) VALUES ($1, $2, $3) "
+            "ON CONFLICT (partition_key, key) DO NOTHING"
+        )
+        self.update = f"UPDATE {t} SET value = $3 WHERE partition_key = $1 AND key = $2"
+        self.update_equals = self.update + " AND value = $4"
+        self.delete = f"DELETE FROM {t} WHERE partition_key = $1 AND key = $2"
+        page = f"SELECT key, value FROM {t} WHERE partition_key = $1 AND key {{}} $2 ORDER BY key LIMIT $3"
+        self.page_from, self.page_after = page.format(">="), page.format(">")
+
+
+class _PoolExhausted(Exception):
+    """No pooled connection came free within the pool timeout."""
 
 
 class SQLKVStore(TransactionalBatches):
-    """A :class:`~lakefs_core.kv.base.KVStore` over one SQL table. Open with :meth:`open`."""
+    """A :class:`~lakefs_core.kv.base.KVStore` over one PostgreSQL table. Open with :meth:`open`."""
 
-    def __init__(self, engine: AsyncEngine, *, table: str = DEFAULT_TABLE) -> None:
-        self._engine = engine
-        self._display = redact_url(engine.url.render_as_string(hide_password=True))
-        self._table = Table(
-            table,
-            MetaData(),
-            Column("partition_key", LargeBinary, primary_key=True),
-            Column("key", LargeBinary, primary_key=True),
-            Column("value", LargeBinary, nullable=False),
-        )
-        # the table's name as it goes into the batch statements' SQL text (quoted where needed)
-        self._quoted_table = engine.dialect.identifier_preparer.quote(table)
+    def __init__(
+        self,
+        pool: asyncpg.Pool,
+        display: str,
+        *,
+        table: str = DEFAULT_TABLE,
+        max_connections: int = 20,
+        pool_timeout: float = DEFAULT_POOL_TIMEOUT_S,
+    ) -> None:
+        self._pool = pool
+        self._where = f"KV database {display}"
+        self._table = _check_table(table)
+        self._sql = _SQL(table)
+        self._slots = asyncio.Semaphore(max_connections)
+        self._pool_timeout = pool_timeout
         self._closed = False
-        self._upsert_batches = 0  # batches left that skip the COPY (see _write_batch)
+        # partition -> batches left whose items of it skip the COPY (see _write_batch)
+        self._upsert_streaks: OrderedDict[bytes, int] = OrderedDict()
 
     @classmethod
     async def open(
@@ -138,26 +223,30 @@ class SQLKVStore(TransactionalBatches):
         *,
         table: str = DEFAULT_TABLE,
         create: bool = True,
-        busy_timeout: float = DEFAULT_BUSY_TIMEOUT_S,
+        pool_timeout: float = DEFAULT_POOL_TIMEOUT_S,
         connect_timeout: float = DEFAULT_CONNECT_TIMEOUT_S,
         pool_size: int = 10,
         max_overflow: int = 10,
     ) -> SQLKVStore:
-        """Connect to ``url`` (see :func:`normalize_url`) and create the table unless ``create=False``."""
-        sa_url = normalize_url(url)
-        engine = create_sql_engine(
-            sa_url,
-            busy_timeout=busy_timeout,
-            connect_timeout=connect_timeout,
-            pool_size=pool_size,
-            max_overflow=max_overflow,
+        """A store on ``url`` (see :func:`normalize_url`); the table is created unless ``create=False``."""
+        dsn = normalize_url(url)
+        _check_table(table)
+        size = pool_size + max_overflow
+        pool = asyncpg.create_pool(
+            dsn,
+            min_size=0,  # nothing is opened here: the first operation connects
+            max_size=size,
+            timeout=connect_timeout,
+            max_inactive_connection_lifetime=IDLE_CONNECTION_LIFETIME_S,
+            reset=_keep_session,
         )
-        store = cls(engine, table=table)
+        await pool  # with min_size=0 this opens no connection
+        store = cls(pool, redact_url(url), table=table, max_connections=size, pool_timeout=pool_timeout)
         if create:
             try:
                 await store.create_table()
             except BaseException:
-                await engine.dispose()
+                await store.close()
                 raise
         return store
 
@@ -170,39 +259,104 @@ class SQLKVStore(TransactionalBatches):
     # -- plumbing -------------------------------------------------------------------------------
 
     def _translate(self, e: BaseException, *, connecting: bool, write: bool, cas: bool) -> LakeFSError:
-        where = f"KV database {self._display}"
-        return translate_db_error(e, where, connecting=connecting, write=write, cas=cas, url=self._engine.url)
+        reason = f"{type(e).__name__}: {str(e).strip() or type(e).__name__}"[:500]
+        state = sqlstate(e) or ""
+        if state == PG_DISK_FULL:  # first: neither unreachable nor transient, whatever else it says
+            return StorageFullError(f"{self._where}: no space left: {reason}")
+        lost = isinstance(e, _BROKEN) or state in PG_SESSION_ENDED
+        err = translate_failure(
+            e,
+            self._where,
+            reason,
+            state=state,
+            connecting=connecting,
+            write=write,
+            cas=cas,
+            disconnect=lost,
+            integrity=isinstance(e, asyncpg.IntegrityConstraintViolationError),
+            exhausted=isinstance(e, _PoolExhausted),
+        )
+        return err if err is not None else LakeFSError(f"{self._where}: {reason}")
+
+    async def _checkout(self) -> asyncpg.Connection:
+        """A pooled connection that answered a ping (a dead idle one is replaced once)."""
+        for attempt in (1, 2):
+            try:
+                conn: asyncpg.Connection = await self._pool.acquire()
+            except ValueError:  # asyncpg.ClientConfigurationError: a parameter of the URL
+                raise BadInputError("the PostgreSQL URL's parameters were refused", field="url") from None
+            except _DRIVER_ERRORS as e:
+                raise self._translate(e, connecting=True, write=False, cas=False) from e
+            try:
+                await conn.execute("SELECT 1")
+                return conn
+            except BaseException as e:
+                await self._release(conn, usable=False)
+                if not isinstance(e, _DRIVER_ERRORS):
+                    raise
+                # the others in the pool may be as dead: they are replaced when next checked out
+                self._pool.expire_connections()
+                if attempt == 2:
+                    raise self._translate(e, connecting=True, write=False, cas=False) from e
+        raise AssertionError("unreachable")
 
     async def _run(
-        self,
-        fn: Callable[[AsyncConnection], Awaitable[T]],
-        *,
-        write: bool,
-        cas: bool = False,
+        self, fn: Callable[[asyncpg.Connection], Awaitable[T]], *, write: bool, cas: bool = False
     ) -> T:
+        """``fn(conn)`` on a checked-out connection; the driver's errors translated."""
         if self._closed:
-            raise closed_error("SQL")
-        translate = partial(self._translate, cas=cas)
-        return await run_transaction(self._engine, fn, write=write, translate=translate)
+            raise closed_error("PostgreSQL")
+        try:
+            async with asyncio.timeout(self._pool_timeout):
+                await self._slots.acquire()
+        except TimeoutError as e:
+            raise self._translate(
+                _PoolExhausted("every pooled connection is busy"), connecting=True, write=write, cas=cas
+            ) from e
+        try:
+            conn = await self._checkout()
+            usable = False
+            try:
+                result = await fn(conn)
+                usable = True
+                return result
+            except LakeFSError:
+                usable = True  # raised by ``fn`` itself, not by the driver
+                raise
+            except _DRIVER_ERRORS as e:
+                state = sqlstate(e) or ""
+                usable = isinstance(e, asyncpg.PostgresError) and not (
+                    state.startswith("08") or state in PG_SESSION_ENDED
+                )
+                raise self._translate(e, connecting=False, write=write, cas=cas) from e
+            finally:
+                await self._release(conn, usable=usable)
+        finally:
+            self._slots.release()
 
-    def _insert(self) -> Any:
-        return upsert_insert("postgresql", self._table)
+    async def _release(self, conn: asyncpg.Connection, *, usable: bool) -> None:
+        """Hand ``conn`` back to the pool; one that broke, or was cut short mid-protocol (cancelled),
+        is closed first. A connection the driver saw closing was handed back already."""
+        with contextlib.suppress(*_DRIVER_ERRORS):
+            if not usable:
+                conn.terminate()
+            await self._pool.release(conn)
 
     # -- schema ---------------------------------------------------------------------------------
 
     async def _table_exists(self) -> bool:
-        name = self._table.name
-
-        async def check(conn: AsyncConnection) -> bool:
-            return await conn.run_sync(lambda sync_conn: inspect(sync_conn).has_table(name))
+        async def check(conn: asyncpg.Connection) -> bool:
+            return bool(
+                await conn.fetchval("SELECT to_regclass($1::text) IS NOT NULL", _quote_ident(self._table))
+            )
 
         return await self._run(check, write=False)
 
     async def create_table(self) -> None:
         """``CREATE TABLE IF NOT EXISTS``; losing a creation race to another process is fine."""
 
-        async def create(conn: AsyncConnection) -> None:
-            await conn.execute(CreateTable(self._table, if_not_exists=True))
+        async def create(conn: asyncpg.Connection) -> None:
+            await conn.execute(self._sql.create)
 
         try:
             await self._run(create, write=True)
@@ -217,12 +371,11 @@ class SQLKVStore(TransactionalBatches):
 
     async def get(self, partition: bytes, key: bytes) -> bytes:
         p, k = check_key(partition, key)
-        t = self._table
-        stmt = select(t.c.value).where(t.c.partition_key == p, t.c.key == k)
+        sql = self._sql.get
 
-        async def op(conn: AsyncConnection) -> bytes | None:
-            value = (await conn.execute(stmt)).scalar_one_or_none()
-            return None if value is None else bytes(value)
+        async def op(conn: asyncpg.Connection) -> bytes | None:
+            value: bytes | None = await conn.fetchval(sql, p, k)
+            return value
 
         found = await self._run(op, write=False)
         if found is None:
@@ -232,14 +385,10 @@ class SQLKVStore(TransactionalBatches):
     async def set(self, partition: bytes, key: bytes, value: bytes) -> None:
         p, k = check_key(partition, key)
         v = as_bytes(value, "value")
-        t = self._table
-        ins = self._insert().values(partition_key=p, key=k, value=v)
-        stmt = ins.on_conflict_do_update(
-            index_elements=[t.c.partition_key, t.c.key], set_={"value": ins.excluded.value}
-        )
+        sql = self._sql.upsert
 
-        async def op(conn: AsyncConnection) -> None:
-            await conn.execute(stmt)
+        async def op(conn: asyncpg.Connection) -> None:
+            await conn.execute(sql, p, k, v)
 
         await self._run(op, write=True)
 
@@ -251,112 +400,89 @@ class SQLKVStore(TransactionalBatches):
         seen) or waits for this transaction's commit, i.e. for the batch.
 
         PostgreSQL's upsert pays for a speculative insertion per row, and bulk batches are mostly
-        new keys (staging partitions are per staging token). So a batch of at least
-        :data:`INSERT_FIRST_MIN` items is first written by binary COPY
-        (:func:`~lakefs_core.kv.pg_copy.copy_then_read`); if that meets an existing key (the
-        transaction wrote nothing: a definite outcome), the whole transaction runs again with the
-        upsert, and so do the next :data:`UPSERT_STREAK` batches. Either way the batch is atomic
-        and each key ends with its value from this batch, as with the upsert alone."""
-        if len(batch) >= INSERT_FIRST_MIN:
-            if self._upsert_batches > 0:
-                self._upsert_batches -= 1
-            else:
-                from lakefs_core.kv import pg_copy  # asyncpg is imported for PostgreSQL only
+        new keys (staging partitions are per staging token), though a batch may also overwrite
+        keys of another partition (an upload settles its journal intents in its staging batch).
+        So the batch is written partition by partition, in the order partitions first appear: a
+        partition's items, when at least :data:`INSERT_FIRST_MIN`, are first written by binary COPY
+        under a savepoint (:func:`~lakefs_core.kv.pg_copy.copy_new`); if that meets an existing key
+        (the savepoint is rolled back: nothing of the COPY stays), they are written with the upsert,
+        and so are that partition's items in the next :data:`UPSERT_STREAK` batches. Either way the
+        batch is atomic and each key ends with its value from this batch, as with the upsert alone."""
+        sql = self._sql
+        groups: dict[bytes, list[KVItem]] = {}
+        for item in batch:
+            groups.setdefault(item[0], []).append(item)
 
-                translate = partial(self._translate, cas=False)
-
-                async def copy(conn: AsyncConnection) -> bytes | None:
-                    return await pg_copy.copy_then_read(
-                        conn,
-                        batch,
-                        table=self._table.name,
-                        quoted_table=self._quoted_table,
-                        read=read,
-                        translate=translate,
+        async def op(conn: asyncpg.Connection) -> bytes | None:
+            async with conn.transaction():
+                for partition, items in groups.items():
+                    if self._copy_first(partition, len(items)):
+                        if await pg_copy.copy_new(conn, items, table=self._table):
+                            continue
+                        self._met_existing(partition)
+                    await conn.execute(
+                        sql.upsert_many, *[list(column) for column in zip(*items, strict=True)]
                     )
-
-                try:
-                    return await self._run(copy, write=True)
-                except pg_copy.KeyExists:
-                    self._upsert_batches = UPSERT_STREAK
-        write = self._batch_write(batch) if batch else None
-        stmt = None
-        if read is not None:
-            t = self._table
-            stmt = select(t.c.value).where(t.c.partition_key == read[0], t.c.key == read[1])
-            stmt = stmt.with_for_update(read=True)
-
-        async def op(conn: AsyncConnection) -> bytes | None:
-            if write is not None:
-                await write(conn)
-            value = None if stmt is None else (await conn.execute(stmt)).scalar_one_or_none()
-            return None if value is None else bytes(value)
+                value: bytes | None = None if read is None else await conn.fetchval(sql.get_for_share, *read)
+            return value
 
         return await self._run(op, write=True)
 
-    def _batch_write(self, batch: list[KVItem]) -> Callable[[AsyncConnection], Awaitable[None]]:
-        """The upsert of a non-empty batch, to run in a transaction: ONE raw statement over three
-        arrays (``unnest``), no per-value SQLAlchemy processing; only the table name (ours,
-        quoted) is interpolated."""
-        sql = (
-            f"INSERT INTO {self._quoted_table} (partition_key, key, value) "
-            "SELECT * FROM unnest($1::bytea[], $2::bytea[], $3::bytea[]) "
-            "ON CONFLICT (partition_key, key) DO UPDATE SET value = excluded.value"
-        )
-        columns = tuple(list(column) for column in zip(*batch, strict=True))
+    def _copy_first(self, partition: bytes, count: int) -> bool:
+        """Whether ``count`` items of ``partition`` are tried with COPY first (see :meth:`_write_batch`)."""
+        if count < INSERT_FIRST_MIN:
+            return False
+        left = self._upsert_streaks.get(partition, 0)
+        if left <= 1:
+            self._upsert_streaks.pop(partition, None)
+        else:
+            self._upsert_streaks[partition] = left - 1
+        return left == 0
 
-        async def op(conn: AsyncConnection) -> None:
-            await conn.exec_driver_sql(sql, columns)
-
-        return op
+    def _met_existing(self, partition: bytes) -> None:
+        self._upsert_streaks[partition] = UPSERT_STREAK
+        self._upsert_streaks.move_to_end(partition)
+        if len(self._upsert_streaks) > STREAK_PARTITIONS:  # bounded: the least recent one is forgotten
+            self._upsert_streaks.popitem(last=False)
 
     async def set_if(self, partition: bytes, key: bytes, value: bytes, expected: Expect) -> None:
         p, k = check_key(partition, key)
         v = as_bytes(value, "value")
         exp = check_expect(expected)
-        t = self._table
-        stmt: Any
+        sql = self._sql
+        args: tuple[bytes, ...]
         if exp.kind == "absent":
-            stmt = (
-                self._insert()
-                .values(partition_key=p, key=k, value=v)
-                .on_conflict_do_nothing(index_elements=[t.c.partition_key, t.c.key])
-            )
+            stmt, args = sql.insert_absent, (p, k, v)
+        elif exp.kind == "equals":
+            stmt, args = sql.update_equals, (p, k, v, exp.value)
         else:
-            stmt = update(t).where(t.c.partition_key == p, t.c.key == k).values(value=v)
-            if exp.kind == "equals":
-                stmt = stmt.where(t.c.value == exp.value)
+            stmt, args = sql.update, (p, k, v)
 
-        async def op(conn: AsyncConnection) -> int:
-            return int((await conn.execute(stmt)).rowcount)
+        async def op(conn: asyncpg.Connection) -> int:
+            return _rowcount(await conn.execute(stmt, *args))
 
         if await self._run(op, write=True, cas=True) != 1:
             raise PreconditionFailedError(precondition_message(exp))
 
     async def delete(self, partition: bytes, key: bytes) -> None:
         p, k = check_key(partition, key)
-        t = self._table
-        stmt = sql_delete(t).where(t.c.partition_key == p, t.c.key == k)
+        sql = self._sql.delete
 
-        async def op(conn: AsyncConnection) -> None:
-            await conn.execute(stmt)
+        async def op(conn: asyncpg.Connection) -> None:
+            await conn.execute(sql, p, k)
 
         await self._run(op, write=True)
 
     async def scan(
         self, partition: bytes, start: bytes = b"", *, page_size: int = 1000
     ) -> AsyncIterator[KVEntry]:
-        t = self._table
+        sql = self._sql
 
         async def read(p: bytes, cursor: bytes, inclusive: bool, size: int) -> list[KVEntry]:
-            bound = t.c.key >= cursor if inclusive else t.c.key > cursor
-            stmt = (
-                select(t.c.key, t.c.value).where(t.c.partition_key == p, bound).order_by(t.c.key).limit(size)
-            )
+            stmt = sql.page_from if inclusive else sql.page_after
 
-            async def op(conn: AsyncConnection) -> list[KVEntry]:
-                rows = (await conn.execute(stmt)).all()
-                return [KVEntry(bytes(row[0]), bytes(row[1])) for row in rows]
+            async def op(conn: asyncpg.Connection) -> list[KVEntry]:
+                return [KVEntry(row[0], row[1]) for row in await conn.fetch(stmt, p, cursor, size)]
 
             return await self._run(op, write=False)
 
@@ -367,4 +493,7 @@ class SQLKVStore(TransactionalBatches):
         if self._closed:
             return
         self._closed = True
-        await self._engine.dispose()
+        try:
+            await asyncio.wait_for(self._pool.close(), 10)
+        except (TimeoutError, *_DRIVER_ERRORS):
+            self._pool.terminate()

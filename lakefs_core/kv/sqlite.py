@@ -1,11 +1,11 @@
 """SQLite KV store (``sqlite:///path``, the embedded default) on the standard ``sqlite3`` module.
 
-Layout (spec section 6), created on demand in the DDL SQLAlchemy emits for :mod:`.sql`'s table, so
-a file made by an earlier version works unchanged::
+Layout (spec section 6), created on demand in the DDL SQLAlchemy emitted for earlier versions, so a
+file made by one works unchanged::
 
     kv(partition_key BLOB, key BLOB, value BLOB NOT NULL, PRIMARY KEY(partition_key, key))
 
-Why not SQLAlchemy, as :mod:`.sql` for PostgreSQL: every statement here is a fixed string, and
+Why not SQLAlchemy (nor for PostgreSQL, :mod:`.sql`): every statement here is a fixed string, and
 importing SQLAlchemy took ~0.13 s of the ~0.4 s a ``lakefs-core`` process spent starting up
 (``bench/RESULTS.md``). What SQLAlchemy and aiosqlite did for SQLite is done here in a few lines:
 

@@ -43,17 +43,26 @@ def full_text(exc: BaseException) -> str:
 
 
 @pytest.mark.parametrize(
-    ("url", "driver"),
+    ("url", "user", "password", "host", "port"),
     [
-        (f"postgresql://u:{SECRET}@h:5433/db", "postgresql+asyncpg"),
-        (f"postgres://u:{SECRET}@h/db", "postgresql+asyncpg"),
-        ("postgresql+asyncpg://u@h/db", "postgresql+asyncpg"),
+        (f"postgresql://u:{SECRET}@h:5433/db", "u", SECRET, "h", 5433),
+        (f"postgres://u:{SECRET}@h/db", "u", SECRET, "h", None),
+        ("postgresql+asyncpg://u@h/db", "u", None, "h", None),
+        # a password pasted raw with the characters that would end the userinfo: taken whole
+        ("postgresql://u:p@ss/w#rd@db.example:5432/kv?sslmode=disable", "u", "p@ss/w#rd", "db.example", 5432),
     ],
 )
-def test_normalize_url_selects_async_driver(url: str, driver: str) -> None:
-    parsed = normalize_url(url)
-    assert parsed.drivername == driver
-    assert SECRET not in parsed.render_as_string(hide_password=True)
+def test_normalize_url_gives_the_driver_a_libpq_dsn(
+    url: str, user: str, password: str | None, host: str, port: int | None
+) -> None:
+    from urllib.parse import unquote, urlsplit
+
+    dsn = normalize_url(url)
+    parts = urlsplit(dsn)
+    assert parts.scheme == "postgresql"
+    assert (parts.username, parts.hostname, parts.port) == (user, host, port)
+    assert (None if parts.password is None else unquote(parts.password)) == password
+    assert parts.path in ("/db", "/kv")
 
 
 def test_open_kv_routes_the_schemes_sqlite_files_reads() -> None:
@@ -358,32 +367,69 @@ async def test_dynamodb_concurrent_opens_share_one_new_table(moto: Callable[[str
             await s.close()
 
 
-async def test_sql_error_translation_table() -> None:
-    """SQLAlchemy's errors (the PostgreSQL store; the SQLite engines of the mirrors database and
-    the lease go through the same translation), on a store that never connects."""
-    from sqlalchemy.exc import DBAPIError, IntegrityError, OperationalError
+async def test_postgres_error_translation_table() -> None:
+    """The PostgreSQL store's translation of asyncpg's errors, on a store that never connects."""
+    from asyncpg import exceptions as pg
 
-    from lakefs_core.sqlengine import create_sql_engine
-
-    store = SQLKVStore(create_sql_engine(normalize_url("postgresql://u@127.0.0.1:1/db")))
+    store = await SQLKVStore.open("postgresql://u@127.0.0.1:1/db", create=False)
     try:
         tr = store._translate
-        lost = DBAPIError("UPDATE kv", {}, ConnectionResetError("reset"), connection_invalidated=True)
-        err = tr(lost, connecting=False, write=True, cas=True)
-        assert type(err) is TransientError and "outcome unknown" in str(err)
-        assert type(tr(lost, connecting=False, write=False, cas=False)) is UnreachableError
+        for lost in (
+            pg.ConnectionDoesNotExistError("connection was closed in the middle of operation"),
+            pg.AdminShutdownError("terminating connection due to administrator command"),
+            ConnectionResetError("reset"),
+        ):
+            err = tr(lost, connecting=False, write=True, cas=True)
+            assert type(err) is TransientError and "outcome unknown" in str(err), repr(err)
+            assert type(tr(lost, connecting=False, write=False, cas=False)) is UnreachableError
         err = tr(TimeoutError(), connecting=False, write=True, cas=True)
         assert type(err) is TransientError and "outcome unknown" in str(err)
         assert type(tr(OSError("refused"), connecting=True, write=True, cas=False)) is UnreachableError
-        locked = OperationalError("UPDATE kv", {}, sqlite3.OperationalError("database is locked"))
-        assert type(tr(locked, connecting=False, write=True, cas=True)) is TransientError
-        assert type(tr(locked, connecting=True, write=False, cas=False)) is TransientError
-        dup = IntegrityError("INSERT", {}, sqlite3.IntegrityError("UNIQUE constraint failed"))
+        refused = pg.InvalidCatalogNameError('database "db" does not exist')
+        assert type(tr(refused, connecting=True, write=False, cas=False)) is UnreachableError
+        for retry in (pg.SerializationError("x"), pg.DeadlockDetectedError("x"), pg.QueryCanceledError("x")):
+            err = tr(retry, connecting=False, write=True, cas=False)
+            assert type(err) is TransientError and "outcome unknown" not in str(err), repr(err)
+        dup = pg.UniqueViolationError("duplicate key value violates unique constraint")
         assert isinstance(tr(dup, connecting=False, write=True, cas=True), PreconditionFailedError)
-        assert not isinstance(tr(dup, connecting=False, write=True, cas=False), PreconditionFailedError)
-        assert "[parameters" not in str(tr(dup, connecting=False, write=True, cas=False))
+        assert type(tr(dup, connecting=False, write=True, cas=False)) is ConflictError
+        full = tr(pg.DiskFullError("could not extend file"), connecting=False, write=True, cas=False)
+        assert type(full) is StorageFullError and not full.retryable
+        other = tr(
+            pg.UndefinedTableError('relation "kv" does not exist'), connecting=False, write=False, cas=False
+        )
+        assert type(other) is LakeFSError and "UndefinedTableError" in str(other)
     finally:
         await store.close()
+
+
+async def test_sqlalchemy_error_translation_table() -> None:
+    """SQLAlchemy's errors, as the mirrors database and the SQL lease see them (both engines go
+    through :func:`lakefs_core.sqlengine.translate_db_error`)."""
+    from sqlalchemy.exc import DBAPIError, IntegrityError, OperationalError
+    from sqlalchemy.exc import TimeoutError as PoolTimeoutError
+
+    from lakefs_core.sqlengine import translate_db_error
+
+    def tr(e: BaseException, *, connecting: bool, write: bool, cas: bool) -> LakeFSError:
+        return translate_db_error(e, "the database", connecting=connecting, write=write, cas=cas)
+
+    lost = DBAPIError("UPDATE kv", {}, ConnectionResetError("reset"), connection_invalidated=True)
+    err = tr(lost, connecting=False, write=True, cas=True)
+    assert type(err) is TransientError and "outcome unknown" in str(err)
+    assert type(tr(lost, connecting=False, write=False, cas=False)) is UnreachableError
+    err = tr(TimeoutError(), connecting=False, write=True, cas=True)
+    assert type(err) is TransientError and "outcome unknown" in str(err)
+    assert type(tr(OSError("refused"), connecting=True, write=True, cas=False)) is UnreachableError
+    err = tr(PoolTimeoutError("QueuePool limit reached"), connecting=True, write=False, cas=False)
+    assert type(err) is TransientError and "no pooled connection" in str(err)
+    locked = OperationalError("UPDATE kv", {}, sqlite3.OperationalError("database is locked"))
+    assert type(tr(locked, connecting=False, write=True, cas=True)) is TransientError
+    assert type(tr(locked, connecting=True, write=False, cas=False)) is TransientError
+    dup = IntegrityError("INSERT", {}, sqlite3.IntegrityError("UNIQUE constraint failed"))
+    assert isinstance(tr(dup, connecting=False, write=True, cas=True), PreconditionFailedError)
+    assert not isinstance(tr(dup, connecting=False, write=True, cas=False), PreconditionFailedError)
+    assert "[parameters" not in str(tr(dup, connecting=False, write=True, cas=False))
 
 
 async def test_sqlite_error_translation_table(tmp_path: Path) -> None:

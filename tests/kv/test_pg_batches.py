@@ -1,10 +1,10 @@
-"""PostgreSQL ``set_many``: a batch of at least ``INSERT_FIRST_MIN`` items is first written by binary
-``COPY`` and, when that meets an existing key, written again with the upsert in a new transaction;
+"""PostgreSQL ``set_many``: a batch is written partition by partition in one transaction; at least
+``INSERT_FIRST_MIN`` items of a partition are first written by binary ``COPY`` under a savepoint and,
+when that meets an existing key, with the upsert after rolling back to it; that partition's items in
 the next ``UPSERT_STREAK`` batches then go straight to the upsert. Whatever the path, a batch is
 atomic and each key ends with its value from the batch, and the driver's errors are the store's.
-Real server; the paths taken are recorded from the engine's cursor events and the driver's COPY
-calls, other writers are raw asyncpg connections, and lost connections are real
-(``pg_terminate_backend``)."""
+Real server; the paths taken are recorded from the driver's statements and COPY calls, other
+writers are raw asyncpg connections, and lost connections are real (``pg_terminate_backend``)."""
 
 from __future__ import annotations
 
@@ -15,7 +15,6 @@ from typing import Any
 
 import asyncpg
 import pytest
-from sqlalchemy import event
 
 from lakefs_core.errors import ConflictError, TransientError
 from lakefs_core.kv import sql as sql_module
@@ -31,13 +30,14 @@ class Recorded:
 
     def __init__(self, kv: SQLKVStore, monkeypatch: pytest.MonkeyPatch) -> None:
         self.kinds: list[str] = []
-        engine = kv._engine.sync_engine
+        execute = asyncpg.Connection.execute
 
-        @event.listens_for(engine, "before_cursor_execute")
-        def seen(conn: object, cursor: object, statement: str, *args: object) -> None:
+        async def executed(conn: asyncpg.Connection, statement: str, *args: Any, **kwargs: Any) -> Any:
             if "unnest" in statement:
                 self.kinds.append("upsert" if "ON CONFLICT" in statement else "plain")
+            return await execute(conn, statement, *args, **kwargs)
 
+        monkeypatch.setattr(asyncpg.Connection, "execute", executed)
         copy = asyncpg.Connection.copy_records_to_table
 
         async def copied(conn: asyncpg.Connection, *args: Any, **kwargs: Any) -> Any:
@@ -128,6 +128,45 @@ async def test_after_a_conflict_a_streak_of_batches_skips_the_copy(
     assert (await contents(kv, p))[b"k0000"] == b"b0"
 
 
+async def test_each_partition_of_a_batch_takes_its_own_path(
+    kv: SQLKVStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """New keys of one partition go by COPY while the same batch overwrites keys of another (an
+    upload's staging entries and the journal intents it settles); only the overwriting partition
+    then skips the COPY."""
+    seen, fresh, settled = Recorded(kv, monkeypatch), partition(), partition()
+    await kv.set_many(batch(settled, N, b"pending"))
+    assert seen.take() == ["copy"]
+    await kv.set_many(batch(fresh, N, b"a") + batch(settled, N, b"stored"))
+    assert seen.take() == ["copy", "copy", "upsert"]  # fresh: copied; settled: COPY met a key, upsert
+    await kv.set_many(batch(fresh, N, b"b", start=N) + batch(settled, N, b"again"))
+    assert seen.take() == ["copy", "upsert"]  # the streak is the settled partition's only
+    assert await contents(kv, settled) == {k: v for _, k, v in batch(settled, N, b"again")}
+    assert await contents(kv, fresh) == {
+        k: v for _, k, v in batch(fresh, N, b"a") + batch(fresh, N, b"b", start=N)
+    }
+
+
+async def test_a_failing_partition_undoes_the_copied_ones(
+    kv: SQLKVStore, raw: asyncpg.Connection, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The batch is one transaction: a CHECK violation in its second partition leaves nothing of
+    the first partition's COPY."""
+    seen, first, second = Recorded(kv, monkeypatch), partition(), partition()
+    hex_p = second.hex()
+    await raw.execute(
+        f"ALTER TABLE kv ADD CONSTRAINT short_{hex_p[-12:]} "
+        f"CHECK (partition_key <> '\\x{hex_p}'::bytea OR length(value) < 8) NOT VALID"
+    )
+    try:
+        with pytest.raises(ConflictError):
+            await kv.set_many(batch(first, N, b"v") + batch(second, N, b"v") + [(second, b"long", b"x" * 20)])
+        assert seen.take() == ["copy", "copy"]
+        assert await contents(kv, first) == {} and await contents(kv, second) == {}
+    finally:
+        await raw.execute(f"ALTER TABLE kv DROP CONSTRAINT short_{hex_p[-12:]}")
+
+
 async def test_other_integrity_errors_are_not_retried(
     kv: SQLKVStore, raw: asyncpg.Connection, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -166,7 +205,6 @@ async def test_an_uncommitted_insert_of_a_key_is_waited_for(
         await asyncio.wait_for(task, 30)
         assert seen.take() == (["copy", "upsert"] if outcome == "commit" else ["copy"])
         assert await contents(kv, p) == {k: v for _, k, v in batch(p, N, b"ours")}
-        kv._upsert_batches = 0  # the next outcome starts from the COPY again
 
 
 async def test_racing_batches_each_land_whole(pg_database: PgDatabase) -> None:
@@ -267,3 +305,17 @@ async def test_a_cancelled_copy_writes_nothing_and_leaves_the_store_usable(
 
 def test_thresholds_are_sane() -> None:
     assert 1 < sql_module.INSERT_FIRST_MIN <= 1000 and sql_module.UPSERT_STREAK >= 1
+    assert sql_module.STREAK_PARTITIONS >= 2
+
+
+async def test_streaks_are_remembered_for_a_bounded_number_of_partitions() -> None:
+    store = await SQLKVStore.open("postgresql://u@127.0.0.1:1/db", create=False)  # never connects
+    try:
+        limit = sql_module.STREAK_PARTITIONS
+        for i in range(limit + 10):
+            store._met_existing(b"p%d" % i)
+        assert len(store._upsert_streaks) == limit
+        assert not store._copy_first(b"p%d" % (limit + 9), N)  # the latest is on its streak
+        assert store._copy_first(b"p0", N)  # forgotten: COPY first again
+    finally:
+        await store.close()

@@ -4,10 +4,10 @@ A raw driver connection holds a row lock, so the store's statement waits on the 
 then ends that waiting backend from outside (``pg_terminate_backend``, ``pg_cancel_backend``) or
 closes a deadlock cycle, and checks the error the caller gets: a write whose connection is lost has an
 unknown outcome (:class:`TransientError`, never :class:`UnreachableError`, which would claim that
-nothing happened); a cancelled statement or a deadlock victim is retryable. Two translations that a
-real server cannot be made to produce on demand (a connection-class SQLSTATE without a dropped socket,
-an exhausted pool within a test's time) are checked on constructed errors, as the translation table
-in ``test_open_kv.py`` does.
+nothing happened); a cancelled statement or a deadlock victim is retryable; an operation that finds
+every pooled connection busy for the pool timeout is retryable too. The one translation a real
+server cannot be made to produce on demand (a connection-class SQLSTATE without a dropped socket) is
+checked on a constructed driver error, as the translation table in ``test_open_kv.py`` does.
 """
 
 from __future__ import annotations
@@ -18,14 +18,11 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 
 import asyncpg
 import pytest
-from sqlalchemy.exc import DBAPIError
-from sqlalchemy.exc import TimeoutError as PoolTimeoutError
 
 from lakefs_core.errors import LakeFSError, NotFoundError, TransientError, UnreachableError
 from lakefs_core.kv import Expect, KVStore
-from lakefs_core.kv.sql import SQLKVStore, normalize_url
+from lakefs_core.kv.sql import SQLKVStore
 from lakefs_core.kv.sqlite import SQLiteKVStore
-from lakefs_core.sqlengine import create_sql_engine
 from tests.support.pg import PgDatabase
 
 P = b"partition"
@@ -137,40 +134,46 @@ async def test_deadlock_victim_is_retryable(pg_kv: tuple[SQLKVStore, asyncpg.Con
     assert [await kv.get(P, k) for k in (b"a", b"b")] == [b"kv", b"kv"]
 
 
-class _ConnectionFailure(Exception):
-    """A driver exception carrying a connection-class SQLSTATE (08006 connection_failure)."""
-
-    sqlstate = "08006"
-
-
-@pytest.fixture
-async def pg_translation() -> AsyncIterator[SQLKVStore]:
-    """A PostgreSQL store that never connects: its error translation is all these tests use."""
-    store = SQLKVStore(create_sql_engine(normalize_url("postgresql://u@127.0.0.1:1/db")))
+async def test_connection_class_sqlstate_is_a_lost_connection() -> None:
+    """A 08xxx SQLSTATE is a lost connection: unreachable for a read, unknown outcome for a write
+    (not a mere "temporarily refused"). On a store that never connects."""
+    store = await SQLKVStore.open("postgresql://u@127.0.0.1:1/db", create=False)
     try:
-        yield store
+        lost = asyncpg.exceptions.ConnectionFailureError("server closed the connection")
+        assert lost.sqlstate == "08006"
+        read = store._translate(lost, connecting=False, write=False, cas=False)
+        assert type(read) is UnreachableError, repr(read)
+        write = store._translate(lost, connecting=False, write=True, cas=True)
+        assert type(write) is TransientError and "outcome unknown" in str(write), repr(write)
     finally:
         await store.close()
 
 
-async def test_connection_class_sqlstate_is_a_lost_connection(pg_translation: SQLKVStore) -> None:
-    """A 08xxx SQLSTATE without an invalidated connection is still a lost connection: unreachable
-    for a read, unknown outcome for a write (not a mere "temporarily refused")."""
-    lost = DBAPIError("UPDATE kv", {}, _ConnectionFailure("server closed the connection"))
-    assert not lost.connection_invalidated
-    read = pg_translation._translate(lost, connecting=False, write=False, cas=False)
-    assert type(read) is UnreachableError, repr(read)
-    write = pg_translation._translate(lost, connecting=False, write=True, cas=True)
-    assert type(write) is TransientError and "outcome unknown" in str(write), repr(write)
-
-
-async def test_exhausted_pool_is_transient_not_unreachable(pg_translation: SQLKVStore) -> None:
-    """No pooled connection within the pool timeout: the database is up but busy."""
-    err = pg_translation._translate(
-        PoolTimeoutError("QueuePool limit reached"), connecting=True, write=False, cas=False
-    )
-    assert type(err) is TransientError, repr(err)
-    assert "no pooled connection" in str(err)
+async def test_exhausted_pool_is_transient_not_unreachable(pg_database: PgDatabase) -> None:
+    """Every pooled connection stays busy (a write waiting for a row lock) beyond the pool timeout:
+    the database is up but busy, a retryable error that never waits longer than the timeout."""
+    table = f"kv_guard_{uuid.uuid4().hex[:10]}"
+    kv = await SQLKVStore.open(pg_database.url, table=table, pool_size=1, max_overflow=0, pool_timeout=0.3)
+    raw = await asyncpg.connect(pg_database.url)
+    try:
+        await kv.set(P, b"k", b"old")
+        tx = await lock_rows(raw, table, b"k")
+        blocked = asyncio.ensure_future(kv.set(P, b"k", b"new"))
+        try:
+            await waiting_backend(raw)
+            started = asyncio.get_running_loop().time()
+            with pytest.raises(TransientError, match="no pooled connection") as info:
+                await kv.get(P, b"k")
+            assert asyncio.get_running_loop().time() - started < 5
+            assert info.value.retryable
+        finally:
+            await tx.rollback()
+        await asyncio.wait_for(blocked, 30)
+        assert await kv.get(P, b"k") == b"new"  # the slot came free again
+    finally:
+        await kv.close()
+        await raw.execute(f'DROP TABLE IF EXISTS "{table}"')
+        await raw.close()
 
 
 @pytest.fixture(params=["sqlite", "postgres"])
