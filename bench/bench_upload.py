@@ -5,7 +5,8 @@
    directory, after one untimed warm-up run of each; in each round both write a fresh tree, in
    alternating order, nothing deleted in between; best round of each and the median of the
    rounds' ratios. The CLI runs from compiled bytecode, as installed. Modes: the embedded default
-   (SQLite + local namespace) and PostgreSQL + local (a ``bench_upload`` database on the test server).
+   (SQLite + local namespace) and PostgreSQL + local (a ``bench_upload`` database on the test server,
+   created afresh for each run).
    Target: lakefs/rclone throughput ratio >= 0.5.
 2. ``upload_tree_requests`` (``--s3``): the same upload to S3 + DynamoDB on one moto_server, through
    two counting proxies (one for S3, one for DynamoDB); reports requests per object. Target: at most
@@ -93,8 +94,10 @@ async def _pg_url() -> str:
 
     conn = await asyncpg.connect(PG_ADMIN)
     try:
-        if not await conn.fetchval("SELECT 1 FROM pg_database WHERE datname = $1", PG_DB):
-            await conn.execute(f"CREATE DATABASE {PG_DB}")
+        # A fresh database per run: a KV table grown by earlier runs (hundreds of MB after a few)
+        # makes every insert slower and the figures depend on how often the benchmark ran before.
+        await conn.execute(f"DROP DATABASE IF EXISTS {PG_DB} WITH (FORCE)")
+        await conn.execute(f"CREATE DATABASE {PG_DB}")
     finally:
         await conn.close()
     return PG_ADMIN.rsplit("/", 1)[0] + "/" + PG_DB

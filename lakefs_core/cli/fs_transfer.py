@@ -3,9 +3,10 @@
 - ``upload --recursive`` walks the tree, then uploads it in batches of at most ``BATCH_FILES``
   files (and about ``BATCH_BYTES``): per batch, one repository and branch read, the PUTs
   ``upload_concurrency`` at a time and every entry staged in one KV batch
-  (:meth:`~lakefs_core.repos.objects.Objects.upload_many`), one batch after the other (two in
-  flight were measured no faster: the event loop's per-entry work and the writer threads then
-  contend for the GIL). Files above ``STREAM_THRESHOLD`` are streamed (multipart on S3); smaller
+  (:meth:`~lakefs_core.repos.objects.Objects.upload_many`), ``UPLOAD_IN_FLIGHT`` batches at a
+  time: the next batch's PUTs overlap the previous one's staging write. After a failing batch no
+  new one starts, one already in flight runs to its end, and the error says how many objects were
+  staged. Files above ``STREAM_THRESHOLD`` are streamed (multipart on S3); smaller
   ones are read whole in the store's worker threads when written, in batches
   (``BlockStore.put_batch``: one thread hop per few dozen files and one filesystem sync per window
   on a local namespace); memory is bounded by ``upload_concurrency`` bodies. The progress bar
@@ -29,7 +30,8 @@ import json
 import os
 import sys
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections import deque
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
 from pathlib import Path
 from stat import S_ISDIR, S_ISREG
 from typing import IO, TYPE_CHECKING, Any, TypeVar
@@ -54,6 +56,10 @@ STREAM_THRESHOLD = 8 << 20  # bigger files are streamed to the store
 READ_CHUNK = 1 << 20
 BATCH_FILES = 1000  # objects staged per KV batch by upload --recursive
 BATCH_BYTES = 256 << 20  # a batch closes early once its files add up to this
+# Batches of upload --recursive in flight: the next one's journal intents and PUTs run while the
+# previous one's entries are staged (measured: 3-4% faster on SQLite, ~10% on PostgreSQL, whose
+# server works on the staging batch while this process writes files).
+UPLOAD_IN_FLIGHT = 2
 
 
 def _open_regular(path: Path) -> IO[bytes]:
@@ -209,26 +215,61 @@ async def upload_tree(
         bar.set_postfix_str(f"{done}/{len(files)} files", refresh=False)
         bar.update(info.size)
 
-    results: list[ObjectStat] = []
+    async def upload(batch: list[tuple[str, str, int]]) -> list[ObjectStat]:
+        return await s.objects.upload_many(
+            dest.repo,
+            dest.ref,
+            _upload_items(batch, dest.path, content_type),
+            concurrency=s.config.upload_concurrency,
+            on_stored=None if isinstance(bar, NoProgress) else stored,
+        )
+
     try:
-        for batch in batches(files):
-            items = _upload_items(batch, dest.path, content_type)
-            try:
-                results += await s.objects.upload_many(
-                    dest.repo,
-                    dest.ref,
-                    items,
-                    concurrency=s.config.upload_concurrency,
-                    on_stored=None if isinstance(bar, NoProgress) else stored,
-                )
-            except LakeFSError as e:
-                if not results:
-                    raise
-                staged = f"{len(results)} of {len(files)} objects were staged before it"
-                raise e.with_note(f"{staged}; uploading again overwrites them") from e
+        results, failure = await _overlapped(
+            (functools.partial(upload, batch) for batch in batches(files)), UPLOAD_IN_FLIGHT
+        )
     finally:
         bar.close()
+    if failure is not None:
+        if not results:
+            raise failure
+        staged = f"{len(results)} of {len(files)} objects were staged before it"
+        raise failure.with_note(f"{staged}; uploading again overwrites them") from failure
     return results
+
+
+async def _overlapped(
+    jobs: Iterable[Callable[[], Awaitable[list[T]]]], in_flight: int
+) -> tuple[list[T], LakeFSError | None]:
+    """Run ``jobs`` ``in_flight`` at a time, their results concatenated in the jobs' order, until
+    one fails with a :class:`LakeFSError`: no job starts after that, those already running run to
+    their end (their outcome is then known), and the first failure is returned with the results of
+    every job that succeeded. Anything else (a bug, a cancellation) cancels the running jobs."""
+    results: list[T] = []
+    failure: LakeFSError | None = None
+    pending: deque[asyncio.Task[list[T]]] = deque()
+
+    async def collect() -> None:
+        nonlocal failure
+        try:
+            results.extend(await pending.popleft())
+        except LakeFSError as e:
+            failure = failure or e
+
+    try:
+        for job in jobs:
+            if failure is not None or any(t.done() and not t.cancelled() and t.exception() for t in pending):
+                break
+            pending.append(asyncio.ensure_future(job()))
+            if len(pending) >= in_flight:
+                await collect()
+        while pending:
+            await collect()
+    finally:
+        for task in pending:
+            task.cancel()
+        await asyncio.gather(*pending, return_exceptions=True)
+    return results, failure
 
 
 def object_key(prefix: str, rel: str) -> str:
