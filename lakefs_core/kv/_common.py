@@ -4,6 +4,7 @@ batch entry points of the SQL drivers). Not public API."""
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
+from typing import Any
 
 from lakefs_core.errors import BadInputError, LakeFSError, NotFoundError
 from lakefs_core.kv.base import Expect, KVEntry, KVItem
@@ -64,8 +65,20 @@ def closed_error(driver: str) -> LakeFSError:
 def check_items(items: Iterable[object]) -> list[KVItem]:
     """Validate a :meth:`~lakefs_core.kv.base.KVStore.set_many` batch; a key given twice keeps its last
     value (at the position of its last occurrence), since no backend accepts one key twice per batch."""
+    batch: list[Any] = list(items)
+    # The common batch (plain bytes tuples, no key twice) is returned as it is, checked in two
+    # passes of C-level work; anything else takes the item-by-item path below.
+    for item in batch:
+        if type(item) is not tuple or len(item) != 3:
+            break
+        p, k, v = item
+        if type(p) is not bytes or type(k) is not bytes or type(v) is not bytes or not p or not k:
+            break
+    else:
+        if len({(item[0], item[1]) for item in batch}) == len(batch):
+            return batch
     last: dict[tuple[bytes, bytes], KVItem] = {}
-    for item in items:
+    for item in batch:
         if not isinstance(item, tuple) or len(item) != 3:
             raise BadInputError("must be (partition, key, value) tuples", field="items")
         p, k, v = item

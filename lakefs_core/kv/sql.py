@@ -21,9 +21,9 @@ third of a 5,000-file upload. What the engine did is asyncpg's own pool plus a f
   - ``set`` = upsert (``INSERT ... ON CONFLICT (partition_key, key) DO UPDATE``);
   - ``set_many`` = ONE transaction, so the batch is atomic, writing partition by partition: the
     upsert over arrays (``INSERT ... SELECT * FROM unnest(...)``), or, for at least
-    :data:`INSERT_FIRST_MIN` items of one partition, first binary ``COPY`` under a savepoint (no
-    speculative insertion per row; :mod:`lakefs_core.kv.pg_copy`), and the upsert after rolling
-    back to it when that meets an existing key (``SQLKVStore._write_batch``);
+    :data:`INSERT_FIRST_MIN` items of one partition, first binary ``COPY`` (no speculative
+    insertion per row; :mod:`lakefs_core.kv.pg_copy`), and when that meets an existing key the
+    transaction again with that partition upserted (``SQLKVStore._write_batch``);
     ``set_many_then_get`` reads the key ``FOR SHARE`` before the commit;
   - ``set_if(ABSENT)`` = ``INSERT ... ON CONFLICT DO NOTHING``, success iff one row was inserted;
   - ``set_if(EXISTS)`` = ``UPDATE ... WHERE partition_key = $1 AND key = $2`` (``AND value = $4``
@@ -190,6 +190,14 @@ class _SQL:
         self.page_from, self.page_after = page.format(">="), page.format(">")
 
 
+class _KeyExists(LakeFSError):
+    """A batch's COPY of ``partition``'s items met an existing key; nothing of the batch was written."""
+
+    def __init__(self, partition: bytes) -> None:
+        super().__init__("a key of the batch exists")
+        self.partition = partition
+
+
 class _PoolExhausted(Exception):
     """No pooled connection came free within the pool timeout."""
 
@@ -321,7 +329,7 @@ class SQLKVStore(TransactionalBatches):
                 usable = True
                 return result
             except LakeFSError:
-                usable = True  # raised by ``fn`` itself, not by the driver
+                usable = True  # raised by ``fn`` itself (_KeyExists), not by the driver
                 raise
             except _DRIVER_ERRORS as e:
                 state = sqlstate(e) or ""
@@ -404,29 +412,39 @@ class SQLKVStore(TransactionalBatches):
         keys of another partition (an upload settles its journal intents in its staging batch).
         So the batch is written partition by partition, in the order partitions first appear: a
         partition's items, when at least :data:`INSERT_FIRST_MIN`, are first written by binary COPY
-        under a savepoint (:func:`~lakefs_core.kv.pg_copy.copy_new`); if that meets an existing key
-        (the savepoint is rolled back: nothing of the COPY stays), they are written with the upsert,
-        and so are that partition's items in the next :data:`UPSERT_STREAK` batches. Either way the
-        batch is atomic and each key ends with its value from this batch, as with the upsert alone."""
+        (:func:`~lakefs_core.kv.pg_copy.copy_rows`); if that meets an existing key (the
+        transaction is rolled back: nothing of it stays, a definite outcome), the transaction runs
+        again with that partition's items upserted, as they are in its next :data:`UPSERT_STREAK`
+        batches (at most one more run per partition: a savepoint per COPY instead cost every batch
+        two round trips). Either way the batch is atomic and each key ends with its value from
+        this batch, as with the upsert alone."""
         sql = self._sql
         groups: dict[bytes, list[KVItem]] = {}
-        for item in batch:
-            groups.setdefault(item[0], []).append(item)
+        if len({item[0] for item in batch}) == 1:  # the usual batch: one partition
+            groups[batch[0][0]] = batch
+        else:
+            for item in batch:
+                groups.setdefault(item[0], []).append(item)
+        copy = {partition: self._copy_first(partition, len(items)) for partition, items in groups.items()}
 
         async def op(conn: asyncpg.Connection) -> bytes | None:
             async with conn.transaction():
                 for partition, items in groups.items():
-                    if self._copy_first(partition, len(items)):
-                        if await pg_copy.copy_new(conn, items, table=self._table):
-                            continue
-                        self._met_existing(partition)
-                    await conn.execute(
-                        sql.upsert_many, *[list(column) for column in zip(*items, strict=True)]
-                    )
+                    if copy[partition]:
+                        if not await pg_copy.copy_rows(conn, items, table=self._table):
+                            raise _KeyExists(partition)  # leaves the aborted transaction
+                        continue
+                    columns = [list(column) for column in zip(*items, strict=True)]
+                    await conn.execute(sql.upsert_many, *columns)
                 value: bytes | None = None if read is None else await conn.fetchval(sql.get_for_share, *read)
             return value
 
-        return await self._run(op, write=True)
+        while True:
+            try:
+                return await self._run(op, write=True)
+            except _KeyExists as e:
+                copy[e.partition] = False
+                self._met_existing(e.partition)
 
     def _copy_first(self, partition: bytes, count: int) -> bool:
         """Whether ``count`` items of ``partition`` are tried with COPY first (see :meth:`_write_batch`)."""

@@ -1,7 +1,7 @@
 """PostgreSQL ``set_many``: a batch is written partition by partition in one transaction; at least
-``INSERT_FIRST_MIN`` items of a partition are first written by binary ``COPY`` under a savepoint and,
-when that meets an existing key, with the upsert after rolling back to it; that partition's items in
-the next ``UPSERT_STREAK`` batches then go straight to the upsert. Whatever the path, a batch is
+``INSERT_FIRST_MIN`` items of a partition are first written by binary ``COPY`` and, when that meets
+an existing key, the transaction runs again with that partition's items upserted; its items in the
+next ``UPSERT_STREAK`` batches then go straight to the upsert. Whatever the path, a batch is
 atomic and each key ends with its value from the batch, and the driver's errors are the store's.
 Real server; the paths taken are recorded from the driver's statements and COPY calls, other
 writers are raw asyncpg connections, and lost connections are real (``pg_terminate_backend``)."""
@@ -138,7 +138,8 @@ async def test_each_partition_of_a_batch_takes_its_own_path(
     await kv.set_many(batch(settled, N, b"pending"))
     assert seen.take() == ["copy"]
     await kv.set_many(batch(fresh, N, b"a") + batch(settled, N, b"stored"))
-    assert seen.take() == ["copy", "copy", "upsert"]  # fresh: copied; settled: COPY met a key, upsert
+    # fresh copied, settled's COPY met a key; again: fresh copied, settled upserted
+    assert seen.take() == ["copy", "copy", "copy", "upsert"]
     await kv.set_many(batch(fresh, N, b"b", start=N) + batch(settled, N, b"again"))
     assert seen.take() == ["copy", "upsert"]  # the streak is the settled partition's only
     assert await contents(kv, settled) == {k: v for _, k, v in batch(settled, N, b"again")}
