@@ -130,6 +130,8 @@ def test_bad_sqlite_urls_are_refused_without_echoing_them(url: str) -> None:
         ("dynamodb://t/extra/path", "url"),
         # a lone surrogate (environment bytes the OS could not decode), in every scheme
         (f"postgresql://u\udcff:{SECRET}@127.0.0.1/db", "url"),
+        # a connection parameter the driver refuses (its message may repeat the URL's parts)
+        (f"postgresql://u:{SECRET}@127.0.0.1:1/db?sslmode=bogus-{SECRET}", "url"),
         (f"sqlite:////tmp/{SECRET}\udcff.db", "url"),
         (f"dynamodb://t\udcff?region=us-east-1&x={SECRET}", "url"),
     ],
