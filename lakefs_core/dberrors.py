@@ -39,6 +39,11 @@ PG_TRANSIENT_CLASSES = ("08", "53", "58")
 PG_SESSION_ENDED = frozenset({"57P01", "57P02", "57P03"})
 
 
+def driver_reason(e: BaseException) -> str:
+    """A short description of a driver's exception: its class and message, at most 500 characters."""
+    return f"{type(e).__name__}: {str(e).strip() or type(e).__name__}"[:500]
+
+
 def sqlstate(e: BaseException) -> str | None:
     """The SQLSTATE of a database error (through SQLAlchemy's and the driver's wrappers), if any."""
     seen: BaseException | None = e

@@ -11,14 +11,15 @@ covered whole.
 :func:`redact_url` masks the whole userinfo (user and password) as ``***``; it may over-mask a URL
 whose path or query also holds ``@`` after credentials (``user:pw@host/db?x=a@b`` shows as
 ``***@b``), never under-mask. :func:`userinfo_end` is the split it uses; parsers that must keep a
-trailing ``@`` in the path apart (the SQL URL normaliser) use :func:`sql_userinfo_end`.
+trailing ``@`` in the path apart (the SQL URL normaliser) use :func:`sql_userinfo_end`, and
+:func:`quote_sql_userinfo` percent-encodes such a userinfo for a URL parser.
 """
 
 from __future__ import annotations
 
 import re
 
-__all__ = ["redact_url", "sql_userinfo_end", "userinfo_end"]
+__all__ = ["quote_sql_userinfo", "redact_url", "sql_userinfo_end", "userinfo_end"]
 
 _URL = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*://)(.*)$", re.DOTALL)
 # What may follow the userinfo's ``@`` in a SQL URL: a host (name, IPv4 or [IPv6]), an optional
@@ -55,6 +56,20 @@ def sql_userinfo_end(rest: str) -> int:
             return at
         at = head.rfind("@", 0, at)
     return -1
+
+
+# What a pasted password may hold raw that would end the userinfo for a URL parser.
+_USERINFO_QUOTES = str.maketrans({"@": "%40", "/": "%2F", "#": "%23"})
+
+
+def quote_sql_userinfo(url: str) -> str:
+    """``url`` with ``@``, ``/`` and ``#`` inside its userinfo (as :func:`sql_userinfo_end` splits
+    it) percent-encoded, so a URL parser takes the password whole; the drivers decode it back."""
+    scheme, sep, rest = url.partition("://")
+    end = sql_userinfo_end(rest) if sep else -1
+    if end <= 0:
+        return url
+    return f"{scheme}://{rest[:end].translate(_USERINFO_QUOTES)}{rest[end:]}"
 
 
 def redact_url(text: str) -> str:

@@ -26,9 +26,9 @@ from sqlalchemy.exc import TimeoutError as PoolTimeoutError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 from sqlalchemy.sql.expression import TableClause
 
-from lakefs_core.dberrors import PG_DISK_FULL, sqlstate, translate_failure
+from lakefs_core.dberrors import PG_DISK_FULL, driver_reason, sqlstate, translate_failure
 from lakefs_core.errors import LakeFSError, StorageFullError, TransientError, UnreachableError
-from lakefs_core.redact import sql_userinfo_end
+from lakefs_core.redact import quote_sql_userinfo
 from lakefs_core.sqlite_files import (
     SQLITE_SCHEMES,
     execute_pragma,
@@ -51,7 +51,7 @@ def normalize_sql_url(url: str) -> URL:
     """
     try:
         url.encode()  # a lone surrogate (environment bytes the OS could not decode): refused
-        parsed = make_url(_quote_userinfo_at(url))
+        parsed = make_url(quote_sql_userinfo(url))
     except (ArgumentError, ValueError):  # UnicodeEncodeError is a ValueError
         # ``from None``: a mis-split URL can put part of a password into the parser's message.
         raise ValueError("not a valid SQL database URL") from None
@@ -84,15 +84,6 @@ def upsert_insert(dialect: str, table: TableClause) -> Any:
     from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 
     return sqlite_insert(table)
-
-
-def _quote_userinfo_at(url: str) -> str:
-    """``url`` with every ``@`` inside its userinfo percent-encoded (SQLAlchemy decodes it back)."""
-    scheme, sep, rest = url.partition("://")
-    end = sql_userinfo_end(rest) if sep else -1
-    if end <= 0 or "@" not in rest[:end]:
-        return url
-    return f"{scheme}://{rest[:end].replace('@', '%40')}{rest[end:]}"
 
 
 def create_sql_engine(
@@ -141,8 +132,7 @@ def db_reason(e: BaseException) -> str:
     # SQLAlchemy's asyncpg adapter wraps the driver's exception; name the driver's class.
     if inner.__cause__ is not None and type(inner).__module__.startswith("sqlalchemy"):
         inner = inner.__cause__
-    text = str(inner).strip() or type(inner).__name__
-    return f"{type(inner).__name__}: {text}"[:500]
+    return driver_reason(inner)
 
 
 def translate_db_error(

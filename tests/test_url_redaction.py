@@ -101,3 +101,23 @@ def test_s3_endpoint_with_credentials_is_refused_without_repeating_them(password
         load_mirror_config(None, env)
     assert info.value.field == "regions.us-east-1.object_store.endpoint_url"
     assert_hidden(str(info.value), password)
+
+
+@pytest.mark.parametrize("password", [*PASSWORDS, "p#ss/w@rd"])
+def test_both_sql_url_parsers_take_a_raw_password_whole(password: str) -> None:
+    """The SQLAlchemy engines (``normalize_sql_url``) and the PostgreSQL KV store (asyncpg's DSN from
+    ``normalize_url``) read the same user, password, host, port and database from a pasted URL:
+    both go through ``redact.quote_sql_userinfo``."""
+    from urllib.parse import unquote, urlsplit
+
+    from lakefs_core.kv.sql import normalize_url
+    from lakefs_core.sqlengine import normalize_sql_url
+
+    url = f"postgresql://lakefs:{password}@db.example.com:5432/kv?sslmode=require"
+    sa = normalize_sql_url(url)
+    dsn = urlsplit(normalize_url(url))
+    expected = ("lakefs", password.replace("%40", "@"), "db.example.com", 5432, "kv")
+    assert (sa.username, sa.password, sa.host, sa.port, sa.database) == expected
+    assert dsn.username is not None and dsn.password is not None
+    parsed = (unquote(dsn.username), unquote(dsn.password), dsn.hostname, dsn.port, dsn.path[1:])
+    assert parsed == expected

@@ -57,7 +57,7 @@ from urllib.parse import urlsplit
 
 import asyncpg
 
-from lakefs_core.dberrors import PG_DISK_FULL, PG_SESSION_ENDED, sqlstate, translate_failure
+from lakefs_core.dberrors import PG_DISK_FULL, PG_SESSION_ENDED, driver_reason, sqlstate, translate_failure
 from lakefs_core.errors import (
     BadInputError,
     LakeFSError,
@@ -67,7 +67,7 @@ from lakefs_core.errors import (
     TransientError,
     UnreachableError,
 )
-from lakefs_core.kv import pg_copy
+from lakefs_core.kv import _SQLITE_SCHEMES, pg_copy
 from lakefs_core.kv._common import (
     TransactionalBatches,
     as_bytes,
@@ -78,7 +78,7 @@ from lakefs_core.kv._common import (
     precondition_message,
 )
 from lakefs_core.kv.base import Expect, KVEntry, KVItem
-from lakefs_core.redact import redact_url, sql_userinfo_end
+from lakefs_core.redact import quote_sql_userinfo, redact_url
 
 T = TypeVar("T")
 
@@ -97,9 +97,6 @@ DEFAULT_POOL_TIMEOUT_S = 30.0
 DEFAULT_CONNECT_TIMEOUT_S = 10.0
 IDLE_CONNECTION_LIFETIME_S = 300.0
 PG_SCHEMES = frozenset({"postgresql", "postgres", "postgresql+asyncpg", "postgres+asyncpg"})
-_SQLITE_SCHEMES = frozenset({"sqlite", "sqlite+aiosqlite"})  # = sqlite_files.SQLITE_SCHEMES (tested)
-# Characters a pasted password may hold raw that would end the userinfo for a URL parser.
-_USERINFO_QUOTES = str.maketrans({"@": "%40", "/": "%2F", "#": "%23"})
 # What the driver raises for database trouble: server errors, then a connection that is closed or in
 # a state it cannot use (e.g. the server ended the session while it sat idle), sockets, timeouts.
 _DRIVER_ERRORS = (
@@ -121,15 +118,12 @@ def normalize_url(url: str) -> str:
         url.encode()  # a lone surrogate (environment bytes the OS could not decode): refused
     except UnicodeEncodeError:
         raise BadInputError("the PostgreSQL URL is not valid UTF-8", field="url") from None
-    scheme, sep, rest = url.partition("://")
+    scheme, sep, rest = quote_sql_userinfo(url).partition("://")
     scheme = scheme.lower()
     if sep and scheme in _SQLITE_SCHEMES:
         raise BadInputError("SQLite files are opened by lakefs_core.kv.sqlite (open_kv)", field="url")
     if not sep or scheme not in PG_SCHEMES:
         raise BadInputError("not a PostgreSQL URL (postgresql://user@host:port/database)", field="url")
-    end = sql_userinfo_end(rest)
-    if end > 0:
-        rest = rest[:end].translate(_USERINFO_QUOTES) + rest[end:]
     dsn = f"postgresql://{rest}"
     try:
         parts = urlsplit(dsn)
@@ -267,7 +261,7 @@ class SQLKVStore(TransactionalBatches):
     # -- plumbing -------------------------------------------------------------------------------
 
     def _translate(self, e: BaseException, *, connecting: bool, write: bool, cas: bool) -> LakeFSError:
-        reason = f"{type(e).__name__}: {str(e).strip() or type(e).__name__}"[:500]
+        reason = driver_reason(e)
         state = sqlstate(e) or ""
         if state == PG_DISK_FULL:  # first: neither unreachable nor transient, whatever else it says
             return StorageFullError(f"{self._where}: no space left: {reason}")

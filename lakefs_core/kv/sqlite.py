@@ -56,6 +56,7 @@ from itertools import chain
 from pathlib import Path
 from typing import TypeVar
 
+from lakefs_core.dberrors import driver_reason
 from lakefs_core.errors import (
     BadInputError,
     ConflictError,
@@ -285,7 +286,7 @@ class SQLiteKVStore(TransactionalBatches):
             self._idle.append(conn)
 
     def _translate(self, e: BaseException, *, connecting: bool, write: bool, cas: bool) -> LakeFSError:
-        reason = f"{type(e).__name__}: {str(e).strip() or type(e).__name__}"[:500]
+        reason = driver_reason(e)
         text = reason.lower()
         if is_disk_full(e, text, self._path):
             return StorageFullError(f"{self._where}: no space left: {reason}")
