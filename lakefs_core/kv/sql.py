@@ -297,7 +297,7 @@ class SQLKVStore(TransactionalBatches):
                 if not isinstance(e, _DRIVER_ERRORS):
                     raise
                 # the others in the pool may be as dead: they are replaced when next checked out
-                self._pool.expire_connections()
+                await self._pool.expire_connections()
                 if attempt == 2:
                     raise self._translate(e, connecting=True, write=False, cas=False) from e
         raise AssertionError("unreachable")

@@ -8,6 +8,7 @@ import time
 import traceback
 from collections.abc import Callable
 from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
 
 import aioboto3
 import asyncpg
@@ -30,6 +31,7 @@ from lakefs_core.kv.sqlite import SQLiteKVStore
 from lakefs_core.sqlite_files import SQLITE_SCHEMES, sqlite_database
 from tests.support.moto import MotoServer, free_port
 from tests.support.pg import PgDatabase
+from tests.support.tcpproxy import TcpProxy
 
 SECRET = "s3cr3t-Pa55"
 
@@ -259,6 +261,39 @@ async def test_postgres_survives_server_side_disconnects(pg_database: PgDatabase
     finally:
         await store.delete(b"reconnect", b"k")
         await store.close()
+
+
+async def test_postgres_replaces_every_pooled_connection_that_died_unnoticed(
+    pg_database: PgDatabase,
+) -> None:
+    # The server's side of each pooled connection goes away without the client seeing it until
+    # it next sends (a NAT timeout, a failover): the first ping that fails expires the whole
+    # pool, so the retry connects afresh instead of picking another dead connection.
+    parts = urlsplit(pg_database.url)
+    proxy = await TcpProxy(parts.hostname or "127.0.0.1", parts.port or 5432).start()
+    url = urlunsplit(parts._replace(netloc=f"{parts.username}@127.0.0.1:{proxy.port}"))
+    table = f"kv_cut_{free_port()}"
+    store = await SQLKVStore.open(url, table=table)
+    try:
+        all_hold = asyncio.Barrier(4)
+
+        async def hold(conn: asyncpg.Connection) -> None:
+            await all_hold.wait()  # every task keeps its connection until all four have one
+
+        await asyncio.gather(*(store._run(hold, write=False) for _ in range(4)))
+        assert proxy.sever_on_next_request() == 4
+        for i in range(4):
+            await store.set(b"cut", b"k%d" % i, b"v")
+            assert await store.get(b"cut", b"k%d" % i) == b"v"
+        assert proxy.severed >= 1  # the failed-ping path was taken, not merely a fresh pool
+    finally:
+        await store.close()
+        await proxy.close()
+        conn = await asyncpg.connect(pg_database.url)
+        try:
+            await conn.execute(f'DROP TABLE IF EXISTS "{table}"')
+        finally:
+            await conn.close()
 
 
 async def test_concurrent_table_creation_on_fresh_postgres_table(pg_database: PgDatabase) -> None:
