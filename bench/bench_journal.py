@@ -9,7 +9,8 @@
    records) on the same SQLite file, with one committed batch of 20 in the consumed records.
 
 3. ``upload_many_objects_per_second``: (1) through ``Objects.upload_many`` in batches of ``--batch``
-   (intents in one KV batch before the PUTs, settled and staged in one KV batch after them).
+   (intents in one KV batch before the PUTs; after them, one settle record for the batch, written
+   in the KV batch that stages its entries).
 
 Run: ``.venv/bin/python -m bench.bench_journal [--objects 500] [--rounds 3] [--concurrency 4]
 [--batch 100] [--batched-only]``.

@@ -18,7 +18,8 @@
    (:class:`~lakefs_gc.sweep.KeyDeleter`); a deleted address settles its intent, a failed one keeps
    it (``deleting``, so due at once) and is retried on the next pass.
 4. Prune consumption records older than the oldest remaining intent (less twice the clock-skew
-   margin), and sweep interrupted-write temporary files of a local namespace
+   margin) and batch settle records older than the pending timeout (less the same margin), and
+   sweep interrupted-write temporary files of a local namespace
    (``Graveler.sweep_temp_files``, once per process and root; 0 without sweeping while the root's
    last completed sweep is younger than the grace period).
 
@@ -113,6 +114,7 @@ class ReconcileReport:
     refused: int = 0  # not a data object of the namespace (external, _lakefs/): never deleted
     deletable: int = 0  # decided delete (in a dry run: what would have been deleted)
     consumed_pruned: int = 0
+    settled_pruned: int = 0  # batch settle records no intent needs any more
     dry_run: bool = False
     errors: list[str] = field(default_factory=list)
 
@@ -253,8 +255,9 @@ class _Pass:
         """The oldest undecided intent's age, not-yet-due intents, and consumption-record pruning."""
         o, at = self.options, self.now().timestamp()
         oldest: float | None = None
-        async for intent in self.journal.intents():
-            oldest = intent.t if oldest is None else min(oldest, intent.t)
+        async for recorded in self.journal.intents():
+            oldest = recorded.t if oldest is None else min(oldest, recorded.t)
+            intent = await self.journal.effective_at(recorded, at, o.grace_seconds)
             if intent.due_at(o.grace_seconds, o.pending_timeout_seconds) > at:
                 self.report.waiting += 1
         if oldest is not None:
@@ -269,6 +272,10 @@ class _Pass:
                 self.report.consumed_pruned += await self.journal.prune_consumed(branch, before)
             except BadInputError:
                 self.report.errors.append(f"consumption records of branch {branch[:100]!r} not pruned")
+        # A settle record only moves its intents' due time earlier than the pending timeout: past
+        # it (and the skew, both ways), it decides nothing (Journal.prune_settled).
+        settled_before = at - o.pending_timeout_seconds - 2 * o.clock_skew_seconds
+        self.report.settled_pruned += await self.journal.prune_settled(settled_before)
 
 
 async def reconcile_repository(

@@ -402,8 +402,8 @@ class SQLKVStore(TransactionalBatches):
         seen) or waits for this transaction's commit, i.e. for the batch.
 
         PostgreSQL's upsert pays for a speculative insertion per row, and bulk batches are mostly
-        new keys (staging partitions are per staging token), though a batch may also overwrite
-        keys of another partition (an upload settles its journal intents in its staging batch).
+        new keys (staging partitions are per staging token), though a batch may also carry keys
+        of another partition (an upload's journal settle record) or overwrite existing ones.
         So the batch is written partition by partition, in the order partitions first appear: a
         partition's items, when at least :data:`INSERT_FIRST_MIN`, are first written by binary COPY
         (:func:`~lakefs_core.kv.pg_copy.copy_rows`); if that meets an existing key (the

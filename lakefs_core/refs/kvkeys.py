@@ -14,6 +14,7 @@
 | GC settings of a repository (ours) | ``<repo>-<instance_uid>`` | ``gc-settings`` |
 | upload intent (ours, hard-delete journal) | ``<repo>-<instance_uid>`` | ``gc-intents/<address>`` |
 | token consumed by a commit (ours) | ``<repo>-<uid>`` | ``gc-consumed/<branch>/<token>/<commit>`` |
+| batch upload settled (ours, hard-delete journal) | ``<repo>-<uid>`` | ``gc-settled/<batch id>`` |
 | fate of a token marked for cleanup (ours) | ``lakefs-open-gc`` | ``token-fates/<staging token>`` |
 | namespace of a deleted repository (ours) | ``lakefs-open-gc`` | ``deleted-repos/<repo>-<instance_uid>`` |
 
@@ -123,6 +124,7 @@ GC_PARTITION = b"lakefs-open-gc"
 GC_SETTINGS_KEY = b"gc-settings"
 GC_INTENTS_PREFIX = b"gc-intents/"
 GC_CONSUMED_PREFIX = b"gc-consumed/"
+GC_SETTLED_PREFIX = b"gc-settled/"
 TOKEN_FATES_PREFIX = b"token-fates/"
 DELETED_REPOS_PREFIX = b"deleted-repos/"
 MAX_ADDRESS_LENGTH = 1024
@@ -155,6 +157,11 @@ def gc_consumed_prefix(branch: str) -> bytes:
 def gc_consumed_key(branch: str, token: str, commit_id: str) -> bytes:
     """``gc-consumed/<branch>/<token>/<commit>`` in the repository's partition."""
     return gc_consumed_prefix(branch) + _segment(token, "token") + b"/" + _segment(commit_id, "commit")
+
+
+def gc_settled_key(batch: str) -> bytes:
+    """``gc-settled/<batch>`` in the repository's partition: a batch upload's objects were all stored."""
+    return GC_SETTLED_PREFIX + _segment(batch, "batch")
 
 
 def token_fate_key(token: str) -> bytes:

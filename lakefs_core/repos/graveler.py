@@ -550,7 +550,7 @@ class Graveler:
     ) -> None:
         """Stage ``records`` in one KV batch (one transaction on SQL, ``BatchWriteItem`` on DynamoDB)
         with :meth:`set_entry`'s guarantee per record; ``with_items`` are KV upserts written in the
-        same batch (the journal's settled intents)."""
+        same batch (the journal's batch settle record)."""
         await staging_writes.set_entries(
             self, repo_id, branch_id, records, force=force, with_items=with_items
         )

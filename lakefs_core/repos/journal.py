@@ -12,12 +12,17 @@ the record):
 - ``gc-settings`` = ``{"hard_delete_journal": bool, "since": unix s}``. Absent: off (repositories
   created by lakeFS or before the journal existed). ``since`` is when it was last turned on.
 - ``gc-intents/<address>`` = ``{"branch", "key", "t", "state": "pending"|"stored"|"deleting",
-  "t_stored"?, "next"?, "checks"?}``: written create-only before the upload's PUT (``pending``), CASed to
-  ``stored`` after it. A batch upload writes the intents of the whole batch in one KV batch before its
-  PUTs and the ``stored`` intents in the batch that stages the entries (blind upserts, sound within
-  :data:`BLIND_SETTLE_SECONDS` of recording; after that, per-intent CAS as above). The
-  reconciler CASes it to ``deleting`` before deleting the address, so a pending upload that resumes
-  after that fails instead of staging a dangling entry.
+  "t_stored"?, "next"?, "checks"?, "batch"?}``: written create-only before the upload's PUT
+  (``pending``), CASed to ``stored`` after it. The reconciler CASes it to ``deleting`` before deleting
+  the address, so a pending upload that resumes after that fails instead of staging a dangling entry.
+- ``gc-settled/<batch>`` = ``{"t_stored": unix s}``: a batch upload's settle record. A batch upload
+  writes the intents of the whole batch, each naming the batch (32 hex digits), in one KV batch
+  before its PUTs, and this ONE record in the batch that stages the entries (a blind write, sound
+  within :data:`BLIND_SETTLE_SECONDS` of recording; after that, each intent is CASed to ``stored``
+  instead). A ``pending`` intent whose batch has this record reads as ``stored`` at its
+  ``t_stored`` (:meth:`Journal.effective`); the record is raw bytes nobody CASes. The reconciler
+  prunes it once every intent of its batch would be due even as ``pending``
+  (:meth:`Journal.prune_settled`): from then on its presence changes no decision.
 - ``gc-consumed/<branch>/<token>/<commit>`` = ``{"t": unix s}``: written by every commit attempt before
   its branch CAS, for each token it owns (for a no-op attempt, ``<commit>`` is the unchanged head).
 
@@ -42,6 +47,8 @@ from __future__ import annotations
 
 import json
 import math
+import re
+import secrets
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
@@ -75,6 +82,14 @@ MAX_INTENT_BYTES = 8192  # an object key is at most a few KiB; anything bigger i
 # small page keeps each scan from reading a full page of the (sorted-after) intents.
 CONSUMED_PAGE = 32
 COMMIT_CACHE = 4096  # commit records (immutable) a Journal keeps for its decisions
+SETTLED_CACHE = 4096  # batches whose settle record a Journal remembers
+MAX_SETTLED_BYTES = 256
+_BATCH_ID = re.compile(r"[0-9a-f]{32}")
+
+
+def new_batch_id() -> str:
+    """A fresh batch id for :meth:`Journal.record_intents` (random: batches never share one)."""
+    return secrets.token_hex(16)
 
 
 def _number(doc: dict[str, object], name: str, where: str, *, optional: bool = False) -> float | None:
@@ -113,23 +128,18 @@ _ENCODE = json.JSONEncoder(sort_keys=True).encode
 _ENCODE_STR = json.encoder.encode_basestring_ascii
 
 
-def batch_bytes(
-    intents: Sequence[Intent], state: IntentState | None = None, t_stored: float | None = None
-) -> list[bytes]:
-    """``intent.to_bytes()`` of each intent, byte for byte, with ``state`` and ``t_stored`` set when
-    ``state`` is given: what a batch upload writes twice per object.
+def batch_bytes(intents: Sequence[Intent]) -> list[bytes]:
+    """``intent.to_bytes()`` of each intent, byte for byte: what a batch upload writes per object.
 
-    The intents of a batch share their branch, state and times, so the JSON around the key is built
-    once per distinct ``(branch, state, t, t_stored)`` (sorted keys: ``branch``, ``key``, ``state``,
-    ``t``, ``t_stored``) and each intent costs one string escape; a per-intent ``JSONEncoder``
-    call cost several times more. An intent with ``next`` or ``checks`` (never one of a batch), or
-    times that are not finite floats, takes :meth:`Intent.to_bytes`."""
+    The intents of a batch share their batch, branch, state and time, so the JSON around the key is
+    built once per distinct ``(batch, branch, state, t, t_stored)`` (sorted keys: ``batch``,
+    ``branch``, ``key``, ``state``, ``t``, ``t_stored``) and each intent costs one string escape; a
+    per-intent ``JSONEncoder`` call cost several times more. An intent with ``next`` or ``checks``
+    (never one of a batch), or times that are not finite floats, takes :meth:`Intent.to_bytes`."""
     shells: dict[tuple[object, ...], tuple[str, str]] = {}
     out: list[bytes] = []
     for intent in intents:
-        st = intent.state if state is None else state
-        ts = intent.t_stored if state is None else t_stored
-        t = intent.t
+        t, ts = intent.t, intent.t_stored
         if (
             intent.next_check is not None
             or intent.checks
@@ -137,12 +147,13 @@ def batch_bytes(
             or not math.isfinite(t)
             or (ts is not None and (type(ts) is not float or not math.isfinite(ts)))
         ):
-            out.append(intent._copy(st, ts, b"").to_bytes())
+            out.append(intent.to_bytes())
             continue
         # copysign: -0.0 == 0.0 as a key, but the two are written differently
         shell_key = (
+            intent.batch,
             intent.branch,
-            st,
+            intent.state,
             t,
             math.copysign(1.0, t),
             ts,
@@ -150,10 +161,11 @@ def batch_bytes(
         )
         shell = shells.get(shell_key)
         if shell is None:
+            batch = "" if intent.batch is None else f'"batch": {_ENCODE_STR(intent.batch)}, '
             stored = "" if ts is None else f', "t_stored": {float.__repr__(ts)}'
             shell = shells[shell_key] = (
-                f'{{"branch": {_ENCODE_STR(intent.branch)}, "key": ',
-                f', "state": {_ENCODE_STR(st)}, "t": {float.__repr__(t)}{stored}}}',
+                f'{{{batch}"branch": {_ENCODE_STR(intent.branch)}, "key": ',
+                f', "state": {_ENCODE_STR(intent.state)}, "t": {float.__repr__(t)}{stored}}}',
             )
         out.append(
             (shell[0] + _ENCODE_STR(intent.key.decode("utf-8", "surrogateescape")) + shell[1]).encode()
@@ -173,6 +185,7 @@ class Intent:
     t_stored: float | None = None
     next_check: float | None = None
     checks: int = 0
+    batch: str | None = None  # the batch upload that recorded it (see gc-settled/ above)
     raw: bytes = field(default=b"", compare=False)
 
     def due_at(self, grace: float, pending_timeout: float) -> float:
@@ -196,6 +209,8 @@ class Intent:
             doc["next"] = self.next_check
         if self.checks:
             doc["checks"] = self.checks
+        if self.batch is not None:
+            doc["batch"] = self.batch
         return _ENCODE(doc).encode()
 
     def with_raw(self, raw: bytes) -> Intent:
@@ -205,7 +220,16 @@ class Intent:
     def _copy(self, state: IntentState, t_stored: float | None, raw: bytes) -> Intent:
         # Not dataclasses.replace: it costs several times more, and batches make one per object.
         return Intent(
-            self.address, self.branch, self.key, self.t, state, t_stored, self.next_check, self.checks, raw
+            self.address,
+            self.branch,
+            self.key,
+            self.t,
+            state,
+            t_stored,
+            self.next_check,
+            self.checks,
+            self.batch,
+            raw,
         )
 
     @classmethod
@@ -220,6 +244,9 @@ class Intent:
             raise CorruptDataError(f"field 'state' must be one of {sorted(_STATES)}", file=where)
         if isinstance(checks, bool) or not isinstance(checks, int) or checks < 0:
             raise CorruptDataError("field 'checks' must be a non-negative integer", file=where)
+        batch = doc.get("batch")
+        if batch is not None and not (isinstance(batch, str) and _BATCH_ID.fullmatch(batch)):
+            raise CorruptDataError("field 'batch' must be 32 lowercase hex digits", file=where)
         t = _number(doc, "t", where)
         t_stored = _number(doc, "t_stored", where, optional=True)
         if state == "stored" and t_stored is None:
@@ -237,6 +264,7 @@ class Intent:
             t_stored,
             _number(doc, "next", where, optional=True),
             checks,
+            batch,
             raw,
         )
 
@@ -268,6 +296,8 @@ class Journal:
         self.repo = repo
         self.partition = repo.partition
         self._commits: dict[str, Commit] = {}  # immutable records: a cache is never stale
+        # batch -> its settle record's t_stored (written once, never changed: a hit is never stale)
+        self._settled: dict[str, float] = {}
 
     async def settings(self) -> GCSettings:
         return await read_settings(self.g, self.repo)
@@ -300,11 +330,15 @@ class Journal:
     # -- batch writers (Objects.upload_many) ------------------------------------------------------------
 
     async def record_intents(self, intents: list[Intent]) -> list[Intent]:
-        """Before a batch's PUTs: every intent (``pending``) in ONE KV batch.
+        """Before a batch's PUTs: every intent (``pending``, all naming one batch from
+        :func:`new_batch_id`) in ONE KV batch.
 
         A blind upsert, unlike :meth:`record_intent`'s create-only write: the addresses were just
         allocated (a fresh random object id each) and their PUTs are create-only, so no other intent
         can exist under them."""
+        batches = {intent.batch for intent in intents}
+        if len(batches) > 1 or None in batches or any(i.state != "pending" for i in intents):
+            raise BadInputError("a batch's intents must be pending and name one batch", field="intents")
         recorded = [intent.with_raw(raw) for intent, raw in zip(intents, batch_bytes(intents), strict=True)]
         await self.g.kv.set_many([(self.partition, kvkeys.gc_intent_key(i.address), i.raw) for i in recorded])
         return recorded
@@ -312,20 +346,23 @@ class Journal:
     async def settled_items(
         self, intents: list[Intent], now: datetime, elapsed: float
     ) -> list[tuple[bytes, bytes, bytes]]:
-        """After a batch's PUTs: the ``stored`` intents as KV items for the batch that stages them.
+        """After a batch's PUTs: the KV items that settle it, for the batch that stages its entries.
 
-        Blind upserts are safe while ``elapsed`` (seconds since :meth:`record_intents`, on the
-        uploader's monotonic clock) is below :data:`BLIND_SETTLE_SECONDS`: the reconciler claims a
-        pending intent only at ``t`` + its pending timeout (at least :data:`MIN_PENDING_TIMEOUT_SECONDS`)
-        and the clocks differ by less than the clock-skew margin. Later, each intent is CASed
-        pending -> stored (:meth:`mark_stored`: PreconditionFailedError if the reconciler claimed it,
-        and the caller must not stage) and nothing is left to write in the batch."""
+        While ``elapsed`` (seconds since :meth:`record_intents`, on the uploader's monotonic clock)
+        is below :data:`BLIND_SETTLE_SECONDS`, that is the batch's ONE settle record
+        (``gc-settled/<batch>``), written blind: the reconciler claims a pending intent only at
+        ``t`` + its pending timeout (at least :data:`MIN_PENDING_TIMEOUT_SECONDS`) and the clocks
+        differ by less than the clock-skew margin. Later, each intent is CASed pending -> stored
+        (:meth:`mark_stored`: PreconditionFailedError if the reconciler claimed it, and the caller
+        must not stage) and nothing is left to write in the batch."""
+        if not intents:
+            return []
         if elapsed < BLIND_SETTLE_SECONDS:
-            settled = batch_bytes(intents, "stored", now.timestamp())
-            return [
-                (self.partition, kvkeys.gc_intent_key(i.address), raw)
-                for i, raw in zip(intents, settled, strict=True)
-            ]
+            batch = intents[0].batch
+            if batch is None or any(i.batch != batch for i in intents):
+                raise BadInputError("intents recorded by record_intents, of one batch", field="intents")
+            raw = _ENCODE({"t_stored": now.timestamp()}).encode()
+            return [(self.partition, kvkeys.gc_settled_key(batch), raw)]
         for intent in intents:
             await self.mark_stored(intent, now)
         return []
@@ -360,6 +397,39 @@ class Journal:
                 raise CorruptDataError("an intent key is not UTF-8", file=where) from e
             yield Intent.parse(address, entry.value, where)
 
+    async def settled_at(self, batch: str) -> float | None:
+        """The ``t_stored`` of ``batch``'s settle record; None while there is none (not settled
+        yet, settled intent by intent, or pruned)."""
+        hit = self._settled.get(batch)
+        if hit is not None:
+            return hit
+        key = kvkeys.gc_settled_key(batch)
+        try:
+            raw = await self.g.kv.get(self.partition, key)
+        except NotFoundError:
+            return None  # not remembered: it may be written any moment
+        t_stored = _settled_time(raw, where_of(self.partition, key))
+        if len(self._settled) >= SETTLED_CACHE:
+            self._settled.clear()
+        self._settled[batch] = t_stored
+        return t_stored
+
+    async def effective(self, intent: Intent) -> Intent:
+        """``intent`` as the reconciler reads it: a ``pending`` one whose batch has a settle record
+        is ``stored`` at that record's ``t_stored``. Its ``raw`` stays the stored bytes, so a CAS
+        (claim, postpone) still compares against what is in the KV."""
+        if intent.state != "pending" or intent.batch is None:
+            return intent
+        t_stored = await self.settled_at(intent.batch)
+        if t_stored is None:
+            return intent
+        return intent._copy("stored", t_stored, intent.raw)
+
+    async def effective_at(self, intent: Intent, at: float, grace: float) -> Intent:
+        """:meth:`effective`, without a read for an intent recorded less than ``grace`` before
+        ``at``: it is not due at ``at`` whatever its batch's record says (``t_stored`` >= ``t``)."""
+        return intent if intent.t + grace > at else await self.effective(intent)
+
     async def due_intents(
         self,
         now: datetime,
@@ -370,7 +440,8 @@ class Journal:
         """At most ``limit`` intents due at ``now`` and not postponed past it (a bounded batch)."""
         at = now.timestamp()
         due: list[Intent] = []
-        async for intent in self.intents():
+        async for recorded in self.intents():
+            intent = await self.effective_at(recorded, at, grace)
             if intent.due_at(grace, pending_timeout) <= at and (intent.next_check or 0.0) <= at:
                 due.append(intent)
                 if len(due) >= limit:
@@ -434,6 +505,25 @@ class Journal:
                 old.append(entry.key)
         for key in old:  # collected first: deleting during a paged scan may skip keys
             await self.g.kv.delete(self.partition, key)
+        return len(old)
+
+    async def prune_settled(self, before: float) -> int:
+        """Forget settle records with ``t_stored`` older than ``before``; returns how many.
+
+        The reconciler passes ``now`` less its pending timeout and twice the clock-skew margin. Every
+        intent of such a batch was recorded before its ``t_stored``, so it is due even as
+        ``pending``; and the state decides nothing else (:meth:`decide` reads the due time only,
+        and a claim CASes the intent's own bytes). Without the record it reads as it was written."""
+        prefix = kvkeys.GC_SETTLED_PREFIX
+        old: list[bytes] = []
+        async for entry in self.g.kv.scan(self.partition, prefix):
+            if not entry.key.startswith(prefix):
+                break
+            if _settled_time(entry.value, where_of(self.partition, entry.key)) < before:
+                old.append(entry.key)
+        for key in old:  # collected first: deleting during a paged scan may skip keys
+            await self.g.kv.delete(self.partition, key)
+            self._settled.pop(key[len(prefix) :].decode(errors="replace"), None)
         return len(old)
 
     def deleted_repositories(self) -> AsyncIterator[DeletedRepository]:
@@ -509,6 +599,13 @@ class Journal:
 async def forget_deleted_repository(g: Graveler, repo_id: str, instance_uid: str) -> None:
     """Drop a ``deleted-repos/`` record (its namespace was purged, or is claimed again and kept)."""
     await g.refs.forget_deleted_repository(repo_id, instance_uid)
+
+
+def _settled_time(raw: bytes, where: str) -> float:
+    doc = parse_json_record(raw, where, "a batch settle record", MAX_SETTLED_BYTES)
+    t_stored = _number(doc, "t_stored", where)
+    assert t_stored is not None  # _number raises for a missing required field
+    return t_stored
 
 
 def _holds(ns: StorageNamespace, record: ValueRecord, address: str) -> bool:

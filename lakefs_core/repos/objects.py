@@ -34,7 +34,7 @@ from lakefs_core.format.records import ADDRESS_RELATIVE, ValueRecord, decode_ent
 from lakefs_core.keys import SliceAllocator, StorageNamespace
 from lakefs_core.refs.model import Repository
 from lakefs_core.repos.graveler import Graveler
-from lakefs_core.repos.journal import Intent, Journal
+from lakefs_core.repos.journal import Intent, Journal, new_batch_id
 from lakefs_core.repos.staging_writes import check_new_path
 
 MAX_LIST_AMOUNT = 10_000
@@ -214,12 +214,13 @@ class Objects:
     ) -> list[ObjectStat]:
         """Upload a batch: one repository and branch read, the PUTs ``concurrency`` at a time, then
         every entry staged in ONE KV batch (:meth:`Graveler.set_entries`). With the journal on, the
-        intents of the whole batch are recorded in one KV batch before the PUTs and settled in the
-        staging batch (:meth:`Journal.settled_items`). The first failing PUT fails the batch (nothing
-        is staged; the objects already written are garbage the journal or retention GC removes).
-        Small bodies (bytes, :class:`BlockingBody`) are written by the store's ``put_batch``,
-        ``PUT_BATCH_WINDOW`` at a time; streamed ones one PUT each. ``on_stored`` is called after each
-        object is stored (progress; per window for batched ones). Results are in the order of ``items``."""
+        intents of the whole batch are recorded in one KV batch before the PUTs and settled by one
+        record in the staging batch (:meth:`Journal.settled_items`). The first failing PUT fails
+        the batch (nothing is staged; the objects already written are garbage the journal or
+        retention GC removes). Small bodies (bytes, :class:`BlockingBody`) are written by the
+        store's ``put_batch``, ``PUT_BATCH_WINDOW`` at a time; streamed ones one PUT each.
+        ``on_stored`` is called after each object is stored (progress; per window for batched
+        ones). Results are in the order of ``items``."""
         if concurrency < 1:
             raise BadInputError("must be at least 1", field="concurrency")
         keys = [_new_path_bytes(item.path) for item in items]
@@ -233,8 +234,9 @@ class Objects:
         recorded_at = time.monotonic()
         if journal is not None:
             now = self.g.clock().timestamp()
+            batch = new_batch_id()
             intents = await journal.record_intents(
-                [Intent(a, branch, k, now) for a, k in zip(addresses, keys, strict=True)]
+                [Intent(a, branch, k, now, batch=batch) for a, k in zip(addresses, keys, strict=True)]
             )
         targets = [ns.key(address) for address in addresses]
         infos = await self._put_all(store, items, targets, concurrency, on_stored)

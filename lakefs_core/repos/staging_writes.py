@@ -13,7 +13,8 @@ A batch (:func:`set_entries`) follows the same protocol with one KV ``set_many_t
 attempt (the batch, then the branch record): every record of the batch is stored before the re-read
 or, on SQL, in the same transaction with no change to the branch ordered between the read and the
 commit (see :mod:`lakefs_core.kv.base`), so the argument holds per record. Extra KV items (the
-journal's settled intents) may ride in the first write of the batch; they are idempotent upserts too.
+journal's batch settle record) may ride in the first write of the batch; they are idempotent
+upserts too.
 
 A staged value's path is 1 to :data:`MAX_PATH_BYTES` bytes without NUL (:func:`check_new_path`), on
 every KV driver alike: 1,024 bytes is DynamoDB's limit on a sort key, so a longer path would stage on

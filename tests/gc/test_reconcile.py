@@ -20,7 +20,7 @@ from lakefs_core.kv.base import KVStore
 from lakefs_core.refs import kvkeys
 from lakefs_core.repos.graveler import Graveler, StorageNamespace
 from lakefs_core.repos.journal import DEFAULT_GRACE_SECONDS, DEFAULT_PENDING_TIMEOUT_SECONDS, Intent
-from lakefs_core.repos.objects import Objects
+from lakefs_core.repos.objects import Objects, UploadItem
 from lakefs_core.repos.stores import StoreRegistry
 from lakefs_gc.deleter import BatchResult
 from lakefs_gc.reconcile import (
@@ -97,6 +97,30 @@ async def world(kv: KVStore, local_root: Path) -> AsyncIterator[World]:
         yield w
     finally:
         await w.g.stores.close()
+
+
+async def test_batch_uploads_are_reconciled_a_grace_after_their_batch_and_its_record_pruned(
+    world: World,
+) -> None:
+    w = world
+    stats = await w.objects.upload_many(w.repo, "main", [UploadItem(p, p.encode()) for p in "abc"])
+    old = {s.path: s.physical_address for s in stats}
+    await w.upload("a", b"2")  # overwrites a's batch address
+    await w.commit()
+    report = await w.reconcile()
+    assert (report.candidates, report.waiting, report.settled_pruned) == (0, 4, 0)
+    w.advance(GRACE)
+    report = await w.reconcile()
+    # three committed (b, c and the new a: retention GC's), the overwritten batch address deleted
+    assert (report.candidates, report.deleted, report.committed, report.waiting) == (4, 1, 3, 0)
+    assert not w.exists(old["a"]) and w.exists(old["b"])
+    assert await w.intents() == []
+    assert report.settled_pruned == 0  # its batch's record stays until the pending timeout
+    w.advance(PENDING + 2 * 300)
+    assert (await w.reconcile()).settled_pruned == 1
+    repo = await w.g.repository(w.repo)
+    left = [e async for e in w.kv.scan(repo.partition, kvkeys.GC_SETTLED_PREFIX)]
+    assert [e for e in left if e.key.startswith(kvkeys.GC_SETTLED_PREFIX)] == []
 
 
 async def test_overwrite_before_commit_deletes_only_the_old_address(world: World) -> None:

@@ -1,10 +1,11 @@
 """A model-based test of the hard-delete reconciler (hypothesis RuleBasedStateMachine).
 
-A real Graveler over a memory KV and a memory namespace; rules upload, overwrite, delete, commit,
-reset, create and delete a branch, tag, delete the repository (a new one takes over), inject the
-journal's crash points (between intent and PUT, between PUT and the stored update, between the
-stored update and staging, between seal and the consumption record, between that record and the
-publishing CAS), move the clock and reconcile.
+A real Graveler over a memory KV and a memory namespace; rules upload (one object, or a batch
+settled by one record), overwrite, delete, commit, reset, create and delete a branch, tag, delete
+the repository (a new one takes over), inject the journal's crash points (between intent and PUT,
+between PUT and the stored update or the batch's settle record, between that and staging, between
+seal and the consumption record, between that record and the publishing CAS), stall a batch upload
+past the pending timeout while the reconciler runs, move the clock and reconcile.
 
 Invariants:
 
@@ -13,7 +14,8 @@ Invariants:
   deleted repository was purged before its grace period;
 - ``settle``: with the clock moved past the pending timeout and the grace, ONE reconciliation leaves no
   garbage of the journal's kinds: every uploaded address that is neither live nor in any commit
-  record ever written is gone, and so is every ``data/`` object of a deleted repository.
+  record ever written is gone, and so is every ``data/`` object of a deleted repository; no batch
+  settle record outlives the pending timeout.
 """
 
 from __future__ import annotations
@@ -28,12 +30,13 @@ import hypothesis.strategies as st
 from hypothesis import HealthCheck, settings
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
-from lakefs_core.errors import CorruptDataError, NoChangesError, NotFoundError
+from lakefs_core.errors import CorruptDataError, NoChangesError, NotFoundError, PreconditionFailedError
 from lakefs_core.format.records import ValueRecord, decode_entry
 from lakefs_core.kv.memory import MemoryKVStore
 from lakefs_core.refs import kvkeys
 from lakefs_core.repos.graveler import Graveler, StorageNamespace
-from lakefs_core.repos.objects import Objects
+from lakefs_core.repos.journal import Intent, new_batch_id
+from lakefs_core.repos.objects import Objects, UploadItem, new_entry
 from lakefs_core.repos.stores import StoreRegistry
 from lakefs_gc.deleter import BatchResult
 from lakefs_gc.reconcile import ReconcileOptions, reconcile_deleted_repositories, reconcile_repository
@@ -128,6 +131,67 @@ class ReconcileMachine(RuleBasedStateMachine):
             return
         await journal.mark_stored(intent, self.clock())
         del info  # crash before staging: the entry is never written
+
+    @rule(branch=BRANCHES, keys=st.lists(KEYS, min_size=1, max_size=3, unique=True))
+    def upload_batch(self, branch: str, keys: list[str]) -> None:
+        if branch not in self.branches:
+            return
+        items = [UploadItem(key, f"{key}{next(_ids)}".encode()) for key in keys]
+        stats = self.run(self.objects.upload_many(self.repo, branch, items))
+        self.uploaded |= {stat.physical_address for stat in stats}
+
+    @rule(
+        branch=BRANCHES,
+        keys=st.lists(KEYS, min_size=1, max_size=3, unique=True),
+        crash=st.sampled_from(["before-put", "after-put", "after-settle"]),
+    )
+    def crashed_batch_upload(self, branch: str, keys: list[str], crash: str) -> None:
+        """Objects.upload_many's steps, stopped at a crash point; ``after-settle`` is a KV whose
+        batches are not atomic (DynamoDB) storing the settle record but none of the entries."""
+        if branch not in self.branches:
+            return
+        self.run(self._crashed_batch_upload(branch, keys, crash))
+
+    async def _batch_intents(self, branch: str, keys: list[str]) -> list[Intent]:
+        journal = await self.g.journal(self.repo)
+        relatives = self.objects.slices.new_relative_addresses(len(keys))
+        self.uploaded |= set(relatives)
+        batch, now = new_batch_id(), self.clock().timestamp()
+        return await journal.record_intents(
+            [Intent(a, branch, k.encode(), now, batch=batch) for a, k in zip(relatives, keys, strict=True)]
+        )
+
+    async def _crashed_batch_upload(self, branch: str, keys: list[str], crash: str) -> None:
+        journal = await self.g.journal(self.repo)
+        intents = await self._batch_intents(branch, keys)
+        if crash == "before-put":
+            return
+        for intent in intents:
+            await self.store.put(self.ns.key(intent.address), b"body", if_none_match=True)
+        if crash == "after-put":
+            return
+        await self.kv.set_many(await journal.settled_items(intents, self.clock(), elapsed=1.0))
+
+    @rule(branch=BRANCHES, keys=st.lists(KEYS, min_size=1, max_size=3, unique=True))
+    def stalled_batch_upload(self, branch: str, keys: list[str]) -> None:
+        """A batch upload whose PUTs outlast the pending timeout while the reconciler runs: it then
+        settles intent by intent and must not stage an address the reconciler claimed."""
+        if branch not in self.branches:
+            return
+        journal = self.run(self.g.journal(self.repo))
+        intents = self.run(self._batch_intents(branch, keys))
+        records = []
+        for intent in intents:
+            info = self.run(self.store.put(self.ns.key(intent.address), b"body", if_none_match=True))
+            records.append(new_entry(intent.key, intent.address, info, None, self.clock())[0])
+        self.clock.advance(PENDING + GRACE)
+        self.reconcile()
+        try:
+            self.run(journal.settled_items(intents, self.clock(), elapsed=PENDING + GRACE))
+        except PreconditionFailedError:
+            return  # claimed: the upload fails, nothing staged
+        with contextlib.suppress(NotFoundError):  # the branch was deleted meanwhile
+            self.run(self.g.set_entries(self.repo, branch, records))
 
     @rule(branch=BRANCHES, key=KEYS)
     def delete(self, branch: str, key: str) -> None:
@@ -227,6 +291,9 @@ class ReconcileMachine(RuleBasedStateMachine):
             store = self.run(self.g.namespace_store(ns))
             left = self.run(_keys(store, ns.data_prefix()))
             assert left == [], f"deleted repository's data left: {left}"
+        repo = self.run(self.g.repository(self.repo))
+        settles = self.run(_kv_keys(self.kv, repo.partition, kvkeys.GC_SETTLED_PREFIX))
+        assert settles == [], f"settle records outlived the pending timeout: {settles}"
 
     # -- the oracle --------------------------------------------------------------------------------
 
@@ -286,6 +353,10 @@ class ReconcileMachine(RuleBasedStateMachine):
 
 async def _keys(store: Any, prefix: str) -> list[str]:
     return [k.key async for k in store.list_keys(prefix)]
+
+
+async def _kv_keys(kv: Any, partition: bytes, prefix: bytes) -> list[bytes]:
+    return [e.key async for e in kv.scan(partition, prefix) if e.key.startswith(prefix)]
 
 
 ReconcileMachine.TestCase.settings = settings(

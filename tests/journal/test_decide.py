@@ -10,15 +10,16 @@ import pytest
 
 from lakefs_core.errors import CorruptDataError, NoChangesError, PreconditionFailedError
 from lakefs_core.refs import kvkeys
-from lakefs_core.repos.graveler import Graveler
+from lakefs_core.repos.graveler import Graveler, StorageNamespace
 from lakefs_core.repos.journal import (
     DEFAULT_CLOCK_SKEW_SECONDS,
     DEFAULT_GRACE_SECONDS,
     DEFAULT_PENDING_TIMEOUT_SECONDS,
     Intent,
     decide,
+    new_batch_id,
 )
-from lakefs_core.repos.objects import Objects
+from lakefs_core.repos.objects import Objects, UploadItem
 from tests.journal.conftest import World
 
 GRACE = DEFAULT_GRACE_SECONDS
@@ -189,6 +190,96 @@ async def test_crash_between_stored_update_and_stage_is_garbage(world: World) ->
     assert intent.state == "stored"
     w.advance(GRACE)
     assert await fate(w, intent.address) == "delete"
+
+
+# -- batch uploads: one settle record per batch ---------------------------------------------------------
+
+
+async def upload_batch(w: World, *paths: str) -> dict[str, str]:
+    items = [UploadItem(path, path.encode()) for path in paths]
+    stats = await w.objects.upload_many(w.repo, "main", items)
+    return {s.path: s.physical_address for s in stats}
+
+
+async def due_fates(w: World) -> dict[str, str]:
+    """The reconciler's view: the due intents (batch records applied), each decided."""
+    journal = await w.g.journal(w.repo)
+    due = await journal.due_intents(w.clock())
+    return {i.address: await decide(journal, i, now=w.clock()) for i in due}
+
+
+async def test_batch_upload_is_due_a_grace_after_its_settle_record(world: World) -> None:
+    w = world
+    addresses = await upload_batch(w, "a", "b", "c")
+    await upload(w, "b")  # overwrites b's batch address
+    await w.objects.delete(w.repo, "main", "c")
+    w.advance(GRACE - 1)
+    assert await due_fates(w) == {}
+    w.advance(1)
+    fates = await due_fates(w)
+    assert {fates[addresses[p]] for p in "bc"} == {"delete"}
+    assert fates[addresses["a"]] == "staged"
+
+
+async def test_a_pruned_settle_record_changes_no_decision(world: World) -> None:
+    w = world
+    addresses = await upload_batch(w, "a", "b")
+    await upload(w, "b")
+    journal = await w.g.journal(w.repo)
+    w.advance(DEFAULT_PENDING_TIMEOUT_SECONDS + 2 * DEFAULT_CLOCK_SKEW_SECONDS + 1)
+    before = await due_fates(w)
+    batch = {i.address: i for i in await journal.due_intents(w.clock()) if i.batch is not None}
+    assert set(batch) == set(addresses.values()) and {i.state for i in batch.values()} == {"stored"}
+    # too recent for the cut-off: kept
+    assert await journal.prune_settled(w.clock().timestamp() - 2 * DEFAULT_PENDING_TIMEOUT_SECONDS) == 0
+    cutoff = w.clock().timestamp() - DEFAULT_PENDING_TIMEOUT_SECONDS - 2 * DEFAULT_CLOCK_SKEW_SECONDS
+    assert await journal.prune_settled(cutoff) == 1
+    assert await journal.settled_at(batch[addresses["a"]].batch or "") is None
+    due = [i for i in await journal.due_intents(w.clock()) if i.batch is not None]
+    assert {i.state for i in due} == {"pending"} and len(due) == 2  # read as written, due all the same
+    assert await due_fates(w) == before
+    assert before[addresses["b"]] == "delete" and before[addresses["a"]] == "staged"
+    claimed = await journal.claim(next(i for i in due if i.address == addresses["b"]))
+    assert claimed.state == "deleting"
+
+
+async def test_crash_between_settle_record_and_stage_is_garbage(world: World) -> None:
+    """A KV without atomic batches (DynamoDB) may store the settle record and crash before the
+    entries (upload_many's steps, stopped there): the addresses are garbage one grace later."""
+    w = world
+    journal = await w.g.journal(w.repo)
+    repo = await w.g.repository(w.repo)
+    ns = StorageNamespace.parse(repo.storage_namespace)
+    store = await w.g.namespace_store(ns)
+    batch = new_batch_id()
+    intents = await journal.record_intents(
+        [Intent(f"data/s/o{n}", "main", b"k%d" % n, w.clock().timestamp(), batch=batch) for n in range(2)]
+    )
+    for intent in intents:
+        await store.put(ns.key(intent.address), b"body", if_none_match=True)
+    await w.kv.set_many(await journal.settled_items(intents, w.clock(), elapsed=1.0))
+    assert await journal.settled_at(batch) == w.clock().timestamp()
+    w.advance(GRACE - 1)
+    assert await due_fates(w) == {}
+    w.advance(1)
+    assert await due_fates(w) == {i.address: "delete" for i in intents}
+
+
+async def test_crash_before_the_settle_record_stays_pending(world: World) -> None:
+    w = world
+
+    def crash(op: str, partition: bytes, key: bytes) -> None:
+        if op == "set_many" and key.startswith(b"gc-settled/"):
+            raise RuntimeError("crash after the PUTs")
+
+    w.kv.before.append(crash)
+    with pytest.raises(RuntimeError):
+        await upload_batch(w, "a", "b")
+    w.kv.before.clear()
+    w.advance(GRACE)
+    assert await due_fates(w) == {}  # the PUTs may still be in flight
+    w.advance(DEFAULT_PENDING_TIMEOUT_SECONDS)
+    assert set((await due_fates(w)).values()) == {"delete"}
 
 
 async def test_claimed_pending_intent_fails_the_late_upload(world: World) -> None:

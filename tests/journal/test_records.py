@@ -18,7 +18,7 @@ from lakefs_core.refs.model import Branch
 from lakefs_core.refs.staging import tombstone
 from lakefs_core.repos.cleanup import TokenCleaner
 from lakefs_core.repos.graveler import Graveler
-from lakefs_core.repos.journal import Intent
+from lakefs_core.repos.journal import Intent, new_batch_id
 from lakefs_core.repos.objects import Objects
 from lakefs_core.repos.stores import StoreRegistry
 from tests.journal.conftest import World
@@ -163,6 +163,10 @@ async def test_journal_setting_per_repository(kv: KVStore) -> None:
         b'{"branch": "main", "key": "a", "t": 1, "state": "pending", "checks": -1}',
         b'{"branch": "main", "key": "a", "t": 1e999, "state": "pending"}',
         b'{"branch": "main", "key": "' + b"k" * 9000 + b'", "t": 1, "state": "pending"}',
+        b'{"branch": "main", "key": "a", "t": 1, "state": "pending", "batch": "ABCDEF"}',
+        b'{"branch": "main", "key": "a", "t": 1, "state": "pending", "batch": 7}',
+        b'{"branch": "main", "key": "a", "t": 1, "state": "pending", "batch": "' + b"0" * 33 + b'"}',
+        b'{"branch": "main", "key": "a", "t": 1, "state": "pending", "batch": "' + b"A" * 32 + b'"}',
     ],
 )
 async def test_hostile_intents_are_corrupt_data_naming_the_record(world: World, raw: bytes) -> None:
@@ -192,6 +196,33 @@ async def test_hostile_settings_consumed_and_deleted_records(world: World) -> No
         [d async for d in w.g.deleted_repositories()]
 
 
+@pytest.mark.parametrize(
+    "raw",
+    [
+        b"{}",
+        b'{"t_stored": "now"}',
+        b'{"t_stored": 1e999}',
+        b"[1]",
+        b'{"t_stored": 1, "x": "' + b"y" * 300 + b'"}',
+    ],
+)
+async def test_hostile_settle_records_are_corrupt_data_naming_the_record(world: World, raw: bytes) -> None:
+    w = world
+    repo = await w.g.repository(w.repo)
+    batch = new_batch_id()
+    await w.kv.set(repo.partition, kvkeys.gc_settled_key(batch), raw)
+    journal = await w.g.journal(w.repo)
+    with pytest.raises(CorruptDataError, match=f"gc-settled/{batch}"):
+        await journal.settled_at(batch)
+    with pytest.raises(CorruptDataError, match=f"gc-settled/{batch}"):
+        await journal.prune_settled(w.clock().timestamp())
+    # An intent of that batch is decided on nothing it says: its due time read raises, not guesses.
+    pending = Intent("data/x/y", "main", b"k", w.clock().timestamp() - 7200, batch=batch)
+    await w.kv.set(repo.partition, kvkeys.gc_intent_key("data/x/y"), pending.to_bytes())
+    with pytest.raises(CorruptDataError):
+        await journal.due_intents(w.clock())
+
+
 def test_key_formats_refuse_separators() -> None:
     with pytest.raises(BadInputError):
         kvkeys.gc_consumed_key("a/b", "t", "c")
@@ -201,12 +232,23 @@ def test_key_formats_refuse_separators() -> None:
         kvkeys.gc_intent_key("x" * 2000)
     assert kvkeys.gc_consumed_key("main", "r-main:u", "c1") == b"gc-consumed/main/r-main:u/c1"
     assert kvkeys.deleted_repo_key("repo", "abc") == b"deleted-repos/repo-abc"
+    with pytest.raises(BadInputError):
+        kvkeys.gc_settled_key("a/b")
+    assert kvkeys.gc_settled_key("0f" * 16) == b"gc-settled/" + b"0f" * 16
 
 
 def test_intent_round_trips_non_utf8_keys() -> None:
     intent = Intent("data/s/o", "main", b"\xff\xfe/k", 1.5, "stored", 2.5, None, 2)
     raw = intent.to_bytes()
     assert Intent.parse("data/s/o", raw, "kv:x") == intent
+
+
+def test_batch_intent_round_trips() -> None:
+    intent = Intent("data/s/o", "main", b"k", 1.5, batch=new_batch_id())
+    raw = intent.to_bytes()
+    assert raw.startswith(b'{"batch": "')  # sorted keys, as batch_bytes writes them
+    assert Intent.parse("data/s/o", raw, "kv:x") == intent
+    assert len({new_batch_id() for _ in range(100)}) == 100
 
 
 # -- the invariant the journal rests on (issue 11) ------------------------------------------------------

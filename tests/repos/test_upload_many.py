@@ -7,7 +7,6 @@ the batches and to run a commit in the middle of a batch write (a token rotation
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
-from dataclasses import replace
 from datetime import timedelta
 from pathlib import Path
 
@@ -21,7 +20,14 @@ from lakefs_core.graveler.model import DiffType
 from lakefs_core.kv import KVStore, open_kv
 from lakefs_core.refs import kvkeys
 from lakefs_core.repos.graveler import Graveler
-from lakefs_core.repos.journal import BLIND_SETTLE_SECONDS, Intent, IntentState, Journal, batch_bytes
+from lakefs_core.repos.journal import (
+    BLIND_SETTLE_SECONDS,
+    Intent,
+    IntentState,
+    Journal,
+    batch_bytes,
+    new_batch_id,
+)
 from lakefs_core.repos.objects import Objects, UploadItem
 from lakefs_core.repos.stores import StoreRegistry
 from tests.repos.support import Clock, HookedKV, fast_settings, record, unique
@@ -91,14 +97,22 @@ async def test_upload_many_stages_every_object_in_one_batch(
     assert set_many_batches(hooked, b"") >= 51
     assert not [op for op in hooked.ops if op[0] == "set" and op[1].startswith(b"staging")]
     intents_written = [op for op in hooked.ops if op[2].startswith(kvkeys.GC_INTENTS_PREFIX)]
+    settles = [op for op in hooked.ops if op[2].startswith(kvkeys.GC_SETTLED_PREFIX)]
     if journal:
-        # Each intent twice (pending, then stored), both through set_many, never one by one.
-        assert len(intents_written) == 2 * len(items)
+        # Each intent once (pending) through set_many, never one by one, and ONE settle record for
+        # the batch, written with its staged entries: no per-intent update.
+        assert len(intents_written) == len(items)
         assert {op[0] for op in intents_written} == {"set_many"}
-        intents = [i async for i in (await g.journal(repo)).intents()]
-        assert len(intents) == len(items) and {i.state for i in intents} == {"stored"}
+        assert [op[0] for op in settles] == ["set_many"]
+        j = await g.journal(repo)
+        intents = [i async for i in j.intents()]
+        assert len(intents) == len(items) and {i.state for i in intents} == {"pending"}
+        assert len({i.batch for i in intents}) == 1
+        effective = [await j.effective(i) for i in intents]
+        assert {i.state for i in effective} == {"stored"}
+        assert {i.raw for i in effective} == {i.raw for i in intents}  # a CAS compares the stored bytes
     else:
-        assert intents_written == []
+        assert intents_written == [] and settles == []
     commit = await g.commit(repo, "main", committer="t", message="batch")
     added = [d.key async for d in g.diff(repo, commit.parents[0], commit.id)]
     assert len(added) == len(items)
@@ -112,24 +126,32 @@ async def test_journal_decides_batch_uploads_like_single_ones(g: Graveler, local
     await objects.upload_many(repo, "main", [UploadItem(f"staged/{i}", b"s") for i in range(5)])
     journal = await g.journal(repo)
     assert isinstance(g.clock, Clock)
+    # Due one grace period (1 h) after their batch was settled, as stored single uploads are; read
+    # as recorded (pending), they would wait for the pending timeout (24 h).
+    assert await journal.due_intents(g.clock() + timedelta(minutes=50)) == []
     now = g.clock() + timedelta(hours=2)
-    decisions = {i.key: await journal.decide(i, now=now) async for i in journal.intents()}
+    assert {await journal.decide(i, now=now) async for i in journal.intents()} == {"wait"}
+    due = await journal.due_intents(now)
+    assert len(due) == 10 and {i.state for i in due} == {"stored"}
+    decisions = {i.key: await journal.decide(i, now=now) for i in due}
     assert {d for k, d in decisions.items() if k.startswith(b"kept/")} == {"committed"}
     assert {d for k, d in decisions.items() if k.startswith(b"staged/")} == {"staged"}
     await g.reset_branch(repo, "main")
-    decisions = {i.key: await journal.decide(i, now=now) async for i in journal.intents()}
+    decisions = {i.key: await journal.decide(i, now=now) for i in await journal.due_intents(now)}
     assert {d for k, d in decisions.items() if k.startswith(b"staged/")} == {"delete"}
 
 
 async def test_late_settle_uses_cas_and_refuses_a_claimed_intent(g: Graveler, local_root: Path) -> None:
     repo = await new_repo(g, local_root, journal=True)
     journal = Journal(g, await g.repository(repo))
+    batch = new_batch_id()
     intents = await journal.record_intents(
-        [Intent(f"data/x/{n}", "main", b"k%d" % n, g.clock().timestamp()) for n in range(3)]
+        [Intent(f"data/x/{n}", "main", b"k%d" % n, g.clock().timestamp(), batch=batch) for n in range(3)]
     )
-    # In time: the stored intents are items for the staging batch, nothing written yet.
+    # In time: the batch's one settle record is an item for the staging batch, nothing written yet.
     items = await journal.settled_items(intents, g.clock(), elapsed=1.0)
-    assert len(items) == 3 and all(b'"stored"' in value for _, _, value in items)
+    assert [(p, k) for p, k, _ in items] == [(journal.partition, kvkeys.gc_settled_key(batch))]
+    assert await journal.settled_at(batch) is None
     assert {i.state async for i in journal.intents()} == {"pending"}
     # Too late for blind writes: per-intent CAS, which fails on an intent the reconciler claimed.
     await journal.claim(intents[1])
@@ -138,10 +160,27 @@ async def test_late_settle_uses_cas_and_refuses_a_claimed_intent(g: Graveler, lo
     states = {i.address: i.state async for i in journal.intents()}
     assert states[intents[1].address] == "deleting"
     assert states[intents[0].address] == "stored"
-    fresh = await journal.record_intents([Intent("data/x/9", "main", b"k9", g.clock().timestamp())])
+    fresh = await journal.record_intents(
+        [Intent("data/x/9", "main", b"k9", g.clock().timestamp(), batch=batch)]
+    )
     assert await journal.settled_items(fresh, g.clock(), elapsed=BLIND_SETTLE_SECONDS) == []
     assert (await journal.intent("data/x/9")) is not None
     assert (await journal.intent("data/x/9")).state == "stored"  # type: ignore[union-attr]
+    assert await journal.settled_at(batch) is None  # settled intent by intent: no batch record
+
+
+async def test_record_intents_refuses_a_mixed_or_unnamed_batch(g: Graveler, local_root: Path) -> None:
+    repo = await new_repo(g, local_root, journal=True)
+    journal = Journal(g, await g.repository(repo))
+    now = g.clock().timestamp()
+    for intents in (
+        [Intent("data/x/1", "main", b"k", now)],  # no batch
+        [Intent("data/x/1", "main", b"k", now, batch=new_batch_id()) for _ in range(2)],  # two
+        [Intent("data/x/1", "main", b"k", now, "stored", now, batch="0" * 32)],  # not pending
+    ):
+        with pytest.raises(BadInputError):
+            await journal.record_intents(intents)
+    assert [i async for i in journal.intents()] == []
 
 
 @pytest.mark.parametrize("when", ["before", "after"])
@@ -268,22 +307,16 @@ _TIMES = st.one_of(
             st.none() | _TIMES,
             st.none() | st.floats(allow_nan=False, allow_infinity=False),
             st.integers(0, 3),
+            st.none() | st.sampled_from(["0" * 32, "0123456789abcdef" * 2]),
         ),
         max_size=12,
     ),
-    settle=st.none() | st.tuples(st.sampled_from(["stored", "pending"]), st.none() | _TIMES),
 )
 def test_batch_bytes_match_to_bytes(
-    rows: list[tuple[str, bytes, float, IntentState, float | None, float | None, int]],
-    settle: tuple[IntentState, float | None] | None,
+    rows: list[tuple[str, bytes, float, IntentState, float | None, float | None, int, str | None]],
 ) -> None:
     """The shared-shell encoder writes exactly what ``Intent.to_bytes`` writes, for any mix of
-    branches, keys (undecodable bytes too), times (-0.0 and 0.0, ints, NaN, infinities), states,
-    and the fields a batch never has (``next``, ``checks``), which take the generic path."""
+    batches, branches, keys (undecodable bytes too), times (-0.0 and 0.0, ints, NaN, infinities),
+    states, and the fields a batch never has (``next``, ``checks``), which take the generic path."""
     intents = [Intent(f"data/x/{n}", *row) for n, row in enumerate(rows)]
-    if settle is None:
-        assert batch_bytes(intents) == [i.to_bytes() for i in intents]
-    else:
-        state, t_stored = settle
-        expected = [replace(i, state=state, t_stored=t_stored).to_bytes() for i in intents]
-        assert batch_bytes(intents, state, t_stored) == expected  # type: ignore[arg-type]
+    assert batch_bytes(intents) == [i.to_bytes() for i in intents]
