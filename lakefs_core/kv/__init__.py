@@ -28,7 +28,8 @@ __all__ = ["Expect", "KVEntry", "KVItem", "KVStore", "open_kv"]
 # lakefs_core.sqlite_files.SQLITE_SCHEMES (a test checks they agree), not imported from there: that
 # would load sqlite3 into every process that opens a PostgreSQL or DynamoDB store (~6 ms)
 _SQLITE_SCHEMES = frozenset({"sqlite", "sqlite+aiosqlite"})
-_PG_SCHEMES = frozenset({"postgresql", "postgres", "postgresql+asyncpg"})
+# every PostgreSQL URL scheme accepted, by open_kv, the PostgreSQL KV store and the SQLAlchemy engines
+PG_SCHEMES = frozenset({"postgresql", "postgres", "postgresql+asyncpg", "postgres+asyncpg"})
 _DYNAMO_PARAMS = frozenset({"region", "endpoint"})
 _SCHEME_RE = re.compile(r"[a-z][a-z0-9+.-]*")
 
@@ -64,7 +65,7 @@ async def open_kv(url: str) -> KVStore:
         from lakefs_core.kv.sqlite import SQLiteKVStore  # no SQLAlchemy: a CLI process starts faster
 
         return await SQLiteKVStore.open(url)
-    if scheme in _PG_SCHEMES:
+    if scheme in PG_SCHEMES:
         from lakefs_core.kv.sql import SQLKVStore
 
         return await SQLKVStore.open(url)

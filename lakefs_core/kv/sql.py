@@ -67,7 +67,7 @@ from lakefs_core.errors import (
     TransientError,
     UnreachableError,
 )
-from lakefs_core.kv import _SQLITE_SCHEMES, pg_copy
+from lakefs_core.kv import _SQLITE_SCHEMES, PG_SCHEMES, pg_copy
 from lakefs_core.kv._common import (
     TransactionalBatches,
     as_bytes,
@@ -96,7 +96,6 @@ DEFAULT_TABLE = "kv"
 DEFAULT_POOL_TIMEOUT_S = 30.0
 DEFAULT_CONNECT_TIMEOUT_S = 10.0
 IDLE_CONNECTION_LIFETIME_S = 300.0
-PG_SCHEMES = frozenset({"postgresql", "postgres", "postgresql+asyncpg", "postgres+asyncpg"})
 # What the driver raises for database trouble: server errors, then a connection that is closed or in
 # a state it cannot use (e.g. the server ended the session while it sat idle), sockets, timeouts.
 _DRIVER_ERRORS = (
@@ -110,10 +109,10 @@ _BROKEN = (asyncpg.InterfaceError, asyncpg.InternalClientError, OSError)
 
 
 def normalize_url(url: str) -> str:
-    """The asyncpg DSN (``postgresql://...``) for a PostgreSQL ``url`` (``postgresql://``,
-    ``postgres://``, ``postgresql+asyncpg://``); :class:`BadInputError` naming no part of it for
-    anything else. A password written with a raw ``@``, ``/`` or ``#`` is taken whole, as libpq
-    does (see :mod:`lakefs_core.redact`), and percent-encoded for the driver."""
+    """The asyncpg DSN (``postgresql://...``) for a PostgreSQL ``url`` (a scheme of
+    :data:`~lakefs_core.kv.PG_SCHEMES`); :class:`BadInputError` naming no part of it for anything
+    else. A password written with a raw ``@``, ``/`` or ``#`` is taken whole, as libpq does (see
+    :mod:`lakefs_core.redact`), and percent-encoded for the driver."""
     try:
         url.encode()  # a lone surrogate (environment bytes the OS could not decode): refused
     except UnicodeEncodeError:

@@ -14,6 +14,7 @@ import aioboto3
 import asyncpg
 import pytest
 
+from lakefs_core import kv as kv_package
 from lakefs_core.errors import (
     BadInputError,
     ConflictError,
@@ -71,6 +72,21 @@ def test_open_kv_routes_the_schemes_sqlite_files_reads() -> None:
     from lakefs_core import kv
 
     assert kv._SQLITE_SCHEMES == SQLITE_SCHEMES
+
+
+async def test_open_kv_takes_every_postgresql_scheme_the_engines_take(pg_database: PgDatabase) -> None:
+    from lakefs_core import sqlengine
+
+    assert sqlengine.PG_DRIVERS is kv_package.PG_SCHEMES  # one set for every SQL path
+    rest = pg_database.url.split("://", 1)[1]
+    for scheme in sorted(kv_package.PG_SCHEMES):
+        store = await open_kv(f"{scheme.upper()}://{rest}")
+        try:
+            assert isinstance(store, SQLKVStore)
+            await store.set(b"schemes", scheme.encode(), b"v")
+            assert await store.get(b"schemes", scheme.encode()) == b"v"
+        finally:
+            await store.close()
 
 
 def test_the_postgresql_store_refuses_a_sqlite_file() -> None:
