@@ -41,8 +41,6 @@ from lakefs_core.sqlite_files import (
 
 T = TypeVar("T")
 
-PG_DRIVERS = PG_SCHEMES
-
 
 def normalize_sql_url(url: str) -> URL:
     """Parse ``url`` and point it at the async driver. Raises :class:`ValueError` (no URL in it).
@@ -62,7 +60,7 @@ def normalize_sql_url(url: str) -> URL:
         if database in ("", ":memory:") or database.startswith("file::memory:"):
             raise ValueError("in-memory SQLite cannot be shared between pooled connections; use a file")
         return parsed.set(drivername="sqlite+aiosqlite")
-    if driver in PG_DRIVERS:
+    if driver in PG_SCHEMES:
         return parsed.set(drivername="postgresql+asyncpg")
     raise ValueError(
         "unsupported SQL URL scheme (use sqlite:///path, sqlite+aiosqlite:///path, "

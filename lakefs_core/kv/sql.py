@@ -108,6 +108,13 @@ _DRIVER_ERRORS = (
 _BROKEN = (asyncpg.InterfaceError, asyncpg.InternalClientError, OSError)
 
 
+def _connection_lost(e: BaseException, state: str) -> bool:
+    """Whether ``e`` (SQLSTATE ``state``) left its connection unusable: the driver's own socket and
+    interface errors, or a server error after which the session is gone (class 08, or the server
+    ending it)."""
+    return isinstance(e, _BROKEN) or state.startswith("08") or state in PG_SESSION_ENDED
+
+
 def normalize_url(url: str) -> str:
     """The asyncpg DSN (``postgresql://...``) for a PostgreSQL ``url`` (a scheme of
     :data:`~lakefs_core.kv.PG_SCHEMES`); :class:`BadInputError` naming no part of it for anything
@@ -264,7 +271,6 @@ class SQLKVStore(TransactionalBatches):
         state = sqlstate(e) or ""
         if state == PG_DISK_FULL:  # first: neither unreachable nor transient, whatever else it says
             return StorageFullError(f"{self._where}: no space left: {reason}")
-        lost = isinstance(e, _BROKEN) or state in PG_SESSION_ENDED
         err = translate_failure(
             e,
             self._where,
@@ -273,7 +279,7 @@ class SQLKVStore(TransactionalBatches):
             connecting=connecting,
             write=write,
             cas=cas,
-            disconnect=lost,
+            disconnect=_connection_lost(e, state),
             integrity=isinstance(e, asyncpg.IntegrityConstraintViolationError),
             exhausted=isinstance(e, _PoolExhausted),
         )
@@ -325,10 +331,7 @@ class SQLKVStore(TransactionalBatches):
                 usable = True  # raised by ``fn`` itself (_KeyExists), not by the driver
                 raise
             except _DRIVER_ERRORS as e:
-                state = sqlstate(e) or ""
-                usable = isinstance(e, asyncpg.PostgresError) and not (
-                    state.startswith("08") or state in PG_SESSION_ENDED
-                )
+                usable = isinstance(e, asyncpg.PostgresError) and not _connection_lost(e, sqlstate(e) or "")
                 raise self._translate(e, connecting=False, write=write, cas=cas) from e
             finally:
                 await self._release(conn, usable=usable)

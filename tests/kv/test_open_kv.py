@@ -31,7 +31,7 @@ from lakefs_core.kv.sql import SQLKVStore, normalize_url
 from lakefs_core.kv.sqlite import SQLiteKVStore
 from lakefs_core.sqlite_files import SQLITE_SCHEMES, sqlite_database
 from tests.support.moto import MotoServer, free_port
-from tests.support.pg import PgDatabase
+from tests.support.pg import PgDatabase, drop_table
 from tests.support.tcpproxy import TcpProxy
 
 SECRET = "s3cr3t-Pa55"
@@ -77,9 +77,9 @@ def test_open_kv_routes_the_schemes_sqlite_files_reads() -> None:
 async def test_open_kv_takes_every_postgresql_scheme_the_engines_take(pg_database: PgDatabase) -> None:
     from lakefs_core import sqlengine
 
-    assert sqlengine.PG_DRIVERS is kv_package.PG_SCHEMES  # one set for every SQL path
     rest = pg_database.url.split("://", 1)[1]
     for scheme in sorted(kv_package.PG_SCHEMES):
+        assert sqlengine.normalize_sql_url(f"{scheme}://{rest}").drivername == "postgresql+asyncpg"
         store = await open_kv(f"{scheme.upper()}://{rest}")
         try:
             assert isinstance(store, SQLKVStore)
@@ -305,11 +305,7 @@ async def test_postgres_replaces_every_pooled_connection_that_died_unnoticed(
     finally:
         await store.close()
         await proxy.close()
-        conn = await asyncpg.connect(pg_database.url)
-        try:
-            await conn.execute(f'DROP TABLE IF EXISTS "{table}"')
-        finally:
-            await conn.close()
+        await drop_table(pg_database.url, table)
 
 
 async def test_concurrent_table_creation_on_fresh_postgres_table(pg_database: PgDatabase) -> None:
@@ -321,11 +317,7 @@ async def test_concurrent_table_creation_on_fresh_postgres_table(pg_database: Pg
     finally:
         for s in stores:
             await s.close()
-        conn = await asyncpg.connect(pg_database.url)
-        try:
-            await conn.execute(f'DROP TABLE IF EXISTS "{table}"')
-        finally:
-            await conn.close()
+        await drop_table(pg_database.url, table)
 
 
 async def test_unreachable_postgres_is_unreachable_without_password() -> None:

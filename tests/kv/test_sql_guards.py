@@ -23,7 +23,7 @@ from lakefs_core.errors import LakeFSError, NotFoundError, TransientError, Unrea
 from lakefs_core.kv import Expect, KVStore
 from lakefs_core.kv.sql import SQLKVStore
 from lakefs_core.kv.sqlite import SQLiteKVStore
-from tests.support.pg import PgDatabase
+from tests.support.pg import PgDatabase, drop_table
 
 P = b"partition"
 
@@ -198,11 +198,7 @@ async def any_sql(any_sql_url: str) -> AsyncIterator[KVStore]:
     finally:
         await store.close()
         if postgres:
-            raw = await asyncpg.connect(any_sql_url)
-            try:
-                await raw.execute(f'DROP TABLE IF EXISTS "{table}"')
-            finally:
-                await raw.close()
+            await drop_table(any_sql_url, table)
 
 
 async def test_set_many_then_get_reads_the_key_of_its_own_partition(any_sql: KVStore) -> None:

@@ -61,6 +61,15 @@ async def _admin(statement: str) -> None:
         await conn.close()
 
 
+async def drop_table(url: str, table: str) -> None:
+    """Drop ``table`` (a test's own KV table) in the database ``url`` names, if it exists."""
+    conn = await asyncpg.connect(url, timeout=5)
+    try:
+        await conn.execute(f'DROP TABLE IF EXISTS "{table}"')
+    finally:
+        await conn.close()
+
+
 def create_database() -> PgDatabase:
     name = f"lakefs_test_{os.getpid()}_{uuid.uuid4().hex[:8]}"
     asyncio.run(_admin(f'CREATE DATABASE "{name}"'))
