@@ -336,9 +336,10 @@ class Journal:
         A blind upsert, unlike :meth:`record_intent`'s create-only write: the addresses were just
         allocated (a fresh random object id each) and their PUTs are create-only, so no other intent
         can exist under them."""
-        batches = {intent.batch for intent in intents}
-        if len(batches) > 1 or None in batches or any(i.state != "pending" for i in intents):
-            raise BadInputError("a batch's intents must be pending and name one batch", field="intents")
+        if intents:
+            _batch_of(intents)
+        if any(i.state != "pending" for i in intents):
+            raise BadInputError("a batch's intents must be pending", field="intents")
         recorded = [intent.with_raw(raw) for intent, raw in zip(intents, batch_bytes(intents), strict=True)]
         await self.g.kv.set_many([(self.partition, kvkeys.gc_intent_key(i.address), i.raw) for i in recorded])
         return recorded
@@ -358,11 +359,8 @@ class Journal:
         if not intents:
             return []
         if elapsed < BLIND_SETTLE_SECONDS:
-            batch = intents[0].batch
-            if batch is None or any(i.batch != batch for i in intents):
-                raise BadInputError("intents recorded by record_intents, of one batch", field="intents")
             raw = _ENCODE({"t_stored": now.timestamp()}).encode()
-            return [(self.partition, kvkeys.gc_settled_key(batch), raw)]
+            return [(self.partition, kvkeys.gc_settled_key(_batch_of(intents)), raw)]
         for intent in intents:
             await self.mark_stored(intent, now)
         return []
@@ -599,6 +597,15 @@ class Journal:
 async def forget_deleted_repository(g: Graveler, repo_id: str, instance_uid: str) -> None:
     """Drop a ``deleted-repos/`` record (its namespace was purged, or is claimed again and kept)."""
     await g.refs.forget_deleted_repository(repo_id, instance_uid)
+
+
+def _batch_of(intents: Sequence[Intent]) -> str:
+    """The one batch every intent of ``intents`` (not empty) names (:meth:`Journal.record_intents`);
+    :class:`BadInputError` when one names none or another."""
+    batch = intents[0].batch
+    if batch is None or any(i.batch != batch for i in intents):
+        raise BadInputError("a batch's intents must all name one batch (new_batch_id)", field="intents")
+    return batch
 
 
 def _settled_time(raw: bytes, where: str) -> float:

@@ -55,10 +55,6 @@ class TcpProxy:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
 
-    @property
-    def open_connections(self) -> int:
-        return len(self._pairs)
-
     def sever_on_next_request(self) -> int:
         """Doom every open connection; returns how many."""
         for pair in self._pairs:
