@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 from lakefs_core.errors import BadInputError
 from lakefs_core.format.proto import catalog_pb2
 from lakefs_core.keys import (
+    SLICE_FIRST_SEQS,
     SLICE_MAX_SEQ,
     AddressType,
     SliceAllocator,
@@ -24,6 +25,7 @@ from lakefs_core.keys import (
     new_object_ids,
     new_relative_address,
     new_slice_id,
+    random_first_seq,
     relative_address,
 )
 
@@ -230,7 +232,7 @@ def test_slice_rejects_naive_and_bad_seq() -> None:
 
 def test_slice_allocator_rolls_by_hour_and_count() -> None:
     now = [datetime(2024, 5, 17, 10, 0, tzinfo=UTC)]
-    alloc = SliceAllocator(max_objects=3, clock=lambda: now[0])
+    alloc = SliceAllocator(max_objects=3, clock=lambda: now[0], first_seq=lambda: 0)
     first = [alloc.next_slice() for _ in range(3)]
     assert len(set(first)) == 1
     second = alloc.next_slice()
@@ -263,6 +265,28 @@ def test_batched_id_encoding_is_the_per_id_encoding(millis: bytes, noise: list[b
         encode_object_ids(millis, b"x" * 11)
 
 
+def test_writers_in_one_hour_use_slices_of_their_own() -> None:
+    """Every allocator (a process's uploads) starts an hour at a random sequence number: 64 of them
+    in the same hour do not all share a slice (they would with probability 2**-14**63), each keeps
+    rolling from its start, and each new hour draws again."""
+    now = [datetime(2024, 5, 17, 10, 0, tzinfo=UTC)]
+    writers = [SliceAllocator(max_objects=2, clock=lambda: now[0]) for _ in range(64)]
+    firsts = [w.next_slices(3) for w in writers]
+    assert len({f[0] for f in firsts}) > 1
+    hour = new_slice_id(now[0])[:7]
+    assert all(s[:7] == hour for f in firsts for s in f)  # the hour, which GC reads, is kept
+    for w, f in zip(writers, firsts, strict=True):
+        assert f[0] == f[1] != f[2] and f[2] < f[1]  # rolled after 2 objects: the new one sorts first
+        assert f[0] == new_slice_id(now[0], seq=w._seq - 1)
+        assert 0 <= w._seq - 1 < SLICE_FIRST_SEQS
+    drawn: list[int] = []
+    one = SliceAllocator(clock=lambda: now[0], first_seq=lambda: drawn.append(7) or 7)
+    one.next_slice()
+    now[0] += timedelta(hours=1)
+    assert one.next_slice() == new_slice_id(now[0], seq=7) and drawn == [7, 7]
+    assert {random_first_seq() for _ in range(200)} <= set(range(SLICE_FIRST_SEQS))
+
+
 def _one_by_one(alloc: SliceAllocator, now: datetime) -> str:
     """The per-object allocation ``next_slices`` must equal (the allocator's logic before batches)."""
     hour = int(now.timestamp() // 3600)
@@ -287,8 +311,8 @@ def test_batched_slices_are_the_one_by_one_slices(
     next slice every ``max_objects`` objects, to a new hour's first slice, and staying on the last
     sequence number once it is reached."""
     now = [datetime(2024, 5, 17, 10, 0, tzinfo=UTC)]
-    batched = SliceAllocator(max_objects=max_objects, clock=lambda: now[0])
-    model = SliceAllocator(max_objects=max_objects, clock=lambda: now[0])
+    batched = SliceAllocator(max_objects=max_objects, clock=lambda: now[0], first_seq=lambda: 0)
+    model = SliceAllocator(max_objects=max_objects, clock=lambda: now[0], first_seq=lambda: 0)
     assert batched.next_slices(1) == [_one_by_one(model, now[0])]
     if near_last:  # reaching the last sequence number takes 2**15 slices otherwise
         batched._seq = model._seq = SLICE_MAX_SEQ - 1

@@ -180,6 +180,8 @@ class LocalBlockStore:
         self._sweep_stop = threading.Event()
         self._root = Path(os.path.normpath(raw))
         self._root_s = str(self._root).rstrip("/")  # "" for "/": then every file is "/<key>"
+        self._uri = "local://" + self._root.as_posix()
+        self._uri_base = self._uri.rstrip("/")  # a key's URI is this, "/" and the key
         self._meta_root = self._root / META_DIR
         self._fsync = fsync
         self._strict_names = strict_names
@@ -192,7 +194,7 @@ class LocalBlockStore:
 
     @property
     def uri(self) -> str:
-        return "local://" + self._root.as_posix()
+        return self._uri
 
     @property
     def root(self) -> Path:
@@ -212,7 +214,7 @@ class LocalBlockStore:
     # -- keys and paths ---------------------------------------------------------------------------
 
     def _where(self, key: str) -> str:
-        return f"{self.uri.rstrip('/')}/{key}"
+        return f"{self._uri_base}/{key}"
 
     def _check_open(self) -> None:
         if self._closed:
@@ -395,19 +397,17 @@ class LocalBlockStore:
             if fast:
 
                 def paths(i: int) -> Paths:
-                    return Paths(
-                        self._file(parts[i]), self._sidecars.file(parts[i]), self._where(items[i].key)
-                    )
+                    return Paths(self._file(parts[i]), self._sidecars.file(parts[i]))
 
                 written, fell_back, self._unnamed = put_compiled(
-                    items, fast, paths, exclusive=if_none_match, unnamed=self._unnamed
+                    items, fast, paths, self._where, exclusive=if_none_match, unnamed=self._unnamed
                 )
                 for w in written:
-                    dirs.add(os.path.dirname(w.target))
+                    dirs.add(w.directory)
                     if w.has_sidecar:
                         self._sidecars.drop_stale(parts[w.position], w.target, w.st[:2])
-                    self._etags.remember_key(w.st, w.info.etag)
                     results[w.position] = w.info
+                self._etags.remember_keys([(w.st, w.info.etag) for w in written])
                 if len(fell_back) < len(hop):
                     taken = set(fast).difference(fell_back)
                     rest = [i for i in hop if i not in taken]

@@ -23,13 +23,14 @@ from __future__ import annotations
 
 import hashlib
 import os
+import sys
 from collections.abc import Callable, Sequence
 from typing import NamedTuple
 
 from lakefs_core.block._common import DEFAULT_CONTENT_TYPE, CheckedPut
 from lakefs_core.block.base import ObjectInfo, SourceFile
 from lakefs_core.block.local_files import CREATE_FLAGS, map_oserror, ns_datetime
-from lakefs_core.block.local_leftovers import temp_name
+from lakefs_core.block.local_leftovers import temp_names
 from lakefs_core.format.accel import load
 
 #: The compiled module, or None (not built, or ``LAKEFS_PURE_PYTHON=1``).
@@ -40,11 +41,10 @@ DONE, FALLBACK, UNLINK_FAILED = 0, 1, 2
 
 
 class Paths(NamedTuple):
-    """Where one object of a hop goes: its data file, its sidecar, and its URI for errors."""
+    """Where one object of a hop goes: its data file and its sidecar."""
 
     target: str
     sidecar: str
-    where: str
 
 
 class Written(NamedTuple):
@@ -52,9 +52,15 @@ class Written(NamedTuple):
 
     position: int  # in the batch
     target: str  # its data file
+    directory: str  # the data file's directory (for the batch's sync)
     info: ObjectInfo
     st: tuple[int, int, int, int]  # (dev, ino, size, mtime_ns): the ETag cache's key
     has_sidecar: bool  # a sidecar file exists for the key: the store checks whether it is stale
+
+
+# What os.fsencode does, without its Python-level call: four names per object in a hop, and this
+# runs in writer threads that hold the GIL while they prepare a hop (see the module docstring).
+_FS_ENCODING, _FS_ERRORS = sys.getfilesystemencoding(), sys.getfilesystemencodeerrors()
 
 
 def eligible(item: CheckedPut, bare_max: int) -> bool:
@@ -71,17 +77,20 @@ def put_compiled(
     items: Sequence[CheckedPut],
     indices: Sequence[int],
     paths: Callable[[int], Paths],
+    where: Callable[[str], str],
     *,
     exclusive: bool,
     unnamed: bool,
 ) -> tuple[list[Written], list[int], bool]:
     """Write ``items[i]`` for each ``i`` in ``indices`` (all :func:`eligible`) in one call of the
-    extension; create-only (``exclusive``) ones through unnamed files when ``unnamed`` (see
-    ``_localput``). Returns what was written, the indices left for the pure-Python path, and
-    whether unnamed files still work on this system (pass that next time). A failure after an
-    object is in place (its temporary name could not be removed) raises, as the pure path does.
-    Blocking: run it in a worker thread. Requires :data:`LOCALPUT`."""
+    extension (``paths(i)``: where the object goes; ``where(key)``: its URI for errors);
+    create-only (``exclusive``) ones through unnamed files when ``unnamed`` (see ``_localput``).
+    Returns what was written, the indices left for the pure-Python path, and whether unnamed
+    files still work on this system (pass that next time). A failure after an object is in place
+    (its temporary name could not be removed) raises, as the pure path does. Blocking: run it in a
+    worker thread. Requires :data:`LOCALPUT`."""
     assert LOCALPUT is not None
+    enc, errors = _FS_ENCODING, _FS_ERRORS
     sources: list[bytes | None] = []
     datas: list[bytes | None] = []
     sizes: list[int] = []
@@ -89,13 +98,13 @@ def put_compiled(
     dirs: list[bytes] = []
     targets: list[bytes] = []
     sidecars: list[bytes] = []
-    where: list[Paths] = []
-    for i in indices:
+    placed: list[tuple[str, str]] = []  # (target, directory) per object
+    for i, tmp in zip(indices, temp_names(len(indices)), strict=True):
         body = items[i].body
-        p = paths(i)
-        where.append(p)
+        target, sidecar = paths(i)
         if isinstance(body, SourceFile):
-            sources.append(os.fsencode(body.path))
+            source = body.path
+            sources.append(source.encode(enc, errors) if type(source) is str else os.fsencode(source))
             datas.append(None)
             sizes.append(body.size)
         else:
@@ -103,24 +112,26 @@ def put_compiled(
             sources.append(None)
             datas.append(body)
             sizes.append(len(body))
-        directory = os.path.dirname(p.target)
-        tmps.append(os.fsencode(f"{directory}/{temp_name()}"))
-        dirs.append(os.fsencode(directory))
-        targets.append(os.fsencode(p.target))
-        sidecars.append(os.fsencode(p.sidecar))
+        directory = target[: target.rfind("/")] or "/"  # os.path.dirname of an absolute path
+        placed.append((target, directory))
+        encoded_dir = directory.encode(enc, errors)
+        tmps.append(encoded_dir + b"/" + tmp.encode(enc, errors))
+        dirs.append(encoded_dir)
+        targets.append(target.encode(enc, errors))
+        sidecars.append(sidecar.encode(enc, errors))
     outcomes, unnamed = LOCALPUT.put_files(
         sources, datas, sizes, tmps, dirs, targets, sidecars, CREATE_FLAGS, exclusive, unnamed
     )
     written: list[Written] = []
     rest: list[int] = []
-    for i, p, (status, err, data, dev, ino, size, mtime_ns, has_sidecar) in zip(
-        indices, where, outcomes, strict=True
+    for i, (target, directory), (status, err, data, dev, ino, size, mtime_ns, has_sidecar) in zip(
+        indices, placed, outcomes, strict=True
     ):
         if status == FALLBACK:
             rest.append(i)
             continue
         if status == UNLINK_FAILED:
-            raise map_oserror(OSError(err, os.strerror(err)), p.where, reading=False)
+            raise map_oserror(OSError(err, os.strerror(err)), where(items[i].key), reading=False)
         info = ObjectInfo(
             key=items[i].key,
             size=size,
@@ -129,5 +140,5 @@ def put_compiled(
             content_type=DEFAULT_CONTENT_TYPE,
             metadata={},
         )
-        written.append(Written(i, p.target, info, (dev, ino, size, mtime_ns), bool(has_sidecar)))
+        written.append(Written(i, target, directory, info, (dev, ino, size, mtime_ns), bool(has_sidecar)))
     return written, rest, bool(unnamed)

@@ -64,6 +64,12 @@ def temp_name() -> str:
     return f"{TMP_PREFIX}{_HOST}-{os.getpid()}-{_salt}{next(_counter):016x}"
 
 
+def temp_names(n: int) -> list[str]:
+    """``n`` names as ``n`` calls of :func:`temp_name` give them, for a batch's hop."""
+    prefix = f"{TMP_PREFIX}{_HOST}-{os.getpid()}-{_salt}"
+    return [f"{prefix}{next(_counter):016x}" for _ in range(n)]
+
+
 def _new_salt() -> None:
     global _salt, _counter
     _salt, _counter = secrets.token_hex(8), itertools.count()

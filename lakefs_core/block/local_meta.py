@@ -16,7 +16,7 @@ import os
 import shutil
 import threading
 from collections import OrderedDict
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -192,7 +192,12 @@ class EtagCache:
 
     def remember_key(self, key: tuple[int, int, int, int], etag: str) -> None:
         """:meth:`remember` given ``(st_dev, st_ino, st_size, st_mtime_ns)``."""
+        self.remember_keys([(key, etag)])
+
+    def remember_keys(self, pairs: Iterable[tuple[tuple[int, int, int, int], str]]) -> None:
+        """:meth:`remember_key` of each pair, in order, under one lock (a batch's hop)."""
         with self._lock:
-            self._etags[key] = etag
-            while len(self._etags) > _ETAG_CACHE_SIZE:
-                self._etags.popitem(last=False)
+            for key, etag in pairs:
+                self._etags[key] = etag
+                if len(self._etags) > _ETAG_CACHE_SIZE:
+                    self._etags.popitem(last=False)

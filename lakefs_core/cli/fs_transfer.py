@@ -1,10 +1,13 @@
 """Bulk and streaming transfers of ``lakefs-core fs``: ``upload --recursive``, ``cat``, ``download``.
 
 - ``upload --recursive`` walks the tree, then uploads it in batches of at most ``BATCH_FILES``
-  files (and about ``BATCH_BYTES``): per batch, one repository and branch read, the PUTs
-  ``upload_concurrency`` at a time and every entry staged in one KV batch
+  files (and about ``BATCH_BYTES``; the first one ``FIRST_BATCH_FILES``, so that writing starts
+  soon): per batch, one repository and branch read, the PUTs ``upload_concurrency`` at a time and
+  every entry staged in one KV batch
   (:meth:`~lakefs_core.repos.objects.Objects.upload_many`), ``UPLOAD_IN_FLIGHT`` batches at a
-  time: the next batch's PUTs overlap the previous one's staging write. After a failing batch no
+  time, writing their objects one batch after the other (one write gate): the threads write one
+  batch while the event loop records the next batch's journal intents and stages the previous
+  batch's entries. After a failing batch no
   new one starts, one already in flight runs to its end, and the error says how many objects were
   staged. Files above ``STREAM_THRESHOLD`` are streamed (multipart on S3); smaller
   ones are read whole in the store's worker threads when written, in batches
@@ -25,6 +28,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import codecs
+import contextlib
 import functools
 import json
 import os
@@ -55,11 +59,18 @@ STREAM_THRESHOLD = 8 << 20  # bigger files are streamed to the store
 # peak RSS where 1 MiB ones cost ~10. S3's multipart upload gathers them into parts itself.
 READ_CHUNK = 1 << 20
 BATCH_FILES = 1000  # objects staged per KV batch by upload --recursive
+# The first batch is small: no object is written before its batch's journal intents are recorded,
+# and the writer threads idle until then.
+FIRST_BATCH_FILES = 100
 BATCH_BYTES = 256 << 20  # a batch closes early once its files add up to this
-# Batches of upload --recursive in flight: the next one's journal intents and PUTs run while the
-# previous one's entries are staged (measured: 3-4% faster on SQLite, ~10% on PostgreSQL, whose
-# server works on the staging batch while this process writes files).
-UPLOAD_IN_FLIGHT = 2
+# Batches of upload --recursive in flight. Their PUTs pass one write gate, a batch at a time, so
+# the writer threads never wait for the KV: while they write batch N, the loop stages batch N-1
+# and records batch N+1's intents. Three, so that N+1 is waiting at the gate when N is written
+# (with two, batch N+1 started only once N-1 was staged). Without the gate, two batches in flight
+# wrote at the same time, split the threads and then both staged while no file was written: a
+# 5,000-file upload on PostgreSQL + local took 10-17% longer (bench/RESULTS.md, stop 31).
+UPLOAD_IN_FLIGHT = 3
+PRESTART_TIMEOUT_S = 5.0  # the most the writer threads' start may take (see _widen_thread_pool)
 
 
 def _open_regular(path: Path) -> IO[bytes]:
@@ -143,13 +154,24 @@ def progress_bar(total: int, files: int, desc: str, disabled: bool) -> tqdm[Any]
 
 def _widen_thread_pool(concurrency: int) -> None:
     """Give the loop's default executor a thread per concurrent transfer: local reads, writes and
-    fsyncs run in it (``asyncio.to_thread``), and its default size (CPUs + 4) would cap them."""
+    fsyncs run in it (``asyncio.to_thread``), and its default size (CPUs + 4) would cap them.
+
+    Its threads are started here, before any is busy. A pool starts a thread when a task finds none
+    idle, and ``Thread.start`` waits until the new thread holds the GIL once: with writer threads
+    and the loop already competing for it, each start kept the loop waiting up to a switch
+    interval (5 ms), 20-55 ms per 5,000-file upload. Here they cost about 0.1 ms each."""
+    import threading
     from concurrent.futures import ThreadPoolExecutor
 
     workers = concurrency + 4
-    asyncio.get_running_loop().set_default_executor(
-        ThreadPoolExecutor(max_workers=workers, thread_name_prefix="lakefs-io")
-    )
+    pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="lakefs-io")
+    asyncio.get_running_loop().set_default_executor(pool)
+    # Each task holds its thread until all have started, so every submit starts a new one.
+    started = threading.Barrier(workers + 1)
+    for _ in range(workers):
+        pool.submit(started.wait, PRESTART_TIMEOUT_S)
+    with contextlib.suppress(threading.BrokenBarrierError):  # slow to start: they start on demand
+        started.wait(PRESTART_TIMEOUT_S)
 
 
 # -- upload --recursive ------------------------------------------------------------------------------
@@ -160,7 +182,8 @@ def batches(files: Sequence[tuple[str, str, int]]) -> list[list[tuple[str, str, 
     current: list[tuple[str, str, int]] = []
     size = 0
     for item in files:
-        if current and (len(current) >= BATCH_FILES or size + item[2] > BATCH_BYTES):
+        limit = min(FIRST_BATCH_FILES, BATCH_FILES) if not out else BATCH_FILES
+        if current and (len(current) >= limit or size + item[2] > BATCH_BYTES):
             out.append(current)
             current, size = [], 0
         current.append(item)
@@ -215,6 +238,8 @@ async def upload_tree(
         bar.set_postfix_str(f"{done}/{len(files)} files", refresh=False)
         bar.update(info.size)
 
+    gate = asyncio.Lock()  # one batch's PUTs at a time: see Objects.upload_many
+
     async def upload(batch: list[tuple[str, str, int]]) -> list[ObjectStat]:
         return await s.objects.upload_many(
             dest.repo,
@@ -222,6 +247,7 @@ async def upload_tree(
             _upload_items(batch, dest.path, content_type),
             concurrency=s.config.upload_concurrency,
             on_stored=None if isinstance(bar, NoProgress) else stored,
+            write_gate=gate,
         )
 
     try:

@@ -21,6 +21,8 @@ settled intents plus every staged entry in one KV batch after them.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import time
 from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -211,6 +213,7 @@ class Objects:
         concurrency: int = 8,
         on_stored: Callable[[UploadItem, ObjectInfo], None] | None = None,
         force: bool = False,
+        write_gate: asyncio.Lock | None = None,
     ) -> list[ObjectStat]:
         """Upload a batch: one repository and branch read, the PUTs ``concurrency`` at a time, then
         every entry staged in ONE KV batch (:meth:`Graveler.set_entries`). With the journal on, the
@@ -220,7 +223,11 @@ class Objects:
         retention GC removes). Small bodies (bytes, :class:`BlockingBody`) are written by the
         store's ``put_batch``, ``PUT_BATCH_WINDOW`` at a time; streamed ones one PUT each.
         ``on_stored`` is called after each object is stored (progress; per window for batched
-        ones). Results are in the order of ``items``."""
+        ones). Results are in the order of ``items``. Concurrent batches sharing a ``write_gate``
+        write their objects one batch at a time, in the order they reach the gate (each holds it
+        for its PUTs only): a batch's journal and staging writes then overlap the next batch's
+        PUTs, where two batches writing at once would split the writer threads and finish
+        together."""
         if concurrency < 1:
             raise BadInputError("must be at least 1", field="concurrency")
         keys = [_new_path_bytes(item.path) for item in items]
@@ -239,7 +246,10 @@ class Objects:
                 [Intent(a, branch, k, now, batch=batch) for a, k in zip(addresses, keys, strict=True)]
             )
         targets = [ns.key(address) for address in addresses]
-        infos = await self._put_all(store, items, targets, concurrency, on_stored)
+        async with write_gate or contextlib.nullcontext():
+            infos = await self._put_all(store, items, targets, concurrency, on_stored)
+        if write_gate is not None:
+            await asyncio.sleep(0)  # the next batch's PUTs start before this batch's entries are built
         settled: list[tuple[bytes, bytes, bytes]] = []
         if journal is not None:
             settled = await journal.settled_items(intents, self.g.clock(), time.monotonic() - recorded_at)

@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 
 from lakefs_core.block import local_leftovers
-from lakefs_core.block.local_leftovers import sweep_leftovers, temp_name
+from lakefs_core.block.local_leftovers import TMP_NAME, sweep_leftovers, temp_name, temp_names
 
 GRACE = 3600.0
 
@@ -99,3 +99,13 @@ def test_only_regular_files_are_leftovers(tmp_path: Path) -> None:
     assert not real.exists()
     assert link.is_symlink() and dangling.is_symlink() and fifo.is_fifo()
     assert target.read_bytes() == b"somebody's data"
+
+
+def test_batch_temp_names_are_the_sweeps_and_unique() -> None:
+    """A hop's names (``temp_names``) are what ``temp_name`` makes: the sweep recognizes them as
+    this process's, and no two repeat, within a batch or with single names."""
+    names = [*temp_names(3), temp_name(), *temp_names(2), *temp_names(0)]
+    assert len(names) == len(set(names)) == 6
+    for name in names:
+        match = TMP_NAME.fullmatch(name)
+        assert match is not None and match["pid"] == str(os.getpid())

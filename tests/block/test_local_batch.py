@@ -403,18 +403,23 @@ def test_a_failure_after_the_object_is_in_place_raises(
     items = check_put_batch([PutItem("a", b"x"), PutItem("b", b"x")], 1)
 
     def paths(i: int) -> local_batch.Paths:
-        return local_batch.Paths(
-            str(tmp_path / items[i].key), str(tmp_path / "meta"), f"local://{items[i].key}"
-        )
+        return local_batch.Paths(str(tmp_path / items[i].key), str(tmp_path / "meta"))
+
+    def where(key: str) -> str:
+        return f"local://{key}"
 
     with pytest.raises(LakeFSError, match="local://b"):
-        local_batch.put_compiled(items, [0, 1], paths, exclusive=True, unnamed=True)
+        local_batch.put_compiled(items, [0, 1], paths, where, exclusive=True, unnamed=True)
     monkeypatch.setattr(
         Fake,
         "put_files",
         staticmethod(lambda *a: ([(local_batch.FALLBACK, 2, None, 0, 0, 0, 0, 0)], False)),
     )
-    assert local_batch.put_compiled(items, [0], paths, exclusive=True, unnamed=True) == ([], [0], False)
+    assert local_batch.put_compiled(items, [0], paths, where, exclusive=True, unnamed=True) == (
+        [],
+        [0],
+        False,
+    )
 
 
 def test_extension_is_in_use_in_ci() -> None:
@@ -527,3 +532,22 @@ def test_the_paths_agree(
             assert set(results) <= errors, (results, alone)
         else:
             assert compiled[:2] == named[:2] == pure[:2]
+
+
+@settings(max_examples=50, deadline=None)
+@given(st.lists(st.lists(st.integers(0, 40), max_size=30), max_size=6))
+def test_a_hops_etags_are_remembered_as_one_by_one(hops: list[list[int]]) -> None:
+    """``EtagCache.remember_keys`` (a hop's ETags under one lock) leaves the cache as
+    ``remember_key`` per object does, eviction of the least recently used included (the cache
+    shrunk to 16 entries, so that hops overflow it)."""
+    from lakefs_core.block import local_meta
+
+    batched, single = local_meta.EtagCache(), local_meta.EtagCache()
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(local_meta, "_ETAG_CACHE_SIZE", 16)
+        for n, hop in enumerate(hops):
+            pairs = [((1, inode, 3, 4), f"etag-{n}-{inode}") for inode in hop]
+            batched.remember_keys(pairs)
+            for key, etag in pairs:
+                single.remember_key(key, etag)
+            assert list(batched._etags.items()) == list(single._etags.items())

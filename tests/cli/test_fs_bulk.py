@@ -6,6 +6,7 @@ RSS is measured for a 200 MB object (streaming must keep memory flat).
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import contextlib
 import json
@@ -14,11 +15,14 @@ import stat
 import subprocess
 import sys
 import threading
+from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from lakefs_core.block.base import read_small_file
+from lakefs_core.block.base import ObjectInfo, PutItem, read_small_file
+from lakefs_core.block.local import LocalBlockStore
 from lakefs_core.cli import fs_transfer, main
 from lakefs_core.errors import BadInputError
 from tests.cli.helpers import Result, set_user_env, user_env, write_tree
@@ -60,12 +64,31 @@ def repo(run: InProcess, tmp_path: Path) -> str:
 def test_upload_recursive_in_batches(
     run: InProcess, repo: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(fs_transfer, "BATCH_FILES", 7)  # 30 files: 5 batches, the last one short
+    # 31 files in batches of 3, then 7 (the last one short); big.bin, first in path order, is streamed
+    monkeypatch.setattr(fs_transfer, "BATCH_FILES", 7)
+    monkeypatch.setattr(fs_transfer, "FIRST_BATCH_FILES", 3)
     files = {f"d{i % 3}/f{i:02d}.txt": f"content {i}".encode() for i in range(30)}
     files["big.bin"] = bytes(range(256)) * 40_000  # above a lowered stream threshold: streamed
     monkeypatch.setattr(fs_transfer, "STREAM_THRESHOLD", 1 << 20)
     write_tree(tmp_path / "src", files)
+    writing, written = 0, []  # the batches' PUTs pass one write gate: never two at a time
+    put_batch = LocalBlockStore.put_batch
+
+    async def one_at_a_time(store: LocalBlockStore, items: Sequence[PutItem], **kw: Any) -> list[ObjectInfo]:
+        nonlocal writing
+        writing += 1
+        try:
+            assert writing == 1
+            for _ in range(5):
+                await asyncio.sleep(0)  # room for another batch to start writing, were it allowed
+            return await put_batch(store, items, **kw)
+        finally:
+            writing -= 1
+            written.append(len(items))
+
+    monkeypatch.setattr(LocalBlockStore, "put_batch", one_at_a_time)
     doc = run.json("fs", "upload", "-r", f"{repo}/up/", "--source", str(tmp_path / "src"))
+    assert sorted(written) == [2, 7, 7, 7, 7]  # PUTs by put_batch: all but the streamed file
     assert doc["count"] == 31 and doc["size_bytes"] == sum(len(v) for v in files.values())
     assert [r["path"] for r in doc["results"]] == sorted(f"up/{k}" for k in files)
     listed = run.json("fs", "ls", "-r", f"{repo}/up/")["results"]
@@ -475,8 +498,11 @@ def test_upload_tree_failures_say_what_was_staged(
     assert run.json("fs", "ls", "-r", f"{repo}/")["results"] == []
     monkeypatch.setattr(fs_cmds.os, "access", real_access)
 
-    # A failure in a later batch: the message says how much is staged already.
+    # A failure in a later batch: the message says how much is staged already. Batches of 3, 3 and
+    # 1, all three in flight at once: the third, already running when the second failed, ran to
+    # its end, so 4 objects are staged.
     monkeypatch.setattr(fs_transfer, "BATCH_FILES", 3)
+    monkeypatch.setattr(fs_transfer, "UPLOAD_IN_FLIGHT", 3)
     real_upload = Objects.upload_many
     calls = 0
 
@@ -489,8 +515,8 @@ def test_upload_tree_failures_say_what_was_staged(
 
     monkeypatch.setattr(Objects, "upload_many", second_batch_fails)
     line = run("fs", "upload", "-r", f"{repo}/t/", "--source", str(src)).failed(10, "SlowDown")
-    assert "(3 of 7 objects were staged before it; uploading again overwrites them)" in line
-    assert len(run.json("fs", "ls", "-r", f"{repo}/")["results"]) == 3
+    assert "(4 of 7 objects were staged before it; uploading again overwrites them)" in line
+    assert len(run.json("fs", "ls", "-r", f"{repo}/")["results"]) == 4
 
 
 def test_human_output_escapes_control_characters_in_keys(run: InProcess, repo: str, tmp_path: Path) -> None:

@@ -6,6 +6,7 @@ but a LakeFSError (a bug, a cancellation) cancels what runs."""
 from __future__ import annotations
 
 import asyncio
+import threading
 from collections.abc import Awaitable, Callable, Iterator
 
 import pytest
@@ -43,11 +44,12 @@ class Jobs:
         return run
 
 
-async def test_results_keep_the_order_of_the_batches_with_two_in_flight() -> None:
-    jobs = Jobs([0.03, 0.0, 0.02, 0.0, 0.01])
-    results, failure = await fs_transfer._overlapped(iter(jobs), 2)
-    assert failure is None and results == [0, 1, 2, 3, 4]
-    assert jobs.peak == 2 == fs_transfer.UPLOAD_IN_FLIGHT
+@pytest.mark.parametrize("in_flight", [2, fs_transfer.UPLOAD_IN_FLIGHT])
+async def test_results_keep_the_order_of_the_batches(in_flight: int) -> None:
+    jobs = Jobs([0.03, 0.0, 0.02, 0.0, 0.01, 0.0])
+    results, failure = await fs_transfer._overlapped(iter(jobs), in_flight)
+    assert failure is None and results == [0, 1, 2, 3, 4, 5]
+    assert jobs.peak == in_flight
 
 
 async def test_no_batch_starts_after_a_failure_and_the_running_one_finishes() -> None:
@@ -68,3 +70,18 @@ async def test_a_bug_cancels_the_running_batches() -> None:
     with pytest.raises(ValueError, match="bug"):
         await asyncio.wait_for(fs_transfer._overlapped(iter(jobs), 2), 5)
     assert jobs.running == 0 and 1 not in jobs.finished
+
+
+async def test_the_writer_threads_start_before_any_is_busy() -> None:
+    """``_widen_thread_pool`` starts every thread of the loop's new executor at once (a start
+    under GIL contention kept the loop waiting), and the executor still runs work."""
+
+    def writers() -> set[threading.Thread]:
+        return {t for t in threading.enumerate() if t.name.startswith("lakefs-io")}
+
+    before = writers()  # another test's, not yet joined
+    fs_transfer._widen_thread_pool(3)
+    started = writers() - before
+    assert len(started) == 3 + 4
+    assert await asyncio.to_thread(lambda: 42) == 42
+    assert writers() - before == started

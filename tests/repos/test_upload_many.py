@@ -6,15 +6,19 @@ the batches and to run a commit in the middle of a batch write (a token rotation
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+import asyncio
+import itertools
+from collections.abc import AsyncIterator, Sequence
 from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from lakefs_core.block.base import ObjectInfo
+from lakefs_core.block.base import ObjectInfo, PutItem
+from lakefs_core.block.local import LocalBlockStore
 from lakefs_core.errors import BadInputError, NotFoundError, PreconditionFailedError, ReadOnlyError
 from lakefs_core.graveler.model import DiffType
 from lakefs_core.kv import KVStore, open_kv
@@ -257,6 +261,80 @@ async def test_upload_many_failing_put_stages_nothing(g: Graveler, local_root: P
     assert {i.state async for i in journal.intents()} == {"pending"}
     with pytest.raises(BadInputError):
         await Objects(g).upload_many(repo, "main", items, concurrency=0)
+
+
+class GateTrace:
+    """Records, per batch (told apart by its size), when its PUTs start and end and when its
+    entries are staged; each PUT call yields to the loop a few times, so that batches not kept
+    apart by a gate overlap."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.events: list[tuple[str, int]] = []
+        put_batch, set_entries = LocalBlockStore.put_batch, Graveler.set_entries
+
+        async def traced_put(store: LocalBlockStore, items: Sequence[PutItem], **kw: Any) -> list[ObjectInfo]:
+            self.events.append(("put", len(items)))
+            for _ in range(5):
+                await asyncio.sleep(0)
+            try:
+                return await put_batch(store, items, **kw)
+            finally:
+                self.events.append(("put-end", len(items)))
+
+        async def traced_stage(g: Graveler, repo: str, branch: str, records: Any, **kw: Any) -> None:
+            self.events.append(("stage", len(records)))
+            await set_entries(g, repo, branch, records, **kw)
+
+        monkeypatch.setattr(LocalBlockStore, "put_batch", traced_put)
+        monkeypatch.setattr(Graveler, "set_entries", traced_stage)
+
+
+@pytest.mark.parametrize("gated", [True, False])
+async def test_batches_sharing_a_write_gate_write_one_at_a_time(
+    g: Graveler, local_root: Path, monkeypatch: pytest.MonkeyPatch, gated: bool
+) -> None:
+    """With one ``write_gate``, concurrent batches write their objects one batch after the other,
+    and the next batch's PUTs start before the previous batch's entries are staged (the overlap
+    the gate exists for). Without it, their PUTs overlap: the check below can tell."""
+    repo = await new_repo(g, local_root, journal=True)
+    trace = GateTrace(monkeypatch)
+    gate = asyncio.Lock() if gated else None
+    sizes = (3, 4, 5)
+    batches = [[UploadItem(f"b{n}/{i}", b"x") for i in range(n)] for n in sizes]
+    results = await asyncio.gather(
+        *(Objects(g).upload_many(repo, "main", items, write_gate=gate) for items in batches)
+    )
+    assert [len(r) for r in results] == list(sizes)
+    puts = [e for e in trace.events if e[0] != "stage"]
+    one_at_a_time = all(
+        puts[i][0] == "put" and puts[i + 1] == ("put-end", puts[i][1]) for i in range(0, len(puts), 2)
+    )
+    assert one_at_a_time is gated
+    if gated:
+        order = [n for kind, n in puts if kind == "put"]
+        for earlier, later in itertools.pairwise(order):
+            assert trace.events.index(("put", later)) < trace.events.index(("stage", earlier))
+    assert len([r async for r in g.list_entries(repo, "main")]) == sum(sizes)
+
+
+async def test_a_failing_batch_releases_the_write_gate(g: Graveler, local_root: Path) -> None:
+    repo = await new_repo(g, local_root, journal=True)
+
+    async def broken() -> bytes:
+        raise BadInputError("cannot read the source", field="--source")
+
+    gate = asyncio.Lock()
+    failing = [UploadItem("a/0", b"v"), UploadItem("a/bad", broken)]
+    fine = [UploadItem(f"b/{i}", b"v") for i in range(3)]
+    async with asyncio.timeout(30):
+        outcomes = await asyncio.gather(
+            Objects(g).upload_many(repo, "main", failing, write_gate=gate),
+            Objects(g).upload_many(repo, "main", fine, write_gate=gate),
+            return_exceptions=True,
+        )
+    assert isinstance(outcomes[0], BadInputError) and not gate.locked()
+    assert [s.path for s in outcomes[1]] == [i.path for i in fine]  # type: ignore[union-attr]
+    assert [r.key async for r in g.list_entries(repo, "main")] == [b"b/0", b"b/1", b"b/2"]
 
 
 def test_only_batch_upload_stages_values_in_batches() -> None:
