@@ -19,7 +19,9 @@
    how each driver scales with writers; the target is the sequential figure).
 
 Run: ``.venv/bin/python -m bench.bench_upload [--files 5000] [--rounds 3] [--s3] [--writers 4]
-[--staging-only] [--staging-rounds 15]``.
+[--staging-only] [--staging-rounds 15]``. Every tree is written under ``$TMPDIR``: on an ext4 mounted
+with ``discard``, creating files in some directories slowed ten-fold after large deletes (RESULTS,
+stop 31), so point ``TMPDIR`` at a directory where creating a file is as fast as usual.
 """
 
 from __future__ import annotations
