@@ -61,11 +61,11 @@ def temp_name() -> str:
     """A fresh temporary file name recording this host and process (see the module docstring).
     Unique without a system call per name: a random per-process salt (new in a forked child) and a
     counter, in place of ``uuid4``, whose ``getrandom`` was measurable on small batched puts."""
-    return f"{TMP_PREFIX}{_HOST}-{os.getpid()}-{_salt}{next(_counter):016x}"
+    return temp_names(1)[0]
 
 
 def temp_names(n: int) -> list[str]:
-    """``n`` names as ``n`` calls of :func:`temp_name` give them, for a batch's hop."""
+    """``n`` fresh names (:func:`temp_name`'s), the prefix built once, for a batch's hop."""
     prefix = f"{TMP_PREFIX}{_HOST}-{os.getpid()}-{_salt}"
     return [f"{prefix}{next(_counter):016x}" for _ in range(n)]
 

@@ -181,11 +181,11 @@ def batches(files: Sequence[tuple[str, str, int]]) -> list[list[tuple[str, str, 
     out: list[list[tuple[str, str, int]]] = []
     current: list[tuple[str, str, int]] = []
     size = 0
+    limit = min(FIRST_BATCH_FILES, BATCH_FILES)
     for item in files:
-        limit = min(FIRST_BATCH_FILES, BATCH_FILES) if not out else BATCH_FILES
         if current and (len(current) >= limit or size + item[2] > BATCH_BYTES):
             out.append(current)
-            current, size = [], 0
+            current, size, limit = [], 0, BATCH_FILES
         current.append(item)
         size += item[2]
     if current:
