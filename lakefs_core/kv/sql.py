@@ -19,10 +19,15 @@ third of a 5,000-file upload. What the engine did is asyncpg's own pool plus a f
   so compare-and-swap is atomic across connections and processes without read-then-write:
 
   - ``set`` = upsert (``INSERT ... ON CONFLICT (partition_key, key) DO UPDATE``);
-  - ``set_many`` = ONE transaction, so the batch is atomic, writing partition by partition: the
-    upsert over arrays (``INSERT ... SELECT * FROM unnest(...)``), or, for at least
-    :data:`INSERT_FIRST_MIN` items of one partition, first binary ``COPY`` (no speculative
-    insertion per row; :mod:`lakefs_core.kv.pg_copy`), and when that meets an existing key the
+  - ``set_many`` = atomic. A batch of at least :data:`INSERT_FIRST_MIN` items is first streamed
+    into one binary ``COPY`` as it is taken from its iterable (:class:`~lakefs_core.kv.pg_copy.
+    RowStream`: the server parses rows while the client takes, checks and frames the next ones,
+    and a lazy iterable encodes them), in ONE transaction with the items of partitions on an
+    upsert streak, held back and upserted after it (``SQLKVStore._stream_batch``). Otherwise, or
+    when that COPY met an existing or repeated key (nothing of it stays), ONE transaction writing
+    partition by partition: the upsert over arrays (``INSERT ... SELECT * FROM unnest(...)``),
+    or, for at least :data:`INSERT_FIRST_MIN` items of one partition, first binary ``COPY``
+    (:func:`~lakefs_core.kv.pg_copy.copy_rows`), and when that meets an existing key the
     transaction again with that partition upserted (``SQLKVStore._write_batch``);
     ``set_many_then_get`` reads the key ``FOR SHARE`` before the commit;
   - ``set_if(ABSENT)`` = ``INSERT ... ON CONFLICT DO NOTHING``, success iff one row was inserted;
@@ -50,8 +55,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections import OrderedDict
-from collections.abc import AsyncIterator, Awaitable, Callable
+import functools
+from collections import Counter, OrderedDict
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
+from itertools import chain, islice
 from typing import TypeVar
 from urllib.parse import urlsplit
 
@@ -72,6 +79,7 @@ from lakefs_core.kv._common import (
     TransactionalBatches,
     as_bytes,
     check_expect,
+    check_items,
     check_key,
     closed_error,
     paged_scan,
@@ -190,12 +198,25 @@ class _SQL:
         self.page_from, self.page_after = page.format(">="), page.format(">")
 
 
+def _partition_of(item: object) -> object:
+    """The partition of a batch item, or None for what is not a 3-tuple starting with bytes (checked
+    later)."""
+    return item[0] if type(item) is tuple and len(item) == 3 and type(item[0]) is bytes else None
+
+
 class _KeyExists(LakeFSError):
     """A batch's COPY of ``partition``'s items met an existing key; nothing of the batch was written."""
 
     def __init__(self, partition: bytes) -> None:
         super().__init__("a key of the batch exists")
         self.partition = partition
+
+
+class _CopyRefused(LakeFSError):
+    """A streamed batch's COPY met an existing key, or a key given twice; nothing was written."""
+
+    def __init__(self) -> None:
+        super().__init__("the batch's COPY met an existing or repeated key")
 
 
 class _PoolExhausted(Exception):
@@ -441,6 +462,65 @@ class SQLKVStore(TransactionalBatches):
             except _KeyExists as e:
                 copy[e.partition] = False
                 self._met_existing(e.partition)
+
+    async def set_many(self, items: Iterable[KVItem]) -> None:
+        await self._write_items(items, None)
+
+    async def set_many_then_get(self, items: Iterable[KVItem], partition: bytes, key: bytes) -> bytes:
+        found = await self._write_items(items, check_key(partition, key))
+        if found is None:
+            raise NotFoundError("key not found in KV partition")  # the batch is committed
+        return found
+
+    async def _write_items(self, items: Iterable[object], read: tuple[bytes, bytes] | None) -> bytes | None:
+        """Write ``items``, then read ``read`` (if asked), in ONE transaction: streamed while they
+        are taken (:meth:`_stream_batch`) when at least :data:`INSERT_FIRST_MIN` come and not all
+        of the first ones are of partitions on an upsert streak; else, or when the stream met an
+        existing key, checked whole and written by :meth:`_write_batch`."""
+        rest = iter(items)
+        head = list(islice(rest, INSERT_FIRST_MIN))
+        streaks = self._upsert_streaks
+        if len(head) == INSERT_FIRST_MIN and not (streaks and all(_partition_of(i) in streaks for i in head)):
+            # the partitions held back are decided once per batch: a key given twice stays on one path
+            stream = pg_copy.RowStream(chain(head, rest), hold=frozenset(streaks) if streaks else ())
+            try:
+                return await self._run(functools.partial(self._stream_batch, stream, read), write=True)
+            except _CopyRefused:
+                rest = stream.rest()  # written again the other way, which finds the failing partition
+            head = []
+        batch = check_items(chain(head, rest))
+        if not batch and read is None:
+            return None
+        return await self._write_batch(batch, read)
+
+    async def _stream_batch(
+        self, stream: pg_copy.RowStream, read: tuple[bytes, bytes] | None, conn: asyncpg.Connection
+    ) -> bytes | None:
+        """One transaction: the COPY of ``stream``, its held-back items upserted, the read ``FOR
+        SHARE`` (as in :meth:`_write_batch`). :class:`_CopyRefused` when the COPY met an existing
+        key or a key given twice (the transaction is rolled back: nothing of the batch stays).
+
+        A transaction even when nothing is held back, though a COPY alone is atomic and would save
+        two round trips (~3%): a cancelled write whose COPY data has all been sent would then still
+        commit on the server, where a transaction's is rolled back when its connection closes."""
+        sql = self._sql
+        value: bytes | None = None
+        try:
+            async with conn.transaction():
+                if not await stream.copy(conn, table=self._table):
+                    raise _CopyRefused  # leaves the aborted transaction
+                if stream.held:
+                    held = check_items(stream.held)  # a key given twice keeps its last value
+                    for partition, count in Counter(item[0] for item in held).items():
+                        self._copy_first(partition, count)  # one batch of its streak, when not small
+                    await conn.execute(sql.upsert_many, *(list(column) for column in zip(*held, strict=True)))
+                if read is not None:
+                    value = await conn.fetchval(sql.get_for_share, *read)
+        except BaseException as e:
+            if e is stream.failure:  # an item or the iterable failed: the COPY was cut short mid-protocol
+                conn.terminate()
+            raise
+        return value
 
     def _copy_first(self, partition: bytes, count: int) -> bool:
         """Whether ``count`` items of ``partition`` are tried with COPY first (see :meth:`_write_batch`)."""

@@ -30,7 +30,7 @@ as long, so a read-only flag set by another process reaches this process's write
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING
 
 from lakefs_core.errors import BadInputError, NotFoundError, TooManyRetriesError
@@ -63,7 +63,9 @@ async def branch_for_write(g: Graveler, repo: Repository, branch_id: str) -> Bra
         raise
 
 
-async def _write_then_branch(g: Graveler, repo: Repository, branch_id: str, items: list[KVItem]) -> Branch:
+async def _write_then_branch(
+    g: Graveler, repo: Repository, branch_id: str, items: Iterable[KVItem]
+) -> Branch:
     try:
         return await g.refs.set_many_then_get_branch(repo, items, branch_id)
     except NotFoundError:
@@ -136,16 +138,36 @@ async def set_entries(
         if with_items:
             await g.kv.set_many(with_items)
         return
-    encoded = [(record.key, encode_staged_entry(record)) for record in records]
     token = await _live_token(g, repo, branch_id)
-    extra: Sequence[KVItem] = with_items
+    encoded: list[tuple[bytes, bytes]] = []
+    items: Iterable[KVItem] = _encoding(records, with_items, kvkeys.staging_partition(token), encoded)
     for _ in range(g.settings.write_attempts):
-        partition = kvkeys.staging_partition(token)
-        items = [*extra, *((partition, key, value) for key, value in encoded)]
         again = await _write_then_branch(g, repo, branch_id, items)
-        extra = ()  # stored: a repeat only re-stages the records
         if again.staging_token == token:
             g._live_tokens[(repo.partition, branch_id)] = (time.monotonic(), token)
             return
         token = again.staging_token  # a commit sealed the token we wrote to: write the batch again
+        partition = kvkeys.staging_partition(token)
+        if len(encoded) != len(records):  # the store took fewer than it stored: never, but not assumed
+            encoded[:] = [(record.key, encode_staged_entry(record)) for record in records]
+        items = [(partition, key, value) for key, value in encoded]  # with_items are stored already
     raise TooManyRetriesError(f"branch {branch_id!r}: staging token kept rotating during a batch write")
+
+
+def _encoding(
+    records: Sequence[ValueRecord],
+    extra: Sequence[KVItem],
+    partition: bytes,
+    encoded: list[tuple[bytes, bytes]],
+) -> Iterator[KVItem]:
+    """A batch's first items: ``extra``, then each record encoded only as the KV store takes it
+    (PostgreSQL streams a batch to the server while it takes the rest, so the encoding overlaps
+    the server's inserts; other stores take the whole batch first). ``encoded`` keeps each
+    record's ``(key, value)`` for a repeat. A record that cannot be encoded raises from the store's
+    batch, before anything of it is stored."""
+    yield from extra
+    append = encoded.append
+    for record in records:
+        value = encode_staged_entry(record)
+        append((record.key, value))
+        yield partition, record.key, value

@@ -20,6 +20,7 @@ from hypothesis import strategies as st
 from lakefs_core.block.base import ObjectInfo, PutItem
 from lakefs_core.block.local import LocalBlockStore
 from lakefs_core.errors import BadInputError, NotFoundError, PreconditionFailedError, ReadOnlyError
+from lakefs_core.format.records import ValueRecord
 from lakefs_core.graveler.model import DiffType
 from lakefs_core.kv import KVStore, open_kv
 from lakefs_core.refs import kvkeys
@@ -222,6 +223,8 @@ async def test_set_entries_checks_input_and_permissions(g: Graveler, local_root:
     repo = await new_repo(g, local_root, journal=False)
     with pytest.raises(BadInputError):
         await g.set_entries(repo, "main", [record("ok"), record(b"")])
+    with pytest.raises(BadInputError, match="tombstone"):  # refused as the store takes it: nothing staged
+        await g.set_entries(repo, "main", [record("ok"), ValueRecord(b"bad", b"", b"data"), record("z")])
     await g.set_entries(repo, "main", [])  # nothing to do
     with pytest.raises(NotFoundError):
         await g.set_entries(repo, "no-such-branch", [record("x")])
@@ -266,13 +269,30 @@ async def test_upload_many_failing_put_stages_nothing(g: Graveler, local_root: P
 class GateTrace:
     """Records, per batch (told apart by its size), when its PUTs start and end and when its
     entries are staged; each PUT call yields to the loop a few times, so that batches not kept
-    apart by a gate overlap."""
+    apart by a gate overlap. A PUT call starts only once all ``batches`` have recorded their
+    journal intents, which they do before the gate: so every batch is at the gate (or past it)
+    when the first one writes, whatever the order the KV store's thread finished their intents
+    in (without this, a batch still recording its intents when the previous one left the gate
+    started its PUTs after that one's staging, and the order checked below was a race)."""
 
-    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+    def __init__(self, monkeypatch: pytest.MonkeyPatch, batches: int) -> None:
         self.events: list[tuple[str, int]] = []
         put_batch, set_entries = LocalBlockStore.put_batch, Graveler.set_entries
+        record_intents = Journal.record_intents
+        recorded: list[int] = []
+        all_recorded = asyncio.Event()
+
+        async def traced_record(journal: Journal, intents: list[Intent]) -> list[Intent]:
+            try:
+                return await record_intents(journal, intents)
+            finally:
+                recorded.append(len(intents))
+                if len(recorded) == batches:
+                    all_recorded.set()
 
         async def traced_put(store: LocalBlockStore, items: Sequence[PutItem], **kw: Any) -> list[ObjectInfo]:
+            if not all_recorded.is_set():  # (once set, no wait: it would add turns of the loop)
+                await asyncio.wait_for(all_recorded.wait(), 30)
             self.events.append(("put", len(items)))
             for _ in range(5):
                 await asyncio.sleep(0)
@@ -287,6 +307,7 @@ class GateTrace:
 
         monkeypatch.setattr(LocalBlockStore, "put_batch", traced_put)
         monkeypatch.setattr(Graveler, "set_entries", traced_stage)
+        monkeypatch.setattr(Journal, "record_intents", traced_record)
 
 
 @pytest.mark.parametrize("gated", [True, False])
@@ -297,9 +318,9 @@ async def test_batches_sharing_a_write_gate_write_one_at_a_time(
     and the next batch's PUTs start before the previous batch's entries are staged (the overlap
     the gate exists for). Without it, their PUTs overlap: the check below can tell."""
     repo = await new_repo(g, local_root, journal=True)
-    trace = GateTrace(monkeypatch)
-    gate = asyncio.Lock() if gated else None
     sizes = (3, 4, 5)
+    trace = GateTrace(monkeypatch, len(sizes))
+    gate = asyncio.Lock() if gated else None
     batches = [[UploadItem(f"b{n}/{i}", b"x") for i in range(n)] for n in sizes]
     results = await asyncio.gather(
         *(Objects(g).upload_many(repo, "main", items, write_gate=gate) for items in batches)
