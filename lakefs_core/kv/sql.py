@@ -215,9 +215,6 @@ class _KeyExists(LakeFSError):
 class _CopyRefused(LakeFSError):
     """A streamed batch's COPY met an existing key, or a key given twice; nothing was written."""
 
-    def __init__(self) -> None:
-        super().__init__("the batch's COPY met an existing or repeated key")
-
 
 class _PoolExhausted(Exception):
     """No pooled connection came free within the pool timeout."""
@@ -508,7 +505,7 @@ class SQLKVStore(TransactionalBatches):
         try:
             async with conn.transaction():
                 if not await stream.copy(conn, table=self._table):
-                    raise _CopyRefused  # leaves the aborted transaction
+                    raise _CopyRefused("the batch's COPY met an existing or repeated key")  # rolled back
                 if stream.held:
                     held = check_items(stream.held)  # a key given twice keeps its last value
                     for partition, count in Counter(item[0] for item in held).items():
