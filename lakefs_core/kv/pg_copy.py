@@ -91,8 +91,13 @@ class RowStream:
 
     async def chunks(self) -> AsyncIterator[bytes]:
         try:
-            for chunk in self._frame():
-                yield chunk
+            try:
+                for chunk in self._frame():
+                    yield chunk
+            except struct.error:  # a length the format cannot carry (PostgreSQL's own limit is 1 GB)
+                raise BadInputError(
+                    "a key or value of 2 GiB or more cannot be stored", field="items"
+                ) from None
         except BaseException as e:
             self.failure = e
             raise

@@ -121,6 +121,17 @@ async def test_an_error_of_the_chunks_is_kept_as_the_streams_failure() -> None:
     assert stream.failure is info.value
 
 
+async def test_a_length_the_format_cannot_carry_is_bad_input(monkeypatch: pytest.MonkeyPatch) -> None:
+    # A field of 2 GiB or more does not fit the format's 32-bit length: here the limit is made
+    # 127 bytes, so that the refusal is seen without 2 GiB in memory.
+    monkeypatch.setattr(pg_copy, "_INT32", struct.Struct(">b"))
+    stream = RowStream(iter([(b"p", b"k", b"v" * 10), (b"p", b"big", b"v" * 200)]))
+    with pytest.raises(BadInputError, match="2 GiB") as info:
+        async for _ in stream.chunks():
+            pass
+    assert stream.failure is info.value
+
+
 def test_chunks_leave_while_items_are_still_being_taken() -> None:
     taken = 0
 
