@@ -513,10 +513,12 @@ async def test_set_many_then_get_bad_input_rejected_before_anything_is_written(k
     assert await keys_of(kv) == []
 
 
-async def test_set_many_then_get_no_unseen_change_is_ordered_before_the_batch(kv: KVStore) -> None:
+@pytest.mark.parametrize("size", [1, 70])  # 70: PostgreSQL streams it into a COPY
+async def test_set_many_then_get_no_unseen_change_is_ordered_before_the_batch(kv: KVStore, size: int) -> None:
     """The staging writers' guarantee, checked against a concurrent compare-and-swap mover (as a
     committer sealing a token): whenever the mover changes the key to a value the batch's read did
-    not see, a scan made right after that change already shows the batch's item."""
+    not see, a scan made right after that change already shows the batch's item (the batch's
+    last, with ``size`` items in a batch)."""
     await kv.set(b"refs", b"ptr", b"%06d" % 0)
     seen_by_batch: dict[bytes, int] = {}
     after_change: list[tuple[int, set[bytes]]] = []
@@ -525,7 +527,8 @@ async def test_set_many_then_get_no_unseen_change_is_ordered_before_the_batch(kv
     async def batch_writer() -> None:
         for i in range(40):
             item = b"item-%03d" % i
-            value = await kv.set_many_then_get([(P, item, b"x")], b"refs", b"ptr")
+            filler = ((P, b"%s-%03d" % (item, j), b"x") for j in range(size - 1))
+            value = await kv.set_many_then_get([*filler, (P, item, b"x")], b"refs", b"ptr")
             seen_by_batch[item] = int(value)
             await asyncio.sleep(0)
         done.set()
