@@ -12,9 +12,9 @@ runs the transaction again with those items upserted.
 - :class:`RowStream`: a batch streamed as it is taken from its iterable. The items are checked and
   framed here (PostgreSQL's binary COPY format: a header, per row a field count and each field's
   length and bytes, a trailer) and sent in chunks of :data:`FIRST_CHUNK_BYTES`, then
-  :data:`CHUNK_BYTES`: the server inserts one chunk while the client takes, checks and frames the
-  next, and a lazy iterable's own work (a staging batch encodes each entry as it is taken) runs
-  then too. A 1,000-entry staging batch, whose rows cost the server about twice what they cost the
+  :data:`CHUNK_BYTES`: the server reads and checks one chunk's rows while the client takes, checks
+  and frames the next, and a lazy iterable's own work (a staging batch encodes each entry as it is
+  taken) runs then too. A 1,000-entry staging batch, whose rows cost the server about twice what they cost the
   client, takes about a sixth less time than encoding it first (``bench/RESULTS.md``, stop 32).
   Items of a partition on an upsert streak (:attr:`RowStream.held`) are held back for the caller
   to upsert after the COPY; every item taken is kept (:attr:`RowStream.taken`), so a COPY that met

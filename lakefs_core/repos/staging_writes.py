@@ -148,7 +148,7 @@ async def set_entries(
             return
         token = again.staging_token  # a commit sealed the token we wrote to: write the batch again
         partition = kvkeys.staging_partition(token)
-        if len(encoded) != len(records):  # the store took fewer than it stored: never, but not assumed
+        if len(encoded) != len(records):  # a store that stored the batch took all of it; if not, anew
             encoded[:] = [(record.key, encode_staged_entry(record)) for record in records]
         items = [(partition, key, value) for key, value in encoded]  # with_items are stored already
     raise TooManyRetriesError(f"branch {branch_id!r}: staging token kept rotating during a batch write")
