@@ -62,6 +62,19 @@ def closed_error(driver: str) -> LakeFSError:
     return LakeFSError(f"{driver} KV store is closed")
 
 
+def checked_item(item: object) -> KVItem:
+    """One batch item as a ``(partition, key, value)`` tuple of bytes: a plain one as it is,
+    bytes-like parts copied; :class:`BadInputError` for anything else (the item-by-item check of
+    :func:`check_items` and of PostgreSQL's streamed batches)."""
+    if not isinstance(item, tuple) or len(item) != 3:
+        raise BadInputError("must be (partition, key, value) tuples", field="items")
+    p, k, v = item
+    if type(p) is not bytes or type(k) is not bytes or type(v) is not bytes or not p or not k:
+        p, k = check_key(p, k)  # the slow path: converts bytes-like values, raises for bad ones
+        v = as_bytes(v, "value")
+    return p, k, v
+
+
 def check_items(items: Iterable[object]) -> list[KVItem]:
     """Validate a :meth:`~lakefs_core.kv.base.KVStore.set_many` batch; a key given twice keeps its last
     value (at the position of its last occurrence), since no backend accepts one key twice per batch."""
@@ -79,12 +92,7 @@ def check_items(items: Iterable[object]) -> list[KVItem]:
             return batch
     last: dict[tuple[bytes, bytes], KVItem] = {}
     for item in batch:
-        if not isinstance(item, tuple) or len(item) != 3:
-            raise BadInputError("must be (partition, key, value) tuples", field="items")
-        p, k, v = item
-        if type(p) is not bytes or type(k) is not bytes or type(v) is not bytes or not p or not k:
-            p, k = check_key(p, k)  # the slow path: converts bytes-like values, raises for bad ones
-            v = as_bytes(v, "value")
+        p, k, v = checked_item(item)
         if (p, k) in last:
             del last[(p, k)]
         last[(p, k)] = (p, k, v)
@@ -123,14 +131,21 @@ class TransactionalBatches:
         """Write ``batch`` (if any), then read ``read``'s value (if asked), in ONE transaction."""
         raise NotImplementedError
 
-    async def set_many(self, items: Iterable[KVItem]) -> None:
+    async def _write_items(self, items: Iterable[object], read: tuple[object, object] | None) -> bytes | None:
+        """Check ``items``, then ``read``'s key, and write them by :meth:`_write_batch` (nothing
+        for an empty batch with no read). A driver may take the items another way (PostgreSQL
+        streams them) and come back here with what is left."""
         batch = check_items(items)
-        if batch:
-            await self._write_batch(batch, None)
+        checked = None if read is None else check_key(*read)
+        if not batch and checked is None:
+            return None
+        return await self._write_batch(batch, checked)
+
+    async def set_many(self, items: Iterable[KVItem]) -> None:
+        await self._write_items(items, None)
 
     async def set_many_then_get(self, items: Iterable[KVItem], partition: bytes, key: bytes) -> bytes:
-        batch = check_items(items)
-        found = await self._write_batch(batch, check_key(partition, key))
+        found = await self._write_items(items, (partition, key))
         if found is None:
             raise NotFoundError("key not found in KV partition")  # the batch is committed
         return found

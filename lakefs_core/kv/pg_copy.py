@@ -14,8 +14,9 @@ runs the transaction again with those items upserted.
   length and bytes, a trailer) and sent in chunks of :data:`FIRST_CHUNK_BYTES`, then
   :data:`CHUNK_BYTES`: the server reads and checks one chunk's rows while the client takes, checks
   and frames the next, and a lazy iterable's own work (a staging batch encodes each entry as it is
-  taken) runs then too. A 1,000-entry staging batch, whose rows cost the server about twice what they cost the
-  client, takes about a sixth less time than encoding it first (``bench/RESULTS.md``, stop 32).
+  taken) runs then too. A 1,000-entry staging batch, whose rows cost the server about twice what
+  they cost the client, takes about a sixth less time than encoding it first (``bench/RESULTS.md``,
+  stop 32).
   Items of a partition on an upsert streak (:attr:`RowStream.held`) are held back for the caller
   to upsert after the COPY; every item taken is kept (:attr:`RowStream.taken`), so a COPY that met
   an existing key (or a key given twice: a COPY refuses that too) can be written again the other
@@ -34,7 +35,7 @@ from itertools import chain
 import asyncpg
 
 from lakefs_core.errors import BadInputError
-from lakefs_core.kv._common import as_bytes, check_key
+from lakefs_core.kv._common import checked_item
 from lakefs_core.kv.base import KVItem
 
 COLUMNS = ("partition_key", "key", "value")
@@ -59,15 +60,6 @@ async def copy_rows(conn: asyncpg.Connection, items: list[KVItem], *, table: str
     except asyncpg.UniqueViolationError:
         return False
     return True
-
-
-def checked_item(item: object) -> KVItem:
-    """``item`` as a ``(partition, key, value)`` tuple of bytes, as :func:`~lakefs_core.kv._common.
-    check_items` takes it (bytes-like values copied); :class:`BadInputError` for anything else."""
-    if not isinstance(item, tuple) or len(item) != 3:
-        raise BadInputError("must be (partition, key, value) tuples", field="items")
-    p, k = check_key(item[0], item[1])
-    return p, k, as_bytes(item[2], "value")
 
 
 class RowStream:

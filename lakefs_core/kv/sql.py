@@ -448,8 +448,7 @@ class SQLKVStore(TransactionalBatches):
                         if not await pg_copy.copy_rows(conn, items, table=self._table):
                             raise _KeyExists(partition)  # leaves the aborted transaction
                         continue
-                    columns = [list(column) for column in zip(*items, strict=True)]
-                    await conn.execute(sql.upsert_many, *columns)
+                    await self._upsert(conn, items)
                 value: bytes | None = None if read is None else await conn.fetchval(sql.get_for_share, *read)
             return value
 
@@ -460,20 +459,13 @@ class SQLKVStore(TransactionalBatches):
                 copy[e.partition] = False
                 self._met_existing(e.partition)
 
-    async def set_many(self, items: Iterable[KVItem]) -> None:
-        await self._write_items(items, None)
-
-    async def set_many_then_get(self, items: Iterable[KVItem], partition: bytes, key: bytes) -> bytes:
-        found = await self._write_items(items, check_key(partition, key))
-        if found is None:
-            raise NotFoundError("key not found in KV partition")  # the batch is committed
-        return found
-
-    async def _write_items(self, items: Iterable[object], read: tuple[bytes, bytes] | None) -> bytes | None:
+    async def _write_items(self, items: Iterable[object], read: tuple[object, object] | None) -> bytes | None:
         """Write ``items``, then read ``read`` (if asked), in ONE transaction: streamed while they
         are taken (:meth:`_stream_batch`) when at least :data:`INSERT_FIRST_MIN` come and not all
         of the first ones are of partitions on an upsert streak; else, or when the stream met an
-        existing key, checked whole and written by :meth:`_write_batch`."""
+        existing key, checked whole and written by :meth:`_write_batch`. The read's key is checked
+        first: nothing may be written before a bad key is refused."""
+        checked = None if read is None else check_key(*read)
         rest = iter(items)
         head = list(islice(rest, INSERT_FIRST_MIN))
         streaks = self._upsert_streaks
@@ -481,14 +473,11 @@ class SQLKVStore(TransactionalBatches):
             # the partitions held back are decided once per batch: a key given twice stays on one path
             stream = pg_copy.RowStream(chain(head, rest), hold=frozenset(streaks) if streaks else ())
             try:
-                return await self._run(functools.partial(self._stream_batch, stream, read), write=True)
+                return await self._run(functools.partial(self._stream_batch, stream, checked), write=True)
             except _CopyRefused:
                 rest = stream.rest()  # written again the other way, which finds the failing partition
             head = []
-        batch = check_items(chain(head, rest))
-        if not batch and read is None:
-            return None
-        return await self._write_batch(batch, read)
+        return await super()._write_items(chain(head, rest), checked)
 
     async def _stream_batch(
         self, stream: pg_copy.RowStream, read: tuple[bytes, bytes] | None, conn: asyncpg.Connection
@@ -510,7 +499,7 @@ class SQLKVStore(TransactionalBatches):
                     held = check_items(stream.held)  # a key given twice keeps its last value
                     for partition, count in Counter(item[0] for item in held).items():
                         self._copy_first(partition, count)  # one batch of its streak, when not small
-                    await conn.execute(sql.upsert_many, *(list(column) for column in zip(*held, strict=True)))
+                    await self._upsert(conn, held)
                 if read is not None:
                     value = await conn.fetchval(sql.get_for_share, *read)
         except BaseException as e:
@@ -518,6 +507,10 @@ class SQLKVStore(TransactionalBatches):
                 conn.terminate()
             raise
         return value
+
+    async def _upsert(self, conn: asyncpg.Connection, items: list[KVItem]) -> None:
+        """Upsert ``items`` (no key twice) in one statement over arrays, one per column."""
+        await conn.execute(self._sql.upsert_many, *(list(column) for column in zip(*items, strict=True)))
 
     def _copy_first(self, partition: bytes, count: int) -> bool:
         """Whether ``count`` items of ``partition`` are tried with COPY first (see :meth:`_write_batch`)."""
