@@ -3,11 +3,11 @@ batch entry points of the SQL drivers). Not public API."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
 from typing import Any
 
-from lakefs_core.errors import BadInputError, LakeFSError, NotFoundError
-from lakefs_core.kv.base import Expect, KVEntry, KVItem
+from lakefs_core.errors import BadInputError, LakeFSError, NotFoundError, PreconditionFailedError
+from lakefs_core.kv.base import Expect, KVEntry, KVExpectation, KVItem
 
 _KINDS = frozenset({"absent", "exists", "equals"})
 
@@ -41,6 +41,46 @@ def check_expect(expected: object) -> Expect:
     if not isinstance(expected, Expect) or expected.kind not in _KINDS:
         raise BadInputError("must be Expect.ABSENT, Expect.EXISTS or Expect.equals(bytes)", field="expected")
     return expected
+
+
+def check_expectations(expected: object) -> list[KVExpectation]:
+    """Validate :meth:`~lakefs_core.kv.base.KVStore.set_many_if`'s expectations: a sequence of
+    ``(partition, key, Expect.EXISTS | Expect.equals)``, at most one per key."""
+    if isinstance(expected, (bytes, str)) or not isinstance(expected, Sequence):
+        raise BadInputError("must be a sequence of (partition, key, Expect)", field="expected")
+    out: list[KVExpectation] = []
+    seen: set[tuple[bytes, bytes]] = set()
+    for item in expected:
+        if not isinstance(item, tuple) or len(item) != 3:
+            raise BadInputError("must be (partition, key, Expect) tuples", field="expected")
+        p, k = check_key(item[0], item[1])
+        exp = check_expect(item[2])
+        if exp.kind == "absent":
+            raise BadInputError(
+                "a conditional batch expects existing keys (EXISTS or equals)", field="expected"
+            )
+        if (p, k) in seen:
+            raise BadInputError("one expectation per key", field="expected")
+        seen.add((p, k))
+        out.append((p, k, exp))
+    return out
+
+
+def holds(current: bytes | None, expected: Expect) -> bool:
+    """Whether a stored value (None: the key is absent) meets ``expected``."""
+    if expected.kind == "absent":
+        return current is None
+    if expected.kind == "exists":
+        return current is not None
+    return current is not None and current == expected.value
+
+
+def check_held(found: dict[tuple[bytes, bytes], bytes], expected: Sequence[KVExpectation]) -> None:
+    """Raise :class:`PreconditionFailedError` for the first expectation ``found`` (the stored values
+    of the expected keys) does not meet."""
+    for p, k, exp in expected:
+        if not holds(found.get((p, k)), exp):
+            raise PreconditionFailedError(precondition_message(exp))
 
 
 def check_page_size(page_size: object) -> int:
@@ -124,22 +164,32 @@ async def paged_scan(
 
 
 class TransactionalBatches:
-    """``set_many`` and ``set_many_then_get`` of a driver that writes a batch and reads a key in ONE
-    transaction (:meth:`_write_batch`): the SQL drivers."""
+    """``set_many``, ``set_many_then_get`` and ``set_many_if`` of a driver that checks expectations,
+    writes a batch and reads a key in ONE transaction (:meth:`_write_batch`): the SQL drivers."""
 
-    async def _write_batch(self, batch: list[KVItem], read: tuple[bytes, bytes] | None) -> bytes | None:
-        """Write ``batch`` (if any), then read ``read``'s value (if asked), in ONE transaction."""
+    max_conditional_items: int | None = None  # one transaction takes any batch
+
+    async def _write_batch(
+        self, batch: list[KVItem], read: tuple[bytes, bytes] | None, expected: Sequence[KVExpectation] = ()
+    ) -> bytes | None:
+        """Check ``expected`` (PreconditionFailedError: nothing written), write ``batch`` (if any),
+        then read ``read``'s value (if asked), in ONE transaction."""
         raise NotImplementedError
 
-    async def _write_items(self, items: Iterable[object], read: tuple[object, object] | None) -> bytes | None:
+    async def _write_items(
+        self,
+        items: Iterable[object],
+        read: tuple[object, object] | None,
+        expected: Sequence[KVExpectation] = (),
+    ) -> bytes | None:
         """Check ``items``, then ``read``'s key, and write them by :meth:`_write_batch` (nothing
-        for an empty batch with no read). A driver may take the items another way (PostgreSQL
-        streams them) and come back here with what is left."""
+        for an empty batch with no read and no expectation). A driver may take the items another
+        way (PostgreSQL streams them) and come back here with what is left."""
         batch = check_items(items)
         checked = None if read is None else check_key(*read)
-        if not batch and checked is None:
+        if not batch and checked is None and not expected:
             return None
-        return await self._write_batch(batch, checked)
+        return await self._write_batch(batch, checked, expected)
 
     async def set_many(self, items: Iterable[KVItem]) -> None:
         await self._write_items(items, None)
@@ -149,3 +199,6 @@ class TransactionalBatches:
         if found is None:
             raise NotFoundError("key not found in KV partition")  # the batch is committed
         return found
+
+    async def set_many_if(self, items: Iterable[KVItem], expected: Sequence[KVExpectation]) -> None:
+        await self._write_items(items, None, check_expectations(expected))

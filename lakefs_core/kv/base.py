@@ -32,13 +32,26 @@ then raised NotFoundError; a caller that acts only on a value it found loses not
 writers use it for their "write, then re-read the branch" step (one transaction per batch instead of
 two); a missing branch means nothing was acknowledged.
 
+:meth:`KVStore.set_many_if` is the conditional batch: ``items`` are stored only if every
+expectation ``(partition, key, Expect)`` holds, in ONE atomic step on every driver: a failed
+expectation raises :class:`~lakefs_core.errors.PreconditionFailedError` and stores nothing, and no
+write to an expected key is ordered between the check and the batch (SQL: one transaction that
+locks the expected rows ``FOR SHARE`` on PostgreSQL, under SQLite's write lock; memory: one lock;
+DynamoDB: one ``TransactWriteItems``). An expected key may be written by the batch too (a
+compare-and-swap riding with it). Expectations are ``Expect.EXISTS`` or ``Expect.equals``, at most
+one per key: PostgreSQL cannot lock a row that does not exist, so ``Expect.ABSENT`` is refused.
+:attr:`KVStore.max_conditional_items` is how many items plus expectations on keys the batch does
+not write one call takes (None: no limit; DynamoDB's transactions take 100); a bigger call is
+:class:`~lakefs_core.errors.BadInputError` before anything is sent. Staging writers of the
+hard-delete journal use it: an upload's entries are staged only with its journal intent settled.
+
 Drivers: :mod:`.memory`, :mod:`.sql` (SQLite, PostgreSQL), :mod:`.dynamodb`; open one from a URL with
 :func:`lakefs_core.kv.open_kv`.
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncIterator, Iterable, Sequence
 from dataclasses import dataclass
 from typing import ClassVar, Protocol, runtime_checkable
 
@@ -71,9 +84,15 @@ class KVEntry:
 KVItem = tuple[bytes, bytes, bytes]
 """One item of :meth:`KVStore.set_many`: ``(partition, key, value)``."""
 
+KVExpectation = tuple[bytes, bytes, Expect]
+"""One expectation of :meth:`KVStore.set_many_if`: ``(partition, key, Expect.EXISTS | equals)``."""
+
 
 @runtime_checkable
 class KVStore(Protocol):
+    # items plus expectations on unwritten keys one set_many_if takes (None: no limit)
+    max_conditional_items: int | None
+
     async def get(self, partition: bytes, key: bytes) -> bytes:
         """The stored value (which is also the predicate for ``Expect.equals``)."""
         ...
@@ -89,6 +108,11 @@ class KVStore(Protocol):
     async def set_many_then_get(self, items: Iterable[KVItem], partition: bytes, key: bytes) -> bytes:
         """:meth:`set_many`, then the value of ``(partition, key)`` (see the module doc); a missing key
         raises :class:`~lakefs_core.errors.NotFoundError` after the batch is stored."""
+        ...
+
+    async def set_many_if(self, items: Iterable[KVItem], expected: Sequence[KVExpectation]) -> None:
+        """Upsert ``items`` iff every expectation holds, atomically (see the module doc); else
+        :class:`~lakefs_core.errors.PreconditionFailedError` and nothing stored."""
         ...
 
     async def delete(self, partition: bytes, key: bytes) -> None: ...

@@ -12,6 +12,14 @@ Table (default ``kvstore``, PAY_PER_REQUEST, created on demand and awaited until
 and full jitter, at most ``attempts`` times each, then :class:`TransientError`. A batch is not atomic
 on DynamoDB: a failed call may have stored any subset (the items are upserts; re-sending is safe).
 
+``set_many_if`` = ONE ``TransactWriteItems``: a ``Put`` per item (with the key's condition when it is
+also expected) and a ``ConditionCheck`` per expectation on a key not written, at most
+:data:`TRANSACT_ITEMS` actions (:attr:`DynamoKVStore.max_conditional_items`; more is
+:class:`BadInputError` before anything is sent). A cancellation naming ``ConditionalCheckFailed``
+is :class:`PreconditionFailedError` (nothing applied); one naming only ``TransactionConflict`` (a
+concurrent transaction on an item) was not applied and is retried like throttling; an unknown
+outcome is never retried (a conditional write, as ``set_if``).
+
 One aiobotocore client is opened by :meth:`DynamoKVStore.open` and kept for the store's life;
 :meth:`DynamoKVStore.close` exits it.
 
@@ -86,6 +94,7 @@ from lakefs_core.errors import (
 from lakefs_core.kv._common import (
     as_bytes,
     check_expect,
+    check_expectations,
     check_items,
     check_key,
     check_page_size,
@@ -93,7 +102,7 @@ from lakefs_core.kv._common import (
     closed_error,
     precondition_message,
 )
-from lakefs_core.kv.base import Expect, KVEntry, KVItem
+from lakefs_core.kv.base import Expect, KVEntry, KVExpectation, KVItem
 
 if TYPE_CHECKING:
     from types_aiobotocore_dynamodb.client import DynamoDBClient
@@ -109,6 +118,7 @@ T = TypeVar("T")
 
 DEFAULT_TABLE = "kvstore"
 BATCH_WRITE_ITEMS = 25  # DynamoDB's BatchWriteItem limit
+TRANSACT_ITEMS = 100  # DynamoDB's TransactWriteItems limit (actions per call)
 PARTITION_ATTR = "PartitionKey"
 KEY_ATTR = "ItemKey"
 VALUE_ATTR = "ItemValue"
@@ -126,6 +136,8 @@ _THROTTLING = frozenset(
         "LimitExceededException",
     }
 )
+# TransactWriteItems cancellation reasons after which the same call may succeed
+_THROTTLING_REASONS = frozenset({"TransactionConflict", "ThrottlingError", "ProvisionedThroughputExceeded"})
 _SERVER_UNKNOWN = frozenset({"InternalServerError", "InternalFailure", "ServiceUnavailable"})
 _AUTH = frozenset(
     {
@@ -159,12 +171,22 @@ def _never_sent(e: BaseException) -> bool:
     return False
 
 
+def _cancellation_codes(e: ClientError) -> set[str]:
+    """The reason codes of a cancelled ``TransactWriteItems`` (one per action; "None": fine)."""
+    reasons = e.response.get("CancellationReasons") or []
+    return {str(r.get("Code", "")) for r in reasons if isinstance(r, dict)}
+
+
 def classify(e: BaseException) -> Failure:
     """Sort a botocore failure into not-applied / unknown-outcome / final (not retryable)."""
     if isinstance(e, ClientError):
         code = _error_code(e)
         if code in _THROTTLING:
             return "not_applied"
+        if code == "TransactionCanceledException":
+            # Cancelled: nothing applied. Worth another attempt only when no condition failed.
+            codes = _cancellation_codes(e) - {"None", ""}
+            return "not_applied" if codes and codes <= _THROTTLING_REASONS else "final"
         if code in _SERVER_UNKNOWN or _http_status(e) >= 500:
             return "unknown"
         return "final"
@@ -192,6 +214,8 @@ def _b(value: bytes) -> UniversalAttributeValueTypeDef:
 
 class DynamoKVStore:
     """A :class:`~lakefs_core.kv.base.KVStore` on one DynamoDB table. Open with :meth:`open`."""
+
+    max_conditional_items: int | None = TRANSACT_ITEMS
 
     def __init__(
         self,
@@ -293,10 +317,14 @@ class DynamoKVStore:
         if isinstance(e, ClientError):
             code = _error_code(e)
             message = str(e.response.get("Error", {}).get("Message", "")) or code
-            if code == "ConditionalCheckFailedException":
+            if code == "ConditionalCheckFailedException" or (
+                code == "TransactionCanceledException" and "ConditionalCheckFailed" in _cancellation_codes(e)
+            ):
                 return PreconditionFailedError(
                     precondition_message(expected) if expected is not None else message
                 )
+            if code == "TransactionCanceledException" and classify(e) == "not_applied":
+                return TransientError(f"{where}: temporarily unavailable ({code}: {message})")
             if code == "ResourceNotFoundException":
                 return UnreachableError(f"{where}: table not found ({message})")
             if code == "ValidationException":
@@ -461,6 +489,43 @@ class DynamoKVStore:
         check_key(partition, key)
         await self.set_many(items)
         return await self.get(partition, key)
+
+    async def set_many_if(self, items: Iterable[KVItem], expected: Sequence[KVExpectation]) -> None:
+        checks = check_expectations(expected)
+        batch = check_items(items)
+        conditions = {(p, k): self._condition(exp) for p, k, exp in checks}
+        actions: list[Any] = []
+        for p, k, v in batch:
+            put: dict[str, Any] = {"TableName": self._table, "Item": {**self._key(p, k), VALUE_ATTR: _b(v)}}
+            put.update(conditions.pop((p, k), {}))
+            actions.append({"Put": put})
+        for (p, k), condition in conditions.items():  # expected, not written
+            actions.append(
+                {"ConditionCheck": {"TableName": self._table, "Key": self._key(p, k), **condition}}
+            )
+        if len(actions) > TRANSACT_ITEMS:
+            raise BadInputError(
+                f"a conditional batch on DynamoDB takes at most {TRANSACT_ITEMS} items and "
+                f"expectations ({len(actions)} given)",
+                field="items",
+            )
+        if not actions:
+            return
+        client = self._client
+
+        async def transact() -> None:
+            await client.transact_write_items(TransactItems=actions)
+
+        await self._call(transact, "cas")
+
+    def _condition(self, exp: Expect) -> dict[str, Any]:
+        """The ``ConditionExpression`` (and its value) of an EXISTS or equals expectation."""
+        if exp.kind == "exists":
+            return {"ConditionExpression": f"attribute_exists({VALUE_ATTR})"}
+        return {
+            "ConditionExpression": f"{VALUE_ATTR} = :pred",
+            "ExpressionAttributeValues": {":pred": _b(exp.value)},
+        }
 
     async def _batch_write(self, chunk: Sequence[KVItem]) -> None:
         """One ``BatchWriteItem`` of at most 25 puts, re-sending unprocessed items with backoff."""

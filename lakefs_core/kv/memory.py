@@ -17,19 +17,22 @@ from __future__ import annotations
 import asyncio
 import bisect
 import threading
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncIterator, Iterable, Sequence
 
 from lakefs_core.errors import NotFoundError, PreconditionFailedError
 from lakefs_core.kv._common import (
     as_bytes,
     check_expect,
+    check_expectations,
+    check_held,
     check_items,
     check_key,
     closed_error,
+    holds,
     paged_scan,
     precondition_message,
 )
-from lakefs_core.kv.base import Expect, KVEntry, KVItem
+from lakefs_core.kv.base import Expect, KVEntry, KVExpectation, KVItem
 
 
 class _Partition:
@@ -52,6 +55,8 @@ class _Partition:
 
 class MemoryKVStore:
     """A :class:`~lakefs_core.kv.base.KVStore` held in process memory (tests, ephemeral use)."""
+
+    max_conditional_items: int | None = None
 
     def __init__(self) -> None:
         self._partitions: dict[bytes, _Partition] = {}
@@ -96,13 +101,7 @@ class MemoryKVStore:
         with self._lock:
             part = self._partitions.get(p)
             current = None if part is None else part.values.get(k)
-            if exp.kind == "absent":
-                ok = current is None
-            elif exp.kind == "exists":
-                ok = current is not None
-            else:
-                ok = current is not None and current == exp.value
-            if not ok:
+            if not holds(current, exp):
                 raise PreconditionFailedError(precondition_message(exp))
             if part is None:
                 part = self._partitions[p] = _Partition()
@@ -129,6 +128,22 @@ class MemoryKVStore:
         if value is None:
             raise NotFoundError("key not found in KV partition")
         return value
+
+    async def set_many_if(self, items: Iterable[KVItem], expected: Sequence[KVExpectation]) -> None:
+        checks = check_expectations(expected)
+        batch = check_items(items)
+        await asyncio.sleep(0)
+        self._check_open()
+        with self._lock:  # one lock: the checks and the batch are one step for every other caller
+            found: dict[tuple[bytes, bytes], bytes] = {}
+            for p, k, _ in checks:
+                part = self._partitions.get(p)
+                value = None if part is None else part.values.get(k)
+                if value is not None:
+                    found[(p, k)] = value
+            check_held(found, checks)
+            for p, k, v in batch:
+                self._partitions.setdefault(p, _Partition()).put(k, v)
 
     async def delete(self, partition: bytes, key: bytes) -> None:
         p, k = check_key(partition, key)

@@ -57,7 +57,7 @@ import asyncio
 import contextlib
 import functools
 from collections import Counter, OrderedDict
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
 from itertools import chain, islice
 from typing import TypeVar
 from urllib.parse import urlsplit
@@ -79,13 +79,14 @@ from lakefs_core.kv._common import (
     TransactionalBatches,
     as_bytes,
     check_expect,
+    check_held,
     check_items,
     check_key,
     closed_error,
     paged_scan,
     precondition_message,
 )
-from lakefs_core.kv.base import Expect, KVEntry, KVItem
+from lakefs_core.kv.base import Expect, KVEntry, KVExpectation, KVItem
 from lakefs_core.redact import quote_sql_userinfo, redact_url
 
 T = TypeVar("T")
@@ -178,6 +179,13 @@ class _SQL:
         )
         self.get = f"SELECT value FROM {t} WHERE partition_key = $1 AND key = $2"
         self.get_for_share = self.get + " FOR SHARE"
+        # set_many_if's expected rows, locked until the commit (a row written later in the same
+        # transaction is upgraded from our own share lock: no other transaction holds one on it)
+        self.get_many_for_share = (
+            f"SELECT t.partition_key, t.key, t.value FROM {t} AS t "
+            "JOIN unnest($1::bytea[], $2::bytea[]) AS c(p, k) ON t.partition_key = c.p AND t.key = c.k "
+            "FOR SHARE OF t"
+        )
         self.upsert = (
             f"INSERT INTO {t} (partition_key, key, value) VALUES ($1, $2, $3) "
             "ON CONFLICT (partition_key, key) DO UPDATE SET value = excluded.value"
@@ -414,8 +422,22 @@ class SQLKVStore(TransactionalBatches):
 
         await self._run(op, write=True)
 
-    async def _write_batch(self, batch: list[KVItem], read: tuple[bytes, bytes] | None) -> bytes | None:
-        """Write ``batch`` (if any), then read ``read``'s value (if asked), in ONE transaction.
+    async def _check(self, conn: asyncpg.Connection, expected: Sequence[KVExpectation]) -> None:
+        """Lock the expected rows ``FOR SHARE`` (until the commit: no other transaction changes
+        them before this one ends) and check them; :class:`PreconditionFailedError` when one does
+        not hold (raised inside the transaction, which is rolled back)."""
+        if not expected:
+            return
+        rows = await conn.fetch(
+            self._sql.get_many_for_share, [p for p, _, _ in expected], [k for _, k, _ in expected]
+        )
+        check_held({(bytes(r[0]), bytes(r[1])): bytes(r[2]) for r in rows}, expected)
+
+    async def _write_batch(
+        self, batch: list[KVItem], read: tuple[bytes, bytes] | None, expected: Sequence[KVExpectation] = ()
+    ) -> bytes | None:
+        """Check ``expected`` (:meth:`_check`), write ``batch`` (if any), then read ``read``'s
+        value (if asked), in ONE transaction.
 
         The read takes the locks that make it as good as a read after the commit: ``FOR SHARE``,
         so an update of the key by another transaction either committed before this read (and is
@@ -443,6 +465,7 @@ class SQLKVStore(TransactionalBatches):
 
         async def op(conn: asyncpg.Connection) -> bytes | None:
             async with conn.transaction():
+                await self._check(conn, expected)
                 for partition, items in groups.items():
                     if copy[partition]:
                         if not await pg_copy.copy_rows(conn, items, table=self._table):
@@ -459,32 +482,47 @@ class SQLKVStore(TransactionalBatches):
                 copy[e.partition] = False
                 self._met_existing(e.partition)
 
-    async def _write_items(self, items: Iterable[object], read: tuple[object, object] | None) -> bytes | None:
-        """Write ``items``, then read ``read`` (if asked), in ONE transaction: streamed while they
-        are taken (:meth:`_stream_batch`) when at least :data:`INSERT_FIRST_MIN` come and not all
-        of the first ones are of partitions on an upsert streak; else, or when the stream met an
-        existing key, checked whole and written by :meth:`_write_batch`. The read's key is checked
-        first: nothing may be written before a bad key is refused."""
+    async def _write_items(
+        self,
+        items: Iterable[object],
+        read: tuple[object, object] | None,
+        expected: Sequence[KVExpectation] = (),
+    ) -> bytes | None:
+        """Check ``expected``, write ``items``, then read ``read`` (if asked), in ONE
+        transaction: streamed while they are taken (:meth:`_stream_batch`) when at least
+        :data:`INSERT_FIRST_MIN` come and not all of the first ones are of partitions held back
+        (on an upsert streak, or of an expected key); else, or when the stream met an existing
+        key, checked whole and written by :meth:`_write_batch`. The read's key is checked first:
+        nothing may be written before a bad key is refused."""
         checked = None if read is None else check_key(*read)
         rest = iter(items)
         head = list(islice(rest, INSERT_FIRST_MIN))
-        streaks = self._upsert_streaks
-        if len(head) == INSERT_FIRST_MIN and not (streaks and all(_partition_of(i) in streaks for i in head)):
+        # Held back from the COPY: partitions on an upsert streak, and those of expected keys (they
+        # exist, so a COPY of them would fail and be written again the other way).
+        held = frozenset(chain(self._upsert_streaks, (p for p, _, _ in expected)))
+        if len(head) == INSERT_FIRST_MIN and not (held and all(_partition_of(i) in held for i in head)):
             # the partitions held back are decided once per batch: a key given twice stays on one path
-            stream = pg_copy.RowStream(chain(head, rest), hold=frozenset(streaks) if streaks else ())
+            stream = pg_copy.RowStream(chain(head, rest), hold=held)
             try:
-                return await self._run(functools.partial(self._stream_batch, stream, checked), write=True)
+                return await self._run(
+                    functools.partial(self._stream_batch, stream, checked, expected), write=True
+                )
             except _CopyRefused:
                 rest = stream.rest()  # written again the other way, which finds the failing partition
             head = []
-        return await super()._write_items(chain(head, rest), checked)
+        return await super()._write_items(chain(head, rest), checked, expected)
 
     async def _stream_batch(
-        self, stream: pg_copy.RowStream, read: tuple[bytes, bytes] | None, conn: asyncpg.Connection
+        self,
+        stream: pg_copy.RowStream,
+        read: tuple[bytes, bytes] | None,
+        expected: Sequence[KVExpectation],
+        conn: asyncpg.Connection,
     ) -> bytes | None:
-        """One transaction: the COPY of ``stream``, its held-back items upserted, the read ``FOR
-        SHARE`` (as in :meth:`_write_batch`). :class:`_CopyRefused` when the COPY met an existing
-        key or a key given twice (the transaction is rolled back: nothing of the batch stays).
+        """One transaction: the expectations checked, the COPY of ``stream``, its held-back items
+        upserted, the read ``FOR SHARE`` (as in :meth:`_write_batch`). :class:`_CopyRefused`
+        when the COPY met an existing key or a key given twice (the transaction is rolled back:
+        nothing of the batch stays).
 
         A transaction even when nothing is held back, though a COPY alone is atomic and would save
         two round trips (~3%): a cancelled write whose COPY data has all been sent would then still
@@ -493,6 +531,7 @@ class SQLKVStore(TransactionalBatches):
         value: bytes | None = None
         try:
             async with conn.transaction():
+                await self._check(conn, expected)
                 if not await stream.copy(conn, table=self._table):
                     raise _CopyRefused("the batch's COPY met an existing or repeated key")  # rolled back
                 if stream.held:

@@ -71,12 +71,13 @@ from lakefs_core.kv._common import (
     TransactionalBatches,
     as_bytes,
     check_expect,
+    check_held,
     check_key,
     closed_error,
     paged_scan,
     precondition_message,
 )
-from lakefs_core.kv.base import Expect, KVEntry, KVItem
+from lakefs_core.kv.base import Expect, KVEntry, KVExpectation, KVItem
 from lakefs_core.sqlite_files import (
     execute_pragma,
     is_busy,
@@ -342,9 +343,12 @@ class SQLiteKVStore(TransactionalBatches):
 
         await self._run(write, write=True)
 
-    async def _write_batch(self, batch: list[KVItem], read: tuple[bytes, bytes] | None) -> bytes | None:
-        """``batch`` (if any), then ``read``'s value (if asked), in ONE transaction: the write lock
-        is taken first (``BEGIN IMMEDIATE``) and held until the commit."""
+    async def _write_batch(
+        self, batch: list[KVItem], read: tuple[bytes, bytes] | None, expected: Sequence[KVExpectation] = ()
+    ) -> bytes | None:
+        """``expected`` checked, ``batch`` (if any), then ``read``'s value (if asked), in ONE
+        transaction: the write lock is taken first (``BEGIN IMMEDIATE``) and held until the commit,
+        so no other writer comes between the checks and the batch."""
         step = sqlite_rows()
         pieces = [
             (_upsert_rows(self._table, len(rows)), tuple(chain.from_iterable(rows)))
@@ -353,6 +357,13 @@ class SQLiteKVStore(TransactionalBatches):
         get = self._sql.get
 
         def write_then_read(db: sqlite3.Connection) -> bytes | None:
+            if expected:
+                found: dict[tuple[bytes, bytes], bytes] = {}
+                for p, k, _ in expected:
+                    row = db.execute(get, (p, k)).fetchone()
+                    if row is not None:
+                        found[(p, k)] = bytes(row[0])
+                check_held(found, expected)  # raises: rolled back, nothing written
             for sql, values in pieces:
                 db.execute(sql, values)
             if read is None:

@@ -558,3 +558,111 @@ async def test_concurrent_set_many_batches_all_land(kv: KVStore) -> None:
 
     await asyncio.gather(*(writer(w) for w in range(4)))
     assert len(await keys_of(kv)) == 4 * 3 * 40
+
+
+# -- set_many_if: the conditional batch ---------------------------------------------------------------
+
+
+async def test_set_many_if_stores_the_batch_when_every_expectation_holds(kv: KVStore) -> None:
+    await kv.set(b"refs", b"intent", b"pending")
+    await kv.set(b"refs", b"branch", b"b1")
+    items = [(b"refs", b"intent", b"stored"), (P, b"a", b"1"), (P, b"b", b"2")]
+    expected = [
+        (b"refs", b"intent", Expect.equals(b"pending")),  # a CAS riding with the batch
+        (b"refs", b"branch", Expect.equals(b"b1")),  # checked, not written
+    ]
+    await kv.set_many_if(items, expected)
+    assert await kv.get(b"refs", b"intent") == b"stored"
+    assert await kv.get(b"refs", b"branch") == b"b1"
+    assert await keys_of(kv) == [b"a", b"b"]
+    await kv.set_many_if([(P, b"c", b"3")], [(b"refs", b"branch", Expect.EXISTS)])
+    assert await kv.get(P, b"c") == b"3"
+    await kv.set_many_if([], [(b"refs", b"branch", Expect.EXISTS)])  # nothing to write: a check
+
+
+@pytest.mark.parametrize("size", [1, 70])  # 70: PostgreSQL streams it into a COPY
+async def test_set_many_if_stores_nothing_when_one_expectation_fails(kv: KVStore, size: int) -> None:
+    await kv.set(b"refs", b"intent", b"deleting")
+    await kv.set(b"refs", b"branch", b"b1")
+    items = [(b"refs", b"intent", b"stored"), *((P, b"k%03d" % i, b"v") for i in range(size))]
+    for expected in (
+        [(b"refs", b"intent", Expect.equals(b"pending")), (b"refs", b"branch", Expect.equals(b"b1"))],
+        [(b"refs", b"intent", Expect.equals(b"deleting")), (b"refs", b"branch", Expect.equals(b"b0"))],
+        [(b"refs", b"intent", Expect.EXISTS), (b"refs", b"gone", Expect.EXISTS)],
+        [(b"refs", b"gone", Expect.equals(b""))],
+    ):
+        with pytest.raises(PreconditionFailedError) as failed:
+            await kv.set_many_if(items, expected)
+        assert not failed.value.retryable
+        assert await keys_of(kv) == []
+        assert await kv.get(b"refs", b"intent") == b"deleting"
+    await kv.set_many_if(items, [(b"refs", b"intent", Expect.equals(b"deleting"))])
+    assert len(await keys_of(kv)) == size and await kv.get(b"refs", b"intent") == b"stored"
+
+
+async def test_set_many_if_bad_expectations_refused_before_anything_is_written(kv: KVStore) -> None:
+    await kv.set(b"refs", b"k", b"v")
+    items = [(P, b"a", b"1")]
+    for expected in (
+        [(b"refs", b"k", Expect.ABSENT)],  # PostgreSQL cannot lock a missing row
+        [(b"refs", b"k", Expect.EXISTS), (b"refs", b"k", Expect.equals(b"v"))],  # a key twice
+        [(b"refs", b"", Expect.EXISTS)],
+        [(b"refs", b"k")],
+        [(b"refs", b"k", "exists")],
+        b"refs",
+    ):
+        with pytest.raises(BadInputError):
+            await kv.set_many_if(items, expected)  # type: ignore[arg-type]
+    with pytest.raises(BadInputError):
+        await kv.set_many_if([(P, b"ok", b"1"), (P, b"", b"bad")], [(b"refs", b"k", Expect.EXISTS)])
+    assert await keys_of(kv) == []
+
+
+async def test_set_many_if_and_a_cas_on_its_expected_key_exactly_one_wins(kv: KVStore) -> None:
+    """The uploader's settle-and-stage against the reconciler's claim, many rounds: either the
+    batch landed whole with its CAS, or the claim did and nothing of the batch is stored."""
+    wins = {"batch": 0, "cas": 0}
+    for r in range(30):
+        intent = b"intent-%02d" % r
+        await kv.set(b"refs", intent, b"pending")
+        entries = [(P, b"r%02d-%02d" % (r, i), b"x") for i in range(3)]
+
+        async def batch(entries: list[KVItem] = entries, intent: bytes = intent) -> str:
+            try:
+                await kv.set_many_if(
+                    [(b"refs", intent, b"stored"), *entries], [(b"refs", intent, Expect.equals(b"pending"))]
+                )
+            except PreconditionFailedError:
+                return "lost"
+            return "batch"
+
+        async def claim(intent: bytes = intent) -> str:
+            try:
+                await kv.set_if(b"refs", intent, b"deleting", Expect.equals(b"pending"))
+            except PreconditionFailedError:
+                return "lost"
+            return "cas"
+
+        runners = [batch(), claim()] if r % 2 else [claim(), batch()]
+        outcomes = await asyncio.gather(*runners)
+        [winner] = [o for o in outcomes if o != "lost"]
+        wins[winner] += 1
+        stored = {e.key async for e in kv.scan(P, b"r%02d-" % r) if e.key.startswith(b"r%02d-" % r)}
+        if winner == "batch":
+            assert await kv.get(b"refs", intent) == b"stored" and len(stored) == 3
+        else:
+            assert await kv.get(b"refs", intent) == b"deleting" and stored == set()
+    assert sum(wins.values()) == 30
+
+
+async def test_set_many_if_takes_up_to_its_limit_and_refuses_more(kv: KVStore) -> None:
+    await kv.set(b"refs", b"branch", b"b1")
+    expected = [(b"refs", b"branch", Expect.equals(b"b1"))]
+    limit = kv.max_conditional_items
+    size = 1500 if limit is None else limit - 1  # with the expectation: the limit exactly
+    await kv.set_many_if([(P, b"%05d" % i, b"v") for i in range(size)], expected)
+    assert len(await keys_of(kv)) == size
+    if limit is not None:
+        with pytest.raises(BadInputError, match=str(limit)):
+            await kv.set_many_if([(P, b"more%05d" % i, b"v") for i in range(limit)], expected)
+        assert len(await keys_of(kv)) == size

@@ -5,12 +5,12 @@ from __future__ import annotations
 import hashlib
 import inspect
 import uuid
-from collections.abc import AsyncIterator, Callable, Iterable
+from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import TypeVar
 
 from lakefs_core.format.records import ValueRecord, make_entry
-from lakefs_core.kv.base import Expect, KVEntry, KVItem, KVStore
+from lakefs_core.kv.base import Expect, KVEntry, KVExpectation, KVItem, KVStore
 from lakefs_core.repos.graveler import Graveler, GravelerSettings
 from lakefs_core.repos.stores import StoreRegistry
 
@@ -125,6 +125,20 @@ class HookedKV:
         # read as separate operations and a test can act between them (e.g. rotate the token).
         await self.set_many(items)
         return await self.get(partition, key)
+
+    @property
+    def max_conditional_items(self) -> int | None:
+        return self.inner.max_conditional_items
+
+    async def set_many_if(self, items: Iterable[KVItem], expected: Sequence[KVExpectation]) -> None:
+        batch = list(items)
+        for p, k, _ in batch:
+            await self._run(self.before, "set_many_if", p, k)
+        await self.inner.set_many_if(batch, expected)
+        for p, k, _ in batch:
+            self.ops.append(("set_many_if", p, k))
+        for p, k, _ in batch:
+            await self._run(self.after, "set_many_if", p, k)
 
     async def delete(self, partition: bytes, key: bytes) -> None:
         await self._run(self.before, "delete", partition, key)

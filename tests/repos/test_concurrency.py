@@ -24,7 +24,7 @@ import json
 import random
 import time
 from collections import Counter
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncIterator, Iterable, Sequence
 from dataclasses import dataclass, field
 
 import pytest
@@ -32,6 +32,7 @@ import pytest
 from lakefs_core.errors import LakeFSError, NoChangesError
 from lakefs_core.graveler.model import DiffType
 from lakefs_core.kv import Expect, KVEntry, KVItem, KVStore, open_kv
+from lakefs_core.kv.base import KVExpectation
 from lakefs_core.kv.memory import MemoryKVStore
 from lakefs_core.repos.graveler import Graveler, GravelerSettings
 from lakefs_core.repos.stores import StoreRegistry
@@ -84,6 +85,12 @@ class JitterKV:
         # so committers get to move the branch between a batch's write and its re-read.
         await self.set_many(items)
         return await self.get(partition, key)
+
+    max_conditional_items: int | None = None
+
+    async def set_many_if(self, items: Iterable[KVItem], expected: Sequence[KVExpectation]) -> None:
+        await self._pause()
+        await self.inner.set_many_if(items, expected)
 
     async def delete(self, partition: bytes, key: bytes) -> None:
         await self._pause()
