@@ -11,14 +11,18 @@
    ``staged`` postpones it (``staged_backoff_seconds`` doubled per check, capped), ``wait`` leaves it.
 3. ``delete``: the address must be a data object of the namespace (``data/<slice>/<id>``: never an
    external address, never ``_lakefs/``; anything else is refused and its intent dropped for the
-   listing-based retention GC). The intent is claimed (CAS to ``deleting``: a late upload of a pending
-   one then fails instead of staging it), then, for the whole batch, decided AGAIN right before the
-   batch delete: only what still says ``delete`` is deleted, the rest is counted ``rescued`` (and
-   dropped or postponed as above). Deletions go through the GC's rate-limited batch deleter
-   (:class:`~lakefs_gc.sweep.KeyDeleter`); a deleted address settles its intent, a failed one keeps
-   it (``deleting``, so due at once) and is retried on the next pass.
+   listing-based retention GC). The intent is claimed (:meth:`Journal.claim`: CAS to ``deleting``,
+   after deleting the batch record of a still-pending batch intent), so an upload still in flight
+   can no longer stage it (its staging write is conditional on what the claim changed: it fails,
+   staging nothing); if the upload staged first, the claim's CAS fails and the object is left.
+   Then, for the whole batch, the claimed intents are decided AGAIN right before the batch delete
+   (the claim made that decision final): only what still says ``delete`` is deleted, the rest is
+   counted ``rescued`` (and dropped or postponed as above). Deletions go through the GC's
+   rate-limited batch deleter (:class:`~lakefs_gc.sweep.KeyDeleter`); a deleted address settles its
+   intent, a failed one keeps it (``deleting``, so due at once) and is retried on the next pass.
 4. Prune consumption records older than the oldest remaining intent (less twice the clock-skew
-   margin) and batch settle records older than the pending timeout (less the same margin), and
+   margin) and batch records older than the longer of the pending timeout and the grace (less the
+   same margin: an open one fences its upload, which outlived the pending timeout), and
    sweep interrupted-write temporary files of a local namespace
    (``Graveler.sweep_temp_files``, once per process and root; 0 without sweeping while the root's
    last completed sweep is younger than the grace period).
@@ -272,9 +276,11 @@ class _Pass:
                 self.report.consumed_pruned += await self.journal.prune_consumed(branch, before)
             except BadInputError:
                 self.report.errors.append(f"consumption records of branch {branch[:100]!r} not pruned")
-        # A settle record only moves its intents' due time earlier than the pending timeout: past
-        # it (and the skew, both ways), it decides nothing (Journal.prune_settled).
-        settled_before = at - o.pending_timeout_seconds - 2 * o.clock_skew_seconds
+        # A settled record only moves its intents' due time: past the pending timeout and the grace
+        # (and the skew, both ways) it decides nothing; an open one that old fences an upload that
+        # outlived the pending timeout (Journal.prune_settled).
+        longest = max(o.pending_timeout_seconds, o.grace_seconds)
+        settled_before = at - longest - 2 * o.clock_skew_seconds
         self.report.settled_pruned += await self.journal.prune_settled(settled_before)
 
 

@@ -59,7 +59,7 @@ from lakefs_core.keys import (
     slice_hour,
     table_name,
 )
-from lakefs_core.kv.base import KVItem, KVStore
+from lakefs_core.kv.base import KVStore
 from lakefs_core.refs import kvkeys
 from lakefs_core.refs.model import (
     Branch,
@@ -533,11 +533,18 @@ class Graveler:
         return found
 
     async def set_entry(
-        self, repo_id: str, branch_id: str, record: ValueRecord, *, force: bool = False
+        self,
+        repo_id: str,
+        branch_id: str,
+        record: ValueRecord,
+        *,
+        force: bool = False,
+        settle: staging_writes.Settle | None = None,
     ) -> None:
         """Stage ``record`` (or a tombstone) on the branch, surviving concurrent token rotations (the
-        writer protocol of :mod:`.staging_writes`: write, re-read the branch, repeat if rotated)."""
-        await staging_writes.stage_entry(self, repo_id, branch_id, record, force=force)
+        writer protocol of :mod:`.staging_writes`: write, re-read the branch, repeat if rotated);
+        with ``settle`` (an upload's journal record) only together with that compare-and-swap."""
+        await staging_writes.stage_entry(self, repo_id, branch_id, record, force=force, settle=settle)
 
     async def set_entries(
         self,
@@ -546,14 +553,12 @@ class Graveler:
         records: Sequence[ValueRecord],
         *,
         force: bool = False,
-        with_items: Sequence[KVItem] = (),
+        settle: staging_writes.Settle | None = None,
     ) -> None:
         """Stage ``records`` in one KV batch (one transaction on SQL, ``BatchWriteItem`` on DynamoDB)
-        with :meth:`set_entry`'s guarantee per record; ``with_items`` are KV upserts written in the
-        same batch (the journal's batch settle record)."""
-        await staging_writes.set_entries(
-            self, repo_id, branch_id, records, force=force, with_items=with_items
-        )
+        with :meth:`set_entry`'s guarantee per record; with ``settle`` (the journal's batch
+        record) in one conditional batch with that compare-and-swap (``TransactWriteItems``)."""
+        await staging_writes.set_entries(self, repo_id, branch_id, records, force=force, settle=settle)
 
     async def delete_entry(self, repo_id: str, branch_id: str, key: bytes, *, force: bool = False) -> None:
         await self.get_entry(repo_id, branch_id, key)  # NotFoundError for a missing object

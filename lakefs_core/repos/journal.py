@@ -13,16 +13,25 @@ the record):
   created by lakeFS or before the journal existed). ``since`` is when it was last turned on.
 - ``gc-intents/<address>`` = ``{"branch", "key", "t", "state": "pending"|"stored"|"deleting",
   "t_stored"?, "next"?, "checks"?, "batch"?}``: written create-only before the upload's PUT
-  (``pending``), CASed to ``stored`` after it. The reconciler CASes it to ``deleting`` before deleting
-  the address, so a pending upload that resumes after that fails instead of staging a dangling entry.
-- ``gc-settled/<batch>`` = ``{"t_stored": unix s}``: a batch upload's settle record. A batch upload
-  writes the intents of the whole batch, each naming the batch (32 hex digits), in one KV batch
-  before its PUTs, and this ONE record in the batch that stages the entries (a blind write, sound
-  within :data:`BLIND_SETTLE_SECONDS` of recording; after that, each intent is CASed to ``stored``
-  instead). A ``pending`` intent whose batch has this record reads as ``stored`` at its
-  ``t_stored`` (:meth:`Journal.effective`); the record is raw bytes nobody CASes. The reconciler
-  prunes it once every intent of its batch would be due even as ``pending``
-  (:meth:`Journal.prune_settled`): from then on its presence changes no decision.
+  (``pending``). The upload settles it to ``stored`` by compare-and-swap IN the conditional KV batch
+  that stages its entry (:class:`~lakefs_core.repos.staging_writes.Settle`,
+  :meth:`Journal.settle_single`): the entry is staged if and only if the intent was still the
+  ``pending`` bytes the upload wrote. The reconciler CASes it to ``deleting`` before deleting the
+  address (:meth:`Journal.claim`). Of the two CASes on one intent exactly one wins: an upload that
+  lost stages nothing and fails (:class:`~lakefs_core.errors.ConflictError`); a reconciler that
+  lost leaves the object.
+- ``gc-settled/<batch>``: a batch upload's settle record. A batch upload writes the intents of the
+  whole batch, each naming the batch (32 hex digits), and this record ``{"state": "open", "t"}``
+  in one KV batch before its PUTs; the conditional batch that stages its entries CASes it from those
+  open bytes to ``{"t_stored": unix s}`` (:meth:`Journal.settle_batch`). A ``pending`` intent
+  whose batch record is settled reads as ``stored`` at its ``t_stored``
+  (:meth:`Journal.effective`). The reconciler claims a still-pending intent of a batch by first
+  DELETING the batch's record (:meth:`Journal.claim`): the upload's settle, conditional on the
+  open bytes, can never succeed after that, so the decision the reconciler makes next (its
+  re-check right before the delete) is final; if the upload settled just before, its entries are
+  staged and that re-check keeps them. The reconciler prunes records (open or settled) older than
+  its pending timeout (:meth:`Journal.prune_settled`): a settled one then decides nothing any more,
+  an open one fences an upload that outlived the pending timeout.
 - ``gc-consumed/<branch>/<token>/<commit>`` = ``{"t": unix s}``: written by every commit attempt before
   its branch CAS, for each token it owns (for a no-op attempt, ``<commit>`` is the unchanged head).
 
@@ -37,10 +46,14 @@ the record):
 - ``delete``: neither: the address is garbage (overwritten or deleted before a commit, reset away,
   left on a deleted branch, or never staged after a crash).
 
-The deletion itself is the GC daemon's (its rate-limited deleter). Limits, documented rather than
-hidden: the stored-to-staged step of an upload must finish within the grace period (default 1 h), and
-an upload's PUT within the pending timeout (24 h). When another writer that keeps no journal (lakeFS
-itself) commits in the same repository, the journal must stay off: its commits record nothing.
+The deletion itself is the GC daemon's (its rate-limited deleter). Time decides only WHEN an intent
+is looked at, never what happens to an upload in flight: an upload whose staging write comes after
+its intent was claimed (it took longer than the pending timeout, default 24 h, at least
+:data:`MIN_PENDING_TIMEOUT_SECONDS`) fails cleanly with nothing staged, however long it stalled.
+The grace (default 1 h) only keeps overwritten or deleted data readable a while. Retention GC's mark
+never takes the address of an intent that is still in the journal (:meth:`Journal.intent_addresses`),
+whatever its ``min_age``. When another writer that keeps no journal (lakeFS itself) commits in the
+same repository, the journal must stay off: its commits record nothing.
 """
 
 from __future__ import annotations
@@ -61,6 +74,7 @@ from lakefs_core.kv.base import Expect
 from lakefs_core.refs import kvkeys
 from lakefs_core.refs.model import Commit, Repository
 from lakefs_core.refs.store import DeletedRepository, parse_json_record, where_of
+from lakefs_core.repos.staging_writes import Settle
 
 if TYPE_CHECKING:
     from lakefs_core.repos.graveler import Graveler
@@ -72,10 +86,9 @@ _STATES: frozenset[str] = frozenset(("pending", "stored", "deleting"))
 DEFAULT_GRACE_SECONDS = 3600.0
 DEFAULT_PENDING_TIMEOUT_SECONDS = 86400.0
 DEFAULT_CLOCK_SKEW_SECONDS = 300.0
-# Batch uploads settle their intents with blind upserts when their PUTs took less than this
-# (Journal.settled_items); a reconciler must use a pending timeout of at least
-# MIN_PENDING_TIMEOUT_SECONDS, which exceeds it plus the clock-skew margin.
-BLIND_SETTLE_SECONDS = 600.0
+# The shortest pending timeout a reconciler may use: uploads settle by compare-and-swap, so a shorter
+# one deletes nothing staged, but it fails every upload slower than it (a PUT of a few GB), and the
+# clock-skew margin must be small beside it (an uploader's clock behind by the margin loses that much).
 MIN_PENDING_TIMEOUT_SECONDS = 3600.0
 MAX_INTENT_BYTES = 8192  # an object key is at most a few KiB; anything bigger is hostile
 # consumed_since runs once per decision and a branch has few consumption records since an intent: a
@@ -318,8 +331,9 @@ class Journal:
         return replace(intent, raw=raw)
 
     async def mark_stored(self, intent: Intent, now: datetime) -> Intent:
-        """After the PUT: CAS pending -> stored. Fails (PreconditionFailedError) if the reconciler
-        claimed the intent meanwhile (its upload timed out): the caller must not stage the address."""
+        """CAS pending -> stored on its own, staging nothing (tools and tests). An upload never
+        calls this: a separate staging write after it could land after the reconciler decided the
+        unstaged address was garbage. Uploads settle WITH their staging write (:meth:`settle_single`)."""
         stored = replace(intent, state="stored", t_stored=now.timestamp())
         raw = stored.to_bytes()
         await self.g.kv.set_if(
@@ -327,43 +341,40 @@ class Journal:
         )
         return replace(stored, raw=raw)
 
+    def settle_single(self, intent: Intent, now: datetime, what: str) -> Settle:
+        """The compare-and-swap that settles a single upload's intent (pending -> stored at ``now``)
+        in the conditional KV batch that stages its entry (``what`` names the upload)."""
+        stored = intent._copy("stored", now.timestamp(), b"")
+        key = kvkeys.gc_intent_key(intent.address)
+        return Settle(self.partition, key, intent.raw, stored.to_bytes(), what)
+
     # -- batch writers (Objects.upload_many) ------------------------------------------------------------
 
     async def record_intents(self, intents: list[Intent]) -> list[Intent]:
         """Before a batch's PUTs: every intent (``pending``, all naming one batch from
-        :func:`new_batch_id`) in ONE KV batch.
+        :func:`new_batch_id`) and the batch's open record, in ONE KV batch.
 
         A blind upsert, unlike :meth:`record_intent`'s create-only write: the addresses were just
         allocated (a fresh random object id each) and their PUTs are create-only, so no other intent
-        can exist under them."""
-        if intents:
-            _batch_of(intents)
+        can exist under them; the batch id is as fresh. The reconciler learns of the batch from
+        these intents only, so it cannot delete the open record before it is written."""
+        if not intents:
+            return []
+        batch = _batch_of(intents)
         if any(i.state != "pending" for i in intents):
             raise BadInputError("a batch's intents must be pending", field="intents")
         recorded = [intent.with_raw(raw) for intent, raw in zip(intents, batch_bytes(intents), strict=True)]
-        await self.g.kv.set_many([(self.partition, kvkeys.gc_intent_key(i.address), i.raw) for i in recorded])
+        items = [(self.partition, kvkeys.gc_intent_key(i.address), i.raw) for i in recorded]
+        items.append((self.partition, kvkeys.gc_settled_key(batch), _open_bytes(intents)))
+        await self.g.kv.set_many(items)
         return recorded
 
-    async def settled_items(
-        self, intents: list[Intent], now: datetime, elapsed: float
-    ) -> list[tuple[bytes, bytes, bytes]]:
-        """After a batch's PUTs: the KV items that settle it, for the batch that stages its entries.
-
-        While ``elapsed`` (seconds since :meth:`record_intents`, on the uploader's monotonic clock)
-        is below :data:`BLIND_SETTLE_SECONDS`, that is the batch's ONE settle record
-        (``gc-settled/<batch>``), written blind: the reconciler claims a pending intent only at
-        ``t`` + its pending timeout (at least :data:`MIN_PENDING_TIMEOUT_SECONDS`) and the clocks
-        differ by less than the clock-skew margin. Later, each intent is CASed pending -> stored
-        (:meth:`mark_stored`: PreconditionFailedError if the reconciler claimed it, and the caller
-        must not stage) and nothing is left to write in the batch."""
-        if not intents:
-            return []
-        if elapsed < BLIND_SETTLE_SECONDS:
-            raw = _ENCODE({"t_stored": now.timestamp()}).encode()
-            return [(self.partition, kvkeys.gc_settled_key(_batch_of(intents)), raw)]
-        for intent in intents:
-            await self.mark_stored(intent, now)
-        return []
+    def settle_batch(self, intents: Sequence[Intent], now: datetime, what: str) -> Settle:
+        """The compare-and-swap that settles a batch (its open record -> ``{"t_stored": now}``) in
+        the conditional KV batch that stages its entries (``what`` names the upload)."""
+        key = kvkeys.gc_settled_key(_batch_of(intents))
+        settled = _ENCODE({"t_stored": now.timestamp()}).encode()
+        return Settle(self.partition, key, _open_bytes(intents), settled, what)
 
     async def record_consumed(
         self, branch: str, tokens: tuple[str, ...], commit_id: str, now: datetime
@@ -395,9 +406,19 @@ class Journal:
                 raise CorruptDataError("an intent key is not UTF-8", file=where) from e
             yield Intent.parse(address, entry.value, where)
 
+    async def intent_addresses(self) -> AsyncIterator[str]:
+        """The address of every intent in the journal (pending, stored and undecided, or claimed),
+        from the keys alone: retention GC's mark and re-verification keep them, whatever
+        ``min_age`` (a corrupt value still protects its address; the reconciler reports it)."""
+        prefix = kvkeys.GC_INTENTS_PREFIX
+        async for entry in self.g.kv.scan(self.partition, prefix):
+            if not entry.key.startswith(prefix):
+                break
+            yield entry.key[len(prefix) :].decode("utf-8", "replace")
+
     async def settled_at(self, batch: str) -> float | None:
-        """The ``t_stored`` of ``batch``'s settle record; None while there is none (not settled
-        yet, settled intent by intent, or pruned)."""
+        """The ``t_stored`` of ``batch``'s settled record; None while it is open, or absent
+        (claimed, pruned, or written by no upload)."""
         hit = self._settled.get(batch)
         if hit is not None:
             return hit
@@ -407,6 +428,8 @@ class Journal:
         except NotFoundError:
             return None  # not remembered: it may be written any moment
         t_stored = _settled_time(raw, where_of(self.partition, key))
+        if t_stored is None:
+            return None  # open: not remembered, it may be settled any moment
         if len(self._settled) >= SETTLED_CACHE:
             self._settled.clear()
         self._settled[batch] = t_stored
@@ -470,9 +493,18 @@ class Journal:
 
     async def claim(self, intent: Intent) -> Intent:
         """CAS the intent to ``deleting`` before its address is deleted (PreconditionFailedError if it
-        changed since it was read: decide again)."""
+        changed since it was read: decide again). ``intent`` is as :meth:`effective` read it.
+
+        A single upload's staging write expects the ``pending`` bytes, so after this CAS it stages
+        nothing. A still-pending intent of a batch is settled through its batch's record instead:
+        that record is deleted first, so the batch's staging write (which expects it open) can
+        never land after this; a batch that settled since it was read has its entries staged,
+        which the caller's re-check right before the delete sees."""
         if intent.state == "deleting":
             return intent
+        if intent.state == "pending" and intent.batch is not None:
+            await self.g.kv.delete(self.partition, kvkeys.gc_settled_key(intent.batch))
+            self._settled.pop(intent.batch, None)
         return await self._cas(intent, replace(intent, state="deleting"))
 
     async def postpone(self, intent: Intent, until: datetime) -> Intent:
@@ -506,18 +538,21 @@ class Journal:
         return len(old)
 
     async def prune_settled(self, before: float) -> int:
-        """Forget settle records with ``t_stored`` older than ``before``; returns how many.
+        """Forget batch records older than ``before`` (a settled one's ``t_stored``, an open one's
+        ``t``); returns how many.
 
-        The reconciler passes ``now`` less its pending timeout and twice the clock-skew margin. Every
-        intent of such a batch was recorded before its ``t_stored``, so it is due even as
-        ``pending``; and the state decides nothing else (:meth:`decide` reads the due time only,
-        and a claim CASes the intent's own bytes). Without the record it reads as it was written."""
+        The reconciler passes ``now`` less the longer of its pending timeout and grace, and twice
+        the clock-skew margin. Every intent of a settled batch was recorded before its
+        ``t_stored``, so it is due even as ``pending``, and the state decides nothing else
+        (:meth:`decide` reads the due time only): without the record it reads as it was written.
+        Deleting an open record fences its upload, which outlived the pending timeout (its staging
+        write expects the record open): it fails, staging nothing."""
         prefix = kvkeys.GC_SETTLED_PREFIX
         old: list[bytes] = []
         async for entry in self.g.kv.scan(self.partition, prefix):
             if not entry.key.startswith(prefix):
                 break
-            if _settled_time(entry.value, where_of(self.partition, entry.key)) < before:
+            if _batch_record_time(entry.value, where_of(self.partition, entry.key)) < before:
                 old.append(entry.key)
         for key in old:  # collected first: deleting during a paged scan may skip keys
             await self.g.kv.delete(self.partition, key)
@@ -608,11 +643,31 @@ def _batch_of(intents: Sequence[Intent]) -> str:
     return batch
 
 
-def _settled_time(raw: bytes, where: str) -> float:
+def _open_bytes(intents: Sequence[Intent]) -> bytes:
+    """A batch's open record (what its settle expects): the same bytes from the same intents."""
+    return _ENCODE({"state": "open", "t": min(i.t for i in intents)}).encode()
+
+
+def _batch_record(raw: bytes, where: str) -> tuple[bool, float]:
+    """``(settled, time)`` of a batch record: ``{"t_stored"}`` settled at that time, or
+    ``{"state": "open", "t"}`` recorded then; anything else is :class:`CorruptDataError`."""
     doc = parse_json_record(raw, where, "a batch settle record", MAX_SETTLED_BYTES)
-    t_stored = _number(doc, "t_stored", where)
-    assert t_stored is not None  # _number raises for a missing required field
-    return t_stored
+    if "t_stored" in doc or doc.get("state") != "open":
+        t_stored = _number(doc, "t_stored", where)
+        assert t_stored is not None  # _number raises for a missing required field
+        return True, t_stored
+    t = _number(doc, "t", where)
+    assert t is not None
+    return False, t
+
+
+def _settled_time(raw: bytes, where: str) -> float | None:
+    settled, t = _batch_record(raw, where)
+    return t if settled else None
+
+
+def _batch_record_time(raw: bytes, where: str) -> float:
+    return _batch_record(raw, where)[1]
 
 
 def _holds(ns: StorageNamespace, record: ValueRecord, address: str) -> bool:

@@ -8,22 +8,25 @@ the namespace or FULL. Listing supports a prefix, a delimiter (common prefixes a
 re-seeking, not by reading every key under them) and pagination with an ``after`` cursor.
 
 With the repository's hard-delete journal on (:mod:`.journal`), upload writes the address's intent
-(``pending``) before the PUT and CASes it to ``stored`` after it, before staging; if the reconciler
-claimed the intent meanwhile (the PUT outlived the upload timeout) the upload fails rather than stage
-an entry whose object is being deleted. Upload is the only path that writes a data object into a
-namespace for an entry (a mirror copies committed objects of its source, which are not uploads), and
-it never reuses an address: keep both true, or journal the new path too.
+(``pending``) before the PUT and settles it (CAS to ``stored``) in the same atomic KV step that
+stages the entry (:class:`~lakefs_core.repos.staging_writes.Settle`); if the reconciler claimed the
+intent first (the upload outlived its pending timeout, however long it stalled and wherever), that
+step stores nothing and the upload fails with :class:`~lakefs_core.errors.ConflictError` (exit
+code 3, HTTP 409): never an entry whose object is being deleted. Upload is the only path that writes
+a data object into a namespace for an entry (a mirror copies committed objects of its source, which
+are not uploads), and it never reuses an address: keep both true, or journal the new path too.
 
 :meth:`Objects.upload_many` is the batch form (``fs upload --recursive``): one repository and branch
-read per batch, bounded concurrent PUTs, the journal's intents in one KV batch before them and the
-settled intents plus every staged entry in one KV batch after them.
+read per batch, bounded concurrent PUTs, the journal's intents and the batch's open record in one KV
+batch before them, and every staged entry with the batch's settle in one conditional KV batch after
+them (on a KV store whose conditional batches are bounded, DynamoDB's 100 items, the batch is
+journalled and settled in parts of that size, each all or nothing).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import time
 from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -31,13 +34,14 @@ from datetime import UTC, datetime
 from lakefs_core.aio import bounded_each
 from lakefs_core.block.base import BlockStore, ObjectInfo, PutItem
 from lakefs_core.errors import BadInputError, NotFoundError, encode_utf8
+from lakefs_core.faults import fault_point
 from lakefs_core.format.proto import catalog_pb2
 from lakefs_core.format.records import ADDRESS_RELATIVE, ValueRecord, decode_entry, make_entry
 from lakefs_core.keys import SliceAllocator, StorageNamespace
 from lakefs_core.refs.model import Repository
 from lakefs_core.repos.graveler import Graveler
 from lakefs_core.repos.journal import Intent, Journal, new_batch_id
-from lakefs_core.repos.staging_writes import check_new_path
+from lakefs_core.repos.staging_writes import Settle, check_new_path
 
 MAX_LIST_AMOUNT = 10_000
 # small bodies written per BlockStore.put_batch call by upload_many: progress is reported per window,
@@ -198,10 +202,13 @@ class Objects:
         info = await store.put(
             ns.key(relative), body, if_none_match=True, content_type=content_type, metadata=metadata
         )
-        if journal is not None and intent is not None:
-            await journal.mark_stored(intent, self.g.clock())
         record, stat = new_entry(key, relative, info, metadata, info.last_modified or self.g.clock())
-        await self.g.set_entry(repo_id, branch, record, force=force)
+        fault_point("upload:before-stage")  # stall tests: stored, not staged yet
+        settle: Settle | None = None
+        if journal is not None and intent is not None:
+            what = f"upload of {path[:200]!r} to branch {branch!r}"
+            settle = journal.settle_single(intent, self.g.clock(), what)
+        await self.g.set_entry(repo_id, branch, record, force=force, settle=settle)
         return stat
 
     async def upload_many(
@@ -217,8 +224,11 @@ class Objects:
     ) -> list[ObjectStat]:
         """Upload a batch: one repository and branch read, the PUTs ``concurrency`` at a time, then
         every entry staged in ONE KV batch (:meth:`Graveler.set_entries`). With the journal on, the
-        intents of the whole batch are recorded in one KV batch before the PUTs and settled by one
-        record in the staging batch (:meth:`Journal.settled_items`). The first failing PUT fails
+        intents of the whole batch are recorded in one KV batch before the PUTs and settled by a
+        compare-and-swap of the batch's record in the staging batch (:meth:`Journal.settle_batch`):
+        a batch the reconciler claimed first stages nothing and fails with
+        :class:`~lakefs_core.errors.ConflictError` (in parts on DynamoDB: see the module
+        docstring; earlier parts stay staged). The first failing PUT fails
         the batch (nothing is staged; the objects already written are garbage the journal or
         retention GC removes). Small bodies (bytes, :class:`BlockingBody`) are written by the
         store's ``put_batch``, ``PUT_BATCH_WINDOW`` at a time; streamed ones one PUT each.
@@ -237,29 +247,40 @@ class Objects:
         ns, store = await self._namespace(repo)
         addresses = self.slices.new_relative_addresses(len(items))
         journal = Journal(self.g, repo) if await self.g.journal_enabled(repo) else None
+        parts = self._journal_parts(len(items), journal is not None)
         intents: list[Intent] = []
-        recorded_at = time.monotonic()
         if journal is not None:
             now = self.g.clock().timestamp()
-            batch = new_batch_id()
-            intents = await journal.record_intents(
-                [Intent(a, branch, k, now, batch=batch) for a, k in zip(addresses, keys, strict=True)]
-            )
+            for part in parts:
+                batch = new_batch_id()
+                intents += await journal.record_intents(
+                    [Intent(addresses[i], branch, keys[i], now, batch=batch) for i in part]
+                )
         targets = [ns.key(address) for address in addresses]
         async with write_gate or contextlib.nullcontext():
             infos = await self._put_all(store, items, targets, concurrency, on_stored)
         if write_gate is not None:
             await asyncio.sleep(0)  # the next batch's PUTs start before this batch's entries are built
-        settled: list[tuple[bytes, bytes, bytes]] = []
-        if journal is not None:
-            settled = await journal.settled_items(intents, self.g.clock(), time.monotonic() - recorded_at)
         built = [
             new_entry(key, address, info, item.metadata, info.last_modified or self.g.clock())
             for key, address, info, item in zip(keys, addresses, infos, items, strict=True)
         ]
-        records = [record for record, _ in built]
-        await self.g.set_entries(repo_id, branch, records, force=force, with_items=settled)
+        fault_point("upload:before-stage")
+        for part in parts:
+            settle: Settle | None = None
+            if journal is not None:
+                what = f"batch upload of {len(part)} objects ({items[part.start].path[:200]!r}, ...)"
+                settle = journal.settle_batch(intents[part.start : part.stop], self.g.clock(), what)
+            records = [built[i][0] for i in part]
+            await self.g.set_entries(repo_id, branch, records, force=force, settle=settle)
         return [stat for _, stat in built]
+
+    def _journal_parts(self, count: int, journal: bool) -> list[range]:
+        """The parts a batch of ``count`` is journalled and staged in: one, unless the KV store's
+        conditional batches hold fewer than its entries plus the settle and branch expectations."""
+        limit = self.g.kv.max_conditional_items
+        size = count if not journal or limit is None else max(1, limit - 2)
+        return [range(start, min(start + size, count)) for start in range(0, count, max(size, 1))]
 
     async def _put_all(
         self,

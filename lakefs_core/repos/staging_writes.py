@@ -12,9 +12,17 @@ The writer protocol that keeps "an acknowledged write lands in exactly one commi
 A batch (:func:`set_entries`) follows the same protocol with one KV ``set_many_then_get`` per
 attempt (the batch, then the branch record): every record of the batch is stored before the re-read
 or, on SQL, in the same transaction with no change to the branch ordered between the read and the
-commit (see :mod:`lakefs_core.kv.base`), so the argument holds per record. Extra KV items (the
-journal's batch settle record) may ride in the first write of the batch; they are idempotent
-upserts too.
+commit (see :mod:`lakefs_core.kv.base`), so the argument holds per record.
+
+An upload of a repository with the hard-delete journal stages its records with a :class:`Settle`:
+a compare-and-swap of its journal record (the single upload's intent, or the batch's record) that
+must land in the same atomic step as the records, or neither does (``KVStore.set_many_if``). The
+step also expects the branch record exactly as read, so the records land in a token that is live at
+that moment: a commit seals it only after them (and reads it after sealing), and there is never a
+second write of records whose first one landed (which the reconciler could have decided on
+meanwhile). A branch that changed is read again and the step retried; a settle key that no longer
+holds what the upload expects means the reconciler claimed the upload: nothing was staged, and the
+upload fails with :class:`~lakefs_core.errors.ConflictError` naming it.
 
 A staged value's path is 1 to :data:`MAX_PATH_BYTES` bytes without NUL (:func:`check_new_path`), on
 every KV driver alike: 1,024 bytes is DynamoDB's limit on a sort key, so a longer path would stage on
@@ -31,16 +39,36 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from lakefs_core.errors import BadInputError, NotFoundError, TooManyRetriesError
+from lakefs_core.errors import (
+    BadInputError,
+    ConflictError,
+    NotFoundError,
+    PreconditionFailedError,
+    TooManyRetriesError,
+)
 from lakefs_core.format.records import ValueRecord, encode_staged_entry
-from lakefs_core.kv.base import KVItem
+from lakefs_core.kv.base import Expect, KVItem
 from lakefs_core.refs import kvkeys
 from lakefs_core.refs.model import Branch, Repository
 
 if TYPE_CHECKING:
     from lakefs_core.repos.graveler import Graveler
+
+
+@dataclass(frozen=True)
+class Settle:
+    """A compare-and-swap staged with the records it guards: ``key`` (in ``partition``) must hold
+    ``expected`` and is set to ``value`` in the same atomic step as the records (see the module
+    docstring). ``what`` names the upload in the error of one that lost."""
+
+    partition: bytes
+    key: bytes
+    expected: bytes
+    value: bytes
+    what: str
 
 
 async def repository_for_write(g: Graveler, repo_id: str) -> Repository:
@@ -54,8 +82,12 @@ async def repository_for_write(g: Graveler, repo_id: str) -> Repository:
 
 
 async def branch_for_write(g: Graveler, repo: Repository, branch_id: str) -> Branch:
+    return (await _branch_and_raw(g, repo, branch_id))[0]
+
+
+async def _branch_and_raw(g: Graveler, repo: Repository, branch_id: str) -> tuple[Branch, bytes]:
     try:
-        return (await g.refs.get_branch(repo, branch_id))[0]
+        return await g.refs.get_branch(repo, branch_id)
     except NotFoundError:
         # The repository may have been deleted or re-created: forget what was cached for it.
         g._write_repos.pop(repo.id, None)
@@ -99,15 +131,25 @@ def check_new_path(key: bytes) -> None:
 
 
 async def stage_entry(
-    g: Graveler, repo_id: str, branch_id: str, record: ValueRecord, *, force: bool = False
+    g: Graveler,
+    repo_id: str,
+    branch_id: str,
+    record: ValueRecord,
+    *,
+    force: bool = False,
+    settle: Settle | None = None,
 ) -> None:
-    """Stage one record (two KV operations in the common case: the write and the re-read)."""
+    """Stage one record (two KV operations in the common case: the write and the re-read), with
+    ``settle`` in the same atomic step when given (see the module docstring)."""
     if not record.key:
         raise BadInputError("must not be empty", field="path")
     if record.identity:  # a value, not a tombstone
         check_new_path(record.key)
     repo = await repository_for_write(g, repo_id)
     g.writable(repo, force)
+    if settle is not None:
+        await _stage_settled(g, repo, branch_id, [record], settle)
+        return
     token = await _live_token(g, repo, branch_id)
     for _ in range(g.settings.write_attempts):
         await g.staging.set(token, record)
@@ -126,32 +168,80 @@ async def set_entries(
     records: Sequence[ValueRecord],
     *,
     force: bool = False,
-    with_items: Sequence[KVItem] = (),
+    settle: Settle | None = None,
 ) -> None:
-    """Stage ``records`` in one KV batch per attempt (a key given twice keeps its last record)."""
+    """Stage ``records`` in one KV batch per attempt (a key given twice keeps its last record),
+    with ``settle`` in the same atomic step when given (see the module docstring)."""
     for key, identity, _ in records:
         if not key or (identity and (len(key) > MAX_PATH_BYTES or b"\0" in key)):
             check_new_path(key)  # raises, naming what is wrong
     repo = await repository_for_write(g, repo_id)
     g.writable(repo, force)
+    if settle is not None:
+        await _stage_settled(g, repo, branch_id, records, settle)
+        return
     if not records:
-        if with_items:
-            await g.kv.set_many(with_items)
         return
     token = await _live_token(g, repo, branch_id)
     encoded: list[tuple[bytes, bytes]] = []
-    items: Iterable[KVItem] = _encoding(records, with_items, kvkeys.staging_partition(token), encoded)
+    items: Iterable[KVItem] = _encoding(records, (), kvkeys.staging_partition(token), encoded)
     for _ in range(g.settings.write_attempts):
         again = await _write_then_branch(g, repo, branch_id, items)
         if again.staging_token == token:
             g._live_tokens[(repo.partition, branch_id)] = (time.monotonic(), token)
             return
         token = again.staging_token  # a commit sealed the token we wrote to: write the batch again
-        partition = kvkeys.staging_partition(token)
-        if len(encoded) != len(records):  # a store that stored the batch took all of it; if not, anew
-            encoded[:] = [(record.key, encode_staged_entry(record)) for record in records]
-        items = [(partition, key, value) for key, value in encoded]  # with_items are stored already
+        items = _again(records, encoded, kvkeys.staging_partition(token))
     raise TooManyRetriesError(f"branch {branch_id!r}: staging token kept rotating during a batch write")
+
+
+def _again(
+    records: Sequence[ValueRecord], encoded: list[tuple[bytes, bytes]], partition: bytes
+) -> list[KVItem]:
+    """The records as items of ``partition`` for another attempt, encoded once: a store that took
+    the first attempt's items took all of them, else they are encoded anew."""
+    if len(encoded) != len(records):
+        encoded[:] = [(record.key, encode_staged_entry(record)) for record in records]
+    return [(partition, key, value) for key, value in encoded]
+
+
+async def _stage_settled(
+    g: Graveler, repo: Repository, branch_id: str, records: Sequence[ValueRecord], settle: Settle
+) -> None:
+    """``records`` and ``settle`` in one conditional KV batch, expecting the settle key and the
+    branch record as read; a changed branch is read again, a changed settle key is the upload's
+    loss (see the module docstring)."""
+    branch_key = kvkeys.branch_key(branch_id)
+    branch, raw = await _branch_and_raw(g, repo, branch_id)
+    settling = (settle.partition, settle.key, settle.value)
+    encoded: list[tuple[bytes, bytes]] = []
+    items: Iterable[KVItem] = _encoding(
+        records, (settling,), kvkeys.staging_partition(branch.staging_token), encoded
+    )
+    for _ in range(g.settings.write_attempts):
+        expected = [
+            (settle.partition, settle.key, Expect.equals(settle.expected)),
+            (repo.partition, branch_key, Expect.equals(raw)),
+        ]
+        try:
+            await g.kv.set_many_if(items, expected)
+        except PreconditionFailedError:
+            try:
+                current: bytes | None = await g.kv.get(settle.partition, settle.key)
+            except NotFoundError:
+                current = None
+            if current != settle.expected:
+                raise ConflictError(
+                    f"{settle.what} lost to the hard-delete reconciler: its journal record was "
+                    "claimed before the upload could stage it (the upload took longer than the "
+                    "reconciler's pending timeout); nothing was staged"
+                ) from None
+            branch, raw = await _branch_and_raw(g, repo, branch_id)  # the branch moved: again
+            items = [settling, *_again(records, encoded, kvkeys.staging_partition(branch.staging_token))]
+            continue
+        g._live_tokens[(repo.partition, branch_id)] = (time.monotonic(), branch.staging_token)
+        return
+    raise TooManyRetriesError(f"branch {branch_id!r}: kept changing during a staging write")
 
 
 def _encoding(

@@ -215,9 +215,9 @@ async def test_crash_between_put_and_stage_is_deleted_after_the_pending_timeout(
     seen: list[str] = []
 
     def crash(op: str, partition: bytes, key: bytes) -> None:
+        if op == "set_many_if" and seen:
+            raise RuntimeError("crash after the PUT")  # in its settle-and-stage write
         if op == "set_if" and key.startswith(kvkeys.GC_INTENTS_PREFIX):
-            if seen:
-                raise RuntimeError("crash after the PUT")
             seen.append(key[len(kvkeys.GC_INTENTS_PREFIX) :].decode())
 
     w.kv.before.append(crash)

@@ -3,9 +3,11 @@
 A real Graveler over a memory KV and a memory namespace; rules upload (one object, or a batch
 settled by one record), overwrite, delete, commit, reset, create and delete a branch, tag, delete
 the repository (a new one takes over), inject the journal's crash points (between intent and PUT,
-between PUT and the stored update or the batch's settle record, between that and staging, between
-seal and the consumption record, between that record and the publishing CAS), stall a batch upload
-past the pending timeout while the reconciler runs, move the clock and reconcile.
+between PUT and the settle-and-stage write, a stored intent or a settled batch record with nothing
+staged (no upload leaves these: forged), between seal and the consumption record, between that
+record and the publishing CAS), stall a single or a batch upload past the pending timeout while the
+reconciler runs (its staging write then fails, staging nothing, or, when no claim came first,
+stages with its objects present), move the clock and reconcile.
 
 Invariants:
 
@@ -30,13 +32,14 @@ import hypothesis.strategies as st
 from hypothesis import HealthCheck, settings
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
-from lakefs_core.errors import CorruptDataError, NoChangesError, NotFoundError, PreconditionFailedError
+from lakefs_core.errors import ConflictError, CorruptDataError, NoChangesError, NotFoundError
 from lakefs_core.format.records import ValueRecord, decode_entry
 from lakefs_core.kv.memory import MemoryKVStore
 from lakefs_core.refs import kvkeys
 from lakefs_core.repos.graveler import Graveler, StorageNamespace
 from lakefs_core.repos.journal import Intent, new_batch_id
 from lakefs_core.repos.objects import Objects, UploadItem, new_entry
+from lakefs_core.repos.staging_writes import Settle
 from lakefs_core.repos.stores import StoreRegistry
 from lakefs_gc.deleter import BatchResult
 from lakefs_gc.reconcile import ReconcileOptions, reconcile_deleted_repositories, reconcile_repository
@@ -146,8 +149,8 @@ class ReconcileMachine(RuleBasedStateMachine):
         crash=st.sampled_from(["before-put", "after-put", "after-settle"]),
     )
     def crashed_batch_upload(self, branch: str, keys: list[str], crash: str) -> None:
-        """Objects.upload_many's steps, stopped at a crash point; ``after-settle`` is a KV whose
-        batches are not atomic (DynamoDB) storing the settle record but none of the entries."""
+        """Objects.upload_many's steps, stopped at a crash point; ``after-settle`` is a settle record
+        stored with none of the entries (no driver does that any more: forged)."""
         if branch not in self.branches:
             return
         self.run(self._crashed_batch_upload(branch, keys, crash))
@@ -170,12 +173,14 @@ class ReconcileMachine(RuleBasedStateMachine):
             await self.store.put(self.ns.key(intent.address), b"body", if_none_match=True)
         if crash == "after-put":
             return
-        await self.kv.set_many(await journal.settled_items(intents, self.clock(), elapsed=1.0))
+        settle = journal.settle_batch(intents, self.clock(), "forged")  # settled, no entries staged
+        await self.kv.set(settle.partition, settle.key, settle.value)
 
-    @rule(branch=BRANCHES, keys=st.lists(KEYS, min_size=1, max_size=3, unique=True))
-    def stalled_batch_upload(self, branch: str, keys: list[str]) -> None:
-        """A batch upload whose PUTs outlast the pending timeout while the reconciler runs: it then
-        settles intent by intent and must not stage an address the reconciler claimed."""
+    @rule(branch=BRANCHES, keys=st.lists(KEYS, min_size=1, max_size=3, unique=True), late=st.booleans())
+    def stalled_batch_upload(self, branch: str, keys: list[str], late: bool) -> None:
+        """A batch upload stalled after its PUTs while the reconciler runs, past the pending timeout
+        (``late``) or not: its settle-and-stage write must not stage an address the reconciler
+        claimed (it fails, staging nothing), and stages all of them otherwise."""
         if branch not in self.branches:
             return
         journal = self.run(self.g.journal(self.repo))
@@ -184,14 +189,36 @@ class ReconcileMachine(RuleBasedStateMachine):
         for intent in intents:
             info = self.run(self.store.put(self.ns.key(intent.address), b"body", if_none_match=True))
             records.append(new_entry(intent.key, intent.address, info, None, self.clock())[0])
-        self.clock.advance(PENDING + GRACE)
+        self.clock.advance(PENDING + GRACE if late else GRACE)
         self.reconcile()
+        self._stage_late(branch, records, journal.settle_batch(intents, self.clock(), "stalled batch"))
+
+    @rule(branch=BRANCHES, key=KEYS, late=st.booleans())
+    def stalled_upload(self, branch: str, key: str, late: bool) -> None:
+        """Objects.upload stalled between its PUT and its settle-and-stage write while the reconciler
+        runs (past the pending timeout, or only past the grace)."""
+        if branch not in self.branches:
+            return
+        journal = self.run(self.g.journal(self.repo))
+        relative = self.objects.slices.new_relative_address()
+        self.uploaded.add(relative)
+        intent = self.run(journal.record_intent(relative, branch, key.encode(), self.clock()))
+        info = self.run(self.store.put(self.ns.key(relative), b"body", if_none_match=True))
+        record = new_entry(intent.key, relative, info, None, self.clock())[0]
+        self.clock.advance(PENDING + GRACE if late else GRACE)
+        self.reconcile()
+        self._stage_late(branch, [record], journal.settle_single(intent, self.clock(), "stalled"))
+
+    def _stage_late(self, branch: str, records: list[ValueRecord], settle: Settle) -> None:
         try:
-            self.run(journal.settled_items(intents, self.clock(), elapsed=PENDING + GRACE))
-        except PreconditionFailedError:
-            return  # claimed: the upload fails, nothing staged
-        with contextlib.suppress(NotFoundError):  # the branch was deleted meanwhile
-            self.run(self.g.set_entries(self.repo, branch, records))
+            self.run(self.g.set_entries(self.repo, branch, records, settle=settle))
+        except ConflictError:
+            return  # claimed first: the upload fails, nothing staged (the invariant checks it)
+        except NotFoundError:
+            return  # the branch was deleted meanwhile
+        for record in records:  # staged: each object is there (nothing_live_deleted checks it too)
+            address = decode_entry(record.data).address
+            assert self.run(self.store.exists(self.ns.key(address))), f"staged {address} without its object"
 
     @rule(branch=BRANCHES, key=KEYS)
     def delete(self, branch: str, key: str) -> None:

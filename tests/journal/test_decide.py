@@ -8,7 +8,7 @@ from datetime import timedelta
 
 import pytest
 
-from lakefs_core.errors import CorruptDataError, NoChangesError, PreconditionFailedError
+from lakefs_core.errors import ConflictError, CorruptDataError, NoChangesError, PreconditionFailedError
 from lakefs_core.refs import kvkeys
 from lakefs_core.repos.graveler import Graveler, StorageNamespace
 from lakefs_core.repos.journal import (
@@ -49,14 +49,18 @@ async def test_upload_writes_intent_before_put_and_settles_it_after(world: World
     seen: list[tuple[str, bool]] = []
 
     def check(op: str, partition: bytes, key: bytes) -> None:
-        if op == "set_if" and key.startswith(kvkeys.GC_INTENTS_PREFIX):
+        if op in ("set_if", "set_many_if") and key.startswith(kvkeys.GC_INTENTS_PREFIX):
             address = key[len(kvkeys.GC_INTENTS_PREFIX) :].decode()
             seen.append((address, w.object_path(address).exists()))
 
     w.kv.after.append(check)
+    w.kv.ops.clear()
     address = await upload(w, "a.txt", b"hello")
     # First the pending intent, with no object yet; then the stored update, with the object there.
     assert seen == [(address, False), (address, True)]
+    # The stored update and the staged entry are ONE conditional write.
+    settle = [op for op in w.kv.ops if op[0] == "set_many_if"]
+    assert [k for _, _, k in settle] == [kvkeys.gc_intent_key(address), b"a.txt"]
     intent = await intent_of(w, address)
     assert (intent.state, intent.branch, intent.key) == ("stored", "main", b"a.txt")
     assert intent.t == intent.t_stored == w.clock().timestamp()
@@ -154,8 +158,8 @@ async def test_crash_between_put_and_stored_update_stays_pending(world: World) -
     crashed: list[str] = []
 
     def crash(op: str, partition: bytes, key: bytes) -> None:
-        if op == "set_if" and key.startswith(kvkeys.GC_INTENTS_PREFIX) and crashed:
-            raise RuntimeError("crash after the PUT")
+        if op == "set_many_if" and key.startswith(kvkeys.GC_INTENTS_PREFIX) and crashed:
+            raise RuntimeError("crash after the PUT")  # before its settle-and-stage write
         if op == "set_if" and key.startswith(kvkeys.GC_INTENTS_PREFIX):
             crashed.append(key[len(kvkeys.GC_INTENTS_PREFIX) :].decode())
 
@@ -173,22 +177,29 @@ async def test_crash_between_put_and_stored_update_stays_pending(world: World) -
     assert await fate(w, address) == "delete"
 
 
-async def test_crash_between_stored_update_and_stage_is_garbage(world: World) -> None:
+async def test_no_crash_leaves_an_intent_stored_but_not_staged(world: World) -> None:
+    """The stored update and the staging are one atomic write: an upload that fails in it (here:
+    the KV refuses it mid-way) leaves its intent pending (due after the pending timeout, when no
+    upload can stage it any more), never stored without its entry (which the grace would let the
+    reconciler delete under an upload about to stage it)."""
     w = world
     repo = await w.g.repository(w.repo)
     token = (await w.g.refs.get_branch(repo, "main"))[0].staging_token
 
     def crash(op: str, partition: bytes, key: bytes) -> None:
-        if op == "set" and partition == kvkeys.staging_partition(token):
-            raise RuntimeError("crash before staging")
+        if op == "set_many_if" and partition == kvkeys.staging_partition(token):
+            raise RuntimeError("crash in the staging write")
 
     w.kv.before.append(crash)
     with pytest.raises(RuntimeError):
         await upload(w, "a")
     w.kv.before.clear()
     [intent] = [i async for i in (await w.g.journal(w.repo)).intents()]
-    assert intent.state == "stored"
+    assert intent.state == "pending"
+    assert [r async for r in w.g.list_entries(w.repo, "main")] == []
     w.advance(GRACE)
+    assert await fate(w, intent.address) == "wait"
+    w.advance(DEFAULT_PENDING_TIMEOUT_SECONDS)
     assert await fate(w, intent.address) == "delete"
 
 
@@ -243,9 +254,10 @@ async def test_a_pruned_settle_record_changes_no_decision(world: World) -> None:
     assert claimed.state == "deleting"
 
 
-async def test_crash_between_settle_record_and_stage_is_garbage(world: World) -> None:
-    """A KV without atomic batches (DynamoDB) may store the settle record and crash before the
-    entries (upload_many's steps, stopped there): the addresses are garbage one grace later."""
+async def test_a_settled_record_without_its_entries_is_garbage(world: World) -> None:
+    """A batch record settled with no entries staged (no upload does that: the settle and the
+    entries are one conditional write on every driver; forged here): the addresses are garbage
+    one grace later."""
     w = world
     journal = await w.g.journal(w.repo)
     repo = await w.g.repository(w.repo)
@@ -257,7 +269,8 @@ async def test_crash_between_settle_record_and_stage_is_garbage(world: World) ->
     )
     for intent in intents:
         await store.put(ns.key(intent.address), b"body", if_none_match=True)
-    await w.kv.set_many(await journal.settled_items(intents, w.clock(), elapsed=1.0))
+    settle = journal.settle_batch(intents, w.clock(), "forged")
+    await w.kv.set(settle.partition, settle.key, settle.value)
     assert await journal.settled_at(batch) == w.clock().timestamp()
     w.advance(GRACE - 1)
     assert await due_fates(w) == {}
@@ -269,7 +282,7 @@ async def test_crash_before_the_settle_record_stays_pending(world: World) -> Non
     w = world
 
     def crash(op: str, partition: bytes, key: bytes) -> None:
-        if op == "set_many" and key.startswith(b"gc-settled/"):
+        if op == "set_many_if" and key.startswith(b"gc-settled/"):
             raise RuntimeError("crash after the PUTs")
 
     w.kv.before.append(crash)
@@ -289,15 +302,16 @@ async def test_claimed_pending_intent_fails_the_late_upload(world: World) -> Non
     reconciler = Graveler(w.kv.inner, w.g.stores, w.g.settings, clock=w.clock)  # not hooked
 
     async def claim_first(op: str, partition: bytes, key: bytes) -> None:
-        if op == "set_if" and key.startswith(kvkeys.GC_INTENTS_PREFIX):
+        if op == "set_many_if" and key.startswith(kvkeys.GC_INTENTS_PREFIX):
             journal = await reconciler.journal(w.repo)
             intent = await journal.intent(key[len(kvkeys.GC_INTENTS_PREFIX) :].decode())
             if intent is not None and intent.state == "pending":
                 await journal.claim(intent)
 
     w.kv.before.append(claim_first)
-    with pytest.raises(PreconditionFailedError):
+    with pytest.raises(ConflictError, match="lost to the hard-delete reconciler") as lost:
         await upload(w, "a")
+    assert not isinstance(lost.value, PreconditionFailedError)  # the upload's error, not the KV's
     w.kv.before.clear()
     assert [r async for r in w.g.list_entries(w.repo, "main")] == []
 

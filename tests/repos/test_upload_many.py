@@ -19,14 +19,18 @@ from hypothesis import strategies as st
 
 from lakefs_core.block.base import ObjectInfo, PutItem
 from lakefs_core.block.local import LocalBlockStore
-from lakefs_core.errors import BadInputError, NotFoundError, PreconditionFailedError, ReadOnlyError
+from lakefs_core.errors import (
+    BadInputError,
+    ConflictError,
+    NotFoundError,
+    ReadOnlyError,
+)
 from lakefs_core.format.records import ValueRecord
 from lakefs_core.graveler.model import DiffType
 from lakefs_core.kv import KVStore, open_kv
 from lakefs_core.refs import kvkeys
 from lakefs_core.repos.graveler import Graveler
 from lakefs_core.repos.journal import (
-    BLIND_SETTLE_SECONDS,
     Intent,
     IntentState,
     Journal,
@@ -98,17 +102,23 @@ async def test_upload_many_stages_every_object_in_one_batch(
     assert await objects.read_all(repo, "main", "lazy") == b"opened late"
     assert (await objects.stat(repo, "main", "lazy")).metadata == {"owner": "me"}
     assert (await objects.stat(repo, "main", "dir/f001")).content_type == "text/plain"
-    # One staging write per object, all through set_many; no per-object set.
-    assert set_many_batches(hooked, b"") >= 51
+    # One staging write per object, in one batch (conditional with the journal); no per-object set.
+    partition = (await g.repository(repo)).partition
+    staged = [op for op in hooked.ops if op[1] != partition and op[0] != "get"]
+    assert len(staged) == len(items)
+    assert {op[0] for op in staged} == {"set_many_if" if journal else "set_many"}
     assert not [op for op in hooked.ops if op[0] == "set" and op[1].startswith(b"staging")]
     intents_written = [op for op in hooked.ops if op[2].startswith(kvkeys.GC_INTENTS_PREFIX)]
     settles = [op for op in hooked.ops if op[2].startswith(kvkeys.GC_SETTLED_PREFIX)]
     if journal:
-        # Each intent once (pending) through set_many, never one by one, and ONE settle record for
-        # the batch, written with its staged entries: no per-intent update.
+        # Each intent once (pending) through set_many, never one by one; ONE record for the batch,
+        # written open with the intents and settled with the staged entries (in the same
+        # conditional batch): no per-intent update.
         assert len(intents_written) == len(items)
         assert {op[0] for op in intents_written} == {"set_many"}
-        assert [op[0] for op in settles] == ["set_many"]
+        assert [op[0] for op in settles] == ["set_many", "set_many_if"]
+        first_settle = hooked.ops.index(settles[1])
+        assert hooked.ops[first_settle : first_settle + len(items) + 1] == [settles[1], *staged]
         j = await g.journal(repo)
         intents = [i async for i in j.intents()]
         assert len(intents) == len(items) and {i.state for i in intents} == {"pending"}
@@ -146,32 +156,40 @@ async def test_journal_decides_batch_uploads_like_single_ones(g: Graveler, local
     assert {d for k, d in decisions.items() if k.startswith(b"staged/")} == {"delete"}
 
 
-async def test_late_settle_uses_cas_and_refuses_a_claimed_intent(g: Graveler, local_root: Path) -> None:
+async def test_batch_settle_is_a_cas_of_its_open_record_and_a_claimed_batch_stages_nothing(
+    g: Graveler, local_root: Path
+) -> None:
+    """The batch's record is written open with its intents; the staging write settles it by CAS of
+    those bytes. A claim deletes it: the staging write then stores nothing (ConflictError), on
+    every attempt, however late."""
     repo = await new_repo(g, local_root, journal=True)
     journal = Journal(g, await g.repository(repo))
     batch = new_batch_id()
     intents = await journal.record_intents(
         [Intent(f"data/x/{n}", "main", b"k%d" % n, g.clock().timestamp(), batch=batch) for n in range(3)]
     )
-    # In time: the batch's one settle record is an item for the staging batch, nothing written yet.
-    items = await journal.settled_items(intents, g.clock(), elapsed=1.0)
-    assert [(p, k) for p, k, _ in items] == [(journal.partition, kvkeys.gc_settled_key(batch))]
-    assert await journal.settled_at(batch) is None
+    assert await journal.settled_at(batch) is None  # open
+    settle = journal.settle_batch(intents, g.clock(), "the test's batch")
+    assert settle.key == kvkeys.gc_settled_key(batch)
+    assert await g.kv.get(journal.partition, settle.key) == settle.expected
     assert {i.state async for i in journal.intents()} == {"pending"}
-    # Too late for blind writes: per-intent CAS, which fails on an intent the reconciler claimed.
-    await journal.claim(intents[1])
-    with pytest.raises(PreconditionFailedError):
-        await journal.settled_items(intents, g.clock(), elapsed=BLIND_SETTLE_SECONDS + 1)
+    await journal.claim(intents[1])  # pending, of a batch: its record goes first
+    records = [record(f"k{n}") for n in range(3)]
+    with pytest.raises(ConflictError, match="the test's batch lost to the hard-delete reconciler"):
+        await g.set_entries(repo, "main", records, settle=settle)
+    assert [r async for r in g.list_entries(repo, "main")] == []
     states = {i.address: i.state async for i in journal.intents()}
-    assert states[intents[1].address] == "deleting"
-    assert states[intents[0].address] == "stored"
-    fresh = await journal.record_intents(
-        [Intent("data/x/9", "main", b"k9", g.clock().timestamp(), batch=batch)]
+    assert states == {"data/x/0": "pending", "data/x/1": "deleting", "data/x/2": "pending"}
+    # An unclaimed batch settles with its entries: the record now reads settled.
+    other = await journal.record_intents(
+        [Intent("data/x/9", "main", b"k9", g.clock().timestamp(), batch=new_batch_id())]
     )
-    assert await journal.settled_items(fresh, g.clock(), elapsed=BLIND_SETTLE_SECONDS) == []
-    assert (await journal.intent("data/x/9")) is not None
-    assert (await journal.intent("data/x/9")).state == "stored"  # type: ignore[union-attr]
-    assert await journal.settled_at(batch) is None  # settled intent by intent: no batch record
+    await g.set_entries(repo, "main", [record("k9")], settle=journal.settle_batch(other, g.clock(), "b"))
+    assert await journal.settled_at(other[0].batch or "") == g.clock().timestamp()
+    assert [r.key async for r in g.list_entries(repo, "main")] == [b"k9"]
+    # A record of any other content (or none) is not the open bytes: never settled over.
+    with pytest.raises(ConflictError):
+        await g.set_entries(repo, "main", [record("k8")], settle=journal.settle_batch(other, g.clock(), "b"))
 
 
 async def test_record_intents_refuses_a_mixed_or_unnamed_batch(g: Graveler, local_root: Path) -> None:
