@@ -35,8 +35,8 @@ the repositories of one region's core. Keys::
     hard_delete:                      # the online reconciler of the upload journal (issue 11)
       enabled: true
       interval_seconds: 300
-      grace_seconds: 3600             # a stored, unstaged upload is garbage this long after its PUT
-      pending_timeout_seconds: 86400  # an upload that never settled is garbage after this
+      grace_seconds: 3600             # overwritten/deleted uploads stay readable this long
+      pending_timeout_seconds: 86400  # an upload not staged by then fails and is garbage (>= 3600)
       max_intents_per_pass: 100000
     max_concurrent_runs: 1            # GC runs at once (each holds its repository's lease)
     lease_ttl_seconds: 120
@@ -55,6 +55,7 @@ S3 credentials, ``mirrors_db_url``, the access keys' secrets) are :class:`~pydan
 from __future__ import annotations
 
 import fnmatch
+import math
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -63,6 +64,7 @@ from pydantic import Field, SecretStr, field_validator
 
 from lakefs_core.config import ConfigReport, Problem, StrictModel, inspect_config, load_config
 from lakefs_core.daemon import DEFAULT_PASS_TIMEOUT
+from lakefs_core.repos.journal import MIN_PENDING_TIMEOUT_SECONDS
 from lakefs_core.settings import (
     AccessKey,
     CoreSettings,
@@ -142,11 +144,33 @@ class SparkConfig(StrictModel):
 
 
 class HardDeleteConfig(StrictModel):
+    """The reconciler of the upload journal. Its times decide when an intent is looked at, never
+    whether an upload in flight wins (uploads and the reconciler settle intents by compare-and-swap,
+    :mod:`lakefs_core.repos.journal`), so no grace is unsound; a pending timeout below the journal's
+    minimum fails every upload slower than it and is refused."""
+
     enabled: bool = True
     interval_seconds: PositiveSeconds = 300.0
     grace_seconds: NonNegativeSeconds = 3600.0
     pending_timeout_seconds: NonNegativeSeconds = 86400.0
     max_intents_per_pass: int = Field(default=100_000, ge=1)
+
+    @field_validator("grace_seconds", "pending_timeout_seconds")
+    @classmethod
+    def _finite(cls, value: float) -> float:
+        if not math.isfinite(value):
+            raise ValueError("must be a finite number of seconds")
+        return value
+
+    @field_validator("pending_timeout_seconds")
+    @classmethod
+    def _journal_minimum(cls, value: float) -> float:
+        if value < MIN_PENDING_TIMEOUT_SECONDS:
+            raise ValueError(
+                f"{value:g} s is below the hard-delete journal's minimum pending timeout of "
+                f"{MIN_PENDING_TIMEOUT_SECONDS:g} s: every upload slower than it would fail"
+            )
+        return value
 
 
 class GCConfig(StrictModel):

@@ -65,6 +65,7 @@ from lakefs_core.repos.graveler import (
     StorageNamespace,
     forget_deleted_repository,
 )
+from lakefs_core.repos.journal import MIN_PENDING_TIMEOUT_SECONDS
 from lakefs_gc.sweep import KeyDeleter
 
 log = logging.getLogger("lakefs_gc.reconcile")
@@ -89,6 +90,12 @@ class ReconcileOptions:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int | float) or not value >= 0:
                 raise BadInputError("must be a number of seconds >= 0", field=name)
+        if self.pending_timeout_seconds < MIN_PENDING_TIMEOUT_SECONDS:
+            raise BadInputError(
+                f"{self.pending_timeout_seconds:g} s is below the hard-delete journal's minimum "
+                f"pending timeout of {MIN_PENDING_TIMEOUT_SECONDS:g} s",
+                field="pending_timeout_seconds",
+            )
         if (
             isinstance(self.max_intents, bool)
             or not isinstance(self.max_intents, int)

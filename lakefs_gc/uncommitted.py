@@ -10,7 +10,14 @@ Contract:
   value per key on every branch, tokens marked for cleanup skipped) and keeps the addresses inside
   the namespace, normalised by THE normaliser :meth:`StorageNamespace.relative_of`; external
   addresses are dropped (never ours to delete); an unresolvable one raises
-  :class:`~lakefs_core.errors.CorruptDataError` (fail closed).
+  :class:`~lakefs_core.errors.CorruptDataError` (fail closed). Then it streams the address of
+  every intent of the repository's hard-delete journal (:meth:`Journal.intent_addresses`: pending,
+  stored and not decided yet, or claimed): an upload in flight, or one the reconciler has not
+  decided, is never a candidate, whatever ``min_age`` (the reconciler owns those objects). An
+  intent written after this scan is of an object PUT after the listing (intents are written
+  before their PUT), so never listed; one decided meanwhile was either deleted by the reconciler
+  or is in a commit that the later commit scan sees. The re-verification of a sweep calls the
+  same function, so it keeps them too.
 - :func:`write_uncommitted` writes them as text parts under the run's ``uncommitted/`` directory and
   returns ``(parts, addresses)``; the driver never holds the set.
 - :func:`parts_partition` (executor) reads parts back: the right side of the anti-join.
@@ -27,7 +34,8 @@ from lakefs_gc.spark.partition import StoreRef, stream_async
 
 
 async def staged_relative(graveler: Graveler, repo_id: str, ns: StorageNamespace) -> AsyncIterator[str]:
-    """Relative addresses of every latest staged value of the repository inside ``ns``."""
+    """Relative addresses of every latest staged value of the repository inside ``ns``, then of
+    every intent in its hard-delete journal (see the module docstring)."""
     async for branch, address, address_type in graveler.staged_addresses(repo_id):
         try:
             relative = ns.relative_of(address, address_type)
@@ -36,6 +44,9 @@ async def staged_relative(graveler: Graveler, repo_id: str, ns: StorageNamespace
             raise CorruptDataError(f"staged address {address[:200]!r}: {e}", file=where) from e
         if relative is not None:
             yield relative
+    journal = await graveler.journal(repo_id)
+    async for address in journal.intent_addresses():  # relative, as uploads write them
+        yield address
 
 
 async def write_uncommitted(

@@ -173,7 +173,7 @@ async def _scenario(
                 "enabled": reconcile,
                 "interval_seconds": 0.5,
                 "grace_seconds": 1,
-                "pending_timeout_seconds": 30,
+                "pending_timeout_seconds": 3600,  # the journal's minimum (shorter is refused)
             },
             "poll_interval_seconds": 0.3,
             "workdir": str(tmp_path / "work"),
