@@ -1,19 +1,27 @@
 """Model-based GC safety test: a hypothesis state machine drives the real core (memory KV, local
-namespace, injectable clock) and the real mark / re-verify / sweep (lite executor), and checks the
-results against the independent oracle of :mod:`tests.gc.model_support`.
+namespace, injectable clock, the hard-delete journal on in half the examples) and the real mark /
+re-verify / sweep (lite executor) and hard-delete reconciler, and checks the results against the
+independent oracle of :mod:`tests.gc.model_support`.
 
 Rules: uploads and deletes (staged), commits, merges, reverts, branch resets (soft, and hard to an
 older commit), branch create/delete, tag create/delete, pins (an in-test :class:`PinSource`), GC
-rules, clock moves, mark, re-verify, sweep, and a sweep crashed at a fault point then resumed with
-the same mark id.
+rules, clock moves, mark and full GC runs (``min_age`` of an hour, or 0), re-verify, sweep, a sweep
+crashed at a fault point then resumed with the same mark id, reconciler passes, and slow uploaders:
+an upload (single or batch) held between its PUTs and its staging write (a hook of the model's KV
+connection) while any of the other rules run (the clock moving past the grace and the pending
+timeout, reconciler passes, GC runs), then let go.
 
 Invariants:
 
 - after every step, every object the oracle calls live (objects of the active commits, of every
   branch's head and staging area) is still stored (I1), and every object ever deleted was in some
-  mark's deleted set;
+  mark's deleted set or deleted by the reconciler;
 - every mark's deleted set equals the oracle's garbage at the mark's ``now``: stored objects outside
-  ``_lakefs/``, not ``dummy``, older than ``now - min_age`` and not live;
+  ``_lakefs/``, not ``dummy``, older than ``now - min_age``, not live and not journalled (an address
+  whose intent the journal still holds is never marked, whatever ``min_age``: a slow upload's
+  object before its staging write is one);
+- a slow upload, let go, either staged every entry with its object present, or failed
+  (``ConflictError``: the reconciler claimed it first) with none of its entries staged;
 - re-verification reports as live again every marked object the oracle calls live now;
 - a complete sweep deletes exactly its mark's set minus what re-verification rescued.
 
@@ -30,6 +38,7 @@ import os
 import shutil
 import tempfile
 from collections.abc import Coroutine
+from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, TypeVar
@@ -48,23 +57,30 @@ from lakefs_core.errors import (
     NotFoundError,
 )
 from lakefs_core.kv.memory import MemoryKVStore
-from lakefs_core.repos.graveler import Graveler, StorageNamespace, StoreRegistry
-from lakefs_core.repos.objects import Objects
+from lakefs_core.refs import kvkeys
+from lakefs_core.repos.graveler import Graveler, GravelerSettings, StorageNamespace, StoreRegistry
+from lakefs_core.repos.objects import Objects, UploadItem
+from lakefs_gc.deleter import BatchResult
 from lakefs_gc.faults import ENV
 from lakefs_gc.layout import RunLayout
 from lakefs_gc.mark import MarkOptions, run_mark
 from lakefs_gc.parts import list_parts, read_lines
+from lakefs_gc.reconcile import ReconcileOptions, reconcile_repository
 from lakefs_gc.reverify import Reverifier
 from lakefs_gc.rules import GCRules, save_rules, widest_rules
 from lakefs_gc.spark.executor import LiteExecutor
-from lakefs_gc.sweep import SweepOptions, SweepReport, load_mark, run_sweep, store_deleter
+from lakefs_gc.sweep import KeyDeleter, SweepOptions, SweepReport, load_mark, run_sweep, store_deleter
 from tests.gc.mark_support import set_mtime, stored_objects
 from tests.gc.model_support import Listings, Node, oracle_active
+from tests.repos.support import HookedKV
 
 T = TypeVar("T")
 RulesAt = tuple[GCRules | None, datetime]  # rules and the clock they are applied at
 REPO = "repo1"
 MIN_AGE = timedelta(hours=1)
+MIN_AGES = (MIN_AGE, timedelta(0))
+GRACE = 3600.0  # the reconciler's grace and pending timeout (their defaults)
+PENDING = 86400.0
 PATHS = ("a", "b", "c", "d/e")
 BRANCH_NAMES = ("b1", "b2", "b3")
 TAG_NAMES = ("t1", "t2")
@@ -117,13 +133,40 @@ def pick(items: list[T] | tuple[T, ...], i: int) -> T:
     return items[i % len(items)]
 
 
+@dataclass
+class SlowUpload:
+    """An upload held right before its staging write (its PUTs done, its intents pending)."""
+
+    branch: str
+    paths: list[str]
+    release: asyncio.Event = field(default_factory=asyncio.Event)
+    held: asyncio.Event = field(default_factory=asyncio.Event)
+    addresses: list[str] = field(default_factory=list)
+    task: asyncio.Future[object] | None = None
+
+
+class RecordingDeleter:
+    """The reconciler's deleter, remembering the addresses it deleted."""
+
+    def __init__(self, inner: KeyDeleter, ns: StorageNamespace, deleted: set[str]) -> None:
+        self.inner, self.prefix, self.deleted = inner, f"{ns.prefix}/" if ns.prefix else "", deleted
+
+    async def delete_keys(self, keys: list[str]) -> BatchResult:
+        out = await self.inner.delete_keys(keys)
+        self.deleted.update(key[len(self.prefix) :] for key in out.deleted)
+        return out
+
+
 class GCModel(RuleBasedStateMachine):
     def __init__(self) -> None:
         super().__init__()
         self.loop = asyncio.new_event_loop()
         self.root = Path(tempfile.mkdtemp(prefix="gc-model-"))
         self.clock = ModelClock()
-        self.g = Graveler(MemoryKVStore(), NoSyncStores(), clock=self.clock)
+        self.kv = HookedKV(MemoryKVStore())
+        self.kv.before.append(self._hold_staging)
+        settings = GravelerSettings(hard_delete_journal=True)
+        self.g = Graveler(self.kv, NoSyncStores(), settings, clock=self.clock)
         self.objects = Objects(self.g)
         self.ns = StorageNamespace(f"local://{self.root / 'ns'}")
         self.listings = Listings(self.g, REPO, self.ns)
@@ -136,7 +179,12 @@ class GCModel(RuleBasedStateMachine):
         self.gone: set[str] = set()  # objects the model saw deleted
         self.known: set[str] = set()  # objects the model saw stored
         self.dead: set[str] = set()  # commits that lost objects while expired (by design)
+        self.reconciled: set[str] = set()  # objects the reconciler deleted
+        self.slow: list[SlowUpload] = []  # uploads held before their staging write
+        self.holding: SlowUpload | None = None  # the upload whose staging write is held next
+        self.journal_on = True
         self.stats = {"marked": 0, "rescued": 0, "deleted": 0, "crashed": 0, "revived": 0}
+        self.stats.update({"slow_won": 0, "slow_lost": 0, "reconciled": 0, "journalled_kept": 0})
         self.run(self._setup())
 
     def run(self, coro: Coroutine[Any, Any, T]) -> T:
@@ -147,10 +195,18 @@ class GCModel(RuleBasedStateMachine):
             with open(os.environ["GC_MODEL_STATS"], "a") as f:
                 f.write(f"{self.stats}\n")
         try:
+            self.run(self._end_slow_uploads())
             self.run(self.g.stores.close())
         finally:
             self.loop.close()
             shutil.rmtree(self.root, ignore_errors=True)
+
+    async def _end_slow_uploads(self) -> None:
+        """Let every held upload end (a task left pending would outlive the loop)."""
+        for slow in self.slow:
+            slow.release.set()
+            if slow.task is not None:
+                await asyncio.wait([slow.task])
 
     async def _setup(self) -> None:
         await self.g.create_repository(REPO, self.ns.uri)
@@ -206,6 +262,13 @@ class GCModel(RuleBasedStateMachine):
     async def branch_names(self) -> list[str]:
         return sorted(await self.branches())
 
+    async def journalled(self) -> set[str]:
+        """Addresses with an intent in the journal (read from the KV keys, not through lakefs_gc)."""
+        partition = (await self.g.repository(REPO)).partition
+        prefix = kvkeys.GC_INTENTS_PREFIX
+        found = [e.key async for e in self.kv.inner.scan(partition, prefix)]
+        return {k[len(prefix) :].decode() for k in found if k.startswith(prefix)}
+
     # -- data and history ------------------------------------------------------------------------
 
     @initialize(
@@ -213,13 +276,18 @@ class GCModel(RuleBasedStateMachine):
             st.tuples(st.sampled_from(PATHS), st.sampled_from((1, 12, 30, 60)), st.booleans()),
             min_size=2,
             max_size=6,
-        )
+        ),
+        journal=st.booleans(),
     )
-    def history(self, steps: list[tuple[str, int, bool]]) -> None:
+    def history(self, steps: list[tuple[str, int, bool]], journal: bool) -> None:
         """A history to start from: commits on main hours or days apart, overwriting paths, some
-        with a side branch committed then deleted (a dangling leaf)."""
+        with a side branch committed then deleted (a dangling leaf). The hard-delete journal is on
+        in half the examples (slow uploads need it: without it, ``min_age`` is their only guard)."""
 
         async def go() -> None:
+            self.journal_on = journal
+            if not journal:
+                await self.g.set_hard_delete_journal(REPO, False)
             for i, (path, hours, side) in enumerate(steps):
                 await self._put("main", path, f"h{i}")
                 await self._learn((await self.g.commit(REPO, "main", committer="m", message="h")).id)
@@ -383,19 +451,21 @@ class GCModel(RuleBasedStateMachine):
 
     # -- GC ------------------------------------------------------------------------------------
 
-    @rule()
-    def mark(self) -> None:
-        self.run(self._mark())
+    @rule(min_age=st.sampled_from(MIN_AGES))
+    def mark(self, min_age: timedelta) -> None:
+        self.run(self._mark(min_age))
 
-    async def _mark(self) -> str:
+    async def _mark(self, min_age: timedelta) -> str:
         now = self.clock.now
-        live, stored = await self.live(), await self.stored()
+        live, stored, journalled = await self.live(), await self.stored(), await self.journalled()
         with LiteExecutor(workers=2, spill_dir=SCRATCH) as executor:
-            options = MarkOptions(now=now, min_age=MIN_AGE, workdir=SCRATCH)
+            options = MarkOptions(now=now, min_age=min_age, workdir=SCRATCH)
             result = await run_mark(self.g, REPO, executor, options=options, pins=self.pins)
         marked = await marked_set(self.g, self.ns, result.run_id)
-        cutoff = now - MIN_AGE
-        garbage = {a for a, m in stored.items() if m < cutoff and a != "dummy" and a not in live}
+        cutoff = now - min_age
+        old = {a for a, m in stored.items() if m < cutoff and a != "dummy" and a not in live}
+        garbage = old - journalled
+        self.stats["journalled_kept"] += len(old & journalled)
         assert marked == garbage, (
             f"mark {result.run_id}: marked but live/kept {sorted(marked - garbage)}, "
             f"garbage not marked {sorted(garbage - marked)}"
@@ -465,16 +535,113 @@ class GCModel(RuleBasedStateMachine):
         finally:
             del os.environ[ENV]
 
-    @rule()
-    def full_gc(self) -> None:
+    @rule(min_age=st.sampled_from(MIN_AGES))
+    def full_gc(self, min_age: timedelta) -> None:
         """A full run at the current clock: the store then holds no garbage of this ``now``."""
 
         async def go() -> None:
-            mark_id = await self._mark()
+            mark_id = await self._mark(min_age)
             marked = await marked_set(self.g, self.ns, mark_id)
             report = await self._sweep(mark_id, SweepOptions(workdir=SCRATCH))
             assert report.rescued == 0 and report.deleted == len(marked)
             assert not marked & set(await self.stored())
+
+        self.run(go())
+
+    # -- the hard-delete reconciler and slow uploaders ---------------------------------------------
+
+    @rule()
+    def reconcile(self) -> None:
+        async def go() -> None:
+            store = await self.g.namespace_store(self.ns)
+            before = len(self.reconciled)
+            deleter = RecordingDeleter(store_deleter(store), self.ns, self.reconciled)
+            options = ReconcileOptions(
+                grace_seconds=GRACE, pending_timeout_seconds=PENDING, now=self.clock.now
+            )
+            await reconcile_repository(self.g, REPO, deleter=deleter, options=options)
+            self.stats["reconciled"] += len(self.reconciled) - before
+
+        self.run(go())
+
+    async def _hold_staging(self, op: str, partition: bytes, key: bytes) -> None:
+        """The KV hook that holds a slow upload at its settle-and-stage write (the first item of
+        that conditional batch is the settle: its intent, or its batch record)."""
+        slow = self.holding
+        if slow is None or op != "set_many_if" or slow.held.is_set():
+            return
+        if key.startswith(kvkeys.GC_INTENTS_PREFIX):
+            slow.addresses = [key[len(kvkeys.GC_INTENTS_PREFIX) :].decode()]
+        elif key.startswith(kvkeys.GC_SETTLED_PREFIX):
+            batch = key[len(kvkeys.GC_SETTLED_PREFIX) :].decode()
+            journal = await self.g.journal(REPO)
+            slow.addresses = [i.address async for i in journal.intents() if i.batch == batch]
+        else:
+            return
+        for address in slow.addresses:  # PUT at the model's clock, as every object
+            set_mtime(str(self.root / "ns"), address, self.clock.now)
+        self.holding = None
+        slow.held.set()
+        await slow.release.wait()
+
+    @precondition(lambda self: self.journal_on and len(self.slow) < 3)
+    @rule(b=st.integers(0, 9), p=st.sampled_from(PATHS), n=st.integers(1, 2))
+    def slow_upload(self, b: int, p: str, n: int) -> None:
+        """Start an upload of ``n`` objects (one: ``Objects.upload``; more: ``upload_many``) and
+        hold it between its PUTs and its staging write."""
+
+        async def go() -> None:
+            branch = pick(await self.branch_names(), b)
+            paths = [pick(PATHS, PATHS.index(p) + i) for i in range(n)]
+            slow = self.holding = SlowUpload(branch, paths)
+            body = f"slow@{self.clock.now}".encode()
+            if n == 1:
+                slow.task = asyncio.ensure_future(self.objects.upload(REPO, branch, paths[0], body))
+            else:
+                items = [UploadItem(path, body) for path in paths]
+                slow.task = asyncio.ensure_future(self.objects.upload_many(REPO, branch, items))
+            held = asyncio.ensure_future(slow.held.wait())
+            await asyncio.wait([slow.task, held], return_when=asyncio.FIRST_COMPLETED)
+            held.cancel()
+            self.holding = None
+            assert slow.held.is_set(), f"a slow upload ended before its staging write: {slow.task}"
+            self.slow.append(slow)
+
+        self.run(go())
+
+    @precondition(lambda self: self.slow)
+    @rule(which=st.integers(0, 9), stall=st.sampled_from((0.0, GRACE + 60, PENDING + 60)))
+    def finish_slow_upload(self, which: int, stall: float) -> None:
+        """Let a slow upload go on, after a further ``stall``: the clock moved that much and a
+        reconciler pass (past the grace: the issue's case; past the pending timeout: the upload's
+        intent is claimed). It stages every entry with its objects present, or fails (claimed by
+        the reconciler meanwhile, or its branch deleted) with none staged."""
+        slow = self.slow.pop(which % len(self.slow))
+        if stall:
+            self.clock.now += timedelta(seconds=stall)
+            self.reconcile()
+
+        async def go() -> None:
+            assert slow.task is not None
+            slow.release.set()
+            await asyncio.wait([slow.task])
+            error = slow.task.exception()
+            store = await self.g.namespace_store(self.ns)
+            staged: list[str] = []
+            for path in slow.paths:
+                with contextlib.suppress(NotFoundError):
+                    address = (await self.objects.stat(REPO, slow.branch, path)).physical_address
+                    if address in slow.addresses:
+                        staged.append(address)
+            if error is None:
+                self.stats["slow_won"] += 1
+                assert sorted(staged) == sorted(slow.addresses), (staged, slow.addresses)
+                for address in staged:
+                    assert await store.exists(self.ns.key(address)), f"staged {address}: object gone"
+            else:
+                self.stats["slow_lost"] += 1
+                assert isinstance(error, ConflictError | NotFoundError), repr(error)
+                assert staged == [], f"a failed upload staged {staged}"
 
         self.run(go())
 
@@ -491,7 +658,8 @@ class GCModel(RuleBasedStateMachine):
             for cid in self.nodes.keys() - self.dead:
                 if not await self.listings.commit(cid) <= stored:
                     self.dead.add(cid)
-            assert self.gone <= self.ever_marked, f"deleted but never marked: {self.gone - self.ever_marked}"
+            deleters = self.ever_marked | self.reconciled
+            assert self.gone <= deleters, f"deleted but never marked nor reconciled: {self.gone - deleters}"
 
         self.run(go())
 
