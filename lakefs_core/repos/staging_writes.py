@@ -53,6 +53,7 @@ from lakefs_core.format.records import ValueRecord, encode_staged_entry
 from lakefs_core.kv.base import Expect, KVItem
 from lakefs_core.refs import kvkeys
 from lakefs_core.refs.model import Branch, Repository
+from lakefs_core.repos.retry import cas_retrying, exhausted_as
 
 if TYPE_CHECKING:
     from lakefs_core.repos.graveler import Graveler
@@ -209,8 +210,9 @@ async def _stage_settled(
     g: Graveler, repo: Repository, branch_id: str, records: Sequence[ValueRecord], settle: Settle
 ) -> None:
     """``records`` and ``settle`` in one conditional KV batch, expecting the settle key and the
-    branch record as read; a changed branch is read again, a changed settle key is the upload's
-    loss (see the module docstring)."""
+    branch record as read; a changed branch is read again and the batch retried after a backoff
+    (a commit moves it twice), a changed settle key is the upload's loss (see the module
+    docstring)."""
     branch_key = kvkeys.branch_key(branch_id)
     branch, raw = await _branch_and_raw(g, repo, branch_id)
     settling = (settle.partition, settle.key, settle.value)
@@ -218,30 +220,35 @@ async def _stage_settled(
     items: Iterable[KVItem] = _encoding(
         records, (settling,), kvkeys.staging_partition(branch.staging_token), encoded
     )
-    for _ in range(g.settings.write_attempts):
-        expected = [
-            (settle.partition, settle.key, Expect.equals(settle.expected)),
-            (repo.partition, branch_key, Expect.equals(raw)),
-        ]
-        try:
-            await g.kv.set_many_if(items, expected)
-        except PreconditionFailedError:
-            try:
-                current: bytes | None = await g.kv.get(settle.partition, settle.key)
-            except NotFoundError:
-                current = None
-            if current != settle.expected:
-                raise ConflictError(
-                    f"{settle.what} lost to the hard-delete reconciler: its journal record was "
-                    "claimed before the upload could stage it (the upload took longer than the "
-                    "reconciler's pending timeout); nothing was staged"
-                ) from None
-            branch, raw = await _branch_and_raw(g, repo, branch_id)  # the branch moved: again
-            items = [settling, *_again(records, encoded, kvkeys.staging_partition(branch.staging_token))]
-            continue
-        g._live_tokens[(repo.partition, branch_id)] = (time.monotonic(), branch.staging_token)
-        return
-    raise TooManyRetriesError(f"branch {branch_id!r}: kept changing during a staging write")
+    with exhausted_as(f"branch {branch_id!r} kept changing during a staging write"):
+        async for attempt in cas_retrying(g.settings):
+            with attempt:
+                expected = [
+                    (settle.partition, settle.key, Expect.equals(settle.expected)),
+                    (repo.partition, branch_key, Expect.equals(raw)),
+                ]
+                try:
+                    await g.kv.set_many_if(items, expected)
+                except PreconditionFailedError:
+                    if await _lost(g, settle):
+                        raise ConflictError(
+                            f"{settle.what} lost to the hard-delete reconciler: its journal record "
+                            "was claimed before the upload could stage it (the upload took longer "
+                            "than the reconciler's pending timeout); nothing was staged"
+                        ) from None
+                    branch, raw = await _branch_and_raw(g, repo, branch_id)  # the branch moved
+                    partition = kvkeys.staging_partition(branch.staging_token)
+                    items = [settling, *_again(records, encoded, partition)]
+                    raise
+    g._live_tokens[(repo.partition, branch_id)] = (time.monotonic(), branch.staging_token)
+
+
+async def _lost(g: Graveler, settle: Settle) -> bool:
+    """Whether the settle key no longer holds what the upload expects (claimed, or gone)."""
+    try:
+        return await g.kv.get(settle.partition, settle.key) != settle.expected
+    except NotFoundError:
+        return True
 
 
 def _encoding(

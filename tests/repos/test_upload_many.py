@@ -237,6 +237,42 @@ async def test_set_entries_rewrites_the_batch_when_a_commit_rotates_the_token(
     assert final.id == (await g.branch(repo, "main")).commit_id
 
 
+@pytest.mark.parametrize("when", ["before", "after"])
+async def test_a_journalled_batch_lands_once_when_a_commit_moves_the_branch(
+    g: Graveler, hooked: HookedKV, local_root: Path, when: str
+) -> None:
+    """The settle-and-stage write expects the branch as read: a commit sealing the token just
+    before it makes it fail and go again into the new token (nothing landed the first time); one
+    just after it commits the batch as it is (no second write to rewrite it)."""
+    repo = await new_repo(g, local_root, journal=True)
+    rotated: list[str] = []
+    attempts: list[int] = []
+
+    async def commit_once(op: str, partition: bytes, key: bytes) -> None:
+        if op == "set_many_if" and key.startswith(kvkeys.GC_SETTLED_PREFIX):
+            attempts.append(1)
+            if not rotated:
+                await g.set_entry(repo, "main", record("first"))
+                rotated.append((await g.commit(repo, "main", committer="c", message="race")).id)
+
+    (hooked.before if when == "before" else hooked.after).append(commit_once)
+    items = [UploadItem(f"b/{i:02d}", b"%d" % i) for i in range(30)]
+    stats = await Objects(g).upload_many(repo, "main", items)
+    hooked.before.clear()
+    hooked.after.clear()
+    assert rotated and len(attempts) == (2 if when == "before" else 1)
+    await g.commit(repo, "main", committer="c", message="final", allow_empty=True)
+    added: dict[bytes, int] = {}
+    for c in [c async for c in g.log(repo, "main")][:-1]:
+        async for d in g.diff(repo, c.parents[0], c.id):
+            added[d.key] = added.get(d.key, 0) + 1
+    assert set(added) == {b"first", *(i.path.encode() for i in items)}
+    assert set(added.values()) == {1}, "an entry was added by two commits"
+    journal = await g.journal(repo)
+    assert {(await journal.effective(i)).state async for i in journal.intents()} == {"stored"}
+    assert [await Objects(g).read_all(repo, "main", s.path) for s in stats[:2]] == [b"0", b"1"]
+
+
 async def test_set_entries_checks_input_and_permissions(g: Graveler, local_root: Path) -> None:
     repo = await new_repo(g, local_root, journal=False)
     with pytest.raises(BadInputError):
