@@ -13,15 +13,22 @@ from pathlib import Path
 import pytest
 
 from lakefs_core.block.base import FailedKey
-from lakefs_core.errors import ReadOnlyError
+from lakefs_core.config import validate
+from lakefs_core.errors import BadInputError, ConfigError, ReadOnlyError
 from lakefs_core.format.records import ValueRecord, make_entry
 from lakefs_core.kv import open_kv
 from lakefs_core.kv.base import KVStore
 from lakefs_core.refs import kvkeys
 from lakefs_core.repos.graveler import Graveler, StorageNamespace
-from lakefs_core.repos.journal import DEFAULT_GRACE_SECONDS, DEFAULT_PENDING_TIMEOUT_SECONDS, Intent
+from lakefs_core.repos.journal import (
+    DEFAULT_GRACE_SECONDS,
+    DEFAULT_PENDING_TIMEOUT_SECONDS,
+    MIN_PENDING_TIMEOUT_SECONDS,
+    Intent,
+)
 from lakefs_core.repos.objects import Objects, UploadItem
 from lakefs_core.repos.stores import StoreRegistry
+from lakefs_gc.config import GCConfig
 from lakefs_gc.deleter import BatchResult
 from lakefs_gc.reconcile import (
     ReconcileOptions,
@@ -426,3 +433,38 @@ async def test_deleted_repository_claimed_during_the_purge_stops_it(world: World
     store = await w.g.namespace_store(StorageNamespace(f"local://{w.root}"))
     assert len([k async for k in store.list_keys(StorageNamespace(f"local://{w.root}").data_prefix())]) == 3
     assert [r.repo async for r in w.g.deleted_repositories()] == [w.repo]  # kept for a later pass
+
+
+def test_options_refuse_a_pending_timeout_below_the_journal_minimum() -> None:
+    """Uploads settle by compare-and-swap, so a short pending timeout deletes nothing staged, but it
+    fails every upload slower than it: below the journal's minimum it is refused, naming both."""
+    with pytest.raises(BadInputError, match=r"30 s is below .* minimum pending timeout of 3600 s") as e:
+        ReconcileOptions(pending_timeout_seconds=30)
+    assert e.value.field == "pending_timeout_seconds"  # type: ignore[attr-defined]
+    assert ReconcileOptions(pending_timeout_seconds=MIN_PENDING_TIMEOUT_SECONDS, grace_seconds=0)
+
+
+MINIMUM = "is below the hard-delete journal's minimum pending timeout of 3600 s"
+
+
+@pytest.mark.parametrize(
+    ("hard_delete", "message"),
+    [
+        ({"pending_timeout_seconds": 30}, f"30 s {MINIMUM}"),
+        ({"pending_timeout_seconds": 3599.5}, f"3599.5 s {MINIMUM}"),
+        ({"grace_seconds": "inf"}, "finite"),
+        ({"pending_timeout_seconds": "inf"}, "finite"),
+        ({"pending_timeout_seconds": "nan"}, "greater than or equal to 0"),
+    ],
+)
+def test_the_daemon_configuration_refuses_an_unsound_reconciler(
+    hard_delete: dict[str, object], message: str
+) -> None:
+    data = {
+        "core": {"kv_url": "sqlite:////tmp/x.sqlite3"},
+        "access_keys": [{"access_key_id": "a", "secret_access_key": "s"}],
+        "hard_delete": hard_delete,
+    }
+    with pytest.raises(ConfigError) as e:
+        validate(GCConfig, data, [])
+    assert "hard_delete." in str(e.value) and message in str(e.value), str(e.value)

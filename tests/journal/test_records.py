@@ -204,6 +204,9 @@ async def test_hostile_settings_consumed_and_deleted_records(world: World) -> No
         b'{"t_stored": 1e999}',
         b"[1]",
         b'{"t_stored": 1, "x": "' + b"y" * 300 + b'"}',
+        b'{"state": "open"}',
+        b'{"state": "open", "t": "then"}',
+        b'{"state": "closed", "t": 1}',
     ],
 )
 async def test_hostile_settle_records_are_corrupt_data_naming_the_record(world: World, raw: bytes) -> None:
