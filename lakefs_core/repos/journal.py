@@ -30,8 +30,8 @@ the record):
   open bytes, can never succeed after that, so the decision the reconciler makes next (its
   re-check right before the delete) is final; if the upload settled just before, its entries are
   staged and that re-check keeps them. The reconciler prunes records (open or settled) older than
-  its pending timeout (:meth:`Journal.prune_settled`): a settled one then decides nothing any more,
-  an open one fences an upload that outlived the pending timeout.
+  the longer of its pending timeout and grace (:meth:`Journal.prune_settled`): a settled one then
+  decides nothing any more, an open one fences an upload that outlived the pending timeout.
 - ``gc-consumed/<branch>/<token>/<commit>`` = ``{"t": unix s}``: written by every commit attempt before
   its branch CAS, for each token it owns (for a no-op attempt, ``<commit>`` is the unchanged head).
 
