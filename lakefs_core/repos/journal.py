@@ -58,6 +58,7 @@ same repository, the journal must stay off: its commits record nothing.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import math
 import re
@@ -311,6 +312,10 @@ class Journal:
         self._commits: dict[str, Commit] = {}  # immutable records: a cache is never stale
         # batch -> its settle record's t_stored (written once, never changed: a hit is never stale)
         self._settled: dict[str, float] = {}
+        # batch -> the deletion of its record by a claim of one of its intents (shared by concurrent
+        # claims of the batch: a record is only ever created before its intents exist, so once
+        # deleted it never comes back, and one delete per batch fences its upload)
+        self._fences: dict[str, asyncio.Future[None]] = {}
 
     async def settings(self) -> GCSettings:
         return await read_settings(self.g, self.repo)
@@ -503,9 +508,24 @@ class Journal:
         if intent.state == "deleting":
             return intent
         if intent.state == "pending" and intent.batch is not None:
-            await self.g.kv.delete(self.partition, kvkeys.gc_settled_key(intent.batch))
-            self._settled.pop(intent.batch, None)
+            await self._fence(intent.batch)
         return await self._cas(intent, replace(intent, state="deleting"))
+
+    async def _fence(self, batch: str) -> None:
+        """Delete ``batch``'s record, once for every claim of its intents (they wait for it)."""
+        fence = self._fences.get(batch)
+        if fence is None:
+            if len(self._fences) >= SETTLED_CACHE:
+                self._fences.clear()
+            key = kvkeys.gc_settled_key(batch)
+            fence = self._fences[batch] = asyncio.ensure_future(self.g.kv.delete(self.partition, key))
+            self._settled.pop(batch, None)
+        try:
+            await asyncio.shield(fence)  # a cancelled claim leaves the deletion to the others
+        except BaseException:
+            if fence.done() and (fence.cancelled() or fence.exception() is not None):
+                self._fences.pop(batch, None)  # failed: the next claim deletes it again
+            raise
 
     async def postpone(self, intent: Intent, until: datetime) -> Intent:
         """Re-check a still-staged intent later (the reconciler's backoff); counts the checks."""

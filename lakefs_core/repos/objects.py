@@ -203,7 +203,7 @@ class Objects:
             ns.key(relative), body, if_none_match=True, content_type=content_type, metadata=metadata
         )
         record, stat = new_entry(key, relative, info, metadata, info.last_modified or self.g.clock())
-        fault_point("upload:before-stage")  # stall tests: stored, not staged yet
+        fault_point("upload:before-stage")  # stall tests: PUT done, neither settled nor staged yet
         settle: Settle | None = None
         if journal is not None and intent is not None:
             what = f"upload of {path[:200]!r} to branch {branch!r}"

@@ -468,3 +468,28 @@ def test_the_daemon_configuration_refuses_an_unsound_reconciler(
     with pytest.raises(ConfigError) as e:
         validate(GCConfig, data, [])
     assert "hard_delete." in str(e.value) and message in str(e.value), str(e.value)
+
+
+async def test_a_batch_that_never_staged_is_fenced_once_and_deleted(world: World) -> None:
+    """A batch upload that died after its PUTs: past the pending timeout the reconciler claims its
+    intents, deleting the batch's record once (the first claim fences the upload; the others know),
+    and deletes every object."""
+    w = world
+
+    def crash(op: str, partition: bytes, key: bytes) -> None:
+        if op == "set_many_if":
+            raise RuntimeError("crash after the PUTs")
+
+    w.kv.before.append(crash)
+    with pytest.raises(RuntimeError):
+        await w.objects.upload_many(w.repo, "main", [UploadItem(f"k{i}", b"x") for i in range(5)])
+    w.kv.before.clear()
+    addresses = [i.address for i in await w.intents()]
+    assert len(addresses) == 5 and all(w.exists(a) for a in addresses)
+    w.advance(PENDING)
+    w.kv.ops.clear()
+    report = await w.reconcile()
+    assert (report.deleted, report.failed, report.rescued) == (5, 0, 0)
+    assert not any(w.exists(a) for a in addresses) and await w.intents() == []
+    fences = [k for op, _, k in w.kv.ops if op == "delete" and k.startswith(kvkeys.GC_SETTLED_PREFIX)]
+    assert len(fences) == 1
