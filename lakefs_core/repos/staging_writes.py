@@ -48,6 +48,7 @@ from lakefs_core.errors import (
     NotFoundError,
     PreconditionFailedError,
     TooManyRetriesError,
+    TransientError,
 )
 from lakefs_core.format.records import ValueRecord, encode_staged_entry
 from lakefs_core.kv.base import Expect, KVItem
@@ -229,6 +230,12 @@ async def _stage_settled(
                 ]
                 try:
                     await g.kv.set_many_if(items, expected)
+                except TransientError:
+                    # Outcome unknown: the settle key holding our value proves it landed (nobody
+                    # else writes that value there); anything else leaves it unknown.
+                    if await _settled(g, settle):
+                        break
+                    raise
                 except PreconditionFailedError:
                     if await _lost(g, settle):
                         raise ConflictError(
@@ -241,6 +248,14 @@ async def _stage_settled(
                     items = [settling, *_again(records, encoded, partition)]
                     raise
     g._live_tokens[(repo.partition, branch_id)] = (time.monotonic(), branch.staging_token)
+
+
+async def _settled(g: Graveler, settle: Settle) -> bool:
+    """Whether the settle key holds the upload's own settled value (its write landed)."""
+    try:
+        return await g.kv.get(settle.partition, settle.key) == settle.value
+    except NotFoundError:
+        return False
 
 
 async def _lost(g: Graveler, settle: Settle) -> bool:

@@ -24,6 +24,7 @@ from lakefs_core.errors import (
     ConflictError,
     NotFoundError,
     ReadOnlyError,
+    TransientError,
 )
 from lakefs_core.format.records import ValueRecord
 from lakefs_core.graveler.model import DiffType
@@ -271,6 +272,38 @@ async def test_a_journalled_batch_lands_once_when_a_commit_moves_the_branch(
     journal = await g.journal(repo)
     assert {(await journal.effective(i)).state async for i in journal.intents()} == {"stored"}
     assert [await Objects(g).read_all(repo, "main", s.path) for s in stats[:2]] == [b"0", b"1"]
+
+
+@pytest.mark.parametrize("landed", [True, False])
+async def test_an_unknown_outcome_of_the_settle_and_stage_write_is_read_back(
+    g: Graveler, hooked: HookedKV, local_root: Path, landed: bool
+) -> None:
+    """A lost connection during the settle-and-stage write: the settle key holding the upload's own
+    value proves the write landed (the upload succeeds); otherwise the outcome stays unknown and
+    the upload says so (TransientError), single and batch alike."""
+    repo = await new_repo(g, local_root, journal=True)
+    cut: list[bool] = []
+
+    def lose_connection(op: str, partition: bytes, key: bytes) -> None:
+        if op == "set_many_if" and len(cut) < 2:
+            cut.append(True)
+            raise TransientError("lost connection during a write; outcome unknown")
+
+    (hooked.after if landed else hooked.before).append(lose_connection)
+    objects = Objects(g)
+    if landed:
+        await objects.upload(repo, "main", "one", b"1")
+        await objects.upload_many(repo, "main", [UploadItem("b/1", b"2"), UploadItem("b/2", b"3")])
+        assert await objects.read_all(repo, "main", "b/2") == b"3"
+        assert [r.key async for r in g.list_entries(repo, "main")] == [b"b/1", b"b/2", b"one"]
+        return
+    with pytest.raises(TransientError, match="outcome unknown"):
+        await objects.upload(repo, "main", "one", b"1")
+    with pytest.raises(TransientError, match="outcome unknown"):
+        await objects.upload_many(repo, "main", [UploadItem("b/1", b"2"), UploadItem("b/2", b"3")])
+    assert [r async for r in g.list_entries(repo, "main")] == []
+    journal = await g.journal(repo)
+    assert {i.state async for i in journal.intents()} == {"pending"}
 
 
 async def test_set_entries_checks_input_and_permissions(g: Graveler, local_root: Path) -> None:
