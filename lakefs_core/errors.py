@@ -234,6 +234,7 @@ class BadRequestError(BadInputError):
     ``XAmzContentSHA256Mismatch``, ``IncompleteBody``, ...)."""
 
     exit_code = 22
+    http_status = 400
 
     def __init__(self, message: str, *, s3_code: str = "InvalidArgument", field: str | None = None) -> None:
         self.s3_code = s3_code
