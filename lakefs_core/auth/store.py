@@ -25,7 +25,7 @@ Contract:
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import replace
 
 from lakefs_core.auth import keys
@@ -130,14 +130,24 @@ class AuthStore:
     async def _names(self, prefix: bytes) -> list[str]:
         return [key[len(prefix) :].decode("utf-8", "surrogateescape") async for key, _ in self._scan(prefix)]
 
-    async def _delete_entries(self, prefixes: list[bytes], still_free: bytes | None = None) -> None:
-        """Delete every key under ``prefixes``; with ``still_free``, only while that key is absent (a
-        sweep of a previous incarnation's leftovers stops if the name was taken meanwhile)."""
-        for prefix in prefixes:
-            for key in [key async for key, _ in self._scan(prefix)]:
-                if still_free is not None and await self._exists(still_free):
-                    return
-                await self.kv.delete(P, key)
+    async def _prefix_keys(self, prefixes: list[bytes]) -> list[bytes]:
+        return [key for prefix in prefixes async for key, _ in self._scan(prefix)]
+
+    async def _delete_keys(self, keys: list[bytes], still_free: bytes | None = None) -> None:
+        """Delete ``keys``; with ``still_free``, only while that record is absent (entries of a name's
+        previous holder are removed, a new holder's are never touched)."""
+        for key in keys:
+            if still_free is not None and await self._exists(still_free):
+                return
+            await self.kv.delete(P, key)
+
+    async def _retire(self, key: bytes, entries: Callable[[], Awaitable[list[bytes]]]) -> None:
+        """Delete a record's entries, the record, then the entries a racing attach or add wrote
+        meanwhile (while the name stays free; see the module)."""
+        await self._delete_keys(await entries())
+        await self.kv.delete(P, key)
+        await self._delete_keys(await entries(), still_free=key)
+        self._forget()
 
     async def _link(self, key: bytes, primary: bytes, owners: list[tuple[bytes, str]], what: str) -> None:
         """Write the secondary entry ``key`` -> ``primary`` between existing ``owners``, then re-check
@@ -163,11 +173,7 @@ class AuthStore:
         validate_entity_id(username, "user")
         key = k.auth_user_key(username)
         if not await self._exists(key):
-            await self._delete_entries(self._user_entry_prefixes(username), still_free=key)
-            for membership in await self._user_memberships(username):
-                if await self._exists(key):
-                    break
-                await self.kv.delete(P, membership)
+            await self._delete_keys(await self._user_entries(username), still_free=key)
         user = User(username, now_ns(), friendly_name=friendly_name, email=email, source=source)
         await self._insert(key, encode_user(user), f"user {username}")
         return user
@@ -180,11 +186,11 @@ class AuthStore:
         async for key, value in self._scan(k.AUTH_USERS_PREFIX, after):
             yield decode_user(value, key)
 
-    def _user_entry_prefixes(self, username: str) -> list[bytes]:
-        return [k.auth_credentials_prefix(username), k.auth_user_policies_prefix(username)]
-
-    async def _user_memberships(self, username: str) -> list[bytes]:
-        found = []
+    async def _user_entries(self, username: str) -> list[bytes]:
+        """The user's credentials, policy attachments and group memberships."""
+        found = await self._prefix_keys(
+            [k.auth_credentials_prefix(username), k.auth_user_policies_prefix(username)]
+        )
         async for group in self.list_groups():
             key = k.auth_group_user_key(group.name, username)
             if await self._exists(key):
@@ -193,15 +199,8 @@ class AuthStore:
 
     async def delete_user(self, username: str) -> None:
         """Delete ``username`` with its credentials, attachments and memberships (see the module)."""
-        key = k.auth_user_key(username)
         await self.get_user(username)
-        for _ in range(2):  # before the record, and once more after it (entries written meanwhile)
-            await self._delete_entries(self._user_entry_prefixes(username))
-            for membership in await self._user_memberships(username):
-                await self.kv.delete(P, membership)
-            if await self._exists(key):
-                await self.kv.delete(P, key)
-        self._forget()
+        await self._retire(k.auth_user_key(username), lambda: self._user_entries(username))
 
     # -- groups ----------------------------------------------------------------------------------------
 
@@ -209,9 +208,7 @@ class AuthStore:
         validate_entity_id(name, "group")
         key = k.auth_group_key(name)
         if not await self._exists(key):
-            await self._delete_entries(
-                [k.auth_group_users_prefix(name), k.auth_group_policies_prefix(name)], still_free=key
-            )
+            await self._delete_keys(await self._group_entries(name), still_free=key)
         group = Group(name, now_ns(), description)
         await self._insert(key, encode_group(group), f"group {name}")
         return group
@@ -224,14 +221,13 @@ class AuthStore:
         async for key, value in self._scan(k.AUTH_GROUPS_PREFIX, after):
             yield decode_group(value, key)
 
+    async def _group_entries(self, name: str) -> list[bytes]:
+        return await self._prefix_keys([k.auth_group_users_prefix(name), k.auth_group_policies_prefix(name)])
+
     async def delete_group(self, name: str) -> None:
-        key = k.auth_group_key(name)
+        """Delete the group with its memberships and policy attachments."""
         await self.get_group(name)
-        for _ in range(2):
-            await self._delete_entries([k.auth_group_users_prefix(name), k.auth_group_policies_prefix(name)])
-            if await self._exists(key):
-                await self.kv.delete(P, key)
-        self._forget()
+        await self._retire(k.auth_group_key(name), lambda: self._group_entries(name))
 
     async def add_user_to_group(self, username: str, group: str) -> None:
         await self._link(
@@ -285,10 +281,7 @@ class AuthStore:
         key = k.auth_policy_key(policy.name)
         if not update:
             if not await self._exists(key):
-                for attachment in await self._attachment_keys(policy.name):
-                    if await self._exists(key):
-                        break
-                    await self.kv.delete(P, attachment)
+                await self._delete_keys(await self._attachment_keys(policy.name), still_free=key)
             created = now_ns()
             await self._insert(key, encode_policy(policy, created), f"policy {policy.name}")
         else:
@@ -311,14 +304,9 @@ class AuthStore:
             yield decode_policy(value, key)[0]
 
     async def delete_policy(self, name: str) -> None:
-        key = k.auth_policy_key(name)
+        """Delete the policy, detaching it from every user and group first."""
         await self.get_policy(name)
-        for _ in range(2):
-            for attachment in await self._attachment_keys(name):
-                await self.kv.delete(P, attachment)
-            if await self._exists(key):
-                await self.kv.delete(P, key)
-        self._forget()
+        await self._retire(k.auth_policy_key(name), lambda: self._attachment_keys(name))
 
     async def attach_policy_to_user(self, policy: str, username: str) -> None:
         await self._link(

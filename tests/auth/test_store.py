@@ -187,16 +187,23 @@ async def test_deleting_leaves_nothing_and_names_reused_start_clean(kv: KVStore)
 
 
 class RaceKV:
-    """A KV store that runs ``hook`` once right after the insert of ``key`` (fault injection)."""
+    """A KV store that runs ``hook`` once right after the insert or delete of ``key`` (fault injection)."""
 
     def __init__(self, inner: KVStore, key: bytes, hook: Callable[[], Awaitable[None]]) -> None:
         self.inner, self.key, self.hook = inner, key, hook
 
-    async def set_if(self, partition: bytes, key: bytes, value: bytes, expected: Expect) -> None:
-        await self.inner.set_if(partition, key, value, expected)
+    async def _after(self, key: bytes) -> None:
         if key == self.key:
             self.key = b""
             await self.hook()
+
+    async def set_if(self, partition: bytes, key: bytes, value: bytes, expected: Expect) -> None:
+        await self.inner.set_if(partition, key, value, expected)
+        await self._after(key)
+
+    async def delete(self, partition: bytes, key: bytes) -> None:
+        await self.inner.delete(partition, key)
+        await self._after(key)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.inner, name)
@@ -215,6 +222,22 @@ async def test_an_attachment_racing_a_delete_removes_itself(kv: KVStore, victim:
     with pytest.raises(NotFoundError, match="deleted meanwhile"):
         await racing.attach_policy_to_user("ReadAll", "alice")
     assert [k for k in await auth_keys(kv) if k.startswith("uPolicies/")] == []
+
+
+async def test_a_name_taken_during_a_delete_keeps_its_new_entries(kv: KVStore) -> None:
+    """A user re-created (with a new key) between the record's delete and the final sweep keeps it."""
+    plain = AuthStore(kv, SECRETS)
+    await plain.create_user("alice")
+    await plain.create_credentials("alice")
+    fresh: list[str] = []
+
+    async def recreate() -> None:
+        await plain.create_user("alice")
+        fresh.append((await plain.create_credentials("alice")).access_key_id)
+
+    racing = AuthStore(RaceKV(kv, kvkeys.auth_user_key("alice"), recreate), SECRETS)  # type: ignore[arg-type]
+    await racing.delete_user("alice")
+    assert [c.access_key_id for c in await plain.list_user_credentials("alice")] == fresh
 
 
 async def test_setup_once(kv: KVStore) -> None:
