@@ -437,9 +437,6 @@ def check_permission(
 ) -> bool:
     """Whether ``action`` on ``resource`` is allowed, for filtering listings (lakeFS's
     ``CheckPermission``): without ``context`` statements with conditions are skipped."""
-    try:
-        if context is None:
-            policies = [Policy(p.name, tuple(s for s in p.statements if not s.condition)) for p in policies]
-        return check(Permission(action, resource), username, policies, context) is Decision.ALLOW
-    except BadInputError:
-        return False
+    if context is None:
+        policies = [Policy(p.name, tuple(s for s in p.statements if not s.condition)) for p in policies]
+    return check(Permission(action, resource), username, policies, context) is Decision.ALLOW
