@@ -123,7 +123,10 @@ def resolve_path(path: str, *, strict: bool = True, field: str = "storage_namesp
     if not path.startswith("/"):
         raise BadInputError(f"{path!r} is not an absolute path", field=field)
     parts, _ = _Walk(strict, field).resolve(path)
-    return "/" + "/".join(parts)
+    real = "/" + "/".join(parts)
+    if len(real.encode(errors="surrogateescape")) > MAX_LOCAL_PATH_BYTES:
+        raise BadInputError(f"resolves to a path longer than {MAX_LOCAL_PATH_BYTES} bytes", field=field)
+    return real
 
 
 def real_location(uri: str, *, strict: bool = True, field: str = "storage_namespace") -> StorageNamespace:

@@ -188,6 +188,14 @@ class Overlap:
     relation: str
 
 
+def _shown(uri: str) -> str:
+    """A stored location in a message: its normal form if it has one (no canonical trailing "/")."""
+    try:
+        return StorageNamespace.parse(uri).uri
+    except BadInputError:
+        return repr(uri[:300])
+
+
 def _relation(ns: StorageNamespace, other: StorageNamespace) -> str:
     if ns.canonical == other.canonical:
         return "equals"
@@ -231,9 +239,9 @@ async def overlapping(
         return found  # a local path leads into no other store
     for (name, uri), now in zip(late, await real_locations([u for _, u in late]), strict=True):
         if isinstance(now, BadInputError):
-            found.append(Overlap(name, f"{uri[:300]} (where it leads is unknown: {now})", "may overlap"))
+            found.append(Overlap(name, f"{_shown(uri)} (where it leads is unknown: {now})", "may overlap"))
         elif now is not None and now.overlaps(ns):
-            found.append(Overlap(name, f"{uri[:300]} (which leads to {now.uri})", _relation(ns, now)))
+            found.append(Overlap(name, f"{_shown(uri)} (which leads to {now.uri})", _relation(ns, now)))
         else:
             continue
         if first:
