@@ -49,10 +49,13 @@ MAX_SYMLINKS = 40  # the kernel's own limit (MAXSYMLINKS)
 class _Walk:
     """One resolution: the link budget is shared by the nested resolutions of link targets."""
 
-    def __init__(self, strict: bool, field: str) -> None:
+    def __init__(self, strict: bool, field: str, seen: dict[str, int | str | None] | None = None) -> None:
         self.strict = strict
         self.field = field
         self.links = 0
+        # What lstat (a mode, None: nothing there) and readlink (the target) answered, per path:
+        # the paths of one batch share their ancestors, looked up once.
+        self.seen: dict[str, int | str | None] = {} if seen is None else seen
 
     def fail(self, message: str) -> BadInputError:
         return BadInputError(message, field=self.field)
@@ -88,26 +91,35 @@ class _Walk:
 
     def _lstat(self, here: str) -> int | None:
         """The mode of ``here``, or None where nothing is (nor can be, below a file: not strict)."""
+        if here in self.seen:
+            known = self.seen[here]
+            return stat.S_IFLNK if isinstance(known, str) else known
         try:
-            return os.lstat(here).st_mode
+            mode: int | None = os.lstat(here).st_mode
         except FileNotFoundError:
-            return None
+            mode = None
         except NotADirectoryError:
             if self.strict:
                 raise self.fail(f"{here!r} lies below a file, not a directory") from None
-            return None
+            mode = None
         except OSError as e:  # EACCES, EIO, ELOOP of a mount: where it leads is unknown
             raise self.fail(f"cannot resolve {here!r}: {os.strerror(e.errno or errno.EIO)}") from None
+        if mode is None or not stat.S_ISLNK(mode):
+            self.seen[here] = mode  # a link is remembered by its target (_follow)
+        return mode
 
     def _follow(self, link: str, parts: list[str]) -> tuple[list[str], int]:
         self.links += 1
         if self.links > MAX_SYMLINKS:
             raise self.fail(f"more than {MAX_SYMLINKS} symbolic links (a loop?) at {link!r}")
-        try:
-            target = os.readlink(link)
-        except OSError as e:  # replaced meanwhile: resolved again by the caller's next check
-            why = os.strerror(e.errno or errno.EIO)
-            raise self.fail(f"cannot read the symbolic link {link!r}: {why}") from None
+        target = self.seen.get(link)
+        if not isinstance(target, str):
+            try:
+                target = os.readlink(link)
+            except OSError as e:  # replaced meanwhile: resolved again by the caller's next check
+                why = os.strerror(e.errno or errno.EIO)
+                raise self.fail(f"cannot read the symbolic link {link!r}: {why}") from None
+            self.seen[link] = target
         base = "" if target.startswith("/") else "/" + "/".join(parts)
         resolved, existing = self.resolve(f"{base}/{target}")
         if self.strict and existing < len(resolved):
@@ -118,25 +130,38 @@ class _Walk:
         return resolved, existing
 
 
-def resolve_path(path: str, *, strict: bool = True, field: str = "storage_namespace") -> str:
-    """The real path of the absolute ``path`` (see the module docstring). Blocking."""
+def resolve_path(
+    path: str,
+    *,
+    strict: bool = True,
+    field: str = "storage_namespace",
+    seen: dict[str, int | str | None] | None = None,
+) -> str:
+    """The real path of the absolute ``path`` (see the module docstring). Blocking. ``seen``: what
+    the filesystem answered for earlier paths of the same batch (shared ancestors: one lookup)."""
     if not path.startswith("/"):
         raise BadInputError(f"{path!r} is not an absolute path", field=field)
-    parts, _ = _Walk(strict, field).resolve(path)
+    parts, _ = _Walk(strict, field, seen).resolve(path)
     real = "/" + "/".join(parts)
     if len(real.encode(errors="surrogateescape")) > MAX_LOCAL_PATH_BYTES:
         raise BadInputError(f"resolves to a path longer than {MAX_LOCAL_PATH_BYTES} bytes", field=field)
     return real
 
 
-def real_location(uri: str, *, strict: bool = True, field: str = "storage_namespace") -> StorageNamespace:
+def real_location(
+    uri: str,
+    *,
+    strict: bool = True,
+    field: str = "storage_namespace",
+    seen: dict[str, int | str | None] | None = None,
+) -> StorageNamespace:
     """``uri`` as a normal :class:`StorageNamespace`: a ``local://`` one at its real path
     (:func:`resolve_path`), any other as it parses (S3 keys and memory stores have no links).
     Blocking for a local URI: call it from a worker thread."""
     path = given_local_path(uri, field)
     if path is None:
         return StorageNamespace.parse(uri)
-    return StorageNamespace("local://" + resolve_path(path, strict=strict, field=field))
+    return StorageNamespace("local://" + resolve_path(path, strict=strict, field=field, seen=seen))
 
 
 async def real_namespace(uri: str, *, field: str = "storage_namespace") -> StorageNamespace:
@@ -146,11 +171,11 @@ async def real_namespace(uri: str, *, field: str = "storage_namespace") -> Stora
     return await asyncio.to_thread(real_location, uri, field=field)
 
 
-def _lenient(uri: str) -> StorageNamespace | BadInputError | None:
+def _lenient(uri: str, seen: dict[str, int | str | None]) -> StorageNamespace | BadInputError | None:
     if _local_path(uri) is None:
         return None
     try:
-        return real_location(uri, strict=False)
+        return real_location(uri, strict=False, seen=seen)
     except BadInputError as e:
         return e
 
@@ -168,4 +193,5 @@ async def real_locations(uris: Sequence[str]) -> list[StorageNamespace | BadInpu
     local path (its parsed form is all there is). One worker thread for the whole list."""
     if not any(_local_path(u) is not None for u in uris):
         return [None] * len(uris)
-    return await asyncio.to_thread(lambda: [_lenient(u) for u in uris])
+    seen: dict[str, int | str | None] = {}  # one batch, one moment: each ancestor looked up once
+    return await asyncio.to_thread(lambda: [_lenient(u, seen) for u in uris])

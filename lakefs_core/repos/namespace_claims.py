@@ -98,12 +98,14 @@ async def check_available(g: Graveler, storage_namespace: str, repo_id: str) -> 
 async def check_for_gc(g: Graveler, repo_id: str) -> StorageNamespace:
     """What GC (mark, sweep, the hard-delete reconciler) checks before it deletes anything in the
     namespace of ``repo_id``: that it still resolves to the real path recorded for it, and overlaps
-    no other repository's namespace or claim and no live import source (the repository's own
-    included), every side compared at its real path NOW. One :class:`NamespaceConflictError`
-    naming what is wrong otherwise; the namespace is returned."""
+    no other repository's namespace (live or being deleted) and no import source of a live
+    repository (its own included), every side compared where it leads NOW. One
+    :class:`NamespaceConflictError` naming what is wrong otherwise; the namespace is returned."""
     repo = await g.repository(repo_id)
     ns = await check_recorded(repo.storage_namespace, f"repository {repo_id!r}")
-    await _check_overlaps(g, ns, repo_id)
+    # Claims without a record are creations in flight: each is refused by its own step 2, which
+    # sees this repository's record, before it writes anything.
+    await _check_overlaps(g, ns, repo_id, claims=False)
     return ns
 
 
@@ -128,21 +130,21 @@ async def check_recorded(stored: str, whose: str) -> StorageNamespace:
     return recorded
 
 
-async def _check_overlaps(g: Graveler, ns: StorageNamespace, repo_id: str) -> None:
-    """Every live claim, import source and repository record (being deleted too) of others against
-    ``ns``: a scan of each partition, since records written before real paths were stored, or
-    whose path leads elsewhere now, are found by no prefix of ``ns``."""
-    claims = ((c.owner, c.namespace) async for c in _live_claims(g) if c.owner not in (None, repo_id))
-    found = await first_overlap(claims, ns)
-    if found is not None:
-        raise NamespaceConflictError(
-            f"storage namespace {ns.uri} {found.relation} {found.shown}, the storage namespace of "
-            f"repository {found.name!r}"
-        )
+async def _check_overlaps(g: Graveler, ns: StorageNamespace, repo_id: str, *, claims: bool = True) -> None:
+    """Every live claim (with ``claims``), import source and repository record (being deleted too)
+    of others against ``ns``: a scan of each partition, since records written before real paths
+    were stored, or whose path leads elsewhere now, are found by no prefix of ``ns``."""
+    if claims:
+        others = ((c.owner, c.namespace) async for c in _live_claims(g) if c.owner not in (None, repo_id))
+        _refuse(ns, await first_overlap(others, ns))
     await _check_import_sources(g, ns)
     # Repositories created before namespace claims existed (or by lakeFS itself) have no claim.
     repos = g.refs.list_repositories(include_deleting=True)
-    found = await first_overlap(((r.id, r.storage_namespace) async for r in repos if r.id != repo_id), ns)
+    recorded = ((r.id, r.storage_namespace) async for r in repos if r.id != repo_id)
+    _refuse(ns, await first_overlap(recorded, ns))
+
+
+def _refuse(ns: StorageNamespace, found: Overlap | None) -> None:
     if found is not None:
         raise NamespaceConflictError(
             f"storage namespace {ns.uri} {found.relation} {found.shown}, the storage namespace of "
