@@ -30,7 +30,8 @@ target (0.4x of RocksDB's own writer) needs ~2 us in all. The pattern (an option
 a pure-Python twin, both tested) is pyiceberg's ``decoder_fast.pyx``.
 
 The read side (end of this module): :func:`record_from_sst` builds a ``ValueRecord`` from a key
-and its envelope (``records.pure_record_from_sst`` is its twin), and :class:`MetaRangeCore`, the
+and its envelope (``records.pure_record_from_sst`` is its twin and takes whatever is off its path),
+and :class:`MetaRangeCore`, the
 base class of ``graveler.metarange.MetaRange``, does a warm ``get_cached`` (range bisect, the
 table's dict of cached records, the envelope) in one call, with ``PureMetaRange.get_cached`` as its
 twin and its fallback for anything off that path; ``tests/graveler/test_fast_lookup.py`` holds both
@@ -422,56 +423,55 @@ cdef extern from *:
     """
     object lakefs_tuple3(PyTypeObject* tp, object a, object b, object c)
 
-# Bound by lakefs_core.format.records at its import (this module imports nothing of the project):
-# the ValueRecord class, envelope._decode_checked (the general decoder with the precise errors) and
-# the pure-Python record_from_sst (for values that are not bytes).
+# Bound once by graveler/metarange.py (this module imports nothing of the project): the ValueRecord
+# class and records.pure_record_from_sst, the twin, which also takes every value off the fast path.
 cdef type _record_type = None
-cdef object _decode_checked = None
 cdef object _pure_record = None
 
 
-def bind_records(type record_type not None, decode_checked not None, pure_record not None):
-    """Set what :func:`record_from_sst` builds and falls back to (``records`` calls it once)."""
-    global _record_type, _decode_checked, _pure_record
+def bind_records(type record_type not None, pure_record not None):
+    """Set what :func:`record_from_sst` builds and falls back to."""
+    global _record_type, _pure_record
     if not issubclass(record_type, tuple):  # built as tuple.__new__(record_type, (k, i, d)) is
         raise TypeError("the record type must be a tuple subclass")
-    _record_type, _decode_checked, _pure_record = record_type, decode_checked, pure_record
+    _record_type, _pure_record = record_type, pure_record
 
 
 cdef object _record(object key, object value, object file, object base):
-    """``records.record_from_sst``: the same records and the same errors. The usual one- and
-    two-byte length prefixes are read here; anything else goes to ``_decode_checked``, which
-    returns what a correct decoder returns or raises the precise error, as the pure path does."""
+    """``records.pure_record_from_sst``: the same records and the same errors. A ``bytes`` value
+    with the usual one- or two-byte length prefixes is read here; anything else (a longer or bad
+    prefix, an overrun, another buffer type) is the pure function's, which returns what a correct
+    decoder returns or raises the precise error."""
     if _record_type is None:
-        raise RuntimeError("lakefs_core.format.records has not bound its record type")
+        raise RuntimeError("graveler.metarange has not bound the record type")
     if not PyBytes_CheckExact(value):
         return _pure_record(key, value, file, base)
     cdef const unsigned char* p = <const unsigned char*>PyBytes_AS_STRING(value)
     cdef Py_ssize_t n = PyBytes_GET_SIZE(value)
     cdef Py_ssize_t u, pos, ident_start, start, stop
     if n < 1:
-        return _slow_record(key, value, file, base)
+        return _pure_record(key, value, file, base)
     if p[0] < 0x80:
         u, pos = p[0], 1
     elif n >= 2 and p[1] < 0x80:
         u, pos = (p[0] & 0x7F) | (p[1] << 7), 2
     else:
-        return _slow_record(key, value, file, base)
-    if u & 1:
-        return _slow_record(key, value, file, base)
+        return _pure_record(key, value, file, base)
+    if u & 1:  # a negative identity length
+        return _pure_record(key, value, file, base)
     ident_start = pos
     pos += u >> 1
     if pos >= n:
-        return _slow_record(key, value, file, base)
+        return _pure_record(key, value, file, base)
     if p[pos] < 0x80:
         u, start = p[pos], pos + 1
     elif pos + 1 < n and p[pos + 1] < 0x80:
         u, start = (p[pos] & 0x7F) | (p[pos + 1] << 7), pos + 2
     else:
-        return _slow_record(key, value, file, base)
+        return _pure_record(key, value, file, base)
     stop = start + (u >> 1)
     if u & 1 or stop > n:
-        return _slow_record(key, value, file, base)
+        return _pure_record(key, value, file, base)
     return lakefs_tuple3(
         <PyTypeObject*>_record_type,
         key,
@@ -480,13 +480,8 @@ cdef object _record(object key, object value, object file, object base):
     )
 
 
-cdef object _slow_record(object key, bytes value, object file, object base):
-    identity, data = _decode_checked(value, file, base)
-    return lakefs_tuple3(<PyTypeObject*>_record_type, key, identity, data)
-
-
 def record_from_sst(key, value, file=None, base=0):
-    """``ValueRecord(key, *decode_envelope(value, file=file, base=base))``, in C."""
+    """``records.pure_record_from_sst(key, value, file, base)`` in C (see ``_record``)."""
     return _record(key, value, file, base)
 
 

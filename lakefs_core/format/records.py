@@ -27,8 +27,7 @@ from google.protobuf.message import DecodeError
 from google.protobuf.timestamp_pb2 import Timestamp
 
 from lakefs_core.errors import BadInputError, CorruptDataError
-from lakefs_core.format.accel import FASTPATH
-from lakefs_core.format.envelope import _decode_checked, decode_envelope, encode_envelope
+from lakefs_core.format.envelope import decode_envelope, encode_envelope
 from lakefs_core.format.ids import entry_identity
 from lakefs_core.format.proto import catalog_pb2, committed_pb2, graveler_pb2
 
@@ -50,7 +49,7 @@ __all__ = [
     "entry_to_value",
     "make_entry",
     "metarange_record",
-    "record_from_sst",
+    "pure_record_from_sst",
 ]
 
 ENTRY_IDENTITY_LEN = 32
@@ -96,26 +95,17 @@ class ValueRecord(NamedTuple):
 
     @classmethod
     def from_sst(cls, key: bytes, value: bytes, *, file: str | None = None, base: int = 0) -> ValueRecord:
-        """Split an SST ``(key, value)`` pair; ``base`` is the value's file offset, for errors.
-        :func:`record_from_sst` is the same for this class, faster (compiled where built)."""
+        """Split an SST ``(key, value)`` pair; ``base`` is the value's file offset, for errors."""
         identity, data = decode_envelope(value, file=file, base=base)
         return cls(key, identity, data)
 
 
 def pure_record_from_sst(key: bytes, value: bytes, file: str | None = None, base: int = 0) -> ValueRecord:
-    """``ValueRecord.from_sst(key, value, file=file, base=base)``: the pure-Python twin of the
-    compiled :func:`record_from_sst`."""
+    """``ValueRecord.from_sst(key, value, file=file, base=base)`` with positional arguments: the
+    pure-Python twin of the compiled ``record_from_sst`` that metaranges read records with
+    (:mod:`lakefs_core.graveler.metarange`), and what it calls for any value off its fast path."""
     identity, data = decode_envelope(value, file=file, base=base)
     return ValueRecord(key, identity, data)
-
-
-#: :func:`pure_record_from_sst` (same records, same errors) as one C call where the ``_fastpath``
-#: extension is built: a record is built per lookup and per scanned record, and the decoder, the
-#: class method and the named tuple's ``__new__`` cost three Python frames around two slices.
-record_from_sst = pure_record_from_sst
-if FASTPATH is not None:
-    FASTPATH.bind_records(ValueRecord, _decode_checked, pure_record_from_sst)
-    record_from_sst = FASTPATH.record_from_sst
 
 
 # --- range records -------------------------------------------------------------------------------

@@ -22,7 +22,7 @@ from collections.abc import AsyncIterator, Iterator
 from typing import TYPE_CHECKING, Literal, Self
 
 from lakefs_core.format.accel import FASTPATH
-from lakefs_core.format.records import record_from_sst
+from lakefs_core.format.records import pure_record_from_sst
 from lakefs_core.format.sstable.reader import TableReader
 from lakefs_core.graveler.addresses import metarange_ranges
 from lakefs_core.graveler.model import RangeInfo, ValueRecord
@@ -30,6 +30,14 @@ from lakefs_core.graveler.tables import TableStore
 from lakefs_core.keys import table_name
 
 EMPTY_METARANGE_ID = ""
+
+#: ``ValueRecord.from_sst`` for the records a metarange reads: :func:`pure_record_from_sst`, or the
+#: same records and errors in one C call where the ``_fastpath`` extension is built (bound here,
+#: where the extension is loaded anyway, not in ``records``, which lighter processes import too).
+record_from_sst = pure_record_from_sst
+if FASTPATH is not None:
+    FASTPATH.bind_records(ValueRecord, pure_record_from_sst)
+    record_from_sst = FASTPATH.record_from_sst
 
 
 def parse_metarange(reader: TableReader, table_id: str) -> list[RangeInfo]:

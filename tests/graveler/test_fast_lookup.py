@@ -1,9 +1,8 @@
 """The compiled warm point lookup and its pure-Python twin give the same answers and errors.
 
-Where the ``_fastpath`` extension is built, :data:`~lakefs_core.graveler.metarange.MetaRange` takes
-``get_cached`` from the compiled ``MetaRangeCore`` and :data:`~lakefs_core.format.records.record_from_sst`
-is compiled; :class:`~lakefs_core.graveler.metarange.PureMetaRange` and
-:func:`~lakefs_core.format.records.pure_record_from_sst` are the reference. Both are held to the same
+Where the ``_fastpath`` extension is built, ``graveler.metarange.MetaRange`` takes ``get_cached``
+from the compiled ``MetaRangeCore`` and ``graveler.metarange.record_from_sst`` is compiled;
+``PureMetaRange`` and ``records.pure_record_from_sst`` are the reference. Both are held to the same
 outcome (the record and the types of its parts, or the exception's type, message, file and offset)
 and the same side effects (tables attached, ``ranges_opened``) on metaranges whose ranges hold
 valid and hostile envelopes, with some tables in RAM and some not, some closed, for keys inside,
@@ -28,9 +27,9 @@ from hypothesis import strategies as st
 
 from lakefs_core.format.accel import FASTPATH
 from lakefs_core.format.envelope import encode_envelope
-from lakefs_core.format.records import RangeInfo, pure_record_from_sst, record_from_sst
+from lakefs_core.format.records import RangeInfo, pure_record_from_sst
 from lakefs_core.format.sstable.writer import TableWriter
-from lakefs_core.graveler.metarange import MetaRange, PureMetaRange
+from lakefs_core.graveler.metarange import MetaRange, PureMetaRange, record_from_sst
 from lakefs_core.graveler.tables import TableStore
 from tests.graveler.support import memory_tables, rec, written
 
@@ -197,10 +196,10 @@ async def test_get_takes_the_warm_path_and_counts_what_it_attaches() -> None:
 def test_pure_python_switch_selects_the_twins() -> None:
     """With ``LAKEFS_PURE_PYTHON=1`` the pure lookup and record builder are the ones in use."""
     code = (
-        "from lakefs_core.graveler.metarange import MetaRange, PureMetaRange\n"
-        "from lakefs_core.format import records\n"
+        "from lakefs_core.graveler.metarange import MetaRange, PureMetaRange, record_from_sst\n"
+        "from lakefs_core.format.records import pure_record_from_sst\n"
         "assert MetaRange is PureMetaRange\n"
-        "assert records.record_from_sst is records.pure_record_from_sst\n"
+        "assert record_from_sst is pure_record_from_sst\n"
     )
     env = {**os.environ, "LAKEFS_PURE_PYTHON": "1"}
     proc = subprocess.run(
