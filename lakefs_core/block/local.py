@@ -31,8 +31,21 @@ overlay, macOS) and survives plain ``cp -r`` of the tree along with the data.
 
 Empty directories left by ``delete`` are removed up to the root (S3 has no empty "directories"); a
 listing never reports a directory without objects as a common prefix. A file name that is not UTF-8
-cannot be a key: ``list`` skips it, or, for a store opened with ``strict_names`` (an import's source,
-where a skipped file would be a missing entry), refuses it with :class:`BadInputError` naming it.
+cannot be a key, nor can a symbolic link: ``list`` skips them, or, for a store opened with
+``strict_names`` (an import's source, where a skipped file would be a missing entry), refuses them
+with :class:`BadInputError` naming them.
+
+Symbolic links are never followed (anyone with write access to the tree can plant one): every file
+operation, write, delete or read, is made through directory descriptors opened below the root
+without following a link at any component (:mod:`~lakefs_core.block.local_beneath`: ``openat2``
+with ``RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS``, else ``O_NOFOLLOW`` per component), files as
+entries of those directories (``openat``, ``linkat``, ``renameat``, ``unlinkat``). A key whose path
+crosses a link, or whose own name is one, is refused with :class:`BadInputError` naming the key
+(``delete_batch``: the final failure ``SymlinkRefused``; nothing is deleted, nothing outside the
+root is touched). A link in the metadata tree makes the sidecar behind it unreadable (the object
+reads as having none) and refuses a write that needs it. The root is resolved once, when the store
+is made (:attr:`real_root`), and opened by that path, refusing links, for every operation: a root
+later replaced by a link is refused.
 
 A full filesystem (ENOSPC, EDQUOT) raises :class:`~lakefs_core.errors.StorageFullError`, which is not
 retryable; other unexpected ``OSError`` s are transient (see ``local_files.map_oserror``).
@@ -44,8 +57,9 @@ the ``.lakefs-tmp-*`` files older than ``tmp_grace_seconds`` (default one hour) 
 live process of this host; see :mod:`~lakefs_core.block.local_leftovers`.
 
 ``list_keys`` and ``delete_batch`` (bulk scans and deletes for GC) are in
-:mod:`~lakefs_core.block.local_keys`: one ``scandir`` plus one ``stat`` per listed object, one
-``unlink`` (plus the sidecar's) per deleted key, emptied directories pruned once per batch.
+:mod:`~lakefs_core.block.local_keys`: one ``scandir`` plus one ``fstatat`` per listed object, one
+``fstatat`` and one ``unlinkat`` per deleted key in a directory opened once per batch (plus the
+sidecar's, where the key's sidecar directory exists), emptied directories pruned once per batch.
 
 All blocking file I/O runs in worker threads (``asyncio.to_thread``), streamed bodies chunk by chunk.
 """
