@@ -31,9 +31,10 @@ overlay, macOS) and survives plain ``cp -r`` of the tree along with the data.
 
 Empty directories left by ``delete`` are removed up to the root (S3 has no empty "directories"); a
 listing never reports a directory without objects as a common prefix. A file name that is not UTF-8
-cannot be a key, nor can a symbolic link: ``list`` skips them, or, for a store opened with
-``strict_names`` (an import's source, where a skipped file would be a missing entry), refuses them
-with :class:`BadInputError` naming them.
+cannot be a key: ``list`` skips it, or, for a store opened with ``strict_names`` (an import's
+source, where a skipped file would be a missing entry), refuses it with :class:`BadInputError`
+naming it. A symbolic link is no file of the tree (to a file or a directory, dangling or not):
+every listing skips it.
 
 Symbolic links are never followed (anyone with write access to the tree can plant one): every file
 operation, write, delete or read, is made through directory descriptors opened below the root

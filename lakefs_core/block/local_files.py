@@ -161,8 +161,9 @@ def scan_dir(fd: int, at_root: bool, shown: str, *, strict: bool = False) -> lis
     order: regular files and directories, never a symbolic link (to a file or a directory).
 
     ``at_root``: the store's root (whose metadata directory is not listed); ``shown`` names the
-    directory in errors. A name that is not UTF-8 cannot be a key, nor can a link: skipped, or with
-    ``strict`` (an import's source, where a skipped file would be a missing entry) refused by name.
+    directory in errors. A name that is not UTF-8 cannot be a key: skipped, or with ``strict`` (an
+    import's source, where a skipped file would be a missing entry) refused by name. A link is no
+    file of the tree, strict or not (what it points to is read where it is, or not at all): skipped.
     """
     out: list[tuple[str, str, bool]] = []
     try:
@@ -182,8 +183,6 @@ def scan_dir(fd: int, at_root: bool, shown: str, *, strict: bool = False) -> lis
                         out.append((name + "/", name, True))
                     elif entry.is_file(follow_symlinks=False):
                         out.append((name, name, False))
-                    elif strict and entry.is_symlink():
-                        raise _refused(shown, name, SYMLINK_REFUSED)
                 except OSError:
                     continue
     except OSError as e:

@@ -9,7 +9,7 @@ descriptor without following a link (:mod:`~lakefs_core.block.local_beneath`); i
 files and descends into real directories only, skipping every symbolic link (a linked directory
 is never entered, a linked file never reported: no key can be read through a link either), the
 store's temporary files, the root's metadata directory and names that are not UTF-8 (refused by
-name, with a link, when ``strict``). A directory is held open only while its own entries are
+name when ``strict``). A directory is held open only while its own entries are
 described: its parent is opened again after each subdirectory, so a deep tree holds no more than
 two descriptors (the directory's and its sidecars').
 """
