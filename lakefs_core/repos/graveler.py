@@ -520,7 +520,10 @@ class Graveler:
     # -- entries --------------------------------------------------------------------------------------
 
     async def get_entry(self, repo_id: str, ref: str, key: bytes) -> ValueRecord:
-        repo = await self.repository(repo_id)
+        return await self.entry(await self.repository(repo_id), ref, key)
+
+    async def entry(self, repo: Repository, ref: str, key: bytes) -> ValueRecord:
+        """:meth:`get_entry` with the repository record already read (a read that needs it too)."""
         resolved = await self.resolve(repo, ref)
         staged = await self.staging.lookup(resolved.tokens, key) if resolved.tokens else None
         if staged is not None:

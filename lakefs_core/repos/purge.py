@@ -10,9 +10,10 @@ must not be rewritten. :func:`purge_path` finds the addresses ``path`` had
 and, only when ``yes`` is given (dry run otherwise):
 
 1. writes the audit record ``purges/<audit id>`` (create-only: who, when, why, which addresses);
-2. writes a marker ``purged/<address>`` -> audit id per address (so a read that finds the object
-   missing answers :class:`~lakefs_core.errors.PurgedError`, HTTP 410, naming the record, instead of
-   a plain "missing");
+2. writes a marker ``purged/<address>`` -> audit id per address (every user read checks it first
+   and answers :class:`~lakefs_core.errors.PurgedError`, HTTP 410, naming the record, whether or not
+   the object is still in the store; before the first marker of a repository, the purge announces
+   itself and waits for readers' "no purge here" answers to expire: :mod:`.purge_markers`);
 3. deletes the objects (a missing one counts as deleted: a re-run after a crash completes the purge);
 4. marks the record done.
 
@@ -25,7 +26,6 @@ repositories and delete their copies (:func:`record_purge` is what they call).
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import json
 import re
@@ -37,10 +37,12 @@ from typing import TYPE_CHECKING, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from lakefs_core.errors import BadInputError, CorruptDataError, NotFoundError, PreconditionFailedError
+from lakefs_core.faults import fault_point
 from lakefs_core.keys import DATA_DIR, TABLES_DIR, StorageNamespace
 from lakefs_core.kv.base import Expect
 from lakefs_core.refs import kvkeys
 from lakefs_core.refs.model import Repository
+from lakefs_core.repos.purge_markers import announce, lookup_markers
 
 if TYPE_CHECKING:
     from lakefs_core.repos.graveler import Graveler
@@ -256,6 +258,7 @@ async def record_purge(g: Graveler, repo: Repository, record: PurgeRecord) -> Pu
     stored continues it. Works on read-only (mirror) repositories too."""
     check_audit_id(record.audit_id)
     key = kvkeys.purge_key(record.audit_id)
+    await announce(g, repo)  # every reader looks markers up before the first is written
     try:
         await g.kv.set_if(repo.partition, key, record.to_bytes(), Expect.ABSENT)
     except PreconditionFailedError:
@@ -269,7 +272,8 @@ async def record_purge(g: Graveler, repo: Repository, record: PurgeRecord) -> Pu
     ns = StorageNamespace.parse(repo.storage_namespace)
     store = await g.namespace_store(ns)
     deleted = 0
-    for address in addresses:
+    for n, address in enumerate(addresses, 1):
+        fault_point("purge:delete", n)  # LAKEFS_CORE_FAULT=purge:delete:<n>: before the n-th delete
         # already gone: a re-run, or a mirror that never received it
         with contextlib.suppress(NotFoundError):
             await store.delete(ns.key(address))
@@ -299,68 +303,13 @@ async def list_purges(g: Graveler, repo_id: str) -> list[PurgeRecord]:
     return out
 
 
-_POINT_READS = 64  # up to this many addresses are looked up one by one; more are merged with a scan
-_YIELD_EVERY = 512
-
-
 async def purged_addresses(g: Graveler, repo: Repository, addresses: Iterable[str]) -> dict[str, str]:
     """Relative address -> audit id, for those of ``addresses`` that a purge destroyed.
 
-    A mirror asks this for every object it found missing (tens of thousands in a big commit), so the
+    A mirror asks this for every object it found missing (tens of thousands in a big commit): the
     common case (no purge ever) costs one KV read, and a long list is merged with one paged scan of
-    the markers between its first and last key instead of a read per address."""
-    if not await _any_marker(g, repo):
-        return {}
-    wanted: dict[bytes, str] = {}
-    for n, address in enumerate(addresses, 1):
-        if n % _YIELD_EVERY == 0:
-            await asyncio.sleep(0)  # a daemon's loop keeps answering while a long list is keyed
-        try:
-            wanted[kvkeys.purged_key(address)] = address
-        except BadInputError:
-            continue  # not a name a marker can have: never purged
-    if not wanted:
-        return {}
-    out: dict[str, str] = {}
-    if len(wanted) <= _POINT_READS:
-        for key, address in wanted.items():
-            try:
-                out[address] = (await g.kv.get(repo.partition, key)).decode("utf-8", "replace")
-            except NotFoundError:
-                continue
-        return out
-    last = max(wanted)
-    async with contextlib.aclosing(g.kv.scan(repo.partition, min(wanted))) as markers:  # type: ignore[type-var]
-        async for item in markers:
-            if item.key > last:
-                break
-            hit = wanted.get(item.key)
-            if hit is not None:
-                out[hit] = item.value.decode("utf-8", "replace")
-    return out
-
-
-async def _any_marker(g: Graveler, repo: Repository) -> bool:
-    async with contextlib.aclosing(g.kv.scan(repo.partition, kvkeys.PURGED_PREFIX, page_size=1)) as items:  # type: ignore[type-var]
-        async for item in items:
-            return item.key.startswith(kvkeys.PURGED_PREFIX)
-    return False
-
-
-async def raise_if_purged(g: Graveler, repo: Repository, address: str, address_type: int, path: str) -> None:
-    """Called when an object's data is missing: :class:`PurgedError` when a purge destroyed it."""
-    from lakefs_core.errors import PurgedError
-
-    try:
-        relative = _relative(StorageNamespace.parse(repo.storage_namespace), address, address_type)
-    except BadInputError:
-        return
-    if relative is None:
-        return
-    found = await purged_addresses(g, repo, [relative])
-    if relative in found:
-        audit = found[relative]
-        raise PurgedError(f"{path!r} was purged (audit record {audit})", audit_id=audit)
+    the markers (:func:`~lakefs_core.repos.purge_markers.lookup_markers`)."""
+    return await lookup_markers(g, repo, addresses)
 
 
 __all__ = [
@@ -370,6 +319,5 @@ __all__ = [
     "purge_path",
     "purge_record",
     "purged_addresses",
-    "raise_if_purged",
     "record_purge",
 ]
