@@ -18,6 +18,7 @@
 | audit record of a purge (ours) | ``<repo>-<uid>`` | ``purges/<audit id>`` |
 | address a purge destroyed (ours) | ``<repo>-<uid>`` | ``purged/<relative address>`` |
 | the repository has purges (ours) | ``<repo>-<uid>`` | ``purged`` |
+| purge not finished yet (ours) | ``<repo>-<uid>`` | ``purging/<audit id>`` |
 | fate of a token marked for cleanup (ours) | ``lakefs-open-gc`` | ``token-fates/<staging token>`` |
 | namespace of a deleted repository (ours) | ``lakefs-open-gc`` | ``deleted-repos/<repo>-<instance_uid>`` |
 
@@ -179,6 +180,7 @@ def deleted_repo_key(repo: str, instance_uid: str) -> bytes:
 
 PURGES_PREFIX = b"purges/"
 PURGED_PREFIX = b"purged/"
+PURGING_PREFIX = b"purging/"
 # ``purged`` (no slash): the repository has (or is about to have) audited purges. It sorts right
 # before the markers, so one scan from it finds it or, in a repository purged before it existed, a
 # marker (:mod:`lakefs_core.repos.purge_markers`).
@@ -195,3 +197,9 @@ def purged_key(address: str) -> bytes:
     if not address or "\0" in address or len(address) > MAX_ADDRESS_LENGTH:
         raise BadInputError(f"must be 1-{MAX_ADDRESS_LENGTH} characters without NUL", field="address")
     return PURGED_PREFIX + address.encode()
+
+
+def purging_key(audit_id: str) -> bytes:
+    """``purging/<audit id>`` in the repository's partition: a purge not finished yet (written before
+    its record, removed after it is settled), so finding unfinished purges reads only these."""
+    return PURGING_PREFIX + _segment(audit_id, "audit_id")

@@ -787,6 +787,15 @@ class Graveler:
 
         return await purge.record_purge(self, await self.repository(repo_id), record)
 
+    async def complete_stuck_purges(
+        self, repo_id: str, *, older_than: datetime, limit: int
+    ) -> list[purge.PurgeRecord]:
+        """Complete up to ``limit`` purges left unfinished since before ``older_than`` (the GC daemon)."""
+        from lakefs_core.repos import purge
+
+        repo = await self.repository(repo_id)
+        return await purge.complete_stuck_purges(self, repo, older_than=older_than, limit=limit)
+
     # -- retention GC and the hard-delete journal (see journal.py) -----------------------------------
 
     async def journal(self, repo_id: str) -> Journal:
