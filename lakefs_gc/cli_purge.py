@@ -4,7 +4,8 @@
     lakefs-gc purges lakefs://repo
 
 Dry run unless ``--yes``: prints the addresses that would be destroyed, the unfinished purges a
-``--yes`` would complete and the objects an earlier purge already covers.
+``--yes`` would complete, the objects an earlier purge already covers, and every other ref and path
+that shares one of those objects (``shared``; ``shared_truncated`` when the search hit a bound).
 With ``--yes`` an unfinished purge of the same target (a crashed run) is completed under its own
 audit record; only objects no purge covers yet get a new record, written with its markers before
 anything is deleted. The report is printed as JSON. Reading the path afterwards (or after a crash

@@ -31,6 +31,9 @@ The GC daemon completes, on its own, records left unfinished longer than its gra
 (:func:`complete_stuck_purges`). Completing deletes exactly the addresses the record names, and
 only data objects (:func:`is_data_object`: never ``_lakefs/``, never outside the namespace).
 
+The dry run also names every other ref and path that shares an object the purge would destroy
+(:mod:`.purge_shared`), so the operator sees the collateral before ``--yes``.
+
 External addresses (outside the repository's namespace) are never deleted: they are listed as
 skipped. Entries keep pointing at the purged addresses; commit ids, metaranges and ranges are
 unchanged. Mirrors copy the records and markers into their own repositories and delete their copies
@@ -63,9 +66,11 @@ from lakefs_core.kv.base import Expect, KVEntry
 from lakefs_core.refs import kvkeys
 from lakefs_core.refs.model import Repository
 from lakefs_core.repos.purge_markers import announce, lookup_markers
+from lakefs_core.repos.purge_shared import SharedUse
 
 if TYPE_CHECKING:
     from lakefs_core.repos.graveler import Graveler
+    from lakefs_core.repos.purge_shared import CommitMap
 
 MAX_REASON = 1024
 MAX_ADDRESSES = 100_000  # one purge record stays a bounded KV value
@@ -134,6 +139,10 @@ class PurgeReport(BaseModel):
     completed: list[str] = Field(default_factory=list)
     # objects deleted by the purges this call created or completed (``audit_id``: the last of them)
     deleted: int = 0
+    # the dry run's collateral: other refs and paths naming objects of ``addresses``
+    shared: list[SharedUse] = Field(default_factory=list)
+    shared_truncated: bool = False
+    shared_note: str | None = None  # why ``shared`` is partial, when it is
 
 
 def check_reason(reason: str) -> str:
@@ -186,11 +195,17 @@ def _relative(ns: StorageNamespace, address: str, address_type: int) -> str | No
 class _Walk:
     found: set[tuple[str, int]]  # (address, address type)
     commits_searched: int
+    resolved_commit: str
+    commits: CommitMap | None  # the dry run's: every commit by metarange, for the collateral search
 
 
-async def _walk(g: Graveler, repo: Repository, ref: str, key: bytes, *, all_history: bool) -> _Walk:
-    """``(address, address type)`` of ``key`` at ``ref`` or in every commit and branch."""
+async def _walk(
+    g: Graveler, repo: Repository, ref: str, key: bytes, *, all_history: bool, collect: bool
+) -> _Walk:
+    """``(address, address type)`` of ``key`` at ``ref`` or in every commit and branch; with
+    ``collect``, every commit is also enumerated (in the same pass) into a :class:`CommitMap`."""
     from lakefs_core.repos.objects import ObjectStat
+    from lakefs_core.repos.purge_shared import CommitMap
 
     found: set[tuple[str, int]] = set()
 
@@ -202,19 +217,25 @@ async def _walk(g: Graveler, repo: Repository, ref: str, key: bytes, *, all_hist
         stat = ObjectStat.from_record(record)
         found.add((stat.physical_address, 2 if stat.address_type == "FULL" else 1))
 
-    await g.resolve(repo, ref)  # an unknown ref is NotFoundError, not an empty purge
+    resolved = await g.resolve(repo, ref)  # an unknown ref is NotFoundError, not an empty purge
+    walk = _Walk(found, 0 if all_history else 1, resolved.commit.id, CommitMap() if collect else None)
     if not all_history:
         await at(ref)
-        return _Walk(found, 1)
-    walk = _Walk(found, 0)
+        if not collect:
+            return walk
     seen_metaranges: set[str] = set()
     async for node in g.commit_nodes(repo.id):
+        if walk.commits is not None:
+            walk.commits.add(node)
+        if not all_history:
+            continue
         walk.commits_searched += 1
         if node.metarange_id and node.metarange_id not in seen_metaranges:
             seen_metaranges.add(node.metarange_id)
             await at(node.id)
-    async for branch in g.list_branches(repo.id):
-        await at(branch.id)  # its staged value, if any
+    if all_history:
+        async for branch in g.list_branches(repo.id):
+            await at(branch.id)  # its staged value, if any
     return walk
 
 
@@ -264,7 +285,7 @@ async def purge_path(
     check_actor(actor)
     req = _Request(await g.repository(repo_id), ref, path, all_history, reason, actor)
     ns = StorageNamespace.parse(req.repo.storage_namespace)
-    walk = await _walk(g, req.repo, ref, path.encode(), all_history=all_history)
+    walk = await _walk(g, req.repo, ref, path.encode(), all_history=all_history, collect=not yes)
     inside, outside, not_data = _classify(ns, walk.found)
     if len(inside) > MAX_ADDRESSES:
         raise BadInputError(f"more than {MAX_ADDRESSES} objects to purge at once", field="path")
@@ -289,6 +310,8 @@ async def purge_path(
     report.completed = [r.audit_id for r in unfinished]
     fresh = sorted(inside - set(already))
     if not yes:
+        report.shared, report.shared_note = await _collateral(g, req, walk, inside)
+        report.shared_truncated = report.shared_note is not None
         return report
     record = _new_record(g, req, fresh, report.skipped_external) if fresh else None
     done = [await record_purge(g, req.repo, r) for r in unfinished]  # the crashed purges, finished first
@@ -320,6 +343,15 @@ def _new_record(g: Graveler, req: _Request, addresses: list[str], skipped_extern
             field="path",
         )
     return record
+
+
+async def _collateral(
+    g: Graveler, req: _Request, walk: _Walk, inside: set[str]
+) -> tuple[list[SharedUse], str | None]:
+    from lakefs_core.repos.purge_shared import CommitMap, Target, find_shared
+
+    target = Target(req.path.encode(), req.all_history, walk.resolved_commit, req.ref)
+    return await find_shared(g, req.repo, inside, walk.commits or CommitMap(), target)
 
 
 async def _unfinished(g: Graveler, req: _Request, inside: set[str]) -> list[PurgeRecord]:

@@ -48,6 +48,28 @@ def test_cli_purge_and_cat_exit_17(tmp_path: Path, run: InProcess) -> None:
     assert cat.returncode == 17 and done["audit_id"] in cat.err and "purged" in cat.err
 
 
+def test_cli_dry_run_names_the_refs_sharing_the_object(tmp_path: Path, run: InProcess) -> None:
+    """The object main's f.txt has is also dev's and tag t1's: the dry run says so before --yes."""
+    run("repo", "create", "lakefs://rp3", f"local://{tmp_path / 'ns3'}").ok()
+    src = tmp_path / "f.txt"
+    src.write_bytes(b"secret")
+    run("fs", "upload", "lakefs://rp3/main/f.txt", "--source", str(src)).ok()
+    run("commit", "lakefs://rp3/main", "-m", "one").ok()
+    run("branch", "create", "lakefs://rp3/dev", "--source", "lakefs://rp3/main").ok()
+    run("tag", "create", "lakefs://rp3/t1", "lakefs://rp3/main").ok()
+    run.capsys.readouterr()
+    assert gc_main(["purge", "lakefs://rp3/main/f.txt", "--reason", "erase"]) == 0
+    dry = json.loads(run.capsys.readouterr().out)
+    [use] = dry["shared"]
+    assert (use["path"], use["branches"], use["tags"], dry["shared_truncated"]) == (
+        "f.txt",
+        ["dev"],
+        ["t1"],
+        False,
+    )
+    assert use["address"] == dry["addresses"][0]
+
+
 class GcCli(Cli):
     """``python -m lakefs_gc.cli`` as a real process."""
 
