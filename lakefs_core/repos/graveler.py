@@ -524,7 +524,10 @@ class Graveler:
     # -- entries --------------------------------------------------------------------------------------
 
     async def get_entry(self, repo_id: str, ref: str, key: bytes) -> ValueRecord:
-        repo = await self.repository(repo_id)
+        return await self.entry(await self.repository(repo_id), ref, key)
+
+    async def entry(self, repo: Repository, ref: str, key: bytes) -> ValueRecord:
+        """:meth:`get_entry` with the repository record already read (a read that needs it too)."""
         resolved = await self.resolve(repo, ref)
         staged = await self.staging.lookup(resolved.tokens, key) if resolved.tokens else None
         if staged is not None:
@@ -787,6 +790,15 @@ class Graveler:
         from lakefs_core.repos import purge
 
         return await purge.record_purge(self, await self.repository(repo_id), record)
+
+    async def complete_stuck_purges(
+        self, repo_id: str, *, older_than: datetime, limit: int
+    ) -> list[purge.PurgeRecord]:
+        """Complete up to ``limit`` purges left unfinished since before ``older_than`` (the GC daemon)."""
+        from lakefs_core.repos import purge
+
+        repo = await self.repository(repo_id)
+        return await purge.complete_stuck_purges(self, repo, older_than=older_than, limit=limit)
 
     # -- retention GC and the hard-delete journal (see journal.py) -----------------------------------
 
