@@ -44,6 +44,7 @@ from lakefs_core.redact import redact_url
 __all__ = [
     "DEFAULT_TEMP_SWEEP_GRACE_SECONDS",
     "AccessKey",
+    "AuthConfig",
     "CoreSettings",
     "Credentials",
     "EnvCredentials",
@@ -297,3 +298,16 @@ def check_access_keys(value: list[AccessKey]) -> list[AccessKey]:
     if len(set(ids)) != len(ids):
         raise ValueError("access key ids must be unique")
     return value
+
+
+class AuthEncryptConfig(StrictModel):
+    """``auth.encrypt``: the secret every secret access key is encrypted with at rest (lakeFS's
+    ``auth.encrypt.secret_key``: the same value lets lakeFS and this project read each other's keys)."""
+
+    secret_key: NonEmptySecret | None = None
+
+
+class AuthConfig(StrictModel):
+    """``auth``: lakeFS's auth settings that the CLI and the servers share."""
+
+    encrypt: AuthEncryptConfig = AuthEncryptConfig()

@@ -17,6 +17,7 @@ _COMMANDS = {
     "check-config": "lakefs_gc.cli_daemon:check_config_cmd",
     "rules": "lakefs_gc.cli_daemon:rules_group",
     "purge": "lakefs_gc.cli_purge:purge_cmd",
+    "purges": "lakefs_gc.cli_purge:purges_cmd",
 }
 
 

@@ -60,6 +60,7 @@ from lakefs_core.keys import (
     table_name,
 )
 from lakefs_core.kv.base import KVStore
+from lakefs_core.realpaths import real_namespace
 from lakefs_core.refs import kvkeys
 from lakefs_core.refs.model import (
     Branch,
@@ -225,12 +226,15 @@ class Graveler:
         claim). ``initial_commit`` seeds the repository with an existing root commit record (a mirror
         copies its source's, so their histories share ids). The claim is released again when the
         creation fails, unless a repository of this id exists by then (it owns the claim).
-        ``hard_delete_journal`` (default: the settings') turns the journal on from the start."""
+        ``hard_delete_journal`` (default: the settings') turns the journal on from the start.
+        A local namespace is recorded, claimed and compared at its real path (a dangling symlink
+        in it is refused): the record returned shows it."""
         if initial_commit is not None and (initial_commit.parents or initial_commit.metarange_id):
             raise BadInputError("must be a root commit with an empty tree", field="initial_commit")
         validate_repo_id(repo_id)
         validate_branch_id(default_branch)
-        ns = StorageNamespace.parse(storage_namespace).check_repository_namespace()
+        # Recorded and claimed at its real path: where a symlink leads, not how the path reads.
+        ns = (await real_namespace(storage_namespace)).check_repository_namespace()
         try:
             existing, _ = await self.refs.get_repository_raw(repo_id)
         except NotFoundError:
@@ -520,7 +524,10 @@ class Graveler:
     # -- entries --------------------------------------------------------------------------------------
 
     async def get_entry(self, repo_id: str, ref: str, key: bytes) -> ValueRecord:
-        repo = await self.repository(repo_id)
+        return await self.entry(await self.repository(repo_id), ref, key)
+
+    async def entry(self, repo: Repository, ref: str, key: bytes) -> ValueRecord:
+        """:meth:`get_entry` with the repository record already read (a read that needs it too)."""
         resolved = await self.resolve(repo, ref)
         staged = await self.staging.lookup(resolved.tokens, key) if resolved.tokens else None
         if staged is not None:
@@ -788,6 +795,15 @@ class Graveler:
         from lakefs_core.repos import purge
 
         return await purge.record_purge(self, await self.repository(repo_id), record)
+
+    async def complete_stuck_purges(
+        self, repo_id: str, *, older_than: datetime, limit: int
+    ) -> list[purge.PurgeRecord]:
+        """Complete up to ``limit`` purges left unfinished since before ``older_than`` (the GC daemon)."""
+        from lakefs_core.repos import purge
+
+        repo = await self.repository(repo_id)
+        return await purge.complete_stuck_purges(self, repo, older_than=older_than, limit=limit)
 
     # -- retention GC and the hard-delete journal (see journal.py) -----------------------------------
 
