@@ -26,9 +26,9 @@ import re
 from collections.abc import AsyncIterator, Iterator
 
 from lakefs_core.block.base import BlockStore
+from lakefs_core.committed.addresses import iter_range_addresses, metarange_ranges
+from lakefs_core.committed.tables import read_table
 from lakefs_core.errors import BadInputError, CorruptDataError, NotFoundError
-from lakefs_core.graveler.addresses import iter_range_addresses, metarange_ranges
-from lakefs_core.graveler.tables import read_table
 from lakefs_core.repos.graveler import AddressType, StorageNamespace
 from lakefs_gc.parts import file_name, read_lines
 from lakefs_gc.spark.partition import StoreRef, stream_async

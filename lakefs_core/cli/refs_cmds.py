@@ -144,7 +144,7 @@ def merge_cmd(
     meta: tuple[str, ...],
 ) -> None:
     """Merge a source ref into a destination branch."""
-    from lakefs_core.graveler.model import MergeStrategy
+    from lakefs_core.committed.model import MergeStrategy
 
     same_repo(source, destination, "DESTINATION")
     metadata = parse_meta(meta)

@@ -33,6 +33,10 @@ from collections.abc import Mapping
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
+from lakefs_core.committed.apply import apply_changes
+from lakefs_core.committed.merge import merge as merge_metaranges
+from lakefs_core.committed.metarange import MetaRange
+from lakefs_core.committed.model import MergeStrategy
 from lakefs_core.errors import (
     BadInputError,
     ConflictError,
@@ -40,10 +44,6 @@ from lakefs_core.errors import (
     PreconditionFailedError,
     encode_utf8,
 )
-from lakefs_core.graveler.apply import apply_changes
-from lakefs_core.graveler.merge import merge as merge_metaranges
-from lakefs_core.graveler.metarange import MetaRange
-from lakefs_core.graveler.model import MergeStrategy
 from lakefs_core.refs import kvkeys
 from lakefs_core.refs.model import Branch, Commit, Repository
 from lakefs_core.refs.staging import merged_changes

@@ -34,6 +34,10 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
 from lakefs_core.block.base import BlockStore
+from lakefs_core.committed.diff import diff as diff_metaranges
+from lakefs_core.committed.metarange import MetaRange
+from lakefs_core.committed.model import DiffRecord, DiffType, MergeStrategy
+from lakefs_core.committed.tables import TableStore
 from lakefs_core.errors import (
     BadInputError,
     ConflictError,
@@ -44,10 +48,6 @@ from lakefs_core.errors import (
 )
 from lakefs_core.format.records import ValueRecord
 from lakefs_core.format.splitter import SplitPolicy
-from lakefs_core.graveler.diff import diff as diff_metaranges
-from lakefs_core.graveler.metarange import MetaRange
-from lakefs_core.graveler.model import DiffRecord, DiffType, MergeStrategy
-from lakefs_core.graveler.tables import TableStore
 from lakefs_core.keys import (
     DATA_DIR,
     DUMMY_NAME,

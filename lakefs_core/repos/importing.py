@@ -41,14 +41,14 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from lakefs_core.block.base import BlockStore, CommonPrefix, ObjectInfo
+from lakefs_core.committed.metarange import MetaRange
+from lakefs_core.committed.model import RangeInfo
+from lakefs_core.committed.tables import TableStore
+from lakefs_core.committed.writer import MetaRangeWriter
 from lakefs_core.errors import BadInputError, NoChangesError, NotFoundError
 from lakefs_core.faults import fault_point
 from lakefs_core.format.records import ADDRESS_FULL, ValueRecord, make_entry
 from lakefs_core.format.splitter import SplitPolicy
-from lakefs_core.graveler.metarange import MetaRange
-from lakefs_core.graveler.model import RangeInfo
-from lakefs_core.graveler.tables import TableStore
-from lakefs_core.graveler.writer import MetaRangeWriter
 from lakefs_core.keys import StorageNamespace
 from lakefs_core.refs.model import Commit
 from lakefs_core.repos.committing import check_commit_text

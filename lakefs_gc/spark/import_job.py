@@ -21,10 +21,10 @@ from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
+from lakefs_core.committed.tables import TableCache, TableStore
 from lakefs_core.errors import BadInputError
 from lakefs_core.format.records import RangeInfo
 from lakefs_core.format.splitter import SplitPolicy
-from lakefs_core.graveler.tables import TableCache, TableStore
 from lakefs_core.repos.graveler import Graveler
 from lakefs_core.repos.importing import (
     Chunk,

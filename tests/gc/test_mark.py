@@ -8,8 +8,8 @@ from collections.abc import AsyncIterator
 import pytest
 
 from lakefs_core.block.base import BlockStore, ObjectInfo
+from lakefs_core.committed.addresses import metarange_ranges
 from lakefs_core.errors import ConflictError, CorruptDataError, ReadOnlyError
-from lakefs_core.graveler.addresses import metarange_ranges
 from lakefs_core.repos.graveler import Graveler
 from lakefs_gc.layout import RunLayout
 from lakefs_gc.mark import MarkOptions, MarkResult, run_mark

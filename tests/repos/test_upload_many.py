@@ -19,9 +19,9 @@ from hypothesis import strategies as st
 
 from lakefs_core.block.base import ObjectInfo, PutItem
 from lakefs_core.block.local import LocalBlockStore
+from lakefs_core.committed.model import DiffType
 from lakefs_core.errors import BadInputError, NotFoundError, PreconditionFailedError, ReadOnlyError
 from lakefs_core.format.records import ValueRecord
-from lakefs_core.graveler.model import DiffType
 from lakefs_core.kv import KVStore, open_kv
 from lakefs_core.refs import kvkeys
 from lakefs_core.repos.graveler import Graveler

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from lakefs_core.committed.diff import diff
+from lakefs_core.committed.metarange import MetaRange
+from lakefs_core.committed.model import DiffType
 from lakefs_core.format.ids import table_id
 from lakefs_core.format.records import decode_entry, entry_identity_of
 from lakefs_core.format.sstable.reader import TableReader
-from lakefs_core.graveler.diff import diff
-from lakefs_core.graveler.metarange import MetaRange
-from lakefs_core.graveler.model import DiffType
-from tests.graveler.support import memory_tables
+from tests.committed.support import memory_tables
 
 RANGE_ID = "a83af763ba098c15369d9d6d723731eb9ce18b8dfac4f88c6f1287e772393d0e"
 

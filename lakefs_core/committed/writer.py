@@ -22,19 +22,19 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Protocol
 
+from lakefs_core.committed.model import RangeInfo, ValueRecord
 from lakefs_core.errors import BadInputError
 from lakefs_core.format.ids import TableIdHasher
 from lakefs_core.format.records import metarange_record
 from lakefs_core.format.splitter import SplitPolicy
 from lakefs_core.format.sstable.writer import TableWriter
-from lakefs_core.graveler.model import RangeInfo, ValueRecord
 
 RANGES = "ranges"
 METARANGES = "metaranges"
 
 
 class TableSink(Protocol):
-    """Where finished tables go (a :class:`~lakefs_core.graveler.tables.TableStore`, a directory)."""
+    """Where finished tables go (a :class:`~lakefs_core.committed.tables.TableStore`, a directory)."""
 
     async def write(self, table_id: str, data: bytes) -> bool:
         """Store ``data`` under ``table_id``; False if it was already there."""

@@ -13,7 +13,7 @@ Tiers, fastest first:
 3. The object store (``<namespace>/_lakefs/<id>``), the source of truth.
 
 :func:`read_table` bypasses every tier: one GET of a table's bytes, for workers (GC executors) that
-read each table once and parse it themselves (:mod:`lakefs_core.graveler.addresses`).
+read each table once and parse it themselves (:mod:`lakefs_core.committed.addresses`).
 
 Opening a table larger than :data:`INLINE_OPEN_BYTES` (checking every block's CRC32C, parsing its
 index: work proportional to its size) runs in the CPU pool of :mod:`lakefs_core.offloop`, never on

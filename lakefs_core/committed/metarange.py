@@ -15,10 +15,10 @@ from __future__ import annotations
 from bisect import bisect_left
 from collections.abc import AsyncIterator, Iterator
 
+from lakefs_core.committed.addresses import metarange_ranges
+from lakefs_core.committed.model import RangeInfo, ValueRecord
+from lakefs_core.committed.tables import TableStore
 from lakefs_core.format.sstable.reader import TableReader
-from lakefs_core.graveler.addresses import metarange_ranges
-from lakefs_core.graveler.model import RangeInfo, ValueRecord
-from lakefs_core.graveler.tables import TableStore
 from lakefs_core.keys import table_name
 
 EMPTY_METARANGE_ID = ""

@@ -8,10 +8,10 @@ import uuid
 from collections.abc import AsyncIterator, Iterable
 
 from lakefs_core.block.memory import MemoryBlockStore
-from lakefs_core.graveler.apply import apply_changes
-from lakefs_core.graveler.metarange import MetaRange
-from lakefs_core.graveler.model import Change, ValueRecord
-from lakefs_core.graveler.tables import TableCache, TableStore
+from lakefs_core.committed.apply import apply_changes
+from lakefs_core.committed.metarange import MetaRange
+from lakefs_core.committed.model import Change, ValueRecord
+from lakefs_core.committed.tables import TableCache, TableStore
 from lakefs_core.keys import StorageNamespace
 
 

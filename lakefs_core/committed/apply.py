@@ -17,12 +17,12 @@ from __future__ import annotations
 from collections.abc import AsyncIterable, AsyncIterator, Callable, Iterable, Iterator
 from dataclasses import dataclass
 
+from lakefs_core.committed.metarange import MetaRange
+from lakefs_core.committed.model import Change, RangeInfo, ValueRecord
+from lakefs_core.committed.tables import TableStore
+from lakefs_core.committed.writer import MetaRangeWriter, WriteStats
 from lakefs_core.errors import BadInputError, NoChangesError
 from lakefs_core.format.splitter import SplitPolicy
-from lakefs_core.graveler.metarange import MetaRange
-from lakefs_core.graveler.model import Change, RangeInfo, ValueRecord
-from lakefs_core.graveler.tables import TableStore
-from lakefs_core.graveler.writer import MetaRangeWriter, WriteStats
 
 
 @dataclass(frozen=True)

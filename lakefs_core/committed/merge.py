@@ -18,13 +18,13 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
+from lakefs_core.committed.apply import apply_changes
+from lakefs_core.committed.diff import diff
+from lakefs_core.committed.metarange import MetaRange
+from lakefs_core.committed.model import Change, DiffRecord, MergeStrategy
+from lakefs_core.committed.tables import TableStore
 from lakefs_core.errors import MergeConflictError, NoChangesError
 from lakefs_core.format.splitter import SplitPolicy
-from lakefs_core.graveler.apply import apply_changes
-from lakefs_core.graveler.diff import diff
-from lakefs_core.graveler.metarange import MetaRange
-from lakefs_core.graveler.model import Change, DiffRecord, MergeStrategy
-from lakefs_core.graveler.tables import TableStore
 
 
 @dataclass(frozen=True)

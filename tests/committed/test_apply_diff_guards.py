@@ -1,4 +1,4 @@
-"""Guards in apply_changes and diff (lakefs_core/graveler/apply.py, lakefs_core/graveler/diff.py).
+"""Guards in apply_changes and diff (lakefs_core/committed/apply/py, lakefs_core/committed/diff/py).
 
 - A tombstone for a key the base does not hold is no effective change, on the async-iterable path
   of ``apply_changes`` as on the plain-iterable one: nothing to apply raises NoChangesError; at the
@@ -15,15 +15,15 @@ from collections.abc import AsyncIterator
 
 import pytest
 
+from lakefs_core.committed.apply import apply_changes
+from lakefs_core.committed.diff import diff
+from lakefs_core.committed.model import Change
 from lakefs_core.errors import NoChangesError
-from lakefs_core.graveler.apply import apply_changes
-from lakefs_core.graveler.diff import diff
-from lakefs_core.graveler.model import Change
 from lakefs_core.kv.memory import MemoryKVStore
 from lakefs_core.repos.graveler import Graveler
 from lakefs_core.repos.objects import Objects
 from lakefs_core.repos.stores import StoreRegistry
-from tests.graveler.support import as_async, memory_tables, rec, written
+from tests.committed.support import as_async, memory_tables, rec, written
 from tests.repos.support import mem_namespace, new_graveler, unique
 
 

@@ -12,15 +12,15 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from lakefs_core.committed.apply import apply_changes
+from lakefs_core.committed.diff import diff
+from lakefs_core.committed.merge import merge
+from lakefs_core.committed.metarange import MetaRange
+from lakefs_core.committed.model import Change, DiffType, MergeStrategy, ValueRecord
+from lakefs_core.committed.tables import TableStore
 from lakefs_core.errors import BadInputError, MergeConflictError, NoChangesError
 from lakefs_core.format.splitter import SplitPolicy
-from lakefs_core.graveler.apply import apply_changes
-from lakefs_core.graveler.diff import diff
-from lakefs_core.graveler.merge import merge
-from lakefs_core.graveler.metarange import MetaRange
-from lakefs_core.graveler.model import Change, DiffType, MergeStrategy, ValueRecord
-from lakefs_core.graveler.tables import TableStore
-from tests.graveler.support import memory_tables
+from tests.committed.support import memory_tables
 
 T = TypeVar("T")
 Model = dict[bytes, bytes]

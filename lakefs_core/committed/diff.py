@@ -12,9 +12,9 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 
+from lakefs_core.committed.metarange import MetaRange
+from lakefs_core.committed.model import DiffRecord, DiffType, RangeInfo, ValueRecord
 from lakefs_core.format.envelope import decode_envelope
-from lakefs_core.graveler.metarange import MetaRange
-from lakefs_core.graveler.model import DiffRecord, DiffType, RangeInfo, ValueRecord
 
 
 class RangeCursor:

@@ -1,4 +1,4 @@
-"""apply_changes (lakefs_core/graveler/apply.py) requires change keys in strictly ascending order.
+"""apply_changes (lakefs_core/committed/apply/py) requires change keys in strictly ascending order.
 
 Two changes for the same key are refused with BadInputError ("strictly ascending"), on the
 plain-iterable path as on the async-iterable one, whether the key is new or already in the base, and
@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import pytest
 
+from lakefs_core.committed.apply import apply_changes
+from lakefs_core.committed.metarange import MetaRange
+from lakefs_core.committed.model import Change
+from lakefs_core.committed.writer import MetaRangeWriter
 from lakefs_core.errors import BadInputError
 from lakefs_core.format.splitter import SplitPolicy
-from lakefs_core.graveler.apply import apply_changes
-from lakefs_core.graveler.metarange import MetaRange
-from lakefs_core.graveler.model import Change
-from lakefs_core.graveler.writer import MetaRangeWriter
-from tests.graveler.support import as_async, memory_tables, rec, written
+from tests.committed.support import as_async, memory_tables, rec, written
 
 
 def duplicate_changes(key: str, kind: str) -> list[Change]:

@@ -10,7 +10,7 @@
   mirror validation and GC; :func:`read_table` fetches a table's bytes uncached.
 """
 
-from lakefs_core.graveler.addresses import iter_range_addresses, metarange_ranges
-from lakefs_core.graveler.tables import read_table
+from lakefs_core.committed.addresses import iter_range_addresses, metarange_ranges
+from lakefs_core.committed.tables import read_table
 
 __all__ = ["iter_range_addresses", "metarange_ranges", "read_table"]

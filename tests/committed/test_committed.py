@@ -10,16 +10,16 @@ from pathlib import Path
 
 import pytest
 
+from lakefs_core.committed.apply import apply_changes
+from lakefs_core.committed.diff import diff
+from lakefs_core.committed.metarange import MetaRange
+from lakefs_core.committed.model import Change, DiffType, ValueRecord
+from lakefs_core.committed.tables import DiskCache, TableCache, TableStore
+from lakefs_core.committed.writer import RANGES, RangeBuilder
 from lakefs_core.errors import CorruptDataError, NotFoundError
 from lakefs_core.format.splitter import SplitPolicy
 from lakefs_core.format.sstable.reader import TableReader
-from lakefs_core.graveler.apply import apply_changes
-from lakefs_core.graveler.diff import diff
-from lakefs_core.graveler.metarange import MetaRange
-from lakefs_core.graveler.model import Change, DiffType, ValueRecord
-from lakefs_core.graveler.tables import DiskCache, TableCache, TableStore
-from lakefs_core.graveler.writer import RANGES, RangeBuilder
-from tests.graveler.support import memory_tables
+from tests.committed.support import memory_tables
 from tests.support.env import require_tool
 
 POLICY = SplitPolicy(range_raggedness_entries=200)
