@@ -54,8 +54,9 @@ from bench.common import machine, moto_s3_settings, report
 from lakefs_core.block import S3BlockStore
 from lakefs_core.block.base import ObjectInfo
 from lakefs_core.format.records import ValueRecord, make_entry
-from lakefs_core.keys import StorageNamespace, new_object_id, new_slice_id
+from lakefs_core.keys import new_object_id, new_slice_id
 from lakefs_core.kv.memory import MemoryKVStore
+from lakefs_core.namespace import StorageNamespace
 from lakefs_core.repos.graveler import Graveler, StoreRegistry
 from lakefs_gc.committed import metarange_range_ids, range_addresses
 from lakefs_gc.layout import RunLayout

@@ -36,7 +36,7 @@ from lakefs_core.committed.tables import TableCache, TableStore
 from lakefs_core.format.records import ValueRecord
 from lakefs_core.format.splitter import SplitPolicy
 from lakefs_core.format.sstable.writer import ACCELERATED
-from lakefs_core.keys import StorageNamespace
+from lakefs_core.namespace import StorageNamespace
 
 
 def new_tables() -> TableStore:

@@ -59,8 +59,8 @@ from lakefs_core.block import S3Settings, copy_object
 from lakefs_core.block.base import ObjectInfo
 from lakefs_core.daemon import DaemonLoop
 from lakefs_core.errors import NotFoundError
-from lakefs_core.keys import StorageNamespace
 from lakefs_core.kv.memory import MemoryKVStore
+from lakefs_core.namespace import StorageNamespace
 from lakefs_core.repos.graveler import Graveler
 from lakefs_core.repos.objects import Objects
 from lakefs_core.repos.stores import StoreRegistry

@@ -29,7 +29,8 @@ from lakefs_core.format.records import (
     metarange_record,
 )
 from lakefs_core.format.sstable.reader import TableReader
-from lakefs_core.keys import AddressType, StorageNamespace, table_name
+from lakefs_core.keys import AddressType, table_name
+from lakefs_core.namespace import StorageNamespace
 
 SEGMENT = st.text(alphabet="abcdefghijklmnopqrstuvwxyz0123456789-_.", min_size=1, max_size=8).filter(
     lambda s: s not in (".", "..")

@@ -6,7 +6,7 @@ iterate here.
 - :func:`iter_range_addresses` yields ``(path, address, address_type)`` for every entry of a range,
   in key order (:func:`iter_range_entries`: the same with each object's size, as a
   :class:`RangeEntry`). It classifies nothing: pass each ``(address, address_type)`` to
-  :meth:`lakefs_core.keys.StorageNamespace.relative_of` to learn whether the object is inside the
+  :meth:`lakefs_core.namespace.StorageNamespace.relative_of` to learn whether the object is inside the
   namespace (and under which relative key) or external.
 - :func:`metarange_ranges` yields the :class:`~lakefs_core.format.records.RangeInfo` of every range a
   metarange lists, checked to be ordered and non-overlapping.

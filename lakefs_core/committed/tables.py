@@ -40,7 +40,8 @@ from lakefs_core.fileperm import make_private_dir
 from lakefs_core.format.records import RangeInfo, is_table_id
 from lakefs_core.format.sstable.footer import DEFAULT_MAX_BLOCK_BYTES
 from lakefs_core.format.sstable.reader import TableReader
-from lakefs_core.keys import StorageNamespace, table_name
+from lakefs_core.keys import table_name
+from lakefs_core.namespace import StorageNamespace
 from lakefs_core.offloop import run_cpu
 
 DEFAULT_RAM_BYTES = 256 << 20

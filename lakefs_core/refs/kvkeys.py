@@ -22,7 +22,7 @@ Staging tokens are ``<repo>-<branch>:<uuid4>``.
 
 The namespace claims are this project's addition, not lakeFS records (lakeFS ignores the partition;
 its name cannot be a repository partition, whose suffix is a hex instance uid). The key is the
-namespace's canonical form (:attr:`lakefs_core.keys.StorageNamespace.canonical`: ``s3://b/a/`` with one
+namespace's canonical form (:attr:`lakefs_core.namespace.StorageNamespace.canonical`: ``s3://b/a/`` with one
 trailing ``/``), so every namespace nested in ``N`` sorts in the key range starting at ``N``'s key and
 a prefix scan finds them; the value (:mod:`lakefs_core.refs.store`) names the owning repository.
 An import source record is keyed the same way (its canonical form, then NUL, then the importing

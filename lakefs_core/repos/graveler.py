@@ -53,13 +53,13 @@ from lakefs_core.keys import (
     DUMMY_NAME,
     TABLES_DIR,
     AddressType,
-    StorageNamespace,
     check_run_id,
     new_run_id,
     slice_hour,
     table_name,
 )
 from lakefs_core.kv.base import KVItem, KVStore
+from lakefs_core.namespace import StorageNamespace
 from lakefs_core.refs import kvkeys
 from lakefs_core.refs.model import (
     Branch,

@@ -49,7 +49,7 @@ from lakefs_core.errors import BadInputError, NoChangesError, NotFoundError
 from lakefs_core.faults import fault_point
 from lakefs_core.format.records import ADDRESS_FULL, ValueRecord, make_entry
 from lakefs_core.format.splitter import SplitPolicy
-from lakefs_core.keys import StorageNamespace
+from lakefs_core.namespace import StorageNamespace
 from lakefs_core.refs.model import Commit
 from lakefs_core.repos.committing import check_commit_text
 from lakefs_core.repos.namespace_claims import claimed_overlap, first_overlap

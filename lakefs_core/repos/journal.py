@@ -56,8 +56,8 @@ from typing import TYPE_CHECKING, Literal
 
 from lakefs_core.errors import BadInputError, CorruptDataError, NotFoundError, PreconditionFailedError
 from lakefs_core.format.records import ValueRecord, decode_entry
-from lakefs_core.keys import StorageNamespace
 from lakefs_core.kv.base import Expect
+from lakefs_core.namespace import StorageNamespace
 from lakefs_core.refs import kvkeys
 from lakefs_core.refs.model import Commit, Repository
 from lakefs_core.refs.store import DeletedRepository, parse_json_record, where_of

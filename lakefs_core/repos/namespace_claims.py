@@ -35,8 +35,8 @@ from lakefs_core.errors import (
     PreconditionFailedError,
     TooManyRetriesError,
 )
-from lakefs_core.keys import StorageNamespace
 from lakefs_core.kv.base import Expect
+from lakefs_core.namespace import StorageNamespace
 from lakefs_core.refs.store import claim_value
 
 if TYPE_CHECKING:

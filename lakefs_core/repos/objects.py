@@ -33,7 +33,8 @@ from lakefs_core.block.base import BlockStore, ObjectInfo, PutItem
 from lakefs_core.errors import BadInputError, NotFoundError, encode_utf8
 from lakefs_core.format.proto import catalog_pb2
 from lakefs_core.format.records import ADDRESS_RELATIVE, ValueRecord, decode_entry, make_entry
-from lakefs_core.keys import SliceAllocator, StorageNamespace
+from lakefs_core.keys import SliceAllocator
+from lakefs_core.namespace import StorageNamespace
 from lakefs_core.refs.model import Repository
 from lakefs_core.repos.graveler import Graveler
 from lakefs_core.repos.journal import Intent, Journal, new_batch_id

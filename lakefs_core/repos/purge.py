@@ -37,8 +37,9 @@ from typing import TYPE_CHECKING, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from lakefs_core.errors import BadInputError, CorruptDataError, NotFoundError, PreconditionFailedError
-from lakefs_core.keys import DATA_DIR, TABLES_DIR, StorageNamespace
+from lakefs_core.keys import DATA_DIR, TABLES_DIR
 from lakefs_core.kv.base import Expect
+from lakefs_core.namespace import StorageNamespace
 from lakefs_core.refs import kvkeys
 from lakefs_core.refs.model import Repository
 

@@ -12,7 +12,7 @@ import asyncio
 from lakefs_core.block import S3Settings, open_block_store
 from lakefs_core.block.base import BlockStore
 from lakefs_core.committed.tables import TableCache, TableStore
-from lakefs_core.keys import StorageNamespace
+from lakefs_core.namespace import StorageNamespace
 
 
 class StoreRegistry:

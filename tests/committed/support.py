@@ -12,7 +12,7 @@ from lakefs_core.committed.apply import apply_changes
 from lakefs_core.committed.metarange import MetaRange
 from lakefs_core.committed.model import Change, ValueRecord
 from lakefs_core.committed.tables import TableCache, TableStore
-from lakefs_core.keys import StorageNamespace
+from lakefs_core.namespace import StorageNamespace
 
 
 def memory_tables(cache: TableCache | None = None) -> TableStore:

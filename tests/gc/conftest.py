@@ -18,8 +18,9 @@ from typing import TYPE_CHECKING
 import pytest
 
 from lakefs_core.block import BlockStore
-from lakefs_core.keys import StorageNamespace, new_object_id, new_slice_id
+from lakefs_core.keys import new_object_id, new_slice_id
 from lakefs_core.kv.memory import MemoryKVStore
+from lakefs_core.namespace import StorageNamespace
 from lakefs_core.repos.graveler import Graveler, StoreRegistry
 from lakefs_gc.spark.partition import StoreRef
 from tests.gc.mark_support import Clock, Env, build_repo

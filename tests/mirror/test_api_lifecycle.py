@@ -22,8 +22,8 @@ from prometheus_client import CollectorRegistry
 from lakefs_core.block import copy_object
 from lakefs_core.block.base import ObjectInfo
 from lakefs_core.errors import NotFoundError
-from lakefs_core.keys import StorageNamespace
 from lakefs_core.kv import open_kv
+from lakefs_core.namespace import StorageNamespace
 from lakefs_core.repos.graveler import Graveler
 from lakefs_core.repos.objects import Objects
 from lakefs_core.repos.stores import StoreRegistry

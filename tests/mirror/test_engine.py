@@ -17,8 +17,8 @@ from lakefs_core.block import copy_object
 from lakefs_core.block.base import ObjectInfo
 from lakefs_core.errors import ReadOnlyError
 from lakefs_core.format.records import decode_entry
-from lakefs_core.keys import StorageNamespace
 from lakefs_core.kv.memory import MemoryKVStore
+from lakefs_core.namespace import StorageNamespace
 from lakefs_core.repos.graveler import Graveler
 from lakefs_core.repos.objects import Objects
 from lakefs_core.repos.stores import StoreRegistry

@@ -16,10 +16,10 @@ from pathlib import Path
 import pytest
 
 from lakefs_core.errors import BadInputError, ConflictError, NamespaceConflictError, NotFoundError
-from lakefs_core.keys import StorageNamespace
 from lakefs_core.kv import open_kv
 from lakefs_core.kv.base import Expect
 from lakefs_core.kv.memory import MemoryKVStore
+from lakefs_core.namespace import StorageNamespace
 from lakefs_core.refs.model import Repository
 from lakefs_core.refs.store import claim_value
 from lakefs_core.repos.graveler import Graveler

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from lakefs_core.block.base import ObjectInfo
 from lakefs_core.errors import BadInputError, NotFoundError
 from lakefs_core.format.records import ValueRecord
-from lakefs_core.keys import StorageNamespace
+from lakefs_core.namespace import StorageNamespace
 from lakefs_core.repos.graveler import Graveler
 from lakefs_core.repos.objects import ListPage, Objects, ObjectStat, new_entry, prefix_successor
 from tests.repos.support import record
