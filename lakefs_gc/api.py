@@ -1,4 +1,4 @@
-"""The GC daemon's HTTP API, served by :func:`lakefs_core.http.build_app`.
+"""The GC daemon's HTTP API, served by :func:`lakefs_core.service.http.build_app`.
 
 Basic auth on every route except ``/_health``, ``/_ready``, ``/metrics`` and ``/openapi.json``;
 errors are JSON ``{"message", "field"}`` with the status their class declares.
@@ -33,7 +33,14 @@ from pydantic import BaseModel
 
 from lakefs_core import __version__
 from lakefs_core.errors import BadInputError, ConflictError, NotFoundError
-from lakefs_core.http import (
+from lakefs_core.repos.graveler import (
+    Repository,
+    StorageNamespace,
+    check_run_id,
+    new_run_id,
+    validate_repo_id,
+)
+from lakefs_core.service.http import (
     ReadinessProbe,
     Route,
     ServiceSpec,
@@ -41,13 +48,6 @@ from lakefs_core.http import (
     build_app,
     json_object,
     parse_model,
-)
-from lakefs_core.repos.graveler import (
-    Repository,
-    StorageNamespace,
-    check_run_id,
-    new_run_id,
-    validate_repo_id,
 )
 from lakefs_gc import api_models as m
 from lakefs_gc.rules import delete_rules, load_rules, parse_rules_json, save_rules

@@ -29,10 +29,10 @@ import click
 from lakefs_core.cli.config_cmd import echo_problems
 from lakefs_core.cli.uri import REPO_URI, LakeFSURI
 from lakefs_core.config import display
-from lakefs_core.daemon import DaemonLoop, freeze_startup_heap
 from lakefs_core.errors import BadInputError, NotFoundError
-from lakefs_core.logfmt import LOG_FORMATS, configure_logging
-from lakefs_core.systemd import Notifier, run_notified
+from lakefs_core.service.daemon import DaemonLoop, freeze_startup_heap
+from lakefs_core.service.logfmt import LOG_FORMATS, configure_logging
+from lakefs_core.service.systemd import Notifier, run_notified
 from lakefs_gc.cli_jobs import _config as core_config_option
 from lakefs_gc.cli_jobs import _print, _run
 from lakefs_gc.config import GCConfig, inspect_gc_config, load_gc_config

@@ -57,7 +57,7 @@ def parse_duration(text: str) -> timedelta:
 @contextlib.asynccontextmanager
 async def holding_lease(kv: KVStore, repo_id: str) -> AsyncIterator[None]:
     """Hold ``gc/<repo>`` (renewed in the background) or refuse with :class:`ConflictError`."""
-    from lakefs_core.lease import kv_lease
+    from lakefs_core.service.lease import kv_lease
 
     holder = f"lakefs-gc-cli@{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
     lease = kv_lease(kv, f"gc/{repo_id}", holder, LEASE_TTL, extra={"repository": repo_id})

@@ -62,7 +62,7 @@ from typing import Annotated, Any, Literal
 from pydantic import Field, SecretStr, field_validator
 
 from lakefs_core.config import ConfigReport, Problem, StrictModel, inspect_config, load_config
-from lakefs_core.daemon import DEFAULT_PASS_TIMEOUT
+from lakefs_core.service.daemon import DEFAULT_PASS_TIMEOUT
 from lakefs_core.settings import (
     AccessKey,
     CoreSettings,

@@ -42,12 +42,12 @@ from typing import Any
 
 from aiohttp import web
 
-from lakefs_core.daemon import DaemonLoop
 from lakefs_core.errors import ConflictError, LakeFSError, StartupError
 from lakefs_core.fileperm import make_private_dir
-from lakefs_core.http import serve_api
-from lakefs_core.lease import kv_lease
 from lakefs_core.repos.graveler import Graveler, Repository, StorageNamespace, new_run_id
+from lakefs_core.service.daemon import DaemonLoop
+from lakefs_core.service.http import serve_api
+from lakefs_core.service.lease import kv_lease
 from lakefs_core.wiring import Core, open_core
 from lakefs_gc.config import GCConfig, config_startup_problems
 from lakefs_gc.metrics import GCMetrics

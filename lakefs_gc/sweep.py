@@ -43,10 +43,10 @@ from lakefs_core.errors import (
     ReadOnlyError,
 )
 from lakefs_core.repos.graveler import DATA_DIR, TABLES_DIR, Graveler, StorageNamespace
-from lakefs_gc.deleter import BatchDeleter, BatchResult, FailedKeysLog
+from lakefs_core.service.deleter import BatchDeleter, BatchResult, FailedKeysLog
+from lakefs_core.service.limiter import RateLimiter
 from lakefs_gc.faults import fault_point
 from lakefs_gc.layout import RunLayout
-from lakefs_gc.limiter import RateLimiter
 from lakefs_gc.parts import file_name, list_parts, read_lines
 from lakefs_gc.pins import PinSource
 from lakefs_gc.reports import RunManifest, read_manifest, read_summary
@@ -80,7 +80,7 @@ class SweepOptions:
 
 class KeyDeleter(Protocol):
     """Deletes one batch of store keys, paced and retrying transient failures itself
-    (:class:`lakefs_gc.deleter.BatchDeleter`); every key comes back deleted or failed."""
+    (:class:`lakefs_core.service.deleter.BatchDeleter`); every key comes back deleted or failed."""
 
     async def delete_keys(self, keys: list[str]) -> BatchResult: ...
 

@@ -1,6 +1,6 @@
 """The mirroring daemon's HTTP API: lakeFS's replication API plus status, update and resync.
 
-Served by :func:`lakefs_core.http.build_app` (basic auth, errors by ``http_status``, ``/_health``,
+Served by :func:`lakefs_core.service.http.build_app` (basic auth, errors by ``http_status``, ``/_health``,
 ``/_ready``, ``/metrics``, ``/openapi.json`` generated from :mod:`lakefs_mirror.api_models`).
 Routes (``P = /service/replication/v1/repositories/{source_repo}/mirrors``):
 
@@ -67,7 +67,8 @@ from lakefs_core.errors import (
     PreconditionFailedError,
     TransientError,
 )
-from lakefs_core.http import (
+from lakefs_core.repos.graveler import Graveler, StorageNamespace
+from lakefs_core.service.http import (
     ReadinessProbe,
     Route,
     ServiceSpec,
@@ -76,7 +77,6 @@ from lakefs_core.http import (
     json_object,
     parse_model,
 )
-from lakefs_core.repos.graveler import Graveler, StorageNamespace
 from lakefs_mirror import api_models as m
 from lakefs_mirror.config import MirrorConfig
 from lakefs_mirror.db import FieldConflictError, Lease, Mirror, MirrorsDB, MirrorStatus, check_branch_filter
@@ -525,7 +525,7 @@ _ONE = f"{_MIRRORS}/{{mirror_id}}"
 
 
 def routes(models: m.RegionalModels) -> list[Route]:
-    """The mirror routes (the shared ones come from :func:`lakefs_core.http.build_app`)."""
+    """The mirror routes (the shared ones come from :func:`lakefs_core.service.http.build_app`)."""
     mirrors = _MIRRORS
     return [
         Route(

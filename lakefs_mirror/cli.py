@@ -34,9 +34,9 @@ import click
 from lakefs_core.cli import project_group, run
 from lakefs_core.cli.config_cmd import echo_problems
 from lakefs_core.config import display
-from lakefs_core.daemon import DaemonLoop, freeze_startup_heap
-from lakefs_core.logfmt import LOG_FORMATS, configure_logging
-from lakefs_core.systemd import Notifier, run_notified
+from lakefs_core.service.daemon import DaemonLoop, freeze_startup_heap
+from lakefs_core.service.logfmt import LOG_FORMATS, configure_logging
+from lakefs_core.service.systemd import Notifier, run_notified
 from lakefs_mirror.config import MirrorConfig, inspect_mirror_config, load_mirror_config
 
 

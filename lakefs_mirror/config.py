@@ -63,10 +63,10 @@ from sqlalchemy.engine import make_url
 
 from lakefs_core.block.s3_settings import S3Settings
 from lakefs_core.config import ConfigReport, Problem, StrictModel, inspect_config, load_config
-from lakefs_core.daemon import DEFAULT_PASS_TIMEOUT
 from lakefs_core.errors import BadInputError
 from lakefs_core.format.sstable.footer import DEFAULT_MAX_BLOCK_BYTES
 from lakefs_core.redact import redact_url
+from lakefs_core.service.daemon import DEFAULT_PASS_TIMEOUT
 from lakefs_core.settings import (
     DEFAULT_TEMP_SWEEP_GRACE_SECONDS,
     AccessKey,

@@ -41,8 +41,8 @@ from dataclasses import dataclass, field
 from lakefs_core.block.base import BlockStore
 from lakefs_core.errors import ConflictError, CorruptDataError, NotFoundError
 from lakefs_core.repos.graveler import Graveler, Repository, StorageNamespace
+from lakefs_core.service.deleter import read_failed_keys
 from lakefs_gc.committed import metarange_range_ids, range_addresses
-from lakefs_gc.deleter import read_failed_keys
 from lakefs_gc.layout import RunLayout
 from lakefs_gc.parts import list_parts, ns_relative, read_lines
 from lakefs_gc.reports import read_manifest, read_summary

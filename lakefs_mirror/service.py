@@ -17,11 +17,11 @@ from pathlib import Path
 
 from aiohttp import web
 
-from lakefs_core.daemon import DaemonLoop
 from lakefs_core.errors import NotFoundError, StartupError
 from lakefs_core.fileperm import make_private_dir
-from lakefs_core.http import serve_api
 from lakefs_core.repos.graveler import Graveler
+from lakefs_core.service.daemon import DaemonLoop
+from lakefs_core.service.http import serve_api
 from lakefs_core.wiring import Core, build_table_cache, open_core
 from lakefs_mirror.api import create_app, store_probe
 from lakefs_mirror.config import MirrorConfig, config_startup_problems

@@ -14,7 +14,7 @@ collector alone):
   its session opens (:func:`start_up` around :func:`~lakefs_core.wiring.open_core`);
 - then freezes what start-up built (``gc.freeze``: the collector never walks those objects again;
   they are reclaimed by reference counting when they die, only a cycle among them outlives its use,
-  as in a daemon after :func:`lakefs_core.daemon.freeze_startup_heap`) and resumes collecting, with
+  as in a daemon after :func:`lakefs_core.service.daemon.freeze_startup_heap`) and resumes collecting, with
   a first generation of :data:`FIRST_GENERATION` objects instead of 700, so the per-object work of a
   bulk command (entries, results) triggers a young collection per ten thousand allocations, each
   still bounded by that size.

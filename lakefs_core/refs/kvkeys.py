@@ -10,7 +10,7 @@
 | token awaiting async drop | ``cleanup-tokens`` | ``<staging token>`` |
 | storage namespace claim (ours) | ``lakefs-open-namespaces`` | canonical namespace |
 | import source (ours) | ``lakefs-open-import-sources`` | ``<canonical source> NUL <repo>`` |
-| lease (ours, :mod:`lakefs_core.lease`) | ``lakefs-open-leases`` | ``<lease name>`` |
+| lease (ours, :mod:`lakefs_core.service.lease`) | ``lakefs-open-leases`` | ``<lease name>`` |
 | GC settings of a repository (ours) | ``<repo>-<instance_uid>`` | ``gc-settings`` |
 | upload intent (ours, hard-delete journal) | ``<repo>-<instance_uid>`` | ``gc-intents/<address>`` |
 | token consumed by a commit (ours) | ``<repo>-<uid>`` | ``gc-consumed/<branch>/<token>/<commit>`` |

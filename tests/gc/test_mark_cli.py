@@ -13,8 +13,8 @@ import pytest
 from lakefs_core.cli import run
 from lakefs_core.errors import BadInputError
 from lakefs_core.kv import open_kv
-from lakefs_core.lease import kv_lease
 from lakefs_core.repos.graveler import Graveler, StoreRegistry
+from lakefs_core.service.lease import kv_lease
 from lakefs_gc.cli_jobs import mark_cmd, parse_duration, sweep_cmd
 from lakefs_gc.spark.child import build_command
 from lakefs_gc.spark.session import check_master, spark_session

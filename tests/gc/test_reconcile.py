@@ -22,7 +22,7 @@ from lakefs_core.repos.graveler import Graveler, StorageNamespace
 from lakefs_core.repos.journal import DEFAULT_GRACE_SECONDS, DEFAULT_PENDING_TIMEOUT_SECONDS, Intent
 from lakefs_core.repos.objects import Objects, UploadItem
 from lakefs_core.repos.stores import StoreRegistry
-from lakefs_gc.deleter import BatchResult
+from lakefs_core.service.deleter import BatchResult
 from lakefs_gc.reconcile import (
     ReconcileOptions,
     ReconcileReport,

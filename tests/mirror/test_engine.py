@@ -308,7 +308,7 @@ async def test_lifecycle_logs_carry_the_mirror_context(
     await w.db.delete_mirror(mid)
     await engine.step()
 
-    ours = [r for r in caplog.records if r.name.startswith(("lakefs_mirror", "lakefs_core.lease"))]
+    ours = [r for r in caplog.records if r.name.startswith(("lakefs_mirror", "lakefs_core.service.lease"))]
     info = [
         (r.getMessage(), r.__dict__.get("mirror"), r.__dict__.get("branch")) for r in ours if r.levelno == 20
     ]

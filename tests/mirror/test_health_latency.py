@@ -25,9 +25,9 @@ from pydantic import SecretStr
 
 from lakefs_core import offloop
 from lakefs_core.committed.tables import TableCache
-from lakefs_core.daemon import freeze_startup_heap
 from lakefs_core.format.records import ValueRecord, make_entry
 from lakefs_core.keys import new_object_id, new_slice_id
+from lakefs_core.service.daemon import freeze_startup_heap
 from lakefs_core.settings import CoreSettings
 from lakefs_core.wiring import open_core
 from lakefs_mirror.config import load_mirror_config

@@ -11,7 +11,7 @@
   true while the last heartbeat is younger than ``pass_timeout + grace`` (``grace`` defaults to
   the interval plus :data:`IDLE_BEAT_SECONDS`, and is at least two idle beats), so a step that
   never returns makes the loop not live; ``/_health`` answers 503 and the systemd watchdog stops
-  being fed (see :mod:`lakefs_core.systemd`).
+  being fed (see :mod:`lakefs_core.service.systemd`).
 
 The loop never swallows a pass's error silently: it is logged with its class, counted in
 ``consecutive_errors``, and (with ``once``) turned into exit status 1.

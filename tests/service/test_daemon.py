@@ -9,7 +9,7 @@ import sys
 import textwrap
 import time
 
-from lakefs_core.daemon import DaemonLoop
+from lakefs_core.service.daemon import DaemonLoop
 
 
 async def test_once_reports_the_outcome() -> None:
@@ -82,7 +82,7 @@ def test_sigterm_in_a_real_process() -> None:
     script = textwrap.dedent(
         """
         import asyncio, sys
-        from lakefs_core.daemon import DaemonLoop
+        from lakefs_core.service.daemon import DaemonLoop
 
         async def step():
             print("pass-start", flush=True)
@@ -120,7 +120,7 @@ def test_freeze_startup_heap_takes_startup_objects_out_of_collections() -> None:
     """After the freeze, a full collection no longer walks what existed at start-up."""
     import gc
 
-    from lakefs_core.daemon import freeze_startup_heap
+    from lakefs_core.service.daemon import freeze_startup_heap
 
     try:
         frozen = freeze_startup_heap()
@@ -140,7 +140,7 @@ def test_freeze_startup_heap_loads_the_facades_lazy_modules_first() -> None:
     probe = (
         "import sys, gc\n"
         "from lakefs_core.repos.graveler import LAZY_MODULES\n"
-        "from lakefs_core.daemon import freeze_startup_heap\n"
+        "from lakefs_core.service.daemon import freeze_startup_heap\n"
         "before = [m for m in LAZY_MODULES if m in sys.modules]\n"
         "freeze_startup_heap(preload=LAZY_MODULES)\n"
         "after = [m for m in LAZY_MODULES if m in sys.modules]\n"

@@ -21,8 +21,8 @@ from lakefs_core.block import (
     S3BlockStore,
 )
 from lakefs_core.errors import BadInputError, CorruptDataError
-from lakefs_gc.deleter import BatchDeleter, BatchResult, FailedKeysLog, read_failed_keys
-from lakefs_gc.limiter import RateLimiter
+from lakefs_core.service.deleter import BatchDeleter, BatchResult, FailedKeysLog, read_failed_keys
+from lakefs_core.service.limiter import RateLimiter
 from tests.block.conftest import BUCKET, create_bucket, s3_settings
 from tests.block.test_contract import listing, put_all
 from tests.support.moto import MotoServer

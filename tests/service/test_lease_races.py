@@ -1,4 +1,4 @@
-"""KV lease renew and release are compare-and-swaps (lakefs_core/lease.py, ``KVLease``).
+"""KV lease renew and release are compare-and-swaps (lakefs_core/service/lease.py, ``KVLease``).
 
 Two daemons hold their own KV connection (memory: one shared store; SQLite: two connections to one
 file). A KV wrapper (``HookedKV``) on daemon 1's connection lets daemon 2 take the expired lease
@@ -13,7 +13,7 @@ from collections.abc import AsyncIterator
 import pytest
 
 from lakefs_core.kv import KVStore, open_kv
-from lakefs_core.lease import KVLease, kv_lease
+from lakefs_core.service.lease import KVLease, kv_lease
 from tests.repos.support import HookedKV
 from tests.support.kv import kv_url_for
 

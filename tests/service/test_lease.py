@@ -1,4 +1,4 @@
-"""One lease contract (lakefs_core.lease), run against every backend.
+"""One lease contract (lakefs_core.service.lease), run against every backend.
 
 SQLLease on SQLite and PostgreSQL (a fresh table per test); KVLease on every KV driver (memory,
 SQLite, PostgreSQL, DynamoDB on moto). Each backend hands out contenders from two independent
@@ -23,8 +23,8 @@ from sqlalchemy.schema import CreateTable, DropTable
 
 from lakefs_core.errors import BadInputError, CorruptDataError
 from lakefs_core.kv import KVStore, open_kv
-from lakefs_core.lease import KVLease, Lease, LeaseState, SQLLease, kv_lease, lease_table
 from lakefs_core.refs import kvkeys
+from lakefs_core.service.lease import KVLease, Lease, LeaseState, SQLLease, kv_lease, lease_table
 from lakefs_core.sqlengine import create_sql_engine, normalize_sql_url
 from tests.support.kv import KV_DRIVERS, kv_url_for
 from tests.support.pg import PgDatabase
@@ -188,7 +188,7 @@ async def test_real_time_exclusivity(backend: Backend) -> None:
 
 
 async def test_lifecycle_logs(backend: Backend, caplog: pytest.LogCaptureFixture) -> None:
-    caplog.set_level(logging.INFO, logger="lakefs_core.lease")
+    caplog.set_level(logging.INFO, logger="lakefs_core.service.lease")
     a, b = backend.make("logs", "a", 10.0), backend.make("logs", "b", 10.0, daemon=1)
     assert await a.try_acquire(100.0)
     assert await a.try_acquire(105.0)  # still held: no second "acquired"
@@ -196,17 +196,17 @@ async def test_lifecycle_logs(backend: Backend, caplog: pytest.LogCaptureFixture
     assert await b.try_acquire(500.0)  # a's lease expired: b takes it over
     assert not await a.renew(501.0)  # a learns it lost it
     assert await b.release()
-    messages = [r.getMessage() for r in caplog.records if r.name == "lakefs_core.lease"]
+    messages = [r.getMessage() for r in caplog.records if r.name == "lakefs_core.service.lease"]
     assert messages[0] == "lease logs acquired by a"
     assert messages[1].startswith("lease logs acquired by b")
     if backend.kind == "kv":  # the KV record names the previous holder: a hand-over
         assert messages[1] == "lease logs acquired by b (handed over from a)"
     assert messages[2:] == ["lease logs lost by a", "lease logs released by b (handed over)"]
-    assert all(r.levelno == logging.INFO for r in caplog.records if r.name == "lakefs_core.lease")
+    assert all(r.levelno == logging.INFO for r in caplog.records if r.name == "lakefs_core.service.lease")
 
 
 async def test_extra_fields_reach_the_log_record(backend: Backend, caplog: pytest.LogCaptureFixture) -> None:
-    caplog.set_level(logging.INFO, logger="lakefs_core.lease")
+    caplog.set_level(logging.INFO, logger="lakefs_core.service.lease")
     if backend.kind == "kv":
         assert backend.kv is not None
         lease: Lease = kv_lease(backend.kv, "gc/repo1", "me", 5.0, extra={"repository": "repo1"})
@@ -215,7 +215,7 @@ async def test_extra_fields_reach_the_log_record(backend: Backend, caplog: pytes
         assert isinstance(lease, SQLLease)
         lease.extra = {"repository": "repo1"}
     assert await lease.try_acquire()
-    (record,) = [r for r in caplog.records if r.name == "lakefs_core.lease"]
+    (record,) = [r for r in caplog.records if r.name == "lakefs_core.service.lease"]
     assert record.__dict__["repository"] == "repo1"
 
 

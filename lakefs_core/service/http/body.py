@@ -11,7 +11,7 @@
   own message, in that order. Request values are never echoed into messages (no ``input`` is kept).
 
 The models are the single description of the input: the same classes produce the OpenAPI document
-(:mod:`lakefs_core.http.openapi`), so the schema and the server cannot disagree.
+(:mod:`lakefs_core.service.http.openapi`), so the schema and the server cannot disagree.
 """
 
 from __future__ import annotations

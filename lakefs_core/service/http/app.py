@@ -1,6 +1,6 @@
 """The one aiohttp application builder every daemon serves its API with.
 
-:func:`build_app` takes a daemon's :class:`~lakefs_core.http.openapi.Route` table and adds what
+:func:`build_app` takes a daemon's :class:`~lakefs_core.service.http.openapi.Route` table and adds what
 every daemon shares:
 
 - **authentication**: HTTP basic auth against the configured access keys, every key compared in
@@ -51,8 +51,8 @@ from prometheus_client import (
 from pydantic import BaseModel, ConfigDict, SecretStr
 
 from lakefs_core.errors import LakeFSError
-from lakefs_core.http.body import UnreadableBodyError
-from lakefs_core.http.openapi import Route, openapi_document
+from lakefs_core.service.http.body import UnreadableBodyError
+from lakefs_core.service.http.openapi import Route, openapi_document
 
 __all__ = [
     "MAX_BODY_BYTES",

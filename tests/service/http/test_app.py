@@ -1,4 +1,4 @@
-"""The shared HTTP platform (:mod:`lakefs_core.http`) on its own, over real sockets.
+"""The shared HTTP platform (:mod:`lakefs_core.service.http`) on its own, over real sockets.
 
 A tiny daemon ("demo") built with :func:`build_app`: one authenticated route raising a chosen
 error class, one with a path parameter, query and body model; real ``DaemonLoop`` liveness; real
@@ -32,9 +32,9 @@ import lakefs_core
 import lakefs_core.errors
 import lakefs_gc
 import lakefs_mirror
-from lakefs_core.daemon import DaemonLoop
 from lakefs_core.errors import LakeFSError, MergeConflictError
-from lakefs_core.http import (
+from lakefs_core.service.daemon import DaemonLoop
+from lakefs_core.service.http import (
     ApiRunner,
     ReadinessProbe,
     Route,
@@ -43,7 +43,7 @@ from lakefs_core.http import (
     json_object,
     parse_model,
 )
-from lakefs_core.http import app as http_app
+from lakefs_core.service.http import app as http_app
 
 KEY, SECRET = "AKIAHTTPTEST", "http-secret-never-shown"
 
@@ -443,7 +443,7 @@ async def test_serving_an_api_favours_the_loop_for_the_gil() -> None:
     import sys
 
     from lakefs_core import offloop
-    from lakefs_core.http import serve_api
+    from lakefs_core.service.http import serve_api
 
     sys.setswitchinterval(0.005)  # CPython's default (tests/conftest.py restores the test's own)
     runner, port = await serve_api(web.Application(), "127.0.0.1", 0)

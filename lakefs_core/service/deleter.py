@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 from lakefs_core.block.base import MAX_DELETE_BATCH, BlockStore, DeleteResult, FailedKey
 from lakefs_core.errors import BadInputError, CorruptDataError, NotFoundError
 from lakefs_core.repos.graveler import TABLES_DIR
-from lakefs_gc.limiter import RateLimiter
+from lakefs_core.service.limiter import RateLimiter
 
 MAX_ATTEMPTS = 5
 MAX_THROTTLED = 50

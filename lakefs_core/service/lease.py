@@ -29,7 +29,7 @@ Expiry is judged with the CALLER's clock (``now``): contenders need clocks withi
 of ``ttl`` of each other, and a holder must stop acting well before its lease can expire (callers
 renew at a fraction of ``ttl`` and re-check before irreversible steps).
 
-Lifecycle logs at INFO on the ``lakefs_core.lease`` logger: acquired (with the previous holder when
+Lifecycle logs at INFO on the ``lakefs_core.service.lease`` logger: acquired (with the previous holder when
 known: a hand-over), lost (an acquire or renew failed while we believed we held it), released
 (handed over). Records carry the ``extra`` mapping given at construction (e.g. ``{"repository": r}``).
 """

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from lakefs_core.errors import BadInputError
-from lakefs_gc.limiter import RateLimiter
+from lakefs_core.service.limiter import RateLimiter
 
 
 class FakeTime:

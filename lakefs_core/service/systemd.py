@@ -9,7 +9,7 @@
 - :meth:`Notifier.watchdog` is a task body that sends ``WATCHDOG=1`` every ``WATCHDOG_USEC/2`` but
   ONLY while ``is_live()`` is true: a hung daemon loop stops feeding the watchdog and systemd
   restarts the service after ``WatchdogSec=``.
-- :func:`run_notified` runs a :class:`~lakefs_core.daemon.DaemonLoop` with that protocol:
+- :func:`run_notified` runs a :class:`~lakefs_core.service.daemon.DaemonLoop` with that protocol:
   ``READY=1`` once the loop runs (the caller has bound its HTTP port before), the watchdog while it
   runs, ``STOPPING=1`` when it ends (normally, by signal, or by an error).
 """
@@ -24,7 +24,7 @@ import socket
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
-from lakefs_core.daemon import DaemonLoop
+from lakefs_core.service.daemon import DaemonLoop
 
 log = logging.getLogger(__name__)
 
