@@ -58,16 +58,16 @@ from lakefs_core.keys import new_object_id, new_slice_id
 from lakefs_core.kv.memory import MemoryKVStore
 from lakefs_core.namespace import StorageNamespace
 from lakefs_core.repos.graveler import Graveler, StoreRegistry
-from lakefs_gc.committed import metarange_range_ids, range_addresses
-from lakefs_gc.layout import RunLayout
-from lakefs_gc.listing import candidates_partition, plan_slices
-from lakefs_gc.mark import MarkOptions, MarkResult, run_mark, store_ref
-from lakefs_gc.parts import list_parts, read_lines
-from lakefs_gc.reports import read_commits_csv
+from lakefs_gc.mark.committed import metarange_range_ids, range_addresses
+from lakefs_gc.mark.listing import candidates_partition, plan_slices
+from lakefs_gc.mark.mark import MarkOptions, MarkResult, run_mark, store_ref
+from lakefs_gc.mark.uncommitted import staged_relative
 from lakefs_gc.rules import GCRules, save_rules
+from lakefs_gc.runs.layout import RunLayout
+from lakefs_gc.runs.parts import list_parts, read_lines
+from lakefs_gc.runs.reports import read_commits_csv
 from lakefs_gc.spark.executor import Executor, LiteExecutor
-from lakefs_gc.sweep import SweepOptions, run_sweep, store_deleter
-from lakefs_gc.uncommitted import staged_relative
+from lakefs_gc.sweep.sweep import SweepOptions, run_sweep, store_deleter
 
 REAL_NOW = datetime.now(UTC)
 MARK_NOW = REAL_NOW + timedelta(days=2)

@@ -51,7 +51,7 @@ from lakefs_core.service.http import (
 )
 from lakefs_gc import api_models as m
 from lakefs_gc.rules import delete_rules, load_rules, parse_rules_json, save_rules
-from lakefs_gc.runs import RunProgress, RunRequest, StoredRun, list_run_ids, read_stored_run
+from lakefs_gc.runs.runs import RunProgress, RunRequest, StoredRun, list_run_ids, read_stored_run
 
 if TYPE_CHECKING:
     from lakefs_gc.service import GCService

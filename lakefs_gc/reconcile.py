@@ -15,7 +15,7 @@
    one then fails instead of staging it), then, for the whole batch, decided AGAIN right before the
    batch delete: only what still says ``delete`` is deleted, the rest is counted ``rescued`` (and
    dropped or postponed as above). Deletions go through the GC's rate-limited batch deleter
-   (:class:`~lakefs_gc.sweep.KeyDeleter`); a deleted address settles its intent, a failed one keeps
+   (:class:`~lakefs_gc.sweep.sweep.KeyDeleter`); a deleted address settles its intent, a failed one keeps
    it (``deleting``, so due at once) and is retried on the next pass.
 4. Prune consumption records older than the oldest remaining intent (less twice the clock-skew
    margin) and batch settle records older than the pending timeout (less the same margin), and
@@ -61,7 +61,7 @@ from lakefs_core.repos.graveler import (
     StorageNamespace,
     forget_deleted_repository,
 )
-from lakefs_gc.sweep import KeyDeleter
+from lakefs_gc.sweep.sweep import KeyDeleter
 
 log = logging.getLogger("lakefs_gc.reconcile")
 

@@ -52,7 +52,7 @@ from lakefs_core.wiring import Core, open_core
 from lakefs_gc.config import GCConfig, config_startup_problems
 from lakefs_gc.metrics import GCMetrics
 from lakefs_gc.pins import PinSource
-from lakefs_gc.runs import (
+from lakefs_gc.runs.runs import (
     CoreRunExecutor,
     RunExecutor,
     RunProgress,
@@ -508,7 +508,7 @@ class GCService:
 
     async def _purge_deleted(self) -> None:
         from lakefs_gc.reconcile import ReconcileOptions, reconcile_deleted_repositories
-        from lakefs_gc.sweep import store_deleter
+        from lakefs_gc.sweep.sweep import store_deleter
 
         hd = self.config.hard_delete
 
@@ -537,7 +537,7 @@ class GCService:
     async def reconcile_once(self, repo_id: str) -> Any:
         """One reconciliation of ``repo_id`` (the caller holds its lease)."""
         from lakefs_gc.reconcile import ReconcileOptions, reconcile_repository
-        from lakefs_gc.sweep import store_deleter
+        from lakefs_gc.sweep.sweep import store_deleter
 
         hd = self.config.hard_delete
         repo = await self.graveler.repository(repo_id)

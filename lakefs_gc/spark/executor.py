@@ -14,7 +14,7 @@ same results for the same inputs (``tests/gc/test_spark_executor.py`` runs the c
   ``ds.write_text_parts(target, relative_dir)`` (one ``part-NNNNN`` per partition, written by the
   executors, see :func:`~lakefs_gc.spark.partition.write_text_part`), and
   ``ds.write_parts(target, relative_dir, writer)`` for any other per-partition writer (the Parquet
-  report, :func:`~lakefs_gc.parquet.write_parquet_part`).
+  report, :func:`~lakefs_gc.mark.parquet.write_parquet_part`).
 
 :class:`LiteExecutor` runs partitions on a small thread pool (never on the caller's thread, so
 partition functions may use :func:`~lakefs_gc.spark.partition.stream_async` even when the caller is
@@ -102,7 +102,7 @@ class Dataset(ABC, Generic[T]):
     @abstractmethod
     def write_parts(self, target: StoreRef, relative_dir: str, writer: PartWriter[T]) -> int:
         """Run ``writer(target, relative_dir, i, items)`` for every partition ``i`` on the executors
-        (e.g. :func:`lakefs_gc.parquet.write_parquet_part`); returns the sum of what they return."""
+        (e.g. :func:`lakefs_gc.mark.parquet.write_parquet_part`); returns the sum of what they return."""
 
 
 @runtime_checkable

@@ -34,7 +34,7 @@ from lakefs_core.repos.importing import (
     plan_chunks,
     prepare_import,
 )
-from lakefs_gc.mark import store_ref
+from lakefs_gc.mark.mark import store_ref
 from lakefs_gc.spark.executor import Executor
 from lakefs_gc.spark.partition import StoreRef, run_async
 

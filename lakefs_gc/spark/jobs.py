@@ -19,8 +19,8 @@ from lakefs_gc.spark.executor import Executor
 JobFn = Callable[[Executor, Mapping[str, Any]], dict[str, Any]]
 
 BUILTIN_JOBS: dict[str, str] = {
-    "count-objects": "lakefs_gc.spark.count_objects:run",
-    "gc-mark": "lakefs_gc.mark:mark_job",
+    "count-objects": "lakefs_gc.mark.count_objects:run",
+    "gc-mark": "lakefs_gc.mark.mark:mark_job",
     "core-import": "lakefs_gc.spark.import_job:import_job",
 }
 _registered: dict[str, JobFn] = {}

@@ -14,8 +14,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from lakefs_core.errors import BadInputError
-from lakefs_gc.mark import run_mark
-from lakefs_gc.parquet import ROW_GROUP, parquet_part_name, write_parquet_part
+from lakefs_gc.mark.mark import run_mark
+from lakefs_gc.mark.parquet import ROW_GROUP, parquet_part_name, write_parquet_part
 from lakefs_gc.spark.executor import Executor, LiteExecutor, SparkExecutor
 from tests.gc.conftest import MakeNamespace
 from tests.gc.test_mark import Env, deleted_set, expected, options

@@ -29,7 +29,7 @@ from lakefs_gc.reconcile import (
     reconcile_deleted_repositories,
     reconcile_repository,
 )
-from lakefs_gc.sweep import KeyDeleter, store_deleter
+from lakefs_gc.sweep.sweep import KeyDeleter, store_deleter
 from tests.repos.support import Clock, HookedKV, fast_settings, unique
 
 GRACE = DEFAULT_GRACE_SECONDS

@@ -36,7 +36,7 @@ from lakefs_core.repos.stores import StoreRegistry
 from lakefs_gc.reconcile import (
     reconcile_deleted_repositories,
 )
-from lakefs_gc.sweep import KeyDeleter, store_deleter
+from lakefs_gc.sweep.sweep import KeyDeleter, store_deleter
 from tests.gc import test_reconcile
 from tests.gc.test_reconcile import World as ReconcileWorld
 from tests.gc.test_reconcile import make_world

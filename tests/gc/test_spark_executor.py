@@ -16,8 +16,8 @@ import pytest
 
 from lakefs_core.block import S3BlockStore
 from lakefs_core.errors import BadInputError
+from lakefs_gc.mark.slices import Listed, list_slices, list_slices_partition
 from lakefs_gc.spark.executor import Executor, LiteExecutor, SparkExecutor
-from lakefs_gc.spark.listing import Listed, list_slices, list_slices_partition
 from lakefs_gc.spark.partition import StoreRef, part_name, stream_async
 from tests.gc.conftest import MakeNamespace
 from tests.support.moto import MotoServer

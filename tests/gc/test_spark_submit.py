@@ -199,9 +199,9 @@ async def test_without_pyspark(make_namespace: MakeNamespace, tmp_path: Path) ->
     # lakefs-gc (its group imports a command's module only when it runs: import them all) and the
     # whole spark package import without PySpark.
     imports = _blocked(
-        "import lakefs_gc.cli, lakefs_gc.cli_jobs, lakefs_gc.cli_daemon, lakefs_gc.cli_purge; "
+        "import lakefs_gc.cli, lakefs_gc.cli.jobs, lakefs_gc.cli.daemon, lakefs_gc.cli.purge; "
         "import lakefs_gc.spark, lakefs_gc.spark.child, lakefs_gc.spark.job; "
-        "import lakefs_gc.spark.count_objects, lakefs_gc.spark.session; print('ok')"
+        "import lakefs_gc.mark.count_objects, lakefs_gc.spark.session; print('ok')"
     )
     assert imports.returncode == 0, imports.stderr
     assert imports.stdout.strip() == "ok"

@@ -5,7 +5,7 @@
 1. Refuse what must not be swept: a read-only repository; a mark without ``summary.json`` (running,
    crashed: abandoned) or with ``success=false``; a ``dry-run`` mark; a manifest of another
    repository. A mark already swept (``sweep.json`` present) answers its report and deletes nothing.
-2. Re-verify (:class:`~lakefs_gc.reverify.Reverifier`) before the first delete, then again every
+2. Re-verify (:class:`~lakefs_gc.sweep.reverify.Reverifier`) before the first delete, then again every
    ``reverify_every_seconds`` (default 10 min) or ``reverify_every_batches`` batches.
 3. Stream ``deleted.text/part-*`` in batches of at most 1,000 addresses, resuming after the
    checkpoint; drop the live-again addresses (counted as ``rescued``), check each address is a data
@@ -46,13 +46,13 @@ from lakefs_core.repos.graveler import DATA_DIR, TABLES_DIR, Graveler, StorageNa
 from lakefs_core.service.deleter import BatchDeleter, BatchResult, FailedKeysLog
 from lakefs_core.service.limiter import RateLimiter
 from lakefs_gc.faults import fault_point
-from lakefs_gc.layout import RunLayout
-from lakefs_gc.parts import file_name, list_parts, read_lines
 from lakefs_gc.pins import PinSource
-from lakefs_gc.reports import RunManifest, read_manifest, read_summary
-from lakefs_gc.reverify import Reverifier
+from lakefs_gc.runs.layout import RunLayout
+from lakefs_gc.runs.parts import file_name, list_parts, read_lines
+from lakefs_gc.runs.reports import RunManifest, read_manifest, read_summary
+from lakefs_gc.sweep.reverify import Reverifier
 
-log = logging.getLogger("lakefs_gc.sweep")
+log = logging.getLogger("lakefs_gc.sweep.sweep")
 
 MAX_BATCH = 1000
 MAX_STATE_BYTES = 64 << 10

@@ -22,7 +22,7 @@ from collections.abc import AsyncIterator, Iterator
 
 from lakefs_core.errors import BadInputError, CorruptDataError
 from lakefs_core.repos.graveler import Graveler, StorageNamespace
-from lakefs_gc.parts import read_lines, write_parts
+from lakefs_gc.runs.parts import read_lines, write_parts
 from lakefs_gc.spark.partition import StoreRef, stream_async
 
 

@@ -36,21 +36,21 @@ from typing import Any, Literal
 from lakefs_core.block.base import BlockStore
 from lakefs_core.errors import BadInputError, LakeFSError, ReadOnlyError
 from lakefs_core.repos.graveler import Graveler, StorageNamespace, new_run_id
-from lakefs_gc.active import TagsPolicy, compute_active
-from lakefs_gc.committed import addresses_partition, range_ids_partition
 from lakefs_gc.faults import fault_point
-from lakefs_gc.layout import RunLayout
-from lakefs_gc.listing import candidates_partition, plan_slices
-from lakefs_gc.parquet import write_parquet_part, write_success_marker
-from lakefs_gc.parts import list_parts, ns_relative, write_parts
+from lakefs_gc.mark.active import TagsPolicy, compute_active
+from lakefs_gc.mark.committed import addresses_partition, range_ids_partition
+from lakefs_gc.mark.listing import candidates_partition, plan_slices
+from lakefs_gc.mark.parquet import write_parquet_part, write_success_marker
+from lakefs_gc.mark.uncommitted import parts_partition, write_uncommitted
 from lakefs_gc.pins import PinSource
-from lakefs_gc.reports import RunManifest, Summary, write_commits_csv, write_manifest, write_summary
 from lakefs_gc.rules import load_rules
+from lakefs_gc.runs.layout import RunLayout
+from lakefs_gc.runs.parts import list_parts, ns_relative, write_parts
+from lakefs_gc.runs.reports import RunManifest, Summary, write_commits_csv, write_manifest, write_summary
 from lakefs_gc.spark.executor import Dataset, Executor
 from lakefs_gc.spark.partition import StoreRef
-from lakefs_gc.uncommitted import parts_partition, write_uncommitted
 
-log = logging.getLogger("lakefs_gc.mark")
+log = logging.getLogger("lakefs_gc.mark.mark")
 
 DEFAULT_MIN_AGE = timedelta(hours=24)
 MarkMode = Literal["full", "mark", "dry-run"]
@@ -297,7 +297,7 @@ _JOB_KEYS = {"config", "repository", "now", "min_age_seconds", "tags", "mode", "
 
 
 def _job_options(args: Mapping[str, Any]) -> MarkOptions:
-    from lakefs_gc.reports import parse_instant
+    from lakefs_gc.runs.reports import parse_instant
 
     unknown = sorted(set(args) - _JOB_KEYS)
     if unknown:

@@ -10,8 +10,8 @@ Contract:
 - :class:`RunExecutor` is the seam the daemon calls: ``await executor(graveler, request, progress)
   -> RunResult``. It raises a :class:`~lakefs_core.errors.LakeFSError` when the run fails, and sets
   ``progress.phase`` (``mark``/``sweep``) as it goes, so a failure is counted against its phase.
-  :class:`CoreRunExecutor` is the real one (:func:`lakefs_gc.mark.run_mark` on the configured Spark
-  executor, in-process or as a child process, then :func:`lakefs_gc.sweep.run_sweep`).
+  :class:`CoreRunExecutor` is the real one (:func:`lakefs_gc.mark.mark.run_mark` on the configured Spark
+  executor, in-process or as a child process, then :func:`lakefs_gc.sweep.sweep.run_sweep`).
 - :class:`RunRegistry` answers the runs of a repository. What a run did is read from the namespace
   (``unified/<run>/run.json``, ``summary.json``, ``sweep.json``: every file hostile, bounded, parsed
   strictly), merged with this daemon's in-memory state of the runs it was asked for through the API
@@ -39,9 +39,9 @@ from pydantic import BaseModel, ConfigDict, StrictBool, StrictInt, StrictStr, Va
 from lakefs_core.block.base import BlockStore, CommonPrefix
 from lakefs_core.errors import BadInputError, ConflictError, CorruptDataError, NotFoundError
 from lakefs_core.repos.graveler import Graveler, StorageNamespace, check_run_id
-from lakefs_gc.layout import RunLayout
 from lakefs_gc.pins import PinSource
-from lakefs_gc.reports import RunManifest, Summary, iso_instant, read_manifest, read_summary
+from lakefs_gc.runs.layout import RunLayout
+from lakefs_gc.runs.reports import RunManifest, Summary, iso_instant, read_manifest, read_summary
 
 log = logging.getLogger(__name__)
 
@@ -329,7 +329,7 @@ def _reveal(value: Any) -> Any:
 
 @dataclass
 class CoreRunExecutor:
-    """Mark with :func:`lakefs_gc.mark.run_mark`, sweep with :func:`lakefs_gc.sweep.run_sweep`.
+    """Mark with :func:`lakefs_gc.mark.mark.run_mark`, sweep with :func:`lakefs_gc.sweep.sweep.run_sweep`.
 
     ``spark_lite`` runs the mark in-process without a JVM; otherwise PySpark on ``spark_master``,
     in this process, or with ``submit`` as a child process in its own process group
@@ -370,7 +370,7 @@ class CoreRunExecutor:
         result.marked = summary.num_deleted_objects
 
     async def _mark_here(self, graveler: Graveler, request: RunRequest) -> tuple[Summary, int]:
-        from lakefs_gc.mark import MarkOptions, run_mark
+        from lakefs_gc.mark.mark import MarkOptions, run_mark
         from lakefs_gc.spark.executor import Executor, LiteExecutor
 
         executor: Executor
@@ -445,7 +445,7 @@ class CoreRunExecutor:
         return summary
 
     async def _sweep(self, graveler: Graveler, request: RunRequest, result: RunResult) -> None:
-        from lakefs_gc.sweep import SweepOptions, run_sweep, store_deleter
+        from lakefs_gc.sweep.sweep import SweepOptions, run_sweep, store_deleter
 
         repo = await graveler.repository(request.repository)
         store = await graveler.namespace_store(StorageNamespace(repo.storage_namespace))

@@ -14,7 +14,7 @@ Contract:
   run reports) is never listed, hence never deleted.
 
 Objects are listed by the core's block stores inside the partition (S3: one client per slice via
-:func:`lakefs_gc.spark.listing.list_slice`; a local namespace by ``os.scandir`` on its path).
+:func:`lakefs_gc.mark.slices.list_slice`; a local namespace by ``os.scandir`` on its path).
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from datetime import datetime
 from lakefs_core.block import CommonPrefix, ObjectInfo
 from lakefs_core.errors import BadInputError
 from lakefs_core.repos.graveler import DUMMY_NAME, slice_hour
-from lakefs_gc.spark.listing import list_slice, list_slices
+from lakefs_gc.mark.slices import list_slice, list_slices
 from lakefs_gc.spark.partition import StoreRef, stream_async
 
 ROOT = ""  # the item that stands for the namespace root (legacy layout)

@@ -19,8 +19,8 @@ from functools import partial
 from typing import Any
 
 from lakefs_core.errors import BadInputError
+from lakefs_gc.mark.slices import list_slice, list_slices
 from lakefs_gc.spark.executor import Executor
-from lakefs_gc.spark.listing import list_slice, list_slices
 from lakefs_gc.spark.partition import StoreRef
 
 NAME = "count-objects"

@@ -34,14 +34,14 @@ from pathlib import Path
 from types import TracebackType
 
 from lakefs_core.repos.graveler import Graveler
-from lakefs_gc.active import compute_active
-from lakefs_gc.committed import metarange_range_ids, range_addresses
-from lakefs_gc.layout import RunLayout
-from lakefs_gc.parts import list_parts, read_lines
+from lakefs_gc.mark.active import compute_active
+from lakefs_gc.mark.committed import metarange_range_ids, range_addresses
+from lakefs_gc.mark.uncommitted import staged_relative
 from lakefs_gc.pins import PinSource
-from lakefs_gc.reports import RunManifest, read_commits_csv
 from lakefs_gc.rules import load_rules, widest_rules
-from lakefs_gc.uncommitted import staged_relative
+from lakefs_gc.runs.layout import RunLayout
+from lakefs_gc.runs.parts import list_parts, read_lines
+from lakefs_gc.runs.reports import RunManifest, read_commits_csv
 
 BATCH = 5000
 

@@ -33,8 +33,8 @@ from lakefs_core.errors import BadInputError, NotFoundError
 from lakefs_core.service.daemon import DaemonLoop, freeze_startup_heap
 from lakefs_core.service.logfmt import LOG_FORMATS, configure_logging
 from lakefs_core.service.systemd import Notifier, run_notified
-from lakefs_gc.cli_jobs import _config as core_config_option
-from lakefs_gc.cli_jobs import _print, _run
+from lakefs_gc.cli.jobs import _config as core_config_option
+from lakefs_gc.cli.jobs import _print, _run
 from lakefs_gc.config import GCConfig, inspect_gc_config, load_gc_config
 
 MAX_RULES_FILE = 1 << 20

@@ -11,12 +11,12 @@ from lakefs_core.cli import project_group, run
 # the daemon's pulls the HTTP app, the GC configuration and SQLAlchemy, which mark/sweep/purge and
 # --version do not all need.
 _COMMANDS = {
-    "mark": "lakefs_gc.cli_jobs:mark_cmd",
-    "sweep": "lakefs_gc.cli_jobs:sweep_cmd",
-    "run": "lakefs_gc.cli_daemon:run_cmd",
-    "check-config": "lakefs_gc.cli_daemon:check_config_cmd",
-    "rules": "lakefs_gc.cli_daemon:rules_group",
-    "purge": "lakefs_gc.cli_purge:purge_cmd",
+    "mark": "lakefs_gc.cli.jobs:mark_cmd",
+    "sweep": "lakefs_gc.cli.jobs:sweep_cmd",
+    "run": "lakefs_gc.cli.daemon:run_cmd",
+    "check-config": "lakefs_gc.cli.daemon:check_config_cmd",
+    "rules": "lakefs_gc.cli.daemon:rules_group",
+    "purge": "lakefs_gc.cli.purge:purge_cmd",
 }
 
 

@@ -153,8 +153,8 @@ def mark_cmd(
     config_path: Path | None,
 ) -> None:
     """Mark the garbage of REPOSITORY (lakefs://repo); with --sweep, delete it too."""
-    from lakefs_gc.mark import MarkOptions, run_mark
-    from lakefs_gc.reports import parse_instant
+    from lakefs_gc.mark.mark import MarkOptions, run_mark
+    from lakefs_gc.runs.reports import parse_instant
 
     if dry_run and then_sweep:
         raise BadInputError("--dry-run marks are never swept", field="sweep")
@@ -191,7 +191,7 @@ def mark_cmd(
 
 async def _sweep(core: Any, repo: str, mark_id: str, *, dry_run: bool, pins: PinSource | None) -> Any:
     from lakefs_core.repos.graveler import StorageNamespace
-    from lakefs_gc.sweep import SweepOptions, run_sweep, store_deleter
+    from lakefs_gc.sweep.sweep import SweepOptions, run_sweep, store_deleter
 
     ns = StorageNamespace((await core.graveler.repository(repo)).storage_namespace)
     store = await core.graveler.namespace_store(ns)

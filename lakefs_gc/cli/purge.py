@@ -17,7 +17,7 @@ from typing import Any
 import click
 
 from lakefs_core.cli.uri import PATH_URI, LakeFSURI
-from lakefs_gc.cli_jobs import _config, _print, _run
+from lakefs_gc.cli.jobs import _config, _print, _run
 
 
 def _actor() -> str:

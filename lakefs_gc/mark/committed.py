@@ -30,7 +30,7 @@ from lakefs_core.committed.addresses import iter_range_addresses, metarange_rang
 from lakefs_core.committed.tables import read_table
 from lakefs_core.errors import BadInputError, CorruptDataError, NotFoundError
 from lakefs_core.repos.graveler import AddressType, StorageNamespace
-from lakefs_gc.parts import file_name, read_lines
+from lakefs_gc.runs.parts import file_name, read_lines
 from lakefs_gc.spark.partition import StoreRef, stream_async
 
 # A RELATIVE data address in normal form (what uploads write, ours and lakeFS's): relative_of would
