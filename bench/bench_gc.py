@@ -53,6 +53,7 @@ from bench.bench_gc_seams import raw_scan
 from bench.common import machine, moto_s3_settings, report
 from lakefs_core.block import S3BlockStore
 from lakefs_core.block.base import ObjectInfo
+from lakefs_core.compute.executor import Executor, LiteExecutor
 from lakefs_core.format.records import ValueRecord, make_entry
 from lakefs_core.keys import new_object_id, new_slice_id
 from lakefs_core.kv.memory import MemoryKVStore
@@ -66,7 +67,6 @@ from lakefs_gc.rules import GCRules, save_rules
 from lakefs_gc.runs.layout import RunLayout
 from lakefs_gc.runs.parts import list_parts, read_lines
 from lakefs_gc.runs.reports import read_commits_csv
-from lakefs_gc.spark.executor import Executor, LiteExecutor
 from lakefs_gc.sweep.sweep import SweepOptions, run_sweep, store_deleter
 
 REAL_NOW = datetime.now(UTC)
@@ -227,8 +227,8 @@ async def bench_mark(g: Graveler, ns: StorageNamespace, args: argparse.Namespace
         lite_run, lite_s = await timed_mark(g, lite, 4)
     spark_run, spark_s, jvm_s = None, 0.0, 0.0
     try:
-        from lakefs_gc.spark.executor import SparkExecutor
-        from lakefs_gc.spark.session import spark_session
+        from lakefs_core.compute.executor import SparkExecutor
+        from lakefs_core.compute.session import spark_session
 
         t0 = time.perf_counter()
         session = spark_session("local[2]", app_name="bench-gc", conf={"spark.ui.enabled": "false"})

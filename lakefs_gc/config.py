@@ -61,6 +61,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Field, SecretStr, field_validator
 
+from lakefs_core.compute.session import MASTER_PATTERN
 from lakefs_core.config import ConfigReport, Problem, StrictModel, inspect_config, load_config
 from lakefs_core.service.daemon import DEFAULT_PASS_TIMEOUT
 from lakefs_core.settings import (
@@ -71,7 +72,6 @@ from lakefs_core.settings import (
     path_problems,
 )
 from lakefs_core.sqlengine import normalize_sql_url
-from lakefs_gc.spark.session import MASTER_PATTERN
 
 __all__ = [
     "ENV_PREFIX",

@@ -743,7 +743,7 @@ class Graveler:
         message: str | None = None,
     ) -> importing.ImportResult:
         """Entries for every object under ``source_uri`` (full addresses, nothing copied) under ``path``,
-        in one commit on the branch (in this process; PySpark: ``lakefs_gc.spark.import_job``)."""
+        in one commit on the branch (in this process; PySpark: ``lakefs_core.compute.import_job``)."""
         from lakefs_core.repos import importing
 
         return await importing.import_objects(

@@ -11,7 +11,7 @@ entries never pass through staging:
 2. **Ranges** (:func:`build_chunk_ranges`): each chunk is listed (recursively) and its entries are
    written as sorted ranges into the destination namespace's tables by the core's range writer and
    split policy. Chunks are independent: in-process they run one after another, on PySpark each is a
-   task on an executor (``lakefs_gc/spark/import_job.py``); only range descriptors come back.
+   task on an executor (``lakefs_core/compute/import_job.py``); only range descriptors come back.
 3. **Splice and commit** (:func:`commit_import`): a new metarange is the branch head's, with
    everything under ``path/`` replaced by the imported ranges (lakeFS's import semantics: the
    imported prefix is replaced, the rest kept); unchanged base ranges are reused whole. One commit on

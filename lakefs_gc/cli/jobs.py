@@ -172,7 +172,7 @@ def mark_cmd(
     repo = repository.repo
 
     async def go(core: Any) -> dict[str, Any]:
-        from lakefs_gc.spark.executor import LiteExecutor, SparkExecutor
+        from lakefs_core.compute.executor import LiteExecutor, SparkExecutor
 
         executor = LiteExecutor() if lite else SparkExecutor(master=master)
         async with holding_lease(core.kv, repo), _pins(mirrors_db, source_region) as pins:

@@ -28,10 +28,10 @@ from collections.abc import AsyncIterator, Iterator
 from lakefs_core.block.base import BlockStore
 from lakefs_core.committed.addresses import iter_range_addresses, metarange_ranges
 from lakefs_core.committed.tables import read_table
+from lakefs_core.compute.partition import StoreRef, stream_async
 from lakefs_core.errors import BadInputError, CorruptDataError, NotFoundError
 from lakefs_core.repos.graveler import AddressType, StorageNamespace
 from lakefs_gc.runs.parts import file_name, read_lines
-from lakefs_gc.spark.partition import StoreRef, stream_async
 
 # A RELATIVE data address in normal form (what uploads write, ours and lakeFS's): relative_of would
 # return it unchanged. Anything else takes the full classification.

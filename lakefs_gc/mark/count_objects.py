@@ -4,7 +4,7 @@ It exercises the whole path a GC mark takes (driver lists slices, executors list
 core's block stores or ``os.scandir``, results come back small) and serves as the smoke test of a
 cluster deployment.
 
-Arguments (JSON object): ``store`` (a :class:`~lakefs_gc.spark.partition.StoreRef`: ``namespace`` plus
+Arguments (JSON object): ``store`` (a :class:`~lakefs_core.compute.partition.StoreRef`: ``namespace`` plus
 optional ``region``, ``endpoint_url``, ``addressing_style``; never credentials) and optional
 ``partitions`` (default: the executor's parallelism). Result::
 
@@ -18,10 +18,10 @@ from collections.abc import Iterator, Mapping
 from functools import partial
 from typing import Any
 
+from lakefs_core.compute.executor import Executor
+from lakefs_core.compute.partition import StoreRef
 from lakefs_core.errors import BadInputError
 from lakefs_gc.mark.slices import list_slice, list_slices
-from lakefs_gc.spark.executor import Executor
-from lakefs_gc.spark.partition import StoreRef
 
 NAME = "count-objects"
 

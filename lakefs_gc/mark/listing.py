@@ -24,10 +24,10 @@ from collections.abc import AsyncIterator, Iterator
 from datetime import datetime
 
 from lakefs_core.block import CommonPrefix, ObjectInfo
+from lakefs_core.compute.partition import StoreRef, stream_async
 from lakefs_core.errors import BadInputError
 from lakefs_core.repos.graveler import DUMMY_NAME, slice_hour
 from lakefs_gc.mark.slices import list_slice, list_slices
-from lakefs_gc.spark.partition import StoreRef, stream_async
 
 ROOT = ""  # the item that stands for the namespace root (legacy layout)
 PAGE = 1000

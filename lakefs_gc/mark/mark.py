@@ -1,7 +1,7 @@
 """The GC mark: which objects of a repository's namespace are garbage (gc.md §3a).
 
 :func:`run_mark` runs the six steps; the driver side is async (KV, refs, reports), the executor side
-is the same partition functions on any :class:`~lakefs_gc.spark.Executor` (in-process lite, or
+is the same partition functions on any :class:`~lakefs_core.compute.Executor` (in-process lite, or
 PySpark locally or on a cluster), run from a worker thread:
 
 1. Claim: refuse a read-only (mirror) repository; snapshot the rules (lakeFS's protobuf) and the pins
@@ -34,6 +34,8 @@ from pathlib import Path
 from typing import Any, Literal
 
 from lakefs_core.block.base import BlockStore
+from lakefs_core.compute.executor import Dataset, Executor
+from lakefs_core.compute.partition import StoreRef
 from lakefs_core.errors import BadInputError, LakeFSError, ReadOnlyError
 from lakefs_core.repos.graveler import Graveler, StorageNamespace, new_run_id
 from lakefs_gc.faults import fault_point
@@ -47,8 +49,6 @@ from lakefs_gc.rules import load_rules
 from lakefs_gc.runs.layout import RunLayout
 from lakefs_gc.runs.parts import list_parts, ns_relative, write_parts
 from lakefs_gc.runs.reports import RunManifest, Summary, write_commits_csv, write_manifest, write_summary
-from lakefs_gc.spark.executor import Dataset, Executor
-from lakefs_gc.spark.partition import StoreRef
 
 log = logging.getLogger("lakefs_gc.mark.mark")
 

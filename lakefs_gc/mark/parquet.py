@@ -9,8 +9,8 @@ ignore files whose names start with ``_`` or ``.``, so ``_SUCCESS`` never shows 
 Contract:
 
 - :func:`write_parquet_part` is an executor-side partition writer (the same shape as
-  :func:`~lakefs_gc.spark.partition.write_text_part`, run by
-  :meth:`~lakefs_gc.spark.executor.Dataset.write_parts` in both executors): partition ``i`` becomes
+  :func:`~lakefs_core.compute.partition.write_text_part`, run by
+  :meth:`~lakefs_core.compute.executor.Dataset.write_parts` in both executors): partition ``i`` becomes
   ``<relative_dir>/part-<i>.snappy.parquet``. The name depends only on the partition index, so a
   retried task overwrites its own part; the store's put is atomic. An empty partition writes a
   valid file with zero rows (so a reader infers the schema even when nothing is deleted).
@@ -32,9 +32,9 @@ import pyarrow as pa  # type: ignore[import-untyped]
 import pyarrow.parquet as pq  # type: ignore[import-untyped]
 
 from lakefs_core.block.base import BlockStore
+from lakefs_core.compute.partition import StoreRef, part_name, run_async
 from lakefs_core.errors import BadInputError
 from lakefs_core.repos.graveler import StorageNamespace
-from lakefs_gc.spark.partition import StoreRef, part_name, run_async
 
 COLUMN = "address"
 SCHEMA: Any = pa.schema([pa.field(COLUMN, pa.string(), nullable=True)])  # Spark's StringType

@@ -24,8 +24,8 @@ from typing import NamedTuple
 
 from lakefs_core.block import CommonPrefix, ObjectInfo, split_store_uri
 from lakefs_core.block.local_files import map_oserror
+from lakefs_core.compute.partition import StoreRef, run_async, stream_async
 from lakefs_core.errors import CorruptDataError
-from lakefs_gc.spark.partition import StoreRef, run_async, stream_async
 
 PAGE = 1000
 TMP_PREFIX = ".lakefs-tmp-"  # LocalBlockStore's in-flight writes: never objects

@@ -20,10 +20,10 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Iterator
 
+from lakefs_core.compute.partition import StoreRef, stream_async
 from lakefs_core.errors import BadInputError, CorruptDataError
 from lakefs_core.repos.graveler import Graveler, StorageNamespace
 from lakefs_gc.runs.parts import read_lines, write_parts
-from lakefs_gc.spark.partition import StoreRef, stream_async
 
 
 async def staged_relative(graveler: Graveler, repo_id: str, ns: StorageNamespace) -> AsyncIterator[str]:

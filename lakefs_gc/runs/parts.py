@@ -2,7 +2,7 @@
 
 Contract:
 
-- Executors write parts through :meth:`~lakefs_gc.spark.executor.Dataset.write_text_parts` (one part
+- Executors write parts through :meth:`~lakefs_core.compute.executor.Dataset.write_text_parts` (one part
   per partition, deterministic names); the driver writes its own streams with :func:`write_parts`
   (bounded memory: at most ``part_bytes`` buffered, then one create-only ``put`` per part).
 - :func:`list_parts` lists a directory's parts in name order; anything else there is ignored.

@@ -333,7 +333,7 @@ class CoreRunExecutor:
 
     ``spark_lite`` runs the mark in-process without a JVM; otherwise PySpark on ``spark_master``,
     in this process, or with ``submit`` as a child process in its own process group
-    (:func:`lakefs_gc.spark.child.run_spark_job`), which reads the core's settings from a private
+    (:func:`lakefs_core.compute.child.run_spark_job`), which reads the core's settings from a private
     (0600) file written for it under ``workdir`` (its secrets never travel as job arguments).
     ``pins`` (mirror heads) are read by the daemon and passed to the child as commit ids.
     """
@@ -370,15 +370,15 @@ class CoreRunExecutor:
         result.marked = summary.num_deleted_objects
 
     async def _mark_here(self, graveler: Graveler, request: RunRequest) -> tuple[Summary, int]:
+        from lakefs_core.compute.executor import Executor, LiteExecutor
         from lakefs_gc.mark.mark import MarkOptions, run_mark
-        from lakefs_gc.spark.executor import Executor, LiteExecutor
 
         executor: Executor
         if self.spark_lite:
             executor = LiteExecutor(spill_dir=self.workdir)
         else:
-            from lakefs_gc.spark.executor import SparkExecutor
-            from lakefs_gc.spark.session import spark_session
+            from lakefs_core.compute.executor import SparkExecutor
+            from lakefs_core.compute.session import spark_session
 
             session = await asyncio.to_thread(spark_session, self.spark_master, conf=dict(self.spark_conf))
             executor = SparkExecutor(session)
@@ -402,8 +402,8 @@ class CoreRunExecutor:
         import os
         import tempfile
 
+        from lakefs_core.compute.child import run_spark_job
         from lakefs_core.fileperm import make_private_dir
-        from lakefs_gc.spark.child import run_spark_job
 
         pins = sorted(await self.pins.pinned_commits(request.repository)) if self.pins is not None else []
         args: dict[str, Any] = {

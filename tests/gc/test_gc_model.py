@@ -40,6 +40,7 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, pr
 
 from lakefs_core.block.base import BlockStore
 from lakefs_core.block.local import LocalBlockStore
+from lakefs_core.compute.executor import LiteExecutor
 from lakefs_core.errors import (
     BadInputError,
     ConflictError,
@@ -55,7 +56,6 @@ from lakefs_gc.mark.mark import MarkOptions, run_mark
 from lakefs_gc.rules import GCRules, save_rules, widest_rules
 from lakefs_gc.runs.layout import RunLayout
 from lakefs_gc.runs.parts import list_parts, read_lines
-from lakefs_gc.spark.executor import LiteExecutor
 from lakefs_gc.sweep.reverify import Reverifier
 from lakefs_gc.sweep.sweep import SweepOptions, SweepReport, load_mark, run_sweep, store_deleter
 from tests.gc.mark_support import set_mtime, stored_objects

@@ -9,6 +9,7 @@ import pytest
 
 from lakefs_core.block.base import BlockStore, ObjectInfo
 from lakefs_core.committed.addresses import metarange_ranges
+from lakefs_core.compute.executor import Executor, LiteExecutor
 from lakefs_core.errors import ConflictError, CorruptDataError, ReadOnlyError
 from lakefs_core.repos.graveler import Graveler
 from lakefs_gc.mark.mark import MarkOptions, MarkResult, run_mark
@@ -16,7 +17,6 @@ from lakefs_gc.pins import StaticPins
 from lakefs_gc.runs.layout import RunLayout
 from lakefs_gc.runs.parts import list_parts, read_lines
 from lakefs_gc.runs.reports import Summary, read_commits_csv, read_manifest, read_summary
-from lakefs_gc.spark.executor import Executor, LiteExecutor
 from tests.gc.mark_support import (
     MARK_NOW,
     MIN_AGE,

@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
+from lakefs_core.compute.executor import LiteExecutor
 from lakefs_core.errors import LakeFSError
 from lakefs_gc.mark.mark import run_mark
 from lakefs_gc.pins import CombinedPins, MirrorPins, StaticPins, open_mirror_pins
-from lakefs_gc.spark.executor import LiteExecutor
 from lakefs_gc.sweep.sweep import SweepOptions, run_sweep, store_deleter
 from lakefs_mirror.db import MirrorsDB, MirrorStatus
 from tests.gc.mark_support import stored_objects

@@ -18,7 +18,7 @@ from tests.gc.test_mark import Env, deleted_set, options
 
 
 async def mark(env: Env, **kw: object) -> str:
-    from lakefs_gc.spark.executor import LiteExecutor
+    from lakefs_core.compute.executor import LiteExecutor
 
     with LiteExecutor(workers=2) as executor:
         result = await run_mark(env.g, env.built.repo, executor, options=options(**kw))

@@ -14,6 +14,7 @@ import pytest
 
 from lakefs_core.block import copy_object
 from lakefs_core.block.base import ObjectInfo
+from lakefs_core.compute.executor import LiteExecutor
 from lakefs_core.errors import CorruptDataError, NotFoundError
 from lakefs_core.format.records import decode_entry
 from lakefs_core.kv.memory import MemoryKVStore
@@ -24,7 +25,6 @@ from lakefs_gc.mark.mark import MarkMode, MarkOptions, run_mark
 from lakefs_gc.pins import MirrorPins
 from lakefs_gc.runs.layout import RunLayout
 from lakefs_gc.runs.parts import list_parts, read_lines
-from lakefs_gc.spark.executor import LiteExecutor
 from lakefs_gc.sweep.sweep import SweepReport, run_sweep, store_deleter
 from lakefs_mirror.db import MirrorsDB
 from lakefs_mirror.engine import MirrorEngine

@@ -1,6 +1,6 @@
 """spark-submit entry script: ``spark-submit [options] <this file> JOB --args FILE --result FILE``.
 
-spark-submit needs a ``.py`` path; this file only hands over to :func:`lakefs_gc.spark.job.main`
+spark-submit needs a ``.py`` path; this file only hands over to :func:`lakefs_core.compute.job.main`
 (``lakefs_gc`` must be importable by the driver's Python: the venv, or ``./env`` from ``--archives``).
 """
 
@@ -10,7 +10,7 @@ import sys
 if sys.path and sys.path[0] and __file__.startswith(sys.path[0]):
     del sys.path[0]
 
-from lakefs_gc.spark.job import main
+from lakefs_core.compute.job import main
 
 if __name__ == "__main__":
     sys.exit(main())

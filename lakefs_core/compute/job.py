@@ -1,7 +1,7 @@
-"""Run one named GC job: ``python -m lakefs_gc.spark.job NAME --args FILE --result FILE``.
+"""Run one named GC job: ``python -m lakefs_core.compute.job NAME --args FILE --result FILE``.
 
 The same entry runs under ``spark-submit`` (through the shipped script, see
-:func:`lakefs_gc.spark.entry_script`), where the master and every Spark setting come from the
+:func:`lakefs_core.compute.entry_script`), where the master and every Spark setting come from the
 ``spark-submit`` command line; started with ``python -m`` it creates a local session
 (``--master``, default ``local[*]``). ``--executor lite`` runs the job in-process without PySpark.
 
@@ -9,7 +9,7 @@ The same entry runs under ``spark-submit`` (through the shipped script, see
 - ``--result FILE``: written create-only with the job's JSON result when it succeeds (an existing file
   is refused before anything runs, so a stale result is never mistaken for this run's).
 - On a project error the message is printed on ONE line to stderr, ``FILE.error.json`` records
-  ``{"type", "message", "exit_code"}`` for the daemon (:mod:`lakefs_gc.spark.child`), and the process
+  ``{"type", "message", "exit_code"}`` for the daemon (:mod:`lakefs_core.compute.child`), and the process
   exits with the error class's exit code (:mod:`lakefs_core.errors`); usage errors exit with 64.
   PySpark missing in Spark mode is a :class:`~lakefs_core.errors.StartupError` (exit 16).
 """
@@ -26,13 +26,13 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
+from lakefs_core.compute.executor import Executor, LiteExecutor
 from lakefs_core.errors import BadInputError, LakeFSError, PreconditionFailedError
-from lakefs_gc.spark.executor import Executor, LiteExecutor
 
 PROG = "lakefs-gc-job"
 USAGE_EXIT = 64
 MAX_ARGS_BYTES = 16 << 20
-log = logging.getLogger("lakefs_gc.spark.job")
+log = logging.getLogger("lakefs_core.compute.job")
 
 
 class _Parser(argparse.ArgumentParser):
@@ -94,15 +94,15 @@ def error_file(result: Path) -> Path:
 def _executor(ns: argparse.Namespace) -> Executor:
     if ns.executor == "lite":
         return LiteExecutor(workers=ns.workers)
-    from lakefs_gc.spark.executor import SparkExecutor
-    from lakefs_gc.spark.session import require_pyspark
+    from lakefs_core.compute.executor import SparkExecutor
+    from lakefs_core.compute.session import require_pyspark
 
     require_pyspark()
     return SparkExecutor(master=ns.master)
 
 
 def run_job(ns: argparse.Namespace) -> dict[str, Any]:
-    from lakefs_gc.spark.jobs import get_job
+    from lakefs_core.compute.jobs import get_job
 
     fn = get_job(ns.job)
     args = read_args(ns.args_file)
@@ -114,7 +114,7 @@ def run_job(ns: argparse.Namespace) -> dict[str, Any]:
     finally:
         executor.close()
         if ns.executor == "spark":
-            from lakefs_gc.spark.session import stop_spark_session
+            from lakefs_core.compute.session import stop_spark_session
 
             stop_spark_session()
     write_create_only(ns.result_file, result)

@@ -7,24 +7,24 @@ same results for the same inputs (``tests/gc/test_spark_executor.py`` runs the c
   metarange ids: small things; the driver never holds the addresses themselves);
 - ``ds.flat_map_partitions(fn)``: ``fn(iterator) -> iterable`` per partition. ``fn`` is a plain
   top-level function (``functools.partial`` of one with picklable arguments such as a
-  :class:`~lakefs_gc.spark.partition.StoreRef`), so Spark can ship it to executors by reference;
+  :class:`~lakefs_core.compute.partition.StoreRef`), so Spark can ship it to executors by reference;
 - ``ds.distinct(n)``, ``ds.repartition(n)``, ``executor.anti_join(left, right, n)`` (the left items
   whose string is absent from the right; left duplicates are kept, as Spark's ``subtractByKey``);
 - ``ds.persist()`` (use the returned dataset), ``ds.count()``, ``ds.collect()`` (small results only),
   ``ds.write_text_parts(target, relative_dir)`` (one ``part-NNNNN`` per partition, written by the
-  executors, see :func:`~lakefs_gc.spark.partition.write_text_part`), and
+  executors, see :func:`~lakefs_core.compute.partition.write_text_part`), and
   ``ds.write_parts(target, relative_dir, writer)`` for any other per-partition writer (the Parquet
   report, :func:`~lakefs_gc.mark.parquet.write_parquet_part`).
 
 :class:`LiteExecutor` runs partitions on a small thread pool (never on the caller's thread, so
-partition functions may use :func:`~lakefs_gc.spark.partition.stream_async` even when the caller is
+partition functions may use :func:`~lakefs_core.compute.partition.stream_async` even when the caller is
 async code; such a caller should still call the job through ``asyncio.to_thread``). It streams:
 a shuffle (distinct, repartition, anti-join) and ``persist`` spill pickled batches to files in a
 private directory, so memory holds one bucket's distinct items (or the right side of one anti-join
 bucket) at most, never the whole dataset. ``close()`` removes the spill directory.
 
 :class:`SparkExecutor` maps the same calls onto RDD operations of a
-:func:`~lakefs_gc.spark.session.spark_session` (``persist`` is ``MEMORY_AND_DISK``).
+:func:`~lakefs_core.compute.session.spark_session` (``persist`` is ``MEMORY_AND_DISK``).
 """
 
 from __future__ import annotations
@@ -43,8 +43,8 @@ from pathlib import Path
 from types import TracebackType
 from typing import IO, TYPE_CHECKING, Any, Generic, Protocol, TypeVar, cast, runtime_checkable
 
+from lakefs_core.compute.partition import StoreRef, write_text_part, write_text_part_indexed
 from lakefs_core.errors import BadInputError
-from lakefs_gc.spark.partition import StoreRef, write_text_part, write_text_part_indexed
 
 if TYPE_CHECKING:
     from pyspark import RDD
@@ -425,7 +425,7 @@ class SparkExecutor:
 
     def __init__(self, session: SparkSession | None = None, *, master: str | None = None) -> None:
         if session is None:
-            from lakefs_gc.spark.session import spark_session
+            from lakefs_core.compute.session import spark_session
 
             session = spark_session(master)
         self._session = session

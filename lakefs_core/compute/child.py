@@ -4,7 +4,7 @@
 
 - ``spark-submit --master M ... <entry script> JOB --args F --result R`` (``launcher="spark-submit"``,
   the same command as on a cluster), or
-- ``python -m lakefs_gc.spark.job JOB ... --executor spark|lite`` (``launcher="python"``),
+- ``python -m lakefs_core.compute.job JOB ... --executor spark|lite`` (``launcher="python"``),
 
 with ``start_new_session=True``, streams the child's merged stdout/stderr line by line into the logger,
 and returns the parsed result file. The child's environment carries ``PYSPARK_PYTHON`` (the running
@@ -19,7 +19,7 @@ are gone (zombies awaiting their reaper count as gone).
 
 Failures: a timeout or a child that dies without a report raises
 :class:`~lakefs_core.errors.TransientError` (the outcome is unknown: retry later, delete nothing).
-A child that reports a project error (``RESULT.error.json``, see :mod:`lakefs_gc.spark.job`) raises
+A child that reports a project error (``RESULT.error.json``, see :mod:`lakefs_core.compute.job`) raises
 the same class with the child's message.
 """
 
@@ -42,9 +42,9 @@ from pathlib import Path
 from typing import Any, Literal
 
 from lakefs_core import errors
+from lakefs_core.compute.job import error_file
+from lakefs_core.compute.session import check_master
 from lakefs_core.errors import BadInputError, LakeFSError, StartupError, TransientError
-from lakefs_gc.spark.job import error_file
-from lakefs_gc.spark.session import check_master
 
 RUN_TOKEN_ENV = "LAKEFS_GC_SPARK_RUN"
 MAX_RESULT_BYTES = 64 << 20
@@ -66,7 +66,7 @@ _REBUILT: Mapping[str, type[LakeFSError]] = {
         errors.UnreachableError,
     )
 }
-log = logging.getLogger("lakefs_gc.spark.child")
+log = logging.getLogger("lakefs_core.compute.child")
 
 
 def spark_submit_path() -> str:
@@ -83,7 +83,7 @@ def spark_submit_path() -> str:
         candidate = Path(location) / "bin" / "spark-submit"
         if candidate.is_file():
             return str(candidate)
-    from lakefs_gc.spark.session import MISSING_PYSPARK
+    from lakefs_core.compute.session import MISSING_PYSPARK
 
     raise StartupError(f"spark-submit not found ({MISSING_PYSPARK})", key="spark")
 
@@ -101,12 +101,12 @@ def build_command(
     check_master(master)
     tail = [job, "--args", str(args_file), "--result", str(result_file)]
     if launcher == "python":
-        cmd = [sys.executable, "-m", "lakefs_gc.spark.job", *tail, "--executor", executor]
+        cmd = [sys.executable, "-m", "lakefs_core.compute.job", *tail, "--executor", executor]
         return [*cmd, "--master", master] if executor == "spark" else cmd
     if launcher != "spark-submit" or executor != "spark":
         raise BadInputError("spark-submit runs the spark executor only", field="launcher")
-    from lakefs_gc.spark import entry_script
-    from lakefs_gc.spark.session import LOCAL_DEFAULTS
+    from lakefs_core.compute import entry_script
+    from lakefs_core.compute.session import LOCAL_DEFAULTS
 
     settings = {
         **LOCAL_DEFAULTS,

@@ -17,7 +17,7 @@ without it raises :class:`~lakefs_core.errors.StartupError` (:func:`.session.req
   stores), the text part writer;
 - :mod:`.listing`: the executors' listing of one ``data/<slice>/``;
 - :mod:`.jobs`: the registry of named jobs; :mod:`.count_objects`: the demo job;
-- :mod:`.job`: ``python -m lakefs_gc.spark.job NAME --args F --result F`` (the same entry that
+- :mod:`.job`: ``python -m lakefs_core.compute.job NAME --args F --result F`` (the same entry that
   ``spark-submit`` runs through :func:`entry_script`);
 - :mod:`.child`: :func:`run_spark_job`, the daemon side: a job in its own process group, killed whole
   on timeout or cancellation.
@@ -28,8 +28,8 @@ from __future__ import annotations
 from importlib import resources
 from pathlib import Path
 
-from lakefs_gc.spark.executor import Dataset, Executor, LiteExecutor, SparkExecutor
-from lakefs_gc.spark.partition import StoreRef, stream_async
+from lakefs_core.compute.executor import Dataset, Executor, LiteExecutor, SparkExecutor
+from lakefs_core.compute.partition import StoreRef, stream_async
 
 __all__ = [
     "Dataset",
@@ -45,7 +45,7 @@ ENTRY_SCRIPT = "entry.py"
 
 
 def entry_script() -> Path:
-    """The ``.py`` file to hand to ``spark-submit`` (it runs :func:`lakefs_gc.spark.job.main`).
+    """The ``.py`` file to hand to ``spark-submit`` (it runs :func:`lakefs_core.compute.job.main`).
 
     The package is installed as plain files (a wheel or an editable install, a ``venv-pack`` archive
     on a cluster), so the resource is a real path.

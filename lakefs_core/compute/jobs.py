@@ -1,4 +1,4 @@
-"""The registry of named jobs that ``python -m lakefs_gc.spark.job NAME`` (and ``spark-submit``) runs.
+"""The registry of named jobs that ``python -m lakefs_core.compute.job NAME`` (and ``spark-submit``) runs.
 
 A job is ``fn(executor, args) -> result``: ``args`` is the parsed JSON object of ``--args FILE``
 (hostile: the job checks every field), the result a JSON-able ``dict`` written to ``--result FILE``.
@@ -13,15 +13,15 @@ import re
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from lakefs_core.compute.executor import Executor
 from lakefs_core.errors import BadInputError
-from lakefs_gc.spark.executor import Executor
 
 JobFn = Callable[[Executor, Mapping[str, Any]], dict[str, Any]]
 
 BUILTIN_JOBS: dict[str, str] = {
     "count-objects": "lakefs_gc.mark.count_objects:run",
     "gc-mark": "lakefs_gc.mark.mark:mark_job",
-    "core-import": "lakefs_gc.spark.import_job:import_job",
+    "core-import": "lakefs_core.compute.import_job:import_job",
 }
 _registered: dict[str, JobFn] = {}
 _NAME = re.compile(r"[a-z][a-z0-9-]{0,62}")

@@ -22,6 +22,8 @@ from pathlib import Path
 from typing import Any
 
 from lakefs_core.committed.tables import TableCache, TableStore
+from lakefs_core.compute.executor import Executor
+from lakefs_core.compute.partition import StoreRef, run_async
 from lakefs_core.errors import BadInputError
 from lakefs_core.format.records import RangeInfo
 from lakefs_core.format.splitter import SplitPolicy
@@ -35,8 +37,6 @@ from lakefs_core.repos.importing import (
     prepare_import,
 )
 from lakefs_gc.mark.mark import store_ref
-from lakefs_gc.spark.executor import Executor
-from lakefs_gc.spark.partition import StoreRef, run_async
 
 JOB_NAME = "core-import"
 _JOB_KEYS = frozenset(
