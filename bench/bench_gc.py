@@ -54,6 +54,7 @@ from bench.common import machine, moto_s3_settings, report
 from lakefs_core.block import S3BlockStore
 from lakefs_core.block.base import ObjectInfo
 from lakefs_core.compute.executor import Executor, LiteExecutor
+from lakefs_core.compute.partition import store_ref
 from lakefs_core.format.records import ValueRecord, make_entry
 from lakefs_core.keys import new_object_id, new_slice_id
 from lakefs_core.kv.memory import MemoryKVStore
@@ -61,7 +62,7 @@ from lakefs_core.namespace import StorageNamespace
 from lakefs_core.repos.graveler import Graveler, StoreRegistry
 from lakefs_gc.mark.committed import metarange_range_ids, range_addresses
 from lakefs_gc.mark.listing import candidates_partition, plan_slices
-from lakefs_gc.mark.mark import MarkOptions, MarkResult, run_mark, store_ref
+from lakefs_gc.mark.mark import MarkOptions, MarkResult, run_mark
 from lakefs_gc.mark.uncommitted import staged_relative
 from lakefs_gc.rules import GCRules, save_rules
 from lakefs_gc.runs.layout import RunLayout
@@ -283,7 +284,7 @@ async def bench_mark(g: Graveler, ns: StorageNamespace, args: argparse.Namespace
 
 
 async def bench_listing(g: Graveler, ns: StorageNamespace, root: Path) -> None:
-    ref = store_ref(g, ns)
+    ref = store_ref(g.stores.s3, ns)
     items, _ = await asyncio.to_thread(plan_slices, ref, MARK_NOW - MIN_AGE)
     cutoff = (MARK_NOW - MIN_AGE).timestamp()
 

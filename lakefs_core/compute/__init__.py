@@ -1,4 +1,4 @@
-"""Spark plumbing shared by the GC jobs (mark now, bulk import later).
+"""The compute layer: Spark plumbing for the jobs of the core and of the daemons (import, GC's mark).
 
 The jobs are plain functions over partitions, written against the small :class:`Executor` seam
 (:mod:`.executor`):
@@ -15,8 +15,9 @@ without it raises :class:`~lakefs_core.errors.StartupError` (:func:`.session.req
 - :mod:`.partition`: what runs in a partition: :class:`StoreRef` (a namespace plus its S3 endpoint,
   never credentials), :func:`stream_async` (one event loop per partition around the core's block
   stores), the text part writer;
-- :mod:`.listing`: the executors' listing of one ``data/<slice>/``;
-- :mod:`.jobs`: the registry of named jobs; :mod:`.count_objects`: the demo job;
+- :mod:`.jobs`: the registry of named jobs (entry points ``lakefs_open.jobs``: each package declares
+  its own, so this layer names none of a daemon's modules);
+- :mod:`.import_job`: the core's ``core-import`` job;
 - :mod:`.job`: ``python -m lakefs_core.compute.job NAME --args F --result F`` (the same entry that
   ``spark-submit`` runs through :func:`entry_script`);
 - :mod:`.child`: :func:`run_spark_job`, the daemon side: a job in its own process group, killed whole

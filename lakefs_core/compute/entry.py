@@ -1,7 +1,7 @@
 """spark-submit entry script: ``spark-submit [options] <this file> JOB --args FILE --result FILE``.
 
 spark-submit needs a ``.py`` path; this file only hands over to :func:`lakefs_core.compute.job.main`
-(``lakefs_gc`` must be importable by the driver's Python: the venv, or ``./env`` from ``--archives``).
+(the project must be importable by the driver's Python: the venv, or ``./env`` from ``--archives``).
 """
 
 import sys

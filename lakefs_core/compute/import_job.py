@@ -23,7 +23,7 @@ from typing import Any
 
 from lakefs_core.committed.tables import TableCache, TableStore
 from lakefs_core.compute.executor import Executor
-from lakefs_core.compute.partition import StoreRef, run_async
+from lakefs_core.compute.partition import StoreRef, run_async, store_ref
 from lakefs_core.errors import BadInputError
 from lakefs_core.format.records import RangeInfo
 from lakefs_core.format.splitter import SplitPolicy
@@ -36,7 +36,6 @@ from lakefs_core.repos.importing import (
     plan_chunks,
     prepare_import,
 )
-from lakefs_gc.mark.mark import store_ref
 
 JOB_NAME = "core-import"
 _JOB_KEYS = frozenset(
@@ -101,8 +100,8 @@ async def import_with_executor(
     wanted = partitions or executor.default_parallelism * 4
     chunks = await plan_chunks(await g.source_store(target.source), target.source, wanted)
     conf = {
-        "source": store_ref(g, target.source).to_json(),
-        "dest": store_ref(g, target.namespace).to_json(),
+        "source": store_ref(g.stores.s3, target.source).to_json(),
+        "dest": store_ref(g.stores.s3, target.namespace).to_json(),
         "dest_prefix": target.dest_prefix,
         "policy": dataclasses.asdict(g.settings.split_policy),
     }

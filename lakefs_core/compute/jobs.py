@@ -2,8 +2,16 @@
 
 A job is ``fn(executor, args) -> result``: ``args`` is the parsed JSON object of ``--args FILE``
 (hostile: the job checks every field), the result a JSON-able ``dict`` written to ``--result FILE``.
-Built-in jobs are named here as ``"module:function"`` and imported only when run, so the entry point
-stays light; :func:`register_job` adds one at run time (tests, plug-ins in the same process).
+
+Where a name is found, first match wins:
+
+1. :func:`register_job` (tests, plug-ins in the same process);
+2. the entry points of group :data:`ENTRY_POINT_GROUP` (``lakefs_open.jobs``): every installed
+   distribution declares its jobs there as ``name = "module:function"`` (this project's
+   ``pyproject.toml``: the core's ``core-import``, GC's ``gc-mark`` and ``count-objects``), imported
+   only when run, so the entry point stays light and the core names no daemon's module;
+3. a name of the form ``module:function`` is that function itself (a deployment that ships the
+   project's source without its installed metadata still runs any job this way).
 """
 
 from __future__ import annotations
@@ -11,6 +19,7 @@ from __future__ import annotations
 import importlib
 import re
 from collections.abc import Callable, Mapping
+from importlib.metadata import entry_points
 from typing import Any
 
 from lakefs_core.compute.executor import Executor
@@ -18,13 +27,10 @@ from lakefs_core.errors import BadInputError
 
 JobFn = Callable[[Executor, Mapping[str, Any]], dict[str, Any]]
 
-BUILTIN_JOBS: dict[str, str] = {
-    "count-objects": "lakefs_gc.mark.count_objects:run",
-    "gc-mark": "lakefs_gc.mark.mark:mark_job",
-    "core-import": "lakefs_core.compute.import_job:import_job",
-}
+ENTRY_POINT_GROUP = "lakefs_open.jobs"
 _registered: dict[str, JobFn] = {}
 _NAME = re.compile(r"[a-z][a-z0-9-]{0,62}")
+_TARGET = re.compile(r"[A-Za-z_][\w.]{0,254}:[A-Za-z_]\w{0,127}")
 
 
 def register_job(name: str, fn: JobFn) -> None:
@@ -34,8 +40,13 @@ def register_job(name: str, fn: JobFn) -> None:
     _registered[name] = fn
 
 
+def installed_jobs() -> dict[str, str]:
+    """``name -> "module:function"`` of every job the installed distributions declare."""
+    return {ep.name: ep.value for ep in entry_points(group=ENTRY_POINT_GROUP)}
+
+
 def job_names() -> list[str]:
-    return sorted(set(BUILTIN_JOBS) | set(_registered))
+    return sorted(set(installed_jobs()) | set(_registered))
 
 
 def get_job(name: str) -> JobFn:
@@ -43,9 +54,16 @@ def get_job(name: str) -> JobFn:
     fn = _registered.get(name)
     if fn is not None:
         return fn
-    target = BUILTIN_JOBS.get(name)
+    target = installed_jobs().get(name)
+    if target is None and isinstance(name, str) and _TARGET.fullmatch(name):
+        target = name
     if target is None:
         raise BadInputError(f"unknown job {name!r} (known: {', '.join(job_names())})", field="job")
     module, _, attr = target.partition(":")
-    found: JobFn = getattr(importlib.import_module(module), attr)
+    try:
+        found: JobFn = getattr(importlib.import_module(module), attr)
+    except (ImportError, AttributeError) as e:
+        raise BadInputError(f"job {name!r} names {target}, which cannot be imported: {e}", field="job") from e
+    if not callable(found):
+        raise BadInputError(f"job {name!r} names {target}, which is not a function", field="job")
     return found

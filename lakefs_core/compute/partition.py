@@ -1,7 +1,7 @@
 """What runs inside one partition: the job's store reference, async I/O, text part files.
 
 Partition functions are plain top-level functions taking picklable arguments (Spark ships them to
-executors by reference, so executors must have ``lakefs_gc`` installed: a venv archive on a cluster).
+executors by reference, so executors must have the project installed: a venv archive on a cluster).
 
 - :class:`StoreRef`: a storage namespace plus how to reach its S3 endpoint (region, endpoint URL,
   addressing style). NEVER credentials: executors take them from their own environment or role,
@@ -29,7 +29,7 @@ from urllib.parse import urlsplit
 
 from lakefs_core.block import BlockStore, S3Settings, open_block_store
 from lakefs_core.errors import BadInputError
-from lakefs_core.repos.graveler import StorageNamespace
+from lakefs_core.namespace import StorageNamespace
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -104,6 +104,16 @@ class StoreRef:
             )
         except BadInputError as e:
             raise BadInputError(str(e), field=field) from e
+
+
+def store_ref(s3: S3Settings | None, ns: StorageNamespace) -> StoreRef:
+    """How executors reach ``ns`` with a core's S3 settings ``s3``: its endpoint and region, never its
+    credentials."""
+    if s3 is None or ns.scheme != "s3":
+        return StoreRef(ns.uri)
+    return StoreRef(
+        ns.uri, region=s3.region, endpoint_url=s3.endpoint_url, addressing_style=s3.addressing_style
+    )
 
 
 def _check_endpoint(url: object) -> None:

@@ -5,7 +5,7 @@
 - :func:`spark_session` returns the process's session, creating it on first use (``getOrCreate``:
   a test run shares ONE session, a JVM start costs 5-6 s). ``PYSPARK_PYTHON`` and
   ``PYSPARK_DRIVER_PYTHON`` default to the running interpreter so the workers import the same
-  ``lakefs_gc``. ``master=None`` keeps the master that ``spark-submit`` chose (it starts the driver with
+  project. ``master=None`` keeps the master that ``spark-submit`` chose (it starts the driver with
   ``PYSPARK_GATEWAY_PORT`` set) and means ``local[*]`` otherwise.
 - Defaults for local runs: no UI, no console progress bar, few shuffle partitions, a bounded driver
   memory, log level WARN. ``conf`` overrides any of them. Under ``spark-submit`` the defaults are not
@@ -84,7 +84,7 @@ def spark_session(
     require_pyspark()
     from pyspark.sql import SparkSession
 
-    # Workers must run the interpreter that has lakefs_gc installed (a venv, or ./env on a cluster).
+    # Workers must run the interpreter that has the project installed (a venv, or ./env on a cluster).
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     builder = SparkSession.builder.appName(app_name)

@@ -35,7 +35,7 @@ from typing import Any, Literal
 
 from lakefs_core.block.base import BlockStore
 from lakefs_core.compute.executor import Dataset, Executor
-from lakefs_core.compute.partition import StoreRef
+from lakefs_core.compute.partition import StoreRef, store_ref
 from lakefs_core.errors import BadInputError, LakeFSError, ReadOnlyError
 from lakefs_core.repos.graveler import Graveler, StorageNamespace, new_run_id
 from lakefs_gc.faults import fault_point
@@ -111,16 +111,6 @@ class _Counts:
     listed: int = 0
     ranges_read: int = 0
     deleted: int = 0
-
-
-def store_ref(graveler: Graveler, ns: StorageNamespace) -> StoreRef:
-    """How executors reach ``ns``: the registry's S3 endpoint and region, never its credentials."""
-    s3 = graveler.stores.s3
-    if s3 is None or ns.scheme != "s3":
-        return StoreRef(ns.uri)
-    return StoreRef(
-        ns.uri, region=s3.region, endpoint_url=s3.endpoint_url, addressing_style=s3.addressing_style
-    )
 
 
 def _n(partitions: int, items: int) -> int:
@@ -231,7 +221,7 @@ async def run_mark(
         uncommitted, active, expired = await _driver_steps(
             graveler, repo_id, layout, manifest, options.workdir
         )
-        ref = store_ref(graveler, ns)
+        ref = store_ref(graveler.stores.s3, ns)
         items, first_slice = await asyncio.to_thread(plan_slices, ref, manifest.cutoff_time)
         plan = _Plan(
             ref=ref,
