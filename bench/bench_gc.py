@@ -53,6 +53,7 @@ from bench.bench_gc_seams import raw_scan
 from bench.common import machine, moto_s3_settings, report
 from lakefs_core.block import S3BlockStore
 from lakefs_core.block.base import ObjectInfo
+from lakefs_core.committed.ranges import metarange_range_ids, range_addresses
 from lakefs_core.compute.executor import Executor, LiteExecutor
 from lakefs_core.compute.partition import store_ref
 from lakefs_core.format.records import ValueRecord, make_entry
@@ -60,7 +61,7 @@ from lakefs_core.keys import new_object_id, new_slice_id
 from lakefs_core.kv.memory import MemoryKVStore
 from lakefs_core.namespace import StorageNamespace
 from lakefs_core.repos.graveler import Graveler, StoreRegistry
-from lakefs_gc.mark.committed import metarange_range_ids, range_addresses
+from lakefs_core.service.deleter import store_deleter
 from lakefs_gc.mark.listing import candidates_partition, plan_slices
 from lakefs_gc.mark.mark import MarkOptions, MarkResult, run_mark
 from lakefs_gc.mark.uncommitted import staged_relative
@@ -68,7 +69,7 @@ from lakefs_gc.rules import GCRules, save_rules
 from lakefs_gc.runs.layout import RunLayout
 from lakefs_gc.runs.parts import list_parts, read_lines
 from lakefs_gc.runs.reports import read_commits_csv
-from lakefs_gc.sweep.sweep import SweepOptions, run_sweep, store_deleter
+from lakefs_gc.sweep.sweep import SweepOptions, run_sweep
 
 REAL_NOW = datetime.now(UTC)
 MARK_NOW = REAL_NOW + timedelta(days=2)

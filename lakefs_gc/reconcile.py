@@ -61,7 +61,7 @@ from lakefs_core.repos.graveler import (
     StorageNamespace,
     forget_deleted_repository,
 )
-from lakefs_gc.sweep.sweep import KeyDeleter
+from lakefs_core.service.deleter import KeyDeleter
 
 log = logging.getLogger("lakefs_gc.reconcile")
 

@@ -39,15 +39,15 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 
 from lakefs_core.block.base import BlockStore
+from lakefs_core.committed.ranges import metarange_range_ids, range_addresses
 from lakefs_core.errors import ConflictError, CorruptDataError, NotFoundError
 from lakefs_core.repos.graveler import Graveler, Repository, StorageNamespace
-from lakefs_core.service.deleter import read_failed_keys
-from lakefs_gc.mark.committed import metarange_range_ids, range_addresses
+from lakefs_core.service.deleter import KeyDeleter, read_failed_keys, store_deleter
 from lakefs_gc.runs.layout import RunLayout
 from lakefs_gc.runs.parts import list_parts, ns_relative, read_lines
 from lakefs_gc.runs.reports import read_manifest, read_summary
 from lakefs_gc.runs.runs import SweepDoc, list_run_ids, read_sweep_report
-from lakefs_gc.sweep.sweep import KeyDeleter, check_address, store_deleter
+from lakefs_gc.sweep.sweep import check_address
 from lakefs_mirror.db import MirrorRecord, MirrorsDB
 from lakefs_mirror.presence import PresenceCache, namespace_key
 

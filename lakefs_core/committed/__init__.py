@@ -8,6 +8,8 @@
 - :mod:`.apply`, :mod:`.diff`, :mod:`.merge`: commit a change stream, two-way diff, three-way merge.
 - :mod:`.addresses`: the object addresses of a range and the ranges of a metarange (pure), shared by
   mirror validation and GC; :func:`read_table` fetches a table's bytes uncached.
+- :mod:`.ranges`: the range ids of a metarange and the in-namespace addresses of a range, read through
+  a block store and failing closed (GC's mark and re-verification, the mirror's GC application).
 """
 
 from lakefs_core.committed.addresses import iter_range_addresses, metarange_ranges

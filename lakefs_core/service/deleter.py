@@ -1,4 +1,7 @@
-"""The sweep's deleter: rate-limited batch deletes with an outcome per key (gc.md §3b; lakeFS #5729).
+"""The bulk deleter: rate-limited batch deletes with an outcome per key (gc.md §3b; lakeFS #5729).
+
+Used by GC's sweep, the hard-delete reconciler and the mirror's application of GC sweeps; each takes
+a :class:`KeyDeleter` (:func:`store_deleter` builds the default one for a store).
 
 :class:`BatchDeleter` ``(store, limiter)`` deletes store keys through the store's ``delete_batch``:
 
@@ -32,10 +35,11 @@ import asyncio
 import random
 from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from lakefs_core.block.base import MAX_DELETE_BATCH, BlockStore, DeleteResult, FailedKey
 from lakefs_core.errors import BadInputError, CorruptDataError, NotFoundError
-from lakefs_core.repos.graveler import TABLES_DIR
+from lakefs_core.keys import TABLES_DIR
 from lakefs_core.service.limiter import RateLimiter
 
 MAX_ATTEMPTS = 5
@@ -278,3 +282,22 @@ class FailedKeysLog:
             return
         await self.store.put(self.key, "".join(self._lines).encode(), content_type="text/plain")
         self._written = len(self._lines)
+
+
+class KeyDeleter(Protocol):
+    """Deletes one batch of store keys, paced and retrying transient failures itself
+    (:class:`lakefs_core.service.deleter.BatchDeleter`); every key comes back deleted or failed."""
+
+    async def delete_keys(self, keys: list[str]) -> BatchResult: ...
+
+
+UNTHROTTLED_SCHEMES = ("local://", "mem://")  # stores that never answer SlowDown
+
+
+def store_deleter(store: BlockStore, limiter: RateLimiter | None = None) -> BatchDeleter:
+    """The default deleter for ``store``: batches through ``delete_batch``, AIMD-paced on object
+    stores. A local or memory store cannot throttle, so its default limiter never holds a batch back
+    (the S3 start rate, 500 keys/s, would cap a local sweep 100x below the file system)."""
+    if limiter is None and store.uri.startswith(UNTHROTTLED_SCHEMES):
+        limiter = RateLimiter(start=1e9, cap=1e9)
+    return BatchDeleter(store, limiter or RateLimiter())

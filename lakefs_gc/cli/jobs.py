@@ -191,7 +191,8 @@ def mark_cmd(
 
 async def _sweep(core: Any, repo: str, mark_id: str, *, dry_run: bool, pins: PinSource | None) -> Any:
     from lakefs_core.repos.graveler import StorageNamespace
-    from lakefs_gc.sweep.sweep import SweepOptions, run_sweep, store_deleter
+    from lakefs_core.service.deleter import store_deleter
+    from lakefs_gc.sweep.sweep import SweepOptions, run_sweep
 
     ns = StorageNamespace((await core.graveler.repository(repo)).storage_namespace)
     store = await core.graveler.namespace_store(ns)

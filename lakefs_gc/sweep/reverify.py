@@ -33,9 +33,9 @@ from collections.abc import AsyncIterator, Iterable
 from pathlib import Path
 from types import TracebackType
 
+from lakefs_core.committed.ranges import metarange_range_ids, range_addresses
 from lakefs_core.repos.graveler import Graveler
 from lakefs_gc.mark.active import compute_active
-from lakefs_gc.mark.committed import metarange_range_ids, range_addresses
 from lakefs_gc.mark.uncommitted import staged_relative
 from lakefs_gc.pins import PinSource
 from lakefs_gc.rules import load_rules, widest_rules

@@ -30,7 +30,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Annotated, Literal, Protocol, TypeVar
+from typing import Annotated, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, StrictStr, ValidationError
 
@@ -43,8 +43,7 @@ from lakefs_core.errors import (
     ReadOnlyError,
 )
 from lakefs_core.repos.graveler import DATA_DIR, TABLES_DIR, Graveler, StorageNamespace
-from lakefs_core.service.deleter import BatchDeleter, BatchResult, FailedKeysLog
-from lakefs_core.service.limiter import RateLimiter
+from lakefs_core.service.deleter import FailedKeysLog, KeyDeleter
 from lakefs_gc.faults import fault_point
 from lakefs_gc.pins import PinSource
 from lakefs_gc.runs.layout import RunLayout
@@ -76,25 +75,6 @@ class SweepOptions:
             raise BadInputError("must be >= 1", field="reverify_every_batches")
         if self.checkpoint_every_batches < 1:
             raise BadInputError("must be >= 1", field="checkpoint_every_batches")
-
-
-class KeyDeleter(Protocol):
-    """Deletes one batch of store keys, paced and retrying transient failures itself
-    (:class:`lakefs_core.service.deleter.BatchDeleter`); every key comes back deleted or failed."""
-
-    async def delete_keys(self, keys: list[str]) -> BatchResult: ...
-
-
-UNTHROTTLED_SCHEMES = ("local://", "mem://")  # stores that never answer SlowDown
-
-
-def store_deleter(store: BlockStore, limiter: RateLimiter | None = None) -> BatchDeleter:
-    """The sweep's deleter for ``store``: batches through ``delete_batch``, AIMD-paced on object
-    stores. A local or memory store cannot throttle, so its default limiter never holds a batch back
-    (the S3 start rate, 500 keys/s, would cap a local sweep 100x below the file system)."""
-    if limiter is None and store.uri.startswith(UNTHROTTLED_SCHEMES):
-        limiter = RateLimiter(start=1e9, cap=1e9)
-    return BatchDeleter(store, limiter or RateLimiter())
 
 
 class _State(BaseModel):

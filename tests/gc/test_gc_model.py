@@ -51,13 +51,14 @@ from lakefs_core.errors import (
 from lakefs_core.kv.memory import MemoryKVStore
 from lakefs_core.repos.graveler import Graveler, StorageNamespace, StoreRegistry
 from lakefs_core.repos.objects import Objects
+from lakefs_core.service.deleter import store_deleter
 from lakefs_gc.faults import ENV
 from lakefs_gc.mark.mark import MarkOptions, run_mark
 from lakefs_gc.rules import GCRules, save_rules, widest_rules
 from lakefs_gc.runs.layout import RunLayout
 from lakefs_gc.runs.parts import list_parts, read_lines
 from lakefs_gc.sweep.reverify import Reverifier
-from lakefs_gc.sweep.sweep import SweepOptions, SweepReport, load_mark, run_sweep, store_deleter
+from lakefs_gc.sweep.sweep import SweepOptions, SweepReport, load_mark, run_sweep
 from tests.gc.mark_support import set_mtime, stored_objects
 from tests.gc.model_support import Listings, Node, oracle_active
 

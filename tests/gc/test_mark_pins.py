@@ -9,9 +9,10 @@ import pytest
 
 from lakefs_core.compute.executor import LiteExecutor
 from lakefs_core.errors import LakeFSError
+from lakefs_core.service.deleter import store_deleter
 from lakefs_gc.mark.mark import run_mark
 from lakefs_gc.pins import CombinedPins, MirrorPins, StaticPins, open_mirror_pins
-from lakefs_gc.sweep.sweep import SweepOptions, run_sweep, store_deleter
+from lakefs_gc.sweep.sweep import SweepOptions, run_sweep
 from lakefs_mirror.db import MirrorsDB, MirrorStatus
 from tests.gc.mark_support import stored_objects
 from tests.gc.test_mark import Env, deleted_set, expected, options

@@ -22,14 +22,13 @@ from lakefs_core.repos.graveler import Graveler, StorageNamespace
 from lakefs_core.repos.journal import DEFAULT_GRACE_SECONDS, DEFAULT_PENDING_TIMEOUT_SECONDS, Intent
 from lakefs_core.repos.objects import Objects, UploadItem
 from lakefs_core.repos.stores import StoreRegistry
-from lakefs_core.service.deleter import BatchResult
+from lakefs_core.service.deleter import BatchResult, KeyDeleter, store_deleter
 from lakefs_gc.reconcile import (
     ReconcileOptions,
     ReconcileReport,
     reconcile_deleted_repositories,
     reconcile_repository,
 )
-from lakefs_gc.sweep.sweep import KeyDeleter, store_deleter
 from tests.repos.support import Clock, HookedKV, fast_settings, unique
 
 GRACE = DEFAULT_GRACE_SECONDS

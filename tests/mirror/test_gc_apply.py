@@ -21,11 +21,12 @@ from lakefs_core.kv.memory import MemoryKVStore
 from lakefs_core.namespace import StorageNamespace
 from lakefs_core.repos.graveler import Graveler
 from lakefs_core.repos.stores import StoreRegistry
+from lakefs_core.service.deleter import store_deleter
 from lakefs_gc.mark.mark import MarkMode, MarkOptions, run_mark
 from lakefs_gc.pins import MirrorPins
 from lakefs_gc.runs.layout import RunLayout
 from lakefs_gc.runs.parts import list_parts, read_lines
-from lakefs_gc.sweep.sweep import SweepReport, run_sweep, store_deleter
+from lakefs_gc.sweep.sweep import SweepReport, run_sweep
 from lakefs_mirror.db import MirrorsDB
 from lakefs_mirror.engine import MirrorEngine
 from lakefs_mirror.gc_apply import GCApplyReport, apply_source_sweeps
