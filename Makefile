@@ -7,7 +7,7 @@ BIN    := $(VENV)/bin
 RUN_STAMP := $(VENV)/.installed-run
 DEV_STAMP := $(VENV)/.installed-dev
 
-.PHONY: venv venv-run demo demo-core test test-fast lint typecheck bench proto clean
+.PHONY: venv venv-run demo demo-core test test-fast lint typecheck docs bench proto clean
 
 $(BIN)/python:
 	@echo "make: creating the virtual environment $(VENV) with $(PYTHON)"
@@ -54,6 +54,10 @@ lint: venv
 typecheck: venv
 	$(BIN)/mypy
 
+# The documentation site (mkdocs.yml, docs/) into site/; --strict: a broken link or anchor fails.
+docs: venv
+	$(BIN)/mkdocs build --strict --site-dir site
+
 bench: venv
 	$(BIN)/python -m bench.run_all
 
@@ -61,4 +65,4 @@ proto: venv
 	bash scripts/gen_proto.sh
 
 clean:
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache site

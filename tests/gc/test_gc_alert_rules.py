@@ -7,7 +7,8 @@
   the HTTP metrics of :func:`lakefs_core.service.http.build_app`), a recording rule of the same file, or
   Prometheus's ``up``; every label a rule filters or groups on is one those series carry
   (``job``/``instance`` are added by Prometheus);
-- ``LakeFSGCDaemonDown`` watches the ``lakefs-gc`` job that deploy/README.md's scrape config names.
+- every alert is described in docs/operations.md, and ``LakeFSGCDaemonDown`` watches the ``lakefs-gc``
+  job that its scrape config names.
 
 The PromQL helpers are the mirror's (``tests/mirror/test_dashboard.py``), the series introspection
 this directory's ``test_gc_dashboard.py``.
@@ -25,6 +26,7 @@ from tests.gc.test_gc_dashboard import exported
 from tests.mirror.test_alert_rules import check_alert_cases, check_rule_series, promtool
 
 DIR = Path(__file__).resolve().parents[2] / "deploy" / "prometheus"
+OPERATIONS = DIR.parents[1] / "docs" / "operations.md"  # where the alerts and the scrape config are described
 RULES = DIR / "lakefs-gc-rules.yml"
 TESTS = DIR / "lakefs-gc-rules.test.yml"
 ALERTS = {
@@ -54,13 +56,13 @@ def test_rules_read_only_exported_series_and_labels() -> None:
     check_rule_series(rules(), exported(), {"repo", "phase", "outcome"})
 
 
-def test_every_alert_is_documented_and_the_daemon_job_matches_the_readme() -> None:
-    readme = (DIR.parent / "README.md").read_text()
+def test_every_alert_is_documented_and_the_daemon_job_matches_the_docs() -> None:
+    readme = OPERATIONS.read_text(encoding="utf-8")
     for rule in rules():
         if "alert" in rule:
             assert rule["labels"]["severity"] in ("warning", "critical"), rule["alert"]
             assert rule["annotations"]["summary"] and rule["annotations"]["description"], rule["alert"]
-            assert rule["alert"] in readme, f"{rule['alert']} is not described in deploy/README.md"
+            assert rule["alert"] in readme, f"{rule['alert']} is not described in docs/operations.md"
     (down,) = [r for r in rules() if r.get("alert") == "LakeFSGCDaemonDown"]
     job = re.search(r'job="([^"]+)"', down["expr"])
     assert job and f"job_name: {job.group(1)}" in readme

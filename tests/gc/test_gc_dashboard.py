@@ -20,7 +20,7 @@ Deployment:
 - the ECS task definition is a valid ``RegisterTaskDefinition`` request (botocore's ECS model), runs
   ``lakefs-gc run --config``, health-checks ``/_health`` on the mapped port, keeps secrets out of
   plain variables, and mounts the configured ``workdir``;
-- the systemd unit has the settings deploy/README.md promises (notify, restart policy, KillMode,
+- the systemd unit has the settings docs/deployment.md promises (notify, restart policy, KillMode,
   hardening, a writable state directory holding ``workdir``), and ``systemd-analyze verify``
   accepts it when that tool is present.
 """

@@ -19,7 +19,7 @@ Deployment:
   ``lakefs-mirror run --config``, health-checks ``/_health`` on the mapped port, and its environment
   plus secrets (placeholders) turn ``deploy/mirror-aws.yaml`` into a valid configuration listening
   on that port;
-- the systemd unit has the settings deploy/README.md promises, and ``systemd-analyze verify``
+- the systemd unit has the settings docs/deployment.md promises, and ``systemd-analyze verify``
   accepts it when that tool is present.
 """
 

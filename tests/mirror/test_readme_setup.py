@@ -1,4 +1,4 @@
-"""The README's "Your own two-region setup" works as written against ``deploy/mirror-local.yaml``.
+"""docs/mirror.md's "Your own two-region setup" works as written against ``deploy/mirror-local.yaml``.
 
 The fenced ``sh`` block after the marker ``<!-- tested: tests/mirror/test_readme_setup.py -->`` runs
 in bash, in a temporary directory holding links to the checkout's ``deploy/`` and ``.venv/``, with
@@ -29,12 +29,13 @@ from tests.support.env import require_tool
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 MARKER = "<!-- tested: tests/mirror/test_readme_setup.py -->"
+SETUP_DOC = REPO_ROOT / "docs" / "mirror.md"
 CONFIG = REPO_ROOT / "deploy" / "mirror-local.yaml"
 
 
 def readme_setup_block() -> str:
-    text = (REPO_ROOT / "README.md").read_text(encoding="utf-8")
-    assert text.count(MARKER) == 1, "the README marks exactly one tested setup block"
+    text = SETUP_DOC.read_text(encoding="utf-8")
+    assert text.count(MARKER) == 1, "docs/mirror.md marks exactly one tested setup block"
     m = re.match(r"\s*```sh\n(.*?)\n```", text.split(MARKER, 1)[1], re.DOTALL)
     assert m is not None, "the marker is followed by a fenced sh block"
     return m.group(1)
