@@ -16,7 +16,7 @@
   region: ``kv_url``, ``s3``, the table caches (``cache_dir``/``cache_max_bytes`` on disk,
   ``table_cache_bytes`` in RAM), ``table_max_block_bytes`` (hostile-file bound), the leftover
   temp-file sweep grace of local namespaces (``temp_sweep_grace_seconds``), and the compare-and-swap
-  bounds. The CLI's configuration extends it (:mod:`lakefs_core.cli.context`); the mirror builds one
+  bounds. The CLI's configuration extends it (:mod:`lakefs_core.coreconfig`); the mirror builds one
   per region (:meth:`lakefs_mirror.config.MirrorConfig.core_settings`).
 
 Secrets (``kv_url``, ``secret_access_key``, ``session_token``) are :class:`~pydantic.SecretStr`:

@@ -18,9 +18,9 @@ from typing import Any
 
 import click
 
-from lakefs_core.cli.context import ENV_PREFIX, CoreConfig, default_kv_url, user_config_file
 from lakefs_core.cli.state import app_state
 from lakefs_core.config import ConfigReport, Problem, display, format_problems, inspect_config
+from lakefs_core.coreconfig import ENV_PREFIX, CoreConfig, default_kv_url, user_config_file
 from lakefs_core.redact import redact_url
 from lakefs_core.settings import path_problems
 

@@ -1,8 +1,8 @@
 """The global options of ``lakefs-core`` (``ctx.obj``), importable without the configuration schema.
 
-Kept apart from :mod:`.context` so that the command group itself (``--version``, ``--help``) does
-not import pydantic, PyYAML, asyncio and the settings: the configuration is loaded by the first
-command that asks for it (:meth:`AppState.config`).
+Kept apart from :mod:`.context` and :mod:`lakefs_core.coreconfig` so that the command group itself
+(``--version``, ``--help``) does not import pydantic, PyYAML, asyncio and the settings: the
+configuration is loaded by the first command that asks for it (:meth:`AppState.config`).
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import click
 from lakefs_core.errors import StorageFullError
 
 if TYPE_CHECKING:
-    from lakefs_core.cli.context import CoreConfig
+    from lakefs_core.coreconfig import CoreConfig
 
 CONFIG_ENV = "LAKEFS_CORE_CONFIG"
 DEBUG_ENV = "LAKEFS_CORE_DEBUG"  # set: an unexpected error raises with its traceback (every CLI)
@@ -33,7 +33,7 @@ class AppState:
 
     def config(self) -> CoreConfig:
         if self._config is None:
-            from lakefs_core.cli.context import load_core_config
+            from lakefs_core.coreconfig import load_core_config
 
             self._config = load_core_config(self.config_path)
         return self._config

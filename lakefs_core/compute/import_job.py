@@ -123,7 +123,7 @@ async def import_with_executor(
 
 def import_job(executor: Executor, args: Mapping[str, Any]) -> dict[str, Any]:
     """Job ``core-import`` (see the module)."""
-    from lakefs_core.cli.context import default_kv_url, load_core_config
+    from lakefs_core.coreconfig import default_kv_url, load_core_config
     from lakefs_core.wiring import open_core
 
     unknown = sorted(set(args) - _JOB_KEYS)

@@ -81,7 +81,7 @@ async def holding_lease(kv: KVStore, repo_id: str) -> AsyncIterator[None]:
 
 
 def _run(config_path: Path | None, fn: Callable[[Any], Awaitable[T]]) -> T:
-    from lakefs_core.cli.context import default_kv_url, load_core_config
+    from lakefs_core.coreconfig import default_kv_url, load_core_config
     from lakefs_core.wiring import open_core
 
     settings = load_core_config(config_path)

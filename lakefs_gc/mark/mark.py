@@ -314,7 +314,7 @@ def mark_job(executor: Executor, args: Mapping[str, Any]) -> dict[str, Any]:
     """Job ``gc-mark``: ``{"config": <core config file>, "repository": R, "now"?, "min_age_seconds"?,
     "tags"?, "mode"?, "run_id"?, "pins"?: [commit ids read by the parent], "partitions"?}``. The
     config file is a path (its secrets never travel as job arguments). Result: the summary fields."""
-    from lakefs_core.cli.context import default_kv_url, load_core_config
+    from lakefs_core.coreconfig import default_kv_url, load_core_config
     from lakefs_core.wiring import open_core
     from lakefs_gc.pins import StaticPins
 
