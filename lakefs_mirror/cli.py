@@ -31,9 +31,8 @@ from pathlib import Path
 
 import click
 
-from lakefs_core.cli import project_group, run
-from lakefs_core.cli.config_cmd import echo_problems
 from lakefs_core.config import display
+from lakefs_core.service.cli import echo_problems, project_group, run
 from lakefs_core.service.daemon import DaemonLoop, freeze_startup_heap
 from lakefs_core.service.logfmt import LOG_FORMATS, configure_logging
 from lakefs_core.service.systemd import Notifier, run_notified
@@ -130,7 +129,8 @@ def check_config_cmd(config_path: Path | None) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    # Ctrl-C during start-up reaches click as KeyboardInterrupt -> "aborted", 130 (lakefs_core.cli.run);
+    # Ctrl-C during start-up reaches click as KeyboardInterrupt -> "aborted", 130
+    # (lakefs_core.service.cli.run);
     # once the loop runs, SIGINT is a graceful stop (exit 0).
     return run(cli, argv, "lakefs-mirror")
 

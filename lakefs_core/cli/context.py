@@ -18,10 +18,11 @@ from typing import TYPE_CHECKING, TypeVar
 
 import click
 
-from lakefs_core.cli import collector
-from lakefs_core.cli.state import DEBUG_ENV, app_state, out_of_space
+from lakefs_core.cli.state import app_state
 from lakefs_core.coreconfig import APP_NAME, CoreConfig, default_kv_url
 from lakefs_core.errors import BadInputError, LakeFSError, NotFoundError, StorageFullError
+from lakefs_core.service import collector
+from lakefs_core.service.cli import DEBUG_ENV, out_of_space
 
 if TYPE_CHECKING:
     from lakefs_core.repos.graveler import Graveler
@@ -102,7 +103,7 @@ def run_session(fn: Callable[[Session], Awaitable[T]]) -> T:
         return asyncio.run(main())
     except (LakeFSError, click.ClickException, click.exceptions.Abort, click.exceptions.Exit):
         raise
-    except BrokenPipeError:  # stdout's reader went away (`fs cat | head`): see cli.CLIGroup
+    except BrokenPipeError:  # stdout's reader went away (`fs cat | head`): see service.cli.CLIGroup
         raise
     except Exception as e:
         if isinstance(e, OSError) and out_of_space(e) is not None:

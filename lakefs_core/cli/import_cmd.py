@@ -21,8 +21,9 @@ import click
 
 from lakefs_core.cli.context import Session, run_session
 from lakefs_core.cli.output import emit, json_option
-from lakefs_core.cli.uri import PREFIX_URI, LakeFSURI
 from lakefs_core.errors import BadInputError
+from lakefs_core.repos.uri import LakeFSURI
+from lakefs_core.service.cli import PREFIX_URI
 
 
 @click.command("import")

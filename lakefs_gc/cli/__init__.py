@@ -5,9 +5,9 @@ from __future__ import annotations
 import sys
 from collections.abc import Sequence
 
-from lakefs_core.cli import project_group, run
+from lakefs_core.service.cli import project_group, run
 
-# Each command's module is imported only when the command runs (see lakefs_core.cli.CLIGroup):
+# Each command's module is imported only when the command runs (see lakefs_core.service.cli.CLIGroup):
 # the daemon's pulls the HTTP app, the GC configuration and SQLAlchemy, which mark/sweep/purge and
 # --version do not all need.
 _COMMANDS = {

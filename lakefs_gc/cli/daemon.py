@@ -26,10 +26,10 @@ from typing import Any
 
 import click
 
-from lakefs_core.cli.config_cmd import echo_problems
-from lakefs_core.cli.uri import REPO_URI, LakeFSURI
 from lakefs_core.config import display
 from lakefs_core.errors import BadInputError, NotFoundError
+from lakefs_core.repos.uri import LakeFSURI
+from lakefs_core.service.cli import REPO_URI, echo_problems
 from lakefs_core.service.daemon import DaemonLoop, freeze_startup_heap
 from lakefs_core.service.logfmt import LOG_FORMATS, configure_logging
 from lakefs_core.service.systemd import Notifier, run_notified

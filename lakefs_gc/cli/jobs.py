@@ -31,9 +31,10 @@ from typing import Any, TypeVar
 
 import click
 
-from lakefs_core.cli.uri import REPO_URI, LakeFSURI
 from lakefs_core.errors import BadInputError, ConflictError
 from lakefs_core.kv.base import KVStore
+from lakefs_core.repos.uri import LakeFSURI
+from lakefs_core.service.cli import REPO_URI
 from lakefs_gc.pins import PinSource
 
 T = TypeVar("T")

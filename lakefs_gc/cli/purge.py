@@ -16,7 +16,8 @@ from typing import Any
 
 import click
 
-from lakefs_core.cli.uri import PATH_URI, LakeFSURI
+from lakefs_core.repos.uri import LakeFSURI
+from lakefs_core.service.cli import PATH_URI
 from lakefs_gc.cli.jobs import _config, _print, _run
 
 

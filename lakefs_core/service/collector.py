@@ -10,7 +10,7 @@ the process entry point; ``main()`` called in-process by tests or an embedding p
 collector alone):
 
 - runs its start-up with the collector off: from the entry point until the command's module is
-  imported (:func:`CLIGroup.get_command <lakefs_core.cli.CLIGroup.get_command>`), and again while
+  imported (:func:`CLIGroup.get_command <lakefs_core.service.cli.CLIGroup.get_command>`), and again while
   its session opens (:func:`start_up` around :func:`~lakefs_core.wiring.open_core`);
 - then freezes what start-up built (``gc.freeze``: the collector never walks those objects again;
   they are reclaimed by reference counting when they die, only a cycle among them outlives its use,

@@ -6,16 +6,14 @@
 - ``lakefs://repo/ref/path`` names an object, or with an empty or ``/``-terminated path a prefix.
 
 Every problem raises :class:`~lakefs_core.errors.BadInputError` whose ``field`` is the command-line
-argument that held the URI, so the one-line message says which argument was wrong.
+argument (or API field) that held the URI, so the one-line message says which argument was wrong.
+The command lines' click parameter types are :mod:`lakefs_core.service.cli`'s (``REPO_URI``, ...).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from enum import Enum
-from typing import TYPE_CHECKING, Any
-
-import click
 
 from lakefs_core.errors import BadInputError, encode_utf8
 from lakefs_core.refs.model import validate_branch_id, validate_repo_id, validate_tag_id
@@ -33,7 +31,7 @@ class Kind(Enum):
     PREFIX = "prefix"  # lakefs://repo/ref/[prefix]
 
 
-_EXAMPLE = {
+EXAMPLES = {
     Kind.REPO: "lakefs://<repository>",
     Kind.REF: "lakefs://<repository>/<ref>",
     Kind.BRANCH: "lakefs://<repository>/<branch>",
@@ -65,7 +63,7 @@ def parse_uri(text: str, kind: Kind, *, field: str = "uri") -> LakeFSURI:
     """Parse ``text`` as a URI of ``kind``; errors name ``field``."""
 
     def bad(problem: str) -> BadInputError:
-        return BadInputError(f"{problem} (expected {_EXAMPLE[kind]})", field=field)
+        return BadInputError(f"{problem} (expected {EXAMPLES[kind]})", field=field)
 
     if not isinstance(text, str) or not text.startswith(SCHEME):
         shown = text[:200] if isinstance(text, str) else ""
@@ -116,41 +114,3 @@ def same_repo(first: LakeFSURI, second: LakeFSURI, field: str) -> None:
             f"must be in repository {first.repo!r} (got {second.repo!r})",
             field=field,
         )
-
-
-if TYPE_CHECKING:
-    _ParamBase = click.ParamType[LakeFSURI, Any]
-else:  # click < 8.5 has no generic ParamType
-    _ParamBase = click.ParamType
-
-
-class URIType(_ParamBase):
-    """A click parameter type parsing a ``lakefs://`` URI of one kind."""
-
-    def __init__(self, kind: Kind) -> None:
-        self.kind = kind
-        self.name = f"{kind.value.upper()}_URI"
-
-    def get_metavar(self, param: click.Parameter, ctx: click.Context | None = None) -> str:
-        return _EXAMPLE[self.kind]
-
-    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> LakeFSURI:
-        if isinstance(value, LakeFSURI):
-            return value
-        return parse_uri(value, self.kind, field=param_name(param))
-
-
-def param_name(param: click.Parameter | None) -> str:
-    if param is None:
-        return "uri"
-    if isinstance(param, click.Option):
-        return max(param.opts, key=len)
-    return (param.name or "uri").upper()
-
-
-REPO_URI = URIType(Kind.REPO)
-REF_URI = URIType(Kind.REF)
-BRANCH_URI = URIType(Kind.BRANCH)
-TAG_URI = URIType(Kind.TAG)
-PATH_URI = URIType(Kind.PATH)
-PREFIX_URI = URIType(Kind.PREFIX)
