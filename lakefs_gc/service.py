@@ -176,6 +176,10 @@ class GCService:
         finally:
             await self.core.aclose()
 
+    def record_errors(self, consecutive: int) -> None:
+        """The daemon loop's count of passes failed in a row (``consecutive_errors``)."""
+        self.metrics.consecutive_errors.set(consecutive)
+
     def is_live(self) -> bool:
         return self.loop is None or self.loop.is_live()
 

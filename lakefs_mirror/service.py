@@ -86,6 +86,10 @@ class MirrorService:
                 raise
         return service
 
+    def record_errors(self, consecutive: int) -> None:
+        """The daemon loop's count of passes failed in a row (``consecutive_errors``)."""
+        self.metrics.consecutive_errors.set(consecutive)
+
     def is_live(self) -> bool:
         """The daemon loop's liveness (true before a loop is attached: start-up is not a hang)."""
         return self.loop is None or self.loop.is_live()
@@ -148,7 +152,7 @@ async def _open_cores(config: MirrorConfig) -> list[Core]:
                     settings,
                     table_cache=table_cache,
                     kv_key=f"regions.{name}.kv_url",
-                    s3_key=f"regions.{name}.object_store",
+                    s3_key=f"regions.{name}.s3",
                 )
             )
     except BaseException:

@@ -105,8 +105,8 @@ async def test_kv_url_scheme_with_newline_is_malformed() -> None:
     ("key", "value"),
     [
         ("LAKEFS_MIRROR__LISTEN", "127.0.0.1:\u0668\u0660\u0668\u0660"),
-        ("LAKEFS_MIRROR__REGIONS__A__OBJECT_STORE__ENDPOINT_URL", "http://h\u00f3st:9000"),
-        ("LAKEFS_MIRROR__REGIONS__A__OBJECT_STORE__ENDPOINT_URL", "http://host:9000/\u00e9"),
+        ("LAKEFS_MIRROR__REGIONS__A__S3__ENDPOINT_URL", "http://h\u00f3st:9000"),
+        ("LAKEFS_MIRROR__REGIONS__A__S3__ENDPOINT_URL", "http://host:9000/\u00e9"),
     ],
 )
 def test_mirror_config_ascii_only(key: str, value: str) -> None:

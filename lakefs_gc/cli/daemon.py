@@ -17,12 +17,11 @@ Exit codes as every command of this project (``lakefs_core.errors``): 9 configur
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -30,63 +29,42 @@ from lakefs_core.config import display
 from lakefs_core.errors import BadInputError, NotFoundError
 from lakefs_core.repos.uri import LakeFSURI
 from lakefs_core.service.cli import REPO_URI, echo_problems
-from lakefs_core.service.daemon import DaemonLoop, freeze_startup_heap
-from lakefs_core.service.logfmt import LOG_FORMATS, configure_logging
-from lakefs_core.service.systemd import Notifier, run_notified
+from lakefs_core.service.run import config_option, log_format_option, once_option, run_daemon
 from lakefs_gc.cli.jobs import _config as core_config_option
 from lakefs_gc.cli.jobs import _print, _run
-from lakefs_gc.config import GCConfig, inspect_gc_config, load_gc_config
+from lakefs_gc.config import inspect_gc_config, load_gc_config
+
+if TYPE_CHECKING:
+    from lakefs_gc.service import GCService
 
 MAX_RULES_FILE = 1 << 20
 
-CONFIG_OPTION = click.option(
-    "--config",
-    "config_path",
-    type=click.Path(dir_okay=False, path_type=Path),
-    envvar="LAKEFS_GC_CONFIG",
-    help="The daemon's YAML configuration (LAKEFS_GC__* variables override it).",
+CONFIG_OPTION = config_option(
+    "LAKEFS_GC_CONFIG", "The daemon's YAML configuration (LAKEFS_GC__* variables override it)."
 )
-
-
-async def _daemon(config: GCConfig, once: bool) -> int:
-    from lakefs_gc.service import GCService
-
-    service = await GCService.open(config)
-    try:
-        loop = DaemonLoop(
-            service.step_and_wait if once else service.step,
-            name="lakefs-gc",
-            interval=config.poll_interval_seconds,
-            max_backoff=max(60.0, config.poll_interval_seconds),
-            on_result=service.metrics.consecutive_errors.set,
-            pass_timeout=config.pass_timeout_seconds,
-            grace=max(60.0, config.poll_interval_seconds) + 1.0,
-        )
-        service.loop = loop
-        loop.install_signal_handlers()
-        from lakefs_core.repos.graveler import LAZY_MODULES
-
-        freeze_startup_heap(preload=LAZY_MODULES)
-        return await run_notified(loop, Notifier.from_env(), once=once)
-    finally:
-        await service.close()
 
 
 @click.command("run")
 @CONFIG_OPTION
-@click.option("--once", is_flag=True, help="One pass; wait for its runs; exit 0 if all succeeded.")
-@click.option("--log-format", type=click.Choice(LOG_FORMATS), default="text", envvar="LAKEFS_GC_LOG_FORMAT",
-              show_default=True)  # fmt: skip
+@once_option("One pass; wait for its runs; exit 0 if all succeeded.")
+@log_format_option("LAKEFS_GC_LOG_FORMAT")
 def run_cmd(config_path: Path | None, once: bool, log_format: str) -> None:
     """Run the GC daemon: retention GC on schedules, hard-delete reconciliation, the API."""
     config = load_gc_config(config_path, dict(os.environ))
-    configure_logging(config.log_level, log_format)
-    try:
-        import uvloop
-    except ImportError:  # pragma: no cover - uvloop is a dependency
-        status = asyncio.run(_daemon(config, once))
-    else:
-        status = uvloop.run(_daemon(config, once))
+
+    async def open_service() -> GCService:
+        from lakefs_gc.service import GCService
+
+        return await GCService.open(config)
+
+    status = run_daemon(
+        open_service,
+        config,
+        name="lakefs-gc",
+        once=once,
+        log_format=log_format,
+        once_step=lambda service: service.step_and_wait,
+    )
     raise click.exceptions.Exit(status)
 
 

@@ -48,8 +48,8 @@ def region_config(tmp: Path, region: str, eu_endpoint: str | None = None) -> Mir
         env[f"LAKEFS_MIRROR__REGIONS__{name.upper()}__KV_URL"] = f"sqlite:///{tmp / f'kv-{name}.sqlite3'}"
         env[f"LAKEFS_MIRROR__REGIONS__{name.upper()}__LOCAL_ROOTS__0"] = str(tmp / name)
     if eu_endpoint is not None:
-        env["LAKEFS_MIRROR__REGIONS__EU-WEST-1__OBJECT_STORE__ENDPOINT_URL"] = eu_endpoint
-        env["LAKEFS_MIRROR__REGIONS__EU-WEST-1__OBJECT_STORE__REGION"] = EU
+        env["LAKEFS_MIRROR__REGIONS__EU-WEST-1__S3__ENDPOINT_URL"] = eu_endpoint
+        env["LAKEFS_MIRROR__REGIONS__EU-WEST-1__S3__REGION"] = EU
     env["LAKEFS_MIRROR__ACCESS_KEYS__0__ACCESS_KEY_ID"] = KEY
     env["LAKEFS_MIRROR__ACCESS_KEYS__0__SECRET_ACCESS_KEY"] = SECRET
     return load_mirror_config(None, env)
