@@ -117,5 +117,5 @@ def test_a_signal_stops_the_daemon_and_systemd_hears_ready_and_stopping() -> Non
 def test_both_daemons_run_through_run_daemon(cli: str) -> None:
     source = (ROOT / (cli.replace(".", "/") + ".py")).read_text()
     assert "run_daemon(" in source
-    for duplicated in ("DaemonLoop(", "freeze_startup_heap(", "run_notified(", "uvloop", "configure_logging("):
-        assert duplicated not in source
+    duplicated = ("DaemonLoop(", "freeze_startup_heap(", "run_notified(", "uvloop", "configure_logging(")
+    assert not [d for d in duplicated if d in source]
