@@ -16,7 +16,7 @@ from typing import Any, Literal
 
 from lakefs_core.errors import BadInputError, CorruptDataError
 from lakefs_core.repos.graveler import Graveler, StorageNamespace
-from lakefs_gc.pins import PinSource
+from lakefs_gc.pins import PinSource, pinned_now
 from lakefs_gc.runs.layout import RunLayout
 from lakefs_gc.runs.reports import Summary, iso_instant, read_summary
 from lakefs_gc.runs.runs import RunProgress, RunRequest, RunResult
@@ -117,7 +117,7 @@ class CoreRunExecutor:
         from lakefs_core.compute.child import run_spark_job
         from lakefs_core.fileperm import make_private_dir
 
-        pins = sorted(await self.pins.pinned_commits(request.repository)) if self.pins is not None else []
+        pins = sorted(await pinned_now(self.pins, request.repository))
         args: dict[str, Any] = {
             "repository": request.repository,
             "min_age_seconds": int(request.min_age.total_seconds()),

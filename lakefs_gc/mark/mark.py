@@ -44,7 +44,7 @@ from lakefs_gc.mark.committed import addresses_partition, range_ids_partition
 from lakefs_gc.mark.listing import candidates_partition, plan_slices
 from lakefs_gc.mark.parquet import write_parquet_part, write_success_marker
 from lakefs_gc.mark.uncommitted import parts_partition, write_uncommitted
-from lakefs_gc.pins import PinSource
+from lakefs_gc.pins import PinSource, pinned_now
 from lakefs_gc.rules import load_rules
 from lakefs_gc.runs.layout import RunLayout
 from lakefs_gc.runs.parts import list_parts, ns_relative, write_parts
@@ -160,7 +160,7 @@ async def _claim(
     store = await graveler.namespace_store(ns)
     now = options.now or graveler.clock()
     rules = await load_rules(store, ns)
-    pinned = await pins.pinned_commits(repo_id) if pins is not None else set()
+    pinned = await pinned_now(pins, repo_id)
     run_id = options.run_id or new_run_id()
     manifest = RunManifest(
         run_id=run_id,

@@ -37,7 +37,7 @@ from lakefs_core.committed.ranges import metarange_range_ids, range_addresses
 from lakefs_core.repos.graveler import Graveler
 from lakefs_gc.mark.active import compute_active
 from lakefs_gc.mark.uncommitted import staged_relative
-from lakefs_gc.pins import PinSource
+from lakefs_gc.pins import PinSource, pinned_now
 from lakefs_gc.rules import load_rules, widest_rules
 from lakefs_gc.runs.layout import RunLayout
 from lakefs_gc.runs.parts import list_parts, read_lines
@@ -146,8 +146,7 @@ class Reverifier:
         ns = self._layout.ns
         added = 0
         pins = set(self._manifest.pins)
-        if self._pins is not None:
-            pins |= await self._pins.pinned_commits(self._repo)
+        pins |= await pinned_now(self._pins, self._repo)
         async for batch in _batched(staged_relative(self._g, self._repo, ns)):
             added += await asyncio.to_thread(self._sets.add, "live", batch)
         branches = {b.id: b.commit_id async for b in self._g.list_branches(self._repo)}

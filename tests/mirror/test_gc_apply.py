@@ -23,7 +23,6 @@ from lakefs_core.repos.graveler import Graveler
 from lakefs_core.repos.stores import StoreRegistry
 from lakefs_core.service.deleter import store_deleter
 from lakefs_gc.mark.mark import MarkMode, MarkOptions, run_mark
-from lakefs_gc.pins import MirrorPins
 from lakefs_gc.runs.layout import RunLayout
 from lakefs_gc.runs.parts import list_parts, read_lines
 from lakefs_gc.sweep.sweep import SweepReport, run_sweep
@@ -31,6 +30,7 @@ from lakefs_mirror.db import MirrorsDB
 from lakefs_mirror.engine import MirrorEngine
 from lakefs_mirror.gc_apply import GCApplyReport, apply_source_sweeps
 from lakefs_mirror.metrics import MirrorMetrics
+from lakefs_mirror.pins import MirrorPins
 from lakefs_mirror.presence import PresenceCache, namespace_key
 from tests.gc.mark_support import MARK_NOW, MIN_AGE, Built, Clock, build_repo
 
