@@ -23,7 +23,8 @@ from lakefs_core.repos.graveler import Graveler
 from lakefs_core.service.daemon import DaemonLoop
 from lakefs_core.service.http import serve_api
 from lakefs_core.wiring import Core, build_table_cache, open_core
-from lakefs_mirror.api import create_app, store_probe
+from lakefs_mirror.admission import store_probe
+from lakefs_mirror.api import create_app
 from lakefs_mirror.config import MirrorConfig, config_startup_problems
 from lakefs_mirror.db import MirrorsDB
 from lakefs_mirror.engine import EngineSettings, MirrorEngine, PassReport

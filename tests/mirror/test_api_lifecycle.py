@@ -27,7 +27,8 @@ from lakefs_core.namespace import StorageNamespace
 from lakefs_core.repos.graveler import Graveler
 from lakefs_core.repos.objects import Objects
 from lakefs_core.repos.stores import StoreRegistry
-from lakefs_mirror.api import create_app, store_probe
+from lakefs_mirror.admission import store_probe
+from lakefs_mirror.api import create_app
 from lakefs_mirror.config import MirrorConfig, load_mirror_config
 from lakefs_mirror.db import MirrorsDB, MirrorStatus
 from lakefs_mirror.engine import EngineSettings, MirrorEngine
