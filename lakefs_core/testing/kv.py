@@ -1,16 +1,28 @@
-"""One KVStore contract, run against every driver: memory, SQLite, PostgreSQL, DynamoDB (moto).
+"""The KVStore contract (:mod:`lakefs_core.kv.base`) as a pytest suite a driver runs.
 
-Each test gets a fresh store opened through :func:`lakefs_core.kv.open_kv` (so URL handling is
-exercised too): a new SQLite file, a truncated ``kv`` table in the session's PostgreSQL database, a
-reset moto server.
+A driver's test module imports the suite and provides one fixture, ``kv_driver``: a
+:class:`KVDriver` whose ``open()`` opens a new handle on one fresh, empty store (every call the same
+store; the suite opens it, closes it, opens it again)::
+
+    import pytest
+    from lakefs_core.testing.kv import *  # noqa: F403 (the contract's tests and fixtures)
+    from lakefs_core.testing.kv import KVDriver
+
+    @pytest.fixture
+    def kv_driver(tmp_path) -> KVDriver:
+        return KVDriver(lambda: MyKVStore.open(tmp_path / "db"), persistent=True)
+
+The project runs it against every driver of its own (``tests/kv/test_contract.py``: memory, SQLite,
+PostgreSQL, DynamoDB on moto). Needs pytest and pytest-asyncio in ``asyncio_mode = "auto"`` (the
+``dev`` extra); the library itself never imports this module.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from dataclasses import dataclass
 
-import asyncpg
 import pytest
 
 from lakefs_core.errors import (
@@ -20,30 +32,66 @@ from lakefs_core.errors import (
     PreconditionFailedError,
     TransientError,
 )
-from lakefs_core.kv import Expect, KVEntry, KVStore, open_kv
+from lakefs_core.kv import Expect, KVEntry, KVStore
 from lakefs_core.kv.base import KVItem
-from tests.support.kv import KV_DRIVERS, kv_url_for
 
-DRIVERS = KV_DRIVERS
+__all__ = [  # ``import *`` takes the fixture and every test
+    "KVDriver",
+    "kv",
+    "test_a_late_failure_of_the_items_stores_nothing",
+    "test_abandoned_scan_does_not_block_the_store",
+    "test_bad_keys_rejected",
+    "test_bad_value_expectation_and_page_size_rejected",
+    "test_binary_keys_values_and_empty_value",
+    "test_bytearray_and_memoryview_accepted",
+    "test_cas_race_exactly_one_winner_per_round",
+    "test_closed_store_refuses_and_close_is_idempotent",
+    "test_concurrent_increment_loops_end_exact",
+    "test_concurrent_set_many_batches_all_land",
+    "test_data_persists_across_reopen",
+    "test_delete",
+    "test_get_missing_is_not_found",
+    "test_large_value_round_trips",
+    "test_partitions_are_isolated",
+    "test_precondition_failure_is_a_conflict_not_retryable",
+    "test_scan_empty_and_missing_partition",
+    "test_scan_is_bytewise_ascending",
+    "test_scan_pages_across_boundaries",
+    "test_scan_six_keys_exact_pages",
+    "test_scan_start_is_inclusive",
+    "test_scan_tolerates_writes_between_pages",
+    "test_set_if_absent",
+    "test_set_if_absent_race_exactly_one_winner",
+    "test_set_if_equals",
+    "test_set_if_exists",
+    "test_set_many_bad_item_rejected_before_anything_is_written",
+    "test_set_many_empty_batch_and_generator",
+    "test_set_many_large_values",
+    "test_set_many_of_a_long_generator_with_repeats_keeps_the_last_values",
+    "test_set_many_repeated_key_keeps_the_last_value",
+    "test_set_many_then_get_bad_input_rejected_before_anything_is_written",
+    "test_set_many_then_get_no_unseen_change_is_ordered_before_the_batch",
+    "test_set_many_then_get_of_a_missing_key_raises_after_storing_the_batch",
+    "test_set_many_then_get_stores_the_batch_and_reads_the_key",
+    "test_set_many_writes_every_item_across_partitions",
+    "test_set_then_get_and_overwrite",
+]
+
 P = b"partition"
 
 
-@pytest.fixture(params=DRIVERS)
-def kv_url(request: pytest.FixtureRequest, sqlite_url: str) -> str:
-    """The URL of a fresh, empty store for the parametrised driver (resolved synchronously)."""
-    return kv_url_for(request.param, request, sqlite_url)
+@dataclass(frozen=True)
+class KVDriver:
+    """How the suite reaches the store under test."""
+
+    open: Callable[[], Awaitable[KVStore]]  # a new handle on the one fresh store of this test
+    persistent: bool = True  # a handle opened after another closed sees its data (memory: no)
 
 
 @pytest.fixture
-async def kv(kv_url: str) -> AsyncIterator[KVStore]:
-    store = await open_kv(kv_url)
+async def kv(kv_driver: KVDriver) -> AsyncIterator[KVStore]:
+    store = await kv_driver.open()
     try:
-        if kv_url.startswith("postgresql://"):
-            conn = await asyncpg.connect(kv_url)
-            try:
-                await conn.execute("TRUNCATE kv")
-            finally:
-                await conn.close()
         yield store
     finally:
         await store.close()
@@ -363,8 +411,8 @@ async def test_concurrent_increment_loops_end_exact(kv: KVStore) -> None:
 # -- lifecycle ----------------------------------------------------------------------------------
 
 
-async def test_closed_store_refuses_and_close_is_idempotent(kv_url: str) -> None:
-    store = await open_kv(kv_url)
+async def test_closed_store_refuses_and_close_is_idempotent(kv_driver: KVDriver) -> None:
+    store = await kv_driver.open()
     await store.close()
     await store.close()
     with pytest.raises(LakeFSError) as info:
@@ -373,15 +421,15 @@ async def test_closed_store_refuses_and_close_is_idempotent(kv_url: str) -> None
     assert not info.value.retryable
 
 
-async def test_data_persists_across_reopen(kv_url: str) -> None:
-    first = await open_kv(kv_url)
+async def test_data_persists_across_reopen(kv_driver: KVDriver) -> None:
+    first = await kv_driver.open()
     try:
         await first.set(b"persist", b"k", b"kept")
     finally:
         await first.close()
-    second = await open_kv(kv_url)
+    second = await kv_driver.open()
     try:
-        if kv_url == "memory://":  # each memory store is its own world
+        if not kv_driver.persistent:  # each memory store is its own world
             with pytest.raises(NotFoundError):
                 await second.get(b"persist", b"k")
         else:
@@ -414,7 +462,7 @@ async def test_set_many_repeated_key_keeps_the_last_value(kv: KVStore) -> None:
 async def test_set_many_empty_batch_and_generator(kv: KVStore) -> None:
     await kv.set_many([])
     assert await keys_of(kv) == []
-    await kv.set_many((P, b"g%d" % i, bytearray(b"v")) for i in range(3))
+    await kv.set_many((P, b"g%d" % i, bytearray(b"v")) for i in range(3))  # type: ignore[misc]
     assert await keys_of(kv) == [b"g0", b"g1", b"g2"]
     assert await kv.get(P, b"g1") == b"v"
 

@@ -1,111 +1,86 @@
-"""One lease contract (lakefs_core.service.lease), run against every backend.
+"""The lease contract (:mod:`lakefs_core.service.lease`) as a pytest suite a backend runs.
 
-SQLLease on SQLite and PostgreSQL (a fresh table per test); KVLease on every KV driver (memory,
-SQLite, PostgreSQL, DynamoDB on moto). Each backend hands out contenders from two independent
-connections ("daemons"), so races go through the real database or KV, not one client object.
+A test module imports the suite and provides the fixture ``backend``: a :class:`LeaseBackend`
+whose ``make(name, holder, ttl=10.0, *, daemon=0, extra=None)`` hands out leases of one fresh
+store, from two independent connections (``daemon`` 0 or 1: races go through the real database or
+KV, not one client object). A KV driver's module gets one from :func:`kv_backend`::
+
+    from lakefs_core.testing.lease import *  # noqa: F403 (the contract's tests)
+    from lakefs_core.testing.lease import LeaseBackend, kv_backend
+
+    @pytest.fixture
+    async def backend(tmp_path) -> AsyncIterator[LeaseBackend]:
+        async for b in kv_backend(lambda: MyKVStore.open(tmp_path / "db")):
+            yield b
+
+The project runs it against every backend of its own (``tests/service/test_lease.py``: SQLLease on
+SQLite and PostgreSQL, KVLease on every KV driver). Needs pytest and pytest-asyncio in
+``asyncio_mode = "auto"`` (the ``dev`` extra); the library itself never imports this module.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-import uuid
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
+from typing import Any
 
-import asyncpg
 import pytest
-from sqlalchemy import MetaData
-from sqlalchemy.ext.asyncio import AsyncEngine
-from sqlalchemy.schema import CreateTable, DropTable
 
-from lakefs_core.errors import BadInputError, CorruptDataError
-from lakefs_core.kv import KVStore, open_kv
-from lakefs_core.refs import kvkeys
-from lakefs_core.service.lease import KVLease, Lease, LeaseState, SQLLease, kv_lease, lease_table
-from lakefs_core.sqlengine import create_sql_engine, normalize_sql_url
-from tests.support.kv import KV_DRIVERS, kv_url_for
-from tests.support.pg import PgDatabase
+from lakefs_core.errors import BadInputError
+from lakefs_core.kv import KVStore
+from lakefs_core.service.lease import Lease, LeaseState, kv_lease
 
-BACKENDS = [*(f"sql-{d}" for d in ("sqlite", "postgres")), *(f"kv-{d}" for d in KV_DRIVERS)]
+__all__ = [  # ``import *`` takes every test
+    "LeaseBackend",
+    "kv_backend",
+    "test_acquire_renew_expire_release",
+    "test_bad_inputs",
+    "test_datetimes_and_fractional_ttl",
+    "test_extra_fields_reach_the_log_record",
+    "test_lifecycle_logs",
+    "test_racing_contenders_have_one_winner",
+    "test_real_time_exclusivity",
+]
+
 T0 = datetime(2024, 5, 1, 12, 0, tzinfo=UTC)
 
-MakeLease = Callable[..., Lease]
+MakeLease = Callable[..., Lease]  # make(name, holder, ttl=10.0, *, daemon=0, extra=None) -> Lease
 
 
 @dataclass
-class Backend:
-    kind: str
-    make: MakeLease  # make(name, holder, ttl=10.0, *, daemon=0) -> Lease
+class LeaseBackend:
+    kind: str  # "kv" records the previous holder (a hand-over is logged as one); others do not
+    make: MakeLease
     kv: KVStore | None = None  # the first daemon's store (KV backends)
 
 
-async def _sql_backend(url: str) -> AsyncIterator[Backend]:
-    metadata = MetaData()
-    table = lease_table(metadata, f"leases_{uuid.uuid4().hex[:12]}")
-    engines: list[AsyncEngine] = [create_sql_engine(normalize_sql_url(url)) for _ in range(2)]
-    async with engines[0].begin() as conn:
-        await conn.execute(CreateTable(table))
+async def kv_backend(
+    open_store: Callable[[], Awaitable[KVStore]], *, shared: bool = False
+) -> AsyncIterator[LeaseBackend]:
+    """A backend of :func:`~lakefs_core.service.lease.kv_lease` leases on two handles of one fresh
+    store (``shared``: one handle for both daemons, for a store that lives in one process)."""
+    first = await open_store()
+    stores = [first, first if shared else await open_store()]
 
-    def make(name: str, holder: str, ttl: float = 10.0, *, daemon: int = 0) -> Lease:
-        return SQLLease(engines[daemon], table, name, holder, ttl, where="test lease database")
-
-    try:
-        yield Backend("sql", make)
-    finally:
-        async with engines[0].begin() as conn:
-            await conn.execute(DropTable(table))
-        for engine in engines:
-            await engine.dispose()
-
-
-async def _kv_backend(url: str) -> AsyncIterator[Backend]:
-    first = await open_kv(url)
-    # The memory driver is one process's store: both "daemons" share it.
-    stores = [first, first if url.startswith("memory://") else await open_kv(url)]
-    if url.startswith("postgresql://"):
-        conn = await asyncpg.connect(url)
-        try:
-            await conn.execute("TRUNCATE kv")
-        finally:
-            await conn.close()
-
-    def make(name: str, holder: str, ttl: float = 10.0, *, daemon: int = 0) -> Lease:
-        return kv_lease(stores[daemon], name, holder, ttl)
+    def make(
+        name: str, holder: str, ttl: float = 10.0, *, daemon: int = 0, extra: Mapping[str, Any] | None = None
+    ) -> Lease:
+        return kv_lease(stores[daemon], name, holder, ttl, extra=extra)
 
     try:
-        yield Backend("kv", make, first)
+        yield LeaseBackend("kv", make, first)
     finally:
         for store in {id(s): s for s in stores}.values():
             await store.close()
 
 
-@pytest.fixture(params=BACKENDS)
-def backend_url(request: pytest.FixtureRequest, sqlite_url: str, tmp_path: Path) -> tuple[str, str]:
-    """``(kind, url)`` of a fresh store for the parametrised backend (resolved synchronously)."""
-    kind, _, driver = str(request.param).partition("-")
-    if kind == "kv":
-        return kind, kv_url_for(driver, request, sqlite_url)
-    if driver == "postgres":
-        pg: PgDatabase = request.getfixturevalue("pg_database")
-        return kind, pg.url
-    return kind, f"sqlite:///{tmp_path / 'leases.sqlite3'}"
-
-
-@pytest.fixture
-async def backend(backend_url: tuple[str, str]) -> AsyncIterator[Backend]:
-    kind, url = backend_url
-    factory = _sql_backend(url) if kind == "sql" else _kv_backend(url)
-    async for b in factory:
-        yield b
-
-
 # -- the contract -------------------------------------------------------------------------------------
 
 
-async def test_acquire_renew_expire_release(backend: Backend) -> None:
+async def test_acquire_renew_expire_release(backend: LeaseBackend) -> None:
     d1, d2 = backend.make("eu", "daemon-1"), backend.make("eu", "daemon-2", daemon=1)
     assert await d1.current() is None
     assert await d1.try_acquire(100.0) is True
@@ -132,7 +107,7 @@ async def test_acquire_renew_expire_release(backend: Backend) -> None:
     assert (await other.current()) is not None  # "ap" untouched
 
 
-async def test_datetimes_and_fractional_ttl(backend: Backend) -> None:
+async def test_datetimes_and_fractional_ttl(backend: LeaseBackend) -> None:
     d, e = backend.make("dt", "d", 5), backend.make("dt", "e", 5, daemon=1)
     assert await d.try_acquire(T0) is True
     assert await e.try_acquire(T0 + timedelta(seconds=4, microseconds=999_999)) is False
@@ -145,7 +120,7 @@ async def test_datetimes_and_fractional_ttl(backend: Backend) -> None:
     assert state is not None and state.expires_at == T0 + timedelta(milliseconds=250)
 
 
-async def test_racing_contenders_have_one_winner(backend: Backend) -> None:
+async def test_racing_contenders_have_one_winner(backend: LeaseBackend) -> None:
     for round_no in range(8):
         now = 1000.0 + round_no * 20  # every round starts after the previous lease expired
         holders = [f"daemon-{i}" for i in range(6)]
@@ -162,7 +137,7 @@ async def test_racing_contenders_have_one_winner(backend: Backend) -> None:
         assert outcome == [True] + [False] * len(losers)
 
 
-async def test_real_time_exclusivity(backend: Backend) -> None:
+async def test_real_time_exclusivity(backend: LeaseBackend) -> None:
     """Contenders hammer acquire/release with the real clock: never two holders at once."""
     holding: set[str] = set()
     overlaps: list[set[str]] = []
@@ -187,7 +162,7 @@ async def test_real_time_exclusivity(backend: Backend) -> None:
     assert sum(wins) >= 1
 
 
-async def test_lifecycle_logs(backend: Backend, caplog: pytest.LogCaptureFixture) -> None:
+async def test_lifecycle_logs(backend: LeaseBackend, caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.INFO, logger="lakefs_core.service.lease")
     a, b = backend.make("logs", "a", 10.0), backend.make("logs", "b", 10.0, daemon=1)
     assert await a.try_acquire(100.0)
@@ -205,21 +180,17 @@ async def test_lifecycle_logs(backend: Backend, caplog: pytest.LogCaptureFixture
     assert all(r.levelno == logging.INFO for r in caplog.records if r.name == "lakefs_core.service.lease")
 
 
-async def test_extra_fields_reach_the_log_record(backend: Backend, caplog: pytest.LogCaptureFixture) -> None:
+async def test_extra_fields_reach_the_log_record(
+    backend: LeaseBackend, caplog: pytest.LogCaptureFixture
+) -> None:
     caplog.set_level(logging.INFO, logger="lakefs_core.service.lease")
-    if backend.kind == "kv":
-        assert backend.kv is not None
-        lease: Lease = kv_lease(backend.kv, "gc/repo1", "me", 5.0, extra={"repository": "repo1"})
-    else:
-        lease = backend.make("x", "me", 5.0)
-        assert isinstance(lease, SQLLease)
-        lease.extra = {"repository": "repo1"}
+    lease = backend.make("gc/repo1", "me", 5.0, extra={"repository": "repo1"})
     assert await lease.try_acquire()
     (record,) = [r for r in caplog.records if r.name == "lakefs_core.service.lease"]
     assert record.__dict__["repository"] == "repo1"
 
 
-async def test_bad_inputs(backend: Backend) -> None:
+async def test_bad_inputs(backend: LeaseBackend) -> None:
     for bad_ttl in (0, -1.0, True):
         with pytest.raises(BadInputError):
             backend.make("n", "h", bad_ttl)
@@ -232,17 +203,3 @@ async def test_bad_inputs(backend: Backend) -> None:
     lease = backend.make("n", "h", 1.0)
     with pytest.raises(BadInputError):
         await lease.try_acquire(datetime(2024, 1, 1))  # naive: refused, never guessed
-
-
-@pytest.mark.parametrize("backend_url", [b for b in BACKENDS if b.startswith("kv-")], indirect=True)
-async def test_kv_record_that_does_not_parse_is_never_taken_over(backend: Backend) -> None:
-    assert backend.kv is not None
-    key = kvkeys.lease_key("junk")
-    await backend.kv.set(kvkeys.LEASES_PARTITION, key, b"not json")
-    lease = KVLease(backend.kv, kvkeys.LEASES_PARTITION, key, "me", 5.0)
-    with pytest.raises(CorruptDataError):
-        await lease.try_acquire(0.0)
-    assert await backend.kv.get(kvkeys.LEASES_PARTITION, key) == b"not json"
-    await backend.kv.set(kvkeys.LEASES_PARTITION, key, b'{"holder": "x", "expires_us": true}')
-    with pytest.raises(CorruptDataError):
-        await lease.current()

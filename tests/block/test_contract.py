@@ -1,0 +1,17 @@
+"""The shipped BlockStore contract (:mod:`lakefs_core.testing.block`), run once per driver of ours:
+memory, local directory, S3 (moto_server); the ``store`` fixture is tests/block/conftest.py's."""
+
+from __future__ import annotations
+
+import pytest
+
+from lakefs_core.block import BlockStore, LocalBlockStore, S3BlockStore
+from lakefs_core.testing.block import *  # noqa: F403 (the contract's tests and fixtures)
+from lakefs_core.testing.block import BlockTraits
+
+
+@pytest.fixture
+def block_traits(store: BlockStore) -> BlockTraits:
+    return BlockTraits(
+        multipart_etags=isinstance(store, S3BlockStore), keys_are_paths=isinstance(store, LocalBlockStore)
+    )
