@@ -156,7 +156,7 @@ class _Pass:
         self.fixed_now = options.now
 
     def now(self) -> datetime:
-        return self.fixed_now or self.journal.g.clock()
+        return self.fixed_now or self.journal.now()
 
     async def decide(self, intent: Intent) -> Decision:
         o = self.options

@@ -95,7 +95,7 @@ async def import_with_executor(
 ) -> ImportResult:
     """Plan here, build ranges on ``executor``, splice and commit here."""
     target = await prepare_import(
-        g, repo_id, branch_id, dest_path, source_uri, committer=committer, message=message
+        g.context, repo_id, branch_id, dest_path, source_uri, committer=committer, message=message
     )
     wanted = partitions or executor.default_parallelism * 4
     chunks = await plan_chunks(await g.source_store(target.source), target.source, wanted)
@@ -117,7 +117,7 @@ async def import_with_executor(
     ranges = [_range_of(row) for r in rows for row in r["ranges"]]
     entries = sum(int(r["count"]) for r in rows)
     return await finish_import(
-        g, target, ranges, entries=entries, chunks=len(chunks), committer=committer, message=message
+        g.context, target, ranges, entries=entries, chunks=len(chunks), committer=committer, message=message
     )
 
 

@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import AsyncIterable
-from typing import TYPE_CHECKING
 
 from lakefs_core.errors import (
     BadInputError,
@@ -38,66 +37,64 @@ from lakefs_core.errors import (
 from lakefs_core.kv.base import Expect
 from lakefs_core.namespace import StorageNamespace
 from lakefs_core.refs.store import claim_value
-
-if TYPE_CHECKING:
-    from lakefs_core.repos.graveler import Graveler
+from lakefs_core.repos.context import RepoContext
 
 
-async def claim(g: Graveler, ns: StorageNamespace, repo_id: str, instance_uid: str) -> bytes:
+async def claim(ctx: RepoContext, ns: StorageNamespace, repo_id: str, instance_uid: str) -> bytes:
     """Claim ``ns`` for ``repo_id``; returns the claim value written (see the module docstring)."""
     value = claim_value(repo_id, instance_uid)
-    for _ in range(g.settings.write_attempts):
-        current = await g.refs.get_namespace_claim(ns.canonical)
+    for _ in range(ctx.settings.write_attempts):
+        current = await ctx.refs.get_namespace_claim(ns.canonical)
         if current is not None and current.owner not in (None, repo_id):
             raise NamespaceConflictError(
                 f"storage namespace {ns.uri} is already in use by repository {current.owner!r}"
             )
         expected = Expect.ABSENT if current is None else Expect.equals(current.raw)
         try:
-            await g.refs.set_namespace_claim(ns.canonical, value, expected)
+            await ctx.refs.set_namespace_claim(ns.canonical, value, expected)
             break
         except PreconditionFailedError:
             continue
     else:
         raise TooManyRetriesError(f"the claim on storage namespace {ns.uri} kept changing")
     try:
-        await _check_overlaps(g, ns, repo_id)
+        await _check_overlaps(ctx, ns, repo_id)
     except BaseException:
-        await g.refs.release_namespace_claim(ns.canonical, value)
+        await ctx.refs.release_namespace_claim(ns.canonical, value)
         raise
     return value
 
 
-async def check_available(g: Graveler, storage_namespace: str, repo_id: str) -> None:
+async def check_available(ctx: RepoContext, storage_namespace: str, repo_id: str) -> None:
     """Raise :class:`NamespaceConflictError` if a repository other than ``repo_id`` claims or uses
     a namespace equal to, inside or enclosing ``storage_namespace`` (a read-only check, e.g. for an
     API to refuse early; only :meth:`create_repository` claims atomically)."""
     ns = StorageNamespace.parse(storage_namespace).check_repository_namespace()
-    current = await g.refs.get_namespace_claim(ns.canonical)
+    current = await ctx.refs.get_namespace_claim(ns.canonical)
     if current is not None and current.owner not in (None, repo_id):
         raise NamespaceConflictError(
             f"storage namespace {ns.uri} is already in use by repository {current.owner!r}"
         )
-    await _check_overlaps(g, ns, repo_id)
+    await _check_overlaps(ctx, ns, repo_id)
 
 
-async def _check_overlaps(g: Graveler, ns: StorageNamespace, repo_id: str) -> None:
+async def _check_overlaps(ctx: RepoContext, ns: StorageNamespace, repo_id: str) -> None:
     for ancestor in ns.ancestors():
-        claim = await g.refs.get_namespace_claim(ancestor)
+        claim = await ctx.refs.get_namespace_claim(ancestor)
         if claim is not None and claim.owner not in (None, repo_id):
             raise NamespaceConflictError(
                 f"storage namespace {ns.uri} is inside {ancestor.rstrip('/')}, the storage "
                 f"namespace of repository {claim.owner!r}"
             )
-    async for claim in g.refs.namespace_claims_within(ns.canonical):
+    async for claim in ctx.refs.namespace_claims_within(ns.canonical):
         if claim.owner != repo_id and claim.namespace != ns.canonical:
             raise NamespaceConflictError(
                 f"storage namespace {ns.uri} encloses {claim.namespace.rstrip('/')}, the storage "
                 f"namespace of repository {claim.owner!r}"
             )
-    await _check_import_sources(g, ns)
+    await _check_import_sources(ctx, ns)
     # Repositories created before namespace claims existed (or by lakeFS itself) have no claim.
-    repos = g.refs.list_repositories(include_deleting=True)
+    repos = ctx.refs.list_repositories(include_deleting=True)
     found = await first_overlap(((r.id, r.storage_namespace) async for r in repos if r.id != repo_id), ns)
     if found is not None:
         name, other = found
@@ -106,13 +103,13 @@ async def _check_overlaps(g: Graveler, ns: StorageNamespace, repo_id: str) -> No
         )
 
 
-async def _check_import_sources(g: Graveler, ns: StorageNamespace) -> None:
-    scans = [g.refs.import_sources(a, within=False) for a in ns.ancestors()]
-    scans.append(g.refs.import_sources(ns.canonical, within=True))
+async def _check_import_sources(ctx: RepoContext, ns: StorageNamespace) -> None:
+    scans = [ctx.refs.import_sources(a, within=False) for a in ns.ancestors()]
+    scans.append(ctx.refs.import_sources(ns.canonical, within=True))
     for scan in scans:
         async for src in scan:
             try:
-                repo, _ = await g.refs.get_repository_raw(src.repo)
+                repo, _ = await ctx.refs.get_repository_raw(src.repo)
             except NotFoundError:
                 continue  # the importing repository is gone, and its entries with it
             if repo.instance_uid == src.instance_uid:
@@ -122,14 +119,14 @@ async def _check_import_sources(g: Graveler, ns: StorageNamespace) -> None:
                 )
 
 
-async def claimed_overlap(g: Graveler, ns: StorageNamespace) -> tuple[str, str] | None:
+async def claimed_overlap(ctx: RepoContext, ns: StorageNamespace) -> tuple[str, str] | None:
     """``(repository, canonical namespace)`` of a live claim equal to, enclosing or inside ``ns``
     (a repository being created has its claim before its record), or None."""
     for ancestor in ns.ancestors():
-        claim = await g.refs.get_namespace_claim(ancestor)
+        claim = await ctx.refs.get_namespace_claim(ancestor)
         if claim is not None and claim.owner is not None:
             return claim.owner, claim.namespace
-    async for claim in g.refs.namespace_claims_within(ns.canonical):
+    async for claim in ctx.refs.namespace_claims_within(ns.canonical):
         if claim.owner is not None:  # always: namespace_claims_within yields live claims only
             return claim.owner, claim.namespace
     return None
@@ -150,16 +147,16 @@ async def first_overlap(
     return None
 
 
-async def settle(g: Graveler, ns: StorageNamespace, repo_id: str, value: bytes) -> None:
+async def settle(ctx: RepoContext, ns: StorageNamespace, repo_id: str, value: bytes) -> None:
     """After a creation attempt: if a repository ``repo_id`` exists now (ours, or a concurrent
     attempt's under the same id) the claim names its instance uid; otherwise release ours."""
     try:
-        repo, _ = await g.refs.get_repository_raw(repo_id)
+        repo, _ = await ctx.refs.get_repository_raw(repo_id)
     except NotFoundError:
-        await g.refs.release_namespace_claim(ns.canonical, value)
+        await ctx.refs.release_namespace_claim(ns.canonical, value)
         return
-    current = await g.refs.get_namespace_claim(ns.canonical)
+    current = await ctx.refs.get_namespace_claim(ns.canonical)
     wanted = claim_value(repo_id, repo.instance_uid)
     if current is not None and current.owner == repo_id and current.raw != wanted:
         with contextlib.suppress(PreconditionFailedError):
-            await g.refs.set_namespace_claim(ns.canonical, wanted, Expect.equals(current.raw))
+            await ctx.refs.set_namespace_claim(ns.canonical, wanted, Expect.equals(current.raw))

@@ -36,8 +36,10 @@ from lakefs_core.format.records import ADDRESS_RELATIVE, ValueRecord, decode_ent
 from lakefs_core.keys import SliceAllocator
 from lakefs_core.namespace import StorageNamespace
 from lakefs_core.refs.model import Repository
-from lakefs_core.repos.graveler import Graveler
-from lakefs_core.repos.journal import Intent, Journal, new_batch_id
+from lakefs_core.refs.staging import tombstone
+from lakefs_core.repos import reading, staging_writes
+from lakefs_core.repos.context import HasContext
+from lakefs_core.repos.journal import Intent, Journal, journal_enabled, new_batch_id
 from lakefs_core.repos.staging_writes import check_new_path
 
 MAX_LIST_AMOUNT = 10_000
@@ -167,15 +169,15 @@ def prefix_successor(prefix: bytes) -> bytes | None:
 
 
 class Objects:
-    """Object operations of a :class:`Graveler`."""
+    """Object operations of a :class:`~lakefs_core.repos.graveler.Graveler` (or of its context)."""
 
-    def __init__(self, graveler: Graveler) -> None:
-        self.g = graveler
+    def __init__(self, repos: HasContext) -> None:
+        self.ctx = repos.context
         self.slices = SliceAllocator()
 
     async def _namespace(self, repo: Repository) -> tuple[StorageNamespace, BlockStore]:
         ns = StorageNamespace.parse(repo.storage_namespace)
-        return ns, await self.g.stores.namespace_store(ns)
+        return ns, await self.ctx.stores.namespace_store(ns)
 
     async def upload(
         self,
@@ -189,20 +191,20 @@ class Objects:
         force: bool = False,
     ) -> ObjectStat:
         key = _new_path_bytes(path)
-        repo = await self.g.repository(repo_id)
-        self.g.writable(repo, force)
-        await self.g.refs.get_branch(repo, branch)  # fail before writing bytes for an unknown branch
+        repo = await self.ctx.repository(repo_id)
+        self.ctx.writable(repo, force)
+        await self.ctx.refs.get_branch(repo, branch)  # fail before writing bytes for an unknown branch
         ns, store = await self._namespace(repo)
         relative = self.slices.new_relative_address()
-        journal = Journal(self.g, repo) if await self.g.journal_enabled(repo) else None
-        intent = await journal.record_intent(relative, branch, key, self.g.clock()) if journal else None
+        journal = Journal(self.ctx, repo) if await journal_enabled(self.ctx, repo) else None
+        intent = await journal.record_intent(relative, branch, key, self.ctx.clock()) if journal else None
         info = await store.put(
             ns.key(relative), body, if_none_match=True, content_type=content_type, metadata=metadata
         )
         if journal is not None and intent is not None:
-            await journal.mark_stored(intent, self.g.clock())
-        record, stat = new_entry(key, relative, info, metadata, info.last_modified or self.g.clock())
-        await self.g.set_entry(repo_id, branch, record, force=force)
+            await journal.mark_stored(intent, self.ctx.clock())
+        record, stat = new_entry(key, relative, info, metadata, info.last_modified or self.ctx.clock())
+        await staging_writes.stage_entry(self.ctx, repo_id, branch, record, force=force)
         return stat
 
     async def upload_many(
@@ -216,32 +218,31 @@ class Objects:
         force: bool = False,
         write_gate: asyncio.Lock | None = None,
     ) -> list[ObjectStat]:
-        """Upload a batch: one repository and branch read, the PUTs ``concurrency`` at a time, then
-        every entry staged in ONE KV batch (:meth:`Graveler.set_entries`). With the journal on, the
-        intents of the whole batch are recorded in one KV batch before the PUTs and settled by one
-        record in the staging batch (:meth:`Journal.settled_items`). The first failing PUT fails
-        the batch (nothing is staged; the objects already written are garbage the journal or
-        retention GC removes). Small bodies (bytes, :class:`BlockingBody`) are written by the
-        store's ``put_batch``, ``PUT_BATCH_WINDOW`` at a time; streamed ones one PUT each.
-        ``on_stored`` is called after each object is stored (progress; per window for batched
-        ones). Results are in the order of ``items``. Concurrent batches sharing a ``write_gate``
-        write their objects one batch at a time, in the order they reach the gate (each holds it
-        for its PUTs only): a batch's journal and staging writes then overlap the next batch's
-        PUTs, where two batches writing at once would split the writer threads and finish
-        together."""
+        """Upload a batch: one repository and branch read, the PUTs ``concurrency`` at a time, then every
+        entry staged in ONE KV batch (:func:`~lakefs_core.repos.staging_writes.set_entries`). With the
+        journal on, the intents of the whole batch are recorded in one KV batch before the PUTs and
+        settled by one record in the staging batch (:meth:`Journal.settled_items`). The first failing
+        PUT fails the batch (nothing is staged; the objects already written are garbage the journal or
+        retention GC removes). Small bodies (bytes, :class:`BlockingBody`) are written by the store's
+        ``put_batch``, ``PUT_BATCH_WINDOW`` at a time; streamed ones one PUT each. ``on_stored`` is
+        called after each object is stored (progress; per window for batched ones). Results are in the
+        order of ``items``. Concurrent batches sharing a ``write_gate`` write their objects one batch at
+        a time, in the order they reach the gate (each holds it for its PUTs only): a batch's journal
+        and staging writes then overlap the next batch's PUTs, where two batches writing at once would
+        split the writer threads and finish together."""
         if concurrency < 1:
             raise BadInputError("must be at least 1", field="concurrency")
         keys = [_new_path_bytes(item.path) for item in items]
-        repo = await self.g.repository(repo_id)
-        self.g.writable(repo, force)
-        await self.g.refs.get_branch(repo, branch)  # fail before writing bytes for an unknown branch
+        repo = await self.ctx.repository(repo_id)
+        self.ctx.writable(repo, force)
+        await self.ctx.refs.get_branch(repo, branch)  # fail before writing bytes for an unknown branch
         ns, store = await self._namespace(repo)
         addresses = self.slices.new_relative_addresses(len(items))
-        journal = Journal(self.g, repo) if await self.g.journal_enabled(repo) else None
+        journal = Journal(self.ctx, repo) if await journal_enabled(self.ctx, repo) else None
         intents: list[Intent] = []
         recorded_at = time.monotonic()
         if journal is not None:
-            now = self.g.clock().timestamp()
+            now = self.ctx.clock().timestamp()
             batch = new_batch_id()
             intents = await journal.record_intents(
                 [Intent(a, branch, k, now, batch=batch) for a, k in zip(addresses, keys, strict=True)]
@@ -253,13 +254,13 @@ class Objects:
             await asyncio.sleep(0)  # the next batch's PUTs start before this batch's entries are built
         settled: list[tuple[bytes, bytes, bytes]] = []
         if journal is not None:
-            settled = await journal.settled_items(intents, self.g.clock(), time.monotonic() - recorded_at)
+            settled = await journal.settled_items(intents, self.ctx.clock(), time.monotonic() - recorded_at)
         built = [
-            new_entry(key, address, info, item.metadata, info.last_modified or self.g.clock())
+            new_entry(key, address, info, item.metadata, info.last_modified or self.ctx.clock())
             for key, address, info, item in zip(keys, addresses, infos, items, strict=True)
         ]
         records = [record for record, _ in built]
-        await self.g.set_entries(repo_id, branch, records, force=force, with_items=settled)
+        await staging_writes.set_entries(self.ctx, repo_id, branch, records, force=force, with_items=settled)
         return [stat for _, stat in built]
 
     async def _put_all(
@@ -299,7 +300,7 @@ class Objects:
         return [info for info in infos if info is not None]
 
     async def stat(self, repo_id: str, ref: str, path: str) -> ObjectStat:
-        return ObjectStat.from_record(await self.g.get_entry(repo_id, ref, _path_bytes(path)))
+        return ObjectStat.from_record(await reading.get_entry(self.ctx, repo_id, ref, _path_bytes(path)))
 
     async def read(
         self, repo_id: str, ref: str, path: str, *, start: int = 0, length: int | None = None
@@ -314,11 +315,13 @@ class Objects:
     ) -> AsyncIterator[bytes]:
         """Stream the bytes of the object ``stat`` describes (its address: the same bytes however
         often it is read, whatever happens to the path meanwhile)."""
-        repo = await self.g.recent_repository(repo_id)  # once per object of a bulk download
+        repo = await staging_writes.repository_for_write(
+            self.ctx, repo_id
+        )  # once per object of a bulk download
         ns = StorageNamespace.parse(repo.storage_namespace)
         address_type = catalog_pb2.Entry.AddressType.Value(stat.address_type)
         store_uri, key = ns.address_key(stat.physical_address, address_type)
-        store = await self.g.stores.block_store(store_uri)
+        store = await self.ctx.stores.block_store(store_uri)
         try:
             async for chunk in store.stream(key, start=start, length=length):
                 yield chunk
@@ -326,14 +329,16 @@ class Objects:
             # Missing on purpose? An audited purge left a marker naming its record (HTTP 410).
             from lakefs_core.repos.purge import raise_if_purged  # loaded only when data is missing
 
-            await raise_if_purged(self.g, repo, stat.physical_address, address_type, stat.path)
+            await raise_if_purged(self.ctx, repo, stat.physical_address, address_type, stat.path)
             raise NotFoundError(f"data of {stat.path!r} is missing at {stat.physical_address}") from e
 
     async def read_all(self, repo_id: str, ref: str, path: str) -> bytes:
         return b"".join([chunk async for chunk in self.read(repo_id, ref, path)])
 
     async def delete(self, repo_id: str, branch: str, path: str, *, force: bool = False) -> None:
-        await self.g.delete_entry(repo_id, branch, _path_bytes(path), force=force)
+        key = _path_bytes(path)
+        await reading.get_entry(self.ctx, repo_id, branch, key)  # NotFoundError for a missing object
+        await staging_writes.stage_entry(self.ctx, repo_id, branch, tombstone(key), force=force)
 
     async def list(
         self,
@@ -360,7 +365,9 @@ class Objects:
             start = successor
         while True:
             restart: bytes | None = None
-            async for record in self.g.list_entries(repo_id, ref, prefix=pfx, after=last, start=start):
+            async for record in reading.list_entries(
+                self.ctx, repo_id, ref, prefix=pfx, after=last, start=start
+            ):
                 if len(objects) + len(prefixes) == amount:
                     return ListPage(objects, prefixes, True, last.decode("utf-8", "backslashreplace"))
                 cut = record.key.find(delim, len(pfx)) if delim else -1

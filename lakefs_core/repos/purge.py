@@ -32,19 +32,20 @@ import re
 import uuid
 from collections.abc import Iterable
 from datetime import datetime
-from typing import TYPE_CHECKING, Literal
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from lakefs_core.errors import BadInputError, CorruptDataError, NotFoundError, PreconditionFailedError
+from lakefs_core.format.proto import catalog_pb2
+from lakefs_core.format.records import decode_entry
 from lakefs_core.keys import DATA_DIR, TABLES_DIR
 from lakefs_core.kv.base import Expect
 from lakefs_core.namespace import StorageNamespace
 from lakefs_core.refs import kvkeys
 from lakefs_core.refs.model import Repository
-
-if TYPE_CHECKING:
-    from lakefs_core.repos.graveler import Graveler
+from lakefs_core.repos.context import RepoContext
+from lakefs_core.repos.reading import get_entry
 
 MAX_REASON = 1024
 MAX_ADDRESSES = 100_000  # one purge record stays a bounded KV value
@@ -155,39 +156,39 @@ def _relative(ns: StorageNamespace, address: str, address_type: int) -> str | No
 
 
 async def _addresses(
-    g: Graveler, repo: Repository, ref: str, key: bytes, *, all_history: bool
+    ctx: RepoContext, repo: Repository, ref: str, key: bytes, *, all_history: bool
 ) -> tuple[set[tuple[str, int]], int]:
     """``(address, address type)`` of ``key`` at ``ref`` or in every commit and branch."""
     found: set[tuple[str, int]] = set()
 
     async def at(where: str) -> None:
         try:
-            record = await g.get_entry(repo.id, where, key)
+            record = await get_entry(ctx, repo.id, where, key)
         except NotFoundError:
             return
-        from lakefs_core.repos.objects import ObjectStat
+        entry = decode_entry(record.data)
+        full = entry.address_type == catalog_pb2.Entry.AddressType.FULL
+        found.add((entry.address, 2 if full else 1))
 
-        stat = ObjectStat.from_record(record)
-        found.add((stat.physical_address, 2 if stat.address_type == "FULL" else 1))
-
-    await g.resolve(repo, ref)  # an unknown ref is NotFoundError, not an empty purge
+    await ctx.resolve(repo, ref)  # an unknown ref is NotFoundError, not an empty purge
     if not all_history:
         await at(ref)
         return found, 1
     commits = 0
     seen_metaranges: set[str] = set()
-    async for node in g.commit_nodes(repo.id):
+    async for commit in ctx.refs.list_commits(repo):
+        node = commit.node()
         commits += 1
         if node.metarange_id and node.metarange_id not in seen_metaranges:
             seen_metaranges.add(node.metarange_id)
             await at(node.id)
-    async for branch in g.list_branches(repo.id):
+    async for branch in ctx.refs.list_branches(repo):
         await at(branch.id)  # its staged value, if any
     return found, commits
 
 
 async def purge_path(
-    g: Graveler,
+    ctx: RepoContext,
     repo_id: str,
     ref: str,
     path: str,
@@ -201,9 +202,9 @@ async def purge_path(
     check_reason(reason)
     check_path(path)
     check_actor(actor)
-    repo = await g.repository(repo_id)
+    repo = await ctx.repository(repo_id)
     ns = StorageNamespace.parse(repo.storage_namespace)
-    found, commits = await _addresses(g, repo, ref, path.encode(), all_history=all_history)
+    found, commits = await _addresses(ctx, repo, ref, path.encode(), all_history=all_history)
     inside: set[str] = set()
     outside: set[str] = set()
     not_data: set[str] = set()
@@ -228,7 +229,7 @@ async def purge_path(
     )
     if not yes or not inside:
         return report
-    now = g.clock()
+    now = ctx.clock()
     record = PurgeRecord(
         audit_id=new_audit_id(now),
         repository=repo_id,
@@ -247,28 +248,28 @@ async def purge_path(
             " purge at fewer refs (one commit id at a time)",
             field="path",
         )
-    done = await record_purge(g, repo, record)
+    done = await record_purge(ctx, repo, record)
     report.audit_id, report.deleted = done.audit_id, done.deleted
     return report
 
 
-async def record_purge(g: Graveler, repo: Repository, record: PurgeRecord) -> PurgeRecord:
+async def record_purge(ctx: RepoContext, repo: Repository, record: PurgeRecord) -> PurgeRecord:
     """Record, mark, delete, settle (see the module). Idempotent: a re-run of a record already
     stored continues it. Works on read-only (mirror) repositories too."""
     check_audit_id(record.audit_id)
     key = kvkeys.purge_key(record.audit_id)
     try:
-        await g.kv.set_if(repo.partition, key, record.to_bytes(), Expect.ABSENT)
+        await ctx.kv.set_if(repo.partition, key, record.to_bytes(), Expect.ABSENT)
     except PreconditionFailedError:
-        record = await purge_record(g, repo.id, record.audit_id)
+        record = await purge_record(ctx, repo.id, record.audit_id)
         if record.state == "done":
             return record
     marker = record.audit_id.encode()
     # Defence in depth (a mirror applies its source's records): only data objects are ever touched.
     addresses = [a for a in record.addresses if is_data_object(a)]
-    await g.kv.set_many([(repo.partition, kvkeys.purged_key(a), marker) for a in addresses])
+    await ctx.kv.set_many([(repo.partition, kvkeys.purged_key(a), marker) for a in addresses])
     ns = StorageNamespace.parse(repo.storage_namespace)
-    store = await g.namespace_store(ns)
+    store = await ctx.namespace_store(ns)
     deleted = 0
     for address in addresses:
         # already gone: a re-run, or a mirror that never received it
@@ -276,24 +277,24 @@ async def record_purge(g: Graveler, repo: Repository, record: PurgeRecord) -> Pu
             await store.delete(ns.key(address))
         deleted += 1
     settled = record.model_copy(update={"state": "done", "deleted": deleted})
-    await g.kv.set(repo.partition, key, settled.to_bytes())
+    await ctx.kv.set(repo.partition, key, settled.to_bytes())
     return settled
 
 
-async def purge_record(g: Graveler, repo_id: str, audit_id: str) -> PurgeRecord:
-    repo = await g.repository(repo_id)
+async def purge_record(ctx: RepoContext, repo_id: str, audit_id: str) -> PurgeRecord:
+    repo = await ctx.repository(repo_id)
     check_audit_id(audit_id)
     try:
-        raw = await g.kv.get(repo.partition, kvkeys.purge_key(audit_id))
+        raw = await ctx.kv.get(repo.partition, kvkeys.purge_key(audit_id))
     except NotFoundError:
         raise NotFoundError(f"no purge {audit_id!r} in repository {repo_id!r}") from None
     return PurgeRecord.parse(raw, f"purges/{audit_id} of {repo_id}")
 
 
-async def list_purges(g: Graveler, repo_id: str) -> list[PurgeRecord]:
-    repo = await g.repository(repo_id)
+async def list_purges(ctx: RepoContext, repo_id: str) -> list[PurgeRecord]:
+    repo = await ctx.repository(repo_id)
     out = []
-    async for item in g.kv.scan(repo.partition, kvkeys.PURGES_PREFIX):
+    async for item in ctx.kv.scan(repo.partition, kvkeys.PURGES_PREFIX):
         if not item.key.startswith(kvkeys.PURGES_PREFIX):
             break
         out.append(PurgeRecord.parse(item.value, f"{item.key.decode(errors='replace')} of {repo_id}"))
@@ -304,13 +305,13 @@ _POINT_READS = 64  # up to this many addresses are looked up one by one; more ar
 _YIELD_EVERY = 512
 
 
-async def purged_addresses(g: Graveler, repo: Repository, addresses: Iterable[str]) -> dict[str, str]:
+async def purged_addresses(ctx: RepoContext, repo: Repository, addresses: Iterable[str]) -> dict[str, str]:
     """Relative address -> audit id, for those of ``addresses`` that a purge destroyed.
 
     A mirror asks this for every object it found missing (tens of thousands in a big commit), so the
     common case (no purge ever) costs one KV read, and a long list is merged with one paged scan of
     the markers between its first and last key instead of a read per address."""
-    if not await _any_marker(g, repo):
+    if not await _any_marker(ctx, repo):
         return {}
     wanted: dict[bytes, str] = {}
     for n, address in enumerate(addresses, 1):
@@ -326,12 +327,12 @@ async def purged_addresses(g: Graveler, repo: Repository, addresses: Iterable[st
     if len(wanted) <= _POINT_READS:
         for key, address in wanted.items():
             try:
-                out[address] = (await g.kv.get(repo.partition, key)).decode("utf-8", "replace")
+                out[address] = (await ctx.kv.get(repo.partition, key)).decode("utf-8", "replace")
             except NotFoundError:
                 continue
         return out
     last = max(wanted)
-    async with contextlib.aclosing(g.kv.scan(repo.partition, min(wanted))) as markers:  # type: ignore[type-var]
+    async with contextlib.aclosing(ctx.kv.scan(repo.partition, min(wanted))) as markers:  # type: ignore[type-var]
         async for item in markers:
             if item.key > last:
                 break
@@ -341,14 +342,16 @@ async def purged_addresses(g: Graveler, repo: Repository, addresses: Iterable[st
     return out
 
 
-async def _any_marker(g: Graveler, repo: Repository) -> bool:
-    async with contextlib.aclosing(g.kv.scan(repo.partition, kvkeys.PURGED_PREFIX, page_size=1)) as items:  # type: ignore[type-var]
+async def _any_marker(ctx: RepoContext, repo: Repository) -> bool:
+    async with contextlib.aclosing(ctx.kv.scan(repo.partition, kvkeys.PURGED_PREFIX, page_size=1)) as items:  # type: ignore[type-var]
         async for item in items:
             return item.key.startswith(kvkeys.PURGED_PREFIX)
     return False
 
 
-async def raise_if_purged(g: Graveler, repo: Repository, address: str, address_type: int, path: str) -> None:
+async def raise_if_purged(
+    ctx: RepoContext, repo: Repository, address: str, address_type: int, path: str
+) -> None:
     """Called when an object's data is missing: :class:`PurgedError` when a purge destroyed it."""
     from lakefs_core.errors import PurgedError
 
@@ -358,7 +361,7 @@ async def raise_if_purged(g: Graveler, repo: Repository, address: str, address_t
         return
     if relative is None:
         return
-    found = await purged_addresses(g, repo, [relative])
+    found = await purged_addresses(ctx, repo, [relative])
     if relative in found:
         audit = found[relative]
         raise PurgedError(f"{path!r} was purged (audit record {audit})", audit_id=audit)

@@ -1,4 +1,5 @@
-"""Staged writes of the :class:`~lakefs_core.repos.graveler.Graveler` facade: one entry or a batch.
+"""Staged writes of the :class:`~lakefs_core.repos.graveler.Graveler` facade: one entry or a batch,
+on its :class:`~lakefs_core.repos.context.RepoContext`.
 
 The writer protocol that keeps "an acknowledged write lands in exactly one commit" (spec section 7):
 
@@ -31,55 +32,50 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterable, Iterator, Sequence
-from typing import TYPE_CHECKING
 
 from lakefs_core.errors import BadInputError, NotFoundError, TooManyRetriesError
 from lakefs_core.format.records import ValueRecord, encode_staged_entry
 from lakefs_core.kv.base import KVItem
 from lakefs_core.refs import kvkeys
 from lakefs_core.refs.model import Branch, Repository
-
-if TYPE_CHECKING:
-    from lakefs_core.repos.graveler import Graveler
+from lakefs_core.repos.context import RepoContext
 
 
-async def repository_for_write(g: Graveler, repo_id: str) -> Repository:
+async def repository_for_write(ctx: RepoContext, repo_id: str) -> Repository:
     now = time.monotonic()
-    hit = g._write_repos.get(repo_id)
-    if hit is not None and now - hit[0] < g.settings.write_cache_seconds:
-        return hit[1]
-    repo = await g.repository(repo_id)
-    g._write_repos[repo_id] = (now, repo)
+    repo = ctx.write_cache.repository(repo_id, now, ctx.settings.write_cache_seconds)
+    if repo is not None:
+        return repo
+    repo = await ctx.repository(repo_id)
+    ctx.write_cache.keep_repository(repo, now)
     return repo
 
 
-async def branch_for_write(g: Graveler, repo: Repository, branch_id: str) -> Branch:
+async def branch_for_write(ctx: RepoContext, repo: Repository, branch_id: str) -> Branch:
     try:
-        return (await g.refs.get_branch(repo, branch_id))[0]
+        return (await ctx.refs.get_branch(repo, branch_id))[0]
     except NotFoundError:
         # The repository may have been deleted or re-created: forget what was cached for it.
-        g._write_repos.pop(repo.id, None)
-        g._live_tokens.pop((repo.partition, branch_id), None)
+        ctx.write_cache.forget(repo, branch_id)
         raise
 
 
 async def _write_then_branch(
-    g: Graveler, repo: Repository, branch_id: str, items: Iterable[KVItem]
+    ctx: RepoContext, repo: Repository, branch_id: str, items: Iterable[KVItem]
 ) -> Branch:
     try:
-        return await g.refs.set_many_then_get_branch(repo, items, branch_id)
+        return await ctx.refs.set_many_then_get_branch(repo, items, branch_id)
     except NotFoundError:
-        g._write_repos.pop(repo.id, None)  # as branch_for_write: deleted or re-created meanwhile
-        g._live_tokens.pop((repo.partition, branch_id), None)
+        ctx.write_cache.forget(repo, branch_id)  # as branch_for_write: deleted or re-created meanwhile
         raise
 
 
-async def _live_token(g: Graveler, repo: Repository, branch_id: str) -> str:
-    cached = g._live_tokens.get((repo.partition, branch_id))
-    limit = min(g.settings.write_cache_seconds, g.settings.cleanup_grace_seconds / 2)
-    if cached is not None and time.monotonic() - cached[0] < limit:
-        return cached[1]
-    return (await branch_for_write(g, repo, branch_id)).staging_token
+async def _live_token(ctx: RepoContext, repo: Repository, branch_id: str) -> str:
+    limit = min(ctx.settings.write_cache_seconds, ctx.settings.cleanup_grace_seconds / 2)
+    cached = ctx.write_cache.live_token(repo, branch_id, time.monotonic(), limit)
+    if cached is not None:
+        return cached
+    return (await branch_for_write(ctx, repo, branch_id)).staging_token
 
 
 MAX_PATH_BYTES = 1024
@@ -99,28 +95,28 @@ def check_new_path(key: bytes) -> None:
 
 
 async def stage_entry(
-    g: Graveler, repo_id: str, branch_id: str, record: ValueRecord, *, force: bool = False
+    ctx: RepoContext, repo_id: str, branch_id: str, record: ValueRecord, *, force: bool = False
 ) -> None:
     """Stage one record (two KV operations in the common case: the write and the re-read)."""
     if not record.key:
         raise BadInputError("must not be empty", field="path")
     if record.identity:  # a value, not a tombstone
         check_new_path(record.key)
-    repo = await repository_for_write(g, repo_id)
-    g.writable(repo, force)
-    token = await _live_token(g, repo, branch_id)
-    for _ in range(g.settings.write_attempts):
-        await g.staging.set(token, record)
-        again = await branch_for_write(g, repo, branch_id)
+    repo = await repository_for_write(ctx, repo_id)
+    ctx.writable(repo, force)
+    token = await _live_token(ctx, repo, branch_id)
+    for _ in range(ctx.settings.write_attempts):
+        await ctx.staging.set(token, record)
+        again = await branch_for_write(ctx, repo, branch_id)
         if again.staging_token == token:
-            g._live_tokens[(repo.partition, branch_id)] = (time.monotonic(), token)
+            ctx.write_cache.keep_live_token(repo, branch_id, token, time.monotonic())
             return
         token = again.staging_token  # a commit sealed the token we wrote to: write again
     raise TooManyRetriesError(f"branch {branch_id!r}: staging token kept rotating during a write")
 
 
 async def set_entries(
-    g: Graveler,
+    ctx: RepoContext,
     repo_id: str,
     branch_id: str,
     records: Sequence[ValueRecord],
@@ -132,19 +128,19 @@ async def set_entries(
     for key, identity, _ in records:
         if not key or (identity and (len(key) > MAX_PATH_BYTES or b"\0" in key)):
             check_new_path(key)  # raises, naming what is wrong
-    repo = await repository_for_write(g, repo_id)
-    g.writable(repo, force)
+    repo = await repository_for_write(ctx, repo_id)
+    ctx.writable(repo, force)
     if not records:
         if with_items:
-            await g.kv.set_many(with_items)
+            await ctx.kv.set_many(with_items)
         return
-    token = await _live_token(g, repo, branch_id)
+    token = await _live_token(ctx, repo, branch_id)
     encoded: list[tuple[bytes, bytes]] = []
     items: Iterable[KVItem] = _encoding(records, with_items, kvkeys.staging_partition(token), encoded)
-    for _ in range(g.settings.write_attempts):
-        again = await _write_then_branch(g, repo, branch_id, items)
+    for _ in range(ctx.settings.write_attempts):
+        again = await _write_then_branch(ctx, repo, branch_id, items)
         if again.staging_token == token:
-            g._live_tokens[(repo.partition, branch_id)] = (time.monotonic(), token)
+            ctx.write_cache.keep_live_token(repo, branch_id, token, time.monotonic())
             return
         token = again.staging_token  # a commit sealed the token we wrote to: write the batch again
         partition = kvkeys.staging_partition(token)
