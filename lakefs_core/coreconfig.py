@@ -36,6 +36,9 @@ Keys (all optional):
 - ``upload_concurrency``: objects uploaded in parallel by ``fs upload --recursive`` / removed by
   ``fs rm --recursive`` (default 8).
 - ``commit_attempts``: bound of the compare-and-swap retry loops (default 20).
+- ``auth.encrypt.secret_key``: the secret that secret access keys are encrypted with at rest (as
+  lakeFS's key of the same name; ``LAKEFS_CORE__AUTH__ENCRYPT__SECRET_KEY``), needed by
+  ``auth setup`` and ``auth credentials create`` (see :mod:`lakefs_core.cli.auth_cmd`).
 - ``cleanup_grace_seconds`` / ``cleanup_limit``: after ``commit``, ``branch reset`` and
   ``branch delete`` one bounded pass drops at most ``cleanup_limit`` consumed staging tokens marked
   at least ``cleanup_grace_seconds`` ago (defaults 30 s and 100; a limit of 0 disables it).
@@ -43,8 +46,8 @@ Keys (all optional):
 Every problem of the configuration is reported at once (``lakefs-core check-config`` prints the
 effective configuration, secrets masked).
 
-Secrets (``kv_url``, ``s3.secret_access_key``, ``s3.session_token``) are held as ``SecretStr`` and
-never appear in messages.
+Secrets (``kv_url``, ``s3.secret_access_key``, ``s3.session_token``, ``auth.encrypt.secret_key``) are
+held as ``SecretStr`` and never appear in messages.
 """
 
 from __future__ import annotations
@@ -58,7 +61,7 @@ import platformdirs
 from pydantic import Field
 
 from lakefs_core.config import load_config
-from lakefs_core.settings import CoreSettings, S3Config
+from lakefs_core.settings import AuthConfig, CoreSettings, S3Config
 
 __all__ = [
     "APP_NAME",
@@ -81,6 +84,7 @@ class CoreConfig(CoreSettings):
     committer: str | None = None
     upload_concurrency: int = Field(default=8, ge=1, le=256)
     cleanup_limit: int = Field(default=100, ge=0)
+    auth: AuthConfig = AuthConfig()
 
     def kv(self) -> str:
         if self.kv_url is not None and self.kv_url.get_secret_value():

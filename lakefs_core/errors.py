@@ -15,6 +15,11 @@ of the branches below, so callers never need to know which driver they talk to:
 - :class:`BadInputError`: the caller's input is wrong; names the field or key path.
 - :class:`StartupError`: a daemon cannot start in this environment; names the config key.
 - :class:`AccessDeniedError`: the store refused the credentials or the permission.
+- :class:`AuthenticationError`: a CLIENT's credentials or request signature were refused;
+  :class:`PermissionDeniedError`: its policies do not allow the operation;
+  :class:`BadRequestError`: its request is malformed or its body does not match what it declared.
+  Each carries the ``s3_code`` an S3 gateway answers. :class:`AlreadySetUpError` refuses a second
+  ``auth setup``.
 - :class:`StorageFullError`: no space left (local disk, SQLite, PostgreSQL 53100, an S3-compatible
   store's 507); not retryable, since retrying cannot free space.
 - :class:`TransientError`: the outcome is unknown or the service is temporarily unavailable;
@@ -197,6 +202,51 @@ class AccessDeniedError(LakeFSError):
 
     exit_code = 12
     http_status = 502  # a store refused THIS daemon's credentials, not the client's
+
+
+class AuthenticationError(LakeFSError):
+    """A client's credentials or request signature were refused: an unknown access key, a signature
+    that does not match, a request outside its time window. ``s3_code`` is the S3 error code to
+    answer (``SignatureDoesNotMatch``, ``InvalidAccessKeyId``, ``RequestTimeTooSkewed``,
+    ``AccessDenied`` for an expired presigned URL). Never carries a secret or a signature."""
+
+    exit_code = 20
+    http_status = 403
+
+    def __init__(self, message: str, *, s3_code: str = "AccessDenied") -> None:
+        self.s3_code = s3_code
+        super().__init__(message)
+
+
+class PermissionDeniedError(LakeFSError):
+    """An authenticated principal's policies do not allow the operation (an explicit deny, or no
+    statement allows it: lakeFS's RBAC)."""
+
+    exit_code = 21
+    http_status = 403
+    s3_code = "AccessDenied"
+
+
+class BadRequestError(BadInputError):
+    """A client's request is malformed (an authorization header, a chunk of a streamed body) or its
+    body does not match what it declared (``Content-MD5``, ``x-amz-checksum-*``,
+    ``x-amz-content-sha256``, a decoded length). ``s3_code`` is the S3 error code to answer
+    (``AuthorizationHeaderMalformed``, ``InvalidArgument``, ``BadDigest``, ``InvalidDigest``,
+    ``XAmzContentSHA256Mismatch``, ``IncompleteBody``, ...)."""
+
+    exit_code = 22
+    http_status = 400
+
+    def __init__(self, message: str, *, s3_code: str = "InvalidArgument", field: str | None = None) -> None:
+        self.s3_code = s3_code
+        super().__init__(message, field=field)
+
+
+class AlreadySetUpError(ConflictError):
+    """``auth setup`` ran before on this KV store (lakeFS's installation metadata says so)."""
+
+    exit_code = 23
+    http_status = 409
 
 
 class StorageFullError(LakeFSError):

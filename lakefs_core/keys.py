@@ -44,6 +44,7 @@ DATA_DIR = "data"
 TABLES_DIR = "_lakefs"
 DUMMY_NAME = "dummy"
 SLICE_MAX_OBJECTS = 50_000
+MAX_LOCAL_PATH_BYTES = 4096  # PATH_MAX: a longer local path names nothing the OS can open
 
 _B32HEX = "0123456789abcdefghijklmnopqrstuv"
 

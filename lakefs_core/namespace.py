@@ -17,6 +17,12 @@ namespace                     store_uri                   prefix
 (a local namespace is a whole directory: its path is the store root, so the store's metadata sidecars
 stay inside the namespace).
 
+A local namespace as a user or a stored record GIVES it (``local:///a//b/../c/``, through symlinks) is
+made normal by :func:`lakefs_core.realpaths.real_location`, the one normaliser of local paths: it
+resolves the path where it leads (symlinks, ``..``, ``.``, ``//``, trailing ``/``) and only then parses
+it here; :func:`given_local_path` is the syntax it starts from. This module stays pure, so it takes only
+normal forms.
+
 Exclusivity: a repository owns its namespace and everything below it. :attr:`StorageNamespace.canonical`
 (the URI with one trailing ``/``) makes nesting a plain prefix test (:meth:`StorageNamespace.overlaps`;
 ``s3://b/ab`` is not inside ``s3://b/a``), and :meth:`StorageNamespace.check_repository_namespace` is
@@ -44,9 +50,9 @@ from dataclasses import dataclass, field
 
 from lakefs_core import keys
 from lakefs_core.errors import BadInputError, encode_utf8
-from lakefs_core.keys import AddressType, relative_address, table_name
+from lakefs_core.keys import MAX_LOCAL_PATH_BYTES, AddressType, relative_address, table_name
 
-__all__ = ["StorageNamespace", "forbidden_local_path"]
+__all__ = ["MAX_LOCAL_PATH_BYTES", "StorageNamespace", "forbidden_local_path", "given_local_path"]
 
 # Used with fullmatch only (``match`` with ``$`` would accept a trailing newline).
 _SCHEME = re.compile(r"([a-z][a-z0-9+.-]*)://(.*)", re.DOTALL)
@@ -90,6 +96,25 @@ def forbidden_local_path(path: str) -> str | None:
     if "/".join(parts) in _SHARED_DIRS:
         return f"/{'/'.join(parts)} is a shared system directory: use a directory below it"
     return None
+
+
+def given_local_path(uri: str, field_name: str = "storage_namespace") -> str | None:
+    """The absolute path of a ``local://`` URI as given, not yet normal (``//``, ``.``, ``..`` and a
+    trailing ``/`` are the resolver's to normalise); ``None`` for any other scheme. Refuses a local URI
+    without an absolute path, a NUL, text that is not UTF-8 and paths over :data:`MAX_LOCAL_PATH_BYTES`."""
+    if not isinstance(uri, str):
+        raise BadInputError("must be a str", field=field_name)
+    m = _SCHEME.fullmatch(uri)
+    if m is None or m.group(1) != "local":
+        return None
+    path = m.group(2)
+    if not path.startswith("/"):
+        raise BadInputError(f"{uri!r}: a local namespace is local:///absolute/path", field=field_name)
+    if len(encode_utf8(path, field_name)) > MAX_LOCAL_PATH_BYTES or "\0" in path:
+        raise BadInputError(
+            f"must be a path of at most {MAX_LOCAL_PATH_BYTES} bytes without NUL", field=field_name
+        )
+    return path
 
 
 def _join(prefix: str, rest: str) -> str:

@@ -43,6 +43,7 @@ from lakefs_core.redact import redact_url
 
 __all__ = [
     "DEFAULT_TEMP_SWEEP_GRACE_SECONDS",
+    "AuthConfig",
     "CoreSettings",
     "Credentials",
     "EnvCredentials",
@@ -265,3 +266,16 @@ def directory_problem(path: Path) -> str | None:
                 return f"cannot create {probe}: {parent} is not writable"
             return None
     return None
+
+
+class AuthEncryptConfig(StrictModel):
+    """``auth.encrypt``: the secret every secret access key is encrypted with at rest (lakeFS's
+    ``auth.encrypt.secret_key``: the same value lets lakeFS and this project read each other's keys)."""
+
+    secret_key: NonEmptySecret | None = None
+
+
+class AuthConfig(StrictModel):
+    """``auth``: lakeFS's auth settings that the CLI and the servers share."""
+
+    encrypt: AuthEncryptConfig = AuthEncryptConfig()

@@ -61,6 +61,7 @@ from lakefs_core.repos.graveler import (
     StorageNamespace,
     forget_deleted_repository,
 )
+from lakefs_core.repos.namespace_claims import check_for_gc, check_recorded
 from lakefs_core.service.deleter import KeyDeleter
 
 log = logging.getLogger("lakefs_gc.reconcile")
@@ -286,6 +287,7 @@ async def reconcile_repository(
     options: ReconcileOptions = ReconcileOptions(),
 ) -> ReconcileReport:
     """One reconciliation pass over ``repo_id``'s journal (see the module docstring)."""
+    await check_for_gc(graveler, repo_id)  # its namespace still leads where recorded, overlapping none
     repo = await graveler.repository(repo_id)
     if repo.read_only:
         raise ReadOnlyError(f"repository {repo_id!r} is read-only (a mirror): it is never reconciled")
@@ -392,9 +394,10 @@ async def _purge_one(
     options: ReconcileOptions,
 ) -> ReconcileReport:
     report = ReconcileReport(record_repo, dry_run=deleter_for is None or options.dry_run)
-    try:
-        ns = StorageNamespace.parse(namespace).check_repository_namespace()
-    except BadInputError as e:
+    try:  # it must still lead where it was recorded (lakefs_core.realpaths)
+        recorded = await check_recorded(namespace, f"deleted repository {record_repo!r}")
+        ns = recorded.check_repository_namespace()
+    except (BadInputError, NamespaceConflictError) as e:
         report.refused = 1
         report.errors.append(f"deleted repository {record_repo!r}: namespace {namespace[:200]!r}: {e}")
         return report

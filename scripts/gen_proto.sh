@@ -26,4 +26,6 @@ mkdir -p "$out_root/lakefs_core/format/proto"
     --pyi_out="$out_root" \
     lakefs_core/format/proto/catalog.proto \
     lakefs_core/format/proto/committed.proto \
-    lakefs_core/format/proto/graveler.proto
+    lakefs_core/format/proto/graveler.proto \
+    lakefs_core/format/proto/auth.proto \
+    lakefs_core/format/proto/kvindex.proto

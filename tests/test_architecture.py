@@ -98,3 +98,22 @@ def test_no_package_depends_on_itself_through_another() -> None:
     top_level = next(line for line in lines if line.startswith("top level"))
     assert package_level.endswith(" 0 cycles"), done.stdout
     assert top_level.endswith(" 0 cycles"), done.stdout
+
+
+@pytest.mark.parametrize(
+    ("container", "contract"), [("lakefs_core", "core-layers"), ("lakefs_gc", "gc-layers")]
+)
+def test_every_module_of_a_layered_package_has_its_layer(container: str, contract: str) -> None:
+    """A module left out of a layers contract is checked by none: a new package must be placed."""
+    import tomllib
+
+    config = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["importlinter"]
+    (layers,) = [c["layers"] for c in config["contracts"] if c["id"] == contract]
+    placed = {name.strip() for layer in layers for name in layer.replace(":", "|").split("|")}
+    present = {
+        p.stem if p.suffix == ".py" else p.name
+        for p in (ROOT / container).iterdir()
+        if (p.suffix == ".py" and p.name != "__init__.py") or (p / "__init__.py").is_file()
+    }
+    assert present - placed == set(), f"not in any layer of {contract}"
+    assert placed - present == set(), f"layers of {contract} name what does not exist"

@@ -94,6 +94,10 @@ def test_error_tree_shape() -> None:
         errors.TooManyRetriesError,
         errors.MergeConflictError,
         errors.NoChangesError,
+        errors.AuthenticationError,
+        errors.PermissionDeniedError,
+        errors.BadRequestError,
+        errors.AlreadySetUpError,
     ]
     assert all(issubclass(cls, errors.LakeFSError) for cls in leaves)
     assert len({cls.exit_code for cls in leaves}) == len(leaves)

@@ -6,7 +6,9 @@ Commands follow lakectl's shapes (URIs are ``lakefs://repo/ref/path``):
   ``fs upload|cat|stat|rm|ls``, ``commit``, ``log``, ``diff``, ``merge``, ``tag create|list|delete``,
   ``show commit`` (see :mod:`.repo`, :mod:`.branch`, :mod:`.fs`, :mod:`.refs_cmds`);
 - ``sst inspect|write-range`` (see :mod:`.sst`);
-- ``check-config``: every configuration problem at once, or the configuration (:mod:`.config_cmd`).
+- ``check-config``: every configuration problem at once, or the configuration (:mod:`.config_cmd`);
+- ``auth setup|users|groups|policies|credentials``: lakeFS's users, groups, policies and access
+  keys in the KV store (:mod:`.auth_cmd`).
 
 Global options: ``--json`` (one JSON document on stdout; every repository command also takes
 ``--json`` itself) and ``--config PATH`` (env ``LAKEFS_CORE_CONFIG``; see :mod:`.context` for the keys
@@ -43,6 +45,7 @@ _COMMANDS = {
     "tag": "lakefs_core.cli.refs_cmds:tag",
     "show": "lakefs_core.cli.refs_cmds:show",
     "import": "lakefs_core.cli.import_cmd:import_cmd",
+    "auth": "lakefs_core.cli.auth_cmd:auth",
 }
 
 

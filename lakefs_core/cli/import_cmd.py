@@ -10,7 +10,8 @@ what was under ``path/`` is replaced, the rest of the branch kept, staged change
 imports run in this process; ``--spark`` runs the range building on PySpark (``local[*]`` by
 default; a cluster through the ``core-import`` job of ``lakefs_core.compute``, which needs the ``spark``
 extra). A killed import leaves no commit; run it again. The source may be ``s3://bucket/prefix``,
-``local:///dir`` or an absolute directory path.
+``local:///dir`` or an absolute directory path; a local one is imported from (recorded at, and
+addressed by the entries at) its real path, which the output shows.
 """
 
 from __future__ import annotations
@@ -86,7 +87,8 @@ def import_cmd(
     doc = run_session(op)
 
     def human() -> None:
-        click.echo(f"Imported {doc['entries']} objects from {source} into {dest} in {doc['seconds']} s")
+        what = f"{doc['entries']} objects from {doc['source']}"
+        click.echo(f"Imported {what} into {dest} in {doc['seconds']} s")
         click.echo(f"Commit: {doc['commit_id']}")
 
     emit(doc, human)

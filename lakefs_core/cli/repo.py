@@ -24,7 +24,8 @@ def repo() -> None:
 def create_cmd(repository: LakeFSURI, storage_namespace: str, default_branch: str) -> None:
     """Create REPOSITORY (lakefs://repo) storing its data under STORAGE_NAMESPACE
     (local:///abs/dir, s3://bucket/prefix). The namespace must not equal, lie inside or enclose
-    another repository's (exit code 15), nor be the filesystem root or a system directory."""
+    another repository's (exit code 15), nor be the filesystem root or a system directory. A local
+    one is recorded at its real path (symlinks resolved; a dangling one is refused), shown here."""
 
     async def op(s: Session) -> Repository:
         return await s.graveler.create_repository(repository.repo, storage_namespace, default_branch)
@@ -34,7 +35,10 @@ def create_cmd(repository: LakeFSURI, storage_namespace: str, default_branch: st
     def human() -> None:
         click.echo(f"Repository: {repository}")
         click.echo(f"Repository '{created.id}' created:")
-        click.echo(f"storage namespace: {created.storage_namespace}")
+        shown = created.storage_namespace
+        if shown != storage_namespace.rstrip("/"):  # a symlink, "..", "//": where it really is
+            shown += f" (given as {storage_namespace})"
+        click.echo(f"storage namespace: {shown}")
         click.echo(f"default branch: {created.default_branch}")
         click.echo(f"timestamp: {int(created.creation_date.timestamp())}")
 

@@ -17,8 +17,22 @@
 | batch upload settled (ours, hard-delete journal) | ``<repo>-<uid>`` | ``gc-settled/<batch id>`` |
 | fate of a token marked for cleanup (ours) | ``lakefs-open-gc`` | ``token-fates/<staging token>`` |
 | namespace of a deleted repository (ours) | ``lakefs-open-gc`` | ``deleted-repos/<repo>-<instance_uid>`` |
+| user (lakeFS auth) | ``auth`` | ``users/<user>`` |
+| group | ``auth`` | ``groups/<group>`` |
+| policy | ``auth`` | ``policies/<policy>`` |
+| credential | ``auth`` | ``uCredentials/<user>/credentials/<access key id>`` |
+| group membership | ``auth`` | ``gUsers/<group>/users/<user>`` |
+| policy attached to a user | ``auth`` | ``uPolicies/<user>/policies/<policy>`` |
+| policy attached to a group | ``auth`` | ``gPolicies/<group>/policies/<policy>`` |
+| installation metadata | ``auth`` | ``installation_metadata/<name>`` (``setup_timestamp``, ...) |
 
 Staging tokens are ``<repo>-<branch>:<uuid4>``.
+
+The ``auth`` partition is lakeFS's auth service's (``pkg/auth/model/model.go``), key for key: the
+primary records are protobuf messages (:mod:`lakefs_core.auth.model`); memberships and attachments are
+``kv.SecondaryIndex`` values naming the primary key (``users/<user>``, ``policies/<policy>``); the
+installation metadata values are raw strings (``setup_timestamp`` is RFC 3339). Names are key
+segments, so they never hold ``/`` (:func:`auth_segment`).
 
 The namespace claims are this project's addition, not lakeFS records (lakeFS ignores the partition;
 its name cannot be a repository partition, whose suffix is a hex instance uid). The key is the
@@ -42,7 +56,7 @@ from __future__ import annotations
 
 import uuid
 
-from lakefs_core.errors import BadInputError
+from lakefs_core.errors import BadInputError, encode_utf8
 
 GRAVELER_PARTITION = b"graveler"
 CLEANUP_PARTITION = b"cleanup-tokens"
@@ -188,3 +202,73 @@ def purged_key(address: str) -> bytes:
     if not address or "\0" in address or len(address) > MAX_ADDRESS_LENGTH:
         raise BadInputError(f"must be 1-{MAX_ADDRESS_LENGTH} characters without NUL", field="address")
     return PURGED_PREFIX + address.encode()
+
+
+# -- lakeFS's auth service (see the table above) -----------------------------------------------------------
+
+AUTH_PARTITION = b"auth"
+AUTH_USERS_PREFIX = b"users/"
+AUTH_GROUPS_PREFIX = b"groups/"
+AUTH_POLICIES_PREFIX = b"policies/"
+AUTH_METADATA_PREFIX = b"installation_metadata/"
+
+
+def auth_segment(value: str, field: str) -> bytes:
+    """One name of an auth key: non-empty, without ``/`` (lakeFS's ``ValidateAuthEntityID``) or NUL,
+    valid UTF-8."""
+    if not value or "/" in value or "\0" in value:
+        raise BadInputError("must be a non-empty string without '/' or NUL", field=field)
+    return encode_utf8(value, field)
+
+
+def auth_user_key(user: str) -> bytes:
+    return AUTH_USERS_PREFIX + auth_segment(user, "user")
+
+
+def auth_group_key(group: str) -> bytes:
+    return AUTH_GROUPS_PREFIX + auth_segment(group, "group")
+
+
+def auth_policy_key(policy: str) -> bytes:
+    return AUTH_POLICIES_PREFIX + auth_segment(policy, "policy")
+
+
+def auth_credentials_prefix(user: str) -> bytes:
+    """``uCredentials/<user>/credentials/``: the user's access keys are under it."""
+    return b"uCredentials/" + auth_segment(user, "user") + b"/credentials/"
+
+
+def auth_credential_key(user: str, access_key_id: str) -> bytes:
+    return auth_credentials_prefix(user) + auth_segment(access_key_id, "access_key_id")
+
+
+def auth_group_users_prefix(group: str) -> bytes:
+    """``gUsers/<group>/users/``: the group's members are under it."""
+    return b"gUsers/" + auth_segment(group, "group") + b"/users/"
+
+
+def auth_group_user_key(group: str, user: str) -> bytes:
+    return auth_group_users_prefix(group) + auth_segment(user, "user")
+
+
+def auth_user_policies_prefix(user: str) -> bytes:
+    """``uPolicies/<user>/policies/``: the policies attached to the user are under it."""
+    return b"uPolicies/" + auth_segment(user, "user") + b"/policies/"
+
+
+def auth_user_policy_key(user: str, policy: str) -> bytes:
+    return auth_user_policies_prefix(user) + auth_segment(policy, "policy")
+
+
+def auth_group_policies_prefix(group: str) -> bytes:
+    """``gPolicies/<group>/policies/``: the policies attached to the group are under it."""
+    return b"gPolicies/" + auth_segment(group, "group") + b"/policies/"
+
+
+def auth_group_policy_key(group: str, policy: str) -> bytes:
+    return auth_group_policies_prefix(group) + auth_segment(policy, "policy")
+
+
+def auth_metadata_key(name: str) -> bytes:
+    """``installation_metadata/<name>`` (lakeFS's ``MetadataKeyPath``)."""
+    return AUTH_METADATA_PREFIX + auth_segment(name, "metadata")

@@ -63,6 +63,7 @@ from lakefs_core.keys import (
 )
 from lakefs_core.kv.base import KVItem, KVStore
 from lakefs_core.namespace import StorageNamespace
+from lakefs_core.realpaths import real_namespace
 from lakefs_core.refs import kvkeys
 from lakefs_core.refs.model import (
     Branch,
@@ -213,12 +214,15 @@ class Graveler:
         claim). ``initial_commit`` seeds the repository with an existing root commit record (a mirror
         copies its source's, so their histories share ids). The claim is released again when the
         creation fails, unless a repository of this id exists by then (it owns the claim).
-        ``hard_delete_journal`` (default: the settings') turns the journal on from the start."""
+        ``hard_delete_journal`` (default: the settings') turns the journal on from the start.
+        A local namespace is recorded, claimed and compared at its real path (a dangling symlink
+        in it is refused): the record returned shows it."""
         if initial_commit is not None and (initial_commit.parents or initial_commit.metarange_id):
             raise BadInputError("must be a root commit with an empty tree", field="initial_commit")
         validate_repo_id(repo_id)
         validate_branch_id(default_branch)
-        ns = StorageNamespace.parse(storage_namespace).check_repository_namespace()
+        # Recorded and claimed at its real path: where a symlink leads, not how the path reads.
+        ns = (await real_namespace(storage_namespace)).check_repository_namespace()
         try:
             existing, _ = await self.refs.get_repository_raw(repo_id)
         except NotFoundError:

@@ -11,7 +11,7 @@ entries never pass through staging:
 2. **Ranges** (:func:`build_chunk_ranges`): each chunk is listed (recursively) and its entries are
    written as sorted ranges into the destination namespace's tables by the core's range writer and
    split policy. Chunks are independent: in-process they run one after another, on PySpark each is a
-   task on an executor (``lakefs_core/compute/import_job.py``); only range descriptors come back.
+   task on an executor (``lakefs_gc/spark/import_job.py``); only range descriptors come back.
 3. **Splice and commit** (:func:`commit_import`): a new metarange is the branch head's, with
    everything under ``path/`` replaced by the imported ranges (lakeFS's import semantics: the
    imported prefix is replaced, the rest kept); unchanged base ranges are reused whole. One commit on
@@ -27,7 +27,9 @@ changes nothing (the same objects again) is :class:`NoChangesError`. A source ov
 storage namespace of ANY repository is refused: imported objects must never be data that some
 repository's retention GC or hard delete may remove. For the same reason the source is recorded
 (:meth:`~lakefs_core.refs.store.RefStore.record_import_source`) before those checks, and no
-repository can be created over it while the importing repository lives.
+repository can be created over it while the importing repository lives. A local source is
+resolved to its real path first (a dangling symlink in it is refused), and that real path is what
+is checked, recorded, listed and addressed (:mod:`lakefs_core.realpaths`).
 """
 
 from __future__ import annotations
@@ -50,6 +52,7 @@ from lakefs_core.faults import fault_point
 from lakefs_core.format.records import ADDRESS_FULL, ValueRecord, make_entry
 from lakefs_core.format.splitter import SplitPolicy
 from lakefs_core.namespace import StorageNamespace
+from lakefs_core.realpaths import real_namespace
 from lakefs_core.refs.model import Commit
 from lakefs_core.repos.committing import check_commit_text
 from lakefs_core.repos.context import RepoContext
@@ -106,31 +109,41 @@ def normalize_dest_prefix(path: str) -> str:
 
 
 def source_namespace(uri: str) -> StorageNamespace:
-    """The import source as a namespace-shaped location (``s3://bucket/prefix``, ``local:///dir``)."""
-    if uri.startswith("/"):
-        uri = "local://" + uri
-    return StorageNamespace.parse(uri)
+    """The import source as a namespace-shaped location (``s3://bucket/prefix``, ``local:///dir``),
+    in normal form (see :func:`real_source` for where a local one leads)."""
+    return StorageNamespace.parse(_source_uri(uri))
+
+
+def _source_uri(uri: str) -> str:
+    return "local://" + uri if isinstance(uri, str) and uri.startswith("/") else uri
+
+
+async def real_source(uri: str) -> StorageNamespace:
+    """The import source at its real path (:mod:`lakefs_core.realpaths`, strict: a dangling symlink
+    is refused): what is recorded, compared, listed and addressed by the entries."""
+    return await real_namespace(_source_uri(uri), field="source")
 
 
 async def check_source_is_external(ctx: RepoContext, source: StorageNamespace) -> None:
     """Refuse a source inside or enclosing ANY repository's storage namespace, this one's included
     (as lakeFS does), or a deleted repository's not yet purged: imported entries are external
-    objects, and that repository's retention GC, hard delete or purge would remove them."""
+    objects, and that repository's retention GC, hard delete or purge would remove them. ``source``
+    is real; every namespace is compared as stored and where it leads now."""
     repos = ((r.id, r.storage_namespace) async for r in ctx.refs.list_repositories(include_deleting=True))
     found = await first_overlap(repos, source)
     if found is not None:
-        _refuse_overlap(source, found[1].uri, f"the storage namespace of repository {found[0]!r}")
+        _refuse_overlap(source, found.shown, f"the storage namespace of repository {found.name!r}")
     # A deleted repository's namespace is purged by the hard-delete reconciler once its grace ends.
     found = await first_overlap(
         ((d.repo, d.namespace) async for d in ctx.refs.deleted_repositories()), source
     )
     if found is not None:
-        whose = f"the storage namespace of the deleted repository {found[0]!r}, whose data is to be purged"
-        _refuse_overlap(source, found[1].uri, whose)
+        whose = f"the storage namespace of the deleted repository {found.name!r}, whose data is to be purged"
+        _refuse_overlap(source, found.shown, whose)
     # A repository being created has claimed its namespace before its record exists.
     claimed = await claimed_overlap(ctx, source)
     if claimed is not None:
-        _refuse_overlap(source, claimed[1].rstrip("/"), f"the storage namespace of repository {claimed[0]!r}")
+        _refuse_overlap(source, claimed.shown, f"the storage namespace of repository {claimed.name!r}")
 
 
 def _refuse_overlap(source: StorageNamespace, other: str, whose: str) -> NoReturn:
@@ -287,10 +300,12 @@ class ImportResult:
     ranges: int
     chunks: int
     seconds: float
+    source: str = ""  # the source's real location, as recorded and addressed
 
     def to_json(self) -> dict[str, Any]:
         return {"commit_id": self.commit_id, "metarange_id": self.metarange_id, "entries": self.entries,
-                "ranges": self.ranges, "chunks": self.chunks, "seconds": round(self.seconds, 3)}  # fmt: skip
+                "ranges": self.ranges, "chunks": self.chunks, "seconds": round(self.seconds, 3),
+                "source": self.source}  # fmt: skip
 
 
 async def commit_import(
@@ -362,7 +377,7 @@ async def prepare_import(
     repo = await ctx.repository(repo_id)
     ctx.writable(repo, False)
     await ctx.refs.get_branch(repo, branch_id)  # an unknown branch fails before any work
-    source = source_namespace(source_uri)
+    source = await real_source(source_uri)
     namespace = StorageNamespace.parse(repo.storage_namespace)
     # Recorded before the checks (see namespace_claims): no repository is created over it later.
     created = await ctx.refs.record_import_source(source.canonical, repo, time.time())
@@ -395,7 +410,7 @@ async def finish_import(
         committer=committer, message=message or f"Import {target.source.uri} to {target.dest_prefix or '/'}",
     )  # fmt: skip
     seconds = time.perf_counter() - target.started
-    return ImportResult(made.id, made.metarange_id, entries, len(ranges), chunks, seconds)
+    return ImportResult(made.id, made.metarange_id, entries, len(ranges), chunks, seconds, target.source.uri)
 
 
 async def import_objects(

@@ -5,9 +5,9 @@ inside it or enclose it. Atomic without multi-key transactions:
 
 1. CAS the claim key of namespace N from absent (or released, or left by an earlier attempt of the
    SAME repository id) to ours;
-2. then look for a live claim of another repository on every ancestor of N and on every namespace
-   nested in N, and for an older repository record (created before claims existed, or by lakeFS
-   itself) overlapping N; on a conflict, release ours and refuse.
+2. then look for a live claim of another repository equal to, enclosing or nested in N, and for a
+   repository record (one created before claims existed, or by lakeFS itself, has no claim)
+   overlapping N; on a conflict, release ours and refuse.
 
 Of two overlapping creations, the later of the two step-1 writes is followed by a step-2 read that
 sees the earlier one (the KV is linearizable), so they never both succeed; at worst both fail. On
@@ -17,15 +17,26 @@ Step 2 also refuses a namespace over a live repository's import source (equal, i
 enclosing): that repository's entries point at objects there, which the new repository's retention
 GC, hard delete or purge would treat as its own. The import records its source before it checks the
 claims (:func:`claimed_overlap`), so of an import and a creation over the same objects one sees the
-other. :func:`settle` runs after a creation attempt, whatever
-its outcome. Used by :meth:`~lakefs_core.repos.graveler.Graveler.create_repository`;
-:func:`first_overlap` also serves the import's refusal of sources inside repositories' namespaces.
+other. :func:`settle` runs after a creation attempt, whatever its outcome. Used by
+:meth:`~lakefs_core.repos.graveler.Graveler.create_repository`; :func:`first_overlap` also serves the
+import's refusal of sources inside repositories' namespaces.
+
+Local locations are compared at their REAL paths (:mod:`lakefs_core.realpaths`, issue 32): N is
+resolved (strictly: a dangling symlink is refused) before it is claimed and recorded, so claims,
+repository records and import sources written since hold real paths; and every other side is ALSO
+resolved at check time, where it leads now, since a record written before (or by lakeFS) may hold a
+path through a symlink, and a path may lead elsewhere once a link is swapped in. So step 2 scans
+the claims, import sources and repository records whole rather than by N's prefixes (creation and
+import are rare; a few thousand records cost milliseconds), and a record whose path cannot be
+resolved now counts as overlapping. :func:`check_for_gc` is the same check at GC time, plus: the
+namespace must still resolve to the path recorded for it.
 """
 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import AsyncIterable
+from collections.abc import AsyncIterable, AsyncIterator, Iterable
+from dataclasses import dataclass
 
 from lakefs_core.errors import (
     BadInputError,
@@ -36,8 +47,9 @@ from lakefs_core.errors import (
 )
 from lakefs_core.kv.base import Expect
 from lakefs_core.namespace import StorageNamespace
-from lakefs_core.refs.store import claim_value
-from lakefs_core.repos.context import RepoContext
+from lakefs_core.realpaths import real_locations, real_namespace
+from lakefs_core.refs.store import NamespaceClaim, claim_value
+from lakefs_core.repos.context import HasContext, RepoContext
 
 
 async def claim(ctx: RepoContext, ns: StorageNamespace, repo_id: str, instance_uid: str) -> bytes:
@@ -65,86 +77,178 @@ async def claim(ctx: RepoContext, ns: StorageNamespace, repo_id: str, instance_u
     return value
 
 
-async def check_available(ctx: RepoContext, storage_namespace: str, repo_id: str) -> None:
+async def check_available(ctx: RepoContext, storage_namespace: str, repo_id: str) -> StorageNamespace:
     """Raise :class:`NamespaceConflictError` if a repository other than ``repo_id`` claims or uses
     a namespace equal to, inside or enclosing ``storage_namespace`` (a read-only check, e.g. for an
-    API to refuse early; only :meth:`create_repository` claims atomically)."""
-    ns = StorageNamespace.parse(storage_namespace).check_repository_namespace()
+    API to refuse early; only :meth:`create_repository` claims atomically). Compared at its real
+    path (:mod:`lakefs_core.realpaths`), which is returned."""
+    ns = (await real_namespace(storage_namespace)).check_repository_namespace()
     current = await ctx.refs.get_namespace_claim(ns.canonical)
     if current is not None and current.owner not in (None, repo_id):
         raise NamespaceConflictError(
             f"storage namespace {ns.uri} is already in use by repository {current.owner!r}"
         )
     await _check_overlaps(ctx, ns, repo_id)
+    return ns
 
 
-async def _check_overlaps(ctx: RepoContext, ns: StorageNamespace, repo_id: str) -> None:
-    for ancestor in ns.ancestors():
-        claim = await ctx.refs.get_namespace_claim(ancestor)
-        if claim is not None and claim.owner not in (None, repo_id):
-            raise NamespaceConflictError(
-                f"storage namespace {ns.uri} is inside {ancestor.rstrip('/')}, the storage "
-                f"namespace of repository {claim.owner!r}"
-            )
-    async for claim in ctx.refs.namespace_claims_within(ns.canonical):
-        if claim.owner != repo_id and claim.namespace != ns.canonical:
-            raise NamespaceConflictError(
-                f"storage namespace {ns.uri} encloses {claim.namespace.rstrip('/')}, the storage "
-                f"namespace of repository {claim.owner!r}"
-            )
+async def check_for_gc(repos: HasContext, repo_id: str) -> StorageNamespace:
+    """What GC (mark, sweep, the hard-delete reconciler) checks before it deletes anything in the
+    namespace of ``repo_id``: that it still resolves to the real path recorded for it, and overlaps
+    no other repository's namespace (live or being deleted) and no import source of a live
+    repository (its own included), every side compared where it leads NOW. One
+    :class:`NamespaceConflictError` naming what is wrong otherwise; the namespace is returned."""
+    ctx = repos.context
+    repo = await ctx.repository(repo_id)
+    ns = await check_recorded(repo.storage_namespace, f"repository {repo_id!r}")
+    # Claims without a record are creations in flight: each is refused by its own step 2, which
+    # sees this repository's record, before it writes anything.
+    await _check_overlaps(ctx, ns, repo_id, claims=False)
+    return ns
+
+
+async def check_recorded(stored: str, whose: str) -> StorageNamespace:
+    """``stored`` (a namespace as a record holds it) if it is in normal form and resolves to itself
+    (:func:`~lakefs_core.realpaths.real_namespace`); a namespace that leads elsewhere than it reads
+    (a symlink swapped in after its creation, or a record written through one) is refused: what is
+    there now was never checked as this repository's."""
+    try:
+        recorded = StorageNamespace.parse(stored)
+        real = await real_namespace(stored)
+    except BadInputError as e:
+        raise NamespaceConflictError(
+            f"storage namespace {stored[:300]!r} of {whose} cannot be resolved ({e}): "
+            "GC deletes nothing in it"
+        ) from None
+    if real.uri != recorded.uri:
+        raise NamespaceConflictError(
+            f"storage namespace {recorded.uri} of {whose} now leads to {real.uri}, not the real path "
+            "recorded for it: GC deletes nothing in it"
+        )
+    return recorded
+
+
+async def _check_overlaps(
+    ctx: RepoContext, ns: StorageNamespace, repo_id: str, *, claims: bool = True
+) -> None:
+    """Every live claim (with ``claims``), import source and repository record (being deleted too)
+    of others against ``ns``: a scan of each partition, since records written before real paths
+    were stored, or whose path leads elsewhere now, are found by no prefix of ``ns``."""
+    if claims:
+        others = ((c.owner, c.namespace) async for c in _live_claims(ctx) if c.owner not in (None, repo_id))
+        _refuse(ns, await first_overlap(others, ns))
     await _check_import_sources(ctx, ns)
     # Repositories created before namespace claims existed (or by lakeFS itself) have no claim.
     repos = ctx.refs.list_repositories(include_deleting=True)
-    found = await first_overlap(((r.id, r.storage_namespace) async for r in repos if r.id != repo_id), ns)
+    recorded = ((r.id, r.storage_namespace) async for r in repos if r.id != repo_id)
+    _refuse(ns, await first_overlap(recorded, ns))
+
+
+def _refuse(ns: StorageNamespace, found: Overlap | None) -> None:
     if found is not None:
-        name, other = found
         raise NamespaceConflictError(
-            f"storage namespace {ns.uri} overlaps {other.uri}, the storage namespace of repository {name!r}"
+            f"storage namespace {ns.uri} {found.relation} {found.shown}, the storage namespace of "
+            f"repository {found.name!r}"
         )
 
 
+def _live_claims(ctx: RepoContext) -> AsyncIterator[NamespaceClaim]:
+    return ctx.refs.namespace_claims_within("")  # every live claim: "" is a prefix of every key
+
+
 async def _check_import_sources(ctx: RepoContext, ns: StorageNamespace) -> None:
-    scans = [ctx.refs.import_sources(a, within=False) for a in ns.ancestors()]
-    scans.append(ctx.refs.import_sources(ns.canonical, within=True))
-    for scan in scans:
-        async for src in scan:
-            try:
-                repo, _ = await ctx.refs.get_repository_raw(src.repo)
-            except NotFoundError:
-                continue  # the importing repository is gone, and its entries with it
-            if repo.instance_uid == src.instance_uid:
-                raise NamespaceConflictError(
-                    f"storage namespace {ns.uri} overlaps {src.source.rstrip('/')}, from which "
-                    f"repository {src.repo!r} imported objects its entries point at"
-                )
+    """Refuse ``ns`` over a source a live repository imported from (its entries point there)."""
+    sources = [src async for src in ctx.refs.import_sources("", within=True)]
+    for found in await overlapping(((str(i), s.source) for i, s in enumerate(sources)), ns):
+        src = sources[int(found.name)]
+        try:
+            repo, _ = await ctx.refs.get_repository_raw(src.repo)
+        except NotFoundError:
+            continue  # the importing repository is gone, and its entries with it
+        if repo.instance_uid == src.instance_uid:
+            raise NamespaceConflictError(
+                f"storage namespace {ns.uri} {found.relation} {found.shown}, from which repository "
+                f"{src.repo!r} imported objects its entries point at"
+            )
 
 
-async def claimed_overlap(ctx: RepoContext, ns: StorageNamespace) -> tuple[str, str] | None:
-    """``(repository, canonical namespace)`` of a live claim equal to, enclosing or inside ``ns``
-    (a repository being created has its claim before its record), or None."""
-    for ancestor in ns.ancestors():
-        claim = await ctx.refs.get_namespace_claim(ancestor)
-        if claim is not None and claim.owner is not None:
-            return claim.owner, claim.namespace
-    async for claim in ctx.refs.namespace_claims_within(ns.canonical):
-        if claim.owner is not None:  # always: namespace_claims_within yields live claims only
-            return claim.owner, claim.namespace
-    return None
+async def claimed_overlap(ctx: RepoContext, ns: StorageNamespace) -> Overlap | None:
+    """A live claim equal to, enclosing or inside ``ns`` (a repository being created has its claim
+    before its record), or None; ``name`` is the claiming repository."""
+    claims = ((c.owner, c.namespace) async for c in _live_claims(ctx) if c.owner is not None)
+    return await first_overlap(claims, ns)
+
+
+@dataclass(frozen=True)
+class Overlap:
+    """Another location found overlapping: whose (``name``), as shown in a message (``shown``: the
+    stored form, and where it leads now when that differs), and ``relation`` ("equals", "is
+    inside", "encloses", or "may overlap" when where it leads is unknown)."""
+
+    name: str
+    shown: str
+    relation: str
+
+
+def _shown(uri: str) -> str:
+    """A stored location in a message: its normal form if it has one (no canonical trailing "/")."""
+    try:
+        return StorageNamespace.parse(uri).uri
+    except BadInputError:
+        return repr(uri[:300])
+
+
+def _relation(ns: StorageNamespace, other: StorageNamespace) -> str:
+    if ns.canonical == other.canonical:
+        return "equals"
+    return "is inside" if ns.canonical.startswith(other.canonical) else "encloses"
 
 
 async def first_overlap(
-    named: AsyncIterable[tuple[str, str]], ns: StorageNamespace
-) -> tuple[str, StorageNamespace] | None:
-    """The first ``(name, namespace URI)`` of ``named`` whose namespace equals, lies inside or
-    encloses ``ns``, with that namespace parsed; ``None`` if there is none."""
-    async for name, uri in named:
+    named: AsyncIterable[tuple[str, str]] | Iterable[tuple[str, str]], ns: StorageNamespace
+) -> Overlap | None:
+    """The first ``(name, stored location)`` of ``named`` that equals, lies inside or encloses
+    ``ns``, or None (see :func:`overlapping`)."""
+    found = await overlapping(named, ns, first=True)
+    return found[0] if found else None
+
+
+async def overlapping(
+    named: AsyncIterable[tuple[str, str]] | Iterable[tuple[str, str]],
+    ns: StorageNamespace,
+    *,
+    first: bool = False,
+) -> list[Overlap]:
+    """Those ``(name, stored location)`` of ``named`` that equal, lie inside or enclose ``ns``
+    (normal, and real for a local one) as stored or where they lead NOW; with ``first``, at most
+    one (resolving nothing when one overlaps as stored). One whose path cannot be resolved now
+    overlaps (unknown is never safe). A scheme this library cannot open (gs://) overlaps nothing."""
+    items = [x async for x in named] if isinstance(named, AsyncIterable) else list(named)
+    found: list[Overlap] = []
+    late: list[tuple[str, str]] = []
+    for name, uri in items:  # as stored: no I/O
         try:
             other = StorageNamespace.parse(uri)
         except BadInputError:
-            continue  # a scheme this library cannot open (gs://, https://) overlaps none of ours
-        if other.overlaps(ns):
-            return name, other
-    return None
+            other = None  # not normal (or not ours): only where it leads can tell
+        if other is not None and other.overlaps(ns):
+            found.append(Overlap(name, other.uri, _relation(ns, other)))
+            if first:
+                return found
+        else:
+            late.append((name, uri))
+    if ns.scheme != "local":
+        return found  # a local path leads into no other store
+    for (name, uri), now in zip(late, await real_locations([u for _, u in late]), strict=True):
+        if isinstance(now, BadInputError):
+            found.append(Overlap(name, f"{_shown(uri)} (where it leads is unknown: {now})", "may overlap"))
+        elif now is not None and now.overlaps(ns):
+            found.append(Overlap(name, f"{_shown(uri)} (which leads to {now.uri})", _relation(ns, now)))
+        else:
+            continue
+        if first:
+            break
+    return found
 
 
 async def settle(ctx: RepoContext, ns: StorageNamespace, repo_id: str, value: bytes) -> None:

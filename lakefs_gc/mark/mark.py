@@ -38,6 +38,7 @@ from lakefs_core.compute.executor import Dataset, Executor
 from lakefs_core.compute.partition import StoreRef, store_ref
 from lakefs_core.errors import BadInputError, LakeFSError, ReadOnlyError
 from lakefs_core.repos.graveler import Graveler, StorageNamespace, new_run_id
+from lakefs_core.repos.namespace_claims import check_for_gc
 from lakefs_gc.faults import fault_point
 from lakefs_gc.mark.active import TagsPolicy, compute_active
 from lakefs_gc.mark.committed import addresses_partition, range_ids_partition
@@ -213,6 +214,7 @@ async def run_mark(
     pins: PinSource | None = None,
 ) -> MarkResult:
     """Mark repository ``repo_id``; returns the run's manifest and (successful) summary."""
+    await check_for_gc(graveler, repo_id)  # its namespace still leads where recorded, overlapping none
     options = options or MarkOptions()
     ns, layout, manifest = await _claim(graveler, repo_id, options, pins)
     fault_point("mark:claimed")

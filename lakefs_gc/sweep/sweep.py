@@ -43,6 +43,7 @@ from lakefs_core.errors import (
     ReadOnlyError,
 )
 from lakefs_core.repos.graveler import DATA_DIR, TABLES_DIR, Graveler, StorageNamespace
+from lakefs_core.repos.namespace_claims import check_for_gc
 from lakefs_core.service.deleter import FailedKeysLog, KeyDeleter
 from lakefs_gc.faults import fault_point
 from lakefs_gc.pins import PinSource
@@ -143,6 +144,7 @@ def check_address(address: str, ns: StorageNamespace) -> str:
 
 async def load_mark(graveler: Graveler, repo_id: str, mark_id: str) -> tuple[RunLayout, RunManifest]:
     """The layout and manifest of a sweepable mark (see step 1 of the module docstring)."""
+    await check_for_gc(graveler, repo_id)  # its namespace still leads where recorded, overlapping none
     repo = await graveler.repository(repo_id)
     if repo.read_only:
         raise ReadOnlyError(f"repository {repo_id!r} is read-only (a mirror): GC never sweeps it")

@@ -12,13 +12,13 @@ import pytest
 from google.protobuf.descriptor import FieldDescriptor
 from google.protobuf.message import Message
 
-from lakefs_core.format.proto import catalog_pb2, committed_pb2, graveler_pb2
+from lakefs_core.format.proto import auth_pb2, catalog_pb2, committed_pb2, graveler_pb2, kvindex_pb2
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 PROTO_DIR = REPO_ROOT / "lakefs_core" / "format" / "proto"
 GENERATED = [
     f"{name}{suffix}"
-    for name in ("catalog_pb2", "committed_pb2", "graveler_pb2")
+    for name in ("catalog_pb2", "committed_pb2", "graveler_pb2", "auth_pb2", "kvindex_pb2")
     for suffix in (".py", ".pyi")
 ]
 
@@ -96,6 +96,54 @@ EXPECTED: list[tuple[type[Message], dict[str, tuple[int, int, bool]]]] = [
         },
     ),
     (
+        auth_pb2.UserData,
+        {
+            "created_at": (1, F.TYPE_MESSAGE, False),
+            "username": (2, F.TYPE_STRING, False),
+            "friendly_name": (3, F.TYPE_STRING, False),
+            "email": (4, F.TYPE_STRING, False),
+            "encrypted_password": (5, F.TYPE_BYTES, False),
+            "source": (6, F.TYPE_STRING, False),
+            "external_id": (7, F.TYPE_STRING, False),
+        },
+    ),
+    (
+        auth_pb2.GroupData,
+        {
+            "created_at": (1, F.TYPE_MESSAGE, False),
+            "display_name": (2, F.TYPE_STRING, False),
+            "description": (3, F.TYPE_STRING, False),
+        },
+    ),
+    (
+        auth_pb2.PolicyData,
+        {
+            "created_at": (1, F.TYPE_MESSAGE, False),
+            "display_name": (2, F.TYPE_STRING, False),
+            "statements": (3, F.TYPE_MESSAGE, True),
+            "acl": (4, F.TYPE_MESSAGE, False),
+        },
+    ),
+    (
+        auth_pb2.StatementData,
+        {
+            "effect": (1, F.TYPE_STRING, False),
+            "action": (2, F.TYPE_STRING, True),
+            "resource": (3, F.TYPE_STRING, False),
+            "condition": (4, F.TYPE_MESSAGE, True),
+        },
+    ),
+    (
+        auth_pb2.CredentialData,
+        {
+            "access_key_id": (1, F.TYPE_STRING, False),
+            "secret_access_key_encrypted_bytes": (2, F.TYPE_BYTES, False),
+            "issued_date": (3, F.TYPE_MESSAGE, False),
+            "user_id": (4, F.TYPE_BYTES, False),
+        },
+    ),
+    (kvindex_pb2.SecondaryIndex, {"primary_key": (1, F.TYPE_BYTES, False)}),
+    (
         graveler_pb2.GarbageCollectionRules,
         {
             "default_retention_days": (1, F.TYPE_INT32, False),
@@ -111,7 +159,7 @@ def test_field_numbers(message: type[Message], fields: dict[str, tuple[int, int,
     assert actual == fields
 
 
-@pytest.mark.parametrize("name", ["catalog", "committed", "graveler"])
+@pytest.mark.parametrize("name", ["catalog", "committed", "graveler", "auth", "kvindex"])
 def test_sources_are_proto3(name: str) -> None:
     assert 'syntax = "proto3";' in (PROTO_DIR / f"{name}.proto").read_text()
 

@@ -6,20 +6,26 @@ marker equal to the source prefix), hold a NUL, or exceed 1,024 bytes (exactly 1
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import os
+import uuid
+from collections.abc import AsyncIterator, Callable
 from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
-from lakefs_core.errors import BadInputError
+from lakefs_core.errors import BadInputError, NamespaceConflictError
+from lakefs_core.kv import open_kv
 from lakefs_core.kv.memory import MemoryKVStore
+from lakefs_core.refs.model import Repository
 from lakefs_core.repos import importing
 from lakefs_core.repos.graveler import Graveler, StorageNamespace, StoreRegistry
 from lakefs_core.repos.objects import Objects
 from tests.block.conftest import create_bucket, raw_client, s3_settings
 from tests.repos import test_import
+from tests.repos.support import WHEN, unique
 from tests.repos.test_import import listing, write_tree
+from tests.support.kv import kv_url_for
 from tests.support.moto import MotoServer
 
 g = test_import.g  # the same fixture: an in-memory Graveler with the repository imp1
@@ -118,3 +124,109 @@ async def test_a_destination_that_is_not_utf8_is_refused(g: Graveler, tmp_path: 
     with pytest.raises(BadInputError, match="path: must be a UTF-8 path"):
         await g.import_objects("imp1", "main", "in\udcff/", str(src), committer="t")
     assert (await g.branch("imp1", "main")).commit_id == head
+
+
+# -- real paths (issue 32, item 3): a source is where its path leads ---------------------------------------
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def real_kv_url(request: pytest.FixtureRequest, sqlite_url: str) -> str:
+    return kv_url_for(str(request.param), request, sqlite_url)
+
+
+@pytest.fixture
+async def gk(real_kv_url: str) -> AsyncIterator[Graveler]:
+    """A Graveler over a real KV (SQLite, PostgreSQL)."""
+    graveler = Graveler(await open_kv(real_kv_url), StoreRegistry())
+    try:
+        yield graveler
+    finally:
+        await graveler.stores.close()
+        await graveler.kv.close()
+
+
+async def two_repositories(g: Graveler, tmp_path: Path) -> tuple[str, str, Path]:
+    """repoA with a committed object (its namespace ``nsA``), repoB to import into."""
+    a, b = unique("a"), unique("b")
+    await g.create_repository(a, f"local://{tmp_path / 'nsA'}")
+    await g.create_repository(b, f"local://{tmp_path / 'nsB'}")
+    await Objects(g).upload(a, "main", "kept.csv", b"repoA's")
+    await g.commit(a, "main", committer="t", message="one")
+    return a, b, tmp_path / "nsA"
+
+
+async def test_an_import_through_a_symlink_into_a_namespace_is_refused(gk: Graveler, tmp_path: Path) -> None:
+    """Item 3: ``--from nsA/data`` was refused but ``--from link-to-nsA/data`` accepted, and GC of
+    repoA later deleted what repoB had committed. Every spelling of repoA's namespace, of a place
+    inside it or enclosing it is refused, naming repoA, and nothing is recorded or committed."""
+    a, b, ns_a = await two_repositories(gk, tmp_path)
+    os.symlink(ns_a / "data", tmp_path / "to-data")  # absolute, into the namespace
+    os.symlink("nsA", tmp_path / "to-ns")  # relative, to the namespace itself
+    os.symlink("to-ns", tmp_path / "chain")  # chained
+    (tmp_path / "outer").mkdir()
+    os.symlink("..", tmp_path / "outer" / "up")  # to an ancestor: encloses nsA
+    head = (await gk.branch(b, "main")).commit_id
+    for source in [
+        str(tmp_path / "to-data"),
+        f"local://{tmp_path}/to-data/",
+        f"{tmp_path}/chain/data",
+        f"{tmp_path}/to-ns",
+        f"{tmp_path}/outer/up",
+        f"{tmp_path}/outer/../chain//data/.",
+    ]:
+        with pytest.raises(BadInputError, match=rf"^source: .* overlaps .*repository '{a}'"):
+            await gk.import_objects(b, "main", "imp/", source, committer="t")
+    assert (await gk.branch(b, "main")).commit_id == head
+    assert [s async for s in gk.refs.import_sources("", within=True) if s.repo == b] == []
+    # repoA's own namespace through a link: refused as lakeFS refuses it spelled plainly
+    with pytest.raises(BadInputError, match=f"repository '{a}'"):
+        await gk.import_objects(a, "main", "imp/", f"{tmp_path}/to-data", committer="t")
+
+
+async def test_a_source_is_recorded_and_addressed_at_its_real_path(gk: Graveler, tmp_path: Path) -> None:
+    """An import through a link records, lists and addresses the real directory: the entries keep
+    pointing there whatever the link is made to point at later, and a namespace over the real
+    directory is refused."""
+    b = unique("b")
+    await gk.create_repository(b, f"local://{tmp_path / 'nsB'}")
+    real = tmp_path / "landing"
+    write_tree(real, {"x.csv": b"x", "d/y.csv": b"y"})
+    os.symlink("landing", tmp_path / "link")
+    result = await gk.import_objects(b, "main", "imp/", f"{tmp_path}/link", committer="t")
+    assert result.source == f"local://{real}"
+    commit = await gk.get_commit(b, result.commit_id)
+    assert commit.metadata["import_source"] == f"local://{real}"
+    [record] = [s async for s in gk.refs.import_sources("", within=True) if s.repo == b]
+    assert record.source == f"local://{real}/"
+    stat = await Objects(gk).stat(b, "main", "imp/d/y.csv")
+    assert stat.physical_address == f"local://{real}/d/y.csv"
+    os.remove(tmp_path / "link")
+    os.symlink(tmp_path / "nsB", tmp_path / "link")  # the link moves; the entries do not
+    assert await Objects(gk).read_all(b, "main", "imp/d/y.csv") == b"y"
+    with pytest.raises(NamespaceConflictError, match=f"'{b}' imported"):
+        await gk.create_repository(unique(), f"local://{real}/d")
+
+
+async def test_a_source_through_a_dangling_symlink_is_refused(gk: Graveler, tmp_path: Path) -> None:
+    b = unique("b")
+    await gk.create_repository(b, f"local://{tmp_path / 'nsB'}")
+    os.symlink(tmp_path / "later", tmp_path / "dangling")
+    with pytest.raises(BadInputError, match=r"^source: .*dangling symbolic link"):
+        await gk.import_objects(b, "main", "imp/", f"{tmp_path}/dangling", committer="t")
+    assert [s async for s in gk.refs.import_sources("", within=True) if s.repo == b] == []
+
+
+async def test_a_namespace_recorded_through_a_symlink_still_refuses_its_real_path(
+    gk: Graveler, tmp_path: Path
+) -> None:
+    """A repository record written before real paths were stored holds ``link/ns``: an import from
+    the real ``ns`` (or inside it) is refused, compared where the record leads now."""
+    (tmp_path / "real" / "ns" / "data").mkdir(parents=True)
+    (tmp_path / "real" / "ns" / "data" / "obj").write_bytes(b"o")
+    os.symlink("real", tmp_path / "link")
+    old = Repository(unique("old"), f"local://{tmp_path}/link/ns", "main", WHEN, uuid.uuid4().hex)
+    await gk.refs.create_repository(old)
+    b = unique("b")
+    await gk.create_repository(b, f"local://{tmp_path / 'nsB'}")
+    with pytest.raises(BadInputError, match=rf"which leads to local://{tmp_path}/real/ns\), .*'{old.id}'"):
+        await gk.import_objects(b, "main", "imp/", f"{tmp_path}/real/ns/data", committer="t")
