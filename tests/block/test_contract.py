@@ -10,8 +10,13 @@ from lakefs_core.testing.block import *  # noqa: F403 (the contract's tests and 
 from lakefs_core.testing.block import BlockTraits
 
 
-@pytest.fixture
-def block_traits(store: BlockStore) -> BlockTraits:
+def traits_of(store: BlockStore) -> BlockTraits:
+    """Our drivers' traits: S3's multipart ETags, the local store's path keys."""
     return BlockTraits(
         multipart_etags=isinstance(store, S3BlockStore), keys_are_paths=isinstance(store, LocalBlockStore)
     )
+
+
+@pytest.fixture
+def block_traits(store: BlockStore) -> BlockTraits:
+    return traits_of(store)

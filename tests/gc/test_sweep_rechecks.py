@@ -33,11 +33,11 @@ from lakefs_core.format.records import ValueRecord, make_entry
 from lakefs_core.repos.objects import Objects
 from lakefs_core.service.deleter import BatchDeleter, store_deleter
 from lakefs_core.service.limiter import RateLimiter
+from lakefs_core.testing.block import listing, put_all
 from lakefs_gc.mark.mark import run_mark
 from lakefs_gc.pins import PinSource, StaticPins
 from lakefs_gc.runs.layout import RunLayout
 from lakefs_gc.sweep.sweep import SweepOptions, SweepReport, run_sweep
-from tests.block.test_contract import listing, put_all
 from tests.gc.mark_support import T0, Env, stored_objects
 from tests.gc.test_mark import deleted_set, options
 

@@ -23,8 +23,8 @@ from lakefs_core.block import (
 from lakefs_core.errors import BadInputError, CorruptDataError
 from lakefs_core.service.deleter import BatchDeleter, BatchResult, FailedKeysLog, read_failed_keys
 from lakefs_core.service.limiter import RateLimiter
+from lakefs_core.testing.block import listing, put_all
 from tests.block.conftest import BUCKET, create_bucket, s3_settings
-from tests.block.test_contract import listing, put_all
 from tests.support.moto import MotoServer
 from tests.support.s3proxy import ThrottlingProxy
 
