@@ -21,6 +21,9 @@ Contract:
   whose sweep never finished is resumed (the sweep continues from its checkpoint after
   re-verification); a run without ``summary.json`` was killed during its mark, deleted nothing, and
   is abandoned (counted once as ``runs_total{phase="mark",outcome="abandoned"}``).
+- **Unfinished purges**: every ``hard_delete.interval_seconds`` each repository's audited purges
+  still ``deleting`` ``hard_delete.grace_seconds`` after their record was written (the purging
+  process died) are completed, a bounded number per check (:meth:`GCService._maybe_finish_purges`).
 - Retention ``now`` is the core's clock plus ``clock_offset_seconds`` (demos show retention in
   seconds with it); it is written into each run's ``run.json``.
 """
@@ -67,6 +70,7 @@ from lakefs_gc.runs.runs import (
 log = logging.getLogger(__name__)
 
 DELETED_REPOS = "_deleted-repositories"  # its lease name; never a repository id (they have no '_')
+PURGES_PER_PASS = 8  # unfinished audited purges completed per repository per check
 
 
 @dataclass
@@ -87,6 +91,7 @@ class RepoState:
     last_reconcile_at: datetime | None = None
     last_reconcile_error: str | None = None
     abandoned_seen: set[str] = field(default_factory=set)
+    next_purge_check: float = 0.0
 
 
 class GCService:
@@ -210,6 +215,7 @@ class GCService:
             except LakeFSError as e:  # one repository's trouble must not stop the others
                 report.errors.append(f"{repo.id}: {type(e).__name__}: {e}")
             self._maybe_reconcile(repo, report)
+            self._maybe_finish_purges(repo)
         self._maybe_purge_deleted(report)
         for error in report.errors:
             log.warning("%s", error)
@@ -538,6 +544,37 @@ class GCService:
                 log.info("purged %d objects of deleted repository %s", r.deleted, r.repository)
             for error in r.errors:
                 log.warning("%s", error)
+
+    # -- audited purges whose process died ---------------------------------------------------------
+
+    def _maybe_finish_purges(self, repo: Repository) -> None:
+        """Every ``hard_delete.interval_seconds``, a background task completes the purges of the
+        repository whose record is still ``deleting`` ``hard_delete.grace_seconds`` after it was
+        written (their process died), at most :data:`PURGES_PER_PASS` at a time. Completing deletes
+        only the data objects the record names. No lease: two processes completing one record at
+        once delete the same objects and settle it once (compare-and-swap)."""
+        key = f"purges:{repo.id}"  # never a repository id (they have no ':')
+        state = self.state(repo.id)
+        if key in self._reconciles or state.next_purge_check > time.time() or self._closed:
+            return
+        state.next_purge_check = time.time() + self.config.hard_delete.interval_seconds
+        task = asyncio.create_task(self._finish_purges(repo.id), name=f"gc-purges-{repo.id}")
+        self._reconciles[key] = task
+        task.add_done_callback(self._forget_task(self._reconciles, key))
+
+    async def _finish_purges(self, repo_id: str) -> None:
+        older_than = self.now() - timedelta(seconds=self.config.hard_delete.grace_seconds)
+        try:
+            done = await self.graveler.complete_stuck_purges(
+                repo_id, older_than=older_than, limit=PURGES_PER_PASS
+            )
+        except Exception as e:
+            log.error("completing the unfinished purges of %s failed: %s: %s", repo_id, type(e).__name__, e)
+            return
+        for record in done:
+            self.metrics.purged.labels(repo_id).inc(record.deleted)
+            log.warning("completed purge %s of %s left unfinished since %s: %d object(s) deleted",
+                        record.audit_id, repo_id, record.created_at.isoformat(), record.deleted)  # fmt: skip
 
     async def reconcile_once(self, repo_id: str) -> Any:
         """One reconciliation of ``repo_id`` (the caller holds its lease)."""

@@ -28,11 +28,17 @@ reported as ``UNLINK_FAILED`` with its errno, as the pure path raises then. (An 
 whose descriptor fails to close after it was linked is unlinked again, the name this call just
 made, and reported ``FALLBACK``.)
 
+Every name is an entry of a directory the caller opened (a descriptor: ``openat``, ``linkat``,
+``renameat``, ``unlinkat``, ``fstatat``), which ``local_batch`` opens below the store's root
+without following a symbolic link; nothing here resolves a path, so a link planted in the
+namespace cannot lead a write elsewhere. A link at an overwritten target's name is not replaced
+(``FALLBACK``: the pure path refuses it); a create-only put never replaces anything.
+
 Nothing here decides what to write: names, flags and sizes come from the caller.
 """
 
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
-from libc.errno cimport EDQUOT, EEXIST, EINTR, EINVAL, EISDIR, ENOSPC, EOPNOTSUPP, errno
+from libc.errno cimport EDQUOT, EEXIST, EINTR, EINVAL, EISDIR, ELOOP, ENOSPC, EOPNOTSUPP, errno
 from libc.stdlib cimport free, malloc
 from posix.types cimport dev_t, ino_t, off_t
 from posix.time cimport timespec
@@ -48,11 +54,10 @@ cdef extern from "<unistd.h>" nogil:
     ssize_t c_read "read" (int fd, void *buf, size_t n)
     ssize_t c_write "write" (int fd, const void *buf, size_t n)
     int c_close "close" (int fd)
-    int c_link "link" (const char *a, const char *b)
-    int c_unlink "unlink" (const char *path)
+    int c_unlinkat "unlinkat" (int dirfd, const char *path, int flags)
 
 cdef extern from "<stdio.h>" nogil:
-    int c_rename "rename" (const char *a, const char *b)
+    int c_renameat "renameat" (int olddirfd, const char *a, int newdirfd, const char *b)
     int snprintf(char *out, size_t n, const char *fmt, ...)
 
 cdef extern from *:
@@ -69,7 +74,9 @@ cdef extern from *:
     int LAKEFS_O_TMPFILE  # 0 where the platform has no unnamed files (then never tried)
     int AT_FDCWD
     int AT_SYMLINK_FOLLOW
+    int AT_SYMLINK_NOFOLLOW
     int c_linkat "linkat" (int olddirfd, const char *a, int newdirfd, const char *b, int flags) nogil
+    int c_openat "openat" (int dirfd, const char *path, int flags, ...) nogil
 
 cdef extern from "<sys/stat.h>" nogil:
     cdef struct stat:
@@ -79,7 +86,9 @@ cdef extern from "<sys/stat.h>" nogil:
         off_t st_size
         timespec st_mtim
     int c_fstat "fstat" (int fd, stat *st)
+    int c_fstatat "fstatat" (int dirfd, const char *path, stat *st, int flags)
     bint S_ISREG(unsigned int mode)
+    bint S_ISLNK(unsigned int mode)
 
 # Outcomes per object (local_batch.py has the same names).
 DEF DONE = 0
@@ -90,10 +99,10 @@ cdef struct Job:
     const char *src      # source file, or NULL when data is given
     const char *data     # the bytes to write (a source is read into the hop's buffer first)
     Py_ssize_t size      # expected source size, or the data's length
-    const char *tmp
-    const char *dir      # the target's directory (where an unnamed file is made)
-    const char *target
-    const char *sidecar
+    const char *tmp      # the temporary file's name, in dirfd
+    int dirfd            # the target's directory (where every name of the object is made)
+    const char *target   # the object's name, in dirfd
+    int metafd           # the directory of the object's sidecar, or -1 when there is none
     int status
     int err
     int has_sidecar
@@ -104,6 +113,14 @@ cdef int _open_retry(const char *path, int flags, int mode) noexcept nogil:
     cdef int fd
     while True:
         fd = c_open(path, flags, mode)
+        if fd >= 0 or errno != EINTR:
+            return fd
+
+
+cdef int _openat_retry(int dirfd, const char *path, int flags, int mode) noexcept nogil:
+    cdef int fd
+    while True:
+        fd = c_openat(dirfd, path, flags, mode)
         if fd >= 0 or errno != EINTR:
             return fd
 
@@ -156,7 +173,7 @@ cdef bint _put_unnamed(Job *job, int *unnamed) noexcept nogil:
     the named temporary file makes two and removes one, and nothing to clean up after a crash.
     False when this filesystem or system cannot (no ``O_TMPFILE``, no ``/proc``): ``unnamed`` is
     then cleared and the caller uses a named temporary file, for this and every later object."""
-    cdef int fd = _open_retry(job.dir, O_WRONLY | LAKEFS_O_TMPFILE | O_CLOEXEC, 0o666)
+    cdef int fd = _openat_retry(job.dirfd, ".", O_WRONLY | LAKEFS_O_TMPFILE | O_CLOEXEC, 0o666)
     cdef int err = 0
     cdef char proc[64]
     if fd < 0:
@@ -169,7 +186,7 @@ cdef bint _put_unnamed(Job *job, int *unnamed) noexcept nogil:
         err = errno
     if err == 0:
         snprintf(proc, sizeof(proc), "/proc/self/fd/%d", fd)
-        if c_linkat(AT_FDCWD, proc, AT_FDCWD, job.target, AT_SYMLINK_FOLLOW) != 0:
+        if c_linkat(AT_FDCWD, proc, job.dirfd, job.target, AT_SYMLINK_FOLLOW) != 0:
             err = errno
             if err != EEXIST and err != ENOSPC and err != EDQUOT:
                 # no /proc, or linking through it refused: the named path from now on (it meets
@@ -183,7 +200,7 @@ cdef bint _put_unnamed(Job *job, int *unnamed) noexcept nogil:
         return True
     if c_close(fd) != 0:
         err = errno
-        c_unlink(job.target)  # the name this call linked a moment ago (create-only): not in place
+        c_unlinkat(job.dirfd, job.target, 0)  # the name this call linked a moment ago (create-only)
         job.status, job.err = FALLBACK, err
         return True
     job.status, job.err = DONE, 0
@@ -192,10 +209,11 @@ cdef bint _put_unnamed(Job *job, int *unnamed) noexcept nogil:
 
 cdef void _put_named(Job *job, int create_flags, bint exclusive) noexcept nogil:
     """Put through a named temporary file, moved into place (``link`` + ``unlink`` when
-    create-only, ``rename`` otherwise)."""
+    create-only, ``rename`` otherwise; a link at the target's name is never replaced)."""
     cdef int fd
     cdef int err = 0
-    fd = _open_retry(job.tmp, create_flags, 0o666)
+    cdef stat there
+    fd = _openat_retry(job.dirfd, job.tmp, create_flags, 0o666)
     if fd < 0:
         job.status, job.err = FALLBACK, errno  # e.g. the directory does not exist yet
         return
@@ -205,22 +223,24 @@ cdef void _put_named(Job *job, int create_flags, bint exclusive) noexcept nogil:
         err = errno
     if err == 0:
         if exclusive:
-            if c_link(job.tmp, job.target) != 0:
+            if c_linkat(job.dirfd, job.tmp, job.dirfd, job.target, 0) != 0:
                 err = errno
-        elif c_rename(job.tmp, job.target) != 0:
+        elif c_fstatat(job.dirfd, job.target, &there, AT_SYMLINK_NOFOLLOW) == 0 and S_ISLNK(there.st_mode):
+            err = ELOOP  # the pure path refuses it with the store's error
+        elif c_renameat(job.dirfd, job.tmp, job.dirfd, job.target) != 0:
             err = errno
     if err != 0:
         job.status, job.err = FALLBACK, err
-        c_unlink(job.tmp)
+        c_unlinkat(job.dirfd, job.tmp, 0)
         return
-    if exclusive and c_unlink(job.tmp) != 0:
+    if exclusive and c_unlinkat(job.dirfd, job.tmp, 0) != 0:
         job.status, job.err = UNLINK_FAILED, errno
         return
     job.status, job.err = DONE, 0
 
 
 cdef void _put_one(Job *job, char *buf, int create_flags, bint exclusive, int *unnamed) noexcept nogil:
-    cdef int fd
+    cdef stat there
     if job.src != NULL and _read_source(job, buf) != 0:
         job.status, job.err = FALLBACK, errno
         return
@@ -228,24 +248,25 @@ cdef void _put_one(Job *job, char *buf, int create_flags, bint exclusive, int *u
         _put_named(job, create_flags, exclusive)
     if job.status != DONE:
         return
-    fd = _open_retry(job.sidecar, O_RDONLY | O_CLOEXEC, 0)
-    if fd >= 0:
-        job.has_sidecar = 1  # rare: the caller decides whether it is stale
-        c_close(fd)
+    if job.metafd >= 0 and c_fstatat(job.metafd, job.target, &there, AT_SYMLINK_NOFOLLOW) == 0:
+        job.has_sidecar = 1  # rare: the caller decides whether it is stale (a sidecar has the key's name)
 
 
-def put_files(list sources, list datas, list sizes, list tmps, list dirs, list targets, list sidecars,
+def put_files(list sources, list datas, list sizes, list tmps, list dir_fds, list targets, list meta_fds,
               int create_flags, bint exclusive, bint unnamed):
     """Write ``len(tmps)`` objects; object ``i`` is ``datas[i]`` (bytes) or, when that is None, the
-    file ``sources[i]`` (bytes path) of ``sizes[i]`` bytes, put at ``targets[i]`` (in ``dirs[i]``)
-    through the temporary name ``tmps[i]``, or, when ``unnamed`` and ``exclusive``, through an
-    unnamed file. Paths are bytes. Returns ``(outcomes, unnamed)``: one tuple per object,
+    file ``sources[i]`` (bytes path) of ``sizes[i]`` bytes, put as the entry ``targets[i]`` of the
+    directory open as ``dir_fds[i]`` through the temporary name ``tmps[i]`` there, or, when
+    ``unnamed`` and ``exclusive``, through an unnamed file; ``meta_fds[i]``: the directory where
+    its sidecar would be (an entry of the same name), or -1. Names are bytes, single entries of
+    their directory (no ``/``): nothing here resolves a path below the directories the caller
+    opened. Returns ``(outcomes, unnamed)``: one tuple per object,
     ``(status, errno, data, dev, ino, size, mtime_ns, has_sidecar)`` where ``data`` is the bytes
     written (for the ETag) when the status is DONE or UNLINK_FAILED, else None; and whether
     unnamed files still work here (False once this system showed it has none)."""
     cdef Py_ssize_t n = len(tmps), i, total = 0
     cdef int use_unnamed = 1 if unnamed and LAKEFS_O_TMPFILE != 0 else 0
-    if not (len(sources) == len(datas) == len(sizes) == len(dirs) == len(targets) == len(sidecars) == n):
+    if not (len(sources) == len(datas) == len(sizes) == len(dir_fds) == len(targets) == len(meta_fds) == n):
         raise ValueError("put_files: the lists differ in length")
     cdef Job *jobs = <Job *>malloc(max(n, 1) * sizeof(Job))
     cdef Py_ssize_t *offsets = <Py_ssize_t *>malloc(max(n, 1) * sizeof(Py_ssize_t))
@@ -260,9 +281,9 @@ def put_files(list sources, list datas, list sizes, list tmps, list dirs, list t
         for i in range(n):  # every pointer below is owned by the caller's lists, which outlive this call
             jobs[i].status, jobs[i].err, jobs[i].has_sidecar = FALLBACK, 0, 0
             jobs[i].tmp = PyBytes_AS_STRING(tmps[i])
-            jobs[i].dir = PyBytes_AS_STRING(dirs[i])
+            jobs[i].dirfd = dir_fds[i]
             jobs[i].target = PyBytes_AS_STRING(targets[i])
-            jobs[i].sidecar = PyBytes_AS_STRING(sidecars[i])
+            jobs[i].metafd = meta_fds[i]
             offsets[i] = total
             if datas[i] is not None:
                 b = datas[i]

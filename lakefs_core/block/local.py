@@ -31,8 +31,22 @@ overlay, macOS) and survives plain ``cp -r`` of the tree along with the data.
 
 Empty directories left by ``delete`` are removed up to the root (S3 has no empty "directories"); a
 listing never reports a directory without objects as a common prefix. A file name that is not UTF-8
-cannot be a key: ``list`` skips it, or, for a store opened with ``strict_names`` (an import's source,
-where a skipped file would be a missing entry), refuses it with :class:`BadInputError` naming it.
+cannot be a key: ``list`` skips it, or, for a store opened with ``strict_names`` (an import's
+source, where a skipped file would be a missing entry), refuses it with :class:`BadInputError`
+naming it. A symbolic link is no file of the tree (to a file or a directory, dangling or not):
+every listing skips it.
+
+Symbolic links are never followed (anyone with write access to the tree can plant one): every file
+operation, write, delete or read, is made through directory descriptors opened below the root
+without following a link at any component (:mod:`~lakefs_core.block.local_beneath`: ``openat2``
+with ``RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS``, else ``O_NOFOLLOW`` per component), files as
+entries of those directories (``openat``, ``linkat``, ``renameat``, ``unlinkat``). A key whose path
+crosses a link, or whose own name is one, is refused with :class:`BadInputError` naming the key
+(``delete_batch``: the final failure ``SymlinkRefused``; nothing is deleted, nothing outside the
+root is touched). A link in the metadata tree makes the sidecar behind it unreadable (the object
+reads as having none) and refuses a write that needs it. The root is resolved once, when the store
+is made (:attr:`real_root`), and opened by that path, refusing links, for every operation: a root
+later replaced by a link is refused.
 
 A full filesystem (ENOSPC, EDQUOT) raises :class:`~lakefs_core.errors.StorageFullError`, which is not
 retryable; other unexpected ``OSError`` s are transient (see ``local_files.map_oserror``).
@@ -44,8 +58,9 @@ the ``.lakefs-tmp-*`` files older than ``tmp_grace_seconds`` (default one hour) 
 live process of this host; see :mod:`~lakefs_core.block.local_leftovers`.
 
 ``list_keys`` and ``delete_batch`` (bulk scans and deletes for GC) are in
-:mod:`~lakefs_core.block.local_keys`: one ``scandir`` plus one ``stat`` per listed object, one
-``unlink`` (plus the sidecar's) per deleted key, emptied directories pruned once per batch.
+:mod:`~lakefs_core.block.local_keys`: one ``scandir`` plus one ``fstatat`` per listed object, one
+``fstatat`` and one ``unlinkat`` per deleted key in a directory opened once per batch (plus the
+sidecar's, where the key's sidecar directory exists), emptied directories pruned once per batch.
 
 All blocking file I/O runs in worker threads (``asyncio.to_thread``), streamed bodies chunk by chunk.
 """
@@ -55,15 +70,14 @@ from __future__ import annotations
 import asyncio
 import builtins
 import contextlib
-import hashlib
 import os
 import stat
 import threading
-from collections.abc import AsyncGenerator, Callable, Generator, Mapping, Sequence
+from collections.abc import AsyncGenerator, Callable, Mapping, Sequence
 from itertools import islice
 from pathlib import Path
 from types import TracebackType
-from typing import ParamSpec, TypeVar
+from typing import Any, ParamSpec, TypeVar
 
 from lakefs_core.aio import bounded_each
 from lakefs_core.block._common import (
@@ -94,7 +108,8 @@ from lakefs_core.block.base import (
     ObjectInfo,
     PutItem,
 )
-from lakefs_core.block.local_batch import LOCALPUT, Paths, eligible, put_compiled
+from lakefs_core.block.local_batch import LOCALPUT, eligible, put_compiled
+from lakefs_core.block.local_beneath import Dirs, Root, lstat_in, open_file, symlink_error
 from lakefs_core.block.local_files import (
     IO_CHUNK,
     META_DIR,
@@ -105,7 +120,6 @@ from lakefs_core.block.local_files import (
     mtime_datetime,
     prune,
     read_exact,
-    scan_dir,
     segments_ok,
     sync_filesystems,
 )
@@ -117,6 +131,7 @@ from lakefs_core.block.local_leftovers import (
     claim_root,
     sweep_leftovers,
 )
+from lakefs_core.block.local_listing import READ_FLAGS, describe_in, walk_objects
 from lakefs_core.block.local_meta import SIDECAR_VERSION, EtagCache, Sidecars
 from lakefs_core.errors import BadInputError, LakeFSError, NotFoundError, TransientError
 
@@ -159,6 +174,28 @@ async def _open_in_thread(fn: Callable[P, tuple[int, T]], *args: P.args, **kwarg
         raise
 
 
+def _discard(temp: TempFile) -> None:
+    """Remove a streamed put's temporary file (if still there) and close its directories."""
+    try:
+        temp.discard()
+    finally:
+        temp.dirs.close()
+
+
+def _keep_for_sync(dirs: Dirs, sync_fds: dict[int, int]) -> None:
+    """Keep a descriptor of each filesystem a hop wrote to (``sync_fds``: device -> descriptor,
+    shared by a batch's hops) until the batch's ``syncfs``."""
+    for fd in dirs.opened():
+        try:
+            device = os.fstat(fd).st_dev
+        except OSError:
+            continue
+        if device not in sync_fds:
+            kept = os.dup(fd)
+            if sync_fds.setdefault(device, kept) != kept:
+                os.close(kept)  # another hop kept one meanwhile
+
+
 class LocalBlockStore:
     """A block store in a local directory tree (see the module docstring for the layout)."""
 
@@ -179,14 +216,13 @@ class LocalBlockStore:
         self._sweep: asyncio.Future[int] | None = None
         self._sweep_stop = threading.Event()
         self._root = Path(os.path.normpath(raw))
-        self._root_s = str(self._root).rstrip("/")  # "" for "/": then every file is "/<key>"
+        self._tree = Root(str(self._root))  # its real path, resolved once: see the module doc
         self._uri = "local://" + self._root.as_posix()
         self._uri_base = self._uri.rstrip("/")  # a key's URI is this, "/" and the key
-        self._meta_root = self._root / META_DIR
         self._fsync = fsync
         self._strict_names = strict_names
         self._closed = False
-        self._sidecars = Sidecars(self._meta_root, fsync)
+        self._sidecars = Sidecars(fsync)
         self._etags = EtagCache()
         # create-only batched puts through unnamed files (block/_localput) until this system shows
         # it has none; hop threads may clear it at once, to the same value
@@ -199,6 +235,12 @@ class LocalBlockStore:
     @property
     def root(self) -> Path:
         return self._root
+
+    @property
+    def real_root(self) -> Path:
+        """The root's real path, resolved once when the store was made: every file operation is
+        below it (the root as given may have been a link)."""
+        return Path(self._tree.path)
 
     def __repr__(self) -> str:
         return f"LocalBlockStore({str(self._root)!r})"
@@ -232,19 +274,16 @@ class LocalBlockStore:
             )
         return parts
 
-    def _path(self, parts: Sequence[str]) -> Path:
-        return self._root.joinpath(*parts)
-
-    def _file(self, parts: Sequence[str]) -> str:
-        """:meth:`_path` as a string (cheaper, for per-object work of batches)."""
-        return f"{self._root_s}/{'/'.join(parts)}"
-
     # -- objects (sync) ---------------------------------------------------------------------------
 
     def _open_object(self, parts: Sequence[str], key: str) -> tuple[int, os.stat_result]:
         where = self._where(key)
         try:
-            fd = os.open(self._path(parts), os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+            root = self._tree.open()
+            try:
+                fd = open_file(root, parts, READ_FLAGS)
+            finally:
+                os.close(root)
         except OSError as e:
             raise map_oserror(e, where, reading=True) from e
         try:
@@ -257,48 +296,14 @@ class LocalBlockStore:
             raise NotFoundError(f"{where}: no such object")
         return fd, st
 
-    def _describe(self, parts: Sequence[str], key: str, *, full: bool) -> ObjectInfo:
+    def _describe(self, dirs: Dirs, parts: Sequence[str], key: str, *, full: bool) -> ObjectInfo:
         where = self._where(key)
         try:
-            st = os.stat(self._path(parts))
+            directory = dirs.get(parts[:-1])
         except OSError as e:
             raise map_oserror(e, where, reading=True) from e
-        if not stat.S_ISREG(st.st_mode):
-            raise NotFoundError(f"{where}: no such object")
-        record = self._sidecars.read(parts, st)
-        if record is not None:
-            etag: str = record["etag"]
-            ctype = record.get("content_type")
-            meta = record.get("metadata")
-        else:
-            ctype, meta = None, None
-            cached = self._etags.get(st)
-            if cached is not None:
-                etag = cached
-            else:
-                fd, st = self._open_object(parts, key)
-                try:
-                    md5 = hashlib.md5(usedforsecurity=False)
-                    offset = 0
-                    while piece := os.pread(fd, IO_CHUNK, offset):
-                        md5.update(piece)
-                        offset += len(piece)
-                except OSError as e:
-                    raise map_oserror(e, where, reading=True) from e
-                finally:
-                    os.close(fd)
-                etag = md5.hexdigest()
-                self._etags.remember(st, etag)
-        if not full:
-            return ObjectInfo(key=key, size=st.st_size, etag=etag, last_modified=mtime_datetime(st))
-        return ObjectInfo(
-            key=key,
-            size=st.st_size,
-            etag=etag,
-            last_modified=mtime_datetime(st),
-            content_type=normalize_content_type(ctype if isinstance(ctype, str) else None),
-            metadata={str(k): str(v) for k, v in meta.items()} if isinstance(meta, dict) else {},
-        )
+        meta = dirs.find(Sidecars.directory(parts))
+        return describe_in(directory, meta, parts[-1], key, where=where, etags=self._etags, full=full)
 
     def _commit(
         self,
@@ -310,15 +315,15 @@ class LocalBlockStore:
         content_type: str,
         metadata: Mapping[str, str],
         fsync: bool | None = None,
-        known_dirs: set[str] | None = None,
     ) -> ObjectInfo:
         """Finish the data file, stage its sidecar (none for a bare object), move both into place
-        (sync)."""
+        (sync), each through the descriptors of ``temp.dirs``."""
         st = temp.finish()
         etag = temp.md5.hexdigest()
+        dirs = temp.dirs
         if st.st_size <= BARE_MAX_BYTES and content_type == DEFAULT_CONTENT_TYPE and not metadata:
             temp.commit(if_none_match)
-            self._sidecars.drop_stale(parts, temp.target, (st.st_dev, st.st_ino))  # an earlier one's
+            self._sidecars.drop_stale(dirs, parts, (st.st_dev, st.st_ino))  # an earlier one's
         else:
             record = {
                 "v": SIDECAR_VERSION,
@@ -329,16 +334,13 @@ class LocalBlockStore:
                 "content_type": content_type,
                 "metadata": dict(metadata),
             }
-            sidecar_tmp = self._sidecars.prepare(
-                parts, self._where(key), record, fsync=fsync, known_dirs=known_dirs
-            )
+            sidecar_tmp = self._sidecars.prepare(dirs, parts, self._where(key), record, fsync=fsync)
             try:
                 temp.commit(if_none_match)
             except BaseException:
-                with contextlib.suppress(OSError):
-                    os.unlink(sidecar_tmp)
+                self._sidecars.discard(dirs, parts, sidecar_tmp)
                 raise
-            self._sidecars.install(sidecar_tmp, parts, self._where(key))
+            self._sidecars.install(dirs, sidecar_tmp, parts, self._where(key))
         self._etags.remember(st, etag)
         return ObjectInfo(
             key=key,
@@ -351,6 +353,7 @@ class LocalBlockStore:
 
     def _put_bytes(
         self,
+        dirs: Dirs,
         parts: Sequence[str],
         key: str,
         data: bytes,
@@ -359,11 +362,10 @@ class LocalBlockStore:
         content_type: str,
         metadata: Mapping[str, str],
         fsync: bool | None = None,
-        known_dirs: set[str] | None = None,
     ) -> ObjectInfo:
-        temp = TempFile(self._file(parts), self._where(key), self._fsync if fsync is None else fsync)
+        temp = TempFile(dirs, parts, self._where(key), self._fsync if fsync is None else fsync)
         try:
-            temp.open(known_dirs)
+            temp.open()
             temp.write(data)
             return self._commit(
                 temp,
@@ -373,10 +375,13 @@ class LocalBlockStore:
                 content_type=content_type,
                 metadata=metadata,
                 fsync=fsync,
-                known_dirs=known_dirs,
             )
         finally:
             temp.discard()
+
+    def _put_one(self, parts: Sequence[str], key: str, data: bytes, **kwargs: Any) -> ObjectInfo:
+        with Dirs(self._tree, create=True) as dirs:
+            return self._put_bytes(dirs, parts, key, data, **kwargs)
 
     def _put_hop(
         self,
@@ -384,137 +389,107 @@ class LocalBlockStore:
         parts: Sequence[Sequence[str]],
         hop: range,
         results: builtins.list[ObjectInfo | None],
-        dirs: set[str],
+        sync_fds: dict[int, int] | None,
         *,
         if_none_match: bool,
         fsync: bool,
     ) -> None:
         """Write the items ``hop`` of a batch in this worker thread: what it can through the
-        compiled path (:mod:`~lakefs_core.block.local_batch`), the rest one after the other."""
-        rest: Sequence[int] = hop
-        if LOCALPUT is not None and not fsync:
-            fast = [i for i in hop if eligible(items[i], BARE_MAX_BYTES)]
-            if fast:
-
-                def paths(i: int) -> Paths:
-                    return Paths(self._file(parts[i]), self._sidecars.file(parts[i]))
-
-                written, fell_back, self._unnamed = put_compiled(
-                    items, fast, paths, self._where, exclusive=if_none_match, unnamed=self._unnamed
+        compiled path (:mod:`~lakefs_core.block.local_batch`), the rest one after the other, each
+        directory opened once for the hop. ``sync_fds``: one descriptor per filesystem written to,
+        for the batch's sync (None: no sync of the batch)."""
+        with Dirs(self._tree, create=True) as dirs:
+            rest: Sequence[int] = hop
+            if LOCALPUT is not None and not fsync:
+                fast = [i for i in hop if eligible(items[i], BARE_MAX_BYTES)]
+                if fast:
+                    written, fell_back, self._unnamed = put_compiled(
+                        items, fast, parts, dirs, self._where, exclusive=if_none_match, unnamed=self._unnamed
+                    )
+                    for w in written:
+                        if w.has_sidecar:
+                            self._sidecars.drop_stale(dirs, parts[w.position], w.st[:2])
+                        results[w.position] = w.info
+                    self._etags.remember_keys([(w.st, w.info.etag) for w in written])
+                    if len(fell_back) < len(hop):
+                        taken = set(fast).difference(fell_back)
+                        rest = [i for i in hop if i not in taken]
+            for i in rest:
+                item = items[i]
+                results[i] = self._put_bytes(
+                    dirs,
+                    parts[i],
+                    item.key,
+                    load_body(item.body),
+                    if_none_match=if_none_match,
+                    content_type=item.content_type,
+                    metadata=item.metadata,
+                    fsync=fsync,
                 )
-                for w in written:
-                    dirs.add(w.directory)
-                    if w.has_sidecar:
-                        self._sidecars.drop_stale(parts[w.position], w.target, w.st[:2])
-                    results[w.position] = w.info
-                self._etags.remember_keys([(w.st, w.info.etag) for w in written])
-                if len(fell_back) < len(hop):
-                    taken = set(fast).difference(fell_back)
-                    rest = [i for i in hop if i not in taken]
-        for i in rest:
-            item = items[i]
-            data = load_body(item.body)
-            results[i] = self._put_bytes(
-                parts[i],
-                item.key,
-                data,
-                if_none_match=if_none_match,
-                content_type=item.content_type,
-                metadata=item.metadata,
-                fsync=fsync,
-                known_dirs=dirs,  # every directory written into, for the batch's sync
-            )
+            if sync_fds is not None:
+                _keep_for_sync(dirs, sync_fds)
 
     # -- deletes (sync) ---------------------------------------------------------------------------
 
-    def _delete_one(self, parts: Sequence[str], key: str) -> None:
-        path = self._path(parts)
+    def _delete_one(self, dirs: Dirs, parts: Sequence[str], key: str) -> None:
+        where = self._where(key)
         try:
-            st = os.stat(path)
+            directory = dirs.get(parts[:-1])
         except (FileNotFoundError, NotADirectoryError):
-            st = None
+            directory = -1  # nothing there: deleted
         except OSError as e:
-            raise map_oserror(e, self._where(key), reading=False) from e
-        if st is not None and stat.S_ISREG(st.st_mode):
+            raise map_oserror(e, where, reading=False) from e
+        if directory >= 0:
             try:
-                os.unlink(path)
-            except (FileNotFoundError, NotADirectoryError):
-                pass
+                st = lstat_in(directory, parts[-1])
+                if st is not None and stat.S_ISLNK(st.st_mode):
+                    raise symlink_error(parts[-1])  # never removed nor followed: refused
+                if st is not None and stat.S_ISREG(st.st_mode):
+                    with contextlib.suppress(FileNotFoundError):
+                        os.unlink(parts[-1], dir_fd=directory)
+                current = lstat_in(directory, parts[-1])
             except OSError as e:
-                raise map_oserror(e, self._where(key), reading=False) from e
-        meta_path = self._sidecars.path(parts)
-        # Drop the sidecar unless it already describes a newer file put there concurrently.
-        try:
-            current: os.stat_result | None = os.stat(path)
-        except OSError:
+                raise map_oserror(e, where, reading=False) from e
+        else:
             current = None
-        if current is None or self._sidecars.read(parts, current) is None:
-            with contextlib.suppress(OSError):
-                if meta_path.is_file():
-                    os.unlink(meta_path)
-            prune(meta_path.parent, self._meta_root)
-        prune(path.parent, self._root)
+        # Drop the sidecar unless it already describes a newer file put there concurrently.
+        if (
+            current is None
+            or not stat.S_ISREG(current.st_mode)
+            or self._sidecars.read(dirs, parts, current) is None
+        ):
+            self._sidecars.remove(dirs, parts)
+            prune(dirs, Sidecars.directory(parts), keep=1)
+        prune(dirs, parts[:-1])
+
+    def _delete_batch_raising(self, batch: Sequence[tuple[Sequence[str], str]]) -> None:
+        with Dirs(self._tree) as dirs:
+            for parts, key in batch:
+                self._delete_one(dirs, parts, key)
 
     def _delete_batch(self, batch: Sequence[tuple[Sequence[str], str]]) -> builtins.list[tuple[str, str]]:
         failed: builtins.list[tuple[str, str]] = []
-        for parts, key in batch:
-            try:
-                self._delete_one(parts, key)
-            except LakeFSError as e:
-                failed.append((key, str(e)))
-        return failed
-
-    # -- listing (sync generator, advanced page by page in worker threads) -------------------------
-
-    def _walk_dir(
-        self, directory: Path, key_prefix: str, name_prefix: str, start_after: str | None, collapse: bool
-    ) -> Generator[ObjectInfo | CommonPrefix, None, None]:
-        for sort_key, name, is_dir in scan_dir(directory, self._root, self.uri, strict=self._strict_names):
-            if not sort_key.startswith(name_prefix):
-                continue
-            full = key_prefix + sort_key
-            inside = is_dir and start_after is not None and start_after.startswith(full)
-            if start_after is not None and not inside and full <= start_after:
-                continue  # the whole entry sorts at or before start_after
-            if is_dir:
-                if collapse and start_after is not None and full <= start_after:
-                    continue  # a common prefix is listed only if it sorts after start_after
-                below = self._walk_dir(directory / name, full, "", start_after if inside else None, False)
-                if collapse:
-                    with contextlib.closing(below):
-                        if next(below, None) is not None:
-                            yield CommonPrefix(full)
-                else:
-                    yield from below
-            else:
+        with Dirs(self._tree) as dirs:
+            for parts, key in batch:
                 try:
-                    yield self._describe([*key_prefix.split("/")[:-1], name], full, full=False)
-                except NotFoundError:
-                    continue  # deleted while listing
-
-    def _walk(
-        self, prefix: str, delimiter: str | None, start_after: str | None
-    ) -> Generator[ObjectInfo | CommonPrefix, None, None]:
-        dir_part, _, name_prefix = prefix.rpartition("/")
-        segments = dir_part.split("/") if dir_part else []
-        if not segments_ok(segments):
-            return  # no valid local key can start with this prefix
-        key_prefix = dir_part + "/" if dir_part else ""
-        collapse = delimiter == "/"
-        yield from self._walk_dir(self._path(segments), key_prefix, name_prefix, start_after, collapse)
+                    self._delete_one(dirs, parts, key)
+                except LakeFSError as e:
+                    failed.append((key, str(e)))
+        return failed
 
     # -- BlockStore ---------------------------------------------------------------------------------
 
     def _start_sweep(self) -> None:
         """On the first write of this process to the root: remove leftover temporaries in the background."""
-        if self._sweep is None and self._tmp_grace is not None and claim_root(self._root):
+        real = Path(self._tree.path)
+        if self._sweep is None and self._tmp_grace is not None and claim_root(real):
             self._sweep = asyncio.ensure_future(
                 _run(
                     sweep_leftovers,
-                    self._root,
+                    self._tree,
                     self._tmp_grace,
                     self._sweep_stop,
-                    stamp=self._meta_root / SWEEP_STAMP,
+                    stamp=real / META_DIR / SWEEP_STAMP,
                 )
             )
 
@@ -543,7 +518,7 @@ class LocalBlockStore:
         meta = normalize_metadata(metadata)
         if isinstance(body, (bytes, bytearray, memoryview)):
             return await _run(
-                self._put_bytes,
+                self._put_one,
                 parts,
                 key,
                 bytes(body),
@@ -551,7 +526,7 @@ class LocalBlockStore:
                 content_type=ctype,
                 metadata=meta,
             )
-        temp = TempFile(self._file(parts), self._where(key), self._fsync)
+        temp = TempFile(Dirs(self._tree, create=True), parts, self._where(key), self._fsync)
         try:
             await _run(temp.open)
             buf = bytearray()
@@ -567,8 +542,7 @@ class LocalBlockStore:
                 self._commit, temp, parts, key, if_none_match=if_none_match, content_type=ctype, metadata=meta
             )
         finally:
-            if temp.fd is not None or temp.tmp is not None:
-                await _run(temp.discard)
+            await _run(_discard, temp)
 
     async def put_batch(
         self, items: Sequence[PutItem], *, if_none_match: bool = False, concurrency: int = 8
@@ -586,7 +560,7 @@ class LocalBlockStore:
         self._start_sweep()
         group = self._fsync and group_sync_available()
         results: builtins.list[ObjectInfo | None] = [None] * len(checked)
-        dirs: set[str] = set()
+        sync_fds: dict[int, int] | None = {} if group else None  # filesystem -> a directory on it
         hops = [range(i, min(i + _PUTS_PER_HOP, len(checked))) for i in range(0, len(checked), _PUTS_PER_HOP)]
 
         async def one(hop: range) -> None:
@@ -596,14 +570,18 @@ class LocalBlockStore:
                 parts,
                 hop,
                 results,
-                dirs,
+                sync_fds,
                 if_none_match=if_none_match,
                 fsync=self._fsync and not group,
             )
 
-        await bounded_each(hops, concurrency, one)
-        if group:
-            await _run(sync_filesystems, sorted(dirs), self._where(checked[0].key))
+        try:
+            await bounded_each(hops, concurrency, one)
+            if sync_fds is not None:
+                await _run(sync_filesystems, builtins.list(sync_fds.values()), self._where(checked[0].key))
+        finally:
+            for fd in (sync_fds or {}).values():
+                os.close(fd)
         return [info for info in results if info is not None]
 
     async def get(self, key: str, *, start: int = 0, length: int | None = None) -> bytes:
@@ -645,24 +623,34 @@ class LocalBlockStore:
 
     async def head(self, key: str) -> ObjectInfo:
         parts = self._parts(key)
-        return await _run(self._describe, parts, key, full=True)
+
+        def describe() -> ObjectInfo:
+            with Dirs(self._tree) as dirs:
+                return self._describe(dirs, parts, key, full=True)
+
+        return await _run(describe)
 
     async def exists(self, key: str) -> bool:
-        path = self._path(self._parts(key))
+        parts = self._parts(key)
 
         def check() -> bool:
-            try:
-                return stat.S_ISREG(os.stat(path).st_mode)
-            except (FileNotFoundError, NotADirectoryError):
-                return False
-            except OSError as e:
-                raise map_oserror(e, self._where(key), reading=True) from e
+            with Dirs(self._tree) as dirs:
+                try:
+                    st = lstat_in(dirs.get(parts[:-1]), parts[-1])
+                except (FileNotFoundError, NotADirectoryError):
+                    return False
+                except OSError as e:
+                    raise map_oserror(e, self._where(key), reading=True) from e
+            if st is not None and stat.S_ISLNK(st.st_mode):
+                link = symlink_error(parts[-1])
+                raise map_oserror(link, self._where(key), reading=True) from link
+            return st is not None and stat.S_ISREG(st.st_mode)
 
         return await _run(check)
 
     async def delete(self, key: str) -> None:
         parts = self._parts(key)
-        await _run(self._delete_one, parts, key)
+        await _run(self._delete_batch_raising, [(parts, key)])
 
     async def delete_many(self, keys: Sequence[str]) -> None:
         checked = [(self._parts(k, field="keys"), k) for k in keys]
@@ -685,7 +673,9 @@ class LocalBlockStore:
         prefix, delimiter, start_after, page_size = check_list_args(prefix, delimiter, start_after, page_size)
         self._check_open()
         grouper = Grouper(prefix, delimiter, start_after)
-        walker = self._walk(prefix, delimiter, start_after)
+        walker = walk_objects(
+            self._tree, self.uri, prefix, delimiter, start_after, strict=self._strict_names, etags=self._etags
+        )
 
         def take() -> builtins.list[ObjectInfo | CommonPrefix]:
             return builtins.list(islice(walker, page_size))
@@ -706,7 +696,7 @@ class LocalBlockStore:
     ) -> AsyncGenerator[KeyInfo, None]:
         prefix, start_after = check_list_keys_args(prefix, start_after)
         self._check_open()
-        walker = walk_keys(self._root, self.uri, prefix, start_after)
+        walker = walk_keys(self._tree, self.uri, prefix, start_after)
 
         def take() -> builtins.list[KeyInfo] | None:
             """At least ``_KEYS_PER_HOP`` keys (whole directories), or ``None`` at the end."""
@@ -736,22 +726,14 @@ class LocalBlockStore:
         if not checked:
             return DeleteResult()
 
-        def etag_of(parts: Sequence[str], key: str) -> str:
-            return self._describe(parts, key, full=False).etag
-
-        def sidecar_is_current(parts: Sequence[str], st: os.stat_result) -> bool:
-            return self._sidecars.read(parts, st) is not None
-
         def run() -> DeleteResult:
             batch = [(self._parts(k, field="keys"), k) for k in checked]  # every key checked first
-            return delete_keys(
-                self._root,
-                self._meta_root,
-                batch,
-                etags=etags,
-                etag_of=etag_of,
-                sidecar_is_current=sidecar_is_current,
-            )
+            with Dirs(self._tree) as dirs:
+
+                def etag_of(parts: Sequence[str], key: str) -> str:
+                    return self._describe(dirs, parts, key, full=False).etag
+
+                return delete_keys(dirs, self._sidecars, batch, etags=etags, etag_of=etag_of)
 
         return await _run(run)
 

@@ -3,7 +3,9 @@
 The reserved names (:data:`META_DIR`, :data:`TMP_PREFIX`) and the key-segment rule; atomic writes
 through :class:`TempFile` (a temporary file beside the target, fsynced, then moved into place with
 ``os.replace`` or, create-only, ``os.link``); exact positional reads; pruning of emptied directories;
-and directory scans in key order that skip reserved and non-UTF-8 names. ``OSError`` becomes a project
+and directory scans in key order that skip reserved and non-UTF-8 names and symbolic links. Every
+path is reached through directory descriptors of :mod:`~lakefs_core.block.local_beneath` (no link
+followed, a link where a key's file or directory should be refused). ``OSError`` becomes a project
 error through :func:`map_oserror`. Everything here blocks: the store runs it in worker threads.
 """
 
@@ -14,12 +16,13 @@ import ctypes
 import errno
 import hashlib
 import os
+import stat
 import sys
 from collections.abc import Callable, Iterable, Sequence
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import cast
 
+from lakefs_core.block.local_beneath import SYMLINK, Dirs, lstat_in, symlink_error
 from lakefs_core.block.local_leftovers import TMP_PREFIX, temp_name
 from lakefs_core.errors import (
     AccessDeniedError,
@@ -36,11 +39,16 @@ META_DIR = ".lakefs-meta"
 NAME_MAX = 255
 IO_CHUNK = 1 << 20
 RETRIES = 8  # re-creating a directory removed by a concurrent delete's pruning
+SYMLINK_REFUSED = "a symbolic link on the way: refused (a local store never follows one)"
 CREATE_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0)
 
 
 def map_oserror(e: OSError, where: str, *, reading: bool) -> LakeFSError:
-    """The project error for ``e`` raised at ``where`` (missing paths are "no such object" when reading)."""
+    """The project error for ``e`` raised at ``where`` (missing paths are "no such object" when reading).
+    A symbolic link refused on the way (:data:`~lakefs_core.block.local_beneath.SYMLINK`) is bad
+    input naming ``where``: the tree holds something no key can be."""
+    if e.errno == SYMLINK:
+        return BadInputError(f"{where}: {SYMLINK_REFUSED}", field="key")
     if isinstance(e, (FileNotFoundError, NotADirectoryError, IsADirectoryError)) and reading:
         return NotFoundError(f"{where}: no such object")
     if e.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
@@ -86,14 +94,6 @@ def write_all(fd: int, data: bytes | memoryview) -> None:
         view = view[n:]
 
 
-def _fsync_dir(path: str | Path) -> None:
-    fd = os.open(path, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 def _load_syncfs() -> Callable[[int], int] | None:
     """Linux's ``syncfs(2)`` from libc (the os module has ``sync()``, which flushes every mounted
     filesystem, but not ``syncfs``); None elsewhere."""
@@ -116,22 +116,19 @@ def group_sync_available() -> bool:
     return _SYNCFS is not None
 
 
-def sync_filesystems(dirs: Iterable[str | Path], where: str) -> None:
-    """Make every write below ``dirs`` durable: one ``syncfs`` per filesystem they live on (file
-    data, inodes and directory entries alike; since Linux 5.8 it reports writeback errors)."""
+def sync_filesystems(dirs: Iterable[int], where: str) -> None:
+    """Make every write below the directories open as ``dirs`` durable: one ``syncfs`` per
+    filesystem they live on (file data, inodes and directory entries alike; since Linux 5.8 it
+    reports writeback errors)."""
     assert _SYNCFS is not None
-    by_device: dict[int, str | Path] = {}
+    by_device: dict[int, int] = {}
     try:
-        for d in dirs:
-            by_device.setdefault(os.stat(d).st_dev, d)
-        for d in by_device.values():
-            fd = os.open(d, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
-            try:
-                if _SYNCFS(fd) != 0:
-                    err = ctypes.get_errno()
-                    raise OSError(err, os.strerror(err), str(d))
-            finally:
-                os.close(fd)
+        for fd in dirs:
+            by_device.setdefault(os.fstat(fd).st_dev, fd)
+        for fd in by_device.values():
+            if _SYNCFS(fd) != 0:
+                err = ctypes.get_errno()
+                raise OSError(err, os.strerror(err))
     except OSError as e:
         raise map_oserror(e, where, reading=False) from e
 
@@ -147,26 +144,30 @@ def read_exact(fd: int, n: int, offset: int) -> bytes:
     return bytes(out)
 
 
-def prune(directory: Path, stop: Path) -> None:
-    """Remove ``directory`` and its parents below ``stop`` while they are empty."""
-    while directory != stop and stop in directory.parents:
+def prune(dirs: Dirs, parts: Sequence[str], keep: int = 0) -> None:
+    """Remove the directory ``<root>/<parts>`` and its parents while they are empty, but never the
+    first ``keep`` levels (nor the root). Each through its parent's descriptor: a link is not a
+    directory to ``rmdir`` (ENOTDIR), so pruning stops there."""
+    for n in range(len(parts), keep, -1):
         try:
-            os.rmdir(directory)
+            os.rmdir(parts[n - 1], dir_fd=dirs.get(parts[: n - 1]))
         except OSError:
             return
-        directory = directory.parent
+        dirs.forget(parts[:n])  # a cached descriptor of it names a removed directory
 
 
-def scan_dir(directory: Path, root: Path, uri: str, *, strict: bool = False) -> list[tuple[str, str, bool]]:
-    """``(sort_key, name, is_dir)`` of the listable entries of ``directory``, in key order.
+def scan_dir(fd: int, at_root: bool, shown: str, *, strict: bool = False) -> list[tuple[str, str, bool]]:
+    """``(sort_key, name, is_dir)`` of the listable entries of the directory open as ``fd``, in key
+    order: regular files and directories, never a symbolic link (to a file or a directory).
 
-    ``root`` is the store's root (whose metadata directory is not listed), ``uri`` names the store in
-    errors. A name that is not UTF-8 cannot be a key: skipped, or with ``strict`` refused by name.
+    ``at_root``: the store's root (whose metadata directory is not listed); ``shown`` names the
+    directory in errors. A name that is not UTF-8 cannot be a key: skipped, or with ``strict`` (an
+    import's source, where a skipped file would be a missing entry) refused by name. A link is no
+    file of the tree, strict or not (what it points to is read where it is, or not at all): skipped.
     """
-    at_root = directory == root
     out: list[tuple[str, str, bool]] = []
     try:
-        with os.scandir(directory) as it:
+        with os.scandir(fd) as it:
             for entry in it:
                 name = entry.name
                 if name.startswith(TMP_PREFIX) or (at_root and name == META_DIR):
@@ -175,70 +176,66 @@ def scan_dir(directory: Path, root: Path, uri: str, *, strict: bool = False) -> 
                     name.encode("utf-8")
                 except UnicodeEncodeError:
                     if strict:
-                        raise _not_utf8(uri, entry.path) from None
+                        raise _refused(shown, name, "the file name is not valid UTF-8 (not a key)") from None
                     continue  # not valid UTF-8: cannot be an object key
                 try:
                     if entry.is_dir(follow_symlinks=False):
                         out.append((name + "/", name, True))
-                    elif entry.is_file():
+                    elif entry.is_file(follow_symlinks=False):
                         out.append((name, name, False))
                 except OSError:
                     continue
-    except (FileNotFoundError, NotADirectoryError):
-        return []
     except OSError as e:
-        raise map_oserror(e, f"{uri}: listing {directory}", reading=False) from e
+        raise map_oserror(e, f"{shown}: listing", reading=False) from e
     out.sort()
     return out
 
 
-def _not_utf8(uri: str, path: str) -> BadInputError:
-    shown = os.fsencode(path).decode("utf-8", "backslashreplace")
-    return BadInputError(f"{uri}: {shown}: the file name is not valid UTF-8 (not a key)", field="key")
+def _refused(shown: str, name: str, why: str) -> BadInputError:
+    path = f"{shown}/{name}".encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+    return BadInputError(f"{path}: {why}", field="key")
 
 
 class TempFile:
-    """A temporary file beside its target, moved into place by :meth:`commit` (sync; run in a thread).
-    Paths are plain strings: this is the per-object path of batched small puts, where ``pathlib``
-    objects cost more than the system calls."""
+    """A temporary file beside its target, moved into place by :meth:`commit` (sync; run in a
+    thread). Everything goes through the descriptor of the target's directory from ``dirs``
+    (opened, or made, without following a link), which the caller closes."""
 
-    def __init__(self, target: str, where: str, fsync: bool) -> None:
-        self.target = target
-        self.parent = os.path.dirname(target)
+    def __init__(self, dirs: Dirs, parts: Sequence[str], where: str, fsync: bool) -> None:
+        self.dirs = dirs
+        self.parent = tuple(parts[:-1])
+        self.name = parts[-1]
         self.where = where
         self.fsync = fsync
         self.md5 = hashlib.md5(usedforsecurity=False)
         self.size = 0
         self.fd: int | None = None
         self.tmp: str | None = None
+        self.dir_fd = -1
         self.linked = False
 
-    @staticmethod
-    def make_parent(parent: str, where: str) -> None:
+    def _directory(self) -> int:
         try:
-            os.makedirs(parent, exist_ok=True)
+            return self.dirs.get(self.parent, create=True)
         except (FileExistsError, NotADirectoryError) as e:
-            raise ConflictError(f"{where}: a prefix of this key is an object") from e
+            raise ConflictError(f"{self.where}: a prefix of this key is an object") from e
         except OSError as e:
-            raise map_oserror(e, where, reading=False) from e
+            raise map_oserror(e, self.where, reading=False) from e
 
-    def open(self, known_dirs: set[str] | None = None) -> None:
-        """Create the temporary file. ``known_dirs``: directories a batch already wrote into (the
-        first attempt skips making them; a concurrent prune is caught by the retry)."""
-        parent = self.parent
-        for attempt in range(RETRIES):
-            if attempt or known_dirs is None or parent not in known_dirs:
-                self.make_parent(parent, self.where)
-            tmp = f"{parent}/{temp_name()}"  # findable by name and age if this process dies
+    def open(self) -> None:
+        """Create the temporary file (and the directories on the way); a directory removed
+        meanwhile by a concurrent delete's pruning is made again."""
+        for _ in range(RETRIES):
+            directory = self._directory()
+            tmp = temp_name()  # findable by name and age if this process dies
             try:
-                self.fd = os.open(tmp, CREATE_FLAGS, 0o666)
+                self.fd = os.open(tmp, CREATE_FLAGS, 0o666, dir_fd=directory)
             except FileNotFoundError:
-                continue  # the directory was pruned by a concurrent delete: make it again
+                self.dirs.forget(self.parent)  # pruned by a concurrent delete: make it again
+                continue
             except OSError as e:
                 raise map_oserror(e, self.where, reading=False) from e
-            self.tmp = tmp
-            if known_dirs is not None:
-                known_dirs.add(parent)
+            self.tmp, self.dir_fd = tmp, directory
             return
         raise TransientError(f"{self.where}: directory kept disappearing while writing")
 
@@ -264,16 +261,29 @@ class TempFile:
         finally:
             os.close(fd)
 
+    def _in_the_way(self) -> LakeFSError | None:
+        """The error for a target that could not be replaced or linked: keys below it, or a link."""
+        st = lstat_in(self.dir_fd, self.name)
+        if st is not None and stat.S_ISDIR(st.st_mode):
+            return ConflictError(f"{self.where}: keys below this key exist")
+        if st is not None and stat.S_ISLNK(st.st_mode):
+            link = symlink_error(self.name)
+            refused = map_oserror(link, self.where, reading=False)
+            refused.__cause__ = link
+            return refused
+        return None
+
     def commit(self, if_none_match: bool) -> None:
         assert self.tmp is not None
+        d = self.dir_fd
         try:
             if if_none_match:
                 try:
-                    os.link(self.tmp, self.target)
+                    os.link(self.tmp, self.name, src_dir_fd=d, dst_dir_fd=d, follow_symlinks=False)
                 except FileExistsError as e:
-                    if os.path.isdir(self.target):
-                        raise ConflictError(f"{self.where}: keys below this key exist") from e
-                    raise PreconditionFailedError(f"{self.where}: already exists (create-only put)") from e
+                    raise self._in_the_way() or PreconditionFailedError(
+                        f"{self.where}: already exists (create-only put)"
+                    ) from e
                 except OSError as e:
                     if e.errno in (errno.ENOTSUP, errno.EOPNOTSUPP):
                         raise LakeFSError(
@@ -281,17 +291,19 @@ class TempFile:
                         ) from e
                     raise
                 self.linked = True
-                os.unlink(self.tmp)
+                os.unlink(self.tmp, dir_fd=d)
             else:
+                st = lstat_in(d, self.name)
+                if st is not None and stat.S_ISLNK(st.st_mode):  # refused, not replaced
+                    link = symlink_error(self.name)
+                    raise map_oserror(link, self.where, reading=False) from link
                 try:
-                    os.replace(self.tmp, self.target)
+                    os.replace(self.tmp, self.name, src_dir_fd=d, dst_dir_fd=d)
                 except OSError as e:
-                    if os.path.isdir(self.target):
-                        raise ConflictError(f"{self.where}: keys below this key exist") from e
-                    raise
+                    raise (self._in_the_way() or e) from e
             self.tmp = None
             if self.fsync:
-                _fsync_dir(self.parent)
+                os.fsync(d)
         except LakeFSError:
             raise
         except OSError as e:
@@ -305,4 +317,4 @@ class TempFile:
         if self.tmp is not None:
             tmp, self.tmp = self.tmp, None
             with contextlib.suppress(OSError):
-                os.unlink(tmp)
+                os.unlink(tmp, dir_fd=self.dir_fd)

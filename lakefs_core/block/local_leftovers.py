@@ -14,7 +14,9 @@ segment starting with ``.lakefs-tmp-`` (the store refuses them), so such a file 
 :func:`sweep_leftovers` removes, below a store root (including its ``.lakefs-meta`` sidecars), the
 regular files whose name matches :data:`TMP_NAME` EXACTLY and whose mtime is older than the grace
 period, except those whose writer is a live process of this host (same host hash, pid alive). It
-never follows symlinks, examines a bounded number of entries, and stops early when asked to. The
+never follows symlinks (every directory is opened below the root's descriptor with
+:mod:`~lakefs_core.block.local_beneath`, a link at any component refused, and files are removed
+with ``unlinkat`` in that directory), examines a bounded number of entries, and stops early when asked to. The
 store runs it once per root per process (:func:`claim_root`), in a worker thread, in the background
 of its first write, and only when no sweep of the root completed within the grace period: a
 completed sweep touches the stamp ``<root>/.lakefs-meta/.lakefs-meta`` (a path no sidecar can
@@ -40,7 +42,10 @@ import socket
 import stat
 import threading
 import time
+from collections.abc import Sequence
 from pathlib import Path
+
+from lakefs_core.block.local_beneath import CLOEXEC, NOFOLLOW, Root, open_dir
 
 TMP_PREFIX = ".lakefs-tmp-"
 TMP_NAME = re.compile(r"\.lakefs-tmp-(?:(?P<host>[0-9a-f]{8})-(?P<pid>[0-9]{1,10})-)?[0-9a-f]{32}")
@@ -109,58 +114,95 @@ def is_leftover(name: str, st: os.stat_result, cutoff: float) -> bool:
     return not (m.group("host") == _HOST and _pid_alive(int(m.group("pid"))))
 
 
-def _swept_within(stamp: Path, seconds: float) -> bool:
+def _swept_within(root: int, stamp: Sequence[str], seconds: float) -> bool:
     try:
-        age = time.time() - os.stat(stamp).st_mtime
+        directory = open_dir(root, stamp[:-1])
     except OSError:
-        return False  # never swept (or the stamp is unreadable): sweep
+        return False  # never swept (or the stamp is unreachable): sweep
+    try:
+        age = time.time() - os.stat(stamp[-1], dir_fd=directory, follow_symlinks=False).st_mtime
+    except OSError:
+        return False
+    finally:
+        os.close(directory)
     return 0 <= age < seconds  # a stamp from the future (clock stepped back, NFS skew): sweep
 
 
-def _mark_swept(stamp: Path) -> None:
+def _mark_swept(root: int, stamp: Sequence[str]) -> None:
     with contextlib.suppress(OSError):  # best effort: without a stamp the next process sweeps again
-        os.makedirs(stamp.parent, exist_ok=True)
-        flags = os.O_WRONLY | os.O_CREAT | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_NOFOLLOW", 0)
-        os.close(os.open(stamp, flags, 0o666))
-        os.utime(stamp)
+        directory = open_dir(root, stamp[:-1], create=True)
+        try:
+            flags = os.O_WRONLY | os.O_CREAT | CLOEXEC | NOFOLLOW
+            fd = os.open(stamp[-1], flags, 0o666, dir_fd=directory)
+            try:
+                os.utime(fd)
+            finally:
+                os.close(fd)
+        finally:
+            os.close(directory)
 
 
 def sweep_leftovers(
-    root: Path,
+    root: Root | Path,
     grace_seconds: float,
     stop: threading.Event | None = None,
     limit: int = DEFAULT_SWEEP_LIMIT,
     stamp: Path | None = None,
 ) -> int:
     """Remove the leftover temporary files below ``root``; the number removed (see the module).
-    With ``stamp``: nothing when a sweep of ``root`` completed within ``grace_seconds`` (by the
-    stamp's mtime), and a completed sweep touches it."""
-    if stamp is not None and _swept_within(stamp, grace_seconds):
+    With ``stamp`` (a path below ``root``): nothing when a sweep of ``root`` completed within
+    ``grace_seconds`` (by the stamp's mtime), and a completed sweep touches it. Every directory is
+    opened below the root's descriptor without following a link; a root that is missing (or no
+    longer reachable without one) is not swept."""
+    tree = root if isinstance(root, Root) else Root(os.fspath(root))
+    stamp_parts = (
+        Path(stamp).relative_to(tree.path if isinstance(root, Root) else root).parts if stamp else ()
+    )
+    try:
+        root_fd = tree.open()
+    except OSError:
         return 0
-    cutoff = time.time() - grace_seconds
+    try:
+        if stamp_parts and _swept_within(root_fd, stamp_parts, grace_seconds):
+            return 0
+        removed, complete = _sweep(root_fd, time.time() - grace_seconds, stop, limit)
+        if stamp_parts and complete:
+            _mark_swept(root_fd, stamp_parts)
+        return removed
+    finally:
+        os.close(root_fd)
+
+
+def _sweep(root: int, cutoff: float, stop: threading.Event | None, limit: int) -> tuple[int, bool]:
+    """``(files removed, whether the sweep saw everything)``."""
     removed = 0
     examined = 0
-    pending = [root]
+    pending: list[tuple[str, ...]] = [()]
     while pending and examined < limit and not (stop is not None and stop.is_set()):
-        directory = pending.pop()
+        parts = pending.pop()
         try:
-            with os.scandir(directory) as entries:
+            fd = open_dir(root, parts)
+        except OSError:
+            continue  # a directory removed meanwhile (pruned by a delete), unreadable, or now a link
+        try:
+            with os.scandir(fd) as entries:
                 for entry in entries:
                     examined += 1
                     if examined > limit:
                         break
                     try:
                         if entry.is_dir(follow_symlinks=False):
-                            pending.append(Path(entry.path))
+                            pending.append((*parts, entry.name))
                         elif TMP_NAME.fullmatch(entry.name) and is_leftover(
                             entry.name, entry.stat(follow_symlinks=False), cutoff
                         ):
-                            os.unlink(entry.path)
+                            os.unlink(entry.name, dir_fd=fd)
                             removed += 1
                     except OSError:
                         continue  # vanished meanwhile or not ours to remove: the next sweep retries
         except OSError:
-            continue  # a directory removed meanwhile (pruned by a delete) or unreadable
-    if stamp is not None and not pending and examined <= limit and not (stop is not None and stop.is_set()):
-        _mark_swept(stamp)
-    return removed
+            continue  # unreadable
+        finally:
+            os.close(fd)
+    complete = not pending and examined <= limit and not (stop is not None and stop.is_set())
+    return removed, complete

@@ -20,7 +20,11 @@
 - ``download`` (lakectl's shape) writes an object, or with ``--recursive`` every object under a
   prefix, to local files: each streamed to a temporary file beside its destination and renamed into
   place when complete. Keys that would leave the destination directory (``..``, empty or ``.``
-  segments, a leading ``/``) are refused before anything is written.
+  segments, a leading ``/``) are refused before anything is written. DEST is resolved once (a link
+  given as DEST is followed, as ``cp`` would); below it every directory is made and every file
+  written through directory descriptors, and a symbolic link at any component below DEST (made by
+  anyone, before or during the download) is refused with one line naming it (:class:`DestTree`):
+  the keys of a repository never lead a download outside DEST.
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ import asyncio
 import base64
 import codecs
 import contextlib
+import errno
 import functools
 import json
 import os
@@ -37,7 +42,7 @@ import uuid
 from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
 from pathlib import Path
-from stat import S_ISDIR, S_ISREG
+from stat import S_ISDIR, S_ISLNK, S_ISREG
 from typing import IO, TYPE_CHECKING, Any, TypeVar
 
 from lakefs_core.aio import bounded_each
@@ -362,37 +367,157 @@ def download_plan(
     """Where each object goes: below ``dest`` by its key after ``prefix`` (recursive), else
     ``dest`` itself, or ``dest/<base name>`` when ``dest`` is a directory or ``into`` (the user
     wrote it with a trailing ``/``: a directory, created if missing)."""
+    return [(st, dest.joinpath(*parts)) for st, parts in _below(stats, prefix, dest, recursive, into)]
+
+
+def _below(
+    stats: Sequence[ObjectStat], prefix: str, dest: Path, recursive: bool, into: bool
+) -> list[tuple[ObjectStat, tuple[str, ...]]]:
+    """Each object's path segments below ``dest`` (none: ``dest`` itself is the file)."""
     if not recursive:
         (stat,) = stats
         base = safe_relative(stat.path.rsplit("/", 1)[-1], stat.path)
-        return [(stat, dest / base if into or dest.is_dir() else dest)]
-    return [(st, dest / safe_relative(st.path[len(prefix) :], st.path)) for st in stats]
+        return [(stat, base.parts if into or dest.is_dir() else ())]
+    return [(st, safe_relative(st.path[len(prefix) :], st.path).parts) for st in stats]
+
+
+class DestTree:
+    """Where a download writes: DEST, resolved ONCE (a link the user gave as DEST is followed, as
+    ``cp`` would), and below it every directory made and every file written through directory
+    descriptors (:mod:`~lakefs_core.block.local_beneath`): a symbolic link at any component below
+    DEST, a pre-existing one included, is refused with one line naming it, never followed."""
+
+    def __init__(self, dest: Path, shown: Path | None = None) -> None:
+        from lakefs_core.block.local_beneath import Root
+
+        self.shown = dest if shown is None else shown  # as the user wrote it, for messages
+        self.root = Root(os.fspath(dest))
+
+    def open_parent(self, parts: Sequence[str]) -> int:
+        """A descriptor of the directory of ``DEST/<parts>`` (made, with DEST, when missing)."""
+        from lakefs_core.block.local_beneath import open_dir
+
+        try:
+            root = self.root.open(create=True)
+        except OSError as e:
+            raise local_path_error(e, self.shown, "DEST", doing="create") from e
+        try:
+            return open_dir(root, parts[:-1], create=True)
+        except OSError as e:
+            raise self.error(e, root, parts[:-1], doing="create") from e
+        finally:
+            os.close(root)
+
+    def error(self, e: OSError, root: int, parts: Sequence[str], *, doing: str) -> LakeFSError:
+        """The one-line error for ``e`` met on ``DEST/<parts>`` (``root``: DEST's descriptor, or
+        -1); a refused link is named."""
+        if e.errno != errno.ELOOP:
+            return local_path_error(e, self.shown.joinpath(*parts), "DEST", doing=doing)
+        return self.refused(parts[: _first_link(root, parts) + 1])
+
+    def refused(self, parts: Sequence[str]) -> BadInputError:
+        link = self.shown.joinpath(*parts)
+        return BadInputError(
+            f"{link} is a symbolic link inside the destination: download never writes through one",
+            field="DEST",
+        )
+
+
+def _first_link(root: int, parts: Sequence[str]) -> int:
+    """The index of the first of ``parts`` (below the directory ``root``) that is a link now (for
+    the message only); the last one when none is found."""
+    for n in range(len(parts) if root >= 0 else 0):
+        try:
+            if S_ISLNK(os.stat("/".join(parts[: n + 1]), dir_fd=root, follow_symlinks=False).st_mode):
+                return n
+        except OSError:
+            break
+    return len(parts) - 1
 
 
 async def download_one(
+    s: Session,
+    repo: str,
+    stat: ObjectStat,
+    target: tuple[DestTree, tuple[str, ...]],
+    on_chunk: Callable[[int], object],
+) -> None:
+    """Stream one object to ``DEST/<parts>`` (``target``) through a temporary file beside it,
+    renamed into place when complete, all through the descriptor of its directory; an existing
+    FIFO, device or socket there is written in place instead, as ``cat >`` would (a rename would
+    replace the device itself with a regular file). No parts: DEST is the file, the user's own
+    path (:func:`_download_to_path`)."""
+    tree, parts = target
+    if not parts:
+        await _download_to_path(s, repo, stat, tree.shown, on_chunk)
+        return
+    shown = tree.shown.joinpath(*parts)
+    directory = await asyncio.to_thread(tree.open_parent, parts)
+    name = parts[-1]
+    temp: str | None = None
+    try:
+        there = await asyncio.to_thread(_lstat, directory, name, shown)
+        if there is not None and S_ISLNK(there.st_mode):
+            raise tree.refused(parts)
+        if there is not None and not (S_ISREG(there.st_mode) or S_ISDIR(there.st_mode)):
+            in_place = os.O_WRONLY | os.O_NOFOLLOW | os.O_CLOEXEC
+            opener = functools.partial(os.open, name, in_place, dir_fd=directory)
+            await _stream_into(s, repo, stat, opener=opener, target=shown, on_chunk=on_chunk)
+            return
+        # Not derived from the target's name: a name near the 255-byte limit must still fit.
+        temp = temp_name = f".lakefs-download-{uuid.uuid4().hex}"
+        create = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+        opener = functools.partial(os.open, temp_name, create, 0o666, dir_fd=directory)
+        await _stream_into(s, repo, stat, opener=opener, target=shown, on_chunk=on_chunk)
+        try:
+            await asyncio.to_thread(_rename_into, directory, temp_name, name)
+        except OSError as e:
+            raise tree.error(e, -1, parts, doing="write") from e
+        temp = None
+    finally:
+        await asyncio.to_thread(_cleanup, directory, temp)
+
+
+def _lstat(directory: int, name: str, shown: Path) -> os.stat_result | None:
+    try:
+        return os.stat(name, dir_fd=directory, follow_symlinks=False)
+    except FileNotFoundError:
+        return None
+    except OSError as e:
+        raise local_path_error(e, shown, "DEST", doing="write") from e
+
+
+def _rename_into(directory: int, temp: str, name: str) -> None:
+    """Rename ``temp`` to ``name`` in ``directory``, unless a link appeared at ``name`` meanwhile
+    (the rename would replace the link, not follow it; refused all the same)."""
+    with contextlib.suppress(FileNotFoundError):
+        if S_ISLNK(os.stat(name, dir_fd=directory, follow_symlinks=False).st_mode):
+            raise OSError(errno.ELOOP, os.strerror(errno.ELOOP), name)
+    os.replace(temp, name, src_dir_fd=directory, dst_dir_fd=directory)
+
+
+def _cleanup(directory: int, temp: str | None) -> None:
+    try:
+        if temp is not None:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(temp, dir_fd=directory)
+    finally:
+        os.close(directory)
+
+
+async def _download_to_path(
     s: Session, repo: str, stat: ObjectStat, target: Path, on_chunk: Callable[[int], object]
 ) -> None:
-    """Stream one object to ``target`` through a temporary file renamed into place when complete;
-    an existing device, FIFO or socket (``/dev/null``) is written in place instead, as ``cat >``
-    would: a rename would replace the device itself with a regular file."""
+    """One object to the file the user named as DEST: a special file there (``/dev/null``, a FIFO,
+    through a link too) is written in place; otherwise the object goes to the file's real path
+    (a link the user named is followed, as ``cp`` would), through a temporary file beside it."""
     if await asyncio.to_thread(_special_file, target):
-        await _stream_into(s, repo, stat, target, mode="wb", target=target, on_chunk=on_chunk)
+        opener = functools.partial(os.open, target, os.O_WRONLY | os.O_CLOEXEC)
+        await _stream_into(s, repo, stat, opener=opener, target=target, on_chunk=on_chunk)
         return
-    try:
-        await asyncio.to_thread(target.parent.mkdir, parents=True, exist_ok=True)
-    except OSError as e:
-        raise local_path_error(e, target.parent, "DEST", doing="create") from e
-    # Not derived from the target's name: a name near the 255-byte limit must still fit.
-    temp = target.parent / f".lakefs-download-{uuid.uuid4().hex}"
-    try:
-        await _stream_into(s, repo, stat, temp, mode="xb", target=target, on_chunk=on_chunk)
-        try:
-            await asyncio.to_thread(os.replace, temp, target)
-        except OSError as e:
-            raise local_path_error(e, target, "DEST", doing="write") from e
-    finally:
-        if temp.exists():
-            temp.unlink()
+    real = Path(await asyncio.to_thread(os.path.realpath, target))
+    tree = await asyncio.to_thread(DestTree, real.parent, target.parent)
+    await download_one(s, repo, stat, (tree, (real.name,)), on_chunk)
 
 
 def _special_file(path: Path) -> bool:
@@ -408,25 +533,22 @@ async def _stream_into(
     s: Session,
     repo: str,
     stat: ObjectStat,
-    path: Path,
     *,
-    mode: str,
+    opener: Callable[[], int],
     target: Path,
     on_chunk: Callable[[int], object],
 ) -> None:
-    """Open ``path`` with ``mode`` (in a thread: a FIFO waits there for its reader), write the
-    object's bytes into it and close it; a failure names ``target``."""
+    """Open a descriptor with ``opener`` (in a thread: a FIFO waits there for its reader), write
+    the object's bytes into it and close it; a failure names ``target``."""
     try:
-        f = await asyncio.to_thread(path.open, mode)
+        fd = await asyncio.to_thread(opener)
     except OSError as e:
         raise local_path_error(e, target, "DEST", doing="write") from e
     try:
-        try:
+        with os.fdopen(fd, "wb") as f:
             async for chunk in s.objects.read_stat(repo, stat, start=0):
                 await asyncio.to_thread(f.write, chunk)
                 on_chunk(len(chunk))
-        finally:
-            f.close()
     except OSError as e:
         raise local_path_error(e, target, "DEST", doing="write") from e
 
@@ -462,19 +584,20 @@ async def download(
 ) -> list[tuple[ObjectStat, Path]]:
     prefix, stats = await list_for_download(s, src, recursive)
     _widen_thread_pool(parallelism)
-    plan = download_plan(stats, prefix, dest, recursive, into=into)
+    below = _below(stats, prefix, dest, recursive, into)
+    tree = await asyncio.to_thread(DestTree, dest)  # resolved once, before the first file
     total = sum(st.size for st in stats)
-    bar = progress_bar(total, len(plan), f"download {len(plan)} objects", no_progress)
+    bar = progress_bar(total, len(below), f"download {len(below)} objects", no_progress)
     done = 0
 
-    async def one(item: tuple[ObjectStat, Path]) -> None:
+    async def one(item: tuple[ObjectStat, tuple[str, ...]]) -> None:
         nonlocal done
-        await download_one(s, src.repo, item[0], item[1], bar.update)
+        await download_one(s, src.repo, item[0], (tree, item[1]), bar.update)
         done += 1
-        bar.set_postfix_str(f"{done}/{len(plan)} files", refresh=False)
+        bar.set_postfix_str(f"{done}/{len(below)} files", refresh=False)
 
     try:
-        await bounded_each(plan, parallelism, one)
+        await bounded_each(below, parallelism, one)
     finally:
         bar.close()
-    return plan
+    return [(st, dest.joinpath(*parts)) for st, parts in below]

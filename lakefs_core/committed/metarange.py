@@ -5,23 +5,39 @@ A :class:`MetaRange` is loaded once from its table (records keyed by each range'
 of a repository). Finding the range that may hold ``k`` is a bisect for the first max key >= ``k``
 followed by a ``k >= min_key`` check; only that range's table is opened.
 
-Point lookups that hit tables already open in RAM never suspend (:meth:`MetaRange.get_cached`), so
-the warm path costs two bisects and a block lookup. A ``MetaRange`` keeps direct references to the
-tables it has opened (so they stay in memory while it lives): use one per operation or request.
+Point lookups that hit tables already open in RAM never suspend (:meth:`MetaRange.get_cached`,
+which :meth:`MetaRange.get` tries first), so the warm path costs a bisect over the ranges, a probe of
+the table's cached records and the envelope's decoding. Where the ``_fastpath`` extension is built
+that path is one C call (``MetaRangeCore``, the base class of :class:`MetaRange`) with the same
+answers and errors as :class:`PureMetaRange`, the pure-Python twin (``LAKEFS_PURE_PYTHON=1``).
+
+A ``MetaRange`` keeps direct references to the tables it has opened (so they stay in memory while
+it lives): use one per operation or request.
 """
 
 from __future__ import annotations
 
 from bisect import bisect_left
 from collections.abc import AsyncIterator, Iterator
+from typing import TYPE_CHECKING, Literal, Self
 
 from lakefs_core.committed.addresses import metarange_ranges
 from lakefs_core.committed.model import RangeInfo, ValueRecord
 from lakefs_core.committed.tables import TableStore
+from lakefs_core.format.accel import FASTPATH
+from lakefs_core.format.records import pure_record_from_sst
 from lakefs_core.format.sstable.reader import TableReader
 from lakefs_core.keys import table_name
 
 EMPTY_METARANGE_ID = ""
+
+#: ``ValueRecord.from_sst`` for the records a metarange reads: :func:`pure_record_from_sst`, or the
+#: same records and errors in one C call where the ``_fastpath`` extension is built (bound here,
+#: where the extension is loaded anyway, not in ``records``, which lighter processes import too).
+record_from_sst = pure_record_from_sst
+if FASTPATH is not None:
+    FASTPATH.bind_records(ValueRecord, pure_record_from_sst)
+    record_from_sst = FASTPATH.record_from_sst
 
 
 def parse_metarange(reader: TableReader, table_id: str) -> list[RangeInfo]:
@@ -32,23 +48,25 @@ def parse_metarange(reader: TableReader, table_id: str) -> list[RangeInfo]:
 def _records(reader: TableReader, name: str, start: bytes | None) -> Iterator[ValueRecord]:
     items = reader.seek_ge(start) if start is not None else iter(reader)
     for key, value in items:
-        yield ValueRecord.from_sst(key, value, file=name)
+        yield record_from_sst(key, value, name)
 
 
-class MetaRange:
-    """A loaded metarange over a :class:`TableStore`."""
+class PureMetaRange:
+    """A loaded metarange over a :class:`TableStore` (use :data:`MetaRange`)."""
 
     def __init__(self, tables: TableStore, metarange_id: str, ranges: list[RangeInfo]) -> None:
         self.tables = tables
         self.id = metarange_id
         self.ranges = ranges
+        # Parallel lists, read by the compiled lookup too: keep them as built here.
         self._max_keys = [r.max_key for r in ranges]
+        self._min_keys = [r.min_key for r in ranges]
         self._names = [table_name(r.id) for r in ranges]
         self._readers: list[TableReader | None] = [None] * len(ranges)
         self.ranges_opened = 0
 
     @classmethod
-    async def load(cls, tables: TableStore, metarange_id: str) -> MetaRange:
+    async def load(cls, tables: TableStore, metarange_id: str) -> Self:
         if metarange_id == EMPTY_METARANGE_ID:
             return cls(tables, metarange_id, [])
         ranges = tables.cache.metarange_ranges(metarange_id)
@@ -64,7 +82,7 @@ class MetaRange:
     def _index(self, key: bytes) -> int:
         """Index of the range that may hold ``key``, or -1."""
         i = bisect_left(self._max_keys, key)
-        if i == len(self._max_keys) or key < self.ranges[i].min_key:
+        if i == len(self._max_keys) or key < self._min_keys[i]:
             return -1
         return i
 
@@ -85,13 +103,14 @@ class MetaRange:
         return reader
 
     async def get(self, key: bytes) -> ValueRecord | None:
-        i = self._index(key)
-        if i < 0:
-            return None
+        found = self.get_cached(key)
+        if found is not False:
+            return found
+        i = self._index(key)  # the range's table is not in RAM
         value = (await self._reader(i)).get(key)
-        return None if value is None else ValueRecord.from_sst(key, value, file=self._names[i])
+        return None if value is None else record_from_sst(key, value, self._names[i])
 
-    def get_cached(self, key: bytes) -> ValueRecord | bool | None:
+    def get_cached(self, key: bytes) -> ValueRecord | Literal[False] | None:
         """Synchronous lookup when the range is open in RAM; ``False`` means "not cached, use get"."""
         i = self._index(key)
         if i < 0:
@@ -101,9 +120,13 @@ class MetaRange:
             reader = self.tables.cached(self.ranges[i].id)
             if reader is None:
                 return False
+            self.ranges_opened += 1  # as _reader counts it
             self._readers[i] = reader
         value = reader.get(key)
-        return None if value is None else ValueRecord.from_sst(key, value, file=self._names[i])
+        return None if value is None else record_from_sst(key, value, self._names[i])
+
+    # What the compiled get_cached calls for anything off its path.
+    _get_cached_pure = get_cached
 
     async def range_items(self, i: int) -> list[tuple[bytes, bytes]]:
         """The raw ``(key, envelope)`` pairs of range number ``i``."""
@@ -124,3 +147,12 @@ class MetaRange:
 
     def __aiter__(self) -> AsyncIterator[ValueRecord]:
         return self.seek_ge(b"")
+
+
+if TYPE_CHECKING or FASTPATH is None:
+    MetaRange = PureMetaRange
+else:
+
+    class MetaRange(FASTPATH.MetaRangeCore, PureMetaRange):
+        """:class:`PureMetaRange` with the warm point lookup ``get_cached`` (and so ``get``'s warm
+        path) from the compiled ``MetaRangeCore``: the same answers and errors in one C call."""

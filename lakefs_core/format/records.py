@@ -49,6 +49,7 @@ __all__ = [
     "entry_to_value",
     "make_entry",
     "metarange_record",
+    "pure_record_from_sst",
 ]
 
 ENTRY_IDENTITY_LEN = 32
@@ -97,6 +98,14 @@ class ValueRecord(NamedTuple):
         """Split an SST ``(key, value)`` pair; ``base`` is the value's file offset, for errors."""
         identity, data = decode_envelope(value, file=file, base=base)
         return cls(key, identity, data)
+
+
+def pure_record_from_sst(key: bytes, value: bytes, file: str | None = None, base: int = 0) -> ValueRecord:
+    """``ValueRecord.from_sst(key, value, file=file, base=base)`` with positional arguments: the
+    pure-Python twin of the compiled ``record_from_sst`` that metaranges read records with
+    (:mod:`lakefs_core.graveler.metarange`), and what it calls for any value off its fast path."""
+    identity, data = decode_envelope(value, file=file, base=base)
+    return ValueRecord(key, identity, data)
 
 
 # --- range records -------------------------------------------------------------------------------

@@ -15,6 +15,10 @@
 | upload intent (ours, hard-delete journal) | ``<repo>-<instance_uid>`` | ``gc-intents/<address>`` |
 | token consumed by a commit (ours) | ``<repo>-<uid>`` | ``gc-consumed/<branch>/<token>/<commit>`` |
 | batch upload settled (ours, hard-delete journal) | ``<repo>-<uid>`` | ``gc-settled/<batch id>`` |
+| audit record of a purge (ours) | ``<repo>-<uid>`` | ``purges/<audit id>`` |
+| address a purge destroyed (ours) | ``<repo>-<uid>`` | ``purged/<relative address>`` |
+| the repository has purges (ours) | ``<repo>-<uid>`` | ``purged`` |
+| purge not finished yet (ours) | ``<repo>-<uid>`` | ``purging/<audit id>`` |
 | fate of a token marked for cleanup (ours) | ``lakefs-open-gc`` | ``token-fates/<staging token>`` |
 | namespace of a deleted repository (ours) | ``lakefs-open-gc`` | ``deleted-repos/<repo>-<instance_uid>`` |
 | user (lakeFS auth) | ``auth`` | ``users/<user>`` |
@@ -190,6 +194,11 @@ def deleted_repo_key(repo: str, instance_uid: str) -> bytes:
 
 PURGES_PREFIX = b"purges/"
 PURGED_PREFIX = b"purged/"
+PURGING_PREFIX = b"purging/"
+# ``purged`` (no slash): the repository has (or is about to have) audited purges. It sorts right
+# before the markers, so one scan from it finds it or, in a repository purged before it existed, a
+# marker (:mod:`lakefs_core.repos.purge_markers`).
+PURGES_ANNOUNCED_KEY = b"purged"
 
 
 def purge_key(audit_id: str) -> bytes:
@@ -272,3 +281,9 @@ def auth_group_policy_key(group: str, policy: str) -> bytes:
 def auth_metadata_key(name: str) -> bytes:
     """``installation_metadata/<name>`` (lakeFS's ``MetadataKeyPath``)."""
     return AUTH_METADATA_PREFIX + auth_segment(name, "metadata")
+
+
+def purging_key(audit_id: str) -> bytes:
+    """``purging/<audit id>`` in the repository's partition: a purge not finished yet (written before
+    its record, removed after it is settled), so finding unfinished purges reads only these."""
+    return PURGING_PREFIX + _segment(audit_id, "audit_id")

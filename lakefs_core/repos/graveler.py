@@ -483,6 +483,10 @@ class Graveler:
         """The entry at ``key`` of ``ref``: staged over committed, a tombstone is "not found"."""
         return await reading.get_entry(self.context, repo_id, ref, key)
 
+    async def entry(self, repo: Repository, ref: str, key: bytes) -> ValueRecord:
+        """:meth:`get_entry` with the repository record already read (a read that needs it too)."""
+        return await reading.entry(self.context, repo, ref, key)
+
     async def set_entry(
         self, repo_id: str, branch_id: str, record: ValueRecord, *, force: bool = False
     ) -> None:
@@ -725,6 +729,15 @@ class Graveler:
         from lakefs_core.repos import purge
 
         return await purge.record_purge(self.context, await self.repository(repo_id), record)
+
+    async def complete_stuck_purges(
+        self, repo_id: str, *, older_than: datetime, limit: int
+    ) -> list[purge.PurgeRecord]:
+        """Complete up to ``limit`` purges left unfinished since before ``older_than`` (the GC daemon)."""
+        from lakefs_core.repos import purge
+
+        repo = await self.repository(repo_id)
+        return await purge.complete_stuck_purges(self.context, repo, older_than=older_than, limit=limit)
 
     # -- retention GC and the hard-delete journal (see journal.py) -----------------------------------
 

@@ -7,6 +7,13 @@ by commits. Reads resolve the entry (staging over committed) and stream its addr
 the namespace or FULL. Listing supports a prefix, a delimiter (common prefixes are skipped by
 re-seeking, not by reading every key under them) and pagination with an ``after`` cursor.
 
+Every read of an object's entry or bytes (:meth:`Objects.stat`, :meth:`~Objects.read`,
+:meth:`~Objects.read_stat`) first checks the object's ``purged/`` marker and answers
+:class:`~lakefs_core.errors.PurgedError` when an audited purge (:mod:`.purge`) names it, whether or
+not the bytes are still in the store (:mod:`.purge_markers`: in a repository that never purged this
+costs one KV read per process every half second; once it has purges, a marker lookup per read,
+shared by concurrent reads). Listings are not reads: a purged object's entry is still listed.
+
 With the repository's hard-delete journal on (:mod:`.journal`), upload writes the address's intent
 (``pending``) before the PUT and CASes it to ``stored`` after it, before staging; if the reconciler
 claimed the intent meanwhile (the PUT outlived the upload timeout) the upload fails rather than stage
@@ -24,13 +31,21 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from collections.abc import (
+    AsyncGenerator,
+    AsyncIterable,
+    AsyncIterator,
+    Awaitable,
+    Callable,
+    Mapping,
+    Sequence,
+)
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
 from lakefs_core.aio import bounded_each
 from lakefs_core.block.base import BlockStore, ObjectInfo, PutItem
-from lakefs_core.errors import BadInputError, NotFoundError, encode_utf8
+from lakefs_core.errors import BadInputError, NotFoundError, PurgedError, encode_utf8
 from lakefs_core.format.proto import catalog_pb2
 from lakefs_core.format.records import ADDRESS_RELATIVE, ValueRecord, decode_entry, make_entry
 from lakefs_core.keys import SliceAllocator
@@ -40,6 +55,7 @@ from lakefs_core.refs.staging import tombstone
 from lakefs_core.repos import reading, staging_writes
 from lakefs_core.repos.context import HasContext
 from lakefs_core.repos.journal import Intent, Journal, journal_enabled, new_batch_id
+from lakefs_core.repos.purge_markers import MarkerReads
 from lakefs_core.repos.staging_writes import check_new_path
 
 MAX_LIST_AMOUNT = 10_000
@@ -160,6 +176,16 @@ def _new_path_bytes(path: str) -> bytes:
     return key
 
 
+def _relative(repo: Repository, stat: ObjectStat) -> str | None:
+    """The address a purge marker would name for ``stat``'s object; None for an external or
+    non-normal address (purge skips or refuses those, so they have no marker)."""
+    address_type = catalog_pb2.Entry.AddressType.Value(stat.address_type)
+    try:
+        return StorageNamespace.parse(repo.storage_namespace).relative_of(stat.physical_address, address_type)
+    except BadInputError:
+        return None
+
+
 def prefix_successor(prefix: bytes) -> bytes | None:
     """The smallest key greater than every key starting with ``prefix`` (None: no such key)."""
     stripped = prefix.rstrip(b"\xff")
@@ -174,6 +200,7 @@ class Objects:
     def __init__(self, repos: HasContext) -> None:
         self.ctx = repos.context
         self.slices = SliceAllocator()
+        self.markers = MarkerReads(self.ctx)
 
     async def _namespace(self, repo: Repository) -> tuple[StorageNamespace, BlockStore]:
         ns = StorageNamespace.parse(repo.storage_namespace)
@@ -300,24 +327,80 @@ class Objects:
         return [info for info in infos if info is not None]
 
     async def stat(self, repo_id: str, ref: str, path: str) -> ObjectStat:
-        return ObjectStat.from_record(await reading.get_entry(self.ctx, repo_id, ref, _path_bytes(path)))
+        """The object's entry; :class:`PurgedError` when an audited purge destroyed (or is
+        destroying) its object."""
+        repo = await self.ctx.repository(repo_id)
+        return await self._stat(repo, ref, path)
+
+    async def _stat(self, repo: Repository, ref: str, path: str) -> ObjectStat:
+        stat = ObjectStat.from_record(await reading.entry(self.ctx, repo, ref, _path_bytes(path)))
+        await self._refuse_purged(repo, stat)
+        return stat
 
     async def read(
         self, repo_id: str, ref: str, path: str, *, start: int = 0, length: int | None = None
     ) -> AsyncIterator[bytes]:
         """Stream the object's bytes (a byte range when ``start``/``length`` are given)."""
-        stat = await self.stat(repo_id, ref, path)
-        async for chunk in self.read_stat(repo_id, stat, start=start, length=length):
+        repo = await self.ctx.repository(repo_id)
+        stat = ObjectStat.from_record(await reading.entry(self.ctx, repo, ref, _path_bytes(path)))
+        async for chunk in self._checked_stream(repo, stat, start, length):
             yield chunk
 
     async def read_stat(
         self, repo_id: str, stat: ObjectStat, *, start: int = 0, length: int | None = None
     ) -> AsyncIterator[bytes]:
         """Stream the bytes of the object ``stat`` describes (its address: the same bytes however
-        often it is read, whatever happens to the path meanwhile)."""
+        often it is read, whatever happens to the path meanwhile); :class:`PurgedError` when an
+        audited purge destroyed it since, even if its bytes are still in the store."""
         repo = await staging_writes.repository_for_write(
             self.ctx, repo_id
         )  # once per object of a bulk download
+        async for chunk in self._checked_stream(repo, stat, start, length):
+            yield chunk
+
+    async def _refuse_purged(self, repo: Repository, stat: ObjectStat) -> None:
+        """Before any of the object's bytes is returned, its ``purged/`` marker is checked: a purge
+        makes every reader look markers up before it writes one, and writes its markers before
+        its first delete (:mod:`.purge_markers`), so a read made after the markers are durable
+        refuses. A read checked earlier either streams bytes not yet deleted (it ran before the
+        purge) or finds them gone and checks again (``_stream``)."""
+        relative = _relative(repo, stat) if await self.markers.has_purges(repo) else None
+        audit = None if relative is None else await self.markers.audit_of(repo, relative)
+        if audit is not None:
+            raise PurgedError(f"{stat.path!r} was purged (audit record {audit})", audit_id=audit)
+
+    async def _checked_stream(
+        self, repo: Repository, stat: ObjectStat, start: int, length: int | None
+    ) -> AsyncIterator[bytes]:
+        """The object's bytes, none of them before its marker lookup (:meth:`_refuse_purged`)
+        answered "not purged". The lookup runs while the store fetches the first chunk, so a
+        remote store's first-byte latency hides it."""
+        chunks = self._stream(repo, stat, start, length)
+        relative = _relative(repo, stat) if await self.markers.has_purges(repo) else None
+        if relative is None:  # no purge in the repository, or an address no purge names
+            async for chunk in chunks:
+                yield chunk
+            return
+        lookup = asyncio.ensure_future(self.markers.audit_of(repo, relative))
+        try:
+            try:
+                first = await anext(chunks, None)
+            except BaseException:
+                lookup.cancel()
+                raise
+            audit = await lookup
+            if audit is not None:
+                raise PurgedError(f"{stat.path!r} was purged (audit record {audit})", audit_id=audit)
+            if first is not None:
+                yield first
+            async for chunk in chunks:
+                yield chunk
+        finally:
+            await chunks.aclose()
+
+    async def _stream(
+        self, repo: Repository, stat: ObjectStat, start: int, length: int | None
+    ) -> AsyncGenerator[bytes, None]:
         ns = StorageNamespace.parse(repo.storage_namespace)
         address_type = catalog_pb2.Entry.AddressType.Value(stat.address_type)
         store_uri, key = ns.address_key(stat.physical_address, address_type)
@@ -326,10 +409,8 @@ class Objects:
             async for chunk in store.stream(key, start=start, length=length):
                 yield chunk
         except NotFoundError as e:
-            # Missing on purpose? An audited purge left a marker naming its record (HTTP 410).
-            from lakefs_core.repos.purge import raise_if_purged  # loaded only when data is missing
-
-            await raise_if_purged(self.ctx, repo, stat.physical_address, address_type, stat.path)
+            # Missing on purpose? A purge that started after the lookup left a marker (HTTP 410).
+            await self._refuse_purged(repo, stat)
             raise NotFoundError(f"data of {stat.path!r} is missing at {stat.physical_address}") from e
 
     async def read_all(self, repo_id: str, ref: str, path: str) -> bytes:

@@ -11,14 +11,19 @@ from collections.abc import AsyncIterator
 
 from lakefs_core.errors import NotFoundError
 from lakefs_core.format.records import ValueRecord
+from lakefs_core.refs.model import Repository
 from lakefs_core.refs.staging import merge_sorted
 from lakefs_core.repos.context import RepoContext
 
-__all__ = ["get_entry", "list_entries"]
+__all__ = ["entry", "get_entry", "list_entries"]
 
 
 async def get_entry(ctx: RepoContext, repo_id: str, ref: str, key: bytes) -> ValueRecord:
-    repo = await ctx.repository(repo_id)
+    return await entry(ctx, await ctx.repository(repo_id), ref, key)
+
+
+async def entry(ctx: RepoContext, repo: Repository, ref: str, key: bytes) -> ValueRecord:
+    """:func:`get_entry` with the repository record already read (a read that needs it too)."""
     resolved = await ctx.resolve(repo, ref)
     staged = await ctx.staging.lookup(resolved.tokens, key) if resolved.tokens else None
     if staged is not None:

@@ -17,6 +17,7 @@ _COMMANDS = {
     "check-config": "lakefs_gc.cli.daemon:check_config_cmd",
     "rules": "lakefs_gc.cli.daemon:rules_group",
     "purge": "lakefs_gc.cli.purge:purge_cmd",
+    "purges": "lakefs_gc.cli.purge:purges_cmd",
 }
 
 

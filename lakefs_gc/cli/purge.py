@@ -1,11 +1,16 @@
 """``lakefs-gc purge``: the audited purge of a path's objects (see :mod:`lakefs_core.repos.purge`).
 
     lakefs-gc purge lakefs://repo/ref/path --reason TEXT [--all-history] [--yes] [--actor NAME]
+    lakefs-gc purges lakefs://repo
 
-Dry run unless ``--yes``: prints the addresses that would be destroyed. With ``--yes`` the audit
-record and the markers are written first, then the objects are deleted; the report (with the audit
-id) is printed as JSON. Reading the path afterwards, at any ref, fails with exit 17 ("purged"),
-naming the record. History and commit ids are unchanged.
+Dry run unless ``--yes``: prints the addresses that would be destroyed, the unfinished purges a
+``--yes`` would complete, the objects an earlier purge already covers, and every other ref and path
+that shares one of those objects (``shared``; ``shared_truncated`` when the search hit a bound).
+With ``--yes`` an unfinished purge of the same target (a crashed run) is completed under its own
+audit record; only objects no purge covers yet get a new record, written with its markers before
+anything is deleted. The report is printed as JSON. Reading the path afterwards (or after a crash
+mid-way), at any purged ref, fails with exit 17 ("purged"), naming the record. History and commit
+ids are unchanged. ``purges`` lists the repository's audit records (without their address lists).
 """
 
 from __future__ import annotations
@@ -17,7 +22,7 @@ from typing import Any
 import click
 
 from lakefs_core.repos.uri import LakeFSURI
-from lakefs_core.service.cli import PATH_URI
+from lakefs_core.service.cli import PATH_URI, REPO_URI
 from lakefs_gc.cli.jobs import _config, _print, _run
 
 
@@ -58,5 +63,20 @@ def purge_cmd(
         )
         dumped: dict[str, Any] = report.model_dump(mode="json")
         return dumped
+
+    _print(_run(config_path, go))
+
+
+@click.command("purges")
+@click.argument("repository", type=REPO_URI)
+@_config
+def purges_cmd(*, repository: LakeFSURI, config_path: Path | None) -> None:
+    """List the audit records of REPOSITORY's purges (state, who, when, why, what)."""
+
+    async def go(core: Any) -> dict[str, Any]:
+        records = await core.graveler.list_purges(repository.repo)
+        brief = {"addresses", "skipped_external"}
+        rows = [{**r.model_dump(mode="json", exclude=brief), "objects": len(r.addresses)} for r in records]
+        return {"results": rows, "count": len(rows)}
 
     _print(_run(config_path, go))

@@ -40,7 +40,7 @@ async def test_local_delete_many_raises_naming_undeletable_key(
     real_unlink = os.unlink
 
     def unlink(path: object, *args: object, **kwargs: object) -> None:
-        if Path(os.fsdecode(path)) == stuck:  # type: ignore[arg-type]
+        if unlinked(path, kwargs.get("dir_fd")) == stuck:
             raise PermissionError(13, "Permission denied", str(path))
         real_unlink(path, *args, **kwargs)  # type: ignore[arg-type]
 
@@ -55,6 +55,12 @@ async def test_local_delete_many_raises_naming_undeletable_key(
     assert await local_store.get("d/stuck") == b"d/stuck"
     await local_store.delete_many(keys)  # once unlink works again the leftover goes
     assert not await local_store.exists("d/stuck")
+
+
+def unlinked(path: object, dir_fd: object) -> Path:
+    """The path unlinked: the store unlinks an entry of a directory descriptor (``dir_fd``)."""
+    name = Path(os.fsdecode(path))  # type: ignore[arg-type]
+    return Path(os.readlink(f"/proc/self/fd/{dir_fd}")) / name if isinstance(dir_fd, int) else name
 
 
 # -- S3 ----------------------------------------------------------------------------------------------

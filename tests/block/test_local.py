@@ -328,19 +328,25 @@ async def test_a_bare_put_keeps_a_sidecar_that_describes_the_file_in_place(
 ) -> None:
     """A bare put racing a put of the same key with metadata must not take the winner's sidecar:
     only a stale one (not matching the data file now in place) is removed."""
+    from lakefs_core.block.local_beneath import Dirs, Root
     from lakefs_core.block.local_meta import Sidecars
 
     ours = local_root / "ours"
     ours.write_bytes(b"the bare put's file, replaced before it looked")
     await store.put("k", b"typed", content_type="text/csv")  # the other writer won the race
-    sidecars = Sidecars(local_root / META_DIR, fsync=False)
-    sidecars.drop_stale(["k"], str(local_root / "k"), ident(ours))
+    sidecars = Sidecars(fsync=False)
+
+    def drop_stale(written: Path) -> None:  # of the key "k", whose data file is local_root / "k"
+        with Dirs(Root(str(local_root))) as dirs:
+            sidecars.drop_stale(dirs, ["k"], ident(written))
+
+    drop_stale(ours)
     assert (await store.head("k")).content_type == "text/csv"
     (local_root / "k").write_bytes(b"replaced by another tool")  # now the sidecar is stale
-    sidecars.drop_stale(["k"], str(local_root / "k"), ident(ours))
+    drop_stale(ours)
     assert not (local_root / META_DIR / "k").exists()
-    sidecars.drop_stale(["k"], str(local_root / "k"), ident(ours))  # none: nothing to do
+    drop_stale(ours)  # none: nothing to do
     # Our file in place: any sidecar goes, even one that (an inode reused) seems to describe it.
     await store.put("k", b"typed", content_type="text/csv")
-    sidecars.drop_stale(["k"], str(local_root / "k"), ident(local_root / "k"))
+    drop_stale(local_root / "k")
     assert not (local_root / META_DIR / "k").exists()

@@ -27,7 +27,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from lakefs_core.block import LocalBlockStore, local_batch
+from lakefs_core.block import LocalBlockStore, local_batch, local_beneath
 from lakefs_core.block import local as local_module
 from lakefs_core.block.base import ObjectInfo, PutItem, SourceFile
 from lakefs_core.block.local import BARE_MAX_BYTES, META_DIR, TMP_PREFIX
@@ -401,25 +401,25 @@ def test_a_failure_after_the_object_is_in_place_raises(
 
     monkeypatch.setattr(local_batch, "LOCALPUT", Fake)
     items = check_put_batch([PutItem("a", b"x"), PutItem("b", b"x")], 1)
-
-    def paths(i: int) -> local_batch.Paths:
-        return local_batch.Paths(str(tmp_path / items[i].key), str(tmp_path / "meta"))
+    parts = [[item.key] for item in items]
+    dirs = local_beneath.Dirs(local_beneath.Root(str(tmp_path)))
 
     def where(key: str) -> str:
         return f"local://{key}"
 
     with pytest.raises(LakeFSError, match="local://b"):
-        local_batch.put_compiled(items, [0, 1], paths, where, exclusive=True, unnamed=True)
+        local_batch.put_compiled(items, [0, 1], parts, dirs, where, exclusive=True, unnamed=True)
     monkeypatch.setattr(
         Fake,
         "put_files",
         staticmethod(lambda *a: ([(local_batch.FALLBACK, 2, None, 0, 0, 0, 0, 0)], False)),
     )
-    assert local_batch.put_compiled(items, [0], paths, where, exclusive=True, unnamed=True) == (
+    assert local_batch.put_compiled(items, [0], parts, dirs, where, exclusive=True, unnamed=True) == (
         [],
         [0],
         False,
     )
+    dirs.close()
 
 
 def test_extension_is_in_use_in_ci() -> None:

@@ -4,7 +4,8 @@
   under it stay.
 - Deleting a key drops its sidecar only if the sidecar does not describe a newer file: a put of the
   same key that lands between the delete's unlink of the data file and its sidecar cleanup keeps
-  its metadata. The interleaving is forced by wrapping ``os.unlink``.
+  its metadata. The interleaving is forced by wrapping ``os.unlink`` (of an entry of the data file's
+  directory descriptor).
 """
 
 from __future__ import annotations
@@ -48,13 +49,22 @@ async def test_delete_keeps_the_sidecar_of_a_put_that_lands_mid_delete(
 
     def unlink(path: str | bytes | os.PathLike[str], *args: object, **kwargs: object) -> None:
         real_unlink(path, *args, **kwargs)  # type: ignore[arg-type]
-        if not raced and os.fspath(path) == data_path:
+        if not raced and unlinked(path, kwargs.get("dir_fd")) == data_path:
             # The delete runs in a worker thread: put the new version through the event loop and
             # wait for it before the delete goes on to its sidecar cleanup.
             info = asyncio.run_coroutine_threadsafe(store.put(key, b"new", metadata={"v": "2"}), loop).result(
                 10
             )
             raced.append(info.etag)
+
+    def unlinked(path: str | bytes | os.PathLike[str], dir_fd: object) -> str:
+        """The path unlinked (the store unlinks an entry of a directory descriptor)."""
+        if isinstance(dir_fd, int):
+            parent = local_root / "d"
+            if os.path.samestat(os.fstat(dir_fd), os.stat(parent)):
+                return os.fspath(parent / os.fsdecode(path))
+            return "elsewhere"
+        return os.fsdecode(path)
 
     monkeypatch.setattr(os, "unlink", unlink)
     await store.delete(key)

@@ -282,7 +282,9 @@ class TableReader:
     #   held, evicted first-in first-out (hits bypass the block list, so recency is not tracked);
     # - ``_records``: the visible records of every cached block in one dict, so a hit costs one hash
     #   probe instead of two bisects over cold memory. The file is immutable, so an entry there is
-    #   always a correct answer; the lock (miss path only) keeps it in step with ``_blocks``.
+    #   always a correct answer; the lock (miss path only) keeps it in step with ``_blocks``. The
+    #   compiled metarange lookup (``_fastpath.MetaRangeCore``) probes this dict itself and calls
+    #   ``get`` when the key is not there: it maps user keys to values and is never rebound.
 
     def _routed_start(self, i: int, keys: list[bytes]) -> int:
         """Index of the first key of block ``i`` that lookups route to block ``i``: a first key
