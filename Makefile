@@ -50,6 +50,7 @@ test-fast: venv
 lint: venv
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check lakefs_core lakefs_mirror lakefs_gc
+	$(BIN)/lint-imports
 
 typecheck: venv
 	$(BIN)/mypy

@@ -53,20 +53,23 @@ from bench.bench_gc_seams import raw_scan
 from bench.common import machine, moto_s3_settings, report
 from lakefs_core.block import S3BlockStore
 from lakefs_core.block.base import ObjectInfo
+from lakefs_core.committed.ranges import metarange_range_ids, range_addresses
+from lakefs_core.compute.executor import Executor, LiteExecutor
+from lakefs_core.compute.partition import store_ref
 from lakefs_core.format.records import ValueRecord, make_entry
-from lakefs_core.keys import StorageNamespace, new_object_id, new_slice_id
+from lakefs_core.keys import new_object_id, new_slice_id
 from lakefs_core.kv.memory import MemoryKVStore
+from lakefs_core.namespace import StorageNamespace
 from lakefs_core.repos.graveler import Graveler, StoreRegistry
-from lakefs_gc.committed import metarange_range_ids, range_addresses
-from lakefs_gc.layout import RunLayout
-from lakefs_gc.listing import candidates_partition, plan_slices
-from lakefs_gc.mark import MarkOptions, MarkResult, run_mark, store_ref
-from lakefs_gc.parts import list_parts, read_lines
-from lakefs_gc.reports import read_commits_csv
+from lakefs_core.service.deleter import store_deleter
+from lakefs_gc.mark.listing import candidates_partition, plan_slices
+from lakefs_gc.mark.mark import MarkOptions, MarkResult, run_mark
+from lakefs_gc.mark.uncommitted import staged_relative
 from lakefs_gc.rules import GCRules, save_rules
-from lakefs_gc.spark.executor import Executor, LiteExecutor
-from lakefs_gc.sweep import SweepOptions, run_sweep, store_deleter
-from lakefs_gc.uncommitted import staged_relative
+from lakefs_gc.runs.layout import RunLayout
+from lakefs_gc.runs.parts import list_parts, read_lines
+from lakefs_gc.runs.reports import read_commits_csv
+from lakefs_gc.sweep.sweep import SweepOptions, run_sweep
 
 REAL_NOW = datetime.now(UTC)
 MARK_NOW = REAL_NOW + timedelta(days=2)
@@ -226,8 +229,8 @@ async def bench_mark(g: Graveler, ns: StorageNamespace, args: argparse.Namespace
         lite_run, lite_s = await timed_mark(g, lite, 4)
     spark_run, spark_s, jvm_s = None, 0.0, 0.0
     try:
-        from lakefs_gc.spark.executor import SparkExecutor
-        from lakefs_gc.spark.session import spark_session
+        from lakefs_core.compute.executor import SparkExecutor
+        from lakefs_core.compute.session import spark_session
 
         t0 = time.perf_counter()
         session = spark_session("local[2]", app_name="bench-gc", conf={"spark.ui.enabled": "false"})
@@ -282,7 +285,7 @@ async def bench_mark(g: Graveler, ns: StorageNamespace, args: argparse.Namespace
 
 
 async def bench_listing(g: Graveler, ns: StorageNamespace, root: Path) -> None:
-    ref = store_ref(g, ns)
+    ref = store_ref(g.stores.s3, ns)
     items, _ = await asyncio.to_thread(plan_slices, ref, MARK_NOW - MIN_AGE)
     cutoff = (MARK_NOW - MIN_AGE).timestamp()
 

@@ -19,7 +19,7 @@ from collections.abc import AsyncIterator
 from datetime import UTC, datetime
 
 from lakefs_core.refs.model import CommitNode
-from lakefs_gc.active import compute_active, epoch_us
+from lakefs_gc.mark.active import compute_active, epoch_us
 from lakefs_gc.rules import GCRules
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC)

@@ -28,8 +28,8 @@ from typing import Any
 from bench.common import machine, report
 from lakefs_core.block import LocalBlockStore, S3BlockStore, S3Settings
 from lakefs_core.keys import new_object_id, new_slice_id
-from lakefs_gc.deleter import BatchDeleter
-from lakefs_gc.limiter import RateLimiter
+from lakefs_core.service.deleter import BatchDeleter
+from lakefs_core.service.limiter import RateLimiter
 
 PER_SLICE = 2000
 

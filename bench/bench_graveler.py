@@ -35,15 +35,15 @@ from rocksdict import BlockBasedOptions, Cache, Options, Rdict, SstFileWriter
 from bench.common import best_of, machine, make_records, report, timer
 from bench.refcode import load_ref, submodule
 from lakefs_core.block.memory import MemoryBlockStore
+from lakefs_core.committed.apply import apply_changes
+from lakefs_core.committed.diff import diff
+from lakefs_core.committed.metarange import MetaRange
+from lakefs_core.committed.model import Change
+from lakefs_core.committed.tables import TableCache, TableStore
 from lakefs_core.format.records import ValueRecord
 from lakefs_core.format.splitter import SplitPolicy
 from lakefs_core.format.sstable.writer import ACCELERATED
-from lakefs_core.graveler.apply import apply_changes
-from lakefs_core.graveler.diff import diff
-from lakefs_core.graveler.metarange import MetaRange
-from lakefs_core.graveler.model import Change
-from lakefs_core.graveler.tables import TableCache, TableStore
-from lakefs_core.keys import StorageNamespace
+from lakefs_core.namespace import StorageNamespace
 
 
 def new_tables() -> TableStore:

@@ -71,9 +71,9 @@ async def in_process(src: Path, work: Path, n: int) -> float:
 
 
 async def on_spark(src: Path, work: Path, n: int) -> tuple[float, float]:
-    from lakefs_gc.spark.executor import SparkExecutor
-    from lakefs_gc.spark.import_job import import_with_executor
-    from lakefs_gc.spark.session import spark_session, stop_spark_session
+    from lakefs_core.compute.executor import SparkExecutor
+    from lakefs_core.compute.import_job import import_with_executor
+    from lakefs_core.compute.session import spark_session, stop_spark_session
 
     t0 = time.perf_counter()
     session = spark_session(

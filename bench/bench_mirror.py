@@ -2,7 +2,7 @@
 
 1. ``mirror_promotion_latency``: how soon after the LAST object of a commit arrives in the mirror
    namespace is the mirror branch promoted? The real engine runs in the real daemon loop
-   (:class:`~lakefs_core.daemon.DaemonLoop`, ``--poll`` seconds between passes) against in-memory KV
+   (:class:`~lakefs_core.service.daemon.DaemonLoop`, ``--poll`` seconds between passes) against in-memory KV
    stores and ``mem://`` (or ``--store local``) object stores. Each repetition commits
    ``--commit-objects`` objects on the source, "replicates" every new key but the commit's last data
    object, lets the engine fail to promote for two passes, waits a random fraction of a poll
@@ -57,13 +57,13 @@ import aioboto3
 from bench.common import machine, report
 from lakefs_core.block import S3Settings, copy_object
 from lakefs_core.block.base import ObjectInfo
-from lakefs_core.daemon import DaemonLoop
 from lakefs_core.errors import NotFoundError
-from lakefs_core.keys import StorageNamespace
 from lakefs_core.kv.memory import MemoryKVStore
+from lakefs_core.namespace import StorageNamespace
 from lakefs_core.repos.graveler import Graveler
 from lakefs_core.repos.objects import Objects
 from lakefs_core.repos.stores import StoreRegistry
+from lakefs_core.service.daemon import DaemonLoop
 from lakefs_mirror.db import MirrorsDB
 from lakefs_mirror.engine import EngineSettings, MirrorEngine, PassReport
 from lakefs_mirror.metrics import MirrorMetrics

@@ -47,8 +47,8 @@ def stats(latencies: list[float]) -> dict[str, float]:
 async def measure(entries: int, path: str, *, case: str, mirrors_db_url: str = "") -> dict[str, Any]:
     from lakefs_core import graveler as _  # noqa: F401  (import order: tables before patching)
     from lakefs_core import offloop
-    from lakefs_core.daemon import freeze_startup_heap
-    from lakefs_core.graveler import tables
+    from lakefs_core.committed import tables
+    from lakefs_core.service.daemon import freeze_startup_heap
     from lakefs_mirror import validate
     from tests.mirror.test_health_latency import big_source, probe_during_pass
 

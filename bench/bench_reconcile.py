@@ -37,8 +37,8 @@ from lakefs_core.kv import open_kv
 from lakefs_core.repos.graveler import Graveler, GravelerSettings, StorageNamespace
 from lakefs_core.repos.objects import Objects, UploadItem
 from lakefs_core.repos.stores import StoreRegistry
+from lakefs_core.service.deleter import store_deleter
 from lakefs_gc.reconcile import ReconcileOptions, reconcile_repository
-from lakefs_gc.sweep import store_deleter
 
 BODY = b"x" * 256
 BATCH = 200

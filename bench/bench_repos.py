@@ -38,13 +38,13 @@ from urllib.parse import urlsplit, urlunsplit
 import asyncpg
 
 from bench.common import WHEN, machine, make_records, object_key, report, timer
+from lakefs_core.committed.apply import apply_changes
+from lakefs_core.committed.metarange import MetaRange
+from lakefs_core.committed.model import Change
+from lakefs_core.committed.tables import TableCache
 from lakefs_core.format.records import ValueRecord, make_entry
-from lakefs_core.graveler.apply import apply_changes
-from lakefs_core.graveler.metarange import MetaRange
-from lakefs_core.graveler.model import Change
-from lakefs_core.graveler.tables import TableCache
-from lakefs_core.keys import StorageNamespace
 from lakefs_core.kv import KVStore, open_kv
+from lakefs_core.namespace import StorageNamespace
 from lakefs_core.refs.model import Commit
 from lakefs_core.repos.graveler import Graveler
 from lakefs_core.repos.stores import StoreRegistry

@@ -17,7 +17,7 @@ from pathlib import Path
 from pydantic import SecretStr
 
 from lakefs_core.cli.sst import inspect_table
-from lakefs_core.graveler.model import DiffRecord
+from lakefs_core.committed.model import DiffRecord
 from lakefs_core.settings import CoreSettings
 from lakefs_core.wiring import open_core
 

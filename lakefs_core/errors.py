@@ -26,7 +26,7 @@ of the branches below, so callers never need to know which driver they talk to:
   ``retryable`` is true. An unknown outcome must never cause a delete.
 
 Each class carries a distinct ``exit_code`` so the CLIs can map errors to process exit codes, and an
-``http_status`` that the daemons' HTTP APIs answer (:mod:`lakefs_core.http`; a subclass inherits its
+``http_status`` that the daemons' HTTP APIs answer (:mod:`lakefs_core.service.http`; a subclass inherits its
 parent's unless it says otherwise).
 """
 
@@ -41,7 +41,8 @@ class LakeFSError(Exception):
 
     exit_code: ClassVar[int] = 1
     retryable: ClassVar[bool] = False
-    # The HTTP status a daemon's API answers for this class (lakefs_core.http maps errors by it alone).
+    # The HTTP status a daemon's API answers for this class (lakefs_core.service.http maps errors by
+    # it alone).
     http_status: ClassVar[int] = 500
 
     def with_note(self, note: str) -> LakeFSError:

@@ -41,7 +41,8 @@ import stat
 from collections.abc import Sequence
 
 from lakefs_core.errors import BadInputError
-from lakefs_core.keys import MAX_LOCAL_PATH_BYTES, StorageNamespace, given_local_path
+from lakefs_core.keys import MAX_LOCAL_PATH_BYTES
+from lakefs_core.namespace import StorageNamespace, given_local_path
 
 MAX_SYMLINKS = 40  # the kernel's own limit (MAXSYMLINKS)
 

@@ -16,7 +16,7 @@
   region: ``kv_url``, ``s3``, the table caches (``cache_dir``/``cache_max_bytes`` on disk,
   ``table_cache_bytes`` in RAM), ``table_max_block_bytes`` (hostile-file bound), the leftover
   temp-file sweep grace of local namespaces (``temp_sweep_grace_seconds``), and the compare-and-swap
-  bounds. The CLI's configuration extends it (:mod:`lakefs_core.cli.context`); the mirror builds one
+  bounds. The CLI's configuration extends it (:mod:`lakefs_core.coreconfig`); the mirror builds one
   per region (:meth:`lakefs_mirror.config.MirrorConfig.core_settings`).
 
 Secrets (``kv_url``, ``secret_access_key``, ``session_token``) are :class:`~pydantic.SecretStr`:
@@ -43,7 +43,6 @@ from lakefs_core.redact import redact_url
 
 __all__ = [
     "DEFAULT_TEMP_SWEEP_GRACE_SECONDS",
-    "AccessKey",
     "AuthConfig",
     "CoreSettings",
     "Credentials",
@@ -52,8 +51,6 @@ __all__ = [
     "ProfileCredentials",
     "S3Config",
     "StaticCredentials",
-    "check_access_keys",
-    "check_listen",
     "path_problems",
     "sqlite_dir_problem",
 ]
@@ -269,35 +266,6 @@ def directory_problem(path: Path) -> str | None:
                 return f"cannot create {probe}: {parent} is not writable"
             return None
     return None
-
-
-# -- what every daemon's configuration shares --------------------------------------------------------
-
-_HOST = re.compile(r"[A-Za-z0-9.-]+|\[[0-9A-Fa-f:.]+\]")
-_PORT = re.compile(r"[0-9]{1,5}")  # not str.isdigit(): it accepts other scripts' digits
-
-
-class AccessKey(StrictModel):
-    """One HTTP basic-auth credential of a daemon's API."""
-
-    access_key_id: str = Field(min_length=1, max_length=256, pattern=r"^[^:\s]+$")
-    secret_access_key: NonEmptySecret
-
-
-def check_listen(value: str) -> str:
-    """A daemon's ``listen`` value: ``host:port`` (``[::1]:8008`` for IPv6), port 0-65535."""
-    host, sep, port = value.rpartition(":")
-    if not sep or not _HOST.fullmatch(host) or not _PORT.fullmatch(port) or not 0 <= int(port) <= 65535:
-        raise ValueError("must be host:port (e.g. 127.0.0.1:8008 or [::1]:8008)")
-    return value
-
-
-def check_access_keys(value: list[AccessKey]) -> list[AccessKey]:
-    """Access key ids are unique (two secrets for one id would make authentication ambiguous)."""
-    ids = [k.access_key_id for k in value]
-    if len(set(ids)) != len(ids):
-        raise ValueError("access key ids must be unique")
-    return value
 
 
 class AuthEncryptConfig(StrictModel):

@@ -28,7 +28,7 @@ from sqlalchemy.sql.expression import TableClause
 
 from lakefs_core.dberrors import PG_DISK_FULL, driver_reason, sqlstate, translate_failure
 from lakefs_core.errors import LakeFSError, StorageFullError, TransientError, UnreachableError
-from lakefs_core.kv import PG_SCHEMES
+from lakefs_core.kv.schemes import PG_SCHEMES
 from lakefs_core.redact import quote_sql_userinfo
 from lakefs_core.sqlite_files import (
     SQLITE_SCHEMES,

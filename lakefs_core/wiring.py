@@ -32,7 +32,7 @@ from lakefs_core.errors import BadInputError, StartupError
 from lakefs_core.settings import CoreSettings, sqlite_dir_problem
 
 if TYPE_CHECKING:
-    from lakefs_core.graveler.tables import TableCache
+    from lakefs_core.committed.tables import TableCache
     from lakefs_core.kv.base import KVStore
     from lakefs_core.repos.graveler import Graveler
     from lakefs_core.repos.objects import Objects
@@ -80,7 +80,7 @@ def kv_url_of(settings: CoreSettings, *, default_kv_url: str | None = None, kv_k
 
 
 def build_table_cache(settings: CoreSettings) -> TableCache:
-    from lakefs_core.graveler.tables import DiskCache, TableCache
+    from lakefs_core.committed.tables import DiskCache, TableCache
 
     disk = DiskCache(settings.cache_dir, settings.cache_max_bytes) if settings.cache_dir is not None else None
     return TableCache(

@@ -1,4 +1,4 @@
-"""The GC daemon's HTTP API, served by :func:`lakefs_core.http.build_app`.
+"""The GC daemon's HTTP API, served by :func:`lakefs_core.service.http.build_app`.
 
 Basic auth on every route except ``/_health``, ``/_ready``, ``/metrics`` and ``/openapi.json``;
 errors are JSON ``{"message", "field"}`` with the status their class declares.
@@ -24,16 +24,24 @@ Ours (``S = /service/gc/v1/repositories/{repository}``):
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
-from datetime import timedelta
-from typing import TYPE_CHECKING, Any
+from collections.abc import Awaitable, Callable, Mapping
+from datetime import datetime, timedelta
+from typing import Any, Protocol
 
 from aiohttp import web
 from pydantic import BaseModel
 
 from lakefs_core import __version__
 from lakefs_core.errors import BadInputError, ConflictError, NotFoundError
-from lakefs_core.http import (
+from lakefs_core.repos.graveler import (
+    Graveler,
+    Repository,
+    StorageNamespace,
+    check_run_id,
+    new_run_id,
+    validate_repo_id,
+)
+from lakefs_core.service.http import (
     ReadinessProbe,
     Route,
     ServiceSpec,
@@ -42,21 +50,55 @@ from lakefs_core.http import (
     json_object,
     parse_model,
 )
-from lakefs_core.repos.graveler import (
-    Repository,
-    StorageNamespace,
-    check_run_id,
-    new_run_id,
-    validate_repo_id,
-)
 from lakefs_gc import api_models as m
+from lakefs_gc.config import GCConfig
+from lakefs_gc.metrics import GCMetrics
 from lakefs_gc.rules import delete_rules, load_rules, parse_rules_json, save_rules
-from lakefs_gc.runs import RunProgress, RunRequest, StoredRun, list_run_ids, read_stored_run
+from lakefs_gc.runs.runs import RunProgress, RunRegistry, RunRequest, StoredRun, list_run_ids, read_stored_run
 
-if TYPE_CHECKING:
-    from lakefs_gc.service import GCService
 
-_SERVICE: web.AppKey[GCService] = web.AppKey("gc_service")
+class RepositoryView(Protocol):
+    """What the API shows of the daemon's memory of one repository."""
+
+    @property
+    def last_reconcile(self) -> Any: ...  # lakefs_gc.reconcile.ReconcileReport | None
+
+    @property
+    def last_reconcile_at(self) -> datetime | None: ...
+
+    @property
+    def last_reconcile_error(self) -> str | None: ...
+
+
+class GCServiceView(Protocol):
+    """What the API needs of the daemon (:class:`lakefs_gc.service.GCService`), so that the daemon
+    builds its app without the app importing the daemon."""
+
+    @property
+    def config(self) -> GCConfig: ...
+
+    @property
+    def graveler(self) -> Graveler: ...
+
+    @property
+    def metrics(self) -> GCMetrics: ...
+
+    @property
+    def registry(self) -> RunRegistry: ...
+
+    @property
+    def states(self) -> Mapping[str, RepositoryView]: ...
+
+    def is_live(self) -> bool: ...
+
+    def now(self) -> datetime: ...
+
+    def retention_now(self) -> datetime | None: ...
+
+    def request_run(self, request: RunRequest) -> RunProgress: ...
+
+
+_SERVICE: web.AppKey[GCServiceView] = web.AppKey("gc_service")
 RULES = "/api/v1/repositories/{repository}/settings/gc_rules"
 SERVICE = "/service/gc/v1/repositories/{repository}"
 
@@ -65,7 +107,7 @@ def _json(model: BaseModel, status: int = 200) -> web.Response:
     return web.json_response(model.model_dump(mode="json"), status=status)
 
 
-def _svc(request: web.Request) -> GCService:
+def _svc(request: web.Request) -> GCServiceView:
     return request.app[_SERVICE]
 
 
@@ -174,7 +216,7 @@ async def create_run(request: web.Request) -> web.Response:
         repository=repo.id,
         mode=body.mode,
         run_id=run_id,
-        now=svc._retention_now(),
+        now=svc.retention_now(),
         dry_run=body.dry_run,
         min_age=timedelta(seconds=min_age),
         tags=body.tags or schedule.tags,
@@ -337,7 +379,7 @@ def routes() -> list[Route]:
     ]  # fmt: skip
 
 
-def create_app(service: GCService, extra_routes: list[Route] | None = None) -> web.Application:
+def create_app(service: GCServiceView, extra_routes: list[Route] | None = None) -> web.Application:
     spec = ServiceSpec(
         daemon="gc",
         region=service.config.region,
@@ -359,7 +401,7 @@ def create_app(service: GCService, extra_routes: list[Route] | None = None) -> w
     return app
 
 
-def _kv_probe(service: GCService) -> Callable[[], Awaitable[tuple[bool, str]]]:
+def _kv_probe(service: GCServiceView) -> Callable[[], Awaitable[tuple[bool, str]]]:
     async def check() -> tuple[bool, str]:
         async for _ in service.graveler.list_repositories():
             break

@@ -60,20 +60,13 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import Field, SecretStr, field_validator
+from pydantic import Field, field_validator
 
+from lakefs_core.compute.session import MASTER_PATTERN
 from lakefs_core.config import ConfigReport, Problem, StrictModel, inspect_config, load_config
-from lakefs_core.daemon import DEFAULT_PASS_TIMEOUT
 from lakefs_core.repos.journal import MIN_PENDING_TIMEOUT_SECONDS
-from lakefs_core.settings import (
-    AccessKey,
-    CoreSettings,
-    check_access_keys,
-    check_listen,
-    path_problems,
-)
-from lakefs_core.sqlengine import normalize_sql_url
-from lakefs_gc.spark.session import MASTER_PATTERN
+from lakefs_core.service.config import DaemonConfig, NonNegativeSeconds, PositiveSeconds, SqlUrl
+from lakefs_core.settings import CoreSettings, path_problems
 
 __all__ = [
     "ENV_PREFIX",
@@ -88,8 +81,6 @@ __all__ = [
 ]
 
 ENV_PREFIX = "LAKEFS_GC"
-PositiveSeconds = Annotated[float, Field(gt=0)]
-NonNegativeSeconds = Annotated[float, Field(ge=0)]
 _PATTERN = Annotated[str, Field(min_length=1, max_length=256, pattern=r"^[A-Za-z0-9*?\[\]!_-]+$")]
 
 
@@ -173,14 +164,14 @@ class HardDeleteConfig(StrictModel):
         return value
 
 
-class GCConfig(StrictModel):
-    """The whole configuration of a GC daemon (see the module docstring)."""
+class GCConfig(DaemonConfig):
+    """The whole configuration of a GC daemon (see the module docstring): the shared daemon keys of
+    :class:`~lakefs_core.service.config.DaemonConfig` with GC's defaults, plus its own."""
 
     region: str = Field(default="default", min_length=1, max_length=63, pattern=r"^[a-z0-9][a-z0-9-]*$")
     core: CoreSettings
     listen: str = "127.0.0.1:8009"
-    access_keys: list[AccessKey] = Field(min_length=1)
-    mirrors_db_url: SecretStr | None = None
+    mirrors_db_url: SqlUrl | None = None
     repositories: RepositorySelection = RepositorySelection()
     schedule: Schedule = Schedule()
     overrides: dict[str, ScheduleOverride] = Field(default_factory=dict)
@@ -189,10 +180,8 @@ class GCConfig(StrictModel):
     max_concurrent_runs: int = Field(default=1, ge=1, le=64)
     lease_ttl_seconds: PositiveSeconds = 120.0
     poll_interval_seconds: PositiveSeconds = 30.0
-    pass_timeout_seconds: PositiveSeconds = DEFAULT_PASS_TIMEOUT
     workdir: Path | None = None
     clock_offset_seconds: float = 0.0
-    log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
 
     @field_validator("core")
     @classmethod
@@ -201,37 +190,12 @@ class GCConfig(StrictModel):
             raise ValueError("core.kv_url is required: the daemon serves an existing core")
         return value
 
-    @field_validator("listen")
-    @classmethod
-    def _listen(cls, value: str) -> str:
-        return check_listen(value)
-
-    @field_validator("access_keys")
-    @classmethod
-    def _unique_keys(cls, value: list[AccessKey]) -> list[AccessKey]:
-        return check_access_keys(value)
-
-    @field_validator("mirrors_db_url")
-    @classmethod
-    def _db_url(cls, value: SecretStr | None) -> SecretStr | None:
-        if value is None:
-            return None
-        return SecretStr(normalize_sql_url(value.get_secret_value()).render_as_string(hide_password=False))
-
     @field_validator("workdir")
     @classmethod
     def _absolute(cls, value: Path | None) -> Path | None:
         if value is not None and not value.is_absolute():
             raise ValueError("must be an absolute path")
         return value
-
-    @property
-    def listen_host(self) -> str:
-        return self.listen.rpartition(":")[0].strip("[]")
-
-    @property
-    def listen_port(self) -> int:
-        return int(self.listen.rpartition(":")[2])
 
     def schedule_of(self, repo_id: str) -> Schedule:
         """The repository's schedule: ``schedule`` with its override's keys applied."""

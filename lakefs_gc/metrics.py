@@ -28,7 +28,7 @@ from typing import Any
 
 from prometheus_client import Counter, Gauge
 
-from lakefs_core.http.metrics import RegionRegistry
+from lakefs_core.service.http.metrics import RegionRegistry
 
 PREFIX = "lakefs_gc"
 PHASES = ("mark", "sweep", "run")

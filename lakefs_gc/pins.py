@@ -8,25 +8,40 @@ Contract:
   mirrors database aborts the run): an empty answer means "no pins", never "don't know".
 - :class:`StaticPins`: a fixed set (a spark-submit child gets the pins its parent read, as job
   arguments); :class:`CombinedPins`: the union of several sources (mirror pins plus operator pins).
-- :class:`MirrorPins`: the mirrors database's ``mirror_head`` and ``candidate`` of every mirror of
-  this source repository in every destination region. It talks to the database through the duck-typed
-  :class:`MirrorsPinReader` (``lakefs_mirror.db.MirrorsDB.pinned_commits``), so ``lakefs_gc`` never
-  imports ``lakefs_mirror`` except in :func:`open_mirror_pins`, which opens that database by URL.
+- Sources of other packages are opened by name from a registry: :func:`open_pin_source` finds the
+  opener an installed package declares in the entry points group :data:`PIN_SOURCES_GROUP`
+  (``lakefs_open.pin_sources``); a configured source that is not installed is a
+  :class:`~lakefs_core.errors.StartupError`. The mirror provides ``mirror`` (its mirrors database's
+  ``mirror_head`` and ``candidate`` of every mirror of the source repository,
+  :func:`open_mirror_pins`), so ``lakefs_gc`` never imports ``lakefs_mirror``; the protocol is
+  published to it by :mod:`lakefs_gc.published`.
 
-Every id is checked to be a commit id (hostile input: a status row may hold anything); a malformed
-one raises :class:`~lakefs_core.errors.CorruptDataError` rather than being dropped, since dropping a
-pin could expire a mirror head's objects.
+Every id a registry's source answers is checked to be a commit id (:class:`CheckedPins`; hostile
+input: a status row may hold anything); a malformed one raises
+:class:`~lakefs_core.errors.CorruptDataError` rather than being dropped, since dropping a pin could
+expire a mirror head's objects.
 """
 
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Iterable
+from importlib.metadata import entry_points
 from typing import Protocol, runtime_checkable
 
-from lakefs_core.errors import BadInputError, CorruptDataError
+from lakefs_core.errors import BadInputError, CorruptDataError, StartupError
 from lakefs_core.repos.graveler import is_commit_id
 
-__all__ = ["CombinedPins", "MirrorPins", "MirrorsPinReader", "PinSource", "StaticPins", "open_mirror_pins"]
+__all__ = [
+    "PIN_SOURCES_GROUP",
+    "CheckedPins",
+    "ClosablePinSource",
+    "CombinedPins",
+    "PinSource",
+    "StaticPins",
+    "open_mirror_pins",
+    "open_pin_source",
+    "pinned_now",
+]
 
 
 @runtime_checkable
@@ -44,6 +59,14 @@ def check_pins(pins: Iterable[object], *, where: str) -> set[str]:
             raise CorruptDataError(f"pinned commit {str(pin)[:80]!r} is not a commit id", file=where)
         out.add(pin)
     return out
+
+
+async def pinned_now(pins: PinSource | None, repo_id: str) -> set[str]:
+    """What ``pins`` pins for ``repo_id`` now, every id checked (:func:`check_pins`: whatever
+    answers is hostile input); the empty set without a source."""
+    if pins is None:
+        return set()
+    return check_pins(await pins.pinned_commits(repo_id), where=f"pin source (pins of {repo_id!r})")
 
 
 class StaticPins:
@@ -73,45 +96,56 @@ class CombinedPins:
         return out
 
 
-class MirrorsPinReader(Protocol):
-    """What GC needs of the mirrors database (``lakefs_mirror.db.MirrorsDB``)."""
-
-    async def pinned_commits(self, source_repo: str, *, source_region: str | None = None) -> set[str]: ...
+PIN_SOURCES_GROUP = "lakefs_open.pin_sources"
 
 
-class MirrorPins:
-    """Every ``mirror_head`` and ``candidate`` of the mirrors of a source repository (all regions).
+class ClosablePinSource(PinSource, Protocol):
+    """A pin source this process opened (:func:`open_pin_source`): close it when done."""
 
-    ``source_region`` narrows to mirrors whose source is this region's repository (two regions may
-    hold repositories of the same name); ``None`` takes every mirror of that name (retains more).
-    """
+    async def aclose(self) -> None: ...
 
-    def __init__(
-        self,
-        db: MirrorsPinReader,
-        *,
-        source_region: str | None = None,
-        close: Callable[[], Awaitable[None]] | None = None,
-    ) -> None:
-        self._db = db
-        self._source_region = source_region
-        self._close = close
 
-    async def aclose(self) -> None:
-        """Close the database when this source opened it (:func:`open_mirror_pins`)."""
-        if self._close is not None:
-            close, self._close = self._close, None
-            await close()
+class CheckedPins:
+    """A source opened from a registry: every id it answers is checked (:func:`check_pins`)."""
+
+    def __init__(self, name: str, source: ClosablePinSource) -> None:
+        self.name = name
+        self._source = source
 
     async def pinned_commits(self, repo_id: str) -> set[str]:
-        pins = await self._db.pinned_commits(repo_id, source_region=self._source_region)
-        return check_pins(pins, where=f"mirrors database (mirrors of {repo_id!r})")
+        pins = await self._source.pinned_commits(repo_id)
+        return check_pins(pins, where=f"pin source {self.name!r} (pins of {repo_id!r})")
+
+    async def aclose(self) -> None:
+        await self._source.aclose()
 
 
-async def open_mirror_pins(url: str, *, source_region: str | None = None) -> MirrorPins:
-    """Open the mirrors database at ``url`` (no table creation) as a pin source; ``aclose()`` it.
-    The only import of ``lakefs_mirror`` in ``lakefs_gc``."""
-    from lakefs_mirror.db import MirrorsDB
+def pin_source_opener(name: str) -> Callable[..., Awaitable[ClosablePinSource]]:
+    """The opener an installed package registers for pin source ``name`` (entry point group
+    :data:`PIN_SOURCES_GROUP`); :class:`StartupError` naming the group when none is installed."""
+    found = [ep for ep in entry_points(group=PIN_SOURCES_GROUP) if ep.name == name]
+    if not found:
+        raise StartupError(
+            f"pin source {name!r} is not installed (no entry point {name!r} in group {PIN_SOURCES_GROUP}; "
+            "install the package that provides it)",
+            key="pins",
+        )
+    try:
+        opener: Callable[..., Awaitable[ClosablePinSource]] = found[0].load()
+    except (ImportError, AttributeError) as e:
+        raise StartupError(f"pin source {name!r} cannot be loaded: {e}", key="pins") from e
+    return opener
 
-    db = await MirrorsDB.open(url, create=False)
-    return MirrorPins(db, source_region=source_region, close=db.close)
+
+async def open_pin_source(name: str, url: str, *, source_region: str | None = None) -> CheckedPins:
+    """Open the pin source ``name`` at ``url`` (see :func:`pin_source_opener`); ``aclose()`` it."""
+    opened = await pin_source_opener(name)(url, source_region=source_region)
+    return CheckedPins(name, opened)
+
+
+async def open_mirror_pins(url: str, *, source_region: str | None = None) -> CheckedPins:
+    """The mirrors database at ``url`` as a pin source: every mirror's head and candidate of this
+    source repository (``source_region``: only mirrors whose source is this region's repository;
+    ``None`` takes every mirror of that name, retaining more). Opened through the registry
+    (``mirror``, provided by ``lakefs_mirror``), so GC never imports the mirror."""
+    return await open_pin_source("mirror", url, source_region=source_region)

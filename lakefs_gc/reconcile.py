@@ -18,8 +18,9 @@
    Then, for the whole batch, the claimed intents are decided AGAIN right before the batch delete
    (the claim made that decision final): only what still says ``delete`` is deleted, the rest is
    counted ``rescued`` (and dropped or postponed as above). Deletions go through the GC's
-   rate-limited batch deleter (:class:`~lakefs_gc.sweep.KeyDeleter`); a deleted address settles its
-   intent, a failed one keeps it (``deleting``, so due at once) and is retried on the next pass.
+   rate-limited batch deleter (:class:`~lakefs_core.service.deleter.KeyDeleter`); a deleted address
+   settles its intent, a failed one keeps it (``deleting``, so due at once) and is retried on the
+   next pass.
 4. Prune consumption records older than the oldest remaining intent (less twice the clock-skew
    margin) and batch records older than the longer of the pending timeout and the grace (less the
    same margin: an open one fences its upload, which outlived the pending timeout), and
@@ -67,7 +68,7 @@ from lakefs_core.repos.graveler import (
 )
 from lakefs_core.repos.journal import MIN_PENDING_TIMEOUT_SECONDS
 from lakefs_core.repos.namespace_claims import check_for_gc, check_recorded
-from lakefs_gc.sweep import KeyDeleter
+from lakefs_core.service.deleter import KeyDeleter
 
 log = logging.getLogger("lakefs_gc.reconcile")
 
@@ -168,7 +169,7 @@ class _Pass:
         self.fixed_now = options.now
 
     def now(self) -> datetime:
-        return self.fixed_now or self.journal.g.clock()
+        return self.fixed_now or self.journal.now()
 
     async def decide(self, intent: Intent) -> Decision:
         o = self.options

@@ -45,18 +45,18 @@ from typing import Any
 
 from aiohttp import web
 
-from lakefs_core.daemon import DaemonLoop
 from lakefs_core.errors import ConflictError, LakeFSError, StartupError
 from lakefs_core.fileperm import make_private_dir
-from lakefs_core.http import serve_api
-from lakefs_core.lease import kv_lease
 from lakefs_core.repos.graveler import Graveler, Repository, StorageNamespace, new_run_id
+from lakefs_core.service.daemon import DaemonLoop
+from lakefs_core.service.http import serve_api
+from lakefs_core.service.lease import kv_lease
 from lakefs_core.wiring import Core, open_core
 from lakefs_gc.config import GCConfig, config_startup_problems
 from lakefs_gc.metrics import GCMetrics
 from lakefs_gc.pins import PinSource
-from lakefs_gc.runs import (
-    CoreRunExecutor,
+from lakefs_gc.runner import CoreRunExecutor
+from lakefs_gc.runs.runs import (
     RunExecutor,
     RunProgress,
     RunRegistry,
@@ -181,6 +181,10 @@ class GCService:
         finally:
             await self.core.aclose()
 
+    def record_errors(self, consecutive: int) -> None:
+        """The daemon loop's count of passes failed in a row (``consecutive_errors``)."""
+        self.metrics.consecutive_errors.set(consecutive)
+
     def is_live(self) -> bool:
         return self.loop is None or self.loop.is_live()
 
@@ -190,7 +194,8 @@ class GCService:
         """Retention 'now': the core's clock plus ``clock_offset_seconds``."""
         return self.graveler.clock() + timedelta(seconds=self.config.clock_offset_seconds)
 
-    def _retention_now(self) -> datetime | None:
+    def retention_now(self) -> datetime | None:
+        """The 'now' a run is given: None (the core's clock at run time) unless the clock is offset."""
         return self.now() if self.config.clock_offset_seconds else None
 
     # -- one pass ------------------------------------------------------------------------------
@@ -292,7 +297,7 @@ class GCService:
                 repository=repo.id,
                 mode=schedule.mode,
                 run_id=new_run_id(),
-                now=self._retention_now(),
+                now=self.retention_now(),
                 min_age=timedelta(seconds=schedule.min_age_seconds),
                 tags=schedule.tags,
             )
@@ -513,15 +518,15 @@ class GCService:
         report.started_reconciles.append(DELETED_REPOS)
 
     async def _purge_deleted(self) -> None:
+        from lakefs_core.service.deleter import store_deleter
         from lakefs_gc.reconcile import ReconcileOptions, reconcile_deleted_repositories
-        from lakefs_gc.sweep import store_deleter
 
         hd = self.config.hard_delete
 
         async def deleter_for(ns: StorageNamespace) -> Any:
             return store_deleter(await self.graveler.namespace_store(ns))
 
-        options = ReconcileOptions(grace_seconds=hd.grace_seconds, now=self._retention_now())
+        options = ReconcileOptions(grace_seconds=hd.grace_seconds, now=self.retention_now())
         try:
             async with self.holding(DELETED_REPOS):
                 reports = await reconcile_deleted_repositories(
@@ -573,8 +578,8 @@ class GCService:
 
     async def reconcile_once(self, repo_id: str) -> Any:
         """One reconciliation of ``repo_id`` (the caller holds its lease)."""
+        from lakefs_core.service.deleter import store_deleter
         from lakefs_gc.reconcile import ReconcileOptions, reconcile_repository
-        from lakefs_gc.sweep import store_deleter
 
         hd = self.config.hard_delete
         repo = await self.graveler.repository(repo_id)
@@ -583,7 +588,7 @@ class GCService:
             grace_seconds=hd.grace_seconds,
             pending_timeout_seconds=hd.pending_timeout_seconds,
             max_intents=hd.max_intents_per_pass,
-            now=self._retention_now(),
+            now=self.retention_now(),
         )
         return await reconcile_repository(
             self.graveler, repo_id, deleter=store_deleter(store), options=options

@@ -1,6 +1,6 @@
 """The mirroring daemon's HTTP API: lakeFS's replication API plus status, update and resync.
 
-Served by :func:`lakefs_core.http.build_app` (basic auth, errors by ``http_status``, ``/_health``,
+Served by :func:`lakefs_core.service.http.build_app` (basic auth, errors by ``http_status``, ``/_health``,
 ``/_ready``, ``/metrics``, ``/openapi.json`` generated from :mod:`lakefs_mirror.api_models`).
 Routes (``P = /service/replication/v1/repositories/{source_repo}/mirrors``):
 
@@ -27,12 +27,9 @@ is addressed by its (global) id under its source repository's name, so the route
 every daemon. Creation makes THIS daemon's region the source region; listing defaults to it.
 
 Creation checks, in order, before the one database transaction that creates the mirror: the body
-(400 naming the field; also a ``mem://`` namespace), ``local_roots`` and system directories (409),
-the source repository exists here (404 naming it), the destination region's KV lets repository
-``name`` live in the namespace (409; see :func:`_check_destination`), and, when a namespace probe
-is configured, that this daemon can write, read back and delete a probe object under the
-namespace's ``_lakefs/`` through the destination region's block store (422 on ``storage_namespace``
-naming the failed step; 503 when the store is only unreachable).
+(400 naming the field), then the admission rules of :mod:`lakefs_mirror.admission` (``local_roots``
+and system directories 409, the source repository exists here 404, the destination region's KV
+lets repository ``name`` live in the namespace 409, the namespace probe 422/503).
 
 Deletion removes the mirror record and its status rows only. The destination repository stays, read
 only, with its branches, tags and objects: nothing is deleted from the destination on a request.
@@ -47,10 +44,8 @@ Secrets (the credentials, database URLs) never appear in responses or logs; bodi
 from __future__ import annotations
 
 import logging
-import uuid
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping
 from datetime import UTC, datetime
-from pathlib import Path, PurePosixPath
 from typing import Any
 
 from aiohttp import web
@@ -59,15 +54,11 @@ from pydantic import BaseModel
 
 from lakefs_core import __version__
 from lakefs_core.errors import (
-    BadInputError,
-    CorruptDataError,
-    LakeFSError,
-    NamespaceConflictError,
     NotFoundError,
     PreconditionFailedError,
-    TransientError,
 )
-from lakefs_core.http import (
+from lakefs_core.repos.graveler import Graveler
+from lakefs_core.service.http import (
     ReadinessProbe,
     Route,
     ServiceSpec,
@@ -76,24 +67,15 @@ from lakefs_core.http import (
     json_object,
     parse_model,
 )
-from lakefs_core.repos.graveler import Graveler, StorageNamespace
 from lakefs_mirror import api_models as m
+from lakefs_mirror.admission import Admission, NamespaceProbe, SourceRepoExists, require_source
 from lakefs_mirror.config import MirrorConfig
 from lakefs_mirror.db import FieldConflictError, Lease, Mirror, MirrorsDB, MirrorStatus, check_branch_filter
 
-__all__ = [
-    "NamespaceProbe",
-    "NamespaceUnusableError",
-    "create_app",
-    "mirror_json",
-    "status_json",
-    "store_probe",
-]
+__all__ = ["create_app", "mirror_json", "status_json"]
 
 log = logging.getLogger(__name__)
 
-SourceRepoExists = Callable[[str], Awaitable[bool]]
-NamespaceProbe = Callable[[str, str], Awaitable[None]]  # (destination region, namespace) -> raises
 
 _CONFIG_KEY = web.AppKey("config", MirrorConfig)
 _DB_KEY = web.AppKey("db", MirrorsDB)
@@ -101,52 +83,6 @@ _EXISTS_KEY: web.AppKey[SourceRepoExists] = web.AppKey("source_repo_exists")
 _GRAVELERS_KEY: web.AppKey[dict[str, Graveler]] = web.AppKey("gravelers")
 _PROBE_KEY: web.AppKey[NamespaceProbe | None] = web.AppKey("namespace_probe")
 _MODELS_KEY = web.AppKey("models", m.RegionalModels)
-
-
-class NamespaceUnusableError(BadInputError):
-    """The destination namespace is well-formed but this daemon cannot write or read it there."""
-
-    http_status = 422
-
-
-# -- the namespace probe ---------------------------------------------------------------------------------
-
-
-def store_probe(gravelers: Mapping[str, Graveler]) -> NamespaceProbe:
-    """A probe writing ``<ns>/_lakefs/probe-<random>`` through the region's block store (as this
-    daemon's configuration reaches that region), reading it back and deleting it. Only the probe's
-    own, freshly named object is ever deleted. Regions without a Graveler are not probed."""
-
-    async def probe(region: str, namespace: str) -> None:
-        g = gravelers.get(region)
-        if g is None:
-            return
-        ns = StorageNamespace(namespace)
-        token = uuid.uuid4().hex
-        key = ns.probe_key(token)
-        payload = f"lakefs-mirror namespace probe {token}\n".encode()
-        step = "open the store of"
-        try:
-            store = await g.namespace_store(ns)
-            step = "write"
-            await store.put(key, payload, if_none_match=True)
-            try:
-                step = "read back"
-                if await store.get(key) != payload:
-                    raise CorruptDataError("read back other bytes than written", file=key)
-            finally:
-                step = "delete"
-                await store.delete(key)
-        except TransientError:
-            raise  # unreachable for now: 503, retry later
-        except LakeFSError as e:
-            raise NamespaceUnusableError(
-                f"this daemon cannot use the namespace in region {region!r}: {step} "
-                f"{key} failed ({type(e).__name__}: {e})",
-                field="storage_namespace",
-            ) from e
-
-    return probe
 
 
 # -- responses -------------------------------------------------------------------------------------------
@@ -245,35 +181,10 @@ def _path(request: web.Request, model: type[m.RepoPath]) -> Any:
     return parse_model(model, request.match_info, m.HINTS)
 
 
-def _check_local_dirs(namespace: str) -> None:
-    """The filesystem root and system directories can be no repository's namespace
-    (:meth:`StorageNamespace.check_repository_namespace`, the rule ``repo create`` applies too).
-    A 409: the body matches the schema, the deployment refuses it."""
-    try:
-        StorageNamespace(namespace).check_repository_namespace()
-    except BadInputError as e:
-        message = str(e).removeprefix("storage_namespace: ")
-        raise FieldConflictError(message, field="storage_namespace") from None
-
-
-def _check_local_root(namespace: str, roots: Sequence[Path], region: str) -> None:
-    """A ``local://`` namespace must lie under one of its region's configured ``local_roots`` (409)."""
-    ns = StorageNamespace(namespace)
-    if ns.scheme != "local" or not roots:
-        return
-    path = PurePosixPath(ns.store_uri.removeprefix("local://"))
-    if not any(path == root or root in path.parents for root in map(PurePosixPath, roots)):
-        raise FieldConflictError(
-            f"a local namespace in region {region!r} must be under one of its local_roots",
-            field="storage_namespace",
-        )
-
-
-def _normalised_namespace(value: str) -> str:
-    try:
-        return str(StorageNamespace(value))
-    except BadInputError as e:
-        raise BadInputError(str(e).removeprefix("storage_namespace: "), field="storage_namespace") from None
+def _admission(request: web.Request) -> Admission:
+    app = request.app
+    gravelers: dict[str, Graveler] = app[_GRAVELERS_KEY]
+    return Admission(app[_CONFIG_KEY], gravelers, app[_EXISTS_KEY], app[_PROBE_KEY])
 
 
 async def _own_mirror(request: web.Request) -> Mirror:
@@ -289,93 +200,6 @@ async def _own_mirror(request: web.Request) -> Mirror:
     return mirror
 
 
-async def _require_source(request: web.Request, repo: str, region: str) -> None:
-    """404 unless ``repo`` exists in ``region`` (regions this daemon has no KV access to: unchecked)."""
-    if region == request.app[_CONFIG_KEY].region:
-        exists = await request.app[_EXISTS_KEY](repo)
-    else:
-        g = request.app[_GRAVELERS_KEY].get(region)
-        if g is None:
-            return
-        try:
-            await g.repository(repo)
-            exists = True
-        except NotFoundError:
-            exists = False
-    if not exists:
-        raise NotFoundError(f"source repository {repo!r} not found in region {region!r}")
-
-
-def _delete_hint(name: str, region: str) -> str:
-    return (
-        f"delete the leftover repository (`lakefs-core repo delete lakefs://{name}` with region "
-        f"{region!r}'s configuration) or choose another name"
-    )
-
-
-async def _check_adoptable(request: web.Request, source_repo: str, name: str, region: str, head: str) -> None:
-    """A leftover mirror repository is adopted only if it mirrored THIS source: its default branch
-    head (a commit copied verbatim from the source) must be a commit of the source repository."""
-    src = request.app[_GRAVELERS_KEY].get(request.app[_CONFIG_KEY].region)
-    if src is None:
-        return
-    try:
-        await src.get_commit(source_repo, head)
-    except NotFoundError:
-        raise FieldConflictError(
-            f"repository {name!r} in region {region!r} is a leftover mirror of another source repository "
-            f"(its head {head[:12]} is no commit of {source_repo!r}): {_delete_hint(name, region)}",
-            field="name",
-        ) from None
-
-
-async def _check_destination(
-    request: web.Request, source_repo: str, name: str, region: str, namespace: str
-) -> None:
-    """409 unless the destination region's KV lets repository ``name`` live in ``namespace``: no
-    other repository may claim or use an overlapping namespace, and a repository already named
-    ``name`` there must be a read-only mirror of this source in this very namespace (it is adopted).
-
-    Advisory (a repository may appear between this check and the engine's first pass); the engine's
-    ``create_repository`` takes the namespace claim atomically and refuses the same cases.
-    """
-    dst = request.app[_GRAVELERS_KEY].get(region)
-    if dst is None:
-        return  # no KV access configured for that region (tests, or an API-only deployment)
-    try:
-        existing = await dst.repository(name)
-    except NotFoundError:
-        pass
-    else:
-        if not existing.read_only:
-            raise FieldConflictError(
-                f"repository {name!r} already exists in region {region!r} and is not a read-only mirror "
-                "in this storage namespace: choose another name",
-                field="name",
-            )
-        there = StorageNamespace(existing.storage_namespace)
-        if there.canonical != StorageNamespace(namespace).canonical:
-            raise FieldConflictError(
-                f"repository {name!r} in region {region!r} is a leftover read-only mirror in another "
-                f"storage namespace ({there}): use that storage_namespace to adopt it, or "
-                f"{_delete_hint(name, region)}",
-                field="name",
-            )
-        try:
-            head = (await dst.get_commit(name, existing.default_branch)).id
-        except NotFoundError:
-            raise FieldConflictError(
-                f"repository {name!r} in region {region!r} has no default branch to continue from: "
-                f"{_delete_hint(name, region)}",
-                field="name",
-            ) from None
-        await _check_adoptable(request, source_repo, name, region, head)
-    try:
-        await dst.check_namespace_available(namespace, name)
-    except NamespaceConflictError as e:
-        raise FieldConflictError(f"{e} (in region {region!r})", field="storage_namespace") from e
-
-
 # -- handlers --------------------------------------------------------------------------------------------
 
 
@@ -383,17 +207,13 @@ async def create_mirror(request: web.Request) -> web.Response:
     repo = _path(request, m.RepoPath).source_repo
     config = request.app[_CONFIG_KEY]
     body = parse_model(request.app[_MODELS_KEY].creation, await json_object(request), m.HINTS)
-    namespace = _normalised_namespace(body.storage_namespace)
-    _check_local_root(namespace, config.regions[body.region].local_roots, body.region)
-    _check_local_dirs(namespace)
-    globs = check_branch_filter(body.branch_filter)
-    if body.region == config.region and body.name == repo:
-        raise FieldConflictError("a mirror cannot replace its own source repository", field="name")
-    await _require_source(request, repo, config.region)
-    await _check_destination(request, repo, body.name, body.region, namespace)
-    probe = request.app[_PROBE_KEY]
-    if probe is not None:
-        await probe(body.region, namespace)
+    namespace, globs = await _admission(request).admit(
+        repo,
+        name=body.name,
+        region=body.region,
+        storage_namespace=body.storage_namespace,
+        branch_filter=body.branch_filter,
+    )
     mirror = await request.app[_DB_KEY].create_mirror(
         source_repo=repo,
         source_region=config.region,
@@ -428,7 +248,7 @@ async def list_mirrors(request: web.Request) -> web.Response:
         source_repo=repo, source_region=region, after=query.after, limit=amount + 1
     )
     if not page and not query.after:
-        await _require_source(request, repo, region)
+        await require_source(_admission(request), repo, region)
     has_more = len(page) > amount
     page = page[:amount]
     pagination = m.Pagination(
@@ -525,7 +345,7 @@ _ONE = f"{_MIRRORS}/{{mirror_id}}"
 
 
 def routes(models: m.RegionalModels) -> list[Route]:
-    """The mirror routes (the shared ones come from :func:`lakefs_core.http.build_app`)."""
+    """The mirror routes (the shared ones come from :func:`lakefs_core.service.http.build_app`)."""
     mirrors = _MIRRORS
     return [
         Route(

@@ -1,7 +1,7 @@
 """The mirroring API's request and response models: the one description of what it accepts and answers.
 
 :mod:`lakefs_mirror.api` validates every path parameter, query string and body with these models
-and serialises every response through them; :mod:`lakefs_core.http.openapi` generates
+and serialises every response through them; :mod:`lakefs_core.service.http.openapi` generates
 ``/openapi.json`` from the same classes. Patterns are ECMA-262-compatible (``$`` only at the very end,
 as pydantic's Rust regex engine reads them too), so a request valid by the document is never refused
 as malformed and one invalid by it never accepted. ``region`` is an enum of the configured regions,

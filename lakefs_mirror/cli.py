@@ -22,22 +22,22 @@ stderr, never a traceback.
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
-from lakefs_core.cli import project_group, run
-from lakefs_core.cli.config_cmd import echo_problems
 from lakefs_core.config import display
-from lakefs_core.daemon import DaemonLoop, freeze_startup_heap
-from lakefs_core.logfmt import LOG_FORMATS, configure_logging
-from lakefs_core.systemd import Notifier, run_notified
+from lakefs_core.service.cli import echo_problems, project_group, run
+from lakefs_core.service.run import config_option, log_format_option, once_option, run_daemon
 from lakefs_mirror.config import MirrorConfig, inspect_mirror_config, load_mirror_config
+
+if TYPE_CHECKING:
+    from lakefs_mirror.service import MirrorService
 
 
 @project_group("lakefs-mirror")
@@ -54,51 +54,15 @@ def pass_timeout_of(config: MirrorConfig, flag: float | None) -> float:
     return config.pass_timeout_seconds if flag is None else flag
 
 
-async def _run(config: MirrorConfig, once: bool, pass_timeout: float | None) -> int:
-    from lakefs_mirror.service import MirrorService
-
-    service = await MirrorService.open(config)
-    try:
-        loop = DaemonLoop(
-            service.step,
-            name=f"lakefs-mirror[{config.region}]",
-            interval=config.poll_interval_seconds,
-            max_backoff=max(60.0, config.poll_interval_seconds),
-            on_result=service.metrics.consecutive_errors.set,
-            pass_timeout=pass_timeout_of(config, pass_timeout),
-            # the backoff after failed passes can exceed the interval: never read it as a hang
-            grace=max(60.0, config.poll_interval_seconds) + 1.0,
-        )
-        service.loop = loop
-        loop.install_signal_handlers()
-        from lakefs_core.repos.graveler import LAZY_MODULES
-
-        freeze_startup_heap(preload=LAZY_MODULES)
-        return await run_notified(loop, Notifier.from_env(), once=once)
-    finally:
-        await service.close()
-
-
-CONFIG_OPTION = click.option(
-    "--config",
-    "config_path",
-    type=click.Path(dir_okay=False, path_type=Path),
-    envvar="LAKEFS_MIRROR_CONFIG",
-    help="YAML configuration (LAKEFS_MIRROR__* variables override it).",
+CONFIG_OPTION = config_option(
+    "LAKEFS_MIRROR_CONFIG", "YAML configuration (LAKEFS_MIRROR__* variables override it)."
 )
 
 
 @cli.command("run")
 @CONFIG_OPTION
-@click.option("--once", is_flag=True, help="Run one pass and exit (0 if it succeeded).")
-@click.option(
-    "--log-format",
-    type=click.Choice(LOG_FORMATS),
-    default="text",
-    envvar="LAKEFS_MIRROR_LOG_FORMAT",
-    show_default=True,
-    help="text, or json: one object per line (time, level, logger, message, mirror/repository/branch).",
-)
+@once_option("Run one pass and exit (0 if it succeeded).")
+@log_format_option("LAKEFS_MIRROR_LOG_FORMAT")
 @click.option(
     "--pass-timeout",
     type=click.FloatRange(min=0, min_open=True),
@@ -110,13 +74,20 @@ CONFIG_OPTION = click.option(
 def run_cmd(config_path: Path | None, once: bool, log_format: str, pass_timeout: float | None) -> None:
     """Run this region's mirroring daemon."""
     config = _load(config_path)
-    configure_logging(config.log_level, log_format)
-    try:
-        import uvloop
-    except ImportError:  # pragma: no cover - uvloop is a dependency; plain asyncio still works
-        status = asyncio.run(_run(config, once, pass_timeout))
-    else:
-        status = uvloop.run(_run(config, once, pass_timeout))
+
+    async def open_service() -> MirrorService:
+        from lakefs_mirror.service import MirrorService
+
+        return await MirrorService.open(config)
+
+    status = run_daemon(
+        open_service,
+        config,
+        name=f"lakefs-mirror[{config.region}]",
+        once=once,
+        log_format=log_format,
+        pass_timeout=pass_timeout_of(config, pass_timeout),
+    )
     raise click.exceptions.Exit(status)
 
 
@@ -130,7 +101,8 @@ def check_config_cmd(config_path: Path | None) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    # Ctrl-C during start-up reaches click as KeyboardInterrupt -> "aborted", 130 (lakefs_core.cli.run);
+    # Ctrl-C during start-up reaches click as KeyboardInterrupt -> "aborted", 130
+    # (lakefs_core.service.cli.run);
     # once the loop runs, SIGINT is a graceful stop (exit 0).
     return run(cli, argv, "lakefs-mirror")
 

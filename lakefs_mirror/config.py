@@ -7,14 +7,16 @@ environment as ``LAKEFS_MIRROR__REGION=eu-central-1``). Keys::
     regions:                          # every region taking part, by name (lower case a-z, 0-9, '-')
       us-east-1:
         kv_url: dynamodb://lakefs?region=us-east-1      # the region's lakeFS KV store (open_kv URL)
-        object_store:                 # how to reach the region's S3 (all optional; the shared
-          endpoint_url: null          # schema lakefs_core.settings.S3Config, also the CLI's ``s3``)
+        s3:                           # how to reach the region's S3 (all optional; the shared
+          endpoint_url: null          # schema lakefs_core.settings.S3Config, also the CLI's and GC's)
           region: us-east-1           # e.g. endpoint_url: http://127.0.0.1:9000 for MinIO / moto
           credentials: {source: env}  # env (botocore default chain) | static | profile
           #   {source: static, access_key_id: AKIA..., secret_access_key: ..., session_token: ...}
           #   {source: profile, profile: mirror}
           # addressing_style, max_attempts, connect_timeout, read_timeout, multipart_*: see S3Config
         local_roots: []               # local directories holding this region's local:// namespaces
+        # any other key of the core's settings (lakefs_core.settings.CoreSettings): commit_attempts,
+        # cleanup_grace_seconds, hard_delete_journal, temp_sweep_grace_seconds, table_max_block_bytes
     mirrors_db_url: postgresql+asyncpg://user:pw@host/mirrors  # shared by ALL regions
     listen: 127.0.0.1:8008            # host:port of the HTTP API ([::1]:8008 for IPv6)
     access_keys:                      # HTTP basic-auth credentials of the API (at least one)
@@ -35,14 +37,22 @@ environment as ``LAKEFS_MIRROR__REGION=eu-central-1``). Keys::
     state_dir: null                   # local directory for persisted caches (null: memory only)
     log_level: INFO
 
+A region is the core's settings schema (:class:`~lakefs_core.settings.CoreSettings`, as GC's ``core``
+and the CLI's file) plus ``local_roots``; ``kv_url`` is required. Its object store is ``s3``, the one
+name every entry point uses; ``object_store``, this daemon's earlier name for it, is still accepted
+as a deprecated alias (a warning is logged; given beside ``s3``, ``s3``'s keys win). The table cache
+is shared by the regions: ``table_cache_bytes`` is a top-level key, not a region's (nor are
+``cache_dir``/``cache_max_bytes``); ``temp_sweep_grace_seconds`` and ``table_max_block_bytes`` at the
+top level apply to every region that does not set its own.
+
 Environment overrides follow :mod:`lakefs_core.config` (``LAKEFS_MIRROR__LISTEN=0.0.0.0:8008``,
-``LAKEFS_MIRROR__REGIONS__US-EAST-1__OBJECT_STORE__REGION=us-east-1``); in addition a numeric
+``LAKEFS_MIRROR__REGIONS__US-EAST-1__S3__REGION=us-east-1``); in addition a numeric
 segment addresses a list item, so secrets can stay out of the file:
 ``LAKEFS_MIRROR__ACCESS_KEYS__0__SECRET_ACCESS_KEY=...``. An override may not add a list item
 beyond the end + 1.
 
 Validation reports every problem at once (:class:`~lakefs_core.errors.ConfigError`, exit 9), each
-naming the exact key path in the file (``regions.us-east-1.object_store.credentials.secret_access_key``);
+naming the exact key path in the file (``regions.us-east-1.s3.credentials.secret_access_key``);
 ``lakefs-mirror check-config`` adds what would stop the start-up (a SQLite directory missing,
 ``state_dir`` not creatable: :func:`startup_problems`, exit 16 from ``run``). Secrets
 (``secret_access_key``, ``session_token``, ``mirrors_db_url``, ``kv_url``) are pydantic
@@ -53,34 +63,37 @@ the URL with its password masked.
 
 from __future__ import annotations
 
+import logging
 import re
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Any
 
-from pydantic import Field, SecretStr, ValidationInfo, field_validator
+from pydantic import AliasChoices, Field, SecretStr, ValidationInfo, field_validator, model_validator
 from sqlalchemy.engine import make_url
 
 from lakefs_core.block.s3_settings import S3Settings
-from lakefs_core.config import ConfigReport, Problem, StrictModel, inspect_config, load_config
-from lakefs_core.daemon import DEFAULT_PASS_TIMEOUT
+from lakefs_core.config import ConfigReport, Problem, inspect_config, load_config
 from lakefs_core.errors import BadInputError
 from lakefs_core.format.sstable.footer import DEFAULT_MAX_BLOCK_BYTES
 from lakefs_core.redact import redact_url
+from lakefs_core.service.config import (
+    AccessKey,
+    DaemonConfig,
+    NonNegativeSeconds,
+    SqlUrl,
+    normalize_db_url,
+)
 from lakefs_core.settings import (
     DEFAULT_TEMP_SWEEP_GRACE_SECONDS,
-    AccessKey,
     CoreSettings,
     Credentials,
     EnvCredentials,
     ProfileCredentials,
     S3Config,
     StaticCredentials,
-    check_access_keys,
-    check_listen,
     path_problems,
 )
-from lakefs_core.sqlengine import normalize_sql_url
 
 __all__ = [
     "ENV_PREFIX",
@@ -100,28 +113,47 @@ __all__ = [
 
 ENV_PREFIX = "LAKEFS_MIRROR"
 
+log = logging.getLogger(__name__)
+
 _REGION_NAME = re.compile(r"[a-z0-9][a-z0-9-]{0,62}")
 _KV_SCHEMES = frozenset(
     {"memory", "sqlite", "sqlite+aiosqlite", "postgresql", "postgres", "postgresql+asyncpg", "dynamodb"}
 )
+DEPRECATED_S3_KEY = "object_store"  # the region's object store before it took the core's name, s3
+_SHARED_CACHE_KEYS = ("table_cache_bytes", "cache_dir", "cache_max_bytes")
 
-
-def normalize_db_url(url: str) -> str:
-    """Point a mirrors-database URL at its async driver (``sqlite:///p`` -> ``sqlite+aiosqlite:///p``,
-    ``postgres(ql)://`` -> ``postgresql+asyncpg://``). Raises :class:`ValueError` without the URL."""
-    return normalize_sql_url(url).render_as_string(hide_password=False)
-
-
-# One S3 schema for every entry point (the CLI's ``s3`` section is the same model).
+# The S3 schema under its earlier name here (the same model as every entry point's ``s3``).
 ObjectStoreConfig = S3Config
 
 
-class RegionConfig(StrictModel):
-    """One region taking part in mirroring."""
+class RegionConfig(CoreSettings):
+    """One region taking part in mirroring: the core's settings (``kv_url`` required) plus
+    ``local_roots`` (see the module docstring for ``s3`` and its deprecated alias ``object_store``)."""
 
     kv_url: SecretStr
-    object_store: S3Config = S3Config()
+    s3: S3Config = Field(default=S3Config(), validation_alias=AliasChoices("s3", DEPRECATED_S3_KEY))
     local_roots: list[Path] = Field(default_factory=list)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _region_keys(cls, data: Any) -> Any:
+        if not isinstance(data, Mapping):
+            return data
+        shared = [k for k in _SHARED_CACHE_KEYS if k in data]
+        if shared:
+            keys = ", ".join(shared)
+            raise ValueError(
+                f"{keys}: the regions share one table cache (table_cache_bytes at the top level)"
+            )
+        if DEPRECATED_S3_KEY not in data:
+            return data
+        log.warning("the region key %r is deprecated: name the object store s3", DEPRECATED_S3_KEY)
+        old, new = data[DEPRECATED_S3_KEY], data.get("s3")
+        if new is None or not isinstance(old, Mapping) or not isinstance(new, Mapping):
+            return data  # one of them (the alias is read), or a type error the schema names
+        merged = {k: v for k, v in data.items() if k != DEPRECATED_S3_KEY}
+        merged["s3"] = {**old, **new}  # an s3 override (environment) wins over the file's old name
+        return merged
 
     @field_validator("kv_url")
     @classmethod
@@ -143,33 +175,24 @@ class RegionConfig(StrictModel):
         return value
 
 
-PositiveSeconds = Annotated[float, Field(gt=0)]
-NonNegativeSeconds = Annotated[float, Field(ge=0)]
-
-
-class MirrorConfig(StrictModel):
-    """The whole configuration of one region's mirroring daemon (see the module docstring)."""
+class MirrorConfig(DaemonConfig):
+    """The whole configuration of one region's mirroring daemon (see the module docstring): the
+    shared daemon keys of :class:`~lakefs_core.service.config.DaemonConfig` plus its own."""
 
     # ``regions`` is declared (so validated) first: ``region`` is checked against it.
     regions: dict[str, RegionConfig] = Field(min_length=1)
     region: str
-    mirrors_db_url: SecretStr
-    listen: str = "127.0.0.1:8008"
-    access_keys: list[AccessKey] = Field(min_length=1)
-    poll_interval_seconds: PositiveSeconds = 5.0
+    mirrors_db_url: SqlUrl
     negative_cooldown_seconds: NonNegativeSeconds = 5.0
     error_cooldown_seconds: NonNegativeSeconds = 30.0
     error_cooldown_max_seconds: NonNegativeSeconds = 600.0
     active_copy_grace_seconds: NonNegativeSeconds = 600.0
-    lease_ttl_seconds: PositiveSeconds = 30.0
     workers: int = Field(default=8, ge=1, le=1024)
     presence_cache_entries: int = Field(default=1_000_000, ge=0)
     table_cache_bytes: int = Field(default=512 * 1024 * 1024, ge=0)
     table_max_block_bytes: int = Field(default=DEFAULT_MAX_BLOCK_BYTES, ge=1 << 20, le=1 << 31)
     temp_sweep_grace_seconds: NonNegativeSeconds = DEFAULT_TEMP_SWEEP_GRACE_SECONDS
-    pass_timeout_seconds: PositiveSeconds = DEFAULT_PASS_TIMEOUT
     state_dir: Path | None = None
-    log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
 
     @field_validator("regions")
     @classmethod
@@ -182,21 +205,6 @@ class MirrorConfig(StrictModel):
                 )
         return value
 
-    @field_validator("mirrors_db_url")
-    @classmethod
-    def _db_url(cls, value: SecretStr) -> SecretStr:
-        return SecretStr(normalize_db_url(value.get_secret_value()))
-
-    @field_validator("listen")
-    @classmethod
-    def _listen(cls, value: str) -> str:
-        return check_listen(value)
-
-    @field_validator("access_keys")
-    @classmethod
-    def _unique_keys(cls, value: list[AccessKey]) -> list[AccessKey]:
-        return check_access_keys(value)
-
     @field_validator("region")
     @classmethod
     def _own_region_is_configured(cls, value: str, info: ValidationInfo) -> str:
@@ -206,14 +214,6 @@ class MirrorConfig(StrictModel):
         return value
 
     # -- derived values ---------------------------------------------------------------------------
-
-    @property
-    def listen_host(self) -> str:
-        return self.listen.rpartition(":")[0].strip("[]")
-
-    @property
-    def listen_port(self) -> int:
-        return int(self.listen.rpartition(":")[2])
 
     @property
     def this_region(self) -> RegionConfig:
@@ -236,19 +236,21 @@ class MirrorConfig(StrictModel):
         """The :class:`S3Settings` reaching ``region``'s object store (default: this daemon's region);
         see :meth:`lakefs_core.settings.S3Config.settings` (profile credentials resolve here)."""
         name = self.region if region is None else region
-        return self.region_config(name).object_store.settings(f"regions.{name}.object_store")
+        return self.region_config(name).s3.settings(f"regions.{name}.s3")
 
     def core_settings(self, region: str | None = None) -> CoreSettings:
-        """What :func:`lakefs_core.wiring.open_core` takes to open ``region``'s core."""
+        """What :func:`lakefs_core.wiring.open_core` takes to open ``region``'s core: the region's own
+        settings, the top-level ``temp_sweep_grace_seconds``/``table_max_block_bytes`` where the region
+        sets none, and the shared table cache's size."""
         name = self.region if region is None else region
         conf = self.region_config(name)
-        return CoreSettings(
-            kv_url=conf.kv_url,
-            s3=conf.object_store,
-            table_cache_bytes=max(self.table_cache_bytes, 1 << 20),
-            table_max_block_bytes=self.table_max_block_bytes,
-            temp_sweep_grace_seconds=self.temp_sweep_grace_seconds,
-        )
+        own = conf.model_fields_set
+        values = {k: getattr(conf, k) for k in CoreSettings.model_fields}
+        values["table_cache_bytes"] = max(self.table_cache_bytes, 1 << 20)
+        for key in ("temp_sweep_grace_seconds", "table_max_block_bytes"):
+            if key not in own:
+                values[key] = getattr(self, key)
+        return CoreSettings(**values)
 
 
 # -- loading ----------------------------------------------------------------------------------------

@@ -53,8 +53,8 @@ from lakefs_core.errors import (
     NotFoundError,
     PreconditionFailedError,
 )
-from lakefs_core.lease import Lease
 from lakefs_core.repos.graveler import Commit, Graveler, Repository, StorageNamespace
+from lakefs_core.service.lease import Lease
 from lakefs_mirror.db import MirrorRecord, MirrorsDB, StatusKind, StatusRow
 from lakefs_mirror.gc_apply import apply_source_purges, apply_source_sweeps
 from lakefs_mirror.metrics import MirrorMetrics
@@ -582,7 +582,7 @@ class MirrorEngine:
 
     @staticmethod
     def _extra(ctx: _Ctx, branch: str | None = None) -> dict[str, str]:
-        """The log context fields (lakefs_core.logfmt.CONTEXT_FIELDS) of a mirror's records."""
+        """The log context fields (lakefs_core.service.logfmt.CONTEXT_FIELDS) of a mirror's records."""
         extra = {"mirror": ctx.mirror.name, "repository": ctx.src_repo.id}
         if branch is not None:
             extra["branch"] = branch

@@ -4,22 +4,23 @@ Retention GC runs on the source repository only (it never marks a read-only mirr
 copies objects to the mirror's namespace but never deletes them, so without this the mirror keeps
 every object the source ever swept. :func:`apply_source_sweeps` closes that gap for ONE mirror:
 
-1. Find the source runs to apply: every run directory of the source namespace
-   (``_lakefs/retention/gc/unified/<run>/``) with a ``sweep.json`` (a finished, non-dry-run sweep)
-   that the mirrors database has not recorded for this mirror (``mirror_gc_applied``), oldest first,
-   at most ``max_runs`` per call. Runs that can never be swept (a failed mark, a dry-run mark) are
-   recorded as applied with nothing to do; marks not swept yet are left for a later call. lakeFS's
-   own runs write no ``sweep.json`` and are never applied.
+1. Find the source runs to apply, through GC's published interface
+   (:func:`lakefs_gc.published.finished_runs`, the only GC module the mirror imports): every
+   finished, non-dry-run sweep of the source namespace that the mirrors database has not recorded
+   for this mirror (``mirror_gc_applied``), oldest first, at most ``max_runs`` per call. Runs that
+   can never be swept (a failed mark, a dry-run mark) are recorded as applied with nothing to do;
+   marks not swept yet are left for a later call. lakeFS's own runs are never applied.
 2. The protected set: every object the mirror's own branch and tag heads and every ``mirror_head``
    and ``candidate`` of its status rows reference, read through the SOURCE's tables (a candidate's
    tables may not have reached the mirror yet; the source never sweeps ``_lakefs/``), ranges
    de-duplicated. The source pins these commits, so the protected addresses in a sweep are expected
    to be none: any hit is kept, counted and logged at WARNING.
-3. Delete, per batch of at most 1,000 addresses of the run's ``deleted.text`` (each checked to be a
-   data object: never ``_lakefs/``), the same relative keys in the mirror's namespace, minus the
-   protected set and minus what the source still holds: definite knowledge only. When the sweep
-   rescued nothing, the source holds exactly its failed keys (``sweep/failed.text``); otherwise each
-   address is checked on the source (one HEAD each), since rescued keys are not recorded.
+3. Delete, per batch of at most 1,000 addresses the sweep deleted (each checked by GC to be a data
+   object: never ``_lakefs/``), the same relative keys in the mirror's namespace, minus the protected
+   set and minus what the source still holds: definite knowledge only. When the sweep rescued
+   nothing, the source holds exactly its failed keys (:meth:`~lakefs_gc.published.SweptRun.kept_in_source`);
+   otherwise each address is checked on the source (one HEAD each), since rescued keys are not
+   recorded.
 4. Forget the doomed keys in the presence cache (the one way a positive fact goes stale), keep only
    the protected tables' "validated" facts (an older validated range may reference a swept object),
    and record the run in ``mirror_gc_applied`` once every key was deleted. A run with failed deletes
@@ -35,19 +36,14 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 
 from lakefs_core.block.base import BlockStore
-from lakefs_core.errors import ConflictError, CorruptDataError, NotFoundError
+from lakefs_core.committed.ranges import metarange_range_ids, range_addresses
+from lakefs_core.errors import ConflictError, NotFoundError
 from lakefs_core.repos.graveler import Graveler, Repository, StorageNamespace
-from lakefs_gc.committed import metarange_range_ids, range_addresses
-from lakefs_gc.deleter import read_failed_keys
-from lakefs_gc.layout import RunLayout
-from lakefs_gc.parts import list_parts, ns_relative, read_lines
-from lakefs_gc.reports import read_manifest, read_summary
-from lakefs_gc.runs import SweepDoc, list_run_ids, read_sweep_report
-from lakefs_gc.sweep import KeyDeleter, check_address, store_deleter
+from lakefs_core.service.deleter import KeyDeleter, store_deleter
+from lakefs_gc.published import SweptRun, finished_runs
 from lakefs_mirror.db import MirrorRecord, MirrorsDB
 from lakefs_mirror.presence import PresenceCache, namespace_key
 
@@ -115,40 +111,19 @@ async def _sides(mirror: MirrorRecord, src: Graveler, dst: Graveler) -> _Sides |
     return _Sides(mirror, src, src_ns, src_store, dst, dst_repo, dst_ns, dst_store)
 
 
-async def _runs_to_apply(
-    sides: _Sides, db: MirrorsDB, max_runs: int
-) -> tuple[list[tuple[str, SweepDoc]], list[str]]:
+async def _runs_to_apply(sides: _Sides, db: MirrorsDB, max_runs: int) -> tuple[list[SweptRun], list[str]]:
     """``(swept runs to apply, runs that will never be swept)``, oldest first."""
     applied = await db.gc_applied_runs(sides.mirror.id)
-    store, ns = sides.src_store, sides.src_ns
-    todo: list[tuple[str, SweepDoc]] = []
+    todo: list[SweptRun] = []
     never: list[str] = []
-    for run_id in reversed(await list_run_ids(store, ns)):  # oldest first
-        if run_id in applied:
+    async for run in finished_runs(sides.src_store, sides.src_ns, skip=applied):
+        if run.swept is None:
+            never.append(run.run_id)
             continue
-        layout = RunLayout(ns, run_id)
-        sweep = await read_sweep_report(store, layout.sweep_report)
-        if sweep is not None and not sweep.dry_run:
-            if sweep.mark_id != run_id:
-                raise CorruptDataError(f"sweep.json names mark {sweep.mark_id}", file=layout.sweep_report)
-            todo.append((run_id, sweep))
-        elif await _never_swept(store, layout):
-            never.append(run_id)
+        todo.append(run.swept)
         if len(todo) >= max_runs:
             break
     return todo, never
-
-
-async def _never_swept(store: BlockStore, layout: RunLayout) -> bool:
-    """A failed mark or a dry-run mark: the sweep refuses both, for good."""
-    summary = await read_summary(store, layout.summary)
-    if summary is not None and not summary.success:
-        return True
-    try:
-        manifest = await read_manifest(store, layout.manifest)
-    except NotFoundError:
-        return False  # lakeFS's own run, or one still starting
-    return manifest.mode == "dry-run"
 
 
 async def _protected(sides: _Sides, db: MirrorsDB) -> _Protected:
@@ -180,19 +155,6 @@ async def _metarange_of(sides: _Sides, commit_id: str) -> str:
         return (await sides.dst.get_commit_by_id(sides.mirror.name, commit_id)).metarange_id
 
 
-async def _batches(store: BlockStore, parts: list[str]) -> AsyncIterator[list[str]]:
-    batch: list[str] = []
-    for key in parts:
-        async for lines in read_lines(store, key):
-            for line in lines:
-                batch.append(line)
-                if len(batch) >= BATCH:
-                    yield batch
-                    batch = []
-    if batch:
-        yield batch
-
-
 async def _in_source(sides: _Sides, addresses: list[str]) -> set[str]:
     """The addresses the source namespace still holds (one HEAD each, bounded concurrency)."""
     limit = asyncio.Semaphore(SOURCE_CHECKS)
@@ -213,18 +175,12 @@ class _RunApplier:
     ) -> None:
         self.sides, self.protected, self.deleter, self.presence = sides, protected, deleter, presence
 
-    async def apply(self, run_id: str, sweep: SweepDoc, report: GCApplyReport) -> bool:
-        """Apply run ``run_id``; True when every doomed key was deleted."""
-        sides = self.sides
-        layout = RunLayout(sides.src_ns, run_id)
-        failed_in_source: set[str] | None = None
-        if sweep.rescued == 0:  # then the source holds exactly the keys whose delete failed
-            failed = await read_failed_keys(sides.src_store, layout.failed)
-            failed_in_source = {ns_relative(sides.src_ns, key) for key, _ in failed}
+    async def apply(self, run: SweptRun, report: GCApplyReport) -> bool:
+        """Apply the swept run ``run``; True when every doomed key was deleted."""
+        sides, run_id = self.sides, run.run_id
+        failed_in_source = await run.kept_in_source()  # None: rescued keys exist, check each
         ok = True
-        async for batch in _batches(sides.src_store, await list_parts(sides.src_store, layout.deleted_text)):
-            for address in batch:  # every address checked before any delete of the batch
-                check_address(address, sides.dst_ns)
+        async for batch in run.deleted_batches(BATCH):  # every address checked before it comes
             report.candidates += len(batch)
             guarded = [a for a in batch if a in self.protected.addresses]
             if guarded:
@@ -277,12 +233,12 @@ async def apply_source_sweeps(
         return report
     protected = await _protected(sides, db)
     applier = _RunApplier(sides, protected, deleter or store_deleter(sides.dst_store), presence)
-    for run_id, sweep in todo:
-        if await applier.apply(run_id, sweep, report):
-            await db.set_gc_applied(mirror.id, run_id)
-            report.applied.append(run_id)
+    for run in todo:
+        if await applier.apply(run, report):
+            await db.set_gc_applied(mirror.id, run.run_id)
+            report.applied.append(run.run_id)
         else:
-            report.pending.append(run_id)
+            report.pending.append(run.run_id)
     if report.deleted or report.failed:
         report.tables_dropped = presence.retain_tables(sides.cache_ns, protected.tables)
     log.info(

@@ -41,7 +41,7 @@ from lakefs_core.errors import (
     TransientError,
     UnreachableError,
 )
-from lakefs_core.http.metrics import RegionRegistry
+from lakefs_core.service.http.metrics import RegionRegistry
 
 PREFIX = "lakefs_mirror"
 

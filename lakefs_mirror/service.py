@@ -17,13 +17,14 @@ from pathlib import Path
 
 from aiohttp import web
 
-from lakefs_core.daemon import DaemonLoop
 from lakefs_core.errors import NotFoundError, StartupError
 from lakefs_core.fileperm import make_private_dir
-from lakefs_core.http import serve_api
 from lakefs_core.repos.graveler import Graveler
+from lakefs_core.service.daemon import DaemonLoop
+from lakefs_core.service.http import serve_api
 from lakefs_core.wiring import Core, build_table_cache, open_core
-from lakefs_mirror.api import create_app, store_probe
+from lakefs_mirror.admission import store_probe
+from lakefs_mirror.api import create_app
 from lakefs_mirror.config import MirrorConfig, config_startup_problems
 from lakefs_mirror.db import MirrorsDB
 from lakefs_mirror.engine import EngineSettings, MirrorEngine, PassReport
@@ -85,6 +86,10 @@ class MirrorService:
                 await service.close()
                 raise
         return service
+
+    def record_errors(self, consecutive: int) -> None:
+        """The daemon loop's count of passes failed in a row (``consecutive_errors``)."""
+        self.metrics.consecutive_errors.set(consecutive)
 
     def is_live(self) -> bool:
         """The daemon loop's liveness (true before a loop is attached: start-up is not a hang)."""
@@ -148,7 +153,7 @@ async def _open_cores(config: MirrorConfig) -> list[Core]:
                     settings,
                     table_cache=table_cache,
                     kv_key=f"regions.{name}.kv_url",
-                    s3_key=f"regions.{name}.object_store",
+                    s3_key=f"regions.{name}.s3",
                 )
             )
     except BaseException:

@@ -15,7 +15,7 @@ source namespace's keys to the destination under the same layout, asynchronously
    (its contents are not looked at); present but corrupt (e.g. a truncated copy) -> ``unreadable_tables``;
    present -> its entries are read.
 3. The data objects of the present ranges, read with
-   :func:`lakefs_core.graveler.addresses.iter_range_entries` and classified by
+   :func:`lakefs_core.committed.addresses.iter_range_entries` and classified by
    :meth:`StorageNamespace.relative_of` against the destination namespace (the classification GC
    uses too). Objects inside it (RELATIVE addresses ``data/<slice>/<id>``, the deprecated by-prefix
    type without a scheme, FULL addresses naming a key inside the destination namespace) are required.
@@ -36,7 +36,7 @@ joins it too. The cost of validating a commit therefore tracks its NEW content: 
 objects to a validated parent costs about one GET for the metarange, one per new range, and at most k
 HEADs (fewer with LIST) for the objects.
 
-Table reads go through the destination :class:`~lakefs_core.graveler.tables.TableStore`'s cache; but a
+Table reads go through the destination :class:`~lakefs_core.committed.tables.TableStore`'s cache; but a
 table served by a cache tier (which may be shared with other namespaces: ids name the same bytes
 anywhere) does not prove presence HERE, so unless the presence cache already knows the table is present
 in this namespace, its bytes are fetched from the destination and checked (footer, index, block
@@ -66,12 +66,12 @@ from dataclasses import dataclass, field
 from typing import TypeVar
 
 from lakefs_core.block.base import BlockStore, CommonPrefix, ObjectInfo
+from lakefs_core.committed.addresses import iter_range_entries
+from lakefs_core.committed.metarange import EMPTY_METARANGE_ID, parse_metarange
+from lakefs_core.committed.tables import TableStore, check_table_id
 from lakefs_core.errors import BadInputError, CorruptDataError, NotFoundError
 from lakefs_core.format.records import RangeInfo
 from lakefs_core.format.sstable.reader import TableReader
-from lakefs_core.graveler.addresses import iter_range_entries
-from lakefs_core.graveler.metarange import EMPTY_METARANGE_ID, parse_metarange
-from lakefs_core.graveler.tables import TableStore, check_table_id
 from lakefs_core.offloop import run_cpu, run_process
 from lakefs_core.repos.graveler import StorageNamespace, table_name
 from lakefs_mirror.presence import PresenceCache, namespace_key

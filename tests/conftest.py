@@ -44,7 +44,7 @@ SLOW_FILES_FIRST = (
     "tests/gc/test_mark_spark.py",
     "tests/gc/test_import_spark.py",
     "tests/cli/test_scenario.py",
-    "tests/gc/test_deleter.py",
+    "tests/service/test_deleter.py",
     "tests/mirror/test_crash.py",
     "tests/gc/test_spark_submit.py",
     "tests/cli/test_fs_bulk.py",

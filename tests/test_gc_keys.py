@@ -11,7 +11,6 @@ from hypothesis import strategies as st
 from lakefs_core.errors import BadInputError
 from lakefs_core.keys import (
     SLICE_MAX_SEQ,
-    StorageNamespace,
     check_run_id,
     new_object_id,
     new_run_id,
@@ -19,6 +18,7 @@ from lakefs_core.keys import (
     object_id_time,
     slice_hour,
 )
+from lakefs_core.namespace import StorageNamespace
 
 WHEN = st.datetimes(
     min_value=datetime(1971, 1, 1), max_value=datetime(3999, 12, 31, 22), timezones=st.just(UTC)

@@ -13,8 +13,8 @@ from lakefs_core.block.memory import MemoryBlockStore
 from lakefs_core.block.s3 import S3BlockStore
 from lakefs_core.block.s3_settings import S3Settings
 from lakefs_core.errors import BadInputError, LakeFSError
-from lakefs_core.keys import StorageNamespace
 from lakefs_core.kv import open_kv
+from lakefs_core.namespace import StorageNamespace
 from lakefs_core.refs.model import validate_branch_id, validate_repo_id, validate_tag_id
 from lakefs_core.repos.refexpr import parse_ref
 from lakefs_mirror.config import load_mirror_config
@@ -105,8 +105,8 @@ async def test_kv_url_scheme_with_newline_is_malformed() -> None:
     ("key", "value"),
     [
         ("LAKEFS_MIRROR__LISTEN", "127.0.0.1:\u0668\u0660\u0668\u0660"),
-        ("LAKEFS_MIRROR__REGIONS__A__OBJECT_STORE__ENDPOINT_URL", "http://h\u00f3st:9000"),
-        ("LAKEFS_MIRROR__REGIONS__A__OBJECT_STORE__ENDPOINT_URL", "http://host:9000/\u00e9"),
+        ("LAKEFS_MIRROR__REGIONS__A__S3__ENDPOINT_URL", "http://h\u00f3st:9000"),
+        ("LAKEFS_MIRROR__REGIONS__A__S3__ENDPOINT_URL", "http://host:9000/\u00e9"),
     ],
 )
 def test_mirror_config_ascii_only(key: str, value: str) -> None:

@@ -19,7 +19,6 @@ from lakefs_core.keys import (
     SLICE_MAX_SEQ,
     AddressType,
     SliceAllocator,
-    StorageNamespace,
     encode_object_ids,
     new_object_id,
     new_object_ids,
@@ -28,6 +27,7 @@ from lakefs_core.keys import (
     random_first_seq,
     relative_address,
 )
+from lakefs_core.namespace import StorageNamespace
 
 TABLE_ID = "a" * 64
 B32HEX = re.compile(r"^[0-9a-v]+$")

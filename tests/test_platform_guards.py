@@ -1,9 +1,9 @@
 """Guards of the shared daemon platform that mutation testing found unwatched.
 
 Each test pins one rule a daemon relies on, at its boundary: the jittered backoff's bounds
-(:class:`~lakefs_core.daemon.DaemonLoop`), the liveness window and its grace (injected clock),
-the request-body size limit of :func:`~lakefs_core.http.build_app` (real sockets on 127.0.0.1,
-the demo daemon of ``tests/http/test_app.py``), and the per-process pools of
+(:class:`~lakefs_core.service.daemon.DaemonLoop`), the liveness window and its grace (injected clock),
+the request-body size limit of :func:`~lakefs_core.service.http.build_app` (real sockets on 127.0.0.1,
+the demo daemon of ``tests/service/http/test_app.py``), and the per-process pools of
 :mod:`lakefs_core.offloop`.
 """
 
@@ -21,13 +21,13 @@ from types import SimpleNamespace
 
 import pytest
 
-from lakefs_core import daemon as daemon_mod
 from lakefs_core import offloop
-from lakefs_core.daemon import IDLE_BEAT_SECONDS, DaemonLoop
 from lakefs_core.errors import NotFoundError
-from lakefs_core.http import MAX_BODY_BYTES
-from tests.http.test_app import AUTH, RAISE, demo
+from lakefs_core.service import daemon as daemon_mod
+from lakefs_core.service.daemon import IDLE_BEAT_SECONDS, DaemonLoop
+from lakefs_core.service.http import MAX_BODY_BYTES
 from tests.mirror.test_hostile_http import _request, exchange
+from tests.service.http.test_app import AUTH, RAISE, demo
 
 
 async def _nothing() -> None:

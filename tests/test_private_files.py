@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from lakefs_core.graveler.tables import DiskCache
+from lakefs_core.committed.tables import DiskCache
 from lakefs_core.kv.sqlite import SQLiteKVStore
 from lakefs_mirror.config import load_mirror_config
 from lakefs_mirror.db import MirrorsDB

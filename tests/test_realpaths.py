@@ -19,7 +19,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from lakefs_core.errors import BadInputError
-from lakefs_core.keys import StorageNamespace, given_local_path
+from lakefs_core.namespace import StorageNamespace, given_local_path
 from lakefs_core.realpaths import MAX_SYMLINKS, real_location, resolve_path
 
 NAMES = ("a", "b", "c")

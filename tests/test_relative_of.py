@@ -1,5 +1,5 @@
 """One address classification (StorageNamespace.relative_of) and one range-address reader
-(lakefs_core.graveler.addresses), shared by mirror validation and GC.
+(lakefs_core.committed.addresses), shared by mirror validation and GC.
 
 Property tests (hypothesis) over namespaces of every scheme and relative paths: a relative address
 and the full address of the same object classify alike; objects of other stores, of sibling or
@@ -16,6 +16,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from lakefs_core.block.local import LocalBlockStore
+from lakefs_core.committed import iter_range_addresses, metarange_ranges, read_table
+from lakefs_core.committed.addresses import iter_range_entries
+from lakefs_core.committed.writer import METARANGES, RANGES, RangeBuilder, build_metarange
 from lakefs_core.errors import BadInputError, CorruptDataError, NotFoundError
 from lakefs_core.format.records import (
     ADDRESS_FULL,
@@ -26,10 +29,8 @@ from lakefs_core.format.records import (
     metarange_record,
 )
 from lakefs_core.format.sstable.reader import TableReader
-from lakefs_core.graveler import iter_range_addresses, metarange_ranges, read_table
-from lakefs_core.graveler.addresses import iter_range_entries
-from lakefs_core.graveler.writer import METARANGES, RANGES, RangeBuilder, build_metarange
-from lakefs_core.keys import AddressType, StorageNamespace, table_name
+from lakefs_core.keys import AddressType, table_name
+from lakefs_core.namespace import StorageNamespace
 
 SEGMENT = st.text(alphabet="abcdefghijklmnopqrstuvwxyz0123456789-_.", min_size=1, max_size=8).filter(
     lambda s: s not in (".", "..")

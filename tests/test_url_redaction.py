@@ -92,14 +92,14 @@ def test_s3_endpoint_with_credentials_is_refused_without_repeating_them(password
     env = {
         "LAKEFS_MIRROR__REGION": "us-east-1",
         "LAKEFS_MIRROR__REGIONS__US-EAST-1__KV_URL": "memory://",
-        "LAKEFS_MIRROR__REGIONS__US-EAST-1__OBJECT_STORE__ENDPOINT_URL": f"http://minio:{password}@s3.local:9000",
+        "LAKEFS_MIRROR__REGIONS__US-EAST-1__S3__ENDPOINT_URL": f"http://minio:{password}@s3.local:9000",
         "LAKEFS_MIRROR__MIRRORS_DB_URL": "sqlite:////tmp/unused-mirrors.sqlite3",
         "LAKEFS_MIRROR__ACCESS_KEYS__0__ACCESS_KEY_ID": "AKIAREDACT",
         "LAKEFS_MIRROR__ACCESS_KEYS__0__SECRET_ACCESS_KEY": "redact-secret-1",
     }
     with pytest.raises(BadInputError) as info:
         load_mirror_config(None, env)
-    assert info.value.field == "regions.us-east-1.object_store.endpoint_url"
+    assert info.value.field == "regions.us-east-1.s3.endpoint_url"
     assert_hidden(str(info.value), password)
 
 

@@ -39,7 +39,7 @@ Contract every driver honours (checked by ``tests/block/test_contract.py``):
   PER KEY in a :class:`DeleteResult` instead of raising for a key: a missing key counts as deleted (S3
   semantics), a key that could not be deleted is in ``failed`` with a code and whether retrying may
   help. The driver never sleeps and never retries here (one ``DeleteObjects`` request on S3): the
-  caller paces and retries (``lakefs_gc.deleter``). A backend asking to slow down sets ``throttled``
+  caller paces and retries (``lakefs_core.service.deleter``). A backend asking to slow down sets ``throttled``
   (every key then failed, transient) and ``retry_after`` when it said how long to wait. ``if_match``
   maps keys to ETags: such a key is deleted only while its ETag matches (``PreconditionFailed``
   otherwise; not atomic on the local driver). Bad input (over 1,000 keys, a bad key) raises

@@ -6,8 +6,9 @@ import click
 
 from lakefs_core.cli.context import Session, run_session
 from lakefs_core.cli.output import commit_doc, emit, json_option, print_commit_summary, ref_doc, table
-from lakefs_core.cli.uri import BRANCH_URI, REF_URI, REPO_URI, SCHEME, Kind, LakeFSURI, parse_uri, same_repo
 from lakefs_core.refs.model import Branch, Commit
+from lakefs_core.repos.uri import SCHEME, Kind, LakeFSURI, parse_uri, same_repo
+from lakefs_core.service.cli import BRANCH_URI, REF_URI, REPO_URI
 
 
 @click.group()

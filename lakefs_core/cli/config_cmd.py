@@ -13,15 +13,15 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Mapping
-from pathlib import Path
 from typing import Any
 
 import click
 
-from lakefs_core.cli.context import ENV_PREFIX, CoreConfig, default_kv_url, user_config_file
 from lakefs_core.cli.state import app_state
-from lakefs_core.config import ConfigReport, Problem, display, format_problems, inspect_config
+from lakefs_core.config import Problem, display, inspect_config
+from lakefs_core.coreconfig import ENV_PREFIX, CoreConfig, default_kv_url, user_config_file
 from lakefs_core.redact import redact_url
+from lakefs_core.service.cli import echo_problems
 from lakefs_core.settings import path_problems
 
 
@@ -31,17 +31,6 @@ def environment_problems(data: Mapping[str, Any]) -> list[Problem]:
     # unset: the embedded default, whose directory is created
     urls = [("kv_url", url)] if isinstance(url, str) and url else []
     return path_problems(urls, [("cache_dir", data.get("cache_dir"))])
-
-
-def echo_problems(report: ConfigReport, prog: str, path: Path | None) -> None:
-    """Every problem of ``report`` on stderr, one per line, and exit with its code (nothing when
-    there is none). Shared by every ``check-config`` command."""
-    problems = report.problems + report.startup_problems
-    if problems:
-        where = f" in {path}" if path is not None else ""
-        click.echo(f"{prog}: {len(problems)} configuration problem(s){where}:", err=True)
-        click.echo(format_problems(problems), err=True)
-        raise click.exceptions.Exit(report.exit_code)
 
 
 @click.command("check-config")

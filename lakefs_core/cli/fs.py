@@ -40,9 +40,10 @@ from lakefs_core.cli.output import (
     printable,
     wants_json,
 )
-from lakefs_core.cli.uri import PATH_URI, PREFIX_URI, LakeFSURI
 from lakefs_core.errors import BadInputError, LakeFSError, NotFoundError, undecodable_shown
 from lakefs_core.repos.staging_writes import MAX_PATH_BYTES
+from lakefs_core.repos.uri import LakeFSURI
+from lakefs_core.service.cli import PATH_URI, PREFIX_URI
 
 if TYPE_CHECKING:
     from lakefs_core.repos.objects import ObjectStat

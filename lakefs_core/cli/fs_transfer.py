@@ -47,8 +47,8 @@ from typing import IO, TYPE_CHECKING, Any, TypeVar
 
 from lakefs_core.aio import bounded_each
 from lakefs_core.cli.context import Session, local_path_error
-from lakefs_core.cli.uri import LakeFSURI
 from lakefs_core.errors import BadInputError, LakeFSError, NotFoundError
+from lakefs_core.repos.uri import LakeFSURI
 
 if TYPE_CHECKING:
     from tqdm import tqdm

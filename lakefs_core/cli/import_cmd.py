@@ -8,7 +8,7 @@ address (nothing is copied), written straight into ranges and committed as ONE c
 what was under ``path/`` is replaced, the rest of the branch kept, staged changes stay staged. A
 ``--to`` without a path would replace the whole branch: that needs ``--whole-branch``. Small
 imports run in this process; ``--spark`` runs the range building on PySpark (``local[*]`` by
-default; a cluster through the ``core-import`` job of ``lakefs_gc.spark``, which needs the ``spark``
+default; a cluster through the ``core-import`` job of ``lakefs_core.compute``, which needs the ``spark``
 extra). A killed import leaves no commit; run it again. The source may be ``s3://bucket/prefix``,
 ``local:///dir`` or an absolute directory path; a local one is imported from (recorded at, and
 addressed by the entries at) its real path, which the output shows.
@@ -22,8 +22,9 @@ import click
 
 from lakefs_core.cli.context import Session, run_session
 from lakefs_core.cli.output import emit, json_option
-from lakefs_core.cli.uri import PREFIX_URI, LakeFSURI
 from lakefs_core.errors import BadInputError
+from lakefs_core.repos.uri import LakeFSURI
+from lakefs_core.service.cli import PREFIX_URI
 
 
 @click.command("import")
@@ -70,8 +71,8 @@ def import_cmd(
                 dest.repo, dest.ref, dest.path, source, committer=s.committer, message=message
             )
             return {"executor": "in-process", **result.to_json()}
-        from lakefs_gc.spark.executor import SparkExecutor
-        from lakefs_gc.spark.import_job import import_with_executor
+        from lakefs_core.compute.executor import SparkExecutor
+        from lakefs_core.compute.import_job import import_with_executor
 
         executor = SparkExecutor(master=master)
         try:

@@ -20,7 +20,7 @@ import click
 from lakefs_core.cli.state import app_state
 
 if TYPE_CHECKING:
-    from lakefs_core.graveler.model import DiffRecord
+    from lakefs_core.committed.model import DiffRecord
     from lakefs_core.refs.model import Commit, Repository
     from lakefs_core.repos.objects import ObjectStat
 

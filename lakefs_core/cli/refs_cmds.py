@@ -16,9 +16,10 @@ from lakefs_core.cli.output import (
     ref_doc,
     table,
 )
-from lakefs_core.cli.uri import BRANCH_URI, REF_URI, REPO_URI, TAG_URI, Kind, LakeFSURI, parse_uri, same_repo
 from lakefs_core.errors import BadInputError
 from lakefs_core.refs.model import Commit, Tag
+from lakefs_core.repos.uri import Kind, LakeFSURI, parse_uri, same_repo
+from lakefs_core.service.cli import BRANCH_URI, REF_URI, REPO_URI, TAG_URI
 
 _DIFF_SIGN = {"added": "+ added", "removed": "- removed", "changed": "~ changed"}
 
@@ -144,7 +145,7 @@ def merge_cmd(
     meta: tuple[str, ...],
 ) -> None:
     """Merge a source ref into a destination branch."""
-    from lakefs_core.graveler.model import MergeStrategy
+    from lakefs_core.committed.model import MergeStrategy
 
     same_repo(source, destination, "DESTINATION")
     metadata = parse_meta(meta)

@@ -6,8 +6,9 @@ import click
 
 from lakefs_core.cli.context import Session, run_session
 from lakefs_core.cli.output import emit, fmt_time, json_option, repo_doc, table
-from lakefs_core.cli.uri import REPO_URI, LakeFSURI
 from lakefs_core.refs.model import Repository
+from lakefs_core.repos.uri import LakeFSURI
+from lakefs_core.service.cli import REPO_URI
 
 
 @click.group()

@@ -29,6 +29,7 @@ import click
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from lakefs_core.cli.context import local_path_error
+from lakefs_core.committed.writer import METARANGES, RANGES, MetaRangeWriter
 from lakefs_core.errors import BadInputError
 from lakefs_core.format.ids import DERIVED_TABLE_PROPS, table_id
 from lakefs_core.format.proto import catalog_pb2
@@ -43,7 +44,6 @@ from lakefs_core.format.records import (
     make_entry,
 )
 from lakefs_core.format.sstable.reader import TableReader
-from lakefs_core.graveler.writer import METARANGES, RANGES, MetaRangeWriter
 
 
 @click.group()

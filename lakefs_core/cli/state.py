@@ -1,26 +1,22 @@
 """The global options of ``lakefs-core`` (``ctx.obj``), importable without the configuration schema.
 
-Kept apart from :mod:`.context` so that the command group itself (``--version``, ``--help``) does
-not import pydantic, PyYAML, asyncio and the settings: the configuration is loaded by the first
-command that asks for it (:meth:`AppState.config`).
+Kept apart from :mod:`.context` and :mod:`lakefs_core.coreconfig` so that the command group itself
+(``--version``, ``--help``) does not import pydantic, PyYAML, asyncio and the settings: the
+configuration is loaded by the first command that asks for it (:meth:`AppState.config`).
 """
 
 from __future__ import annotations
 
-import errno
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import click
 
-from lakefs_core.errors import StorageFullError
-
 if TYPE_CHECKING:
-    from lakefs_core.cli.context import CoreConfig
+    from lakefs_core.coreconfig import CoreConfig
 
 CONFIG_ENV = "LAKEFS_CORE_CONFIG"
-DEBUG_ENV = "LAKEFS_CORE_DEBUG"  # set: an unexpected error raises with its traceback (every CLI)
 
 
 @dataclass
@@ -33,7 +29,7 @@ class AppState:
 
     def config(self) -> CoreConfig:
         if self._config is None:
-            from lakefs_core.cli.context import load_core_config
+            from lakefs_core.coreconfig import load_core_config
 
             self._config = load_core_config(self.config_path)
         return self._config
@@ -45,12 +41,3 @@ def app_state() -> AppState:
     if state is None:
         state = ctx.ensure_object(AppState)
     return state
-
-
-def out_of_space(e: OSError) -> StorageFullError | None:
-    """The error for an out-of-space ``OSError`` no command mapped to a path of its own: writing
-    standard output (``fs cat > /dev/full``, a full disk under a redirect); ``None`` for others.
-    Commands name their local files themselves (``local_path_error``)."""
-    if e.errno not in (errno.ENOSPC, errno.EDQUOT):
-        return None
-    return StorageFullError(f"cannot write the output: {e.strerror or 'no space left'}")

@@ -103,7 +103,7 @@ class ValueRecord(NamedTuple):
 def pure_record_from_sst(key: bytes, value: bytes, file: str | None = None, base: int = 0) -> ValueRecord:
     """``ValueRecord.from_sst(key, value, file=file, base=base)`` with positional arguments: the
     pure-Python twin of the compiled ``record_from_sst`` that metaranges read records with
-    (:mod:`lakefs_core.graveler.metarange`), and what it calls for any value off its fast path."""
+    (:mod:`lakefs_core.committed.metarange`), and what it calls for any value off its fast path."""
     identity, data = decode_envelope(value, file=file, base=base)
     return ValueRecord(key, identity, data)
 

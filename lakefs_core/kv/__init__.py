@@ -22,14 +22,10 @@ from urllib.parse import parse_qsl, urlsplit
 
 from lakefs_core.errors import BadInputError
 from lakefs_core.kv.base import Expect, KVEntry, KVItem, KVStore
+from lakefs_core.kv.schemes import _SQLITE_SCHEMES, PG_SCHEMES
 
-__all__ = ["Expect", "KVEntry", "KVItem", "KVStore", "open_kv"]
+__all__ = ["PG_SCHEMES", "Expect", "KVEntry", "KVItem", "KVStore", "open_kv"]
 
-# lakefs_core.sqlite_files.SQLITE_SCHEMES (a test checks they agree), not imported from there: that
-# would load sqlite3 into every process that opens a PostgreSQL or DynamoDB store (~6 ms)
-_SQLITE_SCHEMES = frozenset({"sqlite", "sqlite+aiosqlite"})
-# every PostgreSQL URL scheme accepted, by open_kv, the PostgreSQL KV store and the SQLAlchemy engines
-PG_SCHEMES = frozenset({"postgresql", "postgres", "postgresql+asyncpg", "postgres+asyncpg"})
 _DYNAMO_PARAMS = frozenset({"region", "endpoint"})
 _SCHEME_RE = re.compile(r"[a-z][a-z0-9+.-]*")
 

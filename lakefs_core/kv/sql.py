@@ -74,7 +74,7 @@ from lakefs_core.errors import (
     TransientError,
     UnreachableError,
 )
-from lakefs_core.kv import _SQLITE_SCHEMES, PG_SCHEMES, pg_copy
+from lakefs_core.kv import pg_copy
 from lakefs_core.kv._common import (
     TransactionalBatches,
     as_bytes,
@@ -87,6 +87,7 @@ from lakefs_core.kv._common import (
     precondition_message,
 )
 from lakefs_core.kv.base import Expect, KVEntry, KVExpectation, KVItem
+from lakefs_core.kv.schemes import _SQLITE_SCHEMES, PG_SCHEMES
 from lakefs_core.redact import quote_sql_userinfo, redact_url
 
 T = TypeVar("T")

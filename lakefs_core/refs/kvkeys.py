@@ -10,7 +10,7 @@
 | token awaiting async drop | ``cleanup-tokens`` | ``<staging token>`` |
 | storage namespace claim (ours) | ``lakefs-open-namespaces`` | canonical namespace |
 | import source (ours) | ``lakefs-open-import-sources`` | ``<canonical source> NUL <repo>`` |
-| lease (ours, :mod:`lakefs_core.lease`) | ``lakefs-open-leases`` | ``<lease name>`` |
+| lease (ours, :mod:`lakefs_core.service.lease`) | ``lakefs-open-leases`` | ``<lease name>`` |
 | GC settings of a repository (ours) | ``<repo>-<instance_uid>`` | ``gc-settings`` |
 | upload intent (ours, hard-delete journal) | ``<repo>-<instance_uid>`` | ``gc-intents/<address>`` |
 | token consumed by a commit (ours) | ``<repo>-<uid>`` | ``gc-consumed/<branch>/<token>/<commit>`` |
@@ -40,7 +40,7 @@ segments, so they never hold ``/`` (:func:`auth_segment`).
 
 The namespace claims are this project's addition, not lakeFS records (lakeFS ignores the partition;
 its name cannot be a repository partition, whose suffix is a hex instance uid). The key is the
-namespace's canonical form (:attr:`lakefs_core.keys.StorageNamespace.canonical`: ``s3://b/a/`` with one
+namespace's canonical form (:attr:`lakefs_core.namespace.StorageNamespace.canonical`: ``s3://b/a/`` with one
 trailing ``/``), so every namespace nested in ``N`` sorts in the key range starting at ``N``'s key and
 a prefix scan finds them; the value (:mod:`lakefs_core.refs.store`) names the owning repository.
 An import source record is keyed the same way (its canonical form, then NUL, then the importing

@@ -11,9 +11,9 @@ from __future__ import annotations
 import heapq
 from collections.abc import AsyncIterator, Sequence
 
+from lakefs_core.committed.model import Change
 from lakefs_core.errors import NotFoundError
 from lakefs_core.format.records import ValueRecord, decode_staged_entry, encode_staged_entry
-from lakefs_core.graveler.model import Change
 from lakefs_core.kv.base import KVStore
 from lakefs_core.refs import kvkeys
 

@@ -17,14 +17,11 @@ For daemons (the mirror now, GC next) that move refs on behalf of the system rat
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import TYPE_CHECKING
 
 from lakefs_core.errors import ConflictError, CorruptDataError, PreconditionFailedError, TooManyRetriesError
 from lakefs_core.refs import kvkeys
 from lakefs_core.refs.model import Branch, Commit, Tag, validate_branch_id, validate_tag_id
-
-if TYPE_CHECKING:
-    from lakefs_core.repos.graveler import Graveler
+from lakefs_core.repos.context import RepoContext
 
 
 def _moved(kind: str, name: str, expected: str | None, actual: str | None) -> PreconditionFailedError:
@@ -34,27 +31,27 @@ def _moved(kind: str, name: str, expected: str | None, actual: str | None) -> Pr
 
 
 async def set_branch_head_if(
-    g: Graveler, repo_id: str, branch: str, expected: str | None, new_commit: str, *, force: bool
+    ctx: RepoContext, repo_id: str, branch: str, expected: str | None, new_commit: str, *, force: bool
 ) -> Branch:
-    repo = await g.repository(repo_id)
-    g.writable(repo, force)
+    repo = await ctx.repository(repo_id)
+    ctx.writable(repo, force)
     validate_branch_id(branch)
-    await g.refs.get_commit(repo, new_commit)  # NotFoundError: never point at a missing commit
+    await ctx.refs.get_commit(repo, new_commit)  # NotFoundError: never point at a missing commit
     if expected is None:
         created = Branch(branch, new_commit, kvkeys.new_staging_token(repo.id, branch))
         try:
-            await g.refs.create_branch(repo, created)
+            await ctx.refs.create_branch(repo, created)
         except ConflictError as e:  # it exists
-            current, _ = await g.refs.get_branch(repo, branch)
+            current, _ = await ctx.refs.get_branch(repo, branch)
             raise _moved("branch", branch, None, current.commit_id) from e
         return created
-    for _ in range(g.settings.write_attempts):
-        current, raw = await g.refs.get_branch(repo, branch)
+    for _ in range(ctx.settings.write_attempts):
+        current, raw = await ctx.refs.get_branch(repo, branch)
         if current.commit_id != expected:
             raise _moved("branch", branch, expected, current.commit_id)
         moved = replace(current, commit_id=new_commit)
         try:
-            await g.refs.cas_branch(repo, moved, raw)
+            await ctx.refs.cas_branch(repo, moved, raw)
         except PreconditionFailedError:
             continue  # the record changed: re-read (only a staging-token rotation keeps the head)
         return moved
@@ -62,40 +59,40 @@ async def set_branch_head_if(
 
 
 async def set_tag_if(
-    g: Graveler, repo_id: str, tag: str, expected: str | None, commit_id: str, *, force: bool
+    ctx: RepoContext, repo_id: str, tag: str, expected: str | None, commit_id: str, *, force: bool
 ) -> Tag:
-    repo = await g.repository(repo_id)
-    g.writable(repo, force)
+    repo = await ctx.repository(repo_id)
+    ctx.writable(repo, force)
     validate_tag_id(tag)
-    await g.refs.get_commit(repo, commit_id)
+    await ctx.refs.get_commit(repo, commit_id)
     record = Tag(tag, commit_id)
     if expected is None:
         try:
-            await g.refs.create_tag(repo, record)
+            await ctx.refs.create_tag(repo, record)
         except ConflictError as e:  # it exists
-            current = await g.refs.get_tag(repo, tag)
+            current = await ctx.refs.get_tag(repo, tag)
             raise _moved("tag", tag, None, current.commit_id) from e
         return record
-    current, raw = await g.refs.get_tag_raw(repo, tag)
+    current, raw = await ctx.refs.get_tag_raw(repo, tag)
     if current.commit_id != expected:
         raise _moved("tag", tag, expected, current.commit_id)
-    await g.refs.cas_tag(repo, record, raw)  # PreconditionFailedError: it moved meanwhile
+    await ctx.refs.cas_tag(repo, record, raw)  # PreconditionFailedError: it moved meanwhile
     return record
 
 
-async def put_commit(g: Graveler, repo_id: str, commit: Commit, *, force: bool) -> None:
-    repo = await g.repository(repo_id)
-    g.writable(repo, force)
+async def put_commit(ctx: RepoContext, repo_id: str, commit: Commit, *, force: bool) -> None:
+    repo = await ctx.repository(repo_id)
+    ctx.writable(repo, force)
     if commit.computed_id() != commit.id:
         raise CorruptDataError(f"commit {commit.id} does not hash to its id; refusing to store it")
-    await g.refs.put_commit(repo, commit)
+    await ctx.refs.put_commit(repo, commit)
 
 
-async def is_descendant(g: Graveler, repo_id: str, commit_id: str, ancestor_id: str) -> bool:
+async def is_descendant(ctx: RepoContext, repo_id: str, commit_id: str, ancestor_id: str) -> bool:
     """True iff ``ancestor_id`` is ``commit_id`` or one of its ancestors (both must exist)."""
-    repo = await g.repository(repo_id)
-    ancestor = await g.refs.get_commit(repo, ancestor_id)
-    stack, seen = [await g.refs.get_commit(repo, commit_id)], set()
+    repo = await ctx.repository(repo_id)
+    ancestor = await ctx.refs.get_commit(repo, ancestor_id)
+    stack, seen = [await ctx.refs.get_commit(repo, commit_id)], set()
     while stack:
         commit = stack.pop()
         if commit.id == ancestor_id:
@@ -105,5 +102,5 @@ async def is_descendant(g: Graveler, repo_id: str, commit_id: str, ancestor_id: 
             continue
         seen.add(commit.id)
         for parent in commit.parents:
-            stack.append(await g.refs.get_commit(repo, parent))
+            stack.append(await ctx.refs.get_commit(repo, parent))
     return False

@@ -31,8 +31,11 @@ from __future__ import annotations
 import heapq
 from collections.abc import Mapping
 from dataclasses import replace
-from typing import TYPE_CHECKING
 
+from lakefs_core.committed.apply import apply_changes
+from lakefs_core.committed.merge import merge as merge_metaranges
+from lakefs_core.committed.metarange import MetaRange
+from lakefs_core.committed.model import MergeStrategy
 from lakefs_core.errors import (
     BadInputError,
     ConflictError,
@@ -40,39 +43,33 @@ from lakefs_core.errors import (
     PreconditionFailedError,
     encode_utf8,
 )
-from lakefs_core.graveler.apply import apply_changes
-from lakefs_core.graveler.merge import merge as merge_metaranges
-from lakefs_core.graveler.metarange import MetaRange
-from lakefs_core.graveler.model import MergeStrategy
 from lakefs_core.refs import kvkeys
 from lakefs_core.refs.model import Branch, Commit, Repository
 from lakefs_core.refs.staging import merged_changes
-from lakefs_core.repos.journal import Journal
+from lakefs_core.repos.context import RepoContext
+from lakefs_core.repos.journal import Journal, journal_enabled
 from lakefs_core.repos.retry import cas_retrying, exhausted_as
-
-if TYPE_CHECKING:
-    from lakefs_core.repos.graveler import Graveler
 
 MERGE_STRATEGY_KEY = ".lakefs.merge.strategy"
 
 
-async def _rotate(g: Graveler, repo: Repository, branch_id: str) -> tuple[Branch, bytes, frozenset[str]]:
+async def _rotate(ctx: RepoContext, repo: Repository, branch_id: str) -> tuple[Branch, bytes, frozenset[str]]:
     with exhausted_as(f"branch {branch_id!r} kept changing while sealing its staging token"):
-        async for attempt in cas_retrying(g.settings):
+        async for attempt in cas_retrying(ctx.settings):
             with attempt:
-                branch, raw = await g.refs.get_branch(repo, branch_id)
+                branch, raw = await ctx.refs.get_branch(repo, branch_id)
                 sealed = (branch.staging_token, *branch.sealed_tokens)
                 rotated = replace(
                     branch,
                     staging_token=kvkeys.new_staging_token(repo.id, branch_id),
                     sealed_tokens=sealed,
                 )
-                raw = await g.refs.cas_branch(repo, rotated, raw)
+                raw = await ctx.refs.cas_branch(repo, rotated, raw)
     return rotated, raw, frozenset(sealed)
 
 
 async def _build_commit(
-    g: Graveler,
+    ctx: RepoContext,
     repo: Repository,
     parent_id: str,
     tokens: tuple[str, ...],
@@ -82,25 +79,25 @@ async def _build_commit(
     metadata: Mapping[str, str],
     allow_empty: bool,
 ) -> Commit:
-    parent = await g.refs.get_commit(repo, parent_id)
-    base = await g.metarange(repo, parent.metarange_id)
+    parent = await ctx.refs.get_commit(repo, parent_id)
+    base = await ctx.metarange(repo, parent.metarange_id)
     result = await apply_changes(
         base.tables,
         base,
-        merged_changes(g.staging, tokens),
-        policy=g.settings.split_policy,
+        merged_changes(ctx.staging, tokens),
+        policy=ctx.settings.split_policy,
         allow_empty=allow_empty,
     )
     commit = Commit.create(
         committer=committer,
         message=message,
         metarange_id=result.metarange_id,
-        creation_date=g.clock(),
+        creation_date=ctx.clock(),
         metadata=metadata,
         parents=(parent.id,),
         generation=parent.generation + 1,
     )
-    await g.refs.put_commit(repo, commit)
+    await ctx.refs.put_commit(repo, commit)
     return commit
 
 
@@ -117,7 +114,7 @@ def check_commit_text(committer: str, message: str | None, metadata: Mapping[str
 
 
 async def commit(
-    g: Graveler,
+    ctx: RepoContext,
     repo_id: str,
     branch_id: str,
     *,
@@ -130,16 +127,16 @@ async def commit(
     if not message:
         raise BadInputError("a commit needs a message", field="message")
     check_commit_text(committer, message, metadata)
-    repo = await g.repository(repo_id)
-    g.writable(repo, force)
-    current, _ = await g.refs.get_branch(repo, branch_id)
-    if not allow_empty and not await g.has_uncommitted(repo, current):
+    repo = await ctx.repository(repo_id)
+    ctx.writable(repo, force)
+    current, _ = await ctx.refs.get_branch(repo, branch_id)
+    if not allow_empty and not await ctx.has_uncommitted(repo, current):
         raise NoChangesError(f"branch {branch_id!r} has no uncommitted changes")
-    branch, raw, owned = await _rotate(g, repo, branch_id)
+    branch, raw, owned = await _rotate(ctx, repo, branch_id)
     sealed_on = branch.commit_id
     built: tuple[tuple[str, tuple[str, ...]], Commit | None] | None = None
     recorded: set[tuple[str, tuple[str, ...]]] = set()
-    attempts = cas_retrying(g.settings)
+    attempts = cas_retrying(ctx.settings)
     with exhausted_as(f"branch {branch_id!r}: too many concurrent commits"):
         async for attempt in attempts:
             with attempt:
@@ -148,12 +145,12 @@ async def commit(
                     if branch.commit_id == sealed_on:  # unsealed as no-ops by a concurrent commit
                         raise NoChangesError(f"branch {branch_id!r} has no effective uncommitted changes")
                     # A concurrent commit published our tokens: our writes are in it.
-                    return await g.refs.get_commit(repo, branch.commit_id)
+                    return await ctx.refs.get_commit(repo, branch.commit_id)
                 if built is None or built[0] != (branch.commit_id, mine):
                     made: Commit | None
                     try:
                         made = await _build_commit(
-                            g,
+                            ctx,
                             repo,
                             branch.commit_id,
                             mine,
@@ -171,7 +168,7 @@ async def commit(
                 new_commit = built[1]
                 target = new_commit.id if new_commit is not None else branch.commit_id
                 if (target, mine) not in recorded:
-                    await _record_consumed(g, repo, branch_id, mine, target)
+                    await _record_consumed(ctx, repo, branch_id, mine, target)
                     recorded.add((target, mine))
                 rest = tuple(t for t in branch.sealed_tokens if t not in owned)
                 try:
@@ -179,26 +176,26 @@ async def commit(
                         published = replace(branch, sealed_tokens=rest)
                     else:
                         published = replace(branch, commit_id=new_commit.id, sealed_tokens=rest)
-                    await g.refs.cas_branch(repo, published, raw)
+                    await ctx.refs.cas_branch(repo, published, raw)
                 except PreconditionFailedError:
-                    branch, raw = await g.refs.get_branch(repo, branch_id)
+                    branch, raw = await ctx.refs.get_branch(repo, branch_id)
                     raise
-    await g.refs.mark_for_cleanup(mine, g.clock(), "committed")
+    await ctx.refs.mark_for_cleanup(mine, ctx.clock(), "committed")
     if new_commit is None:
         raise NoChangesError(f"branch {branch_id!r} has no effective uncommitted changes")
     return new_commit
 
 
 async def _record_consumed(
-    g: Graveler, repo: Repository, branch_id: str, tokens: tuple[str, ...], commit_id: str
+    ctx: RepoContext, repo: Repository, branch_id: str, tokens: tuple[str, ...], commit_id: str
 ) -> None:
     # Read the flag fresh, right before the CAS: a journal turned on meanwhile must see this record
     # (intents older than the switch are not decided by the journal, see journal.py).
-    if await g.journal_enabled(repo, cached=False):
-        await Journal(g, repo).record_consumed(branch_id, tokens, commit_id, g.clock())
+    if await journal_enabled(ctx, repo, cached=False):
+        await Journal(ctx, repo).record_consumed(branch_id, tokens, commit_id, ctx.clock())
 
 
-async def merge_base(g: Graveler, repo: Repository, a: Commit, b: Commit) -> Commit | None:
+async def merge_base(ctx: RepoContext, repo: Repository, a: Commit, b: Commit) -> Commit | None:
     """The common ancestor of ``a`` and ``b`` with the highest generation (None if unrelated)."""
     seen: dict[str, int] = {}  # commit id -> sides that reach it (1 = a, 2 = b)
     commits = {a.id: a, b.id: b}
@@ -217,27 +214,29 @@ async def merge_base(g: Graveler, repo: Repository, a: Commit, b: Commit) -> Com
             return commits[cid]
         for parent_id in commits[cid].parents:
             if parent_id not in commits:
-                commits[parent_id] = await g.refs.get_commit(repo, parent_id)
+                commits[parent_id] = await ctx.refs.get_commit(repo, parent_id)
             if parent_id not in seen:
                 heapq.heappush(heap, (-commits[parent_id].generation, parent_id))
             seen[parent_id] = seen.get(parent_id, 0) | seen[cid]
     return None
 
 
-async def _ensure_clean(g: Graveler, repo: Repository, branch: Branch) -> None:
-    if await g.has_uncommitted(repo, branch):
+async def _ensure_clean(ctx: RepoContext, repo: Repository, branch: Branch) -> None:
+    if await ctx.has_uncommitted(repo, branch):
         raise ConflictError(f"branch {branch.id!r} has uncommitted changes; commit or reset them first")
 
 
 async def _three_way(
-    g: Graveler, base: MetaRange, source: MetaRange, dest: MetaRange, strategy: MergeStrategy
+    ctx: RepoContext, base: MetaRange, source: MetaRange, dest: MetaRange, strategy: MergeStrategy
 ) -> str:
-    result = await merge_metaranges(dest.tables, base, source, dest, strategy, policy=g.settings.split_policy)
+    result = await merge_metaranges(
+        dest.tables, base, source, dest, strategy, policy=ctx.settings.split_policy
+    )
     return result.metarange_id
 
 
 async def merge(
-    g: Graveler,
+    ctx: RepoContext,
     repo_id: str,
     source_ref: str,
     dest_branch: str,
@@ -249,44 +248,44 @@ async def merge(
     force: bool = False,
 ) -> Commit:
     check_commit_text(committer, message, metadata)
-    repo = await g.repository(repo_id)
-    g.writable(repo, force)
+    repo = await ctx.repository(repo_id)
+    ctx.writable(repo, force)
     meta = dict(metadata or {})
     if strategy is not MergeStrategy.NONE:
         meta[MERGE_STRATEGY_KEY] = strategy.value
     with exhausted_as(f"branch {dest_branch!r}: too many concurrent updates during merge"):
-        async for attempt in cas_retrying(g.settings):
+        async for attempt in cas_retrying(ctx.settings):
             with attempt:
-                dest, raw = await g.refs.get_branch(repo, dest_branch)
-                await _ensure_clean(g, repo, dest)
-                source = (await g.resolve(repo, source_ref)).commit
-                head = await g.refs.get_commit(repo, dest.commit_id)
-                base = await merge_base(g, repo, source, head)
+                dest, raw = await ctx.refs.get_branch(repo, dest_branch)
+                await _ensure_clean(ctx, repo, dest)
+                source = (await ctx.resolve(repo, source_ref)).commit
+                head = await ctx.refs.get_commit(repo, dest.commit_id)
+                base = await merge_base(ctx, repo, source, head)
                 if base is not None and base.id == source.id:
                     raise NoChangesError(f"{source_ref!r} is already merged into {dest_branch!r}")
                 metarange_id = await _three_way(
-                    g,
-                    await g.metarange(repo, base.metarange_id if base else ""),
-                    await g.metarange(repo, source.metarange_id),
-                    await g.metarange(repo, head.metarange_id),
+                    ctx,
+                    await ctx.metarange(repo, base.metarange_id if base else ""),
+                    await ctx.metarange(repo, source.metarange_id),
+                    await ctx.metarange(repo, head.metarange_id),
                     strategy,
                 )
                 made = Commit.create(
                     committer=committer,
                     message=message or f"Merge '{source_ref}' into '{dest_branch}'",
                     metarange_id=metarange_id,
-                    creation_date=g.clock(),
+                    creation_date=ctx.clock(),
                     metadata=meta,
                     parents=(head.id, source.id),
                     generation=max(head.generation, source.generation) + 1,
                 )
-                await g.refs.put_commit(repo, made)
-                await g.refs.cas_branch(repo, replace(dest, commit_id=made.id), raw)
+                await ctx.refs.put_commit(repo, made)
+                await ctx.refs.cas_branch(repo, replace(dest, commit_id=made.id), raw)
     return made
 
 
 async def revert(
-    g: Graveler,
+    ctx: RepoContext,
     repo_id: str,
     branch_id: str,
     commit_ref: str,
@@ -297,36 +296,36 @@ async def revert(
     force: bool = False,
 ) -> Commit:
     check_commit_text(committer, message, None)
-    repo = await g.repository(repo_id)
-    g.writable(repo, force)
-    target = (await g.resolve(repo, commit_ref)).commit
+    repo = await ctx.repository(repo_id)
+    ctx.writable(repo, force)
+    target = (await ctx.resolve(repo, commit_ref)).commit
     if not target.parents:
         raise BadInputError("cannot revert a commit without parents", field="commit")
     if not 1 <= parent_number <= len(target.parents):
         raise BadInputError(f"commit has {len(target.parents)} parent(s)", field="parent_number")
-    parent = await g.refs.get_commit(repo, target.parents[parent_number - 1])
+    parent = await ctx.refs.get_commit(repo, target.parents[parent_number - 1])
     with exhausted_as(f"branch {branch_id!r}: too many concurrent updates during revert"):
-        async for attempt in cas_retrying(g.settings):
+        async for attempt in cas_retrying(ctx.settings):
             with attempt:
-                branch, raw = await g.refs.get_branch(repo, branch_id)
-                await _ensure_clean(g, repo, branch)
-                head = await g.refs.get_commit(repo, branch.commit_id)
+                branch, raw = await ctx.refs.get_branch(repo, branch_id)
+                await _ensure_clean(ctx, repo, branch)
+                head = await ctx.refs.get_commit(repo, branch.commit_id)
                 metarange_id = await _three_way(
-                    g,
-                    await g.metarange(repo, target.metarange_id),
-                    await g.metarange(repo, parent.metarange_id),
-                    await g.metarange(repo, head.metarange_id),
+                    ctx,
+                    await ctx.metarange(repo, target.metarange_id),
+                    await ctx.metarange(repo, parent.metarange_id),
+                    await ctx.metarange(repo, head.metarange_id),
                     MergeStrategy.NONE,
                 )
                 made = Commit.create(
                     committer=committer,
                     message=message or f"Revert {target.id}",
                     metarange_id=metarange_id,
-                    creation_date=g.clock(),
+                    creation_date=ctx.clock(),
                     metadata={},
                     parents=(head.id,),
                     generation=head.generation + 1,
                 )
-                await g.refs.put_commit(repo, made)
-                await g.refs.cas_branch(repo, replace(branch, commit_id=made.id), raw)
+                await ctx.refs.put_commit(repo, made)
+                await ctx.refs.cas_branch(repo, replace(branch, commit_id=made.id), raw)
     return made

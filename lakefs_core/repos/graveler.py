@@ -14,9 +14,15 @@ namespaces sees what it would see in a lakeFS installation.
   the write is repeated on the new token (idempotent by identity), so no write is lost to a commit.
   One entry or a batch in one KV ``set_many``: :mod:`.staging_writes`.
 - Read-only repositories (mirrors) refuse every write unless the caller passes ``force=True``.
-- Daemons use this facade only: administrative compare-and-swap ref moves, verbatim commit copies and
-  ancestry queries live in :mod:`.admin`; the model types, :class:`StorageNamespace` and
-  :func:`~lakefs_core.keys.table_name` are re-exported here for them.
+- The facade holds no state of its own: it builds a :class:`~lakefs_core.repos.context.RepoContext`
+  (KV, refs, staging, block stores, settings, clock, the writers' caches) and delegates to the
+  helpers, which take that context and never import this module (``reading``, ``staging_writes``,
+  ``admin``, ``namespace_claims``, ``committing``, ``importing``, ``journal``, ``purge``;
+  :class:`~lakefs_core.repos.objects.Objects` takes the facade or its context).
+- Daemons use this facade for repositories: administrative compare-and-swap ref moves, verbatim
+  commit copies and ancestry queries live in :mod:`.admin`; the model types, :class:`StorageNamespace`
+  and :func:`~lakefs_core.keys.table_name` are re-exported here for them. Committed data
+  (:mod:`lakefs_core.committed`) and block stores are the other seam they read (GC, mirror validation).
 
 Commits, merges and reverts live in :mod:`.committing`; object bytes in :mod:`.objects`; the
 hard-delete journal and retention GC's uncommitted seam in :mod:`.journal` (reached through
@@ -26,40 +32,37 @@ hard-delete journal and retention GC's uncommitted seam in :mod:`.journal` (reac
 from __future__ import annotations
 
 import contextlib
-import time
 import uuid
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
-from datetime import UTC, datetime
+from dataclasses import replace
+from datetime import datetime
 from typing import TYPE_CHECKING
 
 from lakefs_core.block.base import BlockStore
+from lakefs_core.committed.diff import diff as diff_metaranges
+from lakefs_core.committed.metarange import MetaRange
+from lakefs_core.committed.model import DiffRecord, DiffType, MergeStrategy
+from lakefs_core.committed.tables import TableStore
 from lakefs_core.errors import (
     BadInputError,
     ConflictError,
     NamespaceConflictError,
     NotFoundError,
     PreconditionFailedError,
-    ReadOnlyError,
 )
 from lakefs_core.format.records import ValueRecord
-from lakefs_core.format.splitter import SplitPolicy
-from lakefs_core.graveler.diff import diff as diff_metaranges
-from lakefs_core.graveler.metarange import MetaRange
-from lakefs_core.graveler.model import DiffRecord, DiffType, MergeStrategy
-from lakefs_core.graveler.tables import TableStore
 from lakefs_core.keys import (
     DATA_DIR,
     DUMMY_NAME,
     TABLES_DIR,
     AddressType,
-    StorageNamespace,
     check_run_id,
     new_run_id,
     slice_hour,
     table_name,
 )
 from lakefs_core.kv.base import KVStore
+from lakefs_core.namespace import StorageNamespace
 from lakefs_core.realpaths import real_namespace
 from lakefs_core.refs import kvkeys
 from lakefs_core.refs.model import (
@@ -73,9 +76,10 @@ from lakefs_core.refs.model import (
     validate_repo_id,
     validate_tag_id,
 )
-from lakefs_core.refs.staging import StagingArea, merge_sorted, tombstone
+from lakefs_core.refs.staging import StagingArea, tombstone
 from lakefs_core.refs.store import DeletedRepository, RefStore, claim_value
-from lakefs_core.repos import admin, namespace_claims, staging_writes
+from lakefs_core.repos import admin, namespace_claims, reading, staging_writes
+from lakefs_core.repos.context import GravelerSettings, RepoContext, Resolved, utcnow
 from lakefs_core.repos.journal import (
     DEFAULT_CLOCK_SKEW_SECONDS,
     Decision,
@@ -83,10 +87,9 @@ from lakefs_core.repos.journal import (
     Intent,
     Journal,
     forget_deleted_repository,
-    read_settings,
+    journal_enabled,
 )
 from lakefs_core.repos.journal import staged_addresses as journal_staged_addresses
-from lakefs_core.repos.refexpr import parse_ref
 from lakefs_core.repos.retry import cas_retrying, exhausted_as
 from lakefs_core.repos.stores import StoreRegistry
 
@@ -146,42 +149,6 @@ __all__ = [
 INITIAL_COMMIT_MESSAGE = "Repository created"
 
 
-@dataclass(frozen=True)
-class GravelerSettings:
-    commit_attempts: int = 20
-    write_attempts: int = 20
-    backoff_initial: float = 0.005
-    backoff_max: float = 0.5
-    cleanup_grace_seconds: float = 30.0
-    split_policy: SplitPolicy = field(default_factory=SplitPolicy)
-    # Staged writes reuse the repository record and the live staging token seen within this many
-    # seconds (the writer protocol's re-read catches a stale token; see ``set_entry``). A read-only
-    # flag set by another process therefore reaches this process's writers within this delay.
-    write_cache_seconds: float = 1.0
-    # The hard-delete journal (journal.py) for repositories created without an explicit choice. Off
-    # in the library (a repository shared with a writer that keeps no journal must not have it); the
-    # project's configuration turns it on for new repositories.
-    hard_delete_journal: bool = False
-
-
-@dataclass(frozen=True)
-class Resolved:
-    """A ref resolved to a commit; ``branch`` is set when staged changes are visible through it."""
-
-    commit: Commit
-    branch: Branch | None = None
-
-    @property
-    def tokens(self) -> tuple[str, ...]:
-        if self.branch is None:
-            return ()
-        return (self.branch.staging_token, *self.branch.sealed_tokens)
-
-
-def utcnow() -> datetime:
-    return datetime.now(UTC)
-
-
 class Graveler:
     """Versioned repositories over one KV store and the block stores of their namespaces."""
 
@@ -193,15 +160,36 @@ class Graveler:
         *,
         clock: Callable[[], datetime] = utcnow,
     ) -> None:
-        self.kv = kv
-        self.stores = stores
-        self.settings = settings or GravelerSettings()
-        self.clock = clock
-        self.refs = RefStore(kv)
-        self.staging = StagingArea(kv)
-        self._write_repos: dict[str, tuple[float, Repository]] = {}
-        self._live_tokens: dict[tuple[bytes, str], tuple[float, str]] = {}
-        self._journal_flags: dict[bytes, tuple[float, bool]] = {}
+        # Everything the helpers work with; the facade keeps no state of its own.
+        self.context = RepoContext(kv, stores, settings, clock=clock)
+
+    @property
+    def kv(self) -> KVStore:
+        return self.context.kv
+
+    @property
+    def stores(self) -> StoreRegistry:
+        return self.context.stores
+
+    @stores.setter
+    def stores(self, stores: StoreRegistry) -> None:
+        self.context.stores = stores
+
+    @property
+    def settings(self) -> GravelerSettings:
+        return self.context.settings
+
+    @property
+    def clock(self) -> Callable[[], datetime]:
+        return self.context.clock
+
+    @property
+    def refs(self) -> RefStore:
+        return self.context.refs
+
+    @property
+    def staging(self) -> StagingArea:
+        return self.context.staging
 
     # -- repositories -----------------------------------------------------------------------------
 
@@ -243,7 +231,7 @@ class Graveler:
             state = " (being deleted)" if existing.in_deletion else ""
             raise ConflictError(f"repository {repo_id!r} already exists{state}")
         instance_uid = uuid.uuid4().hex
-        claim = await namespace_claims.claim(self, ns, repo_id, instance_uid)
+        claim = await namespace_claims.claim(self.context, ns, repo_id, instance_uid)
         try:
             if claim_namespace:
                 await self._write_marker(ns, repo_id)
@@ -259,9 +247,9 @@ class Graveler:
                 else hard_delete_journal,
             )
         except BaseException:
-            await namespace_claims.settle(self, ns, repo_id, claim)
+            await namespace_claims.settle(self.context, ns, repo_id, claim)
             raise
-        await namespace_claims.settle(self, ns, repo_id, claim)
+        await namespace_claims.settle(self.context, ns, repo_id, claim)
         return repo
 
     async def _write_marker(self, ns: StorageNamespace, repo_id: str) -> None:
@@ -308,7 +296,7 @@ class Graveler:
         """Raise :class:`NamespaceConflictError` if a repository other than ``repo_id`` claims or uses
         a namespace equal to, inside or enclosing ``storage_namespace`` (a read-only check, e.g. for an
         API to refuse early; only :meth:`create_repository` claims atomically)."""
-        await namespace_claims.check_available(self, storage_namespace, repo_id)
+        await namespace_claims.check_available(self.context, storage_namespace, repo_id)
 
     async def repository(self, repo_id: str) -> Repository:
         return await self.refs.get_repository(repo_id)
@@ -316,7 +304,7 @@ class Graveler:
     async def recent_repository(self, repo_id: str) -> Repository:
         """The repository record as read at most ``write_cache_seconds`` ago (the one writers use):
         for paths that need it once per object, such as reading many objects' bytes."""
-        return await staging_writes.repository_for_write(self, repo_id)
+        return await staging_writes.repository_for_write(self.context, repo_id)
 
     def list_repositories(self) -> AsyncIterator[Repository]:
         return self.refs.list_repositories()
@@ -328,14 +316,14 @@ class Graveler:
                     repo, raw = await self.refs.get_repository_raw(repo_id)
                     updated = replace(repo, read_only=read_only)
                     await self.refs.update_repository(updated, raw)
-        self._write_repos.pop(repo_id, None)
+        self.context.write_cache.forget_repository(repo_id)
         return updated
 
     async def delete_repository(self, repo_id: str) -> None:
         """Mark the repository as being deleted, record its namespace in ``deleted-repos/`` (so its
         objects can be purged later instead of being orphaned), drop its staging and records, then its
         record, then release its storage namespace claim (the namespace's objects are left alone)."""
-        self._write_repos.pop(repo_id, None)
+        self.context.write_cache.forget_repository(repo_id)
         repo, raw = await self.refs.get_repository_raw(repo_id)
         if not repo.in_deletion:
             marked = replace(repo, in_deletion=True)
@@ -357,62 +345,28 @@ class Graveler:
                 await self.refs.release_namespace_claim(canonical, claim.raw)
 
     def writable(self, repo: Repository, force: bool) -> None:
-        if repo.read_only and not force:
-            raise ReadOnlyError(f"repository {repo.id!r} is read-only")
+        self.context.writable(repo, force)
 
     # -- refs ---------------------------------------------------------------------------------------
 
     async def resolve(self, repo: Repository, ref: str) -> Resolved:
         """Resolve ``ref`` in lakeFS's order: an existing full commit id, then a branch, then a tag."""
-        expr = parse_ref(ref)
-        branch: Branch | None = None
-        commit: Commit | None = None
-        if is_commit_id(expr.base):
-            with contextlib.suppress(NotFoundError):
-                commit = await self.refs.get_commit(repo, expr.base)
-        if commit is None:
-            try:
-                branch, _ = await self.refs.get_branch(repo, expr.base)
-                commit_id = branch.commit_id
-            except NotFoundError:
-                try:
-                    commit_id = (await self.refs.get_tag(repo, expr.base)).commit_id
-                except NotFoundError:
-                    what = f"ref {expr.base!r} not found in repository {repo.id!r}"
-                    raise NotFoundError(f"{what} (no such branch, tag or commit)") from None
-            commit = await self.refs.get_commit(repo, commit_id)
-        for op, n in expr.modifiers:
-            commit = await self._walk(repo, commit, op, n, ref)
-        return Resolved(commit, branch if expr.plain else None)
-
-    async def _walk(self, repo: Repository, commit: Commit, op: str, n: int, ref: str) -> Commit:
-        if op == "^":
-            if n == 0:
-                return commit
-            if n > len(commit.parents):
-                raise NotFoundError(f"{ref!r}: commit {commit.id[:12]} has no parent number {n}")
-            return await self.refs.get_commit(repo, commit.parents[n - 1])
-        for _ in range(n):
-            if not commit.parents:
-                raise NotFoundError(f"{ref!r}: history is shorter than that")
-            commit = await self.refs.get_commit(repo, commit.parents[0])
-        return commit
+        return await self.context.resolve(repo, ref)
 
     async def namespace_store(self, namespace: StorageNamespace) -> BlockStore:
         """The block store holding ``namespace`` (opened once per process)."""
-        return await self.stores.namespace_store(namespace)
+        return await self.context.namespace_store(namespace)
 
     async def source_store(self, source: StorageNamespace) -> BlockStore:
         """The block store an import lists ``source`` from (:meth:`StoreRegistry.source_store`)."""
-        return await self.stores.source_store(source)
+        return await self.context.source_store(source)
 
     async def namespace_tables(self, namespace: StorageNamespace) -> TableStore:
         """The ranges and metaranges of ``namespace``, through the shared table cache."""
-        return await self.stores.tables(namespace)
+        return await self.context.namespace_tables(namespace)
 
     async def metarange(self, repo: Repository, metarange_id: str) -> MetaRange:
-        tables = await self.stores.tables(StorageNamespace.parse(repo.storage_namespace))
-        return await MetaRange.load(tables, metarange_id)
+        return await self.context.metarange(repo, metarange_id)
 
     # -- branches -------------------------------------------------------------------------------------
 
@@ -496,17 +450,19 @@ class Graveler:
         self, repo_id: str, branch: str, expected: str | None, new_commit: str, *, force: bool = False
     ) -> Branch:
         """Move ``branch`` to ``new_commit`` iff its head is ``expected`` (None: create it)."""
-        return await admin.set_branch_head_if(self, repo_id, branch, expected, new_commit, force=force)
+        return await admin.set_branch_head_if(
+            self.context, repo_id, branch, expected, new_commit, force=force
+        )
 
     async def set_tag_if(
         self, repo_id: str, tag: str, expected: str | None, commit_id: str, *, force: bool = False
     ) -> Tag:
         """Point ``tag`` at ``commit_id`` iff it points at ``expected`` (None: create it)."""
-        return await admin.set_tag_if(self, repo_id, tag, expected, commit_id, force=force)
+        return await admin.set_tag_if(self.context, repo_id, tag, expected, commit_id, force=force)
 
     async def put_commit(self, repo_id: str, commit: Commit, *, force: bool = False) -> None:
         """Store a commit record verbatim (checked to hash to its id; idempotent)."""
-        await admin.put_commit(self, repo_id, commit, force=force)
+        await admin.put_commit(self.context, repo_id, commit, force=force)
 
     async def get_commit_by_id(self, repo_id: str, commit_id: str) -> Commit:
         """The commit record ``commit_id`` (no ref resolution); :class:`NotFoundError` if absent."""
@@ -519,25 +475,17 @@ class Graveler:
 
     async def is_descendant(self, repo_id: str, commit_id: str, ancestor_id: str) -> bool:
         """True iff ``ancestor_id`` is ``commit_id`` or one of its ancestors."""
-        return await admin.is_descendant(self, repo_id, commit_id, ancestor_id)
+        return await admin.is_descendant(self.context, repo_id, commit_id, ancestor_id)
 
     # -- entries --------------------------------------------------------------------------------------
 
     async def get_entry(self, repo_id: str, ref: str, key: bytes) -> ValueRecord:
-        return await self.entry(await self.repository(repo_id), ref, key)
+        """The entry at ``key`` of ``ref``: staged over committed, a tombstone is "not found"."""
+        return await reading.get_entry(self.context, repo_id, ref, key)
 
     async def entry(self, repo: Repository, ref: str, key: bytes) -> ValueRecord:
         """:meth:`get_entry` with the repository record already read (a read that needs it too)."""
-        resolved = await self.resolve(repo, ref)
-        staged = await self.staging.lookup(resolved.tokens, key) if resolved.tokens else None
-        if staged is not None:
-            if staged.is_tombstone:
-                raise NotFoundError(f"object {key.decode(errors='replace')!r} not found in {ref!r}")
-            return staged
-        found = await (await self.metarange(repo, resolved.commit.metarange_id)).get(key)
-        if found is None:
-            raise NotFoundError(f"object {key.decode(errors='replace')!r} not found in {ref!r}")
-        return found
+        return await reading.entry(self.context, repo, ref, key)
 
     async def set_entry(
         self,
@@ -551,7 +499,7 @@ class Graveler:
         """Stage ``record`` (or a tombstone) on the branch, surviving concurrent token rotations (the
         writer protocol of :mod:`.staging_writes`: write, re-read the branch, repeat if rotated);
         with ``settle`` (an upload's journal record) only together with that compare-and-swap."""
-        await staging_writes.stage_entry(self, repo_id, branch_id, record, force=force, settle=settle)
+        await staging_writes.stage_entry(self.context, repo_id, branch_id, record, force=force, settle=settle)
 
     async def set_entries(
         self,
@@ -565,7 +513,9 @@ class Graveler:
         """Stage ``records`` in one KV batch (one transaction on SQL, ``BatchWriteItem`` on DynamoDB)
         with :meth:`set_entry`'s guarantee per record; with ``settle`` (the journal's batch
         record) in one conditional batch with that compare-and-swap (``TransactWriteItems``)."""
-        await staging_writes.set_entries(self, repo_id, branch_id, records, force=force, settle=settle)
+        await staging_writes.set_entries(
+            self.context, repo_id, branch_id, records, force=force, settle=settle
+        )
 
     async def delete_entry(self, repo_id: str, branch_id: str, key: bytes, *, force: bool = False) -> None:
         await self.get_entry(repo_id, branch_id, key)  # NotFoundError for a missing object
@@ -578,23 +528,17 @@ class Graveler:
         not checked for existence: a tombstone over nothing hides nothing. Only tombstones: values
         are staged by uploads alone (the hard-delete journal's invariant)."""
         records = [tombstone(key) for key in keys]
-        await staging_writes.set_entries(self, repo_id, branch_id, records, force=force)
+        await staging_writes.set_entries(self.context, repo_id, branch_id, records, force=force)
 
     async def list_entries(
         self, repo_id: str, ref: str, *, prefix: bytes = b"", after: bytes = b"", start: bytes = b""
     ) -> AsyncIterator[ValueRecord]:
         """Entries under ``prefix`` with key > ``after`` and >= ``start``, staging over committed,
         tombstones hidden."""
-        repo = await self.repository(repo_id)
-        resolved = await self.resolve(repo, ref)
-        start = max(prefix, start, after + b"\x00" if after else b"")
-        committed = await self.metarange(repo, resolved.commit.metarange_id)
-        sources = [self.staging.scan(t, start) for t in resolved.tokens] + [committed.seek_ge(start)]
-        async for record in merge_sorted(sources):
-            if not record.key.startswith(prefix):
-                break
-            if not record.is_tombstone:
-                yield record
+        async for record in reading.list_entries(
+            self.context, repo_id, ref, prefix=prefix, after=after, start=start
+        ):
+            yield record
 
     # -- history and diff -----------------------------------------------------------------------------
 
@@ -653,10 +597,7 @@ class Graveler:
                 yield DiffRecord(DiffType.CHANGED, staged.key, old, staged)
 
     async def has_uncommitted(self, repo: Repository, branch: Branch) -> bool:
-        for token in (branch.staging_token, *branch.sealed_tokens):
-            if not await self.staging.is_empty(token):
-                return True
-        return False
+        return await self.context.has_uncommitted(repo, branch)
 
     # -- commits, merges, reverts (see committing.py) -------------------------------------------------
 
@@ -674,7 +615,7 @@ class Graveler:
         from lakefs_core.repos import committing
 
         return await committing.commit(
-            self,
+            self.context,
             repo_id,
             branch_id,
             committer=committer,
@@ -699,7 +640,7 @@ class Graveler:
         from lakefs_core.repos import committing
 
         return await committing.merge(
-            self,
+            self.context,
             repo_id,
             source_ref,
             dest_branch,
@@ -724,7 +665,7 @@ class Graveler:
         from lakefs_core.repos import committing
 
         return await committing.revert(
-            self,
+            self.context,
             repo_id,
             branch_id,
             commit_ref,
@@ -755,11 +696,11 @@ class Graveler:
         message: str | None = None,
     ) -> importing.ImportResult:
         """Entries for every object under ``source_uri`` (full addresses, nothing copied) under ``path``,
-        in one commit on the branch (in this process; PySpark: ``lakefs_gc.spark.import_job``)."""
+        in one commit on the branch (in this process; PySpark: ``lakefs_core.compute.import_job``)."""
         from lakefs_core.repos import importing
 
         return await importing.import_objects(
-            self, repo_id, branch_id, path, source_uri, committer=committer, message=message
+            self.context, repo_id, branch_id, path, source_uri, committer=committer, message=message
         )
 
     # -- audited purge (see purge.py) ----------------------------------------------------------------
@@ -771,30 +712,30 @@ class Graveler:
         from lakefs_core.repos import purge
 
         return await purge.purge_path(
-            self, repo_id, ref, path, all_history=all_history, reason=reason, actor=actor, yes=yes
+            self.context, repo_id, ref, path, all_history=all_history, reason=reason, actor=actor, yes=yes
         )
 
     async def purge_record(self, repo_id: str, audit_id: str) -> purge.PurgeRecord:
         from lakefs_core.repos import purge
 
-        return await purge.purge_record(self, repo_id, audit_id)
+        return await purge.purge_record(self.context, repo_id, audit_id)
 
     async def list_purges(self, repo_id: str) -> list[purge.PurgeRecord]:
         from lakefs_core.repos import purge
 
-        return await purge.list_purges(self, repo_id)
+        return await purge.list_purges(self.context, repo_id)
 
     async def purged_addresses(self, repo_id: str, addresses: Sequence[str]) -> dict[str, str]:
         """Relative address -> audit id, for the addresses an audited purge destroyed."""
         from lakefs_core.repos import purge
 
-        return await purge.purged_addresses(self, await self.repository(repo_id), addresses)
+        return await purge.purged_addresses(self.context, await self.repository(repo_id), addresses)
 
     async def record_purge(self, repo_id: str, record: purge.PurgeRecord) -> purge.PurgeRecord:
         """Apply a purge record (a mirror applying its source's purge; read-only repositories too)."""
         from lakefs_core.repos import purge
 
-        return await purge.record_purge(self, await self.repository(repo_id), record)
+        return await purge.record_purge(self.context, await self.repository(repo_id), record)
 
     async def complete_stuck_purges(
         self, repo_id: str, *, older_than: datetime, limit: int
@@ -803,24 +744,18 @@ class Graveler:
         from lakefs_core.repos import purge
 
         repo = await self.repository(repo_id)
-        return await purge.complete_stuck_purges(self, repo, older_than=older_than, limit=limit)
+        return await purge.complete_stuck_purges(self.context, repo, older_than=older_than, limit=limit)
 
     # -- retention GC and the hard-delete journal (see journal.py) -----------------------------------
 
     async def journal(self, repo_id: str) -> Journal:
         """The hard-delete journal of the repository (its reconciler's reads and moves)."""
-        return Journal(self, await self.repository(repo_id))
+        return Journal(self.context, await self.repository(repo_id))
 
     async def journal_enabled(self, repo: Repository, *, cached: bool = True) -> bool:
         """Whether the repository keeps the journal; ``cached`` answers may be ``write_cache_seconds``
         old (uploads); commits read it fresh, so a commit never skips its consumption record."""
-        now = time.monotonic()
-        hit = self._journal_flags.get(repo.partition)
-        if cached and hit is not None and now - hit[0] < self.settings.write_cache_seconds:
-            return hit[1]
-        on = (await read_settings(self, repo)).hard_delete_journal
-        self._journal_flags[repo.partition] = (now, on)
-        return on
+        return await journal_enabled(self.context, repo, cached=cached)
 
     async def set_hard_delete_journal(self, repo_id: str, on: bool) -> None:
         """Turn the journal on or off. Turning it on records when: intents older than that (plus the
@@ -828,14 +763,14 @@ class Graveler:
         repo = await self.repository(repo_id)
         settings = GCSettings(on, since=self.clock().timestamp() if on else 0.0)
         await self.kv.set(repo.partition, kvkeys.gc_settings_key(), settings.to_bytes())
-        self._journal_flags.pop(repo.partition, None)
+        self.context.journal_flags.forget(repo)
 
     async def staged_addresses(self, repo_id: str) -> AsyncIterator[tuple[str, str, int]]:
         """``(branch, address, address_type)``: the newest staged value of every key on every branch
         (hidden ones too), tombstones, shadowed values and tokens marked for cleanup skipped; a
         stream in bounded memory (retention GC's uncommitted set)."""
         repo = await self.repository(repo_id)
-        async for row in journal_staged_addresses(self, repo):
+        async for row in journal_staged_addresses(self.context, repo):
             yield row
 
     def deleted_repositories(self) -> AsyncIterator[DeletedRepository]:

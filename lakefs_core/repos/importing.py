@@ -40,27 +40,25 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any, NoReturn
+from typing import Any, NoReturn
 
 from lakefs_core.block.base import BlockStore, CommonPrefix, ObjectInfo
+from lakefs_core.committed.metarange import MetaRange
+from lakefs_core.committed.model import RangeInfo
+from lakefs_core.committed.tables import TableStore
+from lakefs_core.committed.writer import MetaRangeWriter
 from lakefs_core.errors import BadInputError, NoChangesError, NotFoundError
 from lakefs_core.faults import fault_point
 from lakefs_core.format.records import ADDRESS_FULL, ValueRecord, make_entry
 from lakefs_core.format.splitter import SplitPolicy
-from lakefs_core.graveler.metarange import MetaRange
-from lakefs_core.graveler.model import RangeInfo
-from lakefs_core.graveler.tables import TableStore
-from lakefs_core.graveler.writer import MetaRangeWriter
-from lakefs_core.keys import StorageNamespace
+from lakefs_core.namespace import StorageNamespace
 from lakefs_core.realpaths import real_namespace
 from lakefs_core.refs.model import Commit
 from lakefs_core.repos.committing import check_commit_text
+from lakefs_core.repos.context import RepoContext
 from lakefs_core.repos.namespace_claims import claimed_overlap, first_overlap
 from lakefs_core.repos.retry import cas_retrying, exhausted_as
 from lakefs_core.repos.staging_writes import MAX_PATH_BYTES
-
-if TYPE_CHECKING:
-    from lakefs_core.repos.graveler import Graveler
 
 MAX_KEY_BYTES = MAX_PATH_BYTES  # an entry path, as for any staged write
 DEFAULT_CHUNK_NAMES = 64  # top-level names per chunk when no chunk count is asked for
@@ -126,22 +124,24 @@ async def real_source(uri: str) -> StorageNamespace:
     return await real_namespace(_source_uri(uri), field="source")
 
 
-async def check_source_is_external(g: Graveler, source: StorageNamespace) -> None:
+async def check_source_is_external(ctx: RepoContext, source: StorageNamespace) -> None:
     """Refuse a source inside or enclosing ANY repository's storage namespace, this one's included
     (as lakeFS does), or a deleted repository's not yet purged: imported entries are external
     objects, and that repository's retention GC, hard delete or purge would remove them. ``source``
     is real; every namespace is compared as stored and where it leads now."""
-    repos = ((r.id, r.storage_namespace) async for r in g.refs.list_repositories(include_deleting=True))
+    repos = ((r.id, r.storage_namespace) async for r in ctx.refs.list_repositories(include_deleting=True))
     found = await first_overlap(repos, source)
     if found is not None:
         _refuse_overlap(source, found.shown, f"the storage namespace of repository {found.name!r}")
     # A deleted repository's namespace is purged by the hard-delete reconciler once its grace ends.
-    found = await first_overlap(((d.repo, d.namespace) async for d in g.deleted_repositories()), source)
+    found = await first_overlap(
+        ((d.repo, d.namespace) async for d in ctx.refs.deleted_repositories()), source
+    )
     if found is not None:
         whose = f"the storage namespace of the deleted repository {found.name!r}, whose data is to be purged"
         _refuse_overlap(source, found.shown, whose)
     # A repository being created has claimed its namespace before its record exists.
-    claimed = await claimed_overlap(g, source)
+    claimed = await claimed_overlap(ctx, source)
     if claimed is not None:
         _refuse_overlap(source, claimed.shown, f"the storage namespace of repository {claimed.name!r}")
 
@@ -309,7 +309,7 @@ class ImportResult:
 
 
 async def commit_import(
-    g: Graveler,
+    ctx: RepoContext,
     repo_id: str,
     branch_id: str,
     dest_prefix: str,
@@ -320,30 +320,30 @@ async def commit_import(
     message: str,
 ) -> Commit:
     """Splice the imported ranges over ``dest_prefix`` of the branch head and commit (module step 3)."""
-    repo = await g.repository(repo_id)
-    g.writable(repo, False)
+    repo = await ctx.repository(repo_id)
+    ctx.writable(repo, False)
     prefix = normalize_dest_prefix(dest_prefix).encode()
     metadata = {"import_source": source_uri, "import_destination": dest_prefix}
     with exhausted_as(f"branch {branch_id!r}: too many concurrent updates during import"):
-        async for attempt in cas_retrying(g.settings):
+        async for attempt in cas_retrying(ctx.settings):
             with attempt:
-                branch, raw = await g.refs.get_branch(repo, branch_id)
-                head = await g.refs.get_commit(repo, branch.commit_id)
-                base = await g.metarange(repo, head.metarange_id)
-                metarange_id = await splice(base, prefix, imported, g.settings.split_policy)
+                branch, raw = await ctx.refs.get_branch(repo, branch_id)
+                head = await ctx.refs.get_commit(repo, branch.commit_id)
+                base = await ctx.metarange(repo, head.metarange_id)
+                metarange_id = await splice(base, prefix, imported, ctx.settings.split_policy)
                 if metarange_id == head.metarange_id:
                     raise NoChangesError(f"importing {source_uri} changes nothing on {branch_id!r}")
                 made = Commit.create(
                     committer=committer,
                     message=message,
                     metarange_id=metarange_id,
-                    creation_date=g.clock(),
+                    creation_date=ctx.clock(),
                     metadata=metadata,
                     parents=(head.id,),
                     generation=head.generation + 1,
                 )
-                await g.refs.put_commit(repo, made)
-                await g.refs.cas_branch(repo, replace(branch, commit_id=made.id), raw)
+                await ctx.refs.put_commit(repo, made)
+                await ctx.refs.cas_branch(repo, replace(branch, commit_id=made.id), raw)
     return made
 
 
@@ -360,7 +360,7 @@ class ImportTarget:
 
 
 async def prepare_import(
-    g: Graveler,
+    ctx: RepoContext,
     repo_id: str,
     branch_id: str,
     dest_path: str,
@@ -374,25 +374,25 @@ async def prepare_import(
     started = time.perf_counter()
     check_commit_text(committer, message, None)
     dest_prefix = normalize_dest_prefix(dest_path)
-    repo = await g.repository(repo_id)
-    g.writable(repo, False)
-    await g.branch(repo_id, branch_id)  # an unknown branch fails before any work
+    repo = await ctx.repository(repo_id)
+    ctx.writable(repo, False)
+    await ctx.refs.get_branch(repo, branch_id)  # an unknown branch fails before any work
     source = await real_source(source_uri)
     namespace = StorageNamespace.parse(repo.storage_namespace)
     # Recorded before the checks (see namespace_claims): no repository is created over it later.
-    created = await g.refs.record_import_source(source.canonical, repo, time.time())
+    created = await ctx.refs.record_import_source(source.canonical, repo, time.time())
     try:
-        await check_source_is_external(g, source)  # this repository's namespace included
+        await check_source_is_external(ctx, source)  # this repository's namespace included
         await check_source_exists(source)
     except BaseException:
         if created:  # nothing can be imported from it by this call: leave no record behind
-            await g.refs.forget_import_source(source.canonical, repo.id)
+            await ctx.refs.forget_import_source(source.canonical, repo.id)
         raise
     return ImportTarget(repo_id, branch_id, dest_prefix, source, namespace, started)
 
 
 async def finish_import(
-    g: Graveler,
+    ctx: RepoContext,
     target: ImportTarget,
     ranges: list[RangeInfo],
     *,
@@ -406,7 +406,7 @@ async def finish_import(
         raise NotFoundError(f"no objects under {target.source.uri}")
     fault_point("import:before-commit")  # crash tests: ranges stored, no commit yet
     made = await commit_import(
-        g, target.repo_id, target.branch_id, target.dest_prefix, ranges, source_uri=target.source.uri,
+        ctx, target.repo_id, target.branch_id, target.dest_prefix, ranges, source_uri=target.source.uri,
         committer=committer, message=message or f"Import {target.source.uri} to {target.dest_prefix or '/'}",
     )  # fmt: skip
     seconds = time.perf_counter() - target.started
@@ -414,7 +414,7 @@ async def finish_import(
 
 
 async def import_objects(
-    g: Graveler,
+    ctx: RepoContext,
     repo_id: str,
     branch_id: str,
     dest_path: str,
@@ -425,10 +425,10 @@ async def import_objects(
 ) -> ImportResult:
     """The whole import in this process (small imports; large ones: the ``core-import`` Spark job)."""
     target = await prepare_import(
-        g, repo_id, branch_id, dest_path, source_uri, committer=committer, message=message
+        ctx, repo_id, branch_id, dest_path, source_uri, committer=committer, message=message
     )
-    store = await g.source_store(target.source)
-    tables = await g.namespace_tables(target.namespace)
+    store = await ctx.source_store(target.source)
+    tables = await ctx.namespace_tables(target.namespace)
     ranges: list[RangeInfo] = []
     entries = 0
     chunks = await plan_chunks(store, target.source)
@@ -439,10 +439,10 @@ async def import_objects(
             tables,
             chunk,
             dest_prefix=target.dest_prefix,
-            policy=g.settings.split_policy,
+            policy=ctx.settings.split_policy,
         )
         ranges += built
         entries += n
     return await finish_import(
-        g, target, ranges, entries=entries, chunks=len(chunks), committer=committer, message=message
+        ctx, target, ranges, entries=entries, chunks=len(chunks), committer=committer, message=message
     )

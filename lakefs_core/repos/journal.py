@@ -63,22 +63,21 @@ import json
 import math
 import re
 import secrets
+import time
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
-from typing import TYPE_CHECKING, Literal
+from typing import Literal
 
 from lakefs_core.errors import BadInputError, CorruptDataError, NotFoundError, PreconditionFailedError
 from lakefs_core.format.records import ValueRecord, decode_entry
-from lakefs_core.keys import StorageNamespace
 from lakefs_core.kv.base import Expect
+from lakefs_core.namespace import StorageNamespace
 from lakefs_core.refs import kvkeys
 from lakefs_core.refs.model import Commit, Repository
 from lakefs_core.refs.store import DeletedRepository, parse_json_record, where_of
+from lakefs_core.repos.context import HasContext, RepoContext
 from lakefs_core.repos.staging_writes import Settle
-
-if TYPE_CHECKING:
-    from lakefs_core.repos.graveler import Graveler
 
 Decision = Literal["delete", "committed", "staged", "wait"]
 IntentState = Literal["pending", "stored", "deleting"]
@@ -293,20 +292,32 @@ class Consumed:
     t: float
 
 
-async def read_settings(g: Graveler, repo: Repository) -> GCSettings:
+async def read_settings(repos: HasContext, repo: Repository) -> GCSettings:
     key = kvkeys.gc_settings_key()
     try:
-        raw = await g.kv.get(repo.partition, key)
+        raw = await repos.context.kv.get(repo.partition, key)
     except NotFoundError:
         return GCSettings()
     return GCSettings.from_bytes(raw, where_of(repo.partition, key))
 
 
+async def journal_enabled(ctx: RepoContext, repo: Repository, *, cached: bool = True) -> bool:
+    """Whether the repository keeps the journal; ``cached`` answers may be ``write_cache_seconds``
+    old (uploads); commits read it fresh, so a commit never skips its consumption record."""
+    now = time.monotonic()
+    hit = ctx.journal_flags.get(repo, now, ctx.settings.write_cache_seconds)
+    if cached and hit is not None:
+        return hit
+    on = (await read_settings(ctx, repo)).hard_delete_journal
+    ctx.journal_flags.keep(repo, on, now)
+    return on
+
+
 class Journal:
     """The journal of one repository instance, for the writers (upload, commit) and the reconciler."""
 
-    def __init__(self, g: Graveler, repo: Repository) -> None:
-        self.g = g
+    def __init__(self, repos: HasContext, repo: Repository) -> None:
+        self.ctx = repos.context
         self.repo = repo
         self.partition = repo.partition
         self._commits: dict[str, Commit] = {}  # immutable records: a cache is never stale
@@ -317,8 +328,12 @@ class Journal:
         # deleted it never comes back, and one delete per batch fences its upload)
         self._fences: dict[str, asyncio.Future[None]] = {}
 
+    def now(self) -> datetime:
+        """The repositories' clock (the one that stamps intents and consumption records)."""
+        return self.ctx.clock()
+
     async def settings(self) -> GCSettings:
-        return await read_settings(self.g, self.repo)
+        return await read_settings(self.ctx, self.repo)
 
     # -- writers --------------------------------------------------------------------------------------
 
@@ -327,7 +342,7 @@ class Journal:
         intent = Intent(address, branch, key, now.timestamp())
         raw = intent.to_bytes()
         try:
-            await self.g.kv.set_if(self.partition, kvkeys.gc_intent_key(address), raw, Expect.ABSENT)
+            await self.ctx.kv.set_if(self.partition, kvkeys.gc_intent_key(address), raw, Expect.ABSENT)
         except PreconditionFailedError as e:
             raise CorruptDataError(
                 f"address {address} is already journalled: addresses must be fresh",
@@ -341,7 +356,7 @@ class Journal:
         unstaged address was garbage. Uploads settle WITH their staging write (:meth:`settle_single`)."""
         stored = replace(intent, state="stored", t_stored=now.timestamp())
         raw = stored.to_bytes()
-        await self.g.kv.set_if(
+        await self.ctx.kv.set_if(
             self.partition, kvkeys.gc_intent_key(intent.address), raw, Expect.equals(intent.raw)
         )
         return replace(stored, raw=raw)
@@ -371,7 +386,7 @@ class Journal:
         recorded = [intent.with_raw(raw) for intent, raw in zip(intents, batch_bytes(intents), strict=True)]
         items = [(self.partition, kvkeys.gc_intent_key(i.address), i.raw) for i in recorded]
         items.append((self.partition, kvkeys.gc_settled_key(batch), _open_bytes(intents)))
-        await self.g.kv.set_many(items)
+        await self.ctx.kv.set_many(items)
         return recorded
 
     def settle_batch(self, intents: Sequence[Intent], now: datetime, what: str) -> Settle:
@@ -387,21 +402,21 @@ class Journal:
         """Before a commit attempt's branch CAS: it consumes ``tokens`` into ``commit_id``."""
         value = json.dumps({"t": now.timestamp()}).encode()
         for token in tokens:
-            await self.g.kv.set(self.partition, kvkeys.gc_consumed_key(branch, token, commit_id), value)
+            await self.ctx.kv.set(self.partition, kvkeys.gc_consumed_key(branch, token, commit_id), value)
 
     # -- the reconciler's reads and moves -------------------------------------------------------------
 
     async def intent(self, address: str) -> Intent | None:
         key = kvkeys.gc_intent_key(address)
         try:
-            raw = await self.g.kv.get(self.partition, key)
+            raw = await self.ctx.kv.get(self.partition, key)
         except NotFoundError:
             return None
         return Intent.parse(address, raw, where_of(self.partition, key))
 
     async def intents(self) -> AsyncIterator[Intent]:
         prefix = kvkeys.GC_INTENTS_PREFIX
-        async for entry in self.g.kv.scan(self.partition, prefix):
+        async for entry in self.ctx.kv.scan(self.partition, prefix):
             if not entry.key.startswith(prefix):
                 break
             where = where_of(self.partition, entry.key)
@@ -416,7 +431,7 @@ class Journal:
         from the keys alone: retention GC's mark and re-verification keep them, whatever
         ``min_age`` (a corrupt value still protects its address; the reconciler reports it)."""
         prefix = kvkeys.GC_INTENTS_PREFIX
-        async for entry in self.g.kv.scan(self.partition, prefix):
+        async for entry in self.ctx.kv.scan(self.partition, prefix):
             if not entry.key.startswith(prefix):
                 break
             yield entry.key[len(prefix) :].decode("utf-8", "replace")
@@ -429,7 +444,7 @@ class Journal:
             return hit
         key = kvkeys.gc_settled_key(batch)
         try:
-            raw = await self.g.kv.get(self.partition, key)
+            raw = await self.ctx.kv.get(self.partition, key)
         except NotFoundError:
             return None  # not remembered: it may be written any moment
         t_stored = _settled_time(raw, where_of(self.partition, key))
@@ -477,7 +492,7 @@ class Journal:
     async def consumed_since(self, branch: str, t: float) -> AsyncIterator[Consumed]:
         """Commit attempts on ``branch`` that recorded their consumption at or after ``t``."""
         prefix = kvkeys.gc_consumed_prefix(branch)
-        async for entry in self.g.kv.scan(self.partition, prefix, page_size=CONSUMED_PAGE):
+        async for entry in self.ctx.kv.scan(self.partition, prefix, page_size=CONSUMED_PAGE):
             if not entry.key.startswith(prefix):
                 break
             where = where_of(self.partition, entry.key)
@@ -493,7 +508,7 @@ class Journal:
     async def _cas(self, intent: Intent, updated: Intent) -> Intent:
         raw = updated.to_bytes()
         key = kvkeys.gc_intent_key(intent.address)
-        await self.g.kv.set_if(self.partition, key, raw, Expect.equals(intent.raw))
+        await self.ctx.kv.set_if(self.partition, key, raw, Expect.equals(intent.raw))
         return replace(updated, raw=raw)
 
     async def claim(self, intent: Intent) -> Intent:
@@ -518,7 +533,7 @@ class Journal:
             if len(self._fences) >= SETTLED_CACHE:
                 self._fences.clear()
             key = kvkeys.gc_settled_key(batch)
-            fence = self._fences[batch] = asyncio.ensure_future(self.g.kv.delete(self.partition, key))
+            fence = self._fences[batch] = asyncio.ensure_future(self.ctx.kv.delete(self.partition, key))
             self._settled.pop(batch, None)
         try:
             await asyncio.shield(fence)  # a cancelled claim leaves the deletion to the others
@@ -535,18 +550,18 @@ class Journal:
 
     async def settle(self, intent: Intent) -> None:
         """The address was deleted: forget the intent."""
-        await self.g.kv.delete(self.partition, kvkeys.gc_intent_key(intent.address))
+        await self.ctx.kv.delete(self.partition, kvkeys.gc_intent_key(intent.address))
 
     async def drop(self, intent: Intent) -> None:
         """The address is retention GC's (committed, or beyond what the journal can prove)."""
-        await self.g.kv.delete(self.partition, kvkeys.gc_intent_key(intent.address))
+        await self.ctx.kv.delete(self.partition, kvkeys.gc_intent_key(intent.address))
 
     async def prune_consumed(self, branch: str, before: float) -> int:
         """Forget consumption records of ``branch`` older than ``before`` (the reconciler passes the
         oldest undecided intent's ``t`` less the clock-skew margin); returns how many."""
         prefix = kvkeys.gc_consumed_prefix(branch)
         old: list[bytes] = []
-        async for entry in self.g.kv.scan(self.partition, prefix):
+        async for entry in self.ctx.kv.scan(self.partition, prefix):
             if not entry.key.startswith(prefix):
                 break
             where = where_of(self.partition, entry.key)
@@ -554,7 +569,7 @@ class Journal:
             if when is not None and when < before:
                 old.append(entry.key)
         for key in old:  # collected first: deleting during a paged scan may skip keys
-            await self.g.kv.delete(self.partition, key)
+            await self.ctx.kv.delete(self.partition, key)
         return len(old)
 
     async def prune_settled(self, before: float) -> int:
@@ -569,24 +584,24 @@ class Journal:
         write expects the record open): it fails, staging nothing."""
         prefix = kvkeys.GC_SETTLED_PREFIX
         old: list[bytes] = []
-        async for entry in self.g.kv.scan(self.partition, prefix):
+        async for entry in self.ctx.kv.scan(self.partition, prefix):
             if not entry.key.startswith(prefix):
                 break
             if _batch_record_time(entry.value, where_of(self.partition, entry.key)) < before:
                 old.append(entry.key)
         for key in old:  # collected first: deleting during a paged scan may skip keys
-            await self.g.kv.delete(self.partition, key)
+            await self.ctx.kv.delete(self.partition, key)
             self._settled.pop(key[len(prefix) :].decode(errors="replace"), None)
         return len(old)
 
     def deleted_repositories(self) -> AsyncIterator[DeletedRepository]:
-        return self.g.refs.deleted_repositories()
+        return self.ctx.refs.deleted_repositories()
 
     async def consumed_branches(self) -> list[str]:
         """Every branch name with consumption records (deleted branches too), for pruning them."""
         prefix = kvkeys.GC_CONSUMED_PREFIX
         names: list[str] = []
-        async for entry in self.g.kv.scan(self.partition, prefix):
+        async for entry in self.ctx.kv.scan(self.partition, prefix):
             if not entry.key.startswith(prefix):
                 break
             name = entry.key[len(prefix) :].split(b"/", 1)[0].decode("utf-8", "replace")
@@ -615,12 +630,12 @@ class Journal:
         # Tokens first, consumption records second: a commit that consumes a token between the two
         # reads wrote its record before its branch CAS, so the second read sees it.
         try:
-            branch, _ = await self.g.refs.get_branch(self.repo, intent.branch)
+            branch, _ = await self.ctx.refs.get_branch(self.repo, intent.branch)
             tokens: tuple[str, ...] = (branch.staging_token, *branch.sealed_tokens)
         except NotFoundError:
             tokens = ()  # a deleted branch stages nothing
         for token in tokens:
-            staged = await self.g.staging.get(token, intent.key)
+            staged = await self.ctx.staging.get(token, intent.key)
             if staged is not None and _holds(ns, staged, intent.address):
                 return "staged"
         checked: set[str] = set()
@@ -636,7 +651,7 @@ class Journal:
         commit = self._commits.get(consumed.commit_id)
         try:
             if commit is None:
-                commit = await self.g.refs.get_commit(self.repo, consumed.commit_id)
+                commit = await self.ctx.refs.get_commit(self.repo, consumed.commit_id)
                 if len(self._commits) >= COMMIT_CACHE:
                     self._commits.clear()
                 self._commits[consumed.commit_id] = commit
@@ -645,13 +660,13 @@ class Journal:
             key = kvkeys.gc_consumed_key(consumed.branch, consumed.token, consumed.commit_id)
             msg = f"consumed-token record names missing commit {consumed.commit_id}"
             raise CorruptDataError(msg, file=where_of(self.partition, key)) from e
-        found = await (await self.g.metarange(self.repo, commit.metarange_id)).get(intent.key)
+        found = await (await self.ctx.metarange(self.repo, commit.metarange_id)).get(intent.key)
         return found is not None and _holds(ns, found, intent.address)
 
 
-async def forget_deleted_repository(g: Graveler, repo_id: str, instance_uid: str) -> None:
+async def forget_deleted_repository(repos: HasContext, repo_id: str, instance_uid: str) -> None:
     """Drop a ``deleted-repos/`` record (its namespace was purged, or is claimed again and kept)."""
-    await g.refs.forget_deleted_repository(repo_id, instance_uid)
+    await repos.context.refs.forget_deleted_repository(repo_id, instance_uid)
 
 
 def _batch_of(intents: Sequence[Intent]) -> str:
@@ -709,33 +724,34 @@ async def decide(journal: Journal, intent: Intent, *, now: datetime, **limits: f
 # -- retention GC's uncommitted addresses (spec §3a step 3) -------------------------------------------
 
 
-async def staged_addresses(g: Graveler, repo: Repository) -> AsyncIterator[tuple[str, str, int]]:
+async def staged_addresses(repos: HasContext, repo: Repository) -> AsyncIterator[tuple[str, str, int]]:
     """``(branch, address, address_type)`` of the newest staged value of every key on every branch.
 
     Tokens marked for cleanup are skipped (their entries are committed, or garbage); values shadowed
     by a newer token and tombstones are not live. One branch at a time, merged in key order: memory
     is bounded by one KV page per token of the branch being read.
     """
+    ctx = repos.context
     by_branch: tuple[str, list[str]] | None = None
-    async for branch_id, token in g.refs.live_tokens(repo):
+    async for branch_id, token in ctx.refs.live_tokens(repo):
         if by_branch is not None and by_branch[0] != branch_id:
-            async for row in _branch_addresses(g, *by_branch):
+            async for row in _branch_addresses(ctx, *by_branch):
                 yield row
             by_branch = None
-        if await g.refs.cleanup_mark(token) is not None:
+        if await ctx.refs.cleanup_mark(token) is not None:
             continue
         if by_branch is None:
             by_branch = (branch_id, [])
         by_branch[1].append(token)
     if by_branch is not None:
-        async for row in _branch_addresses(g, *by_branch):
+        async for row in _branch_addresses(ctx, *by_branch):
             yield row
 
 
 async def _branch_addresses(
-    g: Graveler, branch_id: str, tokens: list[str]
+    ctx: RepoContext, branch_id: str, tokens: list[str]
 ) -> AsyncIterator[tuple[str, str, int]]:
-    async for record in g.staging.merged(tokens):
+    async for record in ctx.staging.merged(tokens):
         if record.is_tombstone:
             continue
         entry = decode_entry(record.data, file=f"kv:{tokens[0]}")

@@ -37,7 +37,6 @@ from __future__ import annotations
 import contextlib
 from collections.abc import AsyncIterable, AsyncIterator, Iterable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 from lakefs_core.errors import (
     BadInputError,
@@ -46,66 +45,65 @@ from lakefs_core.errors import (
     PreconditionFailedError,
     TooManyRetriesError,
 )
-from lakefs_core.keys import StorageNamespace
 from lakefs_core.kv.base import Expect
+from lakefs_core.namespace import StorageNamespace
 from lakefs_core.realpaths import real_locations, real_namespace
 from lakefs_core.refs.store import NamespaceClaim, claim_value
-
-if TYPE_CHECKING:
-    from lakefs_core.repos.graveler import Graveler
+from lakefs_core.repos.context import HasContext, RepoContext
 
 
-async def claim(g: Graveler, ns: StorageNamespace, repo_id: str, instance_uid: str) -> bytes:
+async def claim(ctx: RepoContext, ns: StorageNamespace, repo_id: str, instance_uid: str) -> bytes:
     """Claim ``ns`` for ``repo_id``; returns the claim value written (see the module docstring)."""
     value = claim_value(repo_id, instance_uid)
-    for _ in range(g.settings.write_attempts):
-        current = await g.refs.get_namespace_claim(ns.canonical)
+    for _ in range(ctx.settings.write_attempts):
+        current = await ctx.refs.get_namespace_claim(ns.canonical)
         if current is not None and current.owner not in (None, repo_id):
             raise NamespaceConflictError(
                 f"storage namespace {ns.uri} is already in use by repository {current.owner!r}"
             )
         expected = Expect.ABSENT if current is None else Expect.equals(current.raw)
         try:
-            await g.refs.set_namespace_claim(ns.canonical, value, expected)
+            await ctx.refs.set_namespace_claim(ns.canonical, value, expected)
             break
         except PreconditionFailedError:
             continue
     else:
         raise TooManyRetriesError(f"the claim on storage namespace {ns.uri} kept changing")
     try:
-        await _check_overlaps(g, ns, repo_id)
+        await _check_overlaps(ctx, ns, repo_id)
     except BaseException:
-        await g.refs.release_namespace_claim(ns.canonical, value)
+        await ctx.refs.release_namespace_claim(ns.canonical, value)
         raise
     return value
 
 
-async def check_available(g: Graveler, storage_namespace: str, repo_id: str) -> StorageNamespace:
+async def check_available(ctx: RepoContext, storage_namespace: str, repo_id: str) -> StorageNamespace:
     """Raise :class:`NamespaceConflictError` if a repository other than ``repo_id`` claims or uses
     a namespace equal to, inside or enclosing ``storage_namespace`` (a read-only check, e.g. for an
     API to refuse early; only :meth:`create_repository` claims atomically). Compared at its real
     path (:mod:`lakefs_core.realpaths`), which is returned."""
     ns = (await real_namespace(storage_namespace)).check_repository_namespace()
-    current = await g.refs.get_namespace_claim(ns.canonical)
+    current = await ctx.refs.get_namespace_claim(ns.canonical)
     if current is not None and current.owner not in (None, repo_id):
         raise NamespaceConflictError(
             f"storage namespace {ns.uri} is already in use by repository {current.owner!r}"
         )
-    await _check_overlaps(g, ns, repo_id)
+    await _check_overlaps(ctx, ns, repo_id)
     return ns
 
 
-async def check_for_gc(g: Graveler, repo_id: str) -> StorageNamespace:
+async def check_for_gc(repos: HasContext, repo_id: str) -> StorageNamespace:
     """What GC (mark, sweep, the hard-delete reconciler) checks before it deletes anything in the
     namespace of ``repo_id``: that it still resolves to the real path recorded for it, and overlaps
     no other repository's namespace (live or being deleted) and no import source of a live
     repository (its own included), every side compared where it leads NOW. One
     :class:`NamespaceConflictError` naming what is wrong otherwise; the namespace is returned."""
-    repo = await g.repository(repo_id)
+    ctx = repos.context
+    repo = await ctx.repository(repo_id)
     ns = await check_recorded(repo.storage_namespace, f"repository {repo_id!r}")
     # Claims without a record are creations in flight: each is refused by its own step 2, which
     # sees this repository's record, before it writes anything.
-    await _check_overlaps(g, ns, repo_id, claims=False)
+    await _check_overlaps(ctx, ns, repo_id, claims=False)
     return ns
 
 
@@ -130,16 +128,18 @@ async def check_recorded(stored: str, whose: str) -> StorageNamespace:
     return recorded
 
 
-async def _check_overlaps(g: Graveler, ns: StorageNamespace, repo_id: str, *, claims: bool = True) -> None:
+async def _check_overlaps(
+    ctx: RepoContext, ns: StorageNamespace, repo_id: str, *, claims: bool = True
+) -> None:
     """Every live claim (with ``claims``), import source and repository record (being deleted too)
     of others against ``ns``: a scan of each partition, since records written before real paths
     were stored, or whose path leads elsewhere now, are found by no prefix of ``ns``."""
     if claims:
-        others = ((c.owner, c.namespace) async for c in _live_claims(g) if c.owner not in (None, repo_id))
+        others = ((c.owner, c.namespace) async for c in _live_claims(ctx) if c.owner not in (None, repo_id))
         _refuse(ns, await first_overlap(others, ns))
-    await _check_import_sources(g, ns)
+    await _check_import_sources(ctx, ns)
     # Repositories created before namespace claims existed (or by lakeFS itself) have no claim.
-    repos = g.refs.list_repositories(include_deleting=True)
+    repos = ctx.refs.list_repositories(include_deleting=True)
     recorded = ((r.id, r.storage_namespace) async for r in repos if r.id != repo_id)
     _refuse(ns, await first_overlap(recorded, ns))
 
@@ -152,17 +152,17 @@ def _refuse(ns: StorageNamespace, found: Overlap | None) -> None:
         )
 
 
-def _live_claims(g: Graveler) -> AsyncIterator[NamespaceClaim]:
-    return g.refs.namespace_claims_within("")  # every live claim: "" is a prefix of every key
+def _live_claims(ctx: RepoContext) -> AsyncIterator[NamespaceClaim]:
+    return ctx.refs.namespace_claims_within("")  # every live claim: "" is a prefix of every key
 
 
-async def _check_import_sources(g: Graveler, ns: StorageNamespace) -> None:
+async def _check_import_sources(ctx: RepoContext, ns: StorageNamespace) -> None:
     """Refuse ``ns`` over a source a live repository imported from (its entries point there)."""
-    sources = [src async for src in g.refs.import_sources("", within=True)]
+    sources = [src async for src in ctx.refs.import_sources("", within=True)]
     for found in await overlapping(((str(i), s.source) for i, s in enumerate(sources)), ns):
         src = sources[int(found.name)]
         try:
-            repo, _ = await g.refs.get_repository_raw(src.repo)
+            repo, _ = await ctx.refs.get_repository_raw(src.repo)
         except NotFoundError:
             continue  # the importing repository is gone, and its entries with it
         if repo.instance_uid == src.instance_uid:
@@ -172,10 +172,10 @@ async def _check_import_sources(g: Graveler, ns: StorageNamespace) -> None:
             )
 
 
-async def claimed_overlap(g: Graveler, ns: StorageNamespace) -> Overlap | None:
+async def claimed_overlap(ctx: RepoContext, ns: StorageNamespace) -> Overlap | None:
     """A live claim equal to, enclosing or inside ``ns`` (a repository being created has its claim
     before its record), or None; ``name`` is the claiming repository."""
-    claims = ((c.owner, c.namespace) async for c in _live_claims(g) if c.owner is not None)
+    claims = ((c.owner, c.namespace) async for c in _live_claims(ctx) if c.owner is not None)
     return await first_overlap(claims, ns)
 
 
@@ -251,16 +251,16 @@ async def overlapping(
     return found
 
 
-async def settle(g: Graveler, ns: StorageNamespace, repo_id: str, value: bytes) -> None:
+async def settle(ctx: RepoContext, ns: StorageNamespace, repo_id: str, value: bytes) -> None:
     """After a creation attempt: if a repository ``repo_id`` exists now (ours, or a concurrent
     attempt's under the same id) the claim names its instance uid; otherwise release ours."""
     try:
-        repo, _ = await g.refs.get_repository_raw(repo_id)
+        repo, _ = await ctx.refs.get_repository_raw(repo_id)
     except NotFoundError:
-        await g.refs.release_namespace_claim(ns.canonical, value)
+        await ctx.refs.release_namespace_claim(ns.canonical, value)
         return
-    current = await g.refs.get_namespace_claim(ns.canonical)
+    current = await ctx.refs.get_namespace_claim(ns.canonical)
     wanted = claim_value(repo_id, repo.instance_uid)
     if current is not None and current.owner == repo_id and current.raw != wanted:
         with contextlib.suppress(PreconditionFailedError):
-            await g.refs.set_namespace_claim(ns.canonical, wanted, Expect.equals(current.raw))
+            await ctx.refs.set_namespace_claim(ns.canonical, wanted, Expect.equals(current.raw))

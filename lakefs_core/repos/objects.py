@@ -52,10 +52,13 @@ from lakefs_core.errors import BadInputError, NotFoundError, PurgedError, encode
 from lakefs_core.faults import fault_point
 from lakefs_core.format.proto import catalog_pb2
 from lakefs_core.format.records import ADDRESS_RELATIVE, ValueRecord, decode_entry, make_entry
-from lakefs_core.keys import SliceAllocator, StorageNamespace
+from lakefs_core.keys import SliceAllocator
+from lakefs_core.namespace import StorageNamespace
 from lakefs_core.refs.model import Repository
-from lakefs_core.repos.graveler import Graveler
-from lakefs_core.repos.journal import Intent, Journal, new_batch_id
+from lakefs_core.refs.staging import tombstone
+from lakefs_core.repos import reading, staging_writes
+from lakefs_core.repos.context import HasContext
+from lakefs_core.repos.journal import Intent, Journal, journal_enabled, new_batch_id
 from lakefs_core.repos.purge_markers import MarkerReads
 from lakefs_core.repos.staging_writes import Settle, check_new_path
 
@@ -196,16 +199,16 @@ def prefix_successor(prefix: bytes) -> bytes | None:
 
 
 class Objects:
-    """Object operations of a :class:`Graveler`."""
+    """Object operations of a :class:`~lakefs_core.repos.graveler.Graveler` (or of its context)."""
 
-    def __init__(self, graveler: Graveler) -> None:
-        self.g = graveler
+    def __init__(self, repos: HasContext) -> None:
+        self.ctx = repos.context
         self.slices = SliceAllocator()
-        self.markers = MarkerReads(graveler)
+        self.markers = MarkerReads(self.ctx)
 
     async def _namespace(self, repo: Repository) -> tuple[StorageNamespace, BlockStore]:
         ns = StorageNamespace.parse(repo.storage_namespace)
-        return ns, await self.g.stores.namespace_store(ns)
+        return ns, await self.ctx.stores.namespace_store(ns)
 
     async def upload(
         self,
@@ -219,23 +222,23 @@ class Objects:
         force: bool = False,
     ) -> ObjectStat:
         key = _new_path_bytes(path)
-        repo = await self.g.repository(repo_id)
-        self.g.writable(repo, force)
-        await self.g.refs.get_branch(repo, branch)  # fail before writing bytes for an unknown branch
+        repo = await self.ctx.repository(repo_id)
+        self.ctx.writable(repo, force)
+        await self.ctx.refs.get_branch(repo, branch)  # fail before writing bytes for an unknown branch
         ns, store = await self._namespace(repo)
         relative = self.slices.new_relative_address()
-        journal = Journal(self.g, repo) if await self.g.journal_enabled(repo) else None
-        intent = await journal.record_intent(relative, branch, key, self.g.clock()) if journal else None
+        journal = Journal(self.ctx, repo) if await journal_enabled(self.ctx, repo) else None
+        intent = await journal.record_intent(relative, branch, key, self.ctx.clock()) if journal else None
         info = await store.put(
             ns.key(relative), body, if_none_match=True, content_type=content_type, metadata=metadata
         )
-        record, stat = new_entry(key, relative, info, metadata, info.last_modified or self.g.clock())
+        record, stat = new_entry(key, relative, info, metadata, info.last_modified or self.ctx.clock())
         fault_point("upload:before-stage")  # stall tests: PUT done, neither settled nor staged yet
         settle: Settle | None = None
         if journal is not None and intent is not None:
             what = f"upload of {path[:200]!r} to branch {branch!r}"
-            settle = journal.settle_single(intent, self.g.clock(), what)
-        await self.g.set_entry(repo_id, branch, record, force=force, settle=settle)
+            settle = journal.settle_single(intent, self.ctx.clock(), what)
+        await staging_writes.stage_entry(self.ctx, repo_id, branch, record, force=force, settle=settle)
         return stat
 
     async def upload_many(
@@ -250,34 +253,33 @@ class Objects:
         write_gate: asyncio.Lock | None = None,
     ) -> list[ObjectStat]:
         """Upload a batch: one repository and branch read, the PUTs ``concurrency`` at a time, then
-        every entry staged in ONE KV batch (:meth:`Graveler.set_entries`). With the journal on, the
-        intents of the whole batch are recorded in one KV batch before the PUTs and settled by a
-        compare-and-swap of the batch's record in the staging batch (:meth:`Journal.settle_batch`):
-        a batch the reconciler claimed first stages nothing and fails with
-        :class:`~lakefs_core.errors.ConflictError` (in parts on DynamoDB: see the module
-        docstring; earlier parts stay staged). The first failing PUT fails
-        the batch (nothing is staged; the objects already written are garbage the journal or
-        retention GC removes). Small bodies (bytes, :class:`BlockingBody`) are written by the
-        store's ``put_batch``, ``PUT_BATCH_WINDOW`` at a time; streamed ones one PUT each.
-        ``on_stored`` is called after each object is stored (progress; per window for batched
-        ones). Results are in the order of ``items``. Concurrent batches sharing a ``write_gate``
-        write their objects one batch at a time, in the order they reach the gate (each holds it
-        for its PUTs only): a batch's journal and staging writes then overlap the next batch's
-        PUTs, where two batches writing at once would split the writer threads and finish
-        together."""
+        every entry staged in ONE KV batch (:func:`~lakefs_core.repos.staging_writes.set_entries`).
+        With the journal on, the intents of the whole batch are recorded in one KV batch before the
+        PUTs and settled by a compare-and-swap of the batch's record in the staging batch
+        (:meth:`Journal.settle_batch`): a batch the reconciler claimed first stages nothing and fails
+        with :class:`~lakefs_core.errors.ConflictError` (in parts on DynamoDB: see the module
+        docstring; earlier parts stay staged). The first failing PUT fails the batch (nothing is
+        staged; the objects already written are garbage the journal or retention GC removes). Small
+        bodies (bytes, :class:`BlockingBody`) are written by the store's ``put_batch``,
+        ``PUT_BATCH_WINDOW`` at a time; streamed ones one PUT each. ``on_stored`` is called after
+        each object is stored (progress; per window for batched ones). Results are in the order of
+        ``items``. Concurrent batches sharing a ``write_gate`` write their objects one batch at a
+        time, in the order they reach the gate (each holds it for its PUTs only): a batch's journal
+        and staging writes then overlap the next batch's PUTs, where two batches writing at once
+        would split the writer threads and finish together."""
         if concurrency < 1:
             raise BadInputError("must be at least 1", field="concurrency")
         keys = [_new_path_bytes(item.path) for item in items]
-        repo = await self.g.repository(repo_id)
-        self.g.writable(repo, force)
-        await self.g.refs.get_branch(repo, branch)  # fail before writing bytes for an unknown branch
+        repo = await self.ctx.repository(repo_id)
+        self.ctx.writable(repo, force)
+        await self.ctx.refs.get_branch(repo, branch)  # fail before writing bytes for an unknown branch
         ns, store = await self._namespace(repo)
         addresses = self.slices.new_relative_addresses(len(items))
-        journal = Journal(self.g, repo) if await self.g.journal_enabled(repo) else None
+        journal = Journal(self.ctx, repo) if await journal_enabled(self.ctx, repo) else None
         parts = self._journal_parts(len(items), journal is not None)
         intents: list[Intent] = []
         if journal is not None:
-            now = self.g.clock().timestamp()
+            now = self.ctx.clock().timestamp()
             for part in parts:
                 batch = new_batch_id()
                 intents += await journal.record_intents(
@@ -289,7 +291,7 @@ class Objects:
         if write_gate is not None:
             await asyncio.sleep(0)  # the next batch's PUTs start before this batch's entries are built
         built = [
-            new_entry(key, address, info, item.metadata, info.last_modified or self.g.clock())
+            new_entry(key, address, info, item.metadata, info.last_modified or self.ctx.clock())
             for key, address, info, item in zip(keys, addresses, infos, items, strict=True)
         ]
         fault_point("upload:before-stage")
@@ -297,15 +299,15 @@ class Objects:
             settle: Settle | None = None
             if journal is not None:
                 what = f"batch upload of {len(part)} objects ({items[part.start].path[:200]!r}, ...)"
-                settle = journal.settle_batch(intents[part.start : part.stop], self.g.clock(), what)
+                settle = journal.settle_batch(intents[part.start : part.stop], self.ctx.clock(), what)
             records = [built[i][0] for i in part]
-            await self.g.set_entries(repo_id, branch, records, force=force, settle=settle)
+            await staging_writes.set_entries(self.ctx, repo_id, branch, records, force=force, settle=settle)
         return [stat for _, stat in built]
 
     def _journal_parts(self, count: int, journal: bool) -> list[range]:
         """The parts a batch of ``count`` is journalled and staged in: one, unless the KV store's
         conditional batches hold fewer than its entries plus the settle and branch expectations."""
-        limit = self.g.kv.max_conditional_items
+        limit = self.ctx.kv.max_conditional_items
         size = count if not journal or limit is None else max(1, limit - 2)
         return [range(start, min(start + size, count)) for start in range(0, count, max(size, 1))]
 
@@ -348,11 +350,11 @@ class Objects:
     async def stat(self, repo_id: str, ref: str, path: str) -> ObjectStat:
         """The object's entry; :class:`PurgedError` when an audited purge destroyed (or is
         destroying) its object."""
-        repo = await self.g.repository(repo_id)
+        repo = await self.ctx.repository(repo_id)
         return await self._stat(repo, ref, path)
 
     async def _stat(self, repo: Repository, ref: str, path: str) -> ObjectStat:
-        stat = ObjectStat.from_record(await self.g.entry(repo, ref, _path_bytes(path)))
+        stat = ObjectStat.from_record(await reading.entry(self.ctx, repo, ref, _path_bytes(path)))
         await self._refuse_purged(repo, stat)
         return stat
 
@@ -360,8 +362,8 @@ class Objects:
         self, repo_id: str, ref: str, path: str, *, start: int = 0, length: int | None = None
     ) -> AsyncIterator[bytes]:
         """Stream the object's bytes (a byte range when ``start``/``length`` are given)."""
-        repo = await self.g.repository(repo_id)
-        stat = ObjectStat.from_record(await self.g.entry(repo, ref, _path_bytes(path)))
+        repo = await self.ctx.repository(repo_id)
+        stat = ObjectStat.from_record(await reading.entry(self.ctx, repo, ref, _path_bytes(path)))
         async for chunk in self._checked_stream(repo, stat, start, length):
             yield chunk
 
@@ -371,7 +373,9 @@ class Objects:
         """Stream the bytes of the object ``stat`` describes (its address: the same bytes however
         often it is read, whatever happens to the path meanwhile); :class:`PurgedError` when an
         audited purge destroyed it since, even if its bytes are still in the store."""
-        repo = await self.g.recent_repository(repo_id)  # once per object of a bulk download
+        repo = await staging_writes.repository_for_write(
+            self.ctx, repo_id
+        )  # once per object of a bulk download
         async for chunk in self._checked_stream(repo, stat, start, length):
             yield chunk
 
@@ -421,7 +425,7 @@ class Objects:
         ns = StorageNamespace.parse(repo.storage_namespace)
         address_type = catalog_pb2.Entry.AddressType.Value(stat.address_type)
         store_uri, key = ns.address_key(stat.physical_address, address_type)
-        store = await self.g.stores.block_store(store_uri)
+        store = await self.ctx.stores.block_store(store_uri)
         try:
             async for chunk in store.stream(key, start=start, length=length):
                 yield chunk
@@ -434,7 +438,9 @@ class Objects:
         return b"".join([chunk async for chunk in self.read(repo_id, ref, path)])
 
     async def delete(self, repo_id: str, branch: str, path: str, *, force: bool = False) -> None:
-        await self.g.delete_entry(repo_id, branch, _path_bytes(path), force=force)
+        key = _path_bytes(path)
+        await reading.get_entry(self.ctx, repo_id, branch, key)  # NotFoundError for a missing object
+        await staging_writes.stage_entry(self.ctx, repo_id, branch, tombstone(key), force=force)
 
     async def list(
         self,
@@ -461,7 +467,9 @@ class Objects:
             start = successor
         while True:
             restart: bytes | None = None
-            async for record in self.g.list_entries(repo_id, ref, prefix=pfx, after=last, start=start):
+            async for record in reading.list_entries(
+                self.ctx, repo_id, ref, prefix=pfx, after=last, start=start
+            ):
                 if len(objects) + len(prefixes) == amount:
                     return ListPage(objects, prefixes, True, last.decode("utf-8", "backslashreplace"))
                 cut = record.key.find(delim, len(pfx)) if delim else -1

@@ -61,15 +61,19 @@ from lakefs_core.errors import (
     PreconditionFailedError,
 )
 from lakefs_core.faults import fault_point
-from lakefs_core.keys import DATA_DIR, TABLES_DIR, StorageNamespace
+from lakefs_core.format.proto import catalog_pb2
+from lakefs_core.format.records import decode_entry
+from lakefs_core.keys import DATA_DIR, TABLES_DIR
 from lakefs_core.kv.base import Expect, KVEntry
+from lakefs_core.namespace import StorageNamespace
 from lakefs_core.refs import kvkeys
 from lakefs_core.refs.model import Repository
+from lakefs_core.repos.context import RepoContext
 from lakefs_core.repos.purge_markers import announce, lookup_markers
 from lakefs_core.repos.purge_shared import SharedUse
+from lakefs_core.repos.reading import get_entry
 
 if TYPE_CHECKING:
-    from lakefs_core.repos.graveler import Graveler
     from lakefs_core.repos.purge_shared import CommitMap
 
 MAX_REASON = 1024
@@ -200,31 +204,32 @@ class _Walk:
 
 
 async def _walk(
-    g: Graveler, repo: Repository, ref: str, key: bytes, *, all_history: bool, collect: bool
+    ctx: RepoContext, repo: Repository, ref: str, key: bytes, *, all_history: bool, collect: bool
 ) -> _Walk:
     """``(address, address type)`` of ``key`` at ``ref`` or in every commit and branch; with
     ``collect``, every commit is also enumerated (in the same pass) into a :class:`CommitMap`."""
-    from lakefs_core.repos.objects import ObjectStat
     from lakefs_core.repos.purge_shared import CommitMap
 
     found: set[tuple[str, int]] = set()
 
     async def at(where: str) -> None:
         try:
-            record = await g.get_entry(repo.id, where, key)
+            record = await get_entry(ctx, repo.id, where, key)
         except NotFoundError:
             return
-        stat = ObjectStat.from_record(record)
-        found.add((stat.physical_address, 2 if stat.address_type == "FULL" else 1))
+        entry = decode_entry(record.data)
+        full = entry.address_type == catalog_pb2.Entry.AddressType.FULL
+        found.add((entry.address, 2 if full else 1))
 
-    resolved = await g.resolve(repo, ref)  # an unknown ref is NotFoundError, not an empty purge
+    resolved = await ctx.resolve(repo, ref)  # an unknown ref is NotFoundError, not an empty purge
     walk = _Walk(found, 0 if all_history else 1, resolved.commit.id, CommitMap() if collect else None)
     if not all_history:
         await at(ref)
         if not collect:
             return walk
     seen_metaranges: set[str] = set()
-    async for node in g.commit_nodes(repo.id):
+    async for commit in ctx.refs.list_commits(repo):
+        node = commit.node()
         if walk.commits is not None:
             walk.commits.add(node)
         if not all_history:
@@ -234,7 +239,7 @@ async def _walk(
             seen_metaranges.add(node.metarange_id)
             await at(node.id)
     if all_history:
-        async for branch in g.list_branches(repo.id):
+        async for branch in ctx.refs.list_branches(repo):
             await at(branch.id)  # its staged value, if any
     return walk
 
@@ -269,7 +274,7 @@ class _Request:
 
 
 async def purge_path(
-    g: Graveler,
+    ctx: RepoContext,
     repo_id: str,
     ref: str,
     path: str,
@@ -283,9 +288,9 @@ async def purge_path(
     check_reason(reason)
     check_path(path)
     check_actor(actor)
-    req = _Request(await g.repository(repo_id), ref, path, all_history, reason, actor)
+    req = _Request(await ctx.repository(repo_id), ref, path, all_history, reason, actor)
     ns = StorageNamespace.parse(req.repo.storage_namespace)
-    walk = await _walk(g, req.repo, ref, path.encode(), all_history=all_history, collect=not yes)
+    walk = await _walk(ctx, req.repo, ref, path.encode(), all_history=all_history, collect=not yes)
     inside, outside, not_data = _classify(ns, walk.found)
     if len(inside) > MAX_ADDRESSES:
         raise BadInputError(f"more than {MAX_ADDRESSES} objects to purge at once", field="path")
@@ -302,28 +307,30 @@ async def purge_path(
     )
     if not inside:
         return report
-    unfinished = await _unfinished(g, req, inside)
-    already = await purged_addresses(g, req.repo, inside)
+    unfinished = await _unfinished(ctx, req, inside)
+    already = await purged_addresses(ctx, req.repo, inside)
     for r in unfinished:
         already.update((a, r.audit_id) for a in r.addresses if a in inside and a not in already)
     report.already_purged = dict(sorted(already.items()))
     report.completed = [r.audit_id for r in unfinished]
     fresh = sorted(inside - set(already))
     if not yes:
-        report.shared, report.shared_note = await _collateral(g, req, walk, inside)
+        report.shared, report.shared_note = await _collateral(ctx, req, walk, inside)
         report.shared_truncated = report.shared_note is not None
         return report
-    record = _new_record(g, req, fresh, report.skipped_external) if fresh else None
-    done = [await record_purge(g, req.repo, r) for r in unfinished]  # the crashed purges, finished first
+    record = _new_record(ctx, req, fresh, report.skipped_external) if fresh else None
+    done = [await record_purge(ctx, req.repo, r) for r in unfinished]  # the crashed purges, finished first
     if record is not None:
-        done.append(await record_purge(g, req.repo, record))
+        done.append(await record_purge(ctx, req.repo, record))
     if done:
         report.audit_id, report.deleted = done[-1].audit_id, sum(r.deleted for r in done)
     return report
 
 
-def _new_record(g: Graveler, req: _Request, addresses: list[str], skipped_external: list[str]) -> PurgeRecord:
-    now = g.clock()
+def _new_record(
+    ctx: RepoContext, req: _Request, addresses: list[str], skipped_external: list[str]
+) -> PurgeRecord:
+    now = ctx.clock()
     record = PurgeRecord(
         audit_id=new_audit_id(now),
         repository=req.repo.id,
@@ -346,21 +353,21 @@ def _new_record(g: Graveler, req: _Request, addresses: list[str], skipped_extern
 
 
 async def _collateral(
-    g: Graveler, req: _Request, walk: _Walk, inside: set[str]
+    ctx: RepoContext, req: _Request, walk: _Walk, inside: set[str]
 ) -> tuple[list[SharedUse], str | None]:
     from lakefs_core.repos.purge_shared import CommitMap, Target, find_shared
 
     target = Target(req.path.encode(), req.all_history, walk.resolved_commit, req.ref)
-    return await find_shared(g, req.repo, inside, walk.commits or CommitMap(), target)
+    return await find_shared(ctx, req.repo, inside, walk.commits or CommitMap(), target)
 
 
-async def _unfinished(g: Graveler, req: _Request, inside: set[str]) -> list[PurgeRecord]:
+async def _unfinished(ctx: RepoContext, req: _Request, inside: set[str]) -> list[PurgeRecord]:
     """Records still ``deleting`` that a re-run of this purge completes: the same target's (found
     among the records, so a crash before the markers counts too), and the ones whose markers name
     some of ``inside`` (a crashed purge of another target covering these objects)."""
     repo = req.repo
     found: dict[str, PurgeRecord] = {}
-    async with contextlib.aclosing(g.kv.scan(repo.partition, kvkeys.PURGES_PREFIX)) as items:  # type: ignore[type-var]
+    async with contextlib.aclosing(ctx.kv.scan(repo.partition, kvkeys.PURGES_PREFIX)) as items:  # type: ignore[type-var]
         async for item in items:
             if not item.key.startswith(kvkeys.PURGES_PREFIX):
                 break
@@ -369,9 +376,9 @@ async def _unfinished(g: Graveler, req: _Request, inside: set[str]) -> list[Purg
             record = PurgeRecord.parse(item.value, f"{item.key.decode(errors='replace')} of {repo.id}")
             if record.state == "deleting" and req.same_target(record):
                 found[record.audit_id] = record
-    for audit_id in sorted(set((await purged_addresses(g, repo, inside)).values()) - set(found)):
+    for audit_id in sorted(set((await purged_addresses(ctx, repo, inside)).values()) - set(found)):
         try:
-            record = await purge_record(g, repo.id, audit_id)
+            record = await purge_record(ctx, repo.id, audit_id)
         except (NotFoundError, BadInputError):
             continue  # a marker without its record (a mirror's copy from elsewhere): nothing to finish
         if record.state == "deleting":
@@ -379,7 +386,7 @@ async def _unfinished(g: Graveler, req: _Request, inside: set[str]) -> list[Purg
     return [found[a] for a in sorted(found)]
 
 
-async def record_purge(g: Graveler, repo: Repository, record: PurgeRecord) -> PurgeRecord:
+async def record_purge(ctx: RepoContext, repo: Repository, record: PurgeRecord) -> PurgeRecord:
     """Record, mark, delete, settle (see the module). Idempotent: a re-run of a record already
     stored continues the STORED record (whatever ``record`` says). Works on read-only (mirror)
     repositories too. Fault points (``LAKEFS_CORE_FAULT``): ``purge:recorded`` after the record,
@@ -387,23 +394,23 @@ async def record_purge(g: Graveler, repo: Repository, record: PurgeRecord) -> Pu
     check_audit_id(record.audit_id)
     key = kvkeys.purge_key(record.audit_id)
     unfinished = kvkeys.purging_key(record.audit_id)
-    await announce(g, repo)  # every reader looks markers up before the first is written
-    await g.kv.set(repo.partition, unfinished, record.created_at.isoformat().encode())
+    await announce(ctx, repo)  # every reader looks markers up before the first is written
+    await ctx.kv.set(repo.partition, unfinished, record.created_at.isoformat().encode())
     raw = record.to_bytes()
     try:
-        await g.kv.set_if(repo.partition, key, raw, Expect.ABSENT)
+        await ctx.kv.set_if(repo.partition, key, raw, Expect.ABSENT)
     except PreconditionFailedError:
-        record, raw = await _stored(g, repo, record.audit_id)
+        record, raw = await _stored(ctx, repo, record.audit_id)
         if record.state == "done":
-            await g.kv.delete(repo.partition, unfinished)
+            await ctx.kv.delete(repo.partition, unfinished)
             return record
     fault_point("purge:recorded")
     marker = record.audit_id.encode()
     # Defence in depth (a mirror applies its source's records): only data objects are ever touched.
     addresses = [a for a in record.addresses if is_data_object(a)]
-    await g.kv.set_many([(repo.partition, kvkeys.purged_key(a), marker) for a in addresses])
+    await ctx.kv.set_many([(repo.partition, kvkeys.purged_key(a), marker) for a in addresses])
     ns = StorageNamespace.parse(repo.storage_namespace)
-    store = await g.namespace_store(ns)
+    store = await ctx.namespace_store(ns)
     deleted = 0
     for n, address in enumerate(addresses, 1):
         fault_point("purge:delete", n)
@@ -412,18 +419,18 @@ async def record_purge(g: Graveler, repo: Repository, record: PurgeRecord) -> Pu
         with contextlib.suppress(NotFoundError):
             await store.delete(ns.key(address))
         deleted += 1
-    settled = await _settle(g, repo, record, raw, deleted)
-    await g.kv.delete(repo.partition, unfinished)
+    settled = await _settle(ctx, repo, record, raw, deleted)
+    await ctx.kv.delete(repo.partition, unfinished)
     return settled
 
 
-async def _stored(g: Graveler, repo: Repository, audit_id: str) -> tuple[PurgeRecord, bytes]:
-    raw = await g.kv.get(repo.partition, kvkeys.purge_key(audit_id))
+async def _stored(ctx: RepoContext, repo: Repository, audit_id: str) -> tuple[PurgeRecord, bytes]:
+    raw = await ctx.kv.get(repo.partition, kvkeys.purge_key(audit_id))
     return PurgeRecord.parse(raw, f"purges/{audit_id} of {repo.id}"), raw
 
 
 async def _settle(
-    g: Graveler, repo: Repository, record: PurgeRecord, raw: bytes, deleted: int
+    ctx: RepoContext, repo: Repository, record: PurgeRecord, raw: bytes, deleted: int
 ) -> PurgeRecord:
     """``done`` by compare-and-swap from the stored bytes: when another process completing the same
     record settled it first, its settled record is the answer."""
@@ -431,22 +438,22 @@ async def _settle(
     for _ in range(_SETTLE_ATTEMPTS):
         settled = record.model_copy(update={"state": "done", "deleted": deleted})
         try:
-            await g.kv.set_if(repo.partition, key, settled.to_bytes(), Expect.equals(raw))
+            await ctx.kv.set_if(repo.partition, key, settled.to_bytes(), Expect.equals(raw))
             return settled
         except PreconditionFailedError:
-            record, raw = await _stored(g, repo, record.audit_id)
+            record, raw = await _stored(ctx, repo, record.audit_id)
             if record.state == "done":
                 return record
     raise ConflictError(f"purge record {record.audit_id} kept changing while being settled")
 
 
 async def complete_stuck_purges(
-    g: Graveler, repo: Repository, *, older_than: datetime, limit: int
+    ctx: RepoContext, repo: Repository, *, older_than: datetime, limit: int
 ) -> list[PurgeRecord]:
     """Complete up to ``limit`` purges of ``repo`` left unfinished since before ``older_than`` (their
     process died; the GC daemon calls this each pass). Entries of ``purging/`` whose record is
     settled, or was never written (a crash before it: nothing was marked or deleted), are dropped."""
-    async with contextlib.aclosing(g.kv.scan(repo.partition, kvkeys.PURGING_PREFIX)) as items:  # type: ignore[type-var]
+    async with contextlib.aclosing(ctx.kv.scan(repo.partition, kvkeys.PURGING_PREFIX)) as items:  # type: ignore[type-var]
         pending: list[KVEntry] = []
         async for item in items:
             if not item.key.startswith(kvkeys.PURGING_PREFIX) or len(pending) >= _OPEN_SCAN:
@@ -456,17 +463,17 @@ async def complete_stuck_purges(
     for item in pending:
         audit_id = item.key[len(kvkeys.PURGING_PREFIX) :].decode("utf-8", "replace")
         try:
-            record, _ = await _stored(g, repo, check_audit_id(audit_id))
+            record, _ = await _stored(ctx, repo, check_audit_id(audit_id))
         except BadInputError:
             continue  # not a name purge writes: left alone
         except NotFoundError:
             if _started(item.value) < older_than:
-                await g.kv.delete(repo.partition, item.key)
+                await ctx.kv.delete(repo.partition, item.key)
             continue
         if record.state == "done":
-            await g.kv.delete(repo.partition, item.key)
+            await ctx.kv.delete(repo.partition, item.key)
         elif record.created_at < older_than and len(done) < limit:
-            done.append(await record_purge(g, repo, record))
+            done.append(await record_purge(ctx, repo, record))
     return done
 
 
@@ -479,33 +486,33 @@ def _started(raw: bytes) -> datetime:
     return when if when.tzinfo is not None else when.replace(tzinfo=UTC)
 
 
-async def purge_record(g: Graveler, repo_id: str, audit_id: str) -> PurgeRecord:
-    repo = await g.repository(repo_id)
+async def purge_record(ctx: RepoContext, repo_id: str, audit_id: str) -> PurgeRecord:
+    repo = await ctx.repository(repo_id)
     check_audit_id(audit_id)
     try:
-        raw = await g.kv.get(repo.partition, kvkeys.purge_key(audit_id))
+        raw = await ctx.kv.get(repo.partition, kvkeys.purge_key(audit_id))
     except NotFoundError:
         raise NotFoundError(f"no purge {audit_id!r} in repository {repo_id!r}") from None
     return PurgeRecord.parse(raw, f"purges/{audit_id} of {repo_id}")
 
 
-async def list_purges(g: Graveler, repo_id: str) -> list[PurgeRecord]:
-    repo = await g.repository(repo_id)
+async def list_purges(ctx: RepoContext, repo_id: str) -> list[PurgeRecord]:
+    repo = await ctx.repository(repo_id)
     out = []
-    async for item in g.kv.scan(repo.partition, kvkeys.PURGES_PREFIX):
+    async for item in ctx.kv.scan(repo.partition, kvkeys.PURGES_PREFIX):
         if not item.key.startswith(kvkeys.PURGES_PREFIX):
             break
         out.append(PurgeRecord.parse(item.value, f"{item.key.decode(errors='replace')} of {repo_id}"))
     return out
 
 
-async def purged_addresses(g: Graveler, repo: Repository, addresses: Iterable[str]) -> dict[str, str]:
+async def purged_addresses(ctx: RepoContext, repo: Repository, addresses: Iterable[str]) -> dict[str, str]:
     """Relative address -> audit id, for those of ``addresses`` that a purge destroyed.
 
     A mirror asks this for every object it found missing (tens of thousands in a big commit): the
     common case (no purge ever) costs one KV read, and a long list is merged with one paged scan of
     the markers (:func:`~lakefs_core.repos.purge_markers.lookup_markers`)."""
-    return await lookup_markers(g, repo, addresses)
+    return await lookup_markers(ctx, repo, addresses)
 
 
 __all__ = [

@@ -31,15 +31,12 @@ import asyncio
 import contextlib
 import time
 from collections.abc import Iterable
-from typing import TYPE_CHECKING
 
 from lakefs_core.errors import BadInputError, NotFoundError, PreconditionFailedError
 from lakefs_core.kv.base import Expect
 from lakefs_core.refs import kvkeys
 from lakefs_core.refs.model import Repository
-
-if TYPE_CHECKING:
-    from lakefs_core.repos.graveler import Graveler
+from lakefs_core.repos.context import HasContext, RepoContext
 
 READER_TRUST_SECONDS = 0.5
 ANNOUNCE_SECONDS = 1.0  # >= READER_TRUST_SECONDS, with a wide margin
@@ -55,43 +52,43 @@ def _audit(raw: bytes) -> str:
     return raw[:MAX_AUDIT_ID_SHOWN].decode("utf-8", "replace")
 
 
-async def announce(g: Graveler, repo: Repository) -> None:
+async def announce(repos: HasContext, repo: Repository) -> None:
     """Make sure every reader looks markers up before this process writes one: write the
     announcement if it is missing, then wait until it has been durable for ``ANNOUNCE_SECONDS``
     (as this process knows it: the first purge of a repository in a process waits once)."""
     known = _announced.get(repo.partition)
     if known is None:
         with contextlib.suppress(PreconditionFailedError):  # present: durable since before now
-            await g.kv.set_if(repo.partition, kvkeys.PURGES_ANNOUNCED_KEY, b"1", Expect.ABSENT)
+            await repos.context.kv.set_if(repo.partition, kvkeys.PURGES_ANNOUNCED_KEY, b"1", Expect.ABSENT)
         known = _announced.setdefault(repo.partition, time.monotonic())
     remaining = known + ANNOUNCE_SECONDS - time.monotonic()
     if remaining > 0:
         await asyncio.sleep(remaining)
 
 
-async def has_purges(g: Graveler, repo: Repository) -> bool:
+async def has_purges(ctx: RepoContext, repo: Repository) -> bool:
     """Whether ``repo`` announced a purge (or holds markers from before announcements): one scan."""
     start = kvkeys.PURGES_ANNOUNCED_KEY
-    async with contextlib.aclosing(g.kv.scan(repo.partition, start, page_size=1)) as items:  # type: ignore[type-var]
+    async with contextlib.aclosing(ctx.kv.scan(repo.partition, start, page_size=1)) as items:  # type: ignore[type-var]
         async for item in items:
             return item.key.startswith(start)
     return False
 
 
-async def any_marker(g: Graveler, repo: Repository) -> bool:
+async def any_marker(ctx: RepoContext, repo: Repository) -> bool:
     """Whether any purge ever marked an object of ``repo`` (one KV read)."""
-    async with contextlib.aclosing(g.kv.scan(repo.partition, kvkeys.PURGED_PREFIX, page_size=1)) as items:  # type: ignore[type-var]
+    async with contextlib.aclosing(ctx.kv.scan(repo.partition, kvkeys.PURGED_PREFIX, page_size=1)) as items:  # type: ignore[type-var]
         async for item in items:
             return item.key.startswith(kvkeys.PURGED_PREFIX)
     return False
 
 
 async def lookup_markers(
-    g: Graveler, repo: Repository, addresses: Iterable[str], *, probe: bool = True
+    ctx: RepoContext, repo: Repository, addresses: Iterable[str], *, probe: bool = True
 ) -> dict[str, str]:
     """Relative address -> audit id, for those of ``addresses`` that a purge marked. ``probe``
     first asks whether the repository has any marker (one read: the common case costs only it)."""
-    if probe and not await any_marker(g, repo):
+    if probe and not await any_marker(ctx, repo):
         return {}
     wanted: dict[bytes, str] = {}
     for n, address in enumerate(addresses, 1):
@@ -107,12 +104,12 @@ async def lookup_markers(
     if len(wanted) <= POINT_READS:
         for key, address in wanted.items():
             try:
-                out[address] = _audit(await g.kv.get(repo.partition, key))
+                out[address] = _audit(await ctx.kv.get(repo.partition, key))
             except NotFoundError:
                 continue
         return out
     last = max(wanted)
-    async with contextlib.aclosing(g.kv.scan(repo.partition, min(wanted))) as markers:  # type: ignore[type-var]
+    async with contextlib.aclosing(ctx.kv.scan(repo.partition, min(wanted))) as markers:  # type: ignore[type-var]
         async for item in markers:
             if item.key > last:
                 break
@@ -128,8 +125,8 @@ _Waiting = list[tuple[str, "asyncio.Future[str | None]"]]
 class MarkerReads:
     """The marker check of reads (see the module docstring), per process and repository."""
 
-    def __init__(self, g: Graveler) -> None:
-        self.g = g
+    def __init__(self, repos: HasContext) -> None:
+        self.ctx = repos.context
         self._purged: set[bytes] = set()  # partitions known to have purges (never forgotten)
         self._none_since: dict[bytes, float] = {}  # partition -> start of the read that saw none
         self._busy: dict[bytes, asyncio.AbstractEventLoop] = {}  # partition -> loop of its lookup
@@ -146,7 +143,7 @@ class MarkerReads:
         started = time.monotonic()
         if since is not None and started - since < READER_TRUST_SECONDS:
             return False
-        if await has_purges(self.g, repo):
+        if await has_purges(self.ctx, repo):
             self._purged.add(partition)
             return True
         self._none_since[partition] = max(started, self._none_since.get(partition, started))
@@ -164,7 +161,7 @@ class MarkerReads:
             return await future
         self._busy[partition] = loop
         try:
-            found = await lookup_markers(self.g, repo, [relative], probe=False)
+            found = await lookup_markers(self.ctx, repo, [relative], probe=False)
         finally:
             self._hand_over(repo, loop)
         return found.get(relative)
@@ -192,7 +189,7 @@ class MarkerReads:
     async def _answer(self, repo: Repository, batch: _Waiting) -> None:
         relatives = [relative for relative, _ in batch]
         try:  # a group: the "any marker?" probe first (announced repositories may have none yet)
-            found = await lookup_markers(self.g, repo, relatives, probe=len(relatives) > 1)
+            found = await lookup_markers(self.ctx, repo, relatives, probe=len(relatives) > 1)
         except Exception as e:  # each reader raises it (a KV outage is every reader's error)
             for _, future in batch:
                 if not future.done():

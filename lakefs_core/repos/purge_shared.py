@@ -26,20 +26,18 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from lakefs_core.committed.metarange import MetaRange
 from lakefs_core.errors import BadInputError, NotFoundError
 from lakefs_core.format.records import decode_entry, decode_range_record
 from lakefs_core.format.sstable.reader import TableReader
-from lakefs_core.graveler.metarange import MetaRange
-from lakefs_core.keys import StorageNamespace, table_name
+from lakefs_core.keys import table_name
+from lakefs_core.namespace import StorageNamespace
 from lakefs_core.offloop import run_cpu
 from lakefs_core.refs.model import Branch, CommitNode, Repository
-
-if TYPE_CHECKING:
-    from lakefs_core.repos.graveler import Graveler
+from lakefs_core.repos.context import RepoContext
 
 MAX_ENTRIES = 5_000_000
 MAX_COMMITS = 200_000
@@ -136,8 +134,8 @@ def _range_hits(
 
 
 class _Search:
-    def __init__(self, g: Graveler, repo: Repository, targets: set[str], target: Target) -> None:
-        self.g, self.repo, self.target = g, repo, target
+    def __init__(self, ctx: RepoContext, repo: Repository, targets: set[str], target: Target) -> None:
+        self.ctx, self.repo, self.target = ctx, repo, target
         self.ns = StorageNamespace.parse(repo.storage_namespace)
         self.targets = frozenset(targets)
         self.needles = _needles(targets)
@@ -171,7 +169,7 @@ class _Search:
         return row
 
     async def metarange_hits(self, metarange_id: str) -> list[Hit]:
-        tables = await self.g.namespace_tables(self.ns)
+        tables = await self.ctx.namespace_tables(self.ns)
         meta = await MetaRange.load(tables, metarange_id)
         hits: list[Hit] = []
         for info in meta.ranges:
@@ -192,7 +190,7 @@ class _Search:
         hits: list[Hit] = []
         hidden: set[bytes] = set()
         name = f"staging of branch {branch.id}"
-        async for record in self.g.staging.merged((branch.staging_token, *branch.sealed_tokens)):
+        async for record in self.ctx.staging.merged((branch.staging_token, *branch.sealed_tokens)):
             if record.key in committed_paths:
                 hidden.add(record.key)
             if not self.spend(1):
@@ -208,20 +206,20 @@ class _Search:
 
 
 async def find_shared(
-    g: Graveler, repo: Repository, targets: set[str], commits: CommitMap, target: Target
+    ctx: RepoContext, repo: Repository, targets: set[str], commits: CommitMap, target: Target
 ) -> tuple[list[SharedUse], str | None]:
     """The other uses of ``targets`` (see the module), sorted, and a note when the list is partial."""
     if not targets:
         return [], None
-    search = _Search(g, repo, targets, target)
+    search = _Search(ctx, repo, targets, target)
     if commits.truncated:
         search.notes.append(f"only the first {MAX_COMMITS} commits were searched")
-    branches = [b async for b in g.list_branches(repo.id)]
-    tags = [t async for t in g.list_tags(repo.id)]
+    branches = [b async for b in ctx.refs.list_branches(repo)]
+    tags = [t async for t in ctx.refs.list_tags(repo)]
     heads: dict[str, str] = {}  # commit id of a branch head or tag -> its metarange
     for commit_id in {b.commit_id for b in branches} | {t.commit_id for t in tags}:
         try:
-            heads[commit_id] = (await g.get_commit_by_id(repo.id, commit_id)).metarange_id
+            heads[commit_id] = (await ctx.refs.get_commit(repo, commit_id)).metarange_id
         except NotFoundError:
             heads[commit_id] = ""  # a ref naming a missing commit holds nothing readable
     hits: dict[str, list[Hit]] = {}

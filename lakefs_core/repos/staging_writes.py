@@ -1,4 +1,5 @@
-"""Staged writes of the :class:`~lakefs_core.repos.graveler.Graveler` facade: one entry or a batch.
+"""Staged writes of the :class:`~lakefs_core.repos.graveler.Graveler` facade: one entry or a batch,
+on its :class:`~lakefs_core.repos.context.RepoContext`.
 
 The writer protocol that keeps "an acknowledged write lands in exactly one commit" (spec section 7):
 
@@ -40,7 +41,6 @@ from __future__ import annotations
 import time
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 from lakefs_core.errors import (
     BadInputError,
@@ -54,10 +54,8 @@ from lakefs_core.format.records import ValueRecord, encode_staged_entry
 from lakefs_core.kv.base import Expect, KVItem
 from lakefs_core.refs import kvkeys
 from lakefs_core.refs.model import Branch, Repository
+from lakefs_core.repos.context import RepoContext
 from lakefs_core.repos.retry import cas_retrying, exhausted_as
-
-if TYPE_CHECKING:
-    from lakefs_core.repos.graveler import Graveler
 
 
 @dataclass(frozen=True)
@@ -73,47 +71,45 @@ class Settle:
     what: str
 
 
-async def repository_for_write(g: Graveler, repo_id: str) -> Repository:
+async def repository_for_write(ctx: RepoContext, repo_id: str) -> Repository:
     now = time.monotonic()
-    hit = g._write_repos.get(repo_id)
-    if hit is not None and now - hit[0] < g.settings.write_cache_seconds:
-        return hit[1]
-    repo = await g.repository(repo_id)
-    g._write_repos[repo_id] = (now, repo)
+    repo = ctx.write_cache.repository(repo_id, now, ctx.settings.write_cache_seconds)
+    if repo is not None:
+        return repo
+    repo = await ctx.repository(repo_id)
+    ctx.write_cache.keep_repository(repo, now)
     return repo
 
 
-async def branch_for_write(g: Graveler, repo: Repository, branch_id: str) -> Branch:
-    return (await _branch_and_raw(g, repo, branch_id))[0]
+async def branch_for_write(ctx: RepoContext, repo: Repository, branch_id: str) -> Branch:
+    return (await _branch_and_raw(ctx, repo, branch_id))[0]
 
 
-async def _branch_and_raw(g: Graveler, repo: Repository, branch_id: str) -> tuple[Branch, bytes]:
+async def _branch_and_raw(ctx: RepoContext, repo: Repository, branch_id: str) -> tuple[Branch, bytes]:
     try:
-        return await g.refs.get_branch(repo, branch_id)
+        return await ctx.refs.get_branch(repo, branch_id)
     except NotFoundError:
         # The repository may have been deleted or re-created: forget what was cached for it.
-        g._write_repos.pop(repo.id, None)
-        g._live_tokens.pop((repo.partition, branch_id), None)
+        ctx.write_cache.forget(repo, branch_id)
         raise
 
 
 async def _write_then_branch(
-    g: Graveler, repo: Repository, branch_id: str, items: Iterable[KVItem]
+    ctx: RepoContext, repo: Repository, branch_id: str, items: Iterable[KVItem]
 ) -> Branch:
     try:
-        return await g.refs.set_many_then_get_branch(repo, items, branch_id)
+        return await ctx.refs.set_many_then_get_branch(repo, items, branch_id)
     except NotFoundError:
-        g._write_repos.pop(repo.id, None)  # as branch_for_write: deleted or re-created meanwhile
-        g._live_tokens.pop((repo.partition, branch_id), None)
+        ctx.write_cache.forget(repo, branch_id)  # as branch_for_write: deleted or re-created meanwhile
         raise
 
 
-async def _live_token(g: Graveler, repo: Repository, branch_id: str) -> str:
-    cached = g._live_tokens.get((repo.partition, branch_id))
-    limit = min(g.settings.write_cache_seconds, g.settings.cleanup_grace_seconds / 2)
-    if cached is not None and time.monotonic() - cached[0] < limit:
-        return cached[1]
-    return (await branch_for_write(g, repo, branch_id)).staging_token
+async def _live_token(ctx: RepoContext, repo: Repository, branch_id: str) -> str:
+    limit = min(ctx.settings.write_cache_seconds, ctx.settings.cleanup_grace_seconds / 2)
+    cached = ctx.write_cache.live_token(repo, branch_id, time.monotonic(), limit)
+    if cached is not None:
+        return cached
+    return (await branch_for_write(ctx, repo, branch_id)).staging_token
 
 
 MAX_PATH_BYTES = 1024
@@ -133,7 +129,7 @@ def check_new_path(key: bytes) -> None:
 
 
 async def stage_entry(
-    g: Graveler,
+    ctx: RepoContext,
     repo_id: str,
     branch_id: str,
     record: ValueRecord,
@@ -147,24 +143,24 @@ async def stage_entry(
         raise BadInputError("must not be empty", field="path")
     if record.identity:  # a value, not a tombstone
         check_new_path(record.key)
-    repo = await repository_for_write(g, repo_id)
-    g.writable(repo, force)
+    repo = await repository_for_write(ctx, repo_id)
+    ctx.writable(repo, force)
     if settle is not None:
-        await _stage_settled(g, repo, branch_id, [record], settle)
+        await _stage_settled(ctx, repo, branch_id, [record], settle)
         return
-    token = await _live_token(g, repo, branch_id)
-    for _ in range(g.settings.write_attempts):
-        await g.staging.set(token, record)
-        again = await branch_for_write(g, repo, branch_id)
+    token = await _live_token(ctx, repo, branch_id)
+    for _ in range(ctx.settings.write_attempts):
+        await ctx.staging.set(token, record)
+        again = await branch_for_write(ctx, repo, branch_id)
         if again.staging_token == token:
-            g._live_tokens[(repo.partition, branch_id)] = (time.monotonic(), token)
+            ctx.write_cache.keep_live_token(repo, branch_id, token, time.monotonic())
             return
         token = again.staging_token  # a commit sealed the token we wrote to: write again
     raise TooManyRetriesError(f"branch {branch_id!r}: staging token kept rotating during a write")
 
 
 async def set_entries(
-    g: Graveler,
+    ctx: RepoContext,
     repo_id: str,
     branch_id: str,
     records: Sequence[ValueRecord],
@@ -177,20 +173,20 @@ async def set_entries(
     for key, identity, _ in records:
         if not key or (identity and (len(key) > MAX_PATH_BYTES or b"\0" in key)):
             check_new_path(key)  # raises, naming what is wrong
-    repo = await repository_for_write(g, repo_id)
-    g.writable(repo, force)
+    repo = await repository_for_write(ctx, repo_id)
+    ctx.writable(repo, force)
     if settle is not None:
-        await _stage_settled(g, repo, branch_id, records, settle)
+        await _stage_settled(ctx, repo, branch_id, records, settle)
         return
     if not records:
         return
-    token = await _live_token(g, repo, branch_id)
+    token = await _live_token(ctx, repo, branch_id)
     encoded: list[tuple[bytes, bytes]] = []
     items: Iterable[KVItem] = _encoding(records, (), kvkeys.staging_partition(token), encoded)
-    for _ in range(g.settings.write_attempts):
-        again = await _write_then_branch(g, repo, branch_id, items)
+    for _ in range(ctx.settings.write_attempts):
+        again = await _write_then_branch(ctx, repo, branch_id, items)
         if again.staging_token == token:
-            g._live_tokens[(repo.partition, branch_id)] = (time.monotonic(), token)
+            ctx.write_cache.keep_live_token(repo, branch_id, token, time.monotonic())
             return
         token = again.staging_token  # a commit sealed the token we wrote to: write the batch again
         items = _again(records, encoded, kvkeys.staging_partition(token))
@@ -208,60 +204,60 @@ def _again(
 
 
 async def _stage_settled(
-    g: Graveler, repo: Repository, branch_id: str, records: Sequence[ValueRecord], settle: Settle
+    ctx: RepoContext, repo: Repository, branch_id: str, records: Sequence[ValueRecord], settle: Settle
 ) -> None:
     """``records`` and ``settle`` in one conditional KV batch, expecting the settle key and the
     branch record as read; a changed branch is read again and the batch retried after a backoff
     (a commit moves it twice), a changed settle key is the upload's loss (see the module
     docstring)."""
     branch_key = kvkeys.branch_key(branch_id)
-    branch, raw = await _branch_and_raw(g, repo, branch_id)
+    branch, raw = await _branch_and_raw(ctx, repo, branch_id)
     settling = (settle.partition, settle.key, settle.value)
     encoded: list[tuple[bytes, bytes]] = []
     items: Iterable[KVItem] = _encoding(
         records, (settling,), kvkeys.staging_partition(branch.staging_token), encoded
     )
     with exhausted_as(f"branch {branch_id!r} kept changing during a staging write"):
-        async for attempt in cas_retrying(g.settings):
+        async for attempt in cas_retrying(ctx.settings):
             with attempt:
                 expected = [
                     (settle.partition, settle.key, Expect.equals(settle.expected)),
                     (repo.partition, branch_key, Expect.equals(raw)),
                 ]
                 try:
-                    await g.kv.set_many_if(items, expected)
+                    await ctx.kv.set_many_if(items, expected)
                 except TransientError:
                     # Outcome unknown: the settle key holding our value proves it landed (nobody
                     # else writes that value there); anything else leaves it unknown.
-                    if await _settled(g, settle):
+                    if await _settled(ctx, settle):
                         break
                     raise
                 except PreconditionFailedError:
-                    if await _lost(g, settle):
+                    if await _lost(ctx, settle):
                         raise ConflictError(
                             f"{settle.what} lost to the hard-delete reconciler: its journal record "
                             "was claimed before the upload could stage it (the upload took longer "
                             "than the reconciler's pending timeout); nothing was staged"
                         ) from None
-                    branch, raw = await _branch_and_raw(g, repo, branch_id)  # the branch moved
+                    branch, raw = await _branch_and_raw(ctx, repo, branch_id)  # the branch moved
                     partition = kvkeys.staging_partition(branch.staging_token)
                     items = [settling, *_again(records, encoded, partition)]
                     raise
-    g._live_tokens[(repo.partition, branch_id)] = (time.monotonic(), branch.staging_token)
+    ctx.write_cache.keep_live_token(repo, branch_id, branch.staging_token, time.monotonic())
 
 
-async def _settled(g: Graveler, settle: Settle) -> bool:
+async def _settled(ctx: RepoContext, settle: Settle) -> bool:
     """Whether the settle key holds the upload's own settled value (its write landed)."""
     try:
-        return await g.kv.get(settle.partition, settle.key) == settle.value
+        return await ctx.kv.get(settle.partition, settle.key) == settle.value
     except NotFoundError:
         return False
 
 
-async def _lost(g: Graveler, settle: Settle) -> bool:
+async def _lost(ctx: RepoContext, settle: Settle) -> bool:
     """Whether the settle key no longer holds what the upload expects (claimed, or gone)."""
     try:
-        return await g.kv.get(settle.partition, settle.key) != settle.expected
+        return await ctx.kv.get(settle.partition, settle.key) != settle.expected
     except NotFoundError:
         return True
 

@@ -1,8 +1,8 @@
 """Opened block stores and per-namespace table stores, shared by everything in one process.
 
 Each storage location (``s3://bucket``, ``local:///root``, ``mem://name``) is opened once and
-reused; every namespace gets a :class:`~lakefs_core.graveler.tables.TableStore` sharing one
-:class:`~lakefs_core.graveler.tables.TableCache` (ids name the same bytes wherever they live).
+reused; every namespace gets a :class:`~lakefs_core.committed.tables.TableStore` sharing one
+:class:`~lakefs_core.committed.tables.TableCache` (ids name the same bytes wherever they live).
 """
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ import asyncio
 
 from lakefs_core.block import S3Settings, open_block_store
 from lakefs_core.block.base import BlockStore
-from lakefs_core.graveler.tables import TableCache, TableStore
-from lakefs_core.keys import StorageNamespace
+from lakefs_core.committed.tables import TableCache, TableStore
+from lakefs_core.namespace import StorageNamespace
 
 
 class StoreRegistry:

@@ -24,8 +24,9 @@ from lakefs_core.block import (
     S3BlockStore,
 )
 from lakefs_core.errors import AccessDeniedError, BadInputError
+from lakefs_core.testing.block import listing, put_all, put_tricky
 from tests.block.conftest import BUCKET, s3_settings
-from tests.block.test_contract import listing, put_all, put_tricky
+from tests.block.test_contract import traits_of
 from tests.support.moto import MotoServer
 from tests.support.s3proxy import ThrottlingProxy
 
@@ -39,7 +40,7 @@ async def keys_of(store: BlockStore, prefix: str = "", start_after: str | None =
 
 
 async def test_list_keys_matches_list(store: BlockStore) -> None:
-    keys = await put_tricky(store)
+    keys = await put_tricky(store, traits_of(store))
     before = (datetime.now(UTC) - timedelta(minutes=5)).timestamp()
     got = await keys_of(store)
     assert [k.key for k in got] == sorted(keys)

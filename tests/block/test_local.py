@@ -15,7 +15,7 @@ from lakefs_core.block import LocalBlockStore
 from lakefs_core.block.base import ObjectInfo
 from lakefs_core.block.local import META_DIR, TMP_PREFIX
 from lakefs_core.errors import BadInputError, ConflictError, PreconditionFailedError
-from tests.block.test_contract import listing
+from lakefs_core.testing.block import listing
 
 MIB = 1 << 20
 

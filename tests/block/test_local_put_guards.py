@@ -16,7 +16,7 @@ from lakefs_core.block import LocalBlockStore
 from lakefs_core.block.base import PutItem
 from lakefs_core.block.local import META_DIR
 from lakefs_core.errors import BadInputError
-from tests.block.test_contract import listing
+from lakefs_core.testing.block import listing
 
 OLD = b"written through the store, with a sidecar"
 NEW = OLD.upper()  # as long as OLD, other bytes

@@ -163,7 +163,7 @@ def test_ctrl_c_mid_operation_prints_no_traceback_from_worker_threads() -> None:
     the closed event loop) must not print a traceback: the user sees one line and exit 130."""
     program = (
         "import sys, threading, time, click\n"
-        "from lakefs_core.cli import CLIGroup, run\n"
+        "from lakefs_core.service.cli import CLIGroup, run\n"
         "@click.group(cls=CLIGroup)\n"
         "def cli() -> None: ...\n"
         "@cli.command()\n"

@@ -1,4 +1,4 @@
-"""A ``lakefs-core`` process starts up without cyclic collections (:mod:`lakefs_core.cli.collector`).
+"""A ``lakefs-core`` process starts up without cyclic collections (:mod:`lakefs_core.service.collector`).
 
 Each probe runs a command in a fresh interpreter, as the process entry point does or as ``main()``
 in-process does, and reports the collections that ran before its session was open (start-up ones;
@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from lakefs_core.cli import collector
+from lakefs_core.service import collector
 from tests.cli.helpers import InProcess, run_probe
 
 _PROBE = """

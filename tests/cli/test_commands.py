@@ -19,7 +19,7 @@ import pytest
 
 from lakefs_core.block.local import LocalBlockStore
 from lakefs_core.cli import fs as fs_module
-from lakefs_core.cli.context import default_kv_url
+from lakefs_core.coreconfig import default_kv_url
 from lakefs_core.kv import open_kv
 from lakefs_core.refs.staging import StagingArea
 from lakefs_core.refs.store import RefStore

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from lakefs_core.cli.context import default_kv_url
+from lakefs_core.coreconfig import default_kv_url
 from lakefs_core.errors import (
     BadInputError,
     ConflictError,

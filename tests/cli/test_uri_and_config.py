@@ -11,12 +11,12 @@ import pytest
 from pydantic import SecretStr
 
 from lakefs_core.block.local import LocalBlockStore
-from lakefs_core.cli import run
-from lakefs_core.cli.context import CoreConfig, default_kv_url, load_core_config, user_config_file
 from lakefs_core.cli.output import human_bytes
-from lakefs_core.cli.uri import Kind, LakeFSURI, parse_uri
 from lakefs_core.config import load_config, load_raw, validate
+from lakefs_core.coreconfig import CoreConfig, default_kv_url, load_core_config, user_config_file
 from lakefs_core.errors import BadInputError, ConfigError, StartupError
+from lakefs_core.repos.uri import Kind, LakeFSURI, parse_uri
+from lakefs_core.service.cli import run
 from lakefs_core.settings import CoreSettings, S3Config, StaticCredentials
 from tests.cli.helpers import InProcess, set_user_env
 

@@ -14,12 +14,13 @@ from pathlib import Path
 import cramjam
 import pytest
 
+from lakefs_core.committed.tables import TableCache, TableStore
 from lakefs_core.errors import CorruptDataError
 from lakefs_core.format.sstable import TableReader
 from lakefs_core.format.sstable.block import decode_block
 from lakefs_core.format.sstable.footer import decode_footer, decode_handle, read_block
 from lakefs_core.format.varint import encode_uvarint
-from lakefs_core.graveler.tables import TableCache, TableStore
+from tests.committed.support import memory_tables
 from tests.format.crafted_tables import (
     Crafter,
     block_of,
@@ -35,7 +36,6 @@ from tests.format.crafted_tables import (
     write_table,
 )
 from tests.format.fuzz_tables import MULTI_VERSION_RECORDS, multi_version_table
-from tests.graveler.support import memory_tables
 
 MiB = 1 << 20
 

@@ -37,12 +37,12 @@ from typing import Any
 
 import pytest
 
+from lakefs_core.committed.model import ValueRecord
+from lakefs_core.committed.writer import RANGES, MetaRangeWriter, RangeBuilder, build_metarange
 from lakefs_core.format.envelope import encode_envelope
 from lakefs_core.format.records import RangeInfo, make_entry
 from lakefs_core.format.splitter import SplitPolicy
 from lakefs_core.format.sstable import TableReader, TableWriter
-from lakefs_core.graveler.model import ValueRecord
-from lakefs_core.graveler.writer import RANGES, MetaRangeWriter, RangeBuilder, build_metarange
 
 Records = list[tuple[bytes, bytes]]
 WHEN = datetime(2026, 1, 1, tzinfo=UTC)

@@ -18,10 +18,11 @@ from typing import TYPE_CHECKING
 import pytest
 
 from lakefs_core.block import BlockStore
-from lakefs_core.keys import StorageNamespace, new_object_id, new_slice_id
+from lakefs_core.compute.partition import StoreRef
+from lakefs_core.keys import new_object_id, new_slice_id
 from lakefs_core.kv.memory import MemoryKVStore
+from lakefs_core.namespace import StorageNamespace
 from lakefs_core.repos.graveler import Graveler, StoreRegistry
-from lakefs_gc.spark.partition import StoreRef
 from tests.gc.mark_support import Clock, Env, build_repo
 from tests.support.env import require_tool, skip_or_fail
 
@@ -34,7 +35,7 @@ def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SparkSession]:
     if importlib.util.find_spec("pyspark") is None:
         skip_or_fail("PySpark is not installed (the 'dev' and 'spark' extras install it)")
     require_tool("java", "default-jre-headless")
-    from lakefs_gc.spark.session import spark_session, stop_spark_session
+    from lakefs_core.compute.session import spark_session, stop_spark_session
 
     local_dir = tmp_path_factory.mktemp("spark-local")
     session = spark_session(

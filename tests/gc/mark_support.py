@@ -29,7 +29,8 @@ from pathlib import Path
 
 from lakefs_core.block.base import BlockStore, ObjectInfo
 from lakefs_core.format.records import ADDRESS_FULL, ValueRecord, make_entry
-from lakefs_core.keys import StorageNamespace, new_object_id, new_slice_id
+from lakefs_core.keys import new_object_id, new_slice_id
+from lakefs_core.namespace import StorageNamespace
 from lakefs_core.repos.graveler import Graveler
 from lakefs_core.repos.objects import Objects
 from lakefs_gc.rules import GCRules, save_rules

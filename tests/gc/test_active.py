@@ -1,7 +1,7 @@
-"""The retention walk (lakefs_gc.active) against an independent oracle and a port of lakeFS's loop.
+"""The retention walk (lakefs_gc.mark.active) against an independent oracle and a port of lakeFS's loop.
 
 The oracle below is written from gc.md §1 and the module's documented deviations only; it shares no
-code with lakefs_gc.active (no memo, no SQLite, its own main-parent rule and its own starting points).
+code with lakefs_gc.mark.active (no memo, no SQLite, its own main-parent rule and its own starting points).
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 
 from lakefs_core.errors import BadInputError, CorruptDataError
 from lakefs_core.refs.model import Commit, CommitNode
-from lakefs_gc.active import compute_active
+from lakefs_gc.mark.active import compute_active
 from lakefs_gc.rules import GCRules
 
 NOW = datetime(2026, 3, 1, 12, tzinfo=UTC)

@@ -8,7 +8,7 @@ from datetime import timedelta
 from lakefs_core.kv.memory import MemoryKVStore
 from lakefs_core.repos.graveler import Graveler
 from lakefs_core.repos.stores import StoreRegistry
-from lakefs_gc.active import TagsPolicy, compute_active
+from lakefs_gc.mark.active import TagsPolicy, compute_active
 from lakefs_gc.rules import GCRules
 from tests.repos.support import WHEN, Clock, mem_namespace, new_graveler, record, unique
 

@@ -13,7 +13,7 @@ import aiohttp
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from lakefs_core.lease import kv_lease
+from lakefs_core.service.lease import kv_lease
 from lakefs_gc.config import GCConfig
 from lakefs_gc.service import GCService
 from tests.gc.daemon_support import AUTH, SqliteRepo, gc_config, sqlite_repo

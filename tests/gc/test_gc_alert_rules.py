@@ -4,7 +4,7 @@
 - ``promtool test rules`` passes the unit tests next to it, and each alert has at least one case
   that fires and one that does not;
 - every metric a rule reads is one a GC daemon exports (:class:`~lakefs_gc.metrics.GCMetrics` plus
-  the HTTP metrics of :func:`lakefs_core.http.build_app`), a recording rule of the same file, or
+  the HTTP metrics of :func:`lakefs_core.service.http.build_app`), a recording rule of the same file, or
   Prometheus's ``up``; every label a rule filters or groups on is one those series carry
   (``job``/``instance`` are added by Prometheus);
 - every alert is described in docs/operations.md, and ``LakeFSGCDaemonDown`` watches the ``lakefs-gc``

@@ -1,5 +1,5 @@
 """``dashboards/lakefs-gc.json`` stays in step with :mod:`lakefs_gc.metrics` (and the HTTP metrics
-:func:`lakefs_core.http.build_app` registers), and the deployment artifacts of ``lakefs-gc``
+:func:`lakefs_core.service.http.build_app` registers), and the deployment artifacts of ``lakefs-gc``
 (``deploy/gc-*.yaml``, ``deploy/ecs``, ``deploy/systemd``) with the daemon's command line and
 configuration.
 
@@ -39,8 +39,8 @@ import pytest
 import yaml
 from prometheus_client import CollectorRegistry
 
-from lakefs_core.http import ServiceSpec, build_app
-from lakefs_core.http.metrics import RegionRegistry
+from lakefs_core.service.http import ServiceSpec, build_app
+from lakefs_core.service.http.metrics import RegionRegistry
 from lakefs_gc.config import load_gc_config
 from lakefs_gc.metrics import PREFIX, GCMetrics
 from tests.mirror.test_dashboard import (

@@ -35,8 +35,8 @@ import pytest
 
 from lakefs_core.keys import new_object_id, new_slice_id
 from lakefs_core.kv import open_kv
-from lakefs_core.lease import kv_lease
 from lakefs_core.repos.graveler import Graveler, StoreRegistry
+from lakefs_core.service.lease import kv_lease
 from lakefs_gc.faults import ENV
 from tests.gc.mark_support import (
     MARK_NOW,

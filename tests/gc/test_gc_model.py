@@ -49,6 +49,7 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, pr
 
 from lakefs_core.block.base import BlockStore
 from lakefs_core.block.local import LocalBlockStore
+from lakefs_core.compute.executor import LiteExecutor
 from lakefs_core.errors import (
     BadInputError,
     ConflictError,
@@ -60,16 +61,15 @@ from lakefs_core.kv.memory import MemoryKVStore
 from lakefs_core.refs import kvkeys
 from lakefs_core.repos.graveler import Graveler, GravelerSettings, StorageNamespace, StoreRegistry
 from lakefs_core.repos.objects import Objects, UploadItem
-from lakefs_gc.deleter import BatchResult
+from lakefs_core.service.deleter import BatchResult, KeyDeleter, store_deleter
 from lakefs_gc.faults import ENV
-from lakefs_gc.layout import RunLayout
-from lakefs_gc.mark import MarkOptions, run_mark
-from lakefs_gc.parts import list_parts, read_lines
+from lakefs_gc.mark.mark import MarkOptions, run_mark
 from lakefs_gc.reconcile import ReconcileOptions, reconcile_repository
-from lakefs_gc.reverify import Reverifier
 from lakefs_gc.rules import GCRules, save_rules, widest_rules
-from lakefs_gc.spark.executor import LiteExecutor
-from lakefs_gc.sweep import KeyDeleter, SweepOptions, SweepReport, load_mark, run_sweep, store_deleter
+from lakefs_gc.runs.layout import RunLayout
+from lakefs_gc.runs.parts import list_parts, read_lines
+from lakefs_gc.sweep.reverify import Reverifier
+from lakefs_gc.sweep.sweep import SweepOptions, SweepReport, load_mark, run_sweep
 from tests.gc.mark_support import set_mtime, stored_objects
 from tests.gc.model_support import Listings, Node, oracle_active
 from tests.repos.support import HookedKV

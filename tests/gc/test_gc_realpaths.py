@@ -21,16 +21,17 @@ from pathlib import Path
 
 import pytest
 
+from lakefs_core.compute.executor import LiteExecutor
 from lakefs_core.errors import NamespaceConflictError
 from lakefs_core.kv import open_kv
 from lakefs_core.kv.base import KVStore
 from lakefs_core.refs.model import Repository
 from lakefs_core.repos.graveler import Graveler, StorageNamespace, StoreRegistry
 from lakefs_core.repos.objects import Objects
-from lakefs_gc.mark import MarkOptions, run_mark
+from lakefs_core.service.deleter import KeyDeleter, store_deleter
+from lakefs_gc.mark.mark import MarkOptions, run_mark
 from lakefs_gc.reconcile import ReconcileOptions, reconcile_deleted_repositories, reconcile_repository
-from lakefs_gc.spark.executor import LiteExecutor
-from lakefs_gc.sweep import KeyDeleter, run_sweep, store_deleter
+from lakefs_gc.sweep.sweep import run_sweep
 from tests.repos.support import WHEN, Clock, fast_settings, unique
 from tests.repos.test_import import write_tree
 from tests.support.kv import kv_url_for

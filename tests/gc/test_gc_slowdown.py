@@ -16,14 +16,15 @@ from pathlib import Path
 
 import pytest
 
+from lakefs_core.compute.executor import LiteExecutor
 from lakefs_core.keys import new_object_id, new_slice_id
 from lakefs_core.kv.memory import MemoryKVStore
 from lakefs_core.repos.graveler import Graveler, StoreRegistry
-from lakefs_gc.mark import run_mark
-from lakefs_gc.spark.executor import LiteExecutor
-from lakefs_gc.sweep import SweepOptions, SweepReport, run_sweep, store_deleter
+from lakefs_core.service.deleter import store_deleter
+from lakefs_core.testing.block import put_all
+from lakefs_gc.mark.mark import run_mark
+from lakefs_gc.sweep.sweep import SweepOptions, SweepReport, run_sweep
 from tests.block.conftest import create_bucket, s3_settings
-from tests.block.test_contract import put_all
 from tests.gc.mark_support import REAL_NOW, Built, Clock, Env, build_repo, stored_objects
 from tests.gc.test_mark import deleted_set, expected, options
 from tests.support.moto import MotoServer

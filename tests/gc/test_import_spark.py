@@ -9,13 +9,13 @@ from typing import TYPE_CHECKING
 
 import pytest
 
+from lakefs_core.compute.child import run_spark_job
+from lakefs_core.compute.executor import SparkExecutor
+from lakefs_core.compute.import_job import JOB_NAME, import_with_executor
 from lakefs_core.kv import open_kv
 from lakefs_core.kv.memory import MemoryKVStore
 from lakefs_core.repos.graveler import Graveler, StoreRegistry
 from lakefs_core.repos.objects import Objects
-from lakefs_gc.spark.child import run_spark_job
-from lakefs_gc.spark.executor import SparkExecutor
-from lakefs_gc.spark.import_job import JOB_NAME, import_with_executor
 from tests.repos.test_import import listing, write_tree
 from tests.support.env import require_tool
 

@@ -8,15 +8,15 @@ from collections.abc import AsyncIterator
 import pytest
 
 from lakefs_core.block.base import BlockStore, ObjectInfo
+from lakefs_core.committed.addresses import metarange_ranges
+from lakefs_core.compute.executor import Executor, LiteExecutor
 from lakefs_core.errors import ConflictError, CorruptDataError, ReadOnlyError
-from lakefs_core.graveler.addresses import metarange_ranges
 from lakefs_core.repos.graveler import Graveler
-from lakefs_gc.layout import RunLayout
-from lakefs_gc.mark import MarkOptions, MarkResult, run_mark
-from lakefs_gc.parts import list_parts, read_lines
+from lakefs_gc.mark.mark import MarkOptions, MarkResult, run_mark
 from lakefs_gc.pins import StaticPins
-from lakefs_gc.reports import Summary, read_commits_csv, read_manifest, read_summary
-from lakefs_gc.spark.executor import Executor, LiteExecutor
+from lakefs_gc.runs.layout import RunLayout
+from lakefs_gc.runs.parts import list_parts, read_lines
+from lakefs_gc.runs.reports import Summary, read_commits_csv, read_manifest, read_summary
 from tests.gc.mark_support import (
     MARK_NOW,
     MIN_AGE,

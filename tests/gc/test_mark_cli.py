@@ -1,4 +1,4 @@
-"""``lakefs-gc mark`` / ``sweep`` commands (lakefs_gc.cli_jobs) on a SQLite core: a full lite run, the
+"""``lakefs-gc mark`` / ``sweep`` commands (lakefs_gc.cli.jobs) on a SQLite core: a full lite run, the
 sweep-only command refusing an unknown mark, and the lease refusing a second runner."""
 
 from __future__ import annotations
@@ -10,14 +10,14 @@ from pathlib import Path
 import click
 import pytest
 
-from lakefs_core.cli import run
+from lakefs_core.compute.child import build_command
+from lakefs_core.compute.session import check_master, spark_session
 from lakefs_core.errors import BadInputError
 from lakefs_core.kv import open_kv
-from lakefs_core.lease import kv_lease
 from lakefs_core.repos.graveler import Graveler, StoreRegistry
-from lakefs_gc.cli_jobs import mark_cmd, parse_duration, sweep_cmd
-from lakefs_gc.spark.child import build_command
-from lakefs_gc.spark.session import check_master, spark_session
+from lakefs_core.service.cli import run
+from lakefs_core.service.lease import kv_lease
+from lakefs_gc.cli.jobs import mark_cmd, parse_duration, sweep_cmd
 from tests.gc.mark_support import MARK_NOW, Clock, build_repo, stored_objects
 from tests.gc.test_mark import deleted_set
 

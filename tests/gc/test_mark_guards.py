@@ -1,7 +1,7 @@
 """Guards found by mutation testing: boundaries and checks of the GC mark and of the hard-delete
 journal whose removal (or an off-by-one) no other test noticed. Each test names the logic it pins
 down; all run on real stores (memory/SQLite KV, local namespace) with injected clocks. (The
-retention walk of ``lakefs_gc.active`` had no surviving mutant: its oracle tests already catch them.)
+retention walk of ``lakefs_gc.mark.active`` had no surviving mutant: its oracle tests already catch them.)
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from lakefs_core.errors import BadInputError, CorruptDataError
 from lakefs_core.keys import new_object_id, new_slice_id
 from lakefs_core.refs import kvkeys
 from lakefs_core.repos.journal import DEFAULT_CLOCK_SKEW_SECONDS, DEFAULT_GRACE_SECONDS
-from lakefs_gc.mark import DEFAULT_MIN_AGE, MarkOptions, _job_options
+from lakefs_gc.mark.mark import DEFAULT_MIN_AGE, MarkOptions, _job_options
 from tests.gc.mark_support import CUTOFF, MIN_AGE, REAL_NOW, Env, _full_record, _stage_full, set_mtime
 from tests.gc.test_mark import mark
 from tests.journal import conftest as journal_fixtures

@@ -8,11 +8,11 @@ from typing import TYPE_CHECKING
 
 import pytest
 
+from lakefs_core.compute.child import run_spark_job
+from lakefs_core.compute.executor import LiteExecutor, SparkExecutor
 from lakefs_core.kv import open_kv
 from lakefs_core.repos.graveler import Graveler, StoreRegistry
-from lakefs_gc.mark import JOB_NAME, run_mark
-from lakefs_gc.spark.child import run_spark_job
-from lakefs_gc.spark.executor import LiteExecutor, SparkExecutor
+from lakefs_gc.mark.mark import JOB_NAME, run_mark
 from tests.gc.mark_support import MARK_NOW, MIN_AGE, Clock, build_repo
 from tests.gc.test_mark import Env, deleted_set, expected, options
 from tests.support.env import require_tool

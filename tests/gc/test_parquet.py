@@ -13,10 +13,10 @@ import pyarrow.dataset as pads
 import pyarrow.parquet as pq
 import pytest
 
+from lakefs_core.compute.executor import Executor, LiteExecutor, SparkExecutor
 from lakefs_core.errors import BadInputError
-from lakefs_gc.mark import run_mark
-from lakefs_gc.parquet import ROW_GROUP, parquet_part_name, write_parquet_part
-from lakefs_gc.spark.executor import Executor, LiteExecutor, SparkExecutor
+from lakefs_gc.mark.mark import run_mark
+from lakefs_gc.mark.parquet import ROW_GROUP, parquet_part_name, write_parquet_part
 from tests.gc.conftest import MakeNamespace
 from tests.gc.test_mark import Env, deleted_set, expected, options
 
@@ -111,7 +111,7 @@ async def test_parts_deterministic_idempotent_and_bounded(
 
 
 def test_bad_rows_and_directories_refused(tmp_path: Path) -> None:
-    from lakefs_gc.spark.partition import StoreRef
+    from lakefs_core.compute.partition import StoreRef
 
     ref = StoreRef(f"local://{tmp_path / 'ns'}")
     with pytest.raises(BadInputError, match="not an address"):

@@ -28,15 +28,14 @@ from lakefs_core.repos.journal import (
 )
 from lakefs_core.repos.objects import Objects, UploadItem
 from lakefs_core.repos.stores import StoreRegistry
+from lakefs_core.service.deleter import BatchResult, KeyDeleter, store_deleter
 from lakefs_gc.config import GCConfig
-from lakefs_gc.deleter import BatchResult
 from lakefs_gc.reconcile import (
     ReconcileOptions,
     ReconcileReport,
     reconcile_deleted_repositories,
     reconcile_repository,
 )
-from lakefs_gc.sweep import KeyDeleter, store_deleter
 from tests.repos.support import Clock, HookedKV, fast_settings, unique
 
 GRACE = DEFAULT_GRACE_SECONDS

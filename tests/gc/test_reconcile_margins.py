@@ -33,10 +33,10 @@ from lakefs_core.repos.graveler import Graveler, StorageNamespace
 from lakefs_core.repos.journal import DEFAULT_CLOCK_SKEW_SECONDS, DEFAULT_GRACE_SECONDS, Intent
 from lakefs_core.repos.objects import Objects
 from lakefs_core.repos.stores import StoreRegistry
+from lakefs_core.service.deleter import KeyDeleter, store_deleter
 from lakefs_gc.reconcile import (
     reconcile_deleted_repositories,
 )
-from lakefs_gc.sweep import KeyDeleter, store_deleter
 from tests.gc import test_reconcile
 from tests.gc.test_reconcile import World as ReconcileWorld
 from tests.gc.test_reconcile import make_world

@@ -41,9 +41,8 @@ from lakefs_core.repos.journal import Intent, new_batch_id
 from lakefs_core.repos.objects import Objects, UploadItem, new_entry
 from lakefs_core.repos.staging_writes import Settle
 from lakefs_core.repos.stores import StoreRegistry
-from lakefs_gc.deleter import BatchResult
+from lakefs_core.service.deleter import BatchResult, KeyDeleter, store_deleter
 from lakefs_gc.reconcile import ReconcileOptions, reconcile_deleted_repositories, reconcile_repository
-from lakefs_gc.sweep import KeyDeleter, store_deleter
 from tests.repos.support import Clock, HookedKV, fast_settings, unique
 
 T = TypeVar("T")

@@ -9,8 +9,8 @@ from collections.abc import Callable
 from lakefs_core.kv import open_kv
 from lakefs_core.repos.graveler import Graveler, StorageNamespace, StoreRegistry
 from lakefs_core.repos.objects import Objects
+from lakefs_core.service.deleter import KeyDeleter, store_deleter
 from lakefs_gc.reconcile import ReconcileOptions, reconcile_deleted_repositories, reconcile_repository
-from lakefs_gc.sweep import KeyDeleter, store_deleter
 from tests.block.conftest import create_bucket, s3_settings
 from tests.repos.support import Clock, fast_settings
 from tests.support.moto import MotoServer

@@ -12,7 +12,8 @@ import pytest
 
 from lakefs_core.block.memory import MemoryBlockStore
 from lakefs_core.errors import BadInputError, CorruptDataError, PreconditionFailedError
-from lakefs_gc.reports import (
+from lakefs_gc.rules import GCRules
+from lakefs_gc.runs.reports import (
     MAX_SUMMARY_BYTES,
     RunManifest,
     Summary,
@@ -27,7 +28,6 @@ from lakefs_gc.reports import (
     write_manifest,
     write_summary,
 )
-from lakefs_gc.rules import GCRules
 
 T0 = datetime(2026, 1, 2, 3, 4, 5, 123000, tzinfo=UTC)
 

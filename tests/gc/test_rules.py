@@ -15,7 +15,7 @@ from lakefs_core.block.local import LocalBlockStore
 from lakefs_core.block.memory import MemoryBlockStore
 from lakefs_core.errors import BadInputError, CorruptDataError
 from lakefs_core.format.proto import graveler_pb2
-from lakefs_core.keys import StorageNamespace
+from lakefs_core.namespace import StorageNamespace
 from lakefs_gc.rules import (
     INT32_MAX,
     MAX_BRANCH_RULES,

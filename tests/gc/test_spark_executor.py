@@ -15,10 +15,10 @@ from pathlib import Path
 import pytest
 
 from lakefs_core.block import S3BlockStore
+from lakefs_core.compute.executor import Executor, LiteExecutor, SparkExecutor
+from lakefs_core.compute.partition import StoreRef, part_name, stream_async
 from lakefs_core.errors import BadInputError
-from lakefs_gc.spark.executor import Executor, LiteExecutor, SparkExecutor
-from lakefs_gc.spark.listing import Listed, list_slices, list_slices_partition
-from lakefs_gc.spark.partition import StoreRef, part_name, stream_async
+from lakefs_gc.mark.slices import Listed, list_slices, list_slices_partition
 from tests.gc.conftest import MakeNamespace
 from tests.support.moto import MotoServer
 
@@ -184,7 +184,7 @@ def written_to_s3(executor: Executor, ref: StoreRef) -> list[str]:
         finally:
             await store.close()
 
-    from lakefs_gc.spark.partition import run_async
+    from lakefs_core.compute.partition import run_async
 
     return run_async(read)
 

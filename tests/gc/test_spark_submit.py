@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
+from lakefs_core.compute.child import RUN_TOKEN_ENV, end_run, run_spark_job
 from lakefs_core.errors import BadInputError, StartupError, TransientError
-from lakefs_gc.spark.child import RUN_TOKEN_ENV, end_run, run_spark_job
 from tests.gc.conftest import MakeNamespace
 from tests.support.env import require_tool
 
@@ -194,14 +194,14 @@ async def test_without_pyspark(make_namespace: MakeNamespace, tmp_path: Path) ->
     built = await make_namespace(slices=2, per_slice=10)
     args = tmp_path / "args.json"
     args.write_text(json.dumps({"store": built.ref.to_json()}))
-    main = "from lakefs_gc.spark.job import main; sys.exit(main(sys.argv[1:]))"
+    main = "from lakefs_core.compute.job import main; sys.exit(main(sys.argv[1:]))"
 
     # lakefs-gc (its group imports a command's module only when it runs: import them all) and the
     # whole spark package import without PySpark.
     imports = _blocked(
-        "import lakefs_gc.cli, lakefs_gc.cli_jobs, lakefs_gc.cli_daemon, lakefs_gc.cli_purge; "
-        "import lakefs_gc.spark, lakefs_gc.spark.child, lakefs_gc.spark.job; "
-        "import lakefs_gc.spark.count_objects, lakefs_gc.spark.session; print('ok')"
+        "import lakefs_gc.cli, lakefs_gc.cli.jobs, lakefs_gc.cli.daemon, lakefs_gc.cli.purge; "
+        "import lakefs_core.compute, lakefs_core.compute.child, lakefs_core.compute.job; "
+        "import lakefs_gc.mark.count_objects, lakefs_core.compute.session; print('ok')"
     )
     assert imports.returncode == 0, imports.stderr
     assert imports.stdout.strip() == "ok"

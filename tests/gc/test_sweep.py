@@ -8,17 +8,18 @@ import pytest
 
 from lakefs_core.errors import ConflictError, CorruptDataError, NotFoundError
 from lakefs_core.repos.objects import Objects
+from lakefs_core.service.deleter import store_deleter
 from lakefs_gc.faults import ENV, InjectedFault
-from lakefs_gc.layout import RunLayout
-from lakefs_gc.mark import run_mark
+from lakefs_gc.mark.mark import run_mark
 from lakefs_gc.rules import GCRules, delete_rules, save_rules
-from lakefs_gc.sweep import SweepOptions, SweepReport, run_sweep, store_deleter
+from lakefs_gc.runs.layout import RunLayout
+from lakefs_gc.sweep.sweep import SweepOptions, SweepReport, run_sweep
 from tests.gc.mark_support import stored_objects
 from tests.gc.test_mark import Env, deleted_set, options
 
 
 async def mark(env: Env, **kw: object) -> str:
-    from lakefs_gc.spark.executor import LiteExecutor
+    from lakefs_core.compute.executor import LiteExecutor
 
     with LiteExecutor(workers=2) as executor:
         result = await run_mark(env.g, env.built.repo, executor, options=options(**kw))

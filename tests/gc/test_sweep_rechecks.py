@@ -8,7 +8,7 @@ On the repository of :mod:`tests.gc.mark_support` (real core, memory KV, local n
   keeps its objects;
 - a read-only repository (a mirror) is refused before anything is deleted.
 
-And the :class:`~lakefs_gc.deleter.BatchDeleter` on a fault-injecting wrapper around the real memory
+And the :class:`~lakefs_core.service.deleter.BatchDeleter` on a fault-injecting wrapper around the real memory
 store (fake clocks, no real waiting):
 
 - a store that throttles forever is given up on after ``max_throttled`` throttles, with every key
@@ -27,17 +27,17 @@ from typing import cast
 import pytest
 
 from lakefs_core.block import BlockStore, DeleteResult, FailedKey, MemoryBlockStore
+from lakefs_core.compute.executor import LiteExecutor
 from lakefs_core.errors import ReadOnlyError
 from lakefs_core.format.records import ValueRecord, make_entry
 from lakefs_core.repos.objects import Objects
-from lakefs_gc.deleter import BatchDeleter
-from lakefs_gc.layout import RunLayout
-from lakefs_gc.limiter import RateLimiter
-from lakefs_gc.mark import run_mark
+from lakefs_core.service.deleter import BatchDeleter, store_deleter
+from lakefs_core.service.limiter import RateLimiter
+from lakefs_core.testing.block import listing, put_all
+from lakefs_gc.mark.mark import run_mark
 from lakefs_gc.pins import PinSource, StaticPins
-from lakefs_gc.spark.executor import LiteExecutor
-from lakefs_gc.sweep import SweepOptions, SweepReport, run_sweep, store_deleter
-from tests.block.test_contract import listing, put_all
+from lakefs_gc.runs.layout import RunLayout
+from lakefs_gc.sweep.sweep import SweepOptions, SweepReport, run_sweep
 from tests.gc.mark_support import T0, Env, stored_objects
 from tests.gc.test_mark import deleted_set, options
 

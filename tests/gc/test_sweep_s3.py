@@ -5,11 +5,12 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from lakefs_core.compute.executor import LiteExecutor
 from lakefs_core.kv.memory import MemoryKVStore
 from lakefs_core.repos.graveler import Graveler, StoreRegistry
-from lakefs_gc.mark import run_mark
-from lakefs_gc.spark.executor import LiteExecutor
-from lakefs_gc.sweep import SweepOptions, run_sweep, store_deleter
+from lakefs_core.service.deleter import store_deleter
+from lakefs_gc.mark.mark import run_mark
+from lakefs_gc.sweep.sweep import SweepOptions, run_sweep
 from tests.block.conftest import create_bucket, s3_settings
 from tests.gc.mark_support import Clock, build_repo, stored_objects
 from tests.gc.test_mark import Env, deleted_set, expected, options

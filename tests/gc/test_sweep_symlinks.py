@@ -22,11 +22,11 @@ import sys
 from pathlib import Path
 
 from lakefs_core.block.local_keys import SYMLINK_REFUSED
-from lakefs_core.keys import StorageNamespace
 from lakefs_core.kv import open_kv
+from lakefs_core.namespace import StorageNamespace
 from lakefs_core.repos.graveler import Graveler, StoreRegistry
 from lakefs_core.repos.objects import Objects
-from lakefs_gc.layout import RunLayout
+from lakefs_gc.runs.layout import RunLayout
 from tests.block.test_local_symlinks import snapshot
 from tests.gc.mark_support import MARK_NOW, Clock, build_repo
 from tests.gc.test_mark import deleted_set

@@ -33,8 +33,8 @@ from lakefs_core.kv.base import KVStore
 from lakefs_core.refs import kvkeys
 from lakefs_core.repos.graveler import Graveler, StorageNamespace, StoreRegistry
 from lakefs_core.repos.objects import Objects, UploadItem
+from lakefs_core.service.deleter import store_deleter
 from lakefs_gc.reconcile import ReconcileOptions, ReconcileReport, reconcile_repository
-from lakefs_gc.sweep import store_deleter
 from tests.block.conftest import create_bucket, s3_settings
 from tests.repos.support import Clock, HookedKV, fast_settings, unique
 from tests.support.kv import kv_url_for

@@ -37,9 +37,9 @@ from types import TracebackType
 
 from lakefs_core.block import copy_object
 from lakefs_core.block.base import BlockStore, ObjectInfo
+from lakefs_core.committed.metarange import EMPTY_METARANGE_ID
 from lakefs_core.errors import LakeFSError, NotFoundError
 from lakefs_core.format.records import decode_entry
-from lakefs_core.graveler.metarange import EMPTY_METARANGE_ID
 from lakefs_core.keys import TABLES_DIR, AddressType
 from lakefs_core.repos.graveler import Graveler
 

@@ -22,12 +22,13 @@ from prometheus_client import CollectorRegistry
 from lakefs_core.block import copy_object
 from lakefs_core.block.base import ObjectInfo
 from lakefs_core.errors import NotFoundError
-from lakefs_core.keys import StorageNamespace
 from lakefs_core.kv import open_kv
+from lakefs_core.namespace import StorageNamespace
 from lakefs_core.repos.graveler import Graveler
 from lakefs_core.repos.objects import Objects
 from lakefs_core.repos.stores import StoreRegistry
-from lakefs_mirror.api import create_app, store_probe
+from lakefs_mirror.admission import store_probe
+from lakefs_mirror.api import create_app
 from lakefs_mirror.config import MirrorConfig, load_mirror_config
 from lakefs_mirror.db import MirrorsDB, MirrorStatus
 from lakefs_mirror.engine import EngineSettings, MirrorEngine
@@ -48,8 +49,8 @@ def region_config(tmp: Path, region: str, eu_endpoint: str | None = None) -> Mir
         env[f"LAKEFS_MIRROR__REGIONS__{name.upper()}__KV_URL"] = f"sqlite:///{tmp / f'kv-{name}.sqlite3'}"
         env[f"LAKEFS_MIRROR__REGIONS__{name.upper()}__LOCAL_ROOTS__0"] = str(tmp / name)
     if eu_endpoint is not None:
-        env["LAKEFS_MIRROR__REGIONS__EU-WEST-1__OBJECT_STORE__ENDPOINT_URL"] = eu_endpoint
-        env["LAKEFS_MIRROR__REGIONS__EU-WEST-1__OBJECT_STORE__REGION"] = EU
+        env["LAKEFS_MIRROR__REGIONS__EU-WEST-1__S3__ENDPOINT_URL"] = eu_endpoint
+        env["LAKEFS_MIRROR__REGIONS__EU-WEST-1__S3__REGION"] = EU
     env["LAKEFS_MIRROR__ACCESS_KEYS__0__ACCESS_KEY_ID"] = KEY
     env["LAKEFS_MIRROR__ACCESS_KEYS__0__SECRET_ACCESS_KEY"] = SECRET
     return load_mirror_config(None, env)

@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 
 from lakefs_core.block.local_leftovers import DEFAULT_TMP_GRACE_SECONDS
-from lakefs_core.daemon import DEFAULT_PASS_TIMEOUT
 from lakefs_core.errors import BadInputError, ConfigError
+from lakefs_core.service.daemon import DEFAULT_PASS_TIMEOUT
 from lakefs_core.settings import S3Config
 from lakefs_mirror.cli import pass_timeout_of
 from lakefs_mirror.config import (
@@ -28,7 +28,7 @@ region: us-east-1
 regions:
   us-east-1:
     kv_url: sqlite:////tmp/a/kv.sqlite3
-    object_store:
+    s3:
       endpoint_url: http://127.0.0.1:9000
       region: us-east-1
       credentials: {{source: static, access_key_id: AKIAA, secret_access_key: {SECRET}}}
@@ -64,7 +64,7 @@ def test_full_file_loads_with_defaults(tmp_path: Path) -> None:
     assert conf.lease_ttl_seconds == 30.0
     assert conf.workers == 8
     assert conf.state_dir is None
-    assert isinstance(conf.regions["eu-west-1"].object_store.credentials, EnvCredentials)
+    assert isinstance(conf.regions["eu-west-1"].s3.credentials, EnvCredentials)
     assert conf.regions["eu-west-1"].local_roots == [Path("/srv/eu")]
     # plain postgresql:// is normalised to the asyncpg driver
     assert conf.mirrors_db_url.get_secret_value().startswith("postgresql+asyncpg://mirror:")
@@ -79,7 +79,7 @@ def test_env_overrides_scalars_lists_and_region_keys(tmp_path: Path) -> None:
         "LAKEFS_MIRROR__ACCESS_KEYS__0__SECRET_ACCESS_KEY": "from-env",
         "LAKEFS_MIRROR__ACCESS_KEYS__1__ACCESS_KEY_ID": "SECOND",
         "LAKEFS_MIRROR__ACCESS_KEYS__1__SECRET_ACCESS_KEY": "second-secret",
-        "LAKEFS_MIRROR__REGIONS__EU-WEST-1__OBJECT_STORE__REGION": "eu-west-1",
+        "LAKEFS_MIRROR__REGIONS__EU-WEST-1__S3__REGION": "eu-west-1",
         "LAKEFS_MIRROR__REGIONS__EU-WEST-1__LOCAL_ROOTS__0": "/srv/other",
         "OTHER__REGION": "ignored",
     }
@@ -90,7 +90,7 @@ def test_env_overrides_scalars_lists_and_region_keys(tmp_path: Path) -> None:
     assert conf.poll_interval_seconds == 0.5
     assert [k.access_key_id for k in conf.access_keys] == ["APIKEY", "SECOND"]
     assert conf.access_keys[0].secret_access_key.get_secret_value() == "from-env"
-    assert conf.regions["eu-west-1"].object_store.region == "eu-west-1"
+    assert conf.regions["eu-west-1"].s3.region == "eu-west-1"
     assert conf.regions["eu-west-1"].local_roots == [Path("/srv/other")]
 
 
@@ -121,12 +121,12 @@ def test_env_override_beyond_list_end_names_the_key(tmp_path: Path) -> None:
         (
             f", secret_access_key: {SECRET}}}",
             "}",
-            "regions.us-east-1.object_store.credentials.secret_access_key",
+            "regions.us-east-1.s3.credentials.secret_access_key",
         ),
         (
             "endpoint_url: http://127.0.0.1:9000",
             "endpoint_url: 127.0.0.1:9000",
-            "regions.us-east-1.object_store.endpoint_url",
+            "regions.us-east-1.s3.endpoint_url",
         ),
         ("local_roots: [/srv/eu]", "local_roots: [relative/dir]", "regions.eu-west-1.local_roots"),
         ("mirrors_db_url: postgresql", "mirrors_db_url: mysql", "mirrors_db_url"),
@@ -149,13 +149,13 @@ def test_errors_name_the_exact_key_path(tmp_path: Path, old: str, new: str, fiel
 
 def test_credentials_source_errors(tmp_path: Path) -> None:
     text = BASE.replace("source: static, access_key_id: AKIAA", "source: magic, access_key_id: AKIAA")
-    assert error_for(tmp_path, text).field == "regions.us-east-1.object_store.credentials.source"
+    assert error_for(tmp_path, text).field == "regions.us-east-1.s3.credentials.source"
     text = BASE.replace("{source: static, access_key_id: AKIAA, ", "{access_key_id: AKIAA, ")
-    assert error_for(tmp_path, text).field == "regions.us-east-1.object_store.credentials.source"
+    assert error_for(tmp_path, text).field == "regions.us-east-1.s3.credentials.source"
     text = BASE.replace(
         f"{{source: static, access_key_id: AKIAA, secret_access_key: {SECRET}}}", "{source: profile}"
     )
-    assert error_for(tmp_path, text).field == "regions.us-east-1.object_store.credentials.profile"
+    assert error_for(tmp_path, text).field == "regions.us-east-1.s3.credentials.profile"
 
 
 def test_access_keys_are_required_and_unique(tmp_path: Path) -> None:
@@ -203,19 +203,19 @@ def test_s3_settings_per_credentials_source(tmp_path: Path, monkeypatch: pytest.
     monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "absent-config"))
     text = BASE.replace(
         "  eu-west-1:\n",
-        "  ap-south-1:\n    kv_url: memory://\n    object_store:\n"
+        "  ap-south-1:\n    kv_url: memory://\n    s3:\n"
         "      credentials: {source: profile, profile: mirror}\n"
         "  eu-west-1:\n",
     )
     conf = load_mirror_config(write(tmp_path, text), {})
     static = conf.s3_settings()  # this region
-    assert isinstance(conf.this_region.object_store.credentials, StaticCredentials)
+    assert isinstance(conf.this_region.s3.credentials, StaticCredentials)
     assert (static.access_key_id, static.secret_access_key) == ("AKIAA", SECRET)
     assert static.endpoint_url == "http://127.0.0.1:9000"
     assert static.region == "us-east-1"
     env = conf.s3_settings("eu-west-1")
     assert env.access_key_id is None and env.secret_access_key is None and env.endpoint_url is None
-    assert isinstance(conf.regions["ap-south-1"].object_store.credentials, ProfileCredentials)
+    assert isinstance(conf.regions["ap-south-1"].s3.credentials, ProfileCredentials)
     prof = conf.s3_settings("ap-south-1")
     assert (prof.access_key_id, prof.secret_access_key) == ("PROFILEKEY", "profile-secret")
     with pytest.raises(BadInputError) as info:
@@ -224,7 +224,7 @@ def test_s3_settings_per_credentials_source(tmp_path: Path, monkeypatch: pytest.
     missing = load_mirror_config(write(tmp_path, text.replace("profile: mirror", "profile: nope")), {})
     with pytest.raises(BadInputError) as info:
         missing.s3_settings("ap-south-1")
-    assert info.value.field == "regions.ap-south-1.object_store.credentials.profile"
+    assert info.value.field == "regions.ap-south-1.s3.credentials.profile"
 
 
 def test_deploy_local_example_loads() -> None:
@@ -278,7 +278,7 @@ def test_every_problem_is_reported_at_once(tmp_path: Path) -> None:
         "listen",
         "workers",
         "log_levl",
-        "regions.us-east-1.object_store.endpoint_url",
+        "regions.us-east-1.s3.endpoint_url",
         "mirrors_db_url",
     }, err.problems
     assert err.field == fields[0] and str(err).startswith(f"{fields[0]}: ")
@@ -302,12 +302,12 @@ def test_object_store_is_the_shared_s3_schema(tmp_path: Path) -> None:
         1,
     )
     conf = load_mirror_config(write(tmp_path, text), {})
-    assert isinstance(conf.this_region.object_store, S3Config)
+    assert isinstance(conf.this_region.s3, S3Config)
     s3 = conf.s3_settings()
     assert (s3.addressing_style, s3.max_attempts, s3.multipart_chunk) == ("virtual", 9, 6291456)
     assert s3.access_key_id == "AKIAA"
     bad = text.replace("multipart_chunk: 6291456", "multipart_chunk: 1024")
-    assert error_for(tmp_path, bad).field == "regions.us-east-1.object_store.multipart_chunk"
+    assert error_for(tmp_path, bad).field == "regions.us-east-1.s3.multipart_chunk"
 
 
 def test_pass_timeout_and_temp_sweep_grace_are_config_keys(tmp_path: Path) -> None:
@@ -321,8 +321,68 @@ def test_pass_timeout_and_temp_sweep_grace_are_config_keys(tmp_path: Path) -> No
     core = conf.core_settings("eu-west-1")
     assert core.temp_sweep_grace_seconds == 7.0
     assert core.kv_url is not None and core.kv_url.get_secret_value().startswith("postgresql://kv:")
-    assert core.s3 is conf.regions["eu-west-1"].object_store
+    assert core.s3 is conf.regions["eu-west-1"].s3
     assert (
         error_for(tmp_path, BASE, {"LAKEFS_MIRROR__PASS_TIMEOUT_SECONDS": "0"}).field
         == "pass_timeout_seconds"
     )
+
+
+def test_object_store_is_still_read_as_the_deprecated_name_of_s3(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Configurations written before the regions took the core's ``s3`` keep loading, with a
+    warning; an error inside the old section names the key the file uses."""
+    old = BASE.replace("    s3:\n", "    object_store:\n", 1)
+    assert "object_store" in old
+    with caplog.at_level("WARNING", logger="lakefs_mirror.config"):
+        conf = load_mirror_config(write(tmp_path, old), {})
+    assert any("object_store" in r.getMessage() and "deprecated" in r.getMessage() for r in caplog.records)
+    assert conf.this_region.s3.endpoint_url == "http://127.0.0.1:9000"
+    assert conf.s3_settings().access_key_id == "AKIAA"
+    assert conf.core_settings().s3 is conf.this_region.s3
+    bad = old.replace("endpoint_url: http://127.0.0.1:9000", "endpoint_url: ftp://x")
+    assert error_for(tmp_path, bad).field == "regions.us-east-1.object_store.endpoint_url"
+
+
+def test_an_s3_override_of_a_file_using_object_store_wins(tmp_path: Path) -> None:
+    """The file still says ``object_store``, the environment overrides ``s3``: both are read, the
+    override's keys win (the new name in an environment must not break an old file)."""
+    old = BASE.replace("    s3:\n", "    object_store:\n", 1)
+    env = {"LAKEFS_MIRROR__REGIONS__US-EAST-1__S3__REGION": "us-west-2"}
+    conf = load_mirror_config(write(tmp_path, old), env)
+    assert conf.this_region.s3.region == "us-west-2"
+    assert conf.this_region.s3.endpoint_url == "http://127.0.0.1:9000"  # from the old section
+
+
+def test_a_region_is_the_core_settings_schema(tmp_path: Path) -> None:
+    """A region takes the core's keys (as GC's ``core`` and the CLI's file); its own
+    ``temp_sweep_grace_seconds`` wins over the top level's; the shared cache is not a region's."""
+    text = BASE.replace(
+        "    local_roots: [/srv/eu]\n",
+        "    local_roots: [/srv/eu]\n    temp_sweep_grace_seconds: 12\n    hard_delete_journal: false\n",
+    )
+    conf = load_mirror_config(write(tmp_path, text), {"LAKEFS_MIRROR__TEMP_SWEEP_GRACE_SECONDS": "7"})
+    eu, us = conf.core_settings("eu-west-1"), conf.core_settings("us-east-1")
+    assert (eu.temp_sweep_grace_seconds, eu.hard_delete_journal) == (12.0, False)
+    assert (us.temp_sweep_grace_seconds, us.hard_delete_journal) == (7.0, True)
+    assert eu.table_cache_bytes == us.table_cache_bytes == conf.table_cache_bytes
+    roots = "    local_roots: [/srv/eu]\n"
+    shared = BASE.replace(roots, roots + "    table_cache_bytes: 5\n")
+    err = error_for(tmp_path, shared)
+    assert err.field == "regions.eu-west-1" and "table cache" in str(err)
+    unknown = BASE.replace("    local_roots: [/srv/eu]\n", "    local_roots: [/srv/eu]\n    kv: x\n")
+    assert error_for(tmp_path, unknown).field == "regions.eu-west-1.kv"
+
+
+def test_every_daemon_config_extends_the_platform_s(tmp_path: Path) -> None:
+    from lakefs_core.service.config import DaemonConfig
+    from lakefs_gc.config import GCConfig
+    from lakefs_mirror.config import MirrorConfig
+
+    assert issubclass(GCConfig, DaemonConfig) and issubclass(MirrorConfig, DaemonConfig)
+    conf = load_mirror_config(write(tmp_path, BASE), {})
+    assert (conf.listen_host, conf.listen_port, conf.poll_interval_seconds) == ("127.0.0.1", 8008, 5.0)
+    dup = BASE + "  - {access_key_id: APIKEY, secret_access_key: other}\n"
+    assert error_for(tmp_path, dup).field == "access_keys"
+    assert error_for(tmp_path, BASE + "listen: nowhere\n").field == "listen"

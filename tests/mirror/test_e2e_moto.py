@@ -76,7 +76,7 @@ def s3_settings(server: MotoServer) -> S3Settings:
 def region_config(server: MotoServer, kv_url: str) -> dict[str, Any]:
     return {
         "kv_url": kv_url,
-        "object_store": {
+        "s3": {
             "endpoint_url": server.endpoint,
             "region": server.region,
             "credentials": {"source": "static", "access_key_id": ACCESS_KEY, "secret_access_key": SECRET_KEY},

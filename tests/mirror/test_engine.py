@@ -17,8 +17,8 @@ from lakefs_core.block import copy_object
 from lakefs_core.block.base import ObjectInfo
 from lakefs_core.errors import ReadOnlyError
 from lakefs_core.format.records import decode_entry
-from lakefs_core.keys import StorageNamespace
 from lakefs_core.kv.memory import MemoryKVStore
+from lakefs_core.namespace import StorageNamespace
 from lakefs_core.repos.graveler import Graveler
 from lakefs_core.repos.objects import Objects
 from lakefs_core.repos.stores import StoreRegistry
@@ -308,7 +308,7 @@ async def test_lifecycle_logs_carry_the_mirror_context(
     await w.db.delete_mirror(mid)
     await engine.step()
 
-    ours = [r for r in caplog.records if r.name.startswith(("lakefs_mirror", "lakefs_core.lease"))]
+    ours = [r for r in caplog.records if r.name.startswith(("lakefs_mirror", "lakefs_core.service.lease"))]
     info = [
         (r.getMessage(), r.__dict__.get("mirror"), r.__dict__.get("branch")) for r in ours if r.levelno == 20
     ]

@@ -23,9 +23,9 @@ from pathlib import Path
 import pytest
 
 from lakefs_core.errors import NotFoundError
-from lakefs_core.lease import Lease, LeaseState
 from lakefs_core.refs import kvkeys
 from lakefs_core.repos.graveler import Commit
+from lakefs_core.service.lease import Lease, LeaseState
 from tests.mirror.test_engine import World, add_mirror, open_world, write_commit
 from tests.repos.support import Clock
 

@@ -14,22 +14,23 @@ import pytest
 
 from lakefs_core.block import copy_object
 from lakefs_core.block.base import ObjectInfo
+from lakefs_core.compute.executor import LiteExecutor
 from lakefs_core.errors import CorruptDataError, NotFoundError
 from lakefs_core.format.records import decode_entry
-from lakefs_core.keys import StorageNamespace
 from lakefs_core.kv.memory import MemoryKVStore
+from lakefs_core.namespace import StorageNamespace
 from lakefs_core.repos.graveler import Graveler
 from lakefs_core.repos.stores import StoreRegistry
-from lakefs_gc.layout import RunLayout
-from lakefs_gc.mark import MarkMode, MarkOptions, run_mark
-from lakefs_gc.parts import list_parts, read_lines
-from lakefs_gc.pins import MirrorPins
-from lakefs_gc.spark.executor import LiteExecutor
-from lakefs_gc.sweep import SweepReport, run_sweep, store_deleter
+from lakefs_core.service.deleter import store_deleter
+from lakefs_gc.mark.mark import MarkMode, MarkOptions, run_mark
+from lakefs_gc.runs.layout import RunLayout
+from lakefs_gc.runs.parts import list_parts, read_lines
+from lakefs_gc.sweep.sweep import SweepReport, run_sweep
 from lakefs_mirror.db import MirrorsDB
 from lakefs_mirror.engine import MirrorEngine
 from lakefs_mirror.gc_apply import GCApplyReport, apply_source_sweeps
 from lakefs_mirror.metrics import MirrorMetrics
+from lakefs_mirror.pins import MirrorPins
 from lakefs_mirror.presence import PresenceCache, namespace_key
 from tests.gc.mark_support import MARK_NOW, MIN_AGE, Built, Clock, build_repo
 

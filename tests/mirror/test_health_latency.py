@@ -24,10 +24,10 @@ import pytest
 from pydantic import SecretStr
 
 from lakefs_core import offloop
-from lakefs_core.daemon import freeze_startup_heap
+from lakefs_core.committed.tables import TableCache
 from lakefs_core.format.records import ValueRecord, make_entry
-from lakefs_core.graveler.tables import TableCache
 from lakefs_core.keys import new_object_id, new_slice_id
+from lakefs_core.service.daemon import freeze_startup_heap
 from lakefs_core.settings import CoreSettings
 from lakefs_core.wiring import open_core
 from lakefs_mirror.config import load_mirror_config
@@ -149,7 +149,7 @@ def slow_table_opening(monkeypatch: pytest.MonkeyPatch) -> None:
         return real(self, table_id, data)
 
     monkeypatch.setattr(TableCache, "_open", slow)
-    monkeypatch.setattr("lakefs_core.graveler.tables.INLINE_OPEN_BYTES", 0)  # every table via run_cpu
+    monkeypatch.setattr("lakefs_core.committed.tables.INLINE_OPEN_BYTES", 0)  # every table via run_cpu
 
 
 @pytest.mark.slow
@@ -188,7 +188,7 @@ async def test_the_probe_sees_cpu_work_on_the_loop(tmp_path: Path, monkeypatch: 
         return fn(*args, **kw)
 
     monkeypatch.setattr(offloop, "run_cpu", inline)
-    for module in ("lakefs_core.graveler.tables", "lakefs_mirror.validate"):
+    for module in ("lakefs_core.committed.tables", "lakefs_mirror.validate"):
         monkeypatch.setattr(f"{module}.run_cpu", inline)
     await big_source(tmp_path)
     slow_table_opening(monkeypatch)

@@ -16,8 +16,8 @@ from pathlib import Path
 
 import aiohttp
 
-from lakefs_core.daemon import DaemonLoop
-from lakefs_core.systemd import Notifier, run_notified
+from lakefs_core.service.daemon import DaemonLoop
+from lakefs_core.service.systemd import Notifier, run_notified
 from lakefs_mirror.config import load_mirror_config
 from lakefs_mirror.service import MirrorService
 

@@ -66,7 +66,7 @@ def config(root: Path, moto: MotoServer, **extra: Any) -> MirrorConfig:
         REGION: {
             "kv_url": f"sqlite:///{root / REGION / 'kv.sqlite3'}",
             "local_roots": [str(root / REGION)],
-            "object_store": {
+            "s3": {
                 "endpoint_url": moto.endpoint,
                 "region": moto.region,
                 "credentials": {

@@ -18,8 +18,8 @@ import pytest
 
 from lakefs_core.block import copy_object
 from lakefs_core.block.base import ObjectInfo
-from lakefs_core.keys import StorageNamespace
 from lakefs_core.kv.memory import MemoryKVStore
+from lakefs_core.namespace import StorageNamespace
 from lakefs_core.repos.graveler import Graveler
 from lakefs_core.repos.stores import StoreRegistry
 from lakefs_mirror.db import MirrorsDB

@@ -149,7 +149,7 @@ def test_ctrl_c_while_running_and_json_logs(tmp_path: Path) -> None:
 def test_json_formatter_carries_mirror_context() -> None:
     import logging
 
-    from lakefs_core.logfmt import JsonFormatter
+    from lakefs_core.service.logfmt import JsonFormatter
 
     record = logging.LogRecord(
         "lakefs_mirror.engine", logging.INFO, __file__, 1, "promoted %s", ("c1",), None

@@ -34,13 +34,14 @@ from lakefs_core.block import (
 )
 from lakefs_core.block._common import put_batch_by_puts
 from lakefs_core.block.base import DeleteResult, KeyInfo, PutItem
+from lakefs_core.committed.metarange import parse_metarange
+from lakefs_core.committed.tables import TableCache, TableStore
 from lakefs_core.errors import BadInputError, TransientError
 from lakefs_core.format.records import ADDRESS_FULL, ValueRecord, decode_entry, make_entry
 from lakefs_core.format.splitter import SplitPolicy
-from lakefs_core.graveler.metarange import parse_metarange
-from lakefs_core.graveler.tables import TableCache, TableStore
-from lakefs_core.keys import SliceAllocator, StorageNamespace
+from lakefs_core.keys import SliceAllocator
 from lakefs_core.kv.memory import MemoryKVStore
+from lakefs_core.namespace import StorageNamespace
 from lakefs_core.repos.graveler import Graveler, GravelerSettings
 from lakefs_core.repos.objects import Objects
 from lakefs_core.repos.stores import StoreRegistry

@@ -13,8 +13,8 @@ from typing import Any
 
 import pytest
 
+from lakefs_core.committed.tables import TableCache, TableStore
 from lakefs_core.errors import BadInputError
-from lakefs_core.graveler.tables import TableCache, TableStore
 from lakefs_mirror import validate
 from lakefs_mirror.db import MirrorsDB
 from lakefs_mirror.presence import PresenceCache, _write_snapshot, namespace_key

@@ -14,10 +14,10 @@ from datetime import timedelta
 
 import pytest
 
+from lakefs_core.committed.model import DiffType
 from lakefs_core.errors import BadInputError, NoChangesError, NotFoundError, TooManyRetriesError
 from lakefs_core.format.ids import commit_id
 from lakefs_core.format.proto import graveler_pb2
-from lakefs_core.graveler.model import DiffType
 from lakefs_core.kv.memory import MemoryKVStore
 from lakefs_core.refs import kvkeys
 from lakefs_core.repos.cleanup import TokenCleaner

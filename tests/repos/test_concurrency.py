@@ -29,8 +29,8 @@ from dataclasses import dataclass, field
 
 import pytest
 
+from lakefs_core.committed.model import DiffType
 from lakefs_core.errors import LakeFSError, NoChangesError
-from lakefs_core.graveler.model import DiffType
 from lakefs_core.kv import Expect, KVEntry, KVItem, KVStore, open_kv
 from lakefs_core.kv.base import KVExpectation
 from lakefs_core.kv.memory import MemoryKVStore

@@ -11,6 +11,7 @@ from collections.abc import Awaitable, Callable
 import pytest
 
 from lakefs_core.block.memory import MemoryBlockStore
+from lakefs_core.committed.model import MergeStrategy
 from lakefs_core.errors import (
     BadInputError,
     ConflictError,
@@ -19,9 +20,8 @@ from lakefs_core.errors import (
     ReadOnlyError,
 )
 from lakefs_core.format.proto import graveler_pb2
-from lakefs_core.graveler.model import MergeStrategy
-from lakefs_core.keys import StorageNamespace
 from lakefs_core.kv.memory import MemoryKVStore
+from lakefs_core.namespace import StorageNamespace
 from lakefs_core.refs import kvkeys
 from lakefs_core.refs.model import Branch
 from lakefs_core.repos.graveler import INITIAL_COMMIT_MESSAGE, Graveler

@@ -35,7 +35,8 @@ def test_valid_creation_date_still_decodes() -> None:
 
 
 async def test_table_block_bound_is_a_setting_of_both_daemon_and_cli() -> None:
-    from lakefs_core.cli.context import CoreConfig, open_session
+    from lakefs_core.cli.context import open_session
+    from lakefs_core.coreconfig import CoreConfig
     from lakefs_core.format.sstable.footer import DEFAULT_MAX_BLOCK_BYTES
     from lakefs_mirror.config import MirrorConfig
 

@@ -119,10 +119,11 @@ async def test_import_from_s3(moto: Callable[[str], MotoServer], tmp_path: Path)
 
 
 async def test_gc_never_deletes_imported_objects(g: Graveler, tmp_path: Path) -> None:
-    from lakefs_gc.mark import MarkOptions, run_mark
+    from lakefs_core.compute.executor import LiteExecutor
+    from lakefs_core.service.deleter import store_deleter
+    from lakefs_gc.mark.mark import MarkOptions, run_mark
     from lakefs_gc.rules import GCRules, save_rules
-    from lakefs_gc.spark.executor import LiteExecutor
-    from lakefs_gc.sweep import run_sweep, store_deleter
+    from lakefs_gc.sweep.sweep import run_sweep
 
     with pytest.raises(BadInputError, match="overlaps"):  # lakeFS's rule: never from the namespace
         await g.import_objects("imp1", "main", "v1/", str(tmp_path / "ns" / "landing"), committer="t")

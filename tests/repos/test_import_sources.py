@@ -229,8 +229,8 @@ async def test_a_source_file_name_that_is_not_utf8_is_refused_not_skipped(
 
 async def test_executors_refuse_a_name_that_is_not_utf8(g: Graveler, tmp_path: Path) -> None:
     """The PySpark job's executors open the source the same way (here on the lite executor)."""
-    from lakefs_gc.spark.executor import LiteExecutor
-    from lakefs_gc.spark.import_job import import_with_executor
+    from lakefs_core.compute.executor import LiteExecutor
+    from lakefs_core.compute.import_job import import_with_executor
 
     src = tmp_path / "lake" / "src"
     _latin1_file(src / "d" / "deeper")

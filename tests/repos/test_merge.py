@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from lakefs_core.committed.model import DiffType, MergeStrategy
 from lakefs_core.errors import BadInputError, ConflictError, MergeConflictError, NoChangesError
-from lakefs_core.graveler.model import DiffType, MergeStrategy
 from lakefs_core.repos.committing import MERGE_STRATEGY_KEY, merge_base
 from lakefs_core.repos.graveler import Graveler
 from tests.repos.support import collect, record

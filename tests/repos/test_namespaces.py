@@ -20,10 +20,10 @@ from hypothesis import HealthCheck, given, note, settings
 from hypothesis import strategies as st
 
 from lakefs_core.errors import BadInputError, ConflictError, NamespaceConflictError, NotFoundError
-from lakefs_core.keys import StorageNamespace
 from lakefs_core.kv import open_kv
 from lakefs_core.kv.base import Expect
 from lakefs_core.kv.memory import MemoryKVStore
+from lakefs_core.namespace import StorageNamespace
 from lakefs_core.refs.model import Repository
 from lakefs_core.refs.store import claim_value
 from lakefs_core.repos.graveler import Graveler

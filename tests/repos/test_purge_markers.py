@@ -130,8 +130,9 @@ async def test_concurrent_reads_share_marker_lookups(b: Backend) -> None:
     await b.kv.set_if(repo.partition, kvkeys.PURGES_ANNOUNCED_KEY, b"1", Expect.ABSENT)
     stats = (await b.objects.list(b.repo, "main")).objects
     counting = CountingKV(b.kv)
-    objects = Objects(Graveler(counting, b.stores, fast_settings()))
-    await objects.g.recent_repository(b.repo)  # the bulk path's repository record, read once
+    g = Graveler(counting, b.stores, fast_settings())
+    objects = Objects(g)
+    await g.recent_repository(b.repo)  # the bulk path's repository record, read once (one cache)
     assert await objects.markers.has_purges(repo)
     counting.clear()
     bodies = await asyncio.gather(*(_drain(objects.read_stat(b.repo, st)) for st in stats))

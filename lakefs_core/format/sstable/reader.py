@@ -101,7 +101,7 @@ class TableReader:
     """Random access and ordered scans over one table held in memory (or memory-mapped).
 
     ``max_block_bytes`` bounds any one block, stored or decompressed (see :mod:`.footer`); callers
-    going through :class:`~lakefs_core.graveler.tables.TableCache` set it there.
+    going through :class:`~lakefs_core.committed.tables.TableCache` set it there.
     """
 
     def __init__(

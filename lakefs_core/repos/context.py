@@ -1,0 +1,229 @@
+"""What the repository helpers work with: :class:`RepoContext`, built by the ``Graveler`` facade.
+
+The helpers of :mod:`lakefs_core.repos` (``staging_writes``, ``reading``, ``committing``, ``admin``,
+``namespace_claims``, ``importing``, ``journal``, ``objects``, ``purge``) take a context, never the
+facade: the facade (:mod:`.graveler`) builds one and delegates to them, so no helper imports it.
+
+A context holds the KV store and the stores of refs and staging over it, the block-store opener
+(:class:`~lakefs_core.repos.stores.StoreRegistry`, with the table cache), the settings, the clock,
+and the writers' caches as objects with methods (:class:`WriteCache`, :class:`JournalFlags`),
+and answers what every helper asks: a repository record, whether it may be written, a ref resolved
+in lakeFS's order, a metarange, a namespace's block store.
+
+Public entry points of the helpers accept anything with a ``context`` (:class:`HasContext`): a
+``Graveler`` or a context itself (whose ``context`` is itself).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Protocol
+
+from lakefs_core.block.base import BlockStore
+from lakefs_core.committed.metarange import MetaRange
+from lakefs_core.committed.tables import TableStore
+from lakefs_core.errors import NotFoundError, ReadOnlyError
+from lakefs_core.format.splitter import SplitPolicy
+from lakefs_core.kv.base import KVStore
+from lakefs_core.namespace import StorageNamespace
+from lakefs_core.refs.model import Branch, Commit, Repository, is_commit_id
+from lakefs_core.refs.staging import StagingArea
+from lakefs_core.refs.store import RefStore
+from lakefs_core.repos.refexpr import parse_ref
+from lakefs_core.repos.stores import StoreRegistry
+
+__all__ = [
+    "GravelerSettings",
+    "HasContext",
+    "JournalFlags",
+    "RepoContext",
+    "Resolved",
+    "WriteCache",
+    "utcnow",
+]
+
+
+@dataclass(frozen=True)
+class GravelerSettings:
+    commit_attempts: int = 20
+    write_attempts: int = 20
+    backoff_initial: float = 0.005
+    backoff_max: float = 0.5
+    cleanup_grace_seconds: float = 30.0
+    split_policy: SplitPolicy = field(default_factory=SplitPolicy)
+    # Staged writes reuse the repository record and the live staging token seen within this many
+    # seconds (the writer protocol's re-read catches a stale token; see ``staging_writes``). A
+    # read-only flag set by another process therefore reaches this process's writers within this delay.
+    write_cache_seconds: float = 1.0
+    # The hard-delete journal (journal.py) for repositories created without an explicit choice. Off
+    # in the library (a repository shared with a writer that keeps no journal must not have it); the
+    # project's configuration turns it on for new repositories.
+    hard_delete_journal: bool = False
+
+
+@dataclass(frozen=True)
+class Resolved:
+    """A ref resolved to a commit; ``branch`` is set when staged changes are visible through it."""
+
+    commit: Commit
+    branch: Branch | None = None
+
+    @property
+    def tokens(self) -> tuple[str, ...]:
+        if self.branch is None:
+            return ()
+        return (self.branch.staging_token, *self.branch.sealed_tokens)
+
+
+def utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+class WriteCache:
+    """The repository records and live staging tokens writers saw recently (``staging_writes``).
+
+    Times are the caller's monotonic clock, passed in: an entry older than ``max_age`` is a miss.
+    """
+
+    def __init__(self) -> None:
+        self._repos: dict[str, tuple[float, Repository]] = {}
+        self._tokens: dict[tuple[bytes, str], tuple[float, str]] = {}
+
+    def repository(self, repo_id: str, now: float, max_age: float) -> Repository | None:
+        hit = self._repos.get(repo_id)
+        return hit[1] if hit is not None and now - hit[0] < max_age else None
+
+    def keep_repository(self, repo: Repository, now: float) -> None:
+        self._repos[repo.id] = (now, repo)
+
+    def forget_repository(self, repo_id: str) -> None:
+        self._repos.pop(repo_id, None)
+
+    def live_token(self, repo: Repository, branch_id: str, now: float, max_age: float) -> str | None:
+        hit = self._tokens.get((repo.partition, branch_id))
+        return hit[1] if hit is not None and now - hit[0] < max_age else None
+
+    def keep_live_token(self, repo: Repository, branch_id: str, token: str, now: float) -> None:
+        self._tokens[(repo.partition, branch_id)] = (now, token)
+
+    def forget(self, repo: Repository, branch_id: str) -> None:
+        """The repository may have been deleted or re-created: forget its record and the branch's token."""
+        self._repos.pop(repo.id, None)
+        self._tokens.pop((repo.partition, branch_id), None)
+
+
+class JournalFlags:
+    """Whether each repository keeps the hard-delete journal, as read recently (``journal``)."""
+
+    def __init__(self) -> None:
+        self._flags: dict[bytes, tuple[float, bool]] = {}
+
+    def get(self, repo: Repository, now: float, max_age: float) -> bool | None:
+        hit = self._flags.get(repo.partition)
+        return hit[1] if hit is not None and now - hit[0] < max_age else None
+
+    def keep(self, repo: Repository, on: bool, now: float) -> None:
+        self._flags[repo.partition] = (now, on)
+
+    def forget(self, repo: Repository) -> None:
+        self._flags.pop(repo.partition, None)
+
+
+class HasContext(Protocol):
+    """A ``Graveler`` or a :class:`RepoContext`: what the helpers' public entry points accept."""
+
+    @property
+    def context(self) -> RepoContext: ...
+
+
+class RepoContext:
+    """The state and the common reads of one process's repositories (see the module docstring)."""
+
+    def __init__(
+        self,
+        kv: KVStore,
+        stores: StoreRegistry,
+        settings: GravelerSettings | None = None,
+        *,
+        clock: Callable[[], datetime] = utcnow,
+    ) -> None:
+        self.kv = kv
+        self.stores = stores
+        self.settings = settings or GravelerSettings()
+        self.clock = clock
+        self.refs = RefStore(kv)
+        self.staging = StagingArea(kv)
+        self.write_cache = WriteCache()
+        self.journal_flags = JournalFlags()
+
+    @property
+    def context(self) -> RepoContext:
+        return self
+
+    async def repository(self, repo_id: str) -> Repository:
+        return await self.refs.get_repository(repo_id)
+
+    def writable(self, repo: Repository, force: bool) -> None:
+        if repo.read_only and not force:
+            raise ReadOnlyError(f"repository {repo.id!r} is read-only")
+
+    async def resolve(self, repo: Repository, ref: str) -> Resolved:
+        """Resolve ``ref`` in lakeFS's order: an existing full commit id, then a branch, then a tag."""
+        expr = parse_ref(ref)
+        branch: Branch | None = None
+        commit: Commit | None = None
+        if is_commit_id(expr.base):
+            with contextlib.suppress(NotFoundError):
+                commit = await self.refs.get_commit(repo, expr.base)
+        if commit is None:
+            try:
+                branch, _ = await self.refs.get_branch(repo, expr.base)
+                commit_id = branch.commit_id
+            except NotFoundError:
+                try:
+                    commit_id = (await self.refs.get_tag(repo, expr.base)).commit_id
+                except NotFoundError:
+                    what = f"ref {expr.base!r} not found in repository {repo.id!r}"
+                    raise NotFoundError(f"{what} (no such branch, tag or commit)") from None
+            commit = await self.refs.get_commit(repo, commit_id)
+        for op, n in expr.modifiers:
+            commit = await self._walk(repo, commit, op, n, ref)
+        return Resolved(commit, branch if expr.plain else None)
+
+    async def _walk(self, repo: Repository, commit: Commit, op: str, n: int, ref: str) -> Commit:
+        if op == "^":
+            if n == 0:
+                return commit
+            if n > len(commit.parents):
+                raise NotFoundError(f"{ref!r}: commit {commit.id[:12]} has no parent number {n}")
+            return await self.refs.get_commit(repo, commit.parents[n - 1])
+        for _ in range(n):
+            if not commit.parents:
+                raise NotFoundError(f"{ref!r}: history is shorter than that")
+            commit = await self.refs.get_commit(repo, commit.parents[0])
+        return commit
+
+    async def namespace_store(self, namespace: StorageNamespace) -> BlockStore:
+        """The block store holding ``namespace`` (opened once per process)."""
+        return await self.stores.namespace_store(namespace)
+
+    async def source_store(self, source: StorageNamespace) -> BlockStore:
+        """The block store an import lists ``source`` from (:meth:`StoreRegistry.source_store`)."""
+        return await self.stores.source_store(source)
+
+    async def namespace_tables(self, namespace: StorageNamespace) -> TableStore:
+        """The ranges and metaranges of ``namespace``, through the shared table cache."""
+        return await self.stores.tables(namespace)
+
+    async def metarange(self, repo: Repository, metarange_id: str) -> MetaRange:
+        tables = await self.stores.tables(StorageNamespace.parse(repo.storage_namespace))
+        return await MetaRange.load(tables, metarange_id)
+
+    async def has_uncommitted(self, repo: Repository, branch: Branch) -> bool:
+        for token in (branch.staging_token, *branch.sealed_tokens):
+            if not await self.staging.is_empty(token):
+                return True
+        return False

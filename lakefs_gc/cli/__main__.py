@@ -1,0 +1,7 @@
+"""``python -m lakefs_gc.cli`` is ``lakefs-gc``."""
+
+import sys
+
+from lakefs_gc.cli import main
+
+sys.exit(main())

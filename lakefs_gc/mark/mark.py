@@ -1,0 +1,342 @@
+"""The GC mark: which objects of a repository's namespace are garbage (gc.md §3a).
+
+:func:`run_mark` runs the six steps; the driver side is async (KV, refs, reports), the executor side
+is the same partition functions on any :class:`~lakefs_core.compute.Executor` (in-process lite, or
+PySpark locally or on a cluster), run from a worker thread:
+
+1. Claim: refuse a read-only (mirror) repository; snapshot the rules (lakeFS's protobuf) and the pins
+   (:class:`~lakefs_gc.pins.PinSource`; failing to read them aborts); write ``run.json`` create-only.
+   The repository lease is the CALLER's (the daemon's ``gc/<repo>`` lease, the CLI's).
+2. Uncommitted addresses (:mod:`.uncommitted`), BEFORE the commits.
+3. Active commits (:mod:`.active`, on an on-disk map): refs read first, then the commit scan;
+   ``commits.csv`` and the distinct metarange ids written as parts.
+4. Listing plan (:mod:`.listing`): slices younger than the cutoff dropped; ``cutoff = now - min_age``.
+5. Executors: metaranges -> distinct ranges (saved as ``ranges.txt``) -> committed addresses;
+   candidates listed per slice with ``mtime < cutoff``; ``candidates - committed - uncommitted``
+   written as ``deleted.text/part-NNNNN`` and ``deleted/part-NNNNN.snappy.parquet`` (lakeFS's
+   Parquet report, :mod:`.parquet`) by the executors, then ``deleted/_SUCCESS`` by the driver.
+6. ``summary.json`` LAST and create-only: lakeFS's fields plus ours. Without it a run is abandoned
+   and nothing is ever swept from it. A failure after the claim writes ``success=false`` if it can.
+
+The driver never holds the addresses: staging and commits stream to parts, executors read them.
+:func:`mark_job` is the same mark as a named job (``gc-mark``) for ``spark-submit``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncIterator, Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from functools import partial
+from pathlib import Path
+from typing import Any, Literal
+
+from lakefs_core.block.base import BlockStore
+from lakefs_core.compute.executor import Dataset, Executor
+from lakefs_core.compute.partition import StoreRef, store_ref
+from lakefs_core.errors import BadInputError, LakeFSError, ReadOnlyError
+from lakefs_core.repos.graveler import Graveler, StorageNamespace, new_run_id
+from lakefs_core.repos.namespace_claims import check_for_gc
+from lakefs_gc.faults import fault_point
+from lakefs_gc.mark.active import TagsPolicy, compute_active
+from lakefs_gc.mark.committed import addresses_partition, range_ids_partition
+from lakefs_gc.mark.listing import candidates_partition, plan_slices
+from lakefs_gc.mark.parquet import write_parquet_part, write_success_marker
+from lakefs_gc.mark.uncommitted import parts_partition, write_uncommitted
+from lakefs_gc.pins import PinSource, pinned_now
+from lakefs_gc.rules import load_rules
+from lakefs_gc.runs.layout import RunLayout
+from lakefs_gc.runs.parts import list_parts, ns_relative, write_parts
+from lakefs_gc.runs.reports import RunManifest, Summary, write_commits_csv, write_manifest, write_summary
+
+log = logging.getLogger("lakefs_gc.mark.mark")
+
+DEFAULT_MIN_AGE = timedelta(hours=24)
+MarkMode = Literal["full", "mark", "dry-run"]
+
+
+@dataclass(frozen=True)
+class MarkOptions:
+    """``now``: retention "now" (default: the Graveler's clock); ``mode`` is recorded in ``run.json``
+    (a ``dry-run`` mark is never swept); ``partitions``: executor parallelism (default: its own)."""
+
+    now: datetime | None = None
+    min_age: timedelta = DEFAULT_MIN_AGE
+    tags_policy: TagsPolicy = "pin"
+    mode: MarkMode = "mark"
+    run_id: str | None = None
+    partitions: int | None = None
+    workdir: Path | None = None  # the commit map's directory (default: the system temp dir)
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.min_age, timedelta) or self.min_age < timedelta(0):
+            raise BadInputError("must be a duration >= 0", field="min_age")
+        if self.now is not None and (not isinstance(self.now, datetime) or self.now.tzinfo is None):
+            raise BadInputError("must be a timezone-aware datetime", field="now")
+        if self.mode not in ("full", "mark", "dry-run"):
+            raise BadInputError("must be full, mark or dry-run", field="mode")
+        if self.tags_policy not in ("pin", "ignore"):
+            raise BadInputError("must be pin or ignore", field="tags")
+        if self.partitions is not None and not 1 <= self.partitions <= 100_000:
+            raise BadInputError("must be between 1 and 100000", field="partitions")
+
+
+@dataclass(frozen=True)
+class MarkResult:
+    repository: str
+    namespace: str
+    run_id: str
+    manifest: RunManifest
+    summary: Summary
+
+
+@dataclass(frozen=True)
+class _Plan:
+    """What the executor phase needs; every field picklable (it travels to Spark tasks)."""
+
+    ref: StoreRef
+    cutoff_ts: float
+    items: list[str]
+    metarange_parts: list[str]
+    uncommitted_parts: list[str]
+    ranges_dir: str  # namespace-relative, for write_text_parts
+    deleted_dir: str
+    partitions: int
+    parquet_dir: str = ""  # namespace-relative ``deleted/``; empty: no Parquet report
+
+
+@dataclass
+class _Counts:
+    listed: int = 0
+    ranges_read: int = 0
+    deleted: int = 0
+
+
+def _n(partitions: int, items: int) -> int:
+    return max(1, min(partitions, items))
+
+
+def executor_phase(executor: Executor, plan: _Plan) -> _Counts:
+    """Steps 5-6 on the executors (blocking). Every dataset it persists is released on return."""
+    ref, p = plan.ref, plan.partitions
+    persisted: list[Dataset[str]] = []
+    try:
+        metaranges = executor.parallelize(plan.metarange_parts, _n(p, len(plan.metarange_parts)))
+        ranges = metaranges.flat_map_partitions(partial(range_ids_partition, ref)).distinct(p).persist()
+        persisted.append(ranges)
+        counts = _Counts(ranges_read=ranges.write_text_parts(ref, plan.ranges_dir))
+        committed = ranges.flat_map_partitions(partial(addresses_partition, ref))
+        listing = executor.parallelize(plan.items, _n(p, len(plan.items)))
+        candidates = listing.flat_map_partitions(partial(candidates_partition, ref, plan.cutoff_ts)).persist()
+        persisted.append(candidates)
+        counts.listed = candidates.count()
+        staged = executor.parallelize(plan.uncommitted_parts, _n(p, len(plan.uncommitted_parts)))
+        uncommitted = staged.flat_map_partitions(partial(parts_partition, ref))
+        deleted = executor.anti_join(executor.anti_join(candidates, committed, p), uncommitted, p).persist()
+        persisted.append(deleted)
+        counts.deleted = deleted.write_text_parts(ref, plan.deleted_dir)
+        if plan.parquet_dir:
+            deleted.write_parts(ref, plan.parquet_dir, write_parquet_part)
+        return counts
+    finally:
+        for ds in persisted:
+            ds.unpersist()
+
+
+async def _nonempty(ids: AsyncIterator[str]) -> AsyncIterator[str]:
+    async for metarange_id in ids:
+        if metarange_id:  # "" is the empty tree: no ranges
+            yield metarange_id
+
+
+async def _claim(
+    graveler: Graveler, repo_id: str, options: MarkOptions, pins: PinSource | None
+) -> tuple[StorageNamespace, RunLayout, RunManifest]:
+    repo = await graveler.repository(repo_id)
+    if repo.read_only:
+        raise ReadOnlyError(f"repository {repo_id!r} is read-only (a mirror): GC never marks it")
+    ns = StorageNamespace(repo.storage_namespace)
+    store = await graveler.namespace_store(ns)
+    now = options.now or graveler.clock()
+    rules = await load_rules(store, ns)
+    pinned = await pinned_now(pins, repo_id)
+    run_id = options.run_id or new_run_id()
+    manifest = RunManifest(
+        run_id=run_id,
+        repository=repo_id,
+        mode=options.mode,
+        start_time=datetime.now(UTC),
+        now=now,
+        cutoff_time=now - options.min_age,
+        min_age_seconds=int(options.min_age.total_seconds()),
+        rules=rules,
+        tags_policy=options.tags_policy,
+        pins=tuple(pinned),
+    )
+    layout = RunLayout(ns, run_id)
+    await write_manifest(store, layout.manifest, manifest)
+    return ns, layout, manifest
+
+
+async def _driver_steps(
+    graveler: Graveler, repo_id: str, layout: RunLayout, manifest: RunManifest, workdir: Path | None
+) -> tuple[int, int, int]:
+    """Steps 2-3: ``(uncommitted, active commits, expired commits)``."""
+    ns = layout.ns
+    store = await graveler.namespace_store(ns)
+    _, uncommitted = await write_uncommitted(graveler, repo_id, ns, layout.uncommitted)
+    branches = {b.id: b.commit_id async for b in graveler.list_branches(repo_id)}
+    tags = {t.id: t.commit_id async for t in graveler.list_tags(repo_id)}
+    active = await compute_active(
+        graveler.commit_nodes(repo_id),
+        branches=branches,
+        tags=tags,
+        pins=manifest.pins,
+        rules=manifest.rules,
+        now=manifest.now,
+        tags_policy=manifest.tags_policy,
+        workdir=workdir,
+    )
+    async with active:
+        await write_commits_csv(store, layout.commits_csv, active.active())
+        await write_parts(store, layout.metaranges, _nonempty(active.metaranges()))
+        return uncommitted, active.num_active, active.num_commits - active.num_active
+
+
+async def run_mark(
+    graveler: Graveler,
+    repo_id: str,
+    executor: Executor,
+    *,
+    options: MarkOptions | None = None,
+    pins: PinSource | None = None,
+) -> MarkResult:
+    """Mark repository ``repo_id``; returns the run's manifest and (successful) summary."""
+    await check_for_gc(graveler, repo_id)  # its namespace still leads where recorded, overlapping none
+    options = options or MarkOptions()
+    ns, layout, manifest = await _claim(graveler, repo_id, options, pins)
+    fault_point("mark:claimed")
+    store = await graveler.namespace_store(ns)
+    try:
+        uncommitted, active, expired = await _driver_steps(
+            graveler, repo_id, layout, manifest, options.workdir
+        )
+        ref = store_ref(graveler.stores.s3, ns)
+        items, first_slice = await asyncio.to_thread(plan_slices, ref, manifest.cutoff_time)
+        plan = _Plan(
+            ref=ref,
+            cutoff_ts=manifest.cutoff_time.timestamp(),
+            items=items,
+            metarange_parts=await list_parts(store, layout.metaranges),
+            uncommitted_parts=await list_parts(store, layout.uncommitted),
+            ranges_dir=ns_relative(ns, layout.ranges),
+            deleted_dir=ns_relative(ns, layout.deleted_text),
+            partitions=options.partitions or executor.default_parallelism,
+            parquet_dir=ns_relative(ns, layout.deleted_parquet),
+        )
+        counts = await asyncio.to_thread(executor_phase, executor, plan)
+        await write_success_marker(store, ns, manifest.run_id)
+        fault_point("mark:before-summary")
+    except LakeFSError as e:
+        await _write_failure(store, layout, manifest, e)
+        raise
+    summary = Summary(
+        run_id=manifest.run_id,
+        success=True,
+        first_slice=first_slice,
+        start_time=manifest.start_time,
+        cutoff_time=manifest.cutoff_time,
+        num_deleted_objects=counts.deleted,
+        active_commits=active,
+        expired_commits=expired,
+        ranges_read=counts.ranges_read,
+        listed=counts.listed,
+        uncommitted=uncommitted,
+    )
+    await write_summary(store, layout.summary, summary)
+    log.info(
+        "marked %s run %s: %d candidates, %d to delete, %d active commits, %d ranges",
+        repo_id, manifest.run_id, counts.listed, counts.deleted, active, counts.ranges_read,
+    )  # fmt: skip
+    return MarkResult(repo_id, ns.uri, manifest.run_id, manifest, summary)
+
+
+async def _write_failure(
+    store: BlockStore, layout: RunLayout, manifest: RunManifest, error: LakeFSError
+) -> None:
+    """Record ``success=false`` so the run shows as failed (sweep-only refuses it). The original
+    error is what the caller sees; a second failure here is attached to it as a note."""
+    summary = Summary(
+        run_id=manifest.run_id,
+        success=False,
+        first_slice="",
+        start_time=manifest.start_time,
+        cutoff_time=manifest.cutoff_time,
+        num_deleted_objects=0,
+    )
+    try:
+        await write_summary(store, layout.summary, summary)
+    except LakeFSError as second:
+        error.add_note(f"the failed run's summary could not be written either: {second}")
+
+
+# -- the spark-submit job ------------------------------------------------------------------------
+
+JOB_NAME = "gc-mark"
+_JOB_KEYS = {"config", "repository", "now", "min_age_seconds", "tags", "mode", "run_id", "pins", "partitions"}
+
+
+def _job_options(args: Mapping[str, Any]) -> MarkOptions:
+    from lakefs_gc.runs.reports import parse_instant
+
+    unknown = sorted(set(args) - _JOB_KEYS)
+    if unknown:
+        raise BadInputError(f"unknown keys {unknown}", field="args")
+    now = args.get("now")
+    min_age = args.get("min_age_seconds", int(DEFAULT_MIN_AGE.total_seconds()))
+    if not isinstance(min_age, int) or isinstance(min_age, bool) or min_age < 0:
+        raise BadInputError("must be an int >= 0", field="min_age_seconds")
+    try:
+        when = parse_instant(now) if now is not None else None
+    except ValueError as e:
+        raise BadInputError(str(e), field="now") from None
+    return MarkOptions(
+        now=when,
+        min_age=timedelta(seconds=min_age),
+        tags_policy=args.get("tags", "pin"),
+        mode=args.get("mode", "mark"),
+        run_id=args.get("run_id"),
+        partitions=args.get("partitions"),
+    )
+
+
+def mark_job(executor: Executor, args: Mapping[str, Any]) -> dict[str, Any]:
+    """Job ``gc-mark``: ``{"config": <core config file>, "repository": R, "now"?, "min_age_seconds"?,
+    "tags"?, "mode"?, "run_id"?, "pins"?: [commit ids read by the parent], "partitions"?}``. The
+    config file is a path (its secrets never travel as job arguments). Result: the summary fields."""
+    from lakefs_core.coreconfig import default_kv_url, load_core_config
+    from lakefs_core.wiring import open_core
+    from lakefs_gc.pins import StaticPins
+
+    options = _job_options(args)
+    config, repo = args.get("config"), args.get("repository")
+    if not isinstance(config, str) or not isinstance(repo, str):
+        raise BadInputError("config and repository must be strings", field="args")
+    pins = StaticPins(args.get("pins") or ())
+    settings = load_core_config(Path(config))
+
+    async def go() -> MarkResult:
+        async with await open_core(settings, default_kv_url=default_kv_url()) as core:
+            return await run_mark(core.graveler, repo, executor, options=options, pins=pins)
+
+    result = asyncio.run(go())
+    return {"job": JOB_NAME, "executor": executor.name, "repository": repo, **_summary_json(result.summary)}
+
+
+def _summary_json(summary: Summary) -> dict[str, Any]:
+    import json
+
+    loaded: dict[str, Any] = json.loads(summary.to_bytes())
+    return loaded
