@@ -192,11 +192,18 @@ async def test_delete_then_recreate_adopts_the_mirror_repository(world: World) -
 async def test_creation_checks_the_source_and_probes_the_namespace(world: World) -> None:
     status, payload = await world.post("mirror-repo", repo="no-such-repo")
     assert status == 404 and "no-such-repo" in payload["message"]
-    # a namespace whose directory cannot be created (a regular file is in the way)
+    # a namespace below a regular file is refused before any probe (its real path cannot exist)
     blocker = world.tmp / EU / "blocker"
     blocker.parent.mkdir(parents=True, exist_ok=True)
     blocker.write_text("not a directory")
     status, payload = await world.post("mirror-repo", ns=f"local://{blocker}/ns")
+    assert (status, payload["field"]) == (400, "storage_namespace"), payload
+    assert "lies below a file" in payload["message"]
+    # a namespace the probe cannot write to (its _lakefs/ is a regular file)
+    unwritable = world.tmp / EU / "unwritable"
+    unwritable.mkdir(parents=True)
+    (unwritable / "_lakefs").write_text("not a directory")
+    status, payload = await world.post("mirror-repo", ns=f"local://{unwritable}")
     assert (status, payload["field"]) == (422, "storage_namespace"), payload
     assert "_lakefs/probe-" in payload["message"]
     assert await world.db.list_mirrors() == []
