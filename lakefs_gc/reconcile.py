@@ -67,7 +67,7 @@ from lakefs_core.repos.graveler import (
     forget_deleted_repository,
 )
 from lakefs_core.repos.journal import MIN_PENDING_TIMEOUT_SECONDS
-from lakefs_core.repos.namespace_claims import check_for_gc, check_recorded
+from lakefs_core.repos.namespace_claims import NamespaceIndex, check_for_gc, check_recorded
 from lakefs_core.service.deleter import KeyDeleter
 
 log = logging.getLogger("lakefs_gc.reconcile")
@@ -299,9 +299,14 @@ async def reconcile_repository(
     *,
     deleter: KeyDeleter | None,
     options: ReconcileOptions = ReconcileOptions(),
+    namespaces: NamespaceIndex | None = None,
 ) -> ReconcileReport:
-    """One reconciliation pass over ``repo_id``'s journal (see the module docstring)."""
-    await check_for_gc(graveler, repo_id)  # its namespace still leads where recorded, overlapping none
+    """One reconciliation pass over ``repo_id``'s journal (see the module docstring). ``namespaces``:
+    a recent index of every repository's namespace and import source, shared by the passes of
+    many repositories (:class:`~lakefs_core.repos.namespace_claims.NamespaceIndex`); without it
+    the namespace check scans the records itself."""
+    # its namespace still leads where recorded, overlapping none
+    await check_for_gc(graveler, repo_id, index=namespaces)
     repo = await graveler.repository(repo_id)
     if repo.read_only:
         raise ReadOnlyError(f"repository {repo_id!r} is read-only (a mirror): it is never reconciled")

@@ -48,6 +48,7 @@ from aiohttp import web
 from lakefs_core.errors import ConflictError, LakeFSError, StartupError
 from lakefs_core.fileperm import make_private_dir
 from lakefs_core.repos.graveler import Graveler, Repository, StorageNamespace, new_run_id
+from lakefs_core.repos.namespace_claims import NamespaceIndex
 from lakefs_core.service.daemon import DaemonLoop
 from lakefs_core.service.http import serve_api
 from lakefs_core.service.lease import kv_lease
@@ -71,6 +72,7 @@ log = logging.getLogger(__name__)
 
 DELETED_REPOS = "_deleted-repositories"  # its lease name; never a repository id (they have no '_')
 PURGES_PER_PASS = 8  # unfinished audited purges completed per repository per check
+NAMESPACE_INDEX_SECONDS = 60.0  # how long reconciliations share one NamespaceIndex
 
 
 @dataclass
@@ -121,6 +123,8 @@ class GCService:
         self._runs: dict[str, asyncio.Task[None]] = {}  # repo -> its GC run task
         self._reconciles: dict[str, asyncio.Task[None]] = {}
         self._next_deleted_pass = 0.0
+        self._namespaces: tuple[float, NamespaceIndex | None] = (0.0, None)
+        self._namespace_lock = asyncio.Lock()
         self.last_deleted_reports: list[Any] = []  # lakefs_gc.reconcile.ReconcileReport
         self.runner: web.AppRunner | None = None
         self.bound_port: int | None = None
@@ -591,8 +595,23 @@ class GCService:
             now=self.retention_now(),
         )
         return await reconcile_repository(
-            self.graveler, repo_id, deleter=store_deleter(store), options=options
+            self.graveler,
+            repo_id,
+            deleter=store_deleter(store),
+            options=options,
+            namespaces=await self._namespace_index(),
         )
+
+    async def _namespace_index(self) -> NamespaceIndex:
+        """The namespaces of every repository and import source, resolved at most
+        :data:`NAMESPACE_INDEX_SECONDS` ago, shared by the reconciliations of all repositories (one
+        scan and one resolution of every record per minute instead of per repository)."""
+        async with self._namespace_lock:
+            taken, index = self._namespaces
+            if index is None or time.monotonic() - taken > NAMESPACE_INDEX_SECONDS:
+                index = await NamespaceIndex.load(self.graveler)
+                self._namespaces = (time.monotonic(), index)
+            return index
 
 
 def _executor_for(config: GCConfig, pins: PinSource | None) -> CoreRunExecutor:

@@ -30,13 +30,24 @@ the claims, import sources and repository records whole rather than by N's prefi
 import are rare; a few thousand records cost milliseconds), and a record whose path cannot be
 resolved now counts as overlapping. :func:`check_for_gc` is the same check at GC time, plus: the
 namespace must still resolve to the path recorded for it.
+
+A GC daemon checks every repository every reconciliation interval, so scanning and resolving every
+record per check would cost O(repositories) per repository. :class:`NamespaceIndex` resolves the
+records ONCE and answers each check by its namespace's ancestors and a range of its descendants;
+``check_for_gc(..., index=...)`` uses it. An index is a snapshot: a repository created, or an import
+recorded, after it was taken is not in it, which is sound because such a creation or import is
+itself refused when it overlaps a repository that exists (its own check sees that repository's
+record), and a repository's own namespace is still resolved per check. A symlink swapped into a
+path after the snapshot is the local block store's business (no write or delete follows one
+beneath a root). Callers keep an index for a bounded time (the GC daemon: a minute).
 """
 
 from __future__ import annotations
 
+import bisect
 import contextlib
 from collections.abc import AsyncIterable, AsyncIterator, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from lakefs_core.errors import (
     BadInputError,
@@ -92,19 +103,108 @@ async def check_available(ctx: RepoContext, storage_namespace: str, repo_id: str
     return ns
 
 
-async def check_for_gc(repos: HasContext, repo_id: str) -> StorageNamespace:
+async def check_for_gc(
+    repos: HasContext, repo_id: str, *, index: NamespaceIndex | None = None
+) -> StorageNamespace:
     """What GC (mark, sweep, the hard-delete reconciler) checks before it deletes anything in the
     namespace of ``repo_id``: that it still resolves to the real path recorded for it, and overlaps
     no other repository's namespace (live or being deleted) and no import source of a live
-    repository (its own included), every side compared where it leads NOW. One
-    :class:`NamespaceConflictError` naming what is wrong otherwise; the namespace is returned."""
+    repository (its own included), every side compared where it leads NOW (or when ``index`` was
+    taken: see the module docstring). One :class:`NamespaceConflictError` naming what is wrong
+    otherwise; the namespace is returned."""
     ctx = repos.context
     repo = await ctx.repository(repo_id)
     ns = await check_recorded(repo.storage_namespace, f"repository {repo_id!r}")
     # Claims without a record are creations in flight: each is refused by its own step 2, which
     # sees this repository's record, before it writes anything.
-    await _check_overlaps(ctx, ns, repo_id, claims=False)
+    if index is None:
+        await _check_overlaps(ctx, ns, repo_id, claims=False)
+    else:
+        index.check(ns, repo_id)
     return ns
+
+
+@dataclass
+class NamespaceIndex:
+    """Every repository record's namespace (being deleted too) and every live repository's import
+    source, as stored and where each led when :meth:`load` ran, indexed by canonical form: one
+    :meth:`check` costs a dictionary probe per ancestor of the namespace and a bisection, whatever
+    the number of records (see the module docstring for why a snapshot is sound)."""
+
+    _at: dict[str, list[_Place]] = field(default_factory=dict)
+    _keys: list[str] = field(default_factory=list)
+    _unknown: list[_Place] = field(default_factory=list)  # where they lead is unknown: overlap any local
+
+    @classmethod
+    async def load(cls, repos: HasContext) -> NamespaceIndex:
+        ctx = repos.context
+        records = [r async for r in ctx.refs.list_repositories(include_deleting=True)]
+        named = [(_Owner(r.id, None), r.storage_namespace) for r in records]
+        uids = {r.id: r.instance_uid for r in records}
+        named += [
+            (_Owner(src.repo, src.source), src.source)
+            async for src in ctx.refs.import_sources("", within=True)
+            if uids.get(src.repo) == src.instance_uid  # the importing repository and its entries live
+        ]
+        index = cls()
+        for (owner, uri), now in zip(named, await real_locations([u for _, u in named]), strict=True):
+            index._add(owner, uri, now)
+        index._keys = sorted(index._at)
+        return index
+
+    def _add(self, owner: _Owner, uri: str, now: StorageNamespace | BadInputError | None) -> None:
+        try:
+            stored: StorageNamespace | None = StorageNamespace.parse(uri)
+        except BadInputError:
+            stored = None
+        if isinstance(now, BadInputError):
+            self._unknown.append(_Place(owner, f"{_shown(uri)} (where it leads is unknown: {now})"))
+        for where in {w.canonical: w for w in (stored, now) if isinstance(w, StorageNamespace)}.values():
+            shown = where.uri if where is stored else f"{_shown(uri)} (which leads to {where.uri})"
+            self._at.setdefault(where.canonical, []).append(_Place(owner, shown, where))
+
+    def check(self, ns: StorageNamespace, repo_id: str) -> None:
+        """Raise :class:`NamespaceConflictError` for the first record overlapping ``ns`` other than
+        ``repo_id``'s own repository record (its import sources count)."""
+        canonical = ns.canonical
+        start = bisect.bisect_left(self._keys, canonical)
+        inside = []
+        for key in self._keys[start:]:
+            if not key.startswith(canonical):
+                break
+            inside.append(key)
+        unknown = self._unknown if ns.scheme == "local" else []
+        for key in [*ns.ancestors(), *inside]:
+            for place in self._at.get(key, ()):
+                self._refuse_place(ns, repo_id, place)
+        for place in unknown:
+            self._refuse_place(ns, repo_id, place)
+
+    @staticmethod
+    def _refuse_place(ns: StorageNamespace, repo_id: str, place: _Place) -> None:
+        owner = place.owner
+        if owner.source is None and owner.repo == repo_id:
+            return  # the repository's own record
+        relation = "may overlap" if place.where is None else _relation(ns, place.where)
+        if owner.source is None:
+            _refuse(ns, Overlap(owner.repo, place.shown, relation))
+        raise NamespaceConflictError(
+            f"storage namespace {ns.uri} {relation} {place.shown}, from which repository "
+            f"{owner.repo!r} imported objects its entries point at"
+        )
+
+
+@dataclass(frozen=True)
+class _Owner:
+    repo: str
+    source: str | None  # None: the repository's namespace; else one of its import sources
+
+
+@dataclass(frozen=True)
+class _Place:
+    owner: _Owner
+    shown: str
+    where: StorageNamespace | None = None
 
 
 async def check_recorded(stored: str, whose: str) -> StorageNamespace:

@@ -27,6 +27,7 @@ from lakefs_core.kv import open_kv
 from lakefs_core.kv.base import KVStore
 from lakefs_core.refs.model import Repository
 from lakefs_core.repos.graveler import Graveler, StorageNamespace, StoreRegistry
+from lakefs_core.repos.namespace_claims import NamespaceIndex, check_for_gc
 from lakefs_core.repos.objects import Objects
 from lakefs_core.service.deleter import KeyDeleter, store_deleter
 from lakefs_gc.mark.mark import MarkOptions, run_mark
@@ -99,8 +100,10 @@ async def test_a_namespace_swapped_for_a_symlink_to_an_import_source_is_never_sw
     root = tmp_path / r
     await g.create_repository(r, f"local://{root}")
     o = Objects(g)
-    await o.upload(r, "main", "junk", b"junk")
-    await o.delete(r, "main", "junk")  # uncommitted garbage: what a mark of r deletes
+    await o.upload(r, "main", "kept", b"kept")
+    # garbage a mark of r deletes: a file no entry or journal intent names, in a real slice
+    [slice_dir] = (root / "data").iterdir()
+    (slice_dir / "garbage").write_bytes(b"junk")
     executor = LiteExecutor()
     try:
         before = await run_mark(g, r, executor, options=options("mark"))
@@ -184,3 +187,67 @@ async def test_the_deleted_repository_purge_refuses_a_namespace_that_leads_elsew
     assert f"now leads to local://{landing}" in report.errors[0]
     assert d in [r.repo async for r in g.deleted_repositories()]  # kept: decided again later
     await assert_imports_readable(g, s, landing)
+
+
+async def _verdict(g: Graveler, repo: str, index: NamespaceIndex | None) -> str | None:
+    try:
+        await check_for_gc(g, repo, index=index)
+    except NamespaceConflictError as e:
+        return str(e)
+    return None
+
+
+async def test_a_namespace_index_gives_every_repository_the_verdict_of_a_fresh_check(
+    g: Graveler, tmp_path: Path
+) -> None:
+    """The GC daemon's reconciler checks every repository against one NamespaceIndex per minute
+    instead of scanning and resolving every record per repository. Its verdicts must be the fresh
+    check's: repositories clear of everything, one whose import source now leads into another's
+    namespace, one whose record goes through a link, one whose own import source encloses its
+    namespace's neighbour, a memory-store namespace beside local ones, and a repository being deleted."""
+    s, landing = await importer(g, tmp_path)  # s imported landing/
+    clear = [unique("c") for _ in range(3)]
+    for c in clear:
+        await g.create_repository(c, f"local://{tmp_path / 'clear' / c}")
+    await g.create_repository(unique("m"), f"mem://{unique('b')}/ns")
+    r = unique("r")
+    root = tmp_path / r
+    await g.create_repository(r, f"local://{root}")
+    (root / "data").mkdir(exist_ok=True)
+    landing.rename(tmp_path / "landing-was")
+    os.symlink(root / "data", landing)  # s's source now leads into r's namespace
+    real = tmp_path / "real"
+    (real / "ns").mkdir(parents=True)
+    os.symlink(real, tmp_path / "link")
+    old = Repository(unique("old"), f"local://{tmp_path}/link/ns", "main", WHEN, uuid.uuid4().hex)
+    await g.refs.create_repository(old)  # a record through a link
+    gone = unique("gone")
+    await g.create_repository(gone, f"local://{tmp_path / 'clear' / 'gone'}")
+    await g.delete_repository(gone)
+    index = await NamespaceIndex.load(g)
+    repos = [x.id async for x in g.refs.list_repositories()]
+    verdicts = {x: (await _verdict(g, x, None), await _verdict(g, x, index)) for x in repos}
+    for repo, (fresh, indexed) in verdicts.items():
+        assert (fresh is None) == (indexed is None), (repo, fresh, indexed)
+    assert verdicts[r][1] is not None and f"'{s}' imported" in verdicts[r][1]
+    assert verdicts[old.id][1] is not None and "now leads to" in verdicts[old.id][1]
+    assert all(verdicts[c] == (None, None) for c in clear)
+    # the reconciler takes the index: r is refused through it as without it
+    with pytest.raises(NamespaceConflictError, match=f"'{s}' imported"):
+        await reconcile_repository(g, r, deleter=await deleter(g, r), namespaces=index)
+    await reconcile_repository(g, clear[0], deleter=await deleter(g, clear[0]), namespaces=index)
+
+
+async def test_a_namespace_index_answers_without_reading_the_kv(g: Graveler, tmp_path: Path) -> None:
+    """One index answers any number of checks: its check reads nothing (the KV may even be gone)."""
+    repos = [unique("n") for _ in range(20)]
+    for repo in repos:
+        await g.create_repository(repo, f"local://{tmp_path / repo}")
+    index = await NamespaceIndex.load(g)
+    await g.kv.close()
+    for repo in repos:
+        index.check(StorageNamespace.parse(f"local://{tmp_path / repo}"), repo)
+    with pytest.raises(NamespaceConflictError, match="is inside"):
+        index.check(StorageNamespace.parse(f"local://{tmp_path / repos[0]}/deeper"), "newcomer")
+    with pytest.raises(NamespaceConflictError, match="encloses"):
+        index.check(StorageNamespace.parse(f"local://{tmp_path}"), "newcomer")
