@@ -48,7 +48,7 @@ from datetime import UTC, datetime
 
 from lakefs_core.aio import bounded_each
 from lakefs_core.block.base import BlockStore, ObjectInfo, PutItem
-from lakefs_core.errors import BadInputError, NotFoundError, PurgedError, encode_utf8
+from lakefs_core.errors import BadInputError, LakeFSError, NotFoundError, PurgedError, encode_utf8
 from lakefs_core.faults import fault_point
 from lakefs_core.format.proto import catalog_pb2
 from lakefs_core.format.records import ADDRESS_RELATIVE, ValueRecord, decode_entry, make_entry
@@ -388,7 +388,7 @@ class Objects:
         relative = _relative(repo, stat) if await self.markers.has_purges(repo) else None
         audit = None if relative is None else await self.markers.audit_of(repo, relative)
         if audit is not None:
-            raise PurgedError(f"{stat.path!r} was purged (audit record {audit})", audit_id=audit)
+            raise _purged(stat, audit)
 
     async def _checked_stream(
         self, repo: Repository, stat: ObjectStat, start: int, length: int | None
@@ -406,12 +406,19 @@ class Objects:
         try:
             try:
                 first = await anext(chunks, None)
+            except Exception as e:
+                # A purged object answers purged whatever else its read met (gone, or a store
+                # refusing its path); an unanswered lookup leaves the read's own error.
+                audit = await _answer(lookup)
+                if audit is not None:
+                    raise _purged(stat, audit) from e
+                raise
             except BaseException:
                 lookup.cancel()
                 raise
             audit = await lookup
             if audit is not None:
-                raise PurgedError(f"{stat.path!r} was purged (audit record {audit})", audit_id=audit)
+                raise _purged(stat, audit)
             if first is not None:
                 yield first
             async for chunk in chunks:
@@ -487,3 +494,15 @@ class Objects:
             if restart is None:
                 return ListPage(objects, prefixes, False, "")
             start = restart
+
+
+async def _answer(lookup: asyncio.Future[str | None]) -> str | None:
+    """The marker lookup's answer, or None when it failed (the caller keeps its own error)."""
+    try:
+        return await lookup
+    except LakeFSError:
+        return None
+
+
+def _purged(stat: ObjectStat, audit: str) -> PurgedError:
+    return PurgedError(f"{stat.path!r} was purged (audit record {audit})", audit_id=audit)

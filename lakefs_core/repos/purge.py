@@ -69,6 +69,7 @@ from lakefs_core.namespace import StorageNamespace
 from lakefs_core.refs import kvkeys
 from lakefs_core.refs.model import Repository
 from lakefs_core.repos.context import RepoContext
+from lakefs_core.repos.namespace_claims import check_for_gc
 from lakefs_core.repos.purge_markers import announce, lookup_markers
 from lakefs_core.repos.purge_shared import SharedUse
 from lakefs_core.repos.reading import get_entry
@@ -409,7 +410,10 @@ async def record_purge(ctx: RepoContext, repo: Repository, record: PurgeRecord) 
     # Defence in depth (a mirror applies its source's records): only data objects are ever touched.
     addresses = [a for a in record.addresses if is_data_object(a)]
     await ctx.kv.set_many([(repo.partition, kvkeys.purged_key(a), marker) for a in addresses])
-    ns = StorageNamespace.parse(repo.storage_namespace)
+    # Reads already answer purged; the deletes wait for a namespace that still leads where recorded
+    # and overlaps no other repository's (GC's check: a refused purge stays unfinished, a re-run or
+    # the GC daemon completes it once the namespace is sound again).
+    ns = await check_for_gc(ctx, repo.id)
     store = await ctx.namespace_store(ns)
     deleted = 0
     for n, address in enumerate(addresses, 1):

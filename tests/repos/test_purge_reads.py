@@ -14,13 +14,14 @@ its own record (issue 32, item 8), on SQLite + local and PostgreSQL + S3 (moto):
 from __future__ import annotations
 
 import asyncio
+import os
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
 
-from lakefs_core.errors import InjectedFaultError, PurgedError
+from lakefs_core.errors import InjectedFaultError, NamespaceConflictError, PurgedError
 from lakefs_core.faults import ENV as FAULT_ENV
 from lakefs_core.kv.base import Expect
 from lakefs_core.refs import kvkeys
@@ -230,3 +231,35 @@ async def _keys(b: Backend, prefix: bytes) -> AsyncIterator[bytes]:
         if not item.key.startswith(prefix):
             break
         yield item.key
+
+
+async def test_a_purge_deletes_nothing_in_a_namespace_that_leads_elsewhere_now(
+    spec: Spec, b: Backend, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A purge deletes only where GC would: in a namespace that still leads to the real path
+    recorded for it. A purge that crashed after its markers is completed by a re-run; with the
+    namespace swapped for a symlink meanwhile (its tables still cached in this process, so the walk
+    succeeds), the re-run stops before any delete, the targeted versions still read as purged and
+    the record stays unfinished; once the namespace is sound again, a re-run completes it."""
+    if not spec.namespace.startswith("local://"):
+        pytest.skip("symbolic links exist in local namespaces only")
+    addresses = await _three_versions(b)
+    record = await _crash_at(b, monkeypatch, "purge:delete:1")  # markers written, nothing deleted
+    root = Path(spec.namespace[len("local://") :])
+    elsewhere = tmp_path / "elsewhere"
+    os.rename(root, elsewhere)
+    os.symlink(elsewhere, root)
+    with pytest.raises(NamespaceConflictError, match="now leads to"):
+        await _purge(b)
+    [still] = await b.g.list_purges(b.repo)
+    assert (still.audit_id, still.state, still.deleted) == (record.audit_id, "deleting", 0)
+    for ref in addresses:
+        with pytest.raises(PurgedError):
+            await b.objects.read_all(b.repo, ref, "secret.csv")
+    assert all(os.stat(elsewhere / a).st_size == 2 for a in addresses.values())  # nothing deleted
+    os.unlink(root)
+    os.rename(elsewhere, root)
+    await _purge(b)
+    [done] = await b.g.list_purges(b.repo)
+    assert (done.audit_id, done.state, done.deleted) == (record.audit_id, "done", 3)
+    assert not any([await b.stored(a) for a in addresses.values()])
