@@ -32,9 +32,9 @@ a pure-Python twin, both tested) is pyiceberg's ``decoder_fast.pyx``.
 The read side (end of this module): :func:`record_from_sst` builds a ``ValueRecord`` from a key
 and its envelope (``records.pure_record_from_sst`` is its twin and takes whatever is off its path),
 and :class:`MetaRangeCore`, the
-base class of ``graveler.metarange.MetaRange``, does a warm ``get_cached`` (range bisect, the
+base class of ``committed.metarange.MetaRange``, does a warm ``get_cached`` (range bisect, the
 table's dict of cached records, the envelope) in one call, with ``PureMetaRange.get_cached`` as its
-twin and its fallback for anything off that path; ``tests/graveler/test_fast_lookup.py`` holds both
+twin and its fallback for anything off that path; ``tests/committed/test_fast_lookup.py`` holds both
 to the same answers and errors. Issue 38 asked 2.0x RocksDB's warm ``get`` for this path; five
 Python frames made it ~1.4x.
 """
