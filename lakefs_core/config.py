@@ -87,6 +87,8 @@ def _set_path(
                 node.append(None)
         elif not isinstance(node, dict):
             raise BadInputError(f"environment override {source} descends into a scalar value", field=where)
+        else:
+            key = _existing_key(node, part)
         if i == len(path) - 1:
             node[key] = value
             return
@@ -96,6 +98,47 @@ def _set_path(
             nxt = [] if as_list else {}
             node[key] = nxt
         node = nxt
+
+
+def _existing_key(node: Mapping[str, Any], part: str) -> str:
+    """The key of ``node`` an override segment names: itself, or the existing key it spells with
+    ``_`` for ``-`` (a shell cannot export ``LAKEFS_MIRROR__REGIONS__US-EAST__...``, so
+    ``US_EAST`` names region ``us-east``)."""
+    if part in node:
+        return part
+    for key in node:
+        if isinstance(key, str) and key.lower().replace("-", "_") == part:
+            return key
+    return part
+
+
+DATA_DIR_KEY = "data_dir"
+DATA_DIR_PLACEHOLDER = "${data_dir}"
+
+
+def expand_data_dir(data: dict[str, Any]) -> list[tuple[str, str]]:
+    """Replace ``${data_dir}`` in every string value with the top-level ``data_dir`` (set in the
+    file, or by ``PREFIX__DATA_DIR``): one setting relocates every path of a shipped config. The
+    problem when a value uses it and ``data_dir`` is unset or not an absolute path."""
+    root = data.pop(DATA_DIR_KEY, None)
+    problems: list[tuple[str, str]] = []
+
+    def walk(node: Any, where: str) -> Any:
+        if isinstance(node, dict):
+            return {k: walk(v, f"{where}.{k}" if where else str(k)) for k, v in node.items()}
+        if isinstance(node, list):
+            return [walk(v, f"{where}.{i}") for i, v in enumerate(node)]
+        if isinstance(node, str) and DATA_DIR_PLACEHOLDER in node:
+            if not isinstance(root, str) or not root.startswith("/"):
+                problems.append(
+                    (where, f"uses {DATA_DIR_PLACEHOLDER} but {DATA_DIR_KEY} is no absolute path")
+                )
+                return node
+            return node.replace(DATA_DIR_PLACEHOLDER, root.rstrip("/") or "/")
+        return node
+
+    data.update(walk(data, ""))
+    return problems
 
 
 def env_overrides(env: Mapping[str, str], prefix: str) -> list[tuple[list[str], Any, str]]:
@@ -213,6 +256,7 @@ def load_config(
     problems: list[tuple[str, str]] = []
     if env is not None and env_prefix:
         problems = apply_overrides(data, env, env_prefix, free_mappings)
+    problems += expand_data_dir(data)
     return validate(model, data, problems)
 
 
@@ -252,6 +296,7 @@ def inspect_config(
     except BadInputError as e:
         return ConfigReport(None, [(e.field or "config", str(e).removeprefix(f"{e.field}: "))], [])
     problems = apply_overrides(data, env, env_prefix, free_mappings) if env is not None else []
+    problems += expand_data_dir(data)
     startup = environment_checks(data) if environment_checks is not None else []
     try:
         config: BaseModel | None = validate(model, data, problems)

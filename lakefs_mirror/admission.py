@@ -18,6 +18,10 @@ mirror (the API's ``POST .../mirrors``, :mod:`lakefs_mirror.api`):
    object under the namespace's ``_lakefs/`` through the destination region's block store (422,
    :class:`NamespaceUnusableError`, naming the failed step; a transient failure stays 503).
 
+:func:`progress_warnings` names what would keep an admitted mirror from ever progressing (native
+mode into a local namespace, or within one region): such a mirror is accepted with the warning in
+the response and in its status.
+
 Regions this daemon has no KV access to (no Graveler) are not checked there.
 """
 
@@ -38,7 +42,7 @@ from lakefs_core.errors import (
 )
 from lakefs_core.repos.graveler import Graveler, StorageNamespace
 from lakefs_mirror.config import MirrorConfig
-from lakefs_mirror.db import FieldConflictError, check_branch_filter
+from lakefs_mirror.db import FieldConflictError, Mirror, check_branch_filter
 
 __all__ = [
     "Admission",
@@ -48,6 +52,7 @@ __all__ = [
     "check_local_dirs",
     "check_local_root",
     "normalised_namespace",
+    "progress_warnings",
     "require_source",
     "store_probe",
 ]
@@ -246,3 +251,23 @@ async def _check_destination(a: Admission, source_repo: str, name: str, region: 
         await dst.check_namespace_available(namespace, name)
     except NamespaceConflictError as e:
         raise FieldConflictError(f"{e} (in region {region!r})", field="storage_namespace") from e
+
+
+def progress_warnings(mirror: Mirror) -> list[str]:
+    """Why ``mirror`` can never progress as configured (accepted anyway: the operator may be about
+    to fix it, e.g. with ``PATCH {"mode": "active"}``). Shown on creation and in every status."""
+    out: list[str] = []
+    if mirror.mode != "native":
+        return out
+    if StorageNamespace(mirror.storage_namespace).scheme == "local":
+        out.append(
+            "mode native with a local destination namespace: nothing replicates into a local directory, "
+            'so this mirror can never progress; switch it to active (PATCH {"mode": "active"})'
+        )
+    if mirror.source_region == mirror.region:
+        out.append(
+            f"source and destination are both in region {mirror.region!r}: native mode waits for "
+            "cross-region replication, which never delivers here; switch it to active "
+            '(PATCH {"mode": "active"})'
+        )
+    return out

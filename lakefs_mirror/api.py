@@ -20,6 +20,10 @@ PATCH      ``P/{mirror_id}``               change ``branch_filter``/``paused``/`
 GET        ``P/{mirror_id}/status``        per branch/tag heads, candidate, missing counts, lag,
                                            last promotion and error, and ``blocked_reason`` -> 200
 POST       ``P/{mirror_id}/resync``        request a full re-check -> 202 mirror
+POST       ``P/{mirror_id}/promote``       failover (``{"force"}``): destination writable, mirroring
+                                           stops -> 200 promotion (:mod:`lakefs_mirror.failover`)
+POST       ``P/{mirror_id}/failback``      after a promotion: keep the old source's divergence on
+                                           ``failback-*`` branches, create the reverse mirror -> 201
 =========  ==============================  =====================================================
 
 Any daemon answers for any mirror: every region's daemons share the mirrors database, and a mirror
@@ -68,9 +72,24 @@ from lakefs_core.service.http import (
     parse_model,
 )
 from lakefs_mirror import api_models as m
-from lakefs_mirror.admission import Admission, NamespaceProbe, SourceRepoExists, require_source
+from lakefs_mirror import failover
+from lakefs_mirror.admission import (
+    Admission,
+    NamespaceProbe,
+    SourceRepoExists,
+    progress_warnings,
+    require_source,
+)
 from lakefs_mirror.config import MirrorConfig
-from lakefs_mirror.db import FieldConflictError, Lease, Mirror, MirrorsDB, MirrorStatus, check_branch_filter
+from lakefs_mirror.db import (
+    FieldConflictError,
+    Lease,
+    Mirror,
+    MirrorsDB,
+    MirrorStatus,
+    Promotion,
+    check_branch_filter,
+)
 
 __all__ = ["create_app", "mirror_json", "status_json"]
 
@@ -110,6 +129,7 @@ def _mirror_model(mirror: Mirror) -> m.Mirror:
         updated_at=_iso(mirror.updated_at) or "",
         resync_requested_at=_iso(mirror.resync_requested_at),
         version=mirror.version,
+        warnings=progress_warnings(mirror),
     )
 
 
@@ -145,6 +165,32 @@ def _status_model(s: MirrorStatus, blocked: str | None) -> m.BranchStatus:
         last_checked_at=_iso(s.last_checked_at),
         last_error=s.last_error,
         blocked_reason=blocked or _row_blocked(s),
+        caught_up=_caught_up(s),
+    )
+
+
+def _caught_up(s: MirrorStatus) -> bool:
+    """The mirror head is the source head (a mirror head is only ever a fully validated commit)."""
+    return (
+        s.source_head is not None
+        and s.mirror_head == s.source_head
+        and not s.last_error
+        and s.missing_objects == 0
+        and s.missing_ranges == 0
+    )
+
+
+def _promotion_model(p: Promotion | None) -> m.Promotion | None:
+    if p is None:
+        return None
+    return m.Promotion(
+        promoted_at=_iso(p.promoted_at) or "",
+        forced=p.forced,
+        source_reachable=p.source_reachable,
+        heads=p.heads,
+        source_heads=p.source_heads,
+        note=p.note,
+        failback_mirror_id=p.failback_mirror_id,
     )
 
 
@@ -153,8 +199,16 @@ def status_json(s: MirrorStatus) -> dict[str, Any]:
     return _status_model(s, None).model_dump()
 
 
-def _mirror_blocked(mirror: Mirror, lease: Lease | None, now: datetime) -> str | None:
-    """Why nothing of the mirror progresses: paused, or no live daemon in its destination region."""
+def _mirror_blocked(
+    mirror: Mirror, lease: Lease | None, now: datetime, promotion: Promotion | None = None
+) -> str | None:
+    """Why nothing of the mirror progresses: promoted, paused, or no live daemon in its destination
+    region."""
+    if promotion is not None:
+        return (
+            f"promoted at {_iso(promotion.promoted_at)}: repository {mirror.name!r} in {mirror.region!r} is "
+            "writable and no longer mirrored (POST .../failback once the source region is back)"
+        )
     if mirror.paused:
         return 'paused (PATCH {"paused": false} to resume)'
     if lease is None:
@@ -200,6 +254,13 @@ async def _own_mirror(request: web.Request) -> Mirror:
     return mirror
 
 
+async def _optional_object(request: web.Request) -> dict[str, Any]:
+    """The JSON object body, or {} for an empty one (every field of the request has a default)."""
+    if not (await request.read()).strip():
+        return {}
+    return await json_object(request)
+
+
 # -- handlers --------------------------------------------------------------------------------------------
 
 
@@ -207,6 +268,14 @@ async def create_mirror(request: web.Request) -> web.Response:
     repo = _path(request, m.RepoPath).source_repo
     config = request.app[_CONFIG_KEY]
     body = parse_model(request.app[_MODELS_KEY].creation, await json_object(request), m.HINTS)
+    live = await request.app[_DB_KEY].mirror_named(body.region, body.name)
+    if live is not None:  # a live mirror, not a leftover repository: say so before anything else
+        raise FieldConflictError(
+            f"mirror {live.id} ({live.source_region}/{live.source_repo} -> {live.region}/{live.name}) "
+            f"already exists and is live under this name: DELETE it first to replace it, or choose "
+            "another name",
+            field="name",
+        )
     namespace, globs = await _admission(request).admit(
         repo,
         name=body.name,
@@ -299,8 +368,11 @@ async def mirror_status(request: web.Request) -> web.Response:
     db = request.app[_DB_KEY]
     rows = await db.list_status(mirror.id)
     lease = await db.lease(mirror.region)
+    promotion = await db.promotion(mirror.id)
+    reverse_of = await db.failback_of(mirror.id)
     now = datetime.now(UTC)
-    blocked = _mirror_blocked(mirror, lease, now)
+    blocked = _mirror_blocked(mirror, lease, now, promotion)
+    results = [_status_model(s, blocked) for s in rows]
     leader = (
         None
         if lease is None
@@ -313,8 +385,49 @@ async def mirror_status(request: web.Request) -> web.Response:
             mirror=_mirror_model(mirror),
             destination_leader=leader,
             blocked_reason=blocked,
-            results=[_status_model(s, blocked) for s in rows],
+            results=results,
+            caught_up=bool(results) and blocked is None and all(r.caught_up for r in results),
+            warnings=progress_warnings(mirror),
+            promotion=_promotion_model(promotion),
+            failback=None if reverse_of is None else reverse_of.note,
         )
+    )
+
+
+async def promote_mirror(request: web.Request) -> web.Response:
+    mirror = await _own_mirror(request)
+    body = parse_model(m.PromoteRequest, await _optional_object(request), m.HINTS)
+    gravelers: dict[str, Graveler] = request.app[_GRAVELERS_KEY]
+    promotion = await failover.promote(request.app[_DB_KEY], gravelers, mirror.id, force=body.force)
+    log.info(
+        "promoted mirror %s: %s/%s is writable (forced: %s, source reachable: %s) (by %s)",
+        mirror.id,
+        mirror.region,
+        mirror.name,
+        promotion.forced,
+        promotion.source_reachable,
+        access_key_id(request),
+    )
+    model = _promotion_model(promotion)
+    assert model is not None
+    return _json(model)
+
+
+async def failback_mirror(request: web.Request) -> web.Response:
+    mirror = await _own_mirror(request)
+    body = parse_model(m.FailbackRequest, await _optional_object(request), m.HINTS)
+    gravelers: dict[str, Graveler] = request.app[_GRAVELERS_KEY]
+    result = await failover.failback(request.app[_DB_KEY], gravelers, mirror.id, mode=body.mode)
+    log.info(
+        "failback of mirror %s: reverse mirror %s; %s (by %s)",
+        mirror.id,
+        result.reverse.id,
+        result.note,
+        access_key_id(request),
+    )
+    return _json(
+        m.FailbackResponse(reverse_mirror=_mirror_model(result.reverse), kept=result.kept, note=result.note),
+        201,
     )
 
 
@@ -335,6 +448,8 @@ _LINKS = {
         ("UpdateMirror", "updateMirror"),
         ("GetMirrorStatus", "getMirrorStatus"),
         ("ResyncMirror", "resyncMirror"),
+        ("PromoteMirror", "promoteMirror"),
+        ("FailbackMirror", "failbackMirror"),
         ("DeleteMirror", "deleteMirror"),
     )
 }
@@ -422,6 +537,30 @@ def _by_id_routes() -> list[Route]:
             response=m.MirrorStatus,
             path_params=m.MirrorPath,
             errors=(404,),
+        ),
+        Route(
+            "POST",
+            f"{one}/promote",
+            promote_mirror,
+            "promoteMirror",
+            "Failover: make the destination repository writable at its validated heads; mirroring stops.",
+            response=m.Promotion,
+            request=m.PromoteRequest,
+            path_params=m.MirrorPath,
+            errors=(404, 409, 503),
+        ),
+        Route(
+            "POST",
+            f"{one}/failback",
+            failback_mirror,
+            "failbackMirror",
+            "After a promotion: keep what diverged on the old source and create the reverse mirror.",
+            status=201,
+            response=m.FailbackResponse,
+            request=m.FailbackRequest,
+            path_params=m.MirrorPath,
+            errors=(404, 409, 503),
+            description="Reverse mirror created.",
         ),
         Route(
             "POST",

@@ -196,6 +196,11 @@ class Mirror(_Out):
     updated_at: str = Field(json_schema_extra={"format": "date-time"})
     resync_requested_at: str | None = Field(json_schema_extra={"format": "date-time"})
     version: int = Field(ge=1)
+    warnings: list[str] = Field(
+        default_factory=list,
+        description="Why this mirror can never progress as configured (accepted anyway), e.g. native "
+        "mode into a local namespace.",
+    )
 
 
 class Pagination(_Out):
@@ -230,6 +235,10 @@ class BranchStatus(_Out):
     blocked_reason: str | None = Field(
         description="Why this branch or tag does not progress (null: it is up to date or moving)."
     )
+    caught_up: bool = Field(
+        description="The mirror head equals the source head last seen AND every object, range and the "
+        "metarange of it is in the destination namespace (a mirror head is only ever a validated commit)."
+    )
 
 
 class Leader(_Out):
@@ -250,3 +259,49 @@ class MirrorStatus(_Out):
         "destination region (null: it runs)."
     )
     results: list[BranchStatus]
+    caught_up: bool = Field(
+        description="Every branch and tag is caught_up and the mirror is neither paused nor promoted."
+    )
+    warnings: list[str] = Field(default_factory=list, description="As in the mirror.")
+    promotion: Promotion | None = Field(
+        default=None, description="The failover of this mirror (null: it mirrors)."
+    )
+    failback: str | None = Field(
+        default=None,
+        description="For a reverse mirror created by a failback: what the failback kept, and where.",
+    )
+
+
+class Promotion(_Out):
+    """A mirror's failover: the destination repository is writable, mirroring into it stopped."""
+
+    promoted_at: str = Field(json_schema_extra={"format": "date-time"})
+    forced: bool
+    source_reachable: bool
+    heads: dict[str, str] = Field(description='Destination heads ("branch:NAME", "tag:NAME") at promotion.')
+    source_heads: dict[str, str] = Field(description="Source heads last seen when promoting.")
+    note: str | None = Field(description="What a failback kept (null: no failback yet).")
+    failback_mirror_id: str | None = Field(description="The reverse mirror a failback created.")
+
+
+class PromoteRequest(_In):
+    force: bool = Field(
+        default=False, description="Promote even though the source region is reachable and the mirror runs."
+    )
+
+
+class FailbackRequest(_In):
+    mode: Mode | None = Field(
+        default=None, description="Mode of the reverse mirror (default: this mirror's)."
+    )
+
+
+class FailbackResponse(_Out):
+    reverse_mirror: Mirror
+    kept: dict[str, str] = Field(
+        description='Old source ref ("branch:NAME") -> the failback branch keeping it.'
+    )
+    note: str
+
+
+MirrorStatus.model_rebuild()

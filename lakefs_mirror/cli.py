@@ -7,6 +7,10 @@
   systemd ``Type=notify`` it sends READY=1 once the API is bound and the loop runs, WATCHDOG=1
   while the loop is live (a pass running longer than ``pass_timeout_seconds``, or ``--pass-timeout``
   when given, is hung), STOPPING=1.
+- ``lakefs-mirror promote --config FILE MIRROR_ID [--force]`` and ``lakefs-mirror failback --config
+  FILE MIRROR_ID [--mode M]``: failover and failback (:mod:`lakefs_mirror.failover`) with the
+  configuration's database and regions (a region that cannot be opened counts as unreachable);
+  the result is printed as JSON.
 - ``lakefs-mirror check-config --config FILE``: report EVERY problem at once, one per line on
   stderr, each naming its key path (schema problems, exit 9; and what would stop the start-up: a
   SQLite directory missing, ``state_dir`` not creatable, exit 16 when nothing else is wrong); a
@@ -22,10 +26,11 @@ stderr, never a traceback.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -35,9 +40,10 @@ from lakefs_core.config import display
 from lakefs_core.service.cli import echo_problems, project_group, run
 from lakefs_core.service.run import config_option, log_format_option, once_option, run_daemon
 from lakefs_mirror.config import MirrorConfig, inspect_mirror_config, load_mirror_config
+from lakefs_mirror.records import Promotion
 
 if TYPE_CHECKING:
-    from lakefs_mirror.service import MirrorService
+    from lakefs_mirror.service import AdminHandles, MirrorService
 
 
 @project_group("lakefs-mirror")
@@ -98,6 +104,70 @@ def check_config_cmd(config_path: Path | None) -> None:
     report = inspect_mirror_config(config_path, dict(os.environ))
     echo_problems(report, "lakefs-mirror", config_path)
     click.echo(json.dumps(display(report.config), indent=2, sort_keys=True))
+
+
+def _admin(config_path: Path | None, action: Callable[[AdminHandles], Awaitable[object]]) -> object:
+    config = _load(config_path)
+
+    async def go() -> object:
+        from lakefs_mirror.service import open_admin
+
+        handles = await open_admin(config)
+        try:
+            return await action(handles)
+        finally:
+            await handles.close()
+
+    return asyncio.run(go())
+
+
+@cli.command("promote")
+@CONFIG_OPTION
+@click.argument("mirror_id")
+@click.option(
+    "--force", is_flag=True, help="Promote although the source region is reachable and the mirror runs."
+)
+def promote_cmd(config_path: Path | None, mirror_id: str, force: bool) -> None:
+    """Failover: make mirror MIRROR_ID's destination repository writable; mirroring into it stops."""
+    from lakefs_mirror.failover import promote
+
+    async def action(h: AdminHandles) -> object:
+        return await promote(h.db, h.gravelers, mirror_id, force=force)
+
+    p = _admin(config_path, action)
+    assert isinstance(p, Promotion)
+    click.echo(
+        json.dumps(
+            {
+                "mirror_id": p.mirror_id,
+                "promoted_at": p.promoted_at.isoformat(),
+                "forced": p.forced,
+                "source_reachable": p.source_reachable,
+                "heads": p.heads,
+                "source_heads": p.source_heads,
+            },
+            indent=2,
+        )
+    )
+
+
+@cli.command("failback")
+@CONFIG_OPTION
+@click.argument("mirror_id")
+@click.option(
+    "--mode", type=click.Choice(["native", "active"]), default=None, help="Mode of the reverse mirror."
+)
+def failback_cmd(config_path: Path | None, mirror_id: str, mode: str | None) -> None:
+    """After a promotion: keep the old source's divergence on failback-* branches, create the
+    reverse mirror."""
+    from lakefs_mirror.failover import FailbackResult, failback
+
+    async def action(h: AdminHandles) -> object:
+        return await failback(h.db, h.gravelers, mirror_id, mode=mode)
+
+    r = _admin(config_path, action)
+    assert isinstance(r, FailbackResult)
+    click.echo(json.dumps({"reverse_mirror_id": r.reverse.id, "kept": r.kept, "note": r.note}, indent=2))
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -14,14 +14,16 @@ normalised. Tables are created on demand (:meth:`MirrorsDB.open`)::
     leases(region PK, holder, expires_at)
     mirror_gc_applied(mirror_id FK -> mirrors ON DELETE CASCADE, run_id, applied_at,
                       PK(mirror_id, run_id))   -- source GC sweeps applied (lakefs_mirror.gc_apply)
+    mirror_promotions(mirror_id PK FK -> mirrors ON DELETE CASCADE, promoted_at, forced,
+                      source_reachable, heads JSON, source_heads JSON, note)   -- failovers
 
 ``UNIQUE(region, name)`` means two mirrors can never target the same destination repository, and
-:meth:`MirrorsDB.create_mirror` refuses a storage namespace equal to, inside or enclosing another
-mirror's (in any region) within the inserting transaction: SQLite serialises writers (the insert comes
-first), PostgreSQL creations take one transaction-scoped advisory lock, so of concurrent creations on
-overlapping namespaces exactly one commits. (A canonical-namespace column with a unique index would
-need an ``ALTER TABLE`` migration of existing databases; the serialised check covers equality too.) Times
-are stored as integer microseconds since the Unix epoch (exact round trips, no time-zone handling
+:meth:`MirrorsDB.create_mirror` refuses a storage namespace equal to, inside or enclosing another mirror's (in
+any region; local ones at their real paths) within the inserting transaction: SQLite serialises writers (the
+insert comes first), PostgreSQL creations take one transaction-scoped advisory lock, so of concurrent
+creations on overlapping namespaces exactly one commits. (A canonical-namespace column with a unique index
+would need an ``ALTER TABLE`` migration of existing databases; the serialised check covers equality too.)
+Times are stored as integer microseconds since the Unix epoch (exact round trips, no time-zone handling
 differences between the two databases) and returned as aware UTC :class:`~datetime.datetime`.
 
 Atomicity: every write is ONE transaction (:func:`lakefs_core.sqlengine.run_transaction`) whose first
@@ -61,6 +63,7 @@ from lakefs_core.errors import (
     TransientError,
     UnreachableError,
 )
+from lakefs_core.realpaths import real_locations
 from lakefs_core.repos.graveler import StorageNamespace
 from lakefs_core.service.lease import DEFAULT_TTL, SQLLease
 from lakefs_core.sqlengine import (
@@ -78,6 +81,8 @@ from lakefs_mirror.db_schema import (
     mirror_from_row,
     mirrors_table,
     now_us,
+    promotion_from_row,
+    promotions_table,
     schema_meta,
     status_from_row,
     status_table,
@@ -94,6 +99,7 @@ from lakefs_mirror.records import (
     MirrorMode,
     MirrorRecord,
     MirrorStatus,
+    Promotion,
     StatusKind,
     StatusRow,
     check_bool,
@@ -116,6 +122,7 @@ __all__ = [
     "MirrorRecord",
     "MirrorStatus",
     "MirrorsDB",
+    "Promotion",
     "StatusKind",
     "StatusRow",
     "check_branch_filter",
@@ -142,27 +149,38 @@ _CREATE_LOCK_KEY = 0x4C464D4952524F52
 
 async def _refuse_overlapping_namespace(conn: AsyncConnection, mirror_id: str, namespace: str) -> None:
     """Raise (rolling the insert back) if another mirror's namespace equals, encloses or lies inside
-    ``namespace``. Namespaces that do not parse (rows written by other tools) overlap nothing."""
-    try:
-        mine = StorageNamespace.parse(namespace)
-    except BadInputError:
-        return
-    rows = await conn.execute(
-        select(
-            mirrors_table.c.id,
-            mirrors_table.c.name,
-            mirrors_table.c.region,
-            mirrors_table.c.storage_namespace,
-        ).where(mirrors_table.c.id != mirror_id)
-    )
-    for other_id, name, region, other_ns in rows:
+    ``namespace``. Local namespaces are compared at their REAL paths (:mod:`lakefs_core.realpaths`:
+    a symlink or ``..`` spelling of another mirror's directory overlaps it); a stored namespace
+    whose real path cannot be known counts as overlapping. Namespaces that do not parse (rows
+    written by other tools) overlap nothing."""
+    rows = (
+        await conn.execute(
+            select(
+                mirrors_table.c.id,
+                mirrors_table.c.name,
+                mirrors_table.c.region,
+                mirrors_table.c.storage_namespace,
+            ).where(mirrors_table.c.id != mirror_id)
+        )
+    ).all()
+    resolved = await real_locations([namespace, *(r[3] for r in rows)])
+    if isinstance(resolved[0], StorageNamespace):
+        mine = resolved[0]
+    else:
+        try:
+            mine = StorageNamespace.parse(namespace)
+        except BadInputError:
+            return
+    for (other_id, name, region, other_ns), real in zip(rows, resolved[1:], strict=True):
         try:
             other = StorageNamespace.parse(other_ns)
         except BadInputError:
             continue
-        if mine.overlaps(other):
+        unknown = isinstance(real, BadInputError)
+        if unknown or mine.overlaps(real if isinstance(real, StorageNamespace) else other):
+            how = "may overlap (its real path is unknown)" if unknown else "overlaps"
             raise FieldConflictError(
-                f"storage namespace {mine.uri} overlaps {other.uri}, the namespace of mirror {other_id} "
+                f"storage namespace {mine.uri} {how} {other.uri}, the namespace of mirror {other_id} "
                 f"({region}/{name}); mirrors need separate namespaces",
                 field="storage_namespace",
             )
@@ -406,8 +424,106 @@ class MirrorsDB:
         return await self._run(op, write=False)
 
     async def mirrors_for_region(self, region: str) -> list[Mirror]:
-        """Every mirror whose destination is ``region`` (the work of that region's daemon)."""
-        return await self.list_mirrors(region=region)
+        """Every mirror whose destination is ``region`` and that was not promoted (the work of that
+        region's daemon): ONE query, whatever the number of mirrors."""
+        t, p = mirrors_table, promotions_table
+        promoted = select(p.c.mirror_id).where(p.c.mirror_id == t.c.id).exists()
+        stmt = select(t).where(t.c.region == region, ~promoted).order_by(t.c.id)
+
+        async def op(conn: AsyncConnection) -> list[Mirror]:
+            return [mirror_from_row(r) for r in (await conn.execute(stmt)).mappings().all()]
+
+        return await self._run(op, write=False)
+
+    async def mirror_named(self, region: str, name: str) -> Mirror | None:
+        """The mirror whose destination repository is ``name`` in ``region``, if any."""
+        t = mirrors_table
+        stmt = select(t).where(t.c.region == region, t.c.name == name)
+
+        async def op(conn: AsyncConnection) -> Mirror | None:
+            row = (await conn.execute(stmt)).mappings().first()
+            return None if row is None else mirror_from_row(row)
+
+        return await self._run(op, write=False)
+
+    # -- failover -----------------------------------------------------------------------------------
+
+    async def record_promotion(self, promotion: Promotion) -> None:
+        """Record that mirror ``promotion.mirror_id`` was promoted (its daemon stops mirroring into
+        it). :class:`ConflictError` (``field="mirror_id"``) if it already was; NotFoundError if the
+        mirror is gone."""
+        row = {
+            "mirror_id": promotion.mirror_id,
+            "promoted_at": to_us(promotion.promoted_at),
+            "forced": promotion.forced,
+            "source_reachable": promotion.source_reachable,
+            "heads": json.dumps(promotion.heads, sort_keys=True),
+            "source_heads": json.dumps(promotion.source_heads, sort_keys=True),
+            "note": promotion.note,
+            "failback_mirror_id": promotion.failback_mirror_id,
+        }
+        stmt = promotions_table.insert().values(**row)
+
+        async def op(conn: AsyncConnection) -> None:
+            await conn.execute(stmt)
+
+        def conflict(e: IntegrityError) -> LakeFSError:
+            low = db_reason(e).lower()
+            if "foreign key" in low or "foreign_key" in low or "fkey" in low:
+                return NotFoundError(f"mirror {promotion.mirror_id!r} not found")
+            return FieldConflictError(
+                f"mirror {promotion.mirror_id!r} was already promoted", field="mirror_id"
+            )
+
+        await self._run(op, write=True, on_integrity=conflict)
+
+    async def update_promotion(
+        self,
+        mirror_id: str,
+        *,
+        heads: Mapping[str, str] | None = None,
+        note: str | None = None,
+        failback_mirror_id: str | None = None,
+    ) -> None:
+        """Replace the recorded destination heads (read after the switch) and/or set the failback's
+        note and reverse mirror of a promotion."""
+        p = promotions_table
+        values: dict[str, Any] = {}
+        if heads is not None:
+            values["heads"] = json.dumps(dict(heads), sort_keys=True)
+        if note is not None:
+            values["note"] = note[:MAX_ERROR_TEXT]
+        if failback_mirror_id is not None:
+            values["failback_mirror_id"] = failback_mirror_id
+        if not values:
+            return
+        stmt = update(p).where(p.c.mirror_id == mirror_id).values(**values)
+
+        async def op(conn: AsyncConnection) -> None:
+            await conn.execute(stmt)
+
+        await self._run(op, write=True)
+
+    async def promotion(self, mirror_id: str) -> Promotion | None:
+        """The promotion of mirror ``mirror_id``, or None while it mirrors."""
+        stmt = select(promotions_table).where(promotions_table.c.mirror_id == mirror_id)
+
+        async def op(conn: AsyncConnection) -> Promotion | None:
+            row = (await conn.execute(stmt)).mappings().first()
+            return None if row is None else promotion_from_row(row)
+
+        return await self._run(op, write=False)
+
+    async def failback_of(self, reverse_mirror_id: str) -> Promotion | None:
+        """The promotion whose failback created mirror ``reverse_mirror_id``, if any."""
+        p = promotions_table
+        stmt = select(p).where(p.c.failback_mirror_id == reverse_mirror_id)
+
+        async def op(conn: AsyncConnection) -> Promotion | None:
+            row = (await conn.execute(stmt)).mappings().first()
+            return None if row is None else promotion_from_row(row)
+
+        return await self._run(op, write=False)
 
     async def update_mirror(
         self,

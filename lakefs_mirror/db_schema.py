@@ -1,9 +1,9 @@
 """The tables of the mirrors database and how records map to their rows.
 
-Defines the SQLAlchemy tables ``mirrors``, ``mirror_status``, ``leases`` and ``mirror_gc_applied`` (layout in
-:mod:`lakefs_mirror.db`) on :data:`schema_meta`, the time encoding of their columns (integer
-microseconds since the Unix epoch, read back as aware UTC :class:`~datetime.datetime`), and the
-conversion of result rows to :mod:`lakefs_mirror.records`. Queries and transactions are
+Defines the SQLAlchemy tables ``mirrors``, ``mirror_status``, ``leases``, ``mirror_gc_applied`` and
+``mirror_promotions`` (layout in :mod:`lakefs_mirror.db`) on :data:`schema_meta`, the time encoding of their
+columns (integer microseconds since the Unix epoch, read back as aware UTC :class:`~datetime.datetime`), and
+the conversion of result rows to :mod:`lakefs_mirror.records`. Queries and transactions are
 :class:`~lakefs_mirror.db.MirrorsDB`'s.
 """
 
@@ -31,7 +31,7 @@ from sqlalchemy import (
 )
 
 from lakefs_core.errors import BadInputError
-from lakefs_mirror.records import Mirror, MirrorMode, MirrorStatus, StatusKind
+from lakefs_mirror.records import Mirror, MirrorMode, MirrorStatus, Promotion, StatusKind
 
 MAX_REF_NAME = 512  # branch or tag name in mirror_status
 
@@ -96,6 +96,22 @@ gc_applied_table = Table(
     PrimaryKeyConstraint("mirror_id", "run_id", name="mirror_gc_applied_pkey"),
 )
 
+# A promoted mirror (failover, lakefs_mirror.failover): the destination repository was made writable
+# and the mirror stopped. ``heads`` and ``source_heads`` are JSON objects {"branch:NAME": commit id}
+# (what the destination held and what the source was last seen at). A new table, for the same reason.
+promotions_table = Table(
+    "mirror_promotions",
+    schema_meta,
+    Column("mirror_id", String(64), ForeignKey("mirrors.id", ondelete="CASCADE"), primary_key=True),
+    Column("promoted_at", BigInteger, nullable=False),
+    Column("forced", Boolean, nullable=False),
+    Column("source_reachable", Boolean, nullable=False),
+    Column("heads", Text, nullable=False),
+    Column("source_heads", Text, nullable=False),
+    Column("note", Text, nullable=True),
+    Column("failback_mirror_id", String(64), nullable=True),
+)
+
 
 # -- times --------------------------------------------------------------------------------------------
 
@@ -145,6 +161,22 @@ def mirror_from_row(row: Mapping[Any, Any]) -> Mirror:
         updated_at=updated,
         resync_requested_at=from_us(row["resync_requested_at"]),
         version=int(row["version"]),
+    )
+
+
+def promotion_from_row(row: Mapping[Any, Any]) -> Promotion:
+    """The :class:`Promotion` of a ``mirror_promotions`` row."""
+    at = from_us(row["promoted_at"])
+    assert at is not None
+    return Promotion(
+        mirror_id=row["mirror_id"],
+        promoted_at=at,
+        forced=bool(row["forced"]),
+        source_reachable=bool(row["source_reachable"]),
+        heads=dict(json.loads(row["heads"])),
+        source_heads=dict(json.loads(row["source_heads"])),
+        note=row["note"],
+        failback_mirror_id=row["failback_mirror_id"],
     )
 
 

@@ -279,6 +279,19 @@ async def read_source(root: Path) -> tuple[list[str], str]:
         return [o.path for o in page.objects], day3
 
 
+def refuse_used_dir(root: Path) -> None:
+    """A directory holding an earlier run (its repositories and mirror exist) is not run over again:
+    say what to do instead of failing half-way with a traceback."""
+    if root.exists() and not root.is_dir():
+        raise SystemExit(f"{root} is a file, not a directory: choose another DEMO_KEEP directory")
+    if root.is_dir() and any(root.iterdir()):
+        raise SystemExit(
+            f"{root} is not empty (an earlier demo run is kept there: its logs, configs, KV stores and "
+            f"namespaces). Look at it, then remove it (rm -rf {root}) or choose another DEMO_KEEP "
+            "directory to run the demo again."
+        )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description="Transactional mirroring between two local regions.")
     parser.add_argument("--dir", type=Path, help="demo directory (default: a fresh temporary one)")
@@ -286,6 +299,7 @@ def main() -> None:
     if shutil.which("curl") is None:
         raise SystemExit("the demo prints the mirror status with curl: please install curl")
     root = (args.dir or Path(tempfile.mkdtemp(prefix="lakefs-mirror-demo-"))).resolve()
+    refuse_used_dir(root)
     root.mkdir(parents=True, exist_ok=True)
     print(f"demo directory: {root}")
     try:

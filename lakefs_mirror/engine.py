@@ -1,6 +1,7 @@
 """The mirroring engine: one :meth:`MirrorEngine.step` is one pass over this region's mirrors.
 
-For every mirror whose destination is this region (and that is not paused):
+For every mirror whose destination is this region (not promoted, see :mod:`lakefs_mirror.failover`;
+a paused one only has its status and lag metrics follow the source head):
 
 1. create the read-only mirror repository on first sight, seeded with the source's root commit so
    both histories share commit ids;
@@ -44,6 +45,7 @@ import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from typing import overload
 
 from lakefs_core.block import copy_object
 from lakefs_core.errors import (
@@ -56,6 +58,7 @@ from lakefs_core.errors import (
 from lakefs_core.repos.graveler import Commit, Graveler, Repository, StorageNamespace
 from lakefs_core.service.lease import Lease
 from lakefs_mirror.db import MirrorRecord, MirrorsDB, StatusKind, StatusRow
+from lakefs_mirror.failover import FAILBACK_PREFIX
 from lakefs_mirror.gc_apply import apply_source_purges, apply_source_sweeps
 from lakefs_mirror.metrics import MirrorMetrics
 from lakefs_mirror.presence import PresenceCache, namespace_key
@@ -210,6 +213,7 @@ class MirrorEngine:
             self.metrics.known_mirror(mirror.name, mirror.id, mirror.source_repo, mirror.source_region)
             self._note_lifecycle(mirror)
             if mirror.paused:
+                await self._observe_paused(mirror, report)
                 continue
             report.mirrors += 1
             self._count_health(mirror, await self._mirror_pass(mirror, report))
@@ -242,6 +246,26 @@ class MirrorEngine:
             return False
         self.cooldown.succeeded(key)
         return healthy
+
+    async def _observe_paused(self, mirror: MirrorRecord, report: PassReport) -> None:
+        """A paused mirror promotes nothing, but its status and lag metrics follow the source: the
+        real source head, the growing lag and commits_pending (so the lag alert fires)."""
+        try:
+            ctx = await self._context(mirror, create=False)
+            if ctx is None:
+                return
+            previous = {(s.kind, s.branch): s for s in await self.db.list_status(mirror.id)}
+            async for branch in ctx.src.list_branches(ctx.src_repo.id):
+                if not self._wanted(mirror, branch.id):
+                    continue
+                out = BranchReport(
+                    branch.id, "branch", branch.commit_id, await self._mirror_head(ctx, "branch", branch.id)
+                )
+                before = previous.get(("branch", branch.id))
+                out.candidate = before.candidate if before is not None else None
+                await self._record_status(ctx, out, None, keep=before)
+        except LakeFSError as e:
+            report.errors.append(f"mirror {mirror.id} (paused): {e}")
 
     def _count_health(self, mirror: MirrorRecord, healthy: bool) -> None:
         failures = 0 if healthy else self._failures.get(mirror.id, 0) + 1
@@ -288,7 +312,13 @@ class MirrorEngine:
     async def _lease_still_ours(self) -> bool:
         return await self.lease.try_acquire(self.clock())
 
-    async def _context(self, mirror: MirrorRecord) -> _Ctx:
+    @overload
+    async def _context(self, mirror: MirrorRecord) -> _Ctx: ...
+    @overload
+    async def _context(self, mirror: MirrorRecord, *, create: bool) -> _Ctx | None: ...
+    async def _context(self, mirror: MirrorRecord, *, create: bool = True) -> _Ctx | None:
+        """The mirror's two repositories; without ``create``, None while the mirror repository
+        does not exist yet."""
         src = self.gravelers.get(mirror.source_region)
         if src is None:
             raise LakeFSError(f"source region {mirror.source_region!r} is not configured")
@@ -297,6 +327,8 @@ class MirrorEngine:
         try:
             dst_repo = await dst.repository(mirror.name)
         except NotFoundError:
+            if not create:
+                return None
             dst_repo = await self._create_mirror_repo(src, src_repo, dst, mirror)
         else:
             # Never adopt a repository that is not a mirror: its branches would be overwritten.
@@ -355,6 +387,7 @@ class MirrorEngine:
             if (
                 mbranch.id not in wanted
                 and mbranch.id != ctx.dst_repo.default_branch
+                and not mbranch.id.startswith(FAILBACK_PREFIX)  # kept by a failback: never deleted
                 and self._wanted(mirror, mbranch.id)
             ):
                 await ctx.dst.delete_branch(ctx.dst_repo.id, mbranch.id, force=True)
@@ -604,13 +637,19 @@ class MirrorEngine:
             return 0.0, 0
         return max(0.0, (self.clock() - oldest.creation_date).total_seconds()), pending
 
-    async def _record_status(self, ctx: _Ctx, out: BranchReport, result: ValidationResult | None) -> None:
+    async def _record_status(
+        self, ctx: _Ctx, out: BranchReport, result: ValidationResult | None, *, keep: StatusRow | None = None
+    ) -> None:
+        """Record a ref's status and metrics; ``keep``: the row whose missing counts stay (a paused
+        mirror validates nothing, so what it last knew is still the best answer)."""
         try:
             lag, pending = await self._lag(ctx, out.source_head, out.mirror_head)
         except LakeFSError:
             lag, pending = -1.0, -1
         missing_objects = result.missing_object_count if result and not result.complete else 0
         missing_ranges = result.missing_table_count if result and not result.complete else 0
+        if keep is not None and out.mirror_head != out.source_head:
+            missing_objects, missing_ranges = keep.missing_objects, keep.missing_ranges
         now = self.clock()
         await self.db.upsert_status(
             StatusRow(

@@ -121,3 +121,19 @@ class Lease:
     region: str
     holder: str
     expires_at: datetime
+
+
+@dataclass(frozen=True)
+class Promotion:
+    """A mirror's failover (:mod:`lakefs_mirror.failover`): its destination repository was made
+    writable at ``heads`` (``"branch:NAME"`` / ``"tag:NAME"`` -> commit id, every one fully
+    validated) while the source was last seen at ``source_heads``; mirroring into it stopped."""
+
+    mirror_id: str
+    promoted_at: datetime
+    forced: bool
+    source_reachable: bool
+    heads: dict[str, str]
+    source_heads: dict[str, str]
+    note: str | None = None  # what a failback kept (lakefs_mirror.failover.failback)
+    failback_mirror_id: str | None = None  # the reverse mirror a failback created

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from aiohttp import web
 
-from lakefs_core.errors import NotFoundError, StartupError
+from lakefs_core.errors import NotFoundError, StartupError, TransientError, UnreachableError
 from lakefs_core.fileperm import make_private_dir
 from lakefs_core.repos.graveler import Graveler
 from lakefs_core.service.daemon import DaemonLoop
@@ -161,6 +161,50 @@ async def _open_cores(config: MirrorConfig) -> list[Core]:
             await core.aclose()
         raise
     return cores
+
+
+@dataclass
+class AdminHandles:
+    """What ``lakefs-mirror promote``/``failback`` open: the mirrors database and every region's
+    Graveler that answers (a region whose KV or store cannot be opened counts as unreachable)."""
+
+    db: MirrorsDB
+    gravelers: dict[str, Graveler]
+    cores: list[Core]
+    unreachable: dict[str, str]
+
+    async def close(self) -> None:
+        try:
+            await self.db.close()
+        finally:
+            for core in self.cores:
+                await core.aclose()
+
+
+async def open_admin(config: MirrorConfig) -> AdminHandles:
+    """Open the mirrors database and every region's core that answers (see :class:`AdminHandles`)."""
+    first = config.core_settings()
+    table_cache = build_table_cache(first)
+    db = await MirrorsDB.open(config.mirrors_db_url.get_secret_value())
+    handles = AdminHandles(db, {}, [], {})
+    for name in config.regions:
+        settings = first if name == config.region else config.core_settings(name)
+        try:
+            core = await open_core(
+                settings,
+                table_cache=table_cache,
+                kv_key=f"regions.{name}.kv_url",
+                s3_key=f"regions.{name}.s3",
+            )
+        except (UnreachableError, TransientError) as e:
+            handles.unreachable[name] = str(e)
+            continue
+        except BaseException:
+            await handles.close()
+            raise
+        handles.cores.append(core)
+        handles.gravelers[name] = core.graveler
+    return handles
 
 
 def _preflight(config: MirrorConfig) -> None:

@@ -33,6 +33,23 @@ from lakefs_mirror.config import MirrorConfig, load_mirror_config
 from lakefs_mirror.db import MirrorsDB, MirrorStatus
 from tests.support.env import require_tool, skip_or_fail
 
+WARNINGS = (  # schemathesis's warning names (--warnings)
+    "missing_auth",
+    "missing_test_data",
+    "base_url_mismatch",
+    "validation_mismatch",
+    "missing_deserializer",
+    "unused_openapi_auth",
+    "unsupported_regex",
+    "method_not_allowed",
+    "constants_extraction",
+    "unmatched_filter",
+    "unresolvable_reference",
+    "low_valid_rate",
+    "rate_limited",
+    "dictionary_mismatch",
+    "timeout_units",
+)
 KEY = "AKIAMIRRORTEST"
 SECRET = "api-secret-never-shown-0xC0FFEE"
 THIS_REGION = "us-east-1"
@@ -581,6 +598,10 @@ async def test_status_and_resync(server: Server) -> None:
         "destination_leader": None,
         "blocked_reason": payload["blocked_reason"],
         "results": [],
+        "caught_up": False,
+        "warnings": [],
+        "promotion": None,
+        "failback": None,
     }
     assert "no daemon of region 'eu-west-1'" in payload["blocked_reason"]
     head, older = "a" * 64, "b" * 64
@@ -620,8 +641,10 @@ async def test_status_and_resync(server: Server) -> None:
         "last_checked_at": None,
         "last_error": "metarange not replicated yet",
         "blocked_reason": "last error: metarange not replicated yet",
+        "caught_up": False,
     }
     assert (tag["kind"], tag["name"], tag["mirror_head"]) == ("tag", "v1.0", head)
+    assert tag["caught_up"] is True and payload["caught_up"] is False  # main is behind
     assert payload["destination_leader"]["holder"] == "eu-daemon-1"
     assert payload["destination_leader"]["live"] is True
     assert payload["blocked_reason"] is None and tag["blocked_reason"] is None
@@ -754,6 +777,13 @@ async def test_schemathesis_fuzzing_finds_no_failures(server: Server, tmp_path: 
         "--no-color",
         "--request-timeout",
         "10",
+        # Every warning but the two about coverage (missing_test_data, low_valid_rate): promote and
+        # failback need a mirror whose destination region this test daemon has KV access to, so by
+        # any id they answer 404 or 409 here (their behaviour is tests/mirror/test_failover*.py's),
+        # and a creation reusing a live mirror's name is a 409. A 5xx or non-conforming answer
+        # still fails.
+        "--warnings",
+        ",".join(w for w in WARNINGS if w not in ("missing_test_data", "low_valid_rate")),
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.STDOUT,
         cwd=tmp_path,
@@ -765,7 +795,7 @@ async def test_schemathesis_fuzzing_finds_no_failures(server: Server, tmp_path: 
     assert "No issues found" in report, report[-3000:]
     assert SECRET not in report
     # it really exercised the API: mirrors were created through the fuzzed POSTs
-    assert "Tested: 10" in report  # every operation but one (/_ready joined the nine of before)
+    assert "Tested: 12" in report  # every operation (promote and failback joined the ten of before)
 
 
 async def test_local_namespaces_must_be_under_the_regions_local_roots(server: Server) -> None:

@@ -48,16 +48,8 @@ def free_port() -> int:
 
 
 def relocating_env(data: Path) -> dict[str, str]:
-    """The configuration's env overrides moving every path of mirror-local.yaml below ``data``."""
-    env = {
-        "LAKEFS_MIRROR__MIRRORS_DB_URL": f"sqlite:///{data}/mirrors.sqlite3",
-        "LAKEFS_MIRROR__STATE_DIR": f"{data}/mirror-state",
-    }
-    for region in ("us-east", "eu-west"):
-        key = f"LAKEFS_MIRROR__REGIONS__{region.upper()}"
-        env[f"{key}__KV_URL"] = f"sqlite:///{data}/{region}/kv.sqlite3"
-        env[f"{key}__LOCAL_ROOTS__0"] = f"{data}/{region}/objects"
-    return env
+    """The ONE setting moving every path of mirror-local.yaml below ``data``."""
+    return {"LAKEFS_MIRROR__DATA_DIR": str(data)}
 
 
 def stop_group(pgid: int) -> None:
@@ -108,9 +100,8 @@ def test_readme_setup_runs_as_written(workdir: Path) -> None:
     )
     assert script.count("127.0.0.1:") >= 5  # listen x2, health x2, the API: all rewritten
     env = {k: v for k, v in os.environ.items() if not k.startswith(("LAKEFS_MIRROR", "LAKEFS_CORE"))}
-    env.update(relocating_env(data))
     env.update(
-        LAKEFS_DATA=str(data),
+        LAKEFS_DATA=str(data),  # the block exports LAKEFS_MIRROR__DATA_DIR from it
         XDG_CONFIG_HOME=str(workdir / "xdg-config"),  # no user config of the machine leaks in
         XDG_DATA_HOME=str(workdir / "xdg-data"),
         PATH=os.environ.get("PATH", "/usr/bin:/bin"),
