@@ -42,7 +42,8 @@ class TcpProxy:
     _tasks: set[asyncio.Task[None]] = field(default_factory=set)
 
     async def start(self) -> TcpProxy:
-        self._server = await asyncio.start_server(self._accept, "127.0.0.1", 0)
+        """Listen on ``port`` (0: a free one; a closed proxy restarts on its old port)."""
+        self._server = await asyncio.start_server(self._accept, "127.0.0.1", self.port, reuse_address=True)
         self.port = self._server.sockets[0].getsockname()[1]
         return self
 
