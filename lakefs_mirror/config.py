@@ -18,6 +18,7 @@ environment as ``LAKEFS_MIRROR__REGION=eu-central-1``). Keys::
         # any other key of the core's settings (lakefs_core.settings.CoreSettings): commit_attempts,
         # cleanup_grace_seconds, hard_delete_journal, temp_sweep_grace_seconds, table_max_block_bytes
     mirrors_db_url: postgresql+asyncpg://user:pw@host/mirrors  # shared by ALL regions
+    data_dir: /var/lib/lakefs-open    # optional: ${data_dir} in any value is replaced by it
     listen: 127.0.0.1:8008            # host:port of the HTTP API ([::1]:8008 for IPv6)
     access_keys:                      # HTTP basic-auth credentials of the API (at least one)
       - {access_key_id: AKIAMIRROR, secret_access_key: ...}
@@ -26,6 +27,8 @@ environment as ``LAKEFS_MIRROR__REGION=eu-central-1``). Keys::
     error_cooldown_seconds: 30        # a failed branch (or mirror) waits this long to retry (0: at once)
     error_cooldown_max_seconds: 600   # doubling per failure in a row up to this, with jitter
     active_copy_grace_seconds: 600    # mode "active": copy objects replication has not delivered
+    full_pass_seconds: 60             # a caught-up mirror whose source did not move is skipped, but
+                                      # visited at least this often (lakefs_mirror.quiet)
     lease_ttl_seconds: 30             # per-region leadership lease (one active daemon per region)
     workers: 8                        # concurrent presence checks during validation
     presence_cache_entries: 1000000   # object-presence cache size (entries)
@@ -187,6 +190,7 @@ class MirrorConfig(DaemonConfig):
     error_cooldown_seconds: NonNegativeSeconds = 30.0
     error_cooldown_max_seconds: NonNegativeSeconds = 600.0
     active_copy_grace_seconds: NonNegativeSeconds = 600.0
+    full_pass_seconds: NonNegativeSeconds = 60.0
     workers: int = Field(default=8, ge=1, le=1024)
     presence_cache_entries: int = Field(default=1_000_000, ge=0)
     table_cache_bytes: int = Field(default=512 * 1024 * 1024, ge=0)

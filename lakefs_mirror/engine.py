@@ -22,6 +22,10 @@ a paused one only has its status and lag metrics follow the source head):
 5. in ``active`` mode, copy objects that are still missing after a grace period from the source
    namespace (for stores without replication, and to heal objects S3 reports as FAILED).
 
+A mirror that was caught up and error-free at its last pass, and whose source heads (and record)
+have not changed since, is skipped (:mod:`lakefs_mirror.quiet`): an idle pass costs O(changed
+mirrors), and every mirror is still visited every ``full_pass_seconds``.
+
 Only the holder of the region's lease in the mirrors database runs passes; a standby daemon's
 :meth:`step` does nothing until the lease expires and it takes over (it only drops the metric
 series of mirrors that were deleted).
@@ -62,6 +66,7 @@ from lakefs_mirror.failover import FAILBACK_PREFIX
 from lakefs_mirror.gc_apply import apply_source_purges, apply_source_sweeps
 from lakefs_mirror.metrics import MirrorMetrics
 from lakefs_mirror.presence import PresenceCache, namespace_key
+from lakefs_mirror.quiet import Fingerprint, QuietMirrors, fingerprint
 from lakefs_mirror.validate import ValidationResult, Validator
 
 log = logging.getLogger(__name__)
@@ -78,6 +83,7 @@ class EngineSettings:
     validation_workers: int = 16
     error_cooldown_seconds: float = 0.0  # first back-off of a failing ref or mirror (0: none)
     error_cooldown_max_seconds: float = 600.0  # cap of the doubling back-off
+    full_pass_seconds: float = 60.0  # every mirror is visited at least this often (lakefs_mirror.quiet)
 
 
 class ErrorCooldown:
@@ -132,7 +138,8 @@ class BranchReport:
 @dataclass
 class PassReport:
     active: bool
-    mirrors: int = 0
+    mirrors: int = 0  # mirrors visited
+    skipped: int = 0  # settled mirrors whose source did not change (lakefs_mirror.quiet)
     promotions: int = 0
     commits_copied: int = 0
     branches: list[BranchReport] = field(default_factory=list)
@@ -195,6 +202,7 @@ class MirrorEngine:
             self.settings.error_cooldown_seconds, self.settings.error_cooldown_max_seconds, clock=monotonic
         )
         self._failures: dict[str, int] = {}  # mirror id -> consecutive unhealthy passes
+        self.quiet = QuietMirrors(self.settings.full_pass_seconds, monotonic)
         self._known: dict[str, MirrorRecord] = {}  # mirror id -> as last seen (lifecycle logs)
 
     # -- the pass -------------------------------------------------------------------------------
@@ -209,14 +217,27 @@ class MirrorEngine:
         report = PassReport(active=True)
         mirrors = await self.db.mirrors_for_region(self.region)
         self._drop_deleted(mirrors)
+        full = self.quiet.start_pass()
         for mirror in mirrors:
             self.metrics.known_mirror(mirror.name, mirror.id, mirror.source_repo, mirror.source_region)
             self._note_lifecycle(mirror)
             if mirror.paused:
+                self.quiet.settle(mirror.id, None)
                 await self._observe_paused(mirror, report)
                 continue
+            fp = await self._fingerprint(mirror)
+            if not full and fp is not None and self.quiet.unchanged(mirror.id, fp):
+                report.skipped += 1
+                self._count_health(mirror, True)
+                continue
             report.mirrors += 1
-            self._count_health(mirror, await self._mirror_pass(mirror, report))
+            first = len(report.branches)
+            healthy = await self._mirror_pass(mirror, report)
+            self._count_health(mirror, healthy)
+            caught_up = all(
+                b.error is None and b.mirror_head == b.source_head for b in report.branches[first:]
+            )
+            self.quiet.settle(mirror.id, fp if healthy and caught_up else None)
         self.metrics.last_pass.set(time.time())
         log.debug(
             "pass: %d mirrors, %d promotions, %d commits copied, %d errors",
@@ -231,6 +252,17 @@ class MirrorEngine:
         self._seen_hits, self._seen_misses = stats.hits, stats.misses
         await self.presence.flush()
         return report
+
+    async def _fingerprint(self, mirror: MirrorRecord) -> Fingerprint | None:
+        """The mirror's source fingerprint (:mod:`lakefs_mirror.quiet`); None when it cannot be read
+        (the pass then visits the mirror and reports the error)."""
+        src = self.gravelers.get(mirror.source_region)
+        if src is None:
+            return None
+        try:
+            return await fingerprint(src, mirror)
+        except LakeFSError:
+            return None
 
     async def _mirror_pass(self, mirror: MirrorRecord, report: PassReport) -> bool:
         """Mirror one mirror (unless it waits out an error cooldown); returns whether it was healthy."""
@@ -293,6 +325,7 @@ class MirrorEngine:
     def _drop_deleted(self, mirrors: list[MirrorRecord]) -> None:
         """Forget the series and per-mirror state of mirrors no longer in the database."""
         ids = {m.id for m in mirrors}
+        self.quiet.forget_except(ids)
         for mirror_id in set(self._known) - ids:
             gone = self._known.pop(mirror_id)
             log.info(

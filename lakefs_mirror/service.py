@@ -73,6 +73,7 @@ class MirrorService:
                 validation_workers=config.workers,
                 error_cooldown_seconds=config.error_cooldown_seconds,
                 error_cooldown_max_seconds=config.error_cooldown_max_seconds,
+                full_pass_seconds=config.full_pass_seconds,
             ),
             # Unique per process: two daemons of one region on one host must never share a holder
             # (``id()`` alone repeats across processes when address randomisation is off).
