@@ -238,6 +238,7 @@ class MirrorEngine:
                 b.error is None and b.mirror_head == b.source_head for b in report.branches[first:]
             )
             self.quiet.settle(mirror.id, fp if healthy and caught_up else None)
+        self.quiet.finish_pass(full)
         self.metrics.last_pass.set(time.time())
         log.debug(
             "pass: %d mirrors, %d promotions, %d commits copied, %d errors",

@@ -60,12 +60,13 @@ class QuietMirrors:
     _last_full: float | None = None
 
     def start_pass(self) -> bool:
-        """Whether this pass is a full one (every mirror visited); call once per pass."""
-        now = self.clock()
-        if self._last_full is None or now - self._last_full >= self.full_pass_seconds:
-            self._last_full = now
-            return True
-        return False
+        """Whether this pass is a full one (every mirror visited): ``full_pass_seconds`` after the
+        END of the last full pass (a full pass longer than that must not make every pass full)."""
+        return self._last_full is None or self.clock() - self._last_full >= self.full_pass_seconds
+
+    def finish_pass(self, full: bool) -> None:
+        if full:
+            self._last_full = self.clock()
 
     def unchanged(self, mirror_id: str, fp: Fingerprint) -> bool:
         return self._settled.get(mirror_id) == fp
