@@ -14,6 +14,7 @@ BENCHES = {
     "bench.bench_graveler": ["--records", "50000", "--lookups", "50000", "--raggedness", "5000"],
     "bench.bench_repos": ["--objects", "5000", "--big", "50000", "--drivers", "memory,sqlite"],
     "bench.bench_mirror": ["--objects", "300", "--repeat", "3"],
+    "bench.bench_mirror_fleet": ["--mirrors", "100", "--objects", "5", "--repeat", "3"],
     "bench.bench_auth": ["--mib", "16", "--repeat", "1"],
 }
 
