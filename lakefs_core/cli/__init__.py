@@ -31,25 +31,35 @@ from lakefs_core.cli.state import CONFIG_ENV, AppState
 from lakefs_core.service import collector
 from lakefs_core.service.cli import project_group, run
 
-# Each command's module is imported only when the command runs (lakefs_core.service.cli.CLIGroup).
-_COMMANDS = {
-    "check-config": "lakefs_core.cli.config_cmd:check_config_cmd",
-    "sst": "lakefs_core.cli.sst:sst",
-    "repo": "lakefs_core.cli.repo:repo",
-    "branch": "lakefs_core.cli.branch:branch",
-    "fs": "lakefs_core.cli.fs:fs",
-    "commit": "lakefs_core.cli.refs_cmds:commit_cmd",
-    "log": "lakefs_core.cli.refs_cmds:log_cmd",
-    "diff": "lakefs_core.cli.refs_cmds:diff_cmd",
-    "merge": "lakefs_core.cli.refs_cmds:merge_cmd",
-    "tag": "lakefs_core.cli.refs_cmds:tag",
-    "show": "lakefs_core.cli.refs_cmds:show",
-    "import": "lakefs_core.cli.import_cmd:import_cmd",
-    "auth": "lakefs_core.cli.auth_cmd:auth",
+# Each command's module is imported only when the command runs (lakefs_core.service.cli.CLIGroup);
+# the group's --help shows the summaries (tests/cli/test_startup_imports.py checks each is its
+# command's short help).
+_LAZY = {
+    "auth": ("auth_cmd:auth", "Manage lakeFS users, groups, policies and credentials in the KV store."),
+    "branch": ("branch:branch", "Create, list, delete, reset and revert branches."),
+    "check-config": (
+        "config_cmd:check_config_cmd",
+        "Report every configuration problem, or print the effective configuration (secrets masked).",
+    ),
+    "commit": ("refs_cmds:commit_cmd", "Commit the uncommitted changes of a branch."),
+    "diff": ("refs_cmds:diff_cmd", "With one ref (a branch): its uncommitted changes."),
+    "fs": ("fs:fs", "Upload, read, list and delete objects."),
+    "import": (
+        "import_cmd:import_cmd",
+        "Import the objects under --from as entries under --to's path, in one commit.",
+    ),
+    "log": ("refs_cmds:log_cmd", "Show the first-parent history of a ref, newest first."),
+    "merge": ("refs_cmds:merge_cmd", "Merge a source ref into a destination branch."),
+    "repo": ("repo:repo", "Create, list and delete repositories."),
+    "show": ("refs_cmds:show", "Show details of an object in the repository graph."),
+    "sst": ("sst:sst", "Inspect and write graveler (RocksDB-compatible) table files."),
+    "tag": ("refs_cmds:tag", "Create, list and delete tags."),
 }
+_COMMANDS = {name: f"lakefs_core.cli.{target}" for name, (target, _) in _LAZY.items()}
+_SUMMARIES = {name: summary for name, (_, summary) in _LAZY.items()}
 
 
-@project_group("lakefs-core", _COMMANDS)
+@project_group("lakefs-core", _COMMANDS, _SUMMARIES)
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON document instead of text.")
 @click.option(
     "--config",

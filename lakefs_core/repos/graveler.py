@@ -65,16 +65,13 @@ from lakefs_core.kv.base import KVStore
 from lakefs_core.namespace import StorageNamespace
 from lakefs_core.realpaths import real_namespace
 from lakefs_core.refs import kvkeys
+from lakefs_core.refs.ids import is_commit_id, validate_branch_id, validate_repo_id, validate_tag_id
 from lakefs_core.refs.model import (
     Branch,
     Commit,
     CommitNode,
     Repository,
     Tag,
-    is_commit_id,
-    validate_branch_id,
-    validate_repo_id,
-    validate_tag_id,
 )
 from lakefs_core.refs.staging import StagingArea, tombstone
 from lakefs_core.refs.store import DeletedRepository, RefStore, claim_value

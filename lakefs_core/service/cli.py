@@ -47,13 +47,40 @@ class CLIGroup(click.Group):
 
     ``lazy_subcommands`` maps a command name to ``"module:attribute"`` of its click command, imported
     only when that command is looked up (click's documented lazy-loading pattern): a command then
-    pays only for the modules it uses (``--help`` and shell completion load them all to show their
-    help).
+    pays only for the modules it uses. ``summaries`` holds each lazy command's one-line help, so
+    the group's ``--help`` lists them without importing any (a test checks each summary is its
+    command's short help).
     """
 
-    def __init__(self, *args: Any, lazy_subcommands: Mapping[str, str] | None = None, **kwargs: Any) -> None:
+    def __init__(
+        self,
+        *args: Any,
+        lazy_subcommands: Mapping[str, str] | None = None,
+        summaries: Mapping[str, str] | None = None,
+        **kwargs: Any,
+    ) -> None:
         super().__init__(*args, **kwargs)
         self.lazy_subcommands = dict(lazy_subcommands or {})
+        self.summaries = dict(summaries or {})
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        names = self.list_commands(ctx)
+        limit = formatter.width - 6 - max((len(n) for n in names), default=0)
+        rows: list[tuple[str, str]] = []
+        for name in names:
+            summary = self.summaries.get(name) if name in self.lazy_subcommands else None
+            if summary is not None:
+                # shortened as click shortens a command's help
+                summary = click.Command(name, help=summary).get_short_help_str(limit)
+            else:
+                command = self.get_command(ctx, name)
+                if command is None or command.hidden:
+                    continue
+                summary = command.get_short_help_str(limit)
+            rows.append((name, summary))
+        if rows:
+            with formatter.section("Commands"):
+                formatter.write_dl(rows)
 
     def list_commands(self, ctx: click.Context) -> list[str]:
         return sorted({*super().list_commands(ctx), *self.lazy_subcommands})
@@ -102,13 +129,19 @@ def _silence_stdout() -> None:
         os.close(devnull)
 
 
-def project_group(prog_name: str, commands: Mapping[str, str] | None = None) -> Callable[[F], CLIGroup]:
+def project_group(
+    prog_name: str, commands: Mapping[str, str] | None = None, summaries: Mapping[str, str] | None = None
+) -> Callable[[F], CLIGroup]:
     """The top-level group of one of the project's CLIs: :class:`CLIGroup` with ``commands`` loaded
-    lazily, ``-h`` as well as ``--help``, and ``--version``."""
+    lazily (``summaries``: their one-line help for ``--help``), ``-h`` as well as ``--help``, and
+    ``--version``."""
 
     def decorate(f: F) -> CLIGroup:
         group = click.group(
-            cls=CLIGroup, lazy_subcommands=commands, context_settings={"help_option_names": ["-h", "--help"]}
+            cls=CLIGroup,
+            lazy_subcommands=commands,
+            summaries=summaries,
+            context_settings={"help_option_names": ["-h", "--help"]},
         )(click.version_option(__version__, prog_name=prog_name)(f))
         if not isinstance(group, CLIGroup):  # never: click.group(cls=...) builds that class
             raise TypeError(f"{group!r} is not a CLIGroup")
