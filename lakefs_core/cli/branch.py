@@ -8,7 +8,7 @@ from lakefs_core.cli.context import Session, run_session
 from lakefs_core.cli.output import commit_doc, emit, json_option, print_commit_summary, ref_doc, table
 from lakefs_core.refs.model import Branch, Commit
 from lakefs_core.repos.uri import SCHEME, Kind, LakeFSURI, parse_uri, same_repo
-from lakefs_core.service.cli import BRANCH_URI, REF_URI, REPO_URI
+from lakefs_core.service.cli import BRANCH_URI, REF_URI, REPO_URI, confirm, yes_option
 
 
 @click.group()
@@ -54,12 +54,11 @@ def list_cmd(repository: LakeFSURI) -> None:
 
 @branch.command("delete")
 @click.argument("branch_uri", metavar="lakefs://<repository>/<branch>", type=BRANCH_URI)
-@click.option("--yes", "-y", is_flag=True, help="Do not ask for confirmation.")
+@yes_option
 @json_option
 def delete_cmd(branch_uri: LakeFSURI, yes: bool) -> None:
     """Delete a branch (not the default branch); its uncommitted changes are dropped."""
-    if not yes:
-        click.confirm(f"Delete branch {branch_uri.ref!r} of {branch_uri.repo!r}?", abort=True, err=True)
+    confirm(f"Delete branch {branch_uri.ref!r} of {branch_uri.repo!r}", yes)
 
     async def op(s: Session) -> None:
         await s.graveler.delete_branch(branch_uri.repo, branch_uri.ref)
@@ -74,12 +73,11 @@ def delete_cmd(branch_uri: LakeFSURI, yes: bool) -> None:
 
 @branch.command("reset")
 @click.argument("branch_uri", metavar="lakefs://<repository>/<branch>", type=BRANCH_URI)
-@click.option("--yes", "-y", is_flag=True, help="Do not ask for confirmation.")
+@yes_option
 @json_option
 def reset_cmd(branch_uri: LakeFSURI, yes: bool) -> None:
     """Drop all uncommitted changes of a branch."""
-    if not yes:
-        click.confirm(f"Drop all uncommitted changes of branch {branch_uri.ref!r}?", abort=True, err=True)
+    confirm(f"Drop all uncommitted changes of branch {branch_uri.ref!r}", yes)
 
     async def op(s: Session) -> Branch:
         reset = await s.graveler.reset_branch(branch_uri.repo, branch_uri.ref)

@@ -19,7 +19,7 @@ from lakefs_core.cli.output import (
 from lakefs_core.errors import BadInputError
 from lakefs_core.refs.model import Commit, Tag
 from lakefs_core.repos.uri import Kind, LakeFSURI, parse_uri, same_repo
-from lakefs_core.service.cli import BRANCH_URI, REF_URI, REPO_URI, TAG_URI
+from lakefs_core.service.cli import BRANCH_URI, REF_URI, REPO_URI, TAG_URI, confirm, yes_option
 
 _DIFF_SIGN = {"added": "+ added", "removed": "- removed", "changed": "~ changed"}
 
@@ -209,9 +209,11 @@ def tag_list_cmd(repository: LakeFSURI) -> None:
 
 @tag.command("delete")
 @click.argument("tag_uri", metavar="lakefs://<repository>/<tag>", type=TAG_URI)
+@yes_option
 @json_option
-def tag_delete_cmd(tag_uri: LakeFSURI) -> None:
+def tag_delete_cmd(tag_uri: LakeFSURI, yes: bool) -> None:
     """Delete a tag."""
+    confirm(f"Delete tag {tag_uri.ref!r} of {tag_uri.repo!r}", yes)
 
     async def op(s: Session) -> None:
         await s.graveler.delete_tag(tag_uri.repo, tag_uri.ref)

@@ -8,7 +8,7 @@ from lakefs_core.cli.context import Session, run_session
 from lakefs_core.cli.output import emit, fmt_time, json_option, repo_doc, table
 from lakefs_core.refs.model import Repository
 from lakefs_core.repos.uri import LakeFSURI
-from lakefs_core.service.cli import REPO_URI
+from lakefs_core.service.cli import REPO_URI, confirm, yes_option
 
 
 @click.group()
@@ -64,12 +64,11 @@ def list_cmd() -> None:
 
 @repo.command("delete")
 @click.argument("repository", type=REPO_URI)
-@click.option("--yes", "-y", is_flag=True, help="Do not ask for confirmation.")
+@yes_option
 @json_option
 def delete_cmd(repository: LakeFSURI, yes: bool) -> None:
     """Delete REPOSITORY (its refs; the objects in its storage namespace are left alone)."""
-    if not yes:
-        click.confirm(f"Delete repository {repository.repo!r}?", abort=True, err=True)
+    confirm(f"Delete repository {repository.repo!r}", yes)
 
     async def op(s: Session) -> None:
         await s.graveler.delete_repository(repository.repo)

@@ -6,6 +6,9 @@
 - :func:`run`: invoke a group, mapping every project error to one line on stderr and its class's exit
   code (:mod:`lakefs_core.errors`), usage errors to :data:`USAGE_EXIT`, Ctrl-C to 130, anything
   unexpected to one line too (a traceback only with :data:`DEBUG_ENV` set);
+- :func:`confirm` and :data:`yes_option`: how every destructive command asks (on a terminal) or
+  refuses (without one and without ``--yes``: :class:`~lakefs_core.errors.NotConfirmedError`, exit
+  18, never 130, which is Ctrl-C);
 - :func:`echo_problems`: every problem of a configuration report, one per line, then its exit code
   (every ``check-config`` command);
 - ``REPO_URI``, ``REF_URI``, ``BRANCH_URI``, ``TAG_URI``, ``PATH_URI``, ``PREFIX_URI``: click
@@ -28,7 +31,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import click
 
 from lakefs_core import __version__
-from lakefs_core.errors import LakeFSError, StorageFullError
+from lakefs_core.errors import LakeFSError, NotConfirmedError, StorageFullError
 from lakefs_core.repos.uri import EXAMPLES, Kind, LakeFSURI, parse_uri
 from lakefs_core.service import collector
 
@@ -148,6 +151,26 @@ def project_group(
         return group
 
     return decorate
+
+
+yes_option = click.option(
+    "--yes", "-y", is_flag=True, help="Do not ask for confirmation (needed without a terminal)."
+)
+
+
+def confirm(action: str, yes: bool) -> None:
+    """Ask ``<action>? [y/N]`` on the terminal unless ``yes``; anything but yes changes nothing.
+
+    Without a terminal on standard input (a script, a pipe, CI) there is no one to ask: the command
+    refuses with one line naming ``--yes`` rather than reading an answer from the data stream.
+    """
+    if yes:
+        return
+    stdin = sys.stdin
+    if stdin is None or not stdin.isatty():
+        raise NotConfirmedError(f"{action}: not confirmed (no terminal to ask on); pass --yes to confirm")
+    if not click.confirm(f"{action}?", default=False, err=True):
+        raise NotConfirmedError(f"{action}: not confirmed, nothing changed")
 
 
 def one_line(message: str) -> str:

@@ -8,7 +8,10 @@ import asyncio
 import base64
 import io
 import json
+import os
+import pty
 import re
+import subprocess
 import sys
 import threading
 import time
@@ -23,7 +26,7 @@ from lakefs_core.coreconfig import default_kv_url
 from lakefs_core.kv import open_kv
 from lakefs_core.refs.staging import StagingArea
 from lakefs_core.refs.store import RefStore
-from tests.cli.helpers import InProcess, write_tree
+from tests.cli.helpers import REPO, InProcess, user_env, write_tree
 
 ID = re.compile(r"^[0-9a-f]{64}$")
 
@@ -150,18 +153,59 @@ def test_rm_recursive_reset_revert_and_delete(run: InProcess, demo: Path) -> Non
     assert run("branch", "delete", "lakefs://demo/tmp", "-y", "--json").json()["deleted"] == "tmp"
     assert [b["id"] for b in run("branch", "list", "lakefs://demo", "--json").json()["results"]] == ["main"]
     run("tag", "create", "lakefs://demo/t1", "lakefs://demo/main").ok()
-    run("tag", "delete", "lakefs://demo/t1").ok()
+    run("tag", "delete", "lakefs://demo/t1", "--yes").ok()
     assert run("tag", "list", "lakefs://demo", "--json").json() == {"results": []}
     assert run("repo", "delete", "lakefs://demo", "--yes", "--json").json() == {"deleted": "demo"}
     assert run("repo", "list", "--json").json() == {"results": []}
 
 
-def test_delete_asks_for_confirmation(run: InProcess, demo: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(sys, "stdin", io.StringIO("n\n"))
-    refused = run("repo", "delete", "lakefs://demo")
-    assert refused.returncode == 130 and "aborted" in refused.err
-    monkeypatch.setattr(sys, "stdin", io.StringIO("y\n"))
-    run("repo", "delete", "lakefs://demo").ok()
+def test_destructive_commands_refuse_without_a_terminal_and_yes(run: InProcess, demo: Path) -> None:
+    # pytest's standard input is no terminal: nothing to ask on, so every one refuses (exit 18,
+    # not 130, which is Ctrl-C), naming --yes, and changes nothing
+    run("tag", "create", "lakefs://demo/t1", "lakefs://demo/main").ok()
+    run("branch", "create", "lakefs://demo/tmp", "-s", "lakefs://demo/main").ok()
+    for args in (
+        ("repo", "delete", "lakefs://demo"),
+        ("branch", "delete", "lakefs://demo/tmp"),
+        ("branch", "reset", "lakefs://demo/tmp"),
+        ("tag", "delete", "lakefs://demo/t1"),
+        ("auth", "users", "delete", "--id", "nobody"),
+        ("auth", "groups", "delete", "--id", "nobody"),
+        ("auth", "policies", "delete", "--id", "nobody"),
+        ("auth", "credentials", "delete", "--id", "nobody", "--access-key-id", "AKIA"),
+    ):
+        run(*args).failed(18, "--yes", "not confirmed (no terminal to ask on)")
+    assert run("tag", "list", "lakefs://demo", "--json").json()["results"][0]["id"] == "t1"
+    assert len(run("branch", "list", "lakefs://demo", "--json").json()["results"]) == 2
+
+
+def _on_a_terminal(tmp_path: Path, answer: bytes, *args: str) -> tuple[int, str]:
+    """``lakefs-core ARGS`` in a real process whose standard input is a pseudo-terminal."""
+    leader, follower = pty.openpty()
+    env = user_env(tmp_path / "home", PYTHONPATH=str(REPO))
+    try:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "lakefs_core.cli", *args],
+            stdin=follower,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            env=env,
+            cwd=tmp_path,
+        )
+        os.write(leader, answer)
+        _, err = proc.communicate(timeout=120)
+    finally:
+        os.close(leader)
+        os.close(follower)
+    return proc.returncode, err.decode()
+
+
+def test_a_terminal_is_asked_and_no_changes_nothing(run: InProcess, demo: Path, tmp_path: Path) -> None:
+    code, err = _on_a_terminal(tmp_path, b"n\n", "repo", "delete", "lakefs://demo")
+    assert code == 18 and "Delete repository 'demo'? [y/N]" in err and "nothing changed" in err, err
+    code, err = _on_a_terminal(tmp_path, b"y\n", "repo", "delete", "lakefs://demo")
+    assert code == 0, err
+    assert run("repo", "list", "--json").json() == {"results": []}
 
 
 def test_cleanup_step_drops_tokens_after_grace(
