@@ -14,7 +14,13 @@ import click
 
 from lakefs_core.config import display
 from lakefs_core.service.cli import echo_problems
-from lakefs_core.service.run import config_option, log_format_option, once_option, run_daemon
+from lakefs_core.service.run import (
+    config_option,
+    load_with_file_hint,
+    log_format_option,
+    once_option,
+    run_daemon,
+)
 from lakefs_mirror.config import MirrorConfig, inspect_mirror_config, load_mirror_config
 
 if TYPE_CHECKING:
@@ -22,7 +28,9 @@ if TYPE_CHECKING:
 
 
 def _load(config: Path | None) -> MirrorConfig:
-    return load_mirror_config(config, dict(os.environ))
+    return load_with_file_hint(
+        lambda: load_mirror_config(config, dict(os.environ)), config, MIRROR_CONFIG_ENV
+    )
 
 
 def pass_timeout_of(config: MirrorConfig, flag: float | None) -> float:
@@ -30,8 +38,9 @@ def pass_timeout_of(config: MirrorConfig, flag: float | None) -> float:
     return config.pass_timeout_seconds if flag is None else flag
 
 
+MIRROR_CONFIG_ENV = "LAKEFS_MIRROR_CONFIG"
 CONFIG_OPTION = config_option(
-    "LAKEFS_MIRROR_CONFIG", "YAML configuration (LAKEFS_MIRROR__* variables override it)."
+    MIRROR_CONFIG_ENV, "YAML configuration (LAKEFS_MIRROR__* variables override it)."
 )
 
 
