@@ -20,15 +20,26 @@ def repo() -> None:
 @click.argument("repository", type=REPO_URI)
 @click.argument("storage_namespace")
 @click.option("--default-branch", "-d", default="main", show_default=True, help="Name of the default branch.")
+@click.option(
+    "--reuse-namespace",
+    is_flag=True,
+    help="Take over a namespace that holds a deleted repository's _lakefs/ (refused without it).",
+)
 @json_option
-def create_cmd(repository: LakeFSURI, storage_namespace: str, default_branch: str) -> None:
+def create_cmd(
+    repository: LakeFSURI, storage_namespace: str, default_branch: str, reuse_namespace: bool
+) -> None:
     """Create REPOSITORY (lakefs://repo) storing its data under STORAGE_NAMESPACE
     (local:///abs/dir, s3://bucket/prefix). The namespace must not equal, lie inside or enclose
     another repository's (exit code 15), nor be the filesystem root or a system directory. A local
-    one is recorded at its real path (symlinks resolved; a dangling one is refused), shown here."""
+    one is recorded at its real path (symlinks resolved; a dangling one is refused), shown here.
+    A namespace that already holds a repository's _lakefs/ (a deleted one's) is refused (exit 15)
+    unless --reuse-namespace."""
 
     async def op(s: Session) -> Repository:
-        return await s.graveler.create_repository(repository.repo, storage_namespace, default_branch)
+        return await s.graveler.create_repository(
+            repository.repo, storage_namespace, default_branch, reuse_namespace=reuse_namespace
+        )
 
     created = run_session(op)
 

@@ -200,6 +200,7 @@ class Graveler:
         claim_namespace: bool = True,
         initial_commit: Commit | None = None,
         hard_delete_journal: bool | None = None,
+        reuse_namespace: bool = False,
     ) -> Repository:
         """Create a repository owning ``storage_namespace`` exclusively.
 
@@ -213,7 +214,14 @@ class Graveler:
         creation fails, unless a repository of this id exists by then (it owns the claim).
         ``hard_delete_journal`` (default: the settings') turns the journal on from the start.
         A local namespace is recorded, claimed and compared at its real path (a dangling symlink
-        in it is refused): the record returned shows it."""
+        in it is refused): the record returned shows it.
+
+        As lakeFS, a namespace that already holds a repository's ``_lakefs/dummy`` is refused
+        (:class:`NamespaceConflictError` naming the marker and, when known, the deleted repository
+        that left it), with one exception: the marker of this very id with no deleted repository
+        behind it (a creation that crashed after writing it, retried). ``reuse_namespace`` is the
+        user's explicit consent to take over such a namespace (a live repository's is still refused
+        by the claim)."""
         if initial_commit is not None and (initial_commit.parents or initial_commit.metarange_id):
             raise BadInputError("must be a root commit with an empty tree", field="initial_commit")
         validate_repo_id(repo_id)
@@ -231,7 +239,7 @@ class Graveler:
         claim = await namespace_claims.claim(self.context, ns, repo_id, instance_uid)
         try:
             if claim_namespace:
-                await self._write_marker(ns, repo_id)
+                await self._write_marker(ns, repo_id, reuse=reuse_namespace)
             repo = await self._create_records(
                 repo_id,
                 ns,
@@ -249,19 +257,28 @@ class Graveler:
         await namespace_claims.settle(self.context, ns, repo_id, claim)
         return repo
 
-    async def _write_marker(self, ns: StorageNamespace, repo_id: str) -> None:
+    async def _write_marker(self, ns: StorageNamespace, repo_id: str, *, reuse: bool) -> None:
         # The marker names its repository, so a creation that crashed after writing it can be
-        # retried under the same id; any other id is refused.
+        # retried under the same id; any other id, or a deleted repository's, is refused.
         store = await self.stores.namespace_store(ns)
         marker = f"lakefs-open repository {repo_id}\n".encode()
         try:
             await store.put(ns.dummy_key(), marker, if_none_match=True)
+            return
         except PreconditionFailedError as e:
-            if await store.get(ns.dummy_key()) != marker:
-                msg = (
-                    f"storage namespace {ns.uri} is already in use by a repository ({ns.dummy_key()} exists)"
-                )
-                raise NamespaceConflictError(msg) from e
+            found = e
+        if reuse:
+            await store.put(ns.dummy_key(), marker)  # the user's explicit consent (see the docstring)
+            return
+        deleted = await namespace_claims.deleted_repository_at(self.context, ns)
+        if await store.get(ns.dummy_key()) == marker and deleted is None:
+            return  # this id's crashed creation, retried
+        held = f"a deleted repository ({deleted})" if deleted else "a repository"
+        msg = (
+            f"storage namespace {ns.uri} is already in use by {held}: {ns.dummy_key()} exists; "
+            "reusing it needs an explicit choice (lakefs-core repo create --reuse-namespace)"
+        )
+        raise NamespaceConflictError(msg) from found
 
     async def _create_records(
         self,

@@ -48,6 +48,7 @@ import bisect
 import contextlib
 from collections.abc import AsyncIterable, AsyncIterator, Iterable
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 
 from lakefs_core.errors import (
     BadInputError,
@@ -364,3 +365,15 @@ async def settle(ctx: RepoContext, ns: StorageNamespace, repo_id: str, value: by
     if current is not None and current.owner == repo_id and current.raw != wanted:
         with contextlib.suppress(PreconditionFailedError):
             await ctx.refs.set_namespace_claim(ns.canonical, wanted, Expect.equals(current.raw))
+
+
+async def deleted_repository_at(ctx: RepoContext, ns: StorageNamespace) -> str | None:
+    """The deleted repository (of this KV) whose namespace was ``ns``, described for a message, or
+    None. Creation asks when ``ns`` already holds a repository marker: a deleted repository's data
+    is never taken over silently (GC still collects what it left there)."""
+    async for gone in ctx.refs.deleted_repositories():
+        with contextlib.suppress(BadInputError):
+            if StorageNamespace.parse(gone.namespace).canonical == ns.canonical:
+                when = datetime.fromtimestamp(gone.deleted_at, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+                return f"repository {gone.repo!r}, deleted {when}"
+    return None

@@ -59,7 +59,7 @@ from lakefs_core.refs.staging import tombstone
 from lakefs_core.repos import reading, staging_writes
 from lakefs_core.repos.context import HasContext
 from lakefs_core.repos.journal import Intent, Journal, journal_enabled, new_batch_id
-from lakefs_core.repos.purge_markers import MarkerReads
+from lakefs_core.repos.purge_markers import MarkerReads, lookup_markers
 from lakefs_core.repos.staging_writes import Settle, check_new_path
 
 MAX_LIST_AMOUNT = 10_000
@@ -357,6 +357,17 @@ class Objects:
         stat = ObjectStat.from_record(await reading.entry(self.ctx, repo, ref, _path_bytes(path)))
         await self._refuse_purged(repo, stat)
         return stat
+
+    async def purged(self, repo_id: str, stats: Sequence[ObjectStat]) -> dict[str, str]:
+        """Path -> audit id of those of ``stats`` (a listing's page) whose object an audited purge
+        destroyed: listings still list them, so a command can show them as purged. A repository
+        that never purged answers from the cached probe; else one paged scan of the markers."""
+        repo = await self.ctx.repository(repo_id)
+        if not stats or not await self.markers.has_purges(repo):
+            return {}
+        paths = {rel: s.path for s in stats if (rel := _relative(repo, s)) is not None}
+        found = await lookup_markers(self.ctx, repo, paths, probe=False)
+        return {paths[rel]: audit for rel, audit in found.items()}
 
     async def read(
         self, repo_id: str, ref: str, path: str, *, start: int = 0, length: int | None = None
