@@ -75,6 +75,9 @@ def cli(ctx: click.Context, as_json: bool, config_path: Path | None) -> None:
     ctx.obj = AppState(json=as_json, config_path=config_path)
 
 
+cli.uri_completer = "lakefs_core.cli.complete:complete_uri"
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """``lakefs-core`` run in this process (tests, an embedding program): the collector untouched."""
     return run(cli, argv, "lakefs-core")

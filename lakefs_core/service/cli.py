@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
+import click.shell_completion
 
 from lakefs_core import __version__
 from lakefs_core.errors import LakeFSError, NotConfirmedError, StorageFullError
@@ -65,6 +66,8 @@ class CLIGroup(click.Group):
         super().__init__(*args, **kwargs)
         self.lazy_subcommands = dict(lazy_subcommands or {})
         self.summaries = dict(summaries or {})
+        # "module:function" completing lakefs:// values (see URIType.shell_complete); None: none
+        self.uri_completer: str | None = None
 
     def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
         names = self.list_commands(ctx)
@@ -272,6 +275,21 @@ class URIType(_ParamBase):
         if isinstance(value, LakeFSURI):
             return value
         return parse_uri(value, self.kind, field=param_name(param))
+
+    def shell_complete(
+        self, ctx: click.Context, param: click.Parameter, incomplete: str
+    ) -> list[click.shell_completion.CompletionItem]:
+        """Shell completion of a ``lakefs://`` value by the root group's ``uri_completer`` (the
+        ``lakefs-core`` CLI's lists repositories, refs and paths from its KV store): a function
+        ``(ctx, kind, incomplete) -> list[str]``, which must return rather than raise."""
+        root = ctx.find_root().command
+        target = getattr(root, "uri_completer", None)
+        if not isinstance(target, str):
+            return []
+        module, attribute = target.split(":")
+        complete = getattr(importlib.import_module(module), attribute)
+        values: list[str] = complete(ctx, self.kind, incomplete)
+        return [click.shell_completion.CompletionItem(v) for v in values]
 
 
 def param_name(param: click.Parameter | None) -> str:
