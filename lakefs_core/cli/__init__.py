@@ -2,7 +2,7 @@
 
 Commands follow lakectl's shapes (URIs are ``lakefs://repo/ref/path``):
 
-- ``repo create|list|delete``, ``branch create|list|delete|reset|revert``,
+- ``repo create|list|delete``, ``branch create|list|delete|reset|revert``, ``cherry-pick``,
   ``fs upload|cat|stat|rm|ls``, ``commit``, ``log``, ``diff``, ``merge``, ``tag create|list|delete``,
   ``show commit`` (see :mod:`.repo`, :mod:`.branch`, :mod:`.fs`, :mod:`.refs_cmds`);
 - ``sst inspect|write-range`` (see :mod:`.sst`);
@@ -40,6 +40,10 @@ _LAZY = {
     "check-config": (
         "config_cmd:check_config_cmd",
         "Report every configuration problem, or print the effective configuration (secrets masked).",
+    ),
+    "cherry-pick": (
+        "refs_cmds:cherry_pick_cmd",
+        "Apply the change of a commit to a branch in a new commit (lakeFS's cherry-pick).",
     ),
     "commit": ("refs_cmds:commit_cmd", "Commit the uncommitted changes of a branch."),
     "diff": ("refs_cmds:diff_cmd", "With one ref (a branch): its uncommitted changes."),

@@ -171,6 +171,41 @@ def merge_cmd(
     emit(commit_doc(made), human)
 
 
+@click.command("cherry-pick")
+@click.argument("commit_uri", metavar="lakefs://<repository>/<ref>", type=REF_URI)
+@click.argument("branch_uri", metavar="lakefs://<repository>/<branch>", type=BRANCH_URI)
+@click.option(
+    "--parent-number",
+    "-m",
+    type=click.IntRange(min=1),
+    default=None,
+    help="For a merge commit: the parent whose change to apply (required for one).",
+)
+@json_option
+def cherry_pick_cmd(commit_uri: LakeFSURI, branch_uri: LakeFSURI, parent_number: int | None) -> None:
+    """Apply the change of a commit to a branch in a new commit (lakeFS's cherry-pick)."""
+    same_repo(commit_uri, branch_uri, "BRANCH")
+
+    async def op(s: Session) -> Commit:
+        return await s.graveler.cherry_pick(
+            branch_uri.repo,
+            branch_uri.ref,
+            commit_uri.ref,
+            committer=s.committer,
+            parent_number=parent_number,
+        )
+
+    made = run_session(op)
+
+    def human() -> None:
+        click.echo(f"Branch: {branch_uri}")
+        click.echo(f"Cherry-picked {commit_uri.ref}")
+        click.echo("")
+        print_commit_summary(made)
+
+    emit(commit_doc(made), human)
+
+
 @click.group("tag")
 def tag() -> None:
     """Create, list and delete tags."""

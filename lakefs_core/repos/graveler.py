@@ -46,9 +46,7 @@ from lakefs_core.committed.tables import TableStore
 from lakefs_core.errors import (
     BadInputError,
     ConflictError,
-    NamespaceConflictError,
     NotFoundError,
-    PreconditionFailedError,
 )
 from lakefs_core.format.records import ValueRecord
 from lakefs_core.keys import (
@@ -239,7 +237,7 @@ class Graveler:
         claim = await namespace_claims.claim(self.context, ns, repo_id, instance_uid)
         try:
             if claim_namespace:
-                await self._write_marker(ns, repo_id, reuse=reuse_namespace)
+                await namespace_claims.write_marker(self.context, ns, repo_id, reuse=reuse_namespace)
             repo = await self._create_records(
                 repo_id,
                 ns,
@@ -256,29 +254,6 @@ class Graveler:
             raise
         await namespace_claims.settle(self.context, ns, repo_id, claim)
         return repo
-
-    async def _write_marker(self, ns: StorageNamespace, repo_id: str, *, reuse: bool) -> None:
-        # The marker names its repository, so a creation that crashed after writing it can be
-        # retried under the same id; any other id, or a deleted repository's, is refused.
-        store = await self.stores.namespace_store(ns)
-        marker = f"lakefs-open repository {repo_id}\n".encode()
-        try:
-            await store.put(ns.dummy_key(), marker, if_none_match=True)
-            return
-        except PreconditionFailedError as e:
-            found = e
-        if reuse:
-            await store.put(ns.dummy_key(), marker)  # the user's explicit consent (see the docstring)
-            return
-        deleted = await namespace_claims.deleted_repository_at(self.context, ns)
-        if await store.get(ns.dummy_key()) == marker and deleted is None:
-            return  # this id's crashed creation, retried
-        held = f"a deleted repository ({deleted})" if deleted else "a repository"
-        msg = (
-            f"storage namespace {ns.uri} is already in use by {held}: {ns.dummy_key()} exists; "
-            "reusing it needs an explicit choice (lakefs-core repo create --reuse-namespace)"
-        )
-        raise NamespaceConflictError(msg) from found
 
     async def _create_records(
         self,
@@ -686,6 +661,28 @@ class Graveler:
             committer=committer,
             parent_number=parent_number,
             message=message,
+            force=force,
+        )
+
+    async def cherry_pick(
+        self,
+        repo_id: str,
+        branch_id: str,
+        commit_ref: str,
+        *,
+        committer: str,
+        parent_number: int | None = None,
+        force: bool = False,
+    ) -> Commit:
+        from lakefs_core.repos import committing
+
+        return await committing.cherry_pick(
+            self.context,
+            repo_id,
+            branch_id,
+            commit_ref,
+            committer=committer,
+            parent_number=parent_number,
             force=force,
         )
 

@@ -277,3 +277,16 @@ def test_ls_fetches_every_page(run: InProcess, tmp_path: Path, monkeypatch: pyte
     ] + [("common_prefix", "p/e/")]
     deep = run("fs", "ls", "lakefs://pages/main/", "-r", "--json").json()["results"]
     assert [i["path"] for i in deep] == sorted(names)
+
+
+def test_cherry_pick(run: InProcess, demo: Path, tmp_path: Path) -> None:
+    run("branch", "create", "lakefs://demo/dev", "-s", "lakefs://demo/main").ok()
+    (tmp_path / "n.txt").write_bytes(b"n\n")
+    run("fs", "upload", "lakefs://demo/dev/new.txt", "-s", str(tmp_path / "n.txt")).ok()
+    picked = run.json("commit", "lakefs://demo/dev", "-m", "add new", "--meta", "why=test")
+    made = run.json("cherry-pick", "lakefs://demo/dev", "lakefs://demo/main")
+    assert made["message"] == "add new" and made["metadata"]["cherry-pick-origin"] == picked["id"]
+    assert made["metadata"]["why"] == "test"
+    assert run("fs", "cat", "lakefs://demo/main/new.txt").ok().out == "n\n"
+    run("cherry-pick", "lakefs://demo/dev", "lakefs://other/main").failed(9, "BRANCH")
+    run("cherry-pick", "lakefs://demo/dev", "lakefs://demo/main").failed(13)
