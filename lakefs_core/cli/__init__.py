@@ -46,6 +46,14 @@ _LAZY = {
         "Apply the change of a commit to a branch in a new commit (lakeFS's cherry-pick).",
     ),
     "commit": ("refs_cmds:commit_cmd", "Commit the uncommitted changes of a branch."),
+    "config": (
+        "doctor:config_cmd",
+        "Write the configuration file (asking on a terminal, as lakectl config), or --show it.",
+    ),
+    "doctor": (
+        "doctor:doctor_cmd",
+        "Check the configuration, the KV store, the object stores and the credentials, one line each.",
+    ),
     "diff": ("refs_cmds:diff_cmd", "With one ref (a branch): its uncommitted changes."),
     "fs": ("fs:fs", "Upload, read, list and delete objects."),
     "import": (
