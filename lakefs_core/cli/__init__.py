@@ -2,7 +2,8 @@
 
 Commands follow lakectl's shapes (URIs are ``lakefs://repo/ref/path``):
 
-- ``repo create|list|delete``, ``branch create|list|delete|reset|revert``, ``cherry-pick``,
+- ``repo create|list|delete``, ``branch create|list|delete|reset|revert``, ``cherry-pick``, ``annotate``,
+  ``doctor``, ``config`` (:mod:`.doctor`),
   ``fs upload|cat|stat|rm|ls``, ``commit``, ``log``, ``diff``, ``merge``, ``tag create|list|delete``,
   ``show commit`` (see :mod:`.repo`, :mod:`.branch`, :mod:`.fs`, :mod:`.refs_cmds`);
 - ``sst inspect|write-range`` (see :mod:`.sst`);
@@ -35,6 +36,10 @@ from lakefs_core.service.cli import project_group, run
 # the group's --help shows the summaries (tests/cli/test_startup_imports.py checks each is its
 # command's short help).
 _LAZY = {
+    "annotate": (
+        "refs_cmds:annotate_cmd",
+        "Show the last commit that changed each object under a path (lakectl's annotate).",
+    ),
     "auth": ("auth_cmd:auth", "Manage lakeFS users, groups, policies and credentials in the KV store."),
     "branch": ("branch:branch", "Create, list, delete, reset and revert branches."),
     "check-config": (

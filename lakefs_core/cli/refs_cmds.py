@@ -19,7 +19,7 @@ from lakefs_core.cli.output import (
 from lakefs_core.errors import BadInputError
 from lakefs_core.refs.model import Commit, Tag
 from lakefs_core.repos.uri import Kind, LakeFSURI, parse_uri, same_repo
-from lakefs_core.service.cli import BRANCH_URI, REF_URI, REPO_URI, TAG_URI, confirm, yes_option
+from lakefs_core.service.cli import BRANCH_URI, PREFIX_URI, REF_URI, REPO_URI, TAG_URI, confirm, yes_option
 
 _DIFF_SIGN = {"added": "+ added", "removed": "- removed", "changed": "~ changed"}
 
@@ -204,6 +204,40 @@ def cherry_pick_cmd(commit_uri: LakeFSURI, branch_uri: LakeFSURI, parent_number:
         print_commit_summary(made)
 
     emit(commit_doc(made), human)
+
+
+MAX_ANNOTATED = 10_000  # objects one annotate attributes (each costs the history walk until found)
+
+
+@click.command("annotate")
+@click.argument("path", metavar="lakefs://<repository>/<ref>/[path]", type=PREFIX_URI)
+@click.option("--recursive", "-r", is_flag=True, help="Every object under the path (not only its level).")
+@json_option
+def annotate_cmd(path: LakeFSURI, recursive: bool) -> None:
+    """Show the last commit that changed each object under a path (lakectl's annotate)."""
+    from lakefs_core.repos.annotate import annotate
+
+    async def op(s: Session) -> list[tuple[str, Commit]]:
+        keys: list[bytes] = []
+        async for entry in s.graveler.list_entries(path.repo, path.ref, prefix=path.path.encode()):
+            rest = entry.key[len(path.path.encode()) :]
+            if recursive or b"/" not in rest:
+                keys.append(entry.key)
+                if len(keys) > MAX_ANNOTATED:
+                    raise BadInputError(
+                        f"more than {MAX_ANNOTATED} objects: annotate a narrower path", field="PATH"
+                    )
+        found = await annotate(s.graveler, path.repo, path.ref, keys)
+        return [(k.decode("utf-8", "backslashreplace"), found[k]) for k in keys if k in found]
+
+    rows = run_session(op)
+
+    def human() -> None:
+        for key, commit in rows:
+            when = commit.creation_date.strftime("%Y-%m-%d %H:%M:%S")
+            click.echo(f"{commit.id[:16]}  {printable(commit.committer):<16} {when}  {printable(key)}")
+
+    emit({"results": [{"path": k, "commit": commit_doc(c)} for k, c in rows]}, human)
 
 
 @click.group("tag")

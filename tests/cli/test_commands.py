@@ -290,3 +290,20 @@ def test_cherry_pick(run: InProcess, demo: Path, tmp_path: Path) -> None:
     assert run("fs", "cat", "lakefs://demo/main/new.txt").ok().out == "n\n"
     run("cherry-pick", "lakefs://demo/dev", "lakefs://other/main").failed(9, "BRANCH")
     run("cherry-pick", "lakefs://demo/dev", "lakefs://demo/main").failed(13)
+
+
+def test_annotate_names_the_last_commit_that_changed_each_object(
+    run: InProcess, demo: Path, tmp_path: Path
+) -> None:
+    # demo: one commit with a.txt, dir/b.txt, dir/c.txt; then b changes, then c is deleted
+    first = run.json("log", "lakefs://demo/main")["results"][0]["id"]
+    (tmp_path / "b2").write_bytes(b"b2\n")
+    run("fs", "upload", "lakefs://demo/main/dir/b.txt", "-s", str(tmp_path / "b2")).ok()
+    second = run.json("commit", "lakefs://demo/main", "-m", "change b")["id"]
+    run("fs", "rm", "lakefs://demo/main/dir/c.txt").ok()
+    run("commit", "lakefs://demo/main", "-m", "drop c").ok()
+    found = run.json("annotate", "-r", "lakefs://demo/main/")["results"]
+    assert {r["path"]: r["commit"]["id"] for r in found} == {"a.txt": first, "dir/b.txt": second}
+    assert [r["path"] for r in run.json("annotate", "lakefs://demo/main/")["results"]] == ["a.txt"]
+    lines = run("annotate", "lakefs://demo/main~1/dir/").ok().out.splitlines()
+    assert [line.split()[0] for line in lines] == [second[:16], first[:16]]  # dir/b.txt, dir/c.txt
