@@ -302,6 +302,26 @@ def stat_cmd(path: LakeFSURI) -> None:
     emit(object_doc(stat), lambda: print_stat(stat))
 
 
+@fs.command("presign")
+@click.argument("path", metavar="lakefs://<repository>/<ref>/<path>", type=PATH_URI)
+@click.option(
+    "--expiry",
+    type=click.IntRange(1, 7 * 24 * 3600),
+    default=900,
+    show_default=True,
+    help="Seconds the URL stays valid (at most 7 days).",
+)
+@json_option
+def presign_cmd(path: LakeFSURI, expiry: int) -> None:
+    """Print a presigned GET URL of an object in an S3 namespace (lakectl's fs presign)."""
+
+    async def op(s: Session) -> str:
+        return await s.objects.presign(path.repo, path.ref, path.path, expires_seconds=expiry)
+
+    url = run_session(op)
+    emit({"path": path.path, "url": url, "expiry_seconds": expiry}, lambda: click.echo(url))
+
+
 @fs.command("rm")
 @click.argument("path", metavar="lakefs://<repository>/<branch>/<path>", type=PREFIX_URI)
 @click.option("--recursive", "-r", is_flag=True, help="Delete every object under the path (a prefix).")

@@ -452,6 +452,23 @@ class Objects:
             await self._refuse_purged(repo, stat)
             raise NotFoundError(f"data of {stat.path!r} is missing at {stat.physical_address}") from e
 
+    async def presign(self, repo_id: str, ref: str, path: str, *, expires_seconds: int) -> str:
+        """A presigned GET URL of the object's bytes (lakectl's ``fs presign``): only an object in
+        an S3 store has one (:class:`BadInputError` otherwise); a purged one is :class:`PurgedError`."""
+        repo = await self.ctx.repository(repo_id)
+        stat = await self._stat(repo, ref, path)
+        ns = StorageNamespace.parse(repo.storage_namespace)
+        address_type = catalog_pb2.Entry.AddressType.Value(stat.address_type)
+        store_uri, key = ns.address_key(stat.physical_address, address_type)
+        store = await self.ctx.stores.block_store(store_uri)
+        presign_get = getattr(store, "presign_get", None)  # S3 stores only (never importing the SDK here)
+        if presign_get is None:
+            raise BadInputError(
+                f"{stat.path!r} is stored in {store_uri}: only S3 objects can be presigned", field="PATH"
+            )
+        url: str = await presign_get(key, expires_seconds)
+        return url
+
     async def read_all(self, repo_id: str, ref: str, path: str) -> bytes:
         return b"".join([chunk async for chunk in self.read(repo_id, ref, path)])
 
