@@ -6,6 +6,7 @@ import click
 
 from lakefs_core.cli.context import Session, run_session
 from lakefs_core.cli.output import commit_doc, emit, json_option, print_commit_summary, ref_doc, table
+from lakefs_core.errors import BadInputError, encode_utf8
 from lakefs_core.refs.model import Branch, Commit
 from lakefs_core.repos.uri import SCHEME, Kind, LakeFSURI, parse_uri, same_repo
 from lakefs_core.service.cli import BRANCH_URI, REF_URI, REPO_URI, confirm, yes_option
@@ -73,10 +74,17 @@ def delete_cmd(branch_uri: LakeFSURI, yes: bool) -> None:
 
 @branch.command("reset")
 @click.argument("branch_uri", metavar="lakefs://<repository>/<branch>", type=BRANCH_URI)
+@click.option("--prefix", default=None, help="Only the changes of paths starting with this prefix.")
+@click.option("--object", "object_path", default=None, help="Only the changes of this one path.")
 @yes_option
 @json_option
-def reset_cmd(branch_uri: LakeFSURI, yes: bool) -> None:
-    """Drop all uncommitted changes of a branch."""
+def reset_cmd(branch_uri: LakeFSURI, prefix: str | None, object_path: str | None, yes: bool) -> None:
+    """Drop the uncommitted changes of a branch (all, or of --prefix / --object)."""
+    if prefix is not None and object_path is not None:
+        raise BadInputError("give --prefix or --object, not both", field="--object")
+    if prefix is not None or object_path is not None:
+        _reset_paths(branch_uri, prefix, object_path, yes)
+        return
     confirm(f"Drop all uncommitted changes of branch {branch_uri.ref!r}", yes)
 
     async def op(s: Session) -> Branch:
@@ -88,6 +96,26 @@ def reset_cmd(branch_uri: LakeFSURI, yes: bool) -> None:
     emit(
         ref_doc(done.id, done.commit_id),
         lambda: click.echo(f"Branch '{done.id}' reset to {done.commit_id}: uncommitted changes dropped"),
+    )
+
+
+def _reset_paths(branch_uri: LakeFSURI, prefix: str | None, object_path: str | None, yes: bool) -> None:
+    path, field = (prefix, "--prefix") if prefix is not None else (object_path or "", "--object")
+    raw = encode_utf8(path, field)
+    if object_path is not None and not raw:
+        raise BadInputError("must not be empty", field="--object")
+    what = f"under {path!r}" if prefix is not None else f"of {path!r}"
+    confirm(f"Drop the uncommitted changes {what} on branch {branch_uri.ref!r}", yes)
+
+    async def op(s: Session) -> list[bytes]:
+        return await s.graveler.reset_changes(branch_uri.repo, branch_uri.ref, raw, prefix=prefix is not None)
+
+    dropped = [k.decode("utf-8", "backslashreplace") for k in run_session(op)]
+    emit(
+        {"branch": branch_uri.ref, "reset": dropped},
+        lambda: click.echo(
+            f"Branch '{branch_uri.ref}': uncommitted changes {what} dropped ({len(dropped)} path(s))"
+        ),
     )
 
 

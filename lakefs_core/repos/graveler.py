@@ -409,6 +409,14 @@ class Graveler:
         await self.refs.mark_for_cleanup(tokens, self.clock(), "discarded")
         return reset
 
+    async def reset_changes(
+        self, repo_id: str, branch_id: str, path: bytes, *, prefix: bool, force: bool = False
+    ) -> list[bytes]:
+        """Drop the uncommitted changes of one path or a prefix (lakeFS's ResetKey/ResetPrefix)."""
+        return await staging_writes.reset_changes(
+            self.context, repo_id, branch_id, path, prefix=prefix, force=force
+        )
+
     # -- tags ------------------------------------------------------------------------------------------
 
     async def create_tag(self, repo_id: str, tag: str, ref: str, *, force: bool = False) -> Tag:

@@ -30,6 +30,12 @@ every KV driver alike: 1,024 bytes is DynamoDB's limit on a sort key, so a longe
 SQL and fail on DynamoDB. Tombstones are exempt: an existing longer key (written by lakeFS on SQL)
 can still be deleted.
 
+:func:`reset_changes` drops the uncommitted changes of one path or of a prefix (lakeFS's
+``ResetKey``/``ResetPrefix``, ``branch reset --object/--prefix``): each changed key is staged again
+with its committed record (a tombstone when it has none), which shadows the older staged values in
+every token; like any staged write, a value an upload stages meanwhile on such a key may be
+overwritten (a reset discards changes).
+
 A token seen live less than ``write_cache_seconds`` ago (and less than half the cleanup grace) may be
 written without reading the branch first: it cannot have been dropped yet (drops wait
 ``cleanup_grace_seconds``), and the re-read still catches a rotation. The repository record is cached
@@ -54,6 +60,7 @@ from lakefs_core.format.records import ValueRecord, encode_staged_entry
 from lakefs_core.kv.base import Expect, KVItem
 from lakefs_core.refs import kvkeys
 from lakefs_core.refs.model import Branch, Repository
+from lakefs_core.refs.staging import tombstone
 from lakefs_core.repos.context import RepoContext
 from lakefs_core.repos.retry import cas_retrying, exhausted_as
 
@@ -279,3 +286,29 @@ def _encoding(
         value = encode_staged_entry(record)
         append((record.key, value))
         yield partition, record.key, value
+
+
+RESET_BATCH = 1000  # records staged per KV batch by reset_changes
+
+
+async def reset_changes(
+    ctx: RepoContext, repo_id: str, branch_id: str, path: bytes, *, prefix: bool, force: bool = False
+) -> list[bytes]:
+    """Drop the uncommitted changes of ``path`` (``prefix``: of every key starting with it) on the
+    branch; the keys whose changes were dropped, in order (see the module docstring)."""
+    repo = await ctx.repository(repo_id)
+    ctx.writable(repo, force)
+    branch, _ = await ctx.refs.get_branch(repo, branch_id)
+    head = await ctx.refs.get_commit(repo, branch.commit_id)
+    committed = await ctx.metarange(repo, head.metarange_id)
+    resets: list[ValueRecord] = []
+    async for staged in ctx.staging.merged((branch.staging_token, *branch.sealed_tokens), start=path):
+        if not staged.key.startswith(path) or (not prefix and staged.key != path):
+            break
+        old = await committed.get(staged.key)
+        if (old is None and staged.is_tombstone) or (old is not None and old.identity == staged.identity):
+            continue  # staged, but no change against the commit
+        resets.append(old if old is not None else tombstone(staged.key))
+    for start in range(0, len(resets), RESET_BATCH):
+        await set_entries(ctx, repo_id, branch_id, resets[start : start + RESET_BATCH], force=force)
+    return [r.key for r in resets]

@@ -307,3 +307,29 @@ def test_annotate_names_the_last_commit_that_changed_each_object(
     assert [r["path"] for r in run.json("annotate", "lakefs://demo/main/")["results"]] == ["a.txt"]
     lines = run("annotate", "lakefs://demo/main~1/dir/").ok().out.splitlines()
     assert [line.split()[0] for line in lines] == [second[:16], first[:16]]  # dir/b.txt, dir/c.txt
+
+
+def test_branch_reset_of_one_object_or_a_prefix(run: InProcess, demo: Path, tmp_path: Path) -> None:
+    # lakeFS's ResetKey / ResetPrefix: only the named changes are dropped, the others stay staged
+    (tmp_path / "x").write_bytes(b"changed\n")
+    run("fs", "upload", "lakefs://demo/main/a.txt", "-s", str(tmp_path / "x")).ok()
+    run("fs", "upload", "lakefs://demo/main/dir/new.txt", "-s", str(tmp_path / "x")).ok()
+    run("fs", "rm", "lakefs://demo/main/dir/c.txt").ok()
+
+    def changed() -> dict[str, str]:
+        return {d["path"]: d["type"] for d in run.json("diff", "lakefs://demo/main")["results"]}
+
+    assert changed() == {"a.txt": "changed", "dir/new.txt": "added", "dir/c.txt": "removed"}
+    done = run.json("branch", "reset", "lakefs://demo/main", "--object", "a.txt", "--yes")
+    assert done["reset"] == ["a.txt"]
+    assert run("fs", "cat", "lakefs://demo/main/a.txt").ok().out == "a\n"
+    assert changed() == {"dir/new.txt": "added", "dir/c.txt": "removed"}
+    assert run.json("branch", "reset", "lakefs://demo/main", "--prefix", "dir/", "-y")["reset"] == [
+        "dir/c.txt",
+        "dir/new.txt",
+    ]
+    assert changed() == {} and run("fs", "cat", "lakefs://demo/main/dir/c.txt").ok().out == "c\n"
+    run("branch", "reset", "lakefs://demo/main", "--prefix", "a", "--object", "a.txt", "-y").failed(
+        9, "not both"
+    )
+    run("branch", "reset", "lakefs://demo/main", "--prefix", "dir/").failed(18, "--yes")
