@@ -35,6 +35,7 @@ from lakefs_core.cli.output import (
     human_bytes,
     json_option,
     object_doc,
+    parse_meta,
     prefix_doc,
     print_stat,
     printable,
@@ -42,7 +43,7 @@ from lakefs_core.cli.output import (
 )
 from lakefs_core.errors import BadInputError, LakeFSError, NotFoundError, undecodable_shown
 from lakefs_core.repos.staging_writes import MAX_PATH_BYTES
-from lakefs_core.repos.uri import LakeFSURI
+from lakefs_core.repos.uri import Kind, LakeFSURI, parse_uri
 from lakefs_core.service.cli import PATH_URI, PREFIX_URI
 
 if TYPE_CHECKING:
@@ -297,6 +298,24 @@ def stat_cmd(path: LakeFSURI) -> None:
 
     async def op(s: Session) -> ObjectStat:
         return await s.objects.stat(path.repo, path.ref, path.path)
+
+    stat = run_session(op)
+    emit(object_doc(stat), lambda: print_stat(stat))
+
+
+@fs.command("update-metadata")
+@click.argument("path", metavar="lakefs://<repository>/<branch>/<path>", type=PATH_URI)
+@click.option(
+    "--metadata", multiple=True, metavar="KEY=VALUE", help="User metadata (repeatable); replaces all."
+)
+@json_option
+def update_metadata_cmd(path: LakeFSURI, metadata: tuple[str, ...]) -> None:
+    """Replace an object's user metadata on a branch (lakectl's fs update-metadata)."""
+    meta = parse_meta(metadata, field="--metadata")
+    parse_uri(str(path.with_path("")), Kind.BRANCH, field="PATH")  # staged on a branch only
+
+    async def op(s: Session) -> ObjectStat:
+        return await s.objects.update_metadata(path.repo, path.ref, path.path, meta)
 
     stat = run_session(op)
     emit(object_doc(stat), lambda: print_stat(stat))

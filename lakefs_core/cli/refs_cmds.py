@@ -10,6 +10,7 @@ from lakefs_core.cli.output import (
     diff_doc,
     emit,
     json_option,
+    parse_meta,
     print_commit,
     print_commit_summary,
     printable,
@@ -22,18 +23,6 @@ from lakefs_core.repos.uri import Kind, LakeFSURI, parse_uri, same_repo
 from lakefs_core.service.cli import BRANCH_URI, PREFIX_URI, REF_URI, REPO_URI, TAG_URI, confirm, yes_option
 
 _DIFF_SIGN = {"added": "+ added", "removed": "- removed", "changed": "~ changed"}
-
-
-def parse_meta(pairs: tuple[str, ...]) -> dict[str, str]:
-    meta: dict[str, str] = {}
-    for pair in pairs:
-        key, eq, value = pair.partition("=")
-        if not eq or not key:
-            raise BadInputError(f"{pair!r} is not key=value", field="--meta")
-        if key in meta:
-            raise BadInputError(f"key {key!r} given twice", field="--meta")
-        meta[key] = value
-    return meta
 
 
 @click.command("commit")

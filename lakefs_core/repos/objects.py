@@ -47,6 +47,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
 from lakefs_core.aio import bounded_each
+from lakefs_core.block._common import normalize_metadata
 from lakefs_core.block.base import BlockStore, ObjectInfo, PutItem
 from lakefs_core.errors import BadInputError, LakeFSError, NotFoundError, PurgedError, encode_utf8
 from lakefs_core.faults import fault_point
@@ -451,6 +452,34 @@ class Objects:
             # Missing on purpose? A purge that started after the lookup left a marker (HTTP 410).
             await self._refuse_purged(repo, stat)
             raise NotFoundError(f"data of {stat.path!r} is missing at {stat.physical_address}") from e
+
+    async def update_metadata(
+        self, repo_id: str, branch: str, path: str, metadata: Mapping[str, str], *, force: bool = False
+    ) -> ObjectStat:
+        """Replace the object's user metadata (lakectl's ``fs update-metadata``, lakeFS's
+        UpdateObjectUserMetadata): its entry is staged again with the same address, size, ETag, time
+        and content type, only if nothing changed it meanwhile (a concurrent upload wins); a purged
+        object is :class:`PurgedError`."""
+        key = _path_bytes(path)
+        repo = await self.ctx.repository(repo_id)
+        await self._refuse_purged(repo, await self._stat(repo, branch, path))
+        meta = normalize_metadata(metadata)
+
+        def change(current: ValueRecord) -> ValueRecord:
+            stat, entry = ObjectStat.from_record(current), decode_entry(current.data)
+            identity, data = make_entry(
+                stat.physical_address,
+                stat.size,
+                stat.etag,
+                last_modified=stat.last_modified,
+                metadata=meta,
+                content_type=stat.content_type,
+                address_type=entry.address_type,
+            )
+            return ValueRecord(key, identity, data)
+
+        made = await staging_writes.restage_if_unchanged(self.ctx, repo_id, branch, key, change, force=force)
+        return ObjectStat.from_record(made)
 
     async def presign(self, repo_id: str, ref: str, path: str, *, expires_seconds: int) -> str:
         """A presigned GET URL of the object's bytes (lakectl's ``fs presign``): only an object in

@@ -333,3 +333,25 @@ def test_branch_reset_of_one_object_or_a_prefix(run: InProcess, demo: Path, tmp_
         9, "not both"
     )
     run("branch", "reset", "lakefs://demo/main", "--prefix", "dir/").failed(18, "--yes")
+
+
+def test_update_metadata_replaces_user_metadata_in_place(run: InProcess, demo: Path) -> None:
+    before = run.json("fs", "stat", "lakefs://demo/main/a.txt")
+    after = run.json(
+        "fs", "update-metadata", "lakefs://demo/main/a.txt", "--metadata", "Owner=ann", "--metadata", "k=v"
+    )
+    assert after["metadata"] == {"owner": "ann", "k": "v"}
+    same = ("physical_address", "checksum", "size_bytes", "mtime", "content_type")
+    assert {k: after[k] for k in same} == {k: before[k] for k in same}  # the same object, new metadata
+    assert [d["path"] for d in run.json("diff", "lakefs://demo/main")["results"]] == ["a.txt"]
+    assert run("fs", "cat", "lakefs://demo/main/a.txt").ok().out == "a\n"
+    # again, now that the live staging token holds the key (the conditional batch's path)
+    again = run.json("fs", "update-metadata", "lakefs://demo/main/a.txt", "--metadata", "k=w")
+    assert again["metadata"] == {"k": "w"} and again["physical_address"] == before["physical_address"]
+    run("fs", "update-metadata", "lakefs://demo/main/a.txt", "--metadata", "bad").failed(9, "--metadata")
+    run("fs", "update-metadata", "lakefs://demo/main/nope.txt", "--metadata", "k=v").failed(2)
+    run("tag", "create", "lakefs://demo/t1", "lakefs://demo/main").ok()
+    run("fs", "update-metadata", "lakefs://demo/t1/a.txt", "--metadata", "k=v").failed(
+        2, "branch 't1' not found"
+    )
+    run("fs", "update-metadata", "lakefs://demo/main~1/a.txt", "--metadata", "k=v").failed(9, "PATH")
