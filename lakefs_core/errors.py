@@ -172,7 +172,7 @@ class NotConfirmedError(BadInputError):
     """A destructive command was not confirmed: answered "no" on the terminal, or run without one
     (a script, a pipe) and without ``--yes``. Nothing was changed. Distinct from 130 (Ctrl-C)."""
 
-    exit_code = 18
+    exit_code = 19
 
     def __init__(self, message: str) -> None:
         super().__init__(message, field="--yes")

@@ -8,7 +8,7 @@
   unexpected to one line too (a traceback only with :data:`DEBUG_ENV` set);
 - :func:`confirm` and :data:`yes_option`: how every destructive command asks (on a terminal) or
   refuses (without one and without ``--yes``: :class:`~lakefs_core.errors.NotConfirmedError`, exit
-  18, never 130, which is Ctrl-C);
+  19, never 130, which is Ctrl-C);
 - :func:`echo_problems`: every problem of a configuration report, one per line, then its exit code
   (every ``check-config`` command);
 - ``REPO_URI``, ``REF_URI``, ``BRANCH_URI``, ``TAG_URI``, ``PATH_URI``, ``PREFIX_URI``: click

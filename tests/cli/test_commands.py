@@ -160,7 +160,7 @@ def test_rm_recursive_reset_revert_and_delete(run: InProcess, demo: Path) -> Non
 
 
 def test_destructive_commands_refuse_without_a_terminal_and_yes(run: InProcess, demo: Path) -> None:
-    # pytest's standard input is no terminal: nothing to ask on, so every one refuses (exit 18,
+    # pytest's standard input is no terminal: nothing to ask on, so every one refuses (exit 19,
     # not 130, which is Ctrl-C), naming --yes, and changes nothing
     run("tag", "create", "lakefs://demo/t1", "lakefs://demo/main").ok()
     run("branch", "create", "lakefs://demo/tmp", "-s", "lakefs://demo/main").ok()
@@ -174,7 +174,7 @@ def test_destructive_commands_refuse_without_a_terminal_and_yes(run: InProcess, 
         ("auth", "policies", "delete", "--id", "nobody"),
         ("auth", "credentials", "delete", "--id", "nobody", "--access-key-id", "AKIA"),
     ):
-        run(*args).failed(18, "--yes", "not confirmed (no terminal to ask on)")
+        run(*args).failed(19, "--yes", "not confirmed (no terminal to ask on)")
     assert run("tag", "list", "lakefs://demo", "--json").json()["results"][0]["id"] == "t1"
     assert len(run("branch", "list", "lakefs://demo", "--json").json()["results"]) == 2
 
@@ -202,7 +202,7 @@ def _on_a_terminal(tmp_path: Path, answer: bytes, *args: str) -> tuple[int, str]
 
 def test_a_terminal_is_asked_and_no_changes_nothing(run: InProcess, demo: Path, tmp_path: Path) -> None:
     code, err = _on_a_terminal(tmp_path, b"n\n", "repo", "delete", "lakefs://demo")
-    assert code == 18 and "Delete repository 'demo'? [y/N]" in err and "nothing changed" in err, err
+    assert code == 19 and "Delete repository 'demo'? [y/N]" in err and "nothing changed" in err, err
     code, err = _on_a_terminal(tmp_path, b"y\n", "repo", "delete", "lakefs://demo")
     assert code == 0, err
     assert run("repo", "list", "--json").json() == {"results": []}
@@ -332,7 +332,7 @@ def test_branch_reset_of_one_object_or_a_prefix(run: InProcess, demo: Path, tmp_
     run("branch", "reset", "lakefs://demo/main", "--prefix", "a", "--object", "a.txt", "-y").failed(
         9, "not both"
     )
-    run("branch", "reset", "lakefs://demo/main", "--prefix", "dir/").failed(18, "--yes")
+    run("branch", "reset", "lakefs://demo/main", "--prefix", "dir/").failed(19, "--yes")
 
 
 def test_update_metadata_replaces_user_metadata_in_place(run: InProcess, demo: Path) -> None:
