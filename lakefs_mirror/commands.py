@@ -1,6 +1,6 @@
-"""The ``lakefs-mirror`` commands (``run``, ``check-config``, ``promote``, ``failback``), imported by :mod:`lakefs_mirror.cli`
-only when one of them runs: the group's ``--help`` and ``--version`` load neither the daemon
-platform nor the configuration schema. See :mod:`lakefs_mirror.cli` for what they do.
+"""The ``lakefs-mirror`` commands (``run``, ``check-config``, ``promote``, ``failback``), imported
+by :mod:`lakefs_mirror.cli` only when one of them runs: the group's ``--help`` and ``--version``
+load neither the daemon platform nor the configuration schema. See :mod:`lakefs_mirror.cli` for what they do.
 """
 
 from __future__ import annotations
@@ -111,7 +111,9 @@ def _admin(config_path: Path | None, action: Callable[[AdminHandles], Awaitable[
 @click.argument("mirror_id")
 @click.option("--force", is_flag=True, help="Promote although the source region answers and the mirror runs.")
 def promote_cmd(config_path: Path | None, mirror_id: str, force: bool) -> None:
-    """Failover: make mirror MIRROR_ID's destination repository writable; mirroring into it stops."""
+    """Failover: make a mirror's destination repository writable; mirroring into it stops.
+
+    MIRROR_ID names the mirror (its id, as the API returns it)."""
     from lakefs_mirror.failover import promote
 
     async def action(h: AdminHandles) -> Promotion:
@@ -136,8 +138,9 @@ def promote_cmd(config_path: Path | None, mirror_id: str, force: bool) -> None:
     "--mode", type=click.Choice(["native", "active"]), default=None, help="The reverse mirror's mode."
 )
 def failback_cmd(config_path: Path | None, mirror_id: str, mode: str | None) -> None:
-    """After a promotion: keep the old source's divergence on failback-* branches, create the
-    reverse mirror."""
+    """After a promotion: keep the old source's divergence, create the reverse mirror.
+
+    Old-source commits after the last mirrored one are kept on failback-<time>-<branch> branches."""
     from lakefs_mirror.failover import FailbackResult, failback
 
     async def action(h: AdminHandles) -> FailbackResult:

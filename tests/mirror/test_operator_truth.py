@@ -141,3 +141,25 @@ def test_demo_keep_on_a_used_directory_says_what_to_do(tmp_path: Path) -> None:
         timeout=60,
     )
     assert proc.returncode == 1 and "Traceback" not in proc.stderr and "DEMO_KEEP" in proc.stderr
+
+
+def test_promote_command_names_an_unknown_mirror_in_one_line(tmp_path: Path) -> None:
+    conf = tmp_path / "mirror.yaml"
+    conf.write_text(
+        "region: us-east\n"
+        "regions:\n"
+        f"  us-east: {{kv_url: 'sqlite:///{tmp_path}/us.sqlite3'}}\n"
+        f"  eu-west: {{kv_url: 'sqlite:///{tmp_path}/eu.sqlite3'}}\n"
+        f"mirrors_db_url: 'sqlite:///{tmp_path}/mirrors.sqlite3'\n"
+        "access_keys: [{access_key_id: AKIAX, secret_access_key: not-a-real-secret}]\n"
+    )
+    exe = Path(sys.executable).with_name("lakefs-mirror")
+    proc = subprocess.run(
+        [str(exe), "promote", "--config", str(conf), "0" * 32],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=60,
+    )
+    assert proc.returncode != 0 and "Traceback" not in proc.stderr
+    assert "not found" in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
