@@ -47,7 +47,16 @@ from tests.mirror.test_e2e_moto import API, API_KEY, API_SECRET, basic_auth, cre
 from tests.support.moto import ACCESS_KEY, SECRET_KEY, MotoServer, free_port
 from tests.support.tcpproxy import TcpProxy
 
-pytestmark = pytest.mark.slow
+pytestmark = [
+    pytest.mark.slow,
+    # Cutting region A off mid-request (and the promote's reachability probe timing out on it) can
+    # leave a client socket to the cut region that asyncio collects later with "unclosed transport"
+    # (seen in about one run of three under load): an artefact of the simulated outage, not of the
+    # drill's subject. Only that warning is ignored.
+    pytest.mark.filterwarnings(
+        "ignore:Exception ignored in.*_SelectorTransport.__del__:pytest.PytestUnraisableExceptionWarning"
+    ),
+]
 
 A, B = "us-east-1", "eu-west-1"
 REPO, MIRROR = "origin", "origin-mirror"

@@ -40,14 +40,17 @@ class TcpProxy:
     _pairs: set[_Pair] = field(default_factory=set)
     _server: asyncio.Server | None = None
     _tasks: set[asyncio.Task[None]] = field(default_factory=set)
+    _closed: bool = False
 
     async def start(self) -> TcpProxy:
         """Listen on ``port`` (0: a free one; a closed proxy restarts on its old port)."""
+        self._closed = False
         self._server = await asyncio.start_server(self._accept, "127.0.0.1", self.port, reuse_address=True)
         self.port = self._server.sockets[0].getsockname()[1]
         return self
 
     async def close(self) -> None:
+        self._closed = True  # a connection accepted meanwhile is closed, not forwarded
         if self._server is not None:
             self._server.close()
         for pair in list(self._pairs):
@@ -64,6 +67,8 @@ class TcpProxy:
 
     async def _accept(self, c_reader: asyncio.StreamReader, c_writer: asyncio.StreamWriter) -> None:
         try:
+            if self._closed:
+                raise ConnectionRefusedError
             s_reader, s_writer = await asyncio.open_connection(self.target_host, self.target_port)
         except OSError:
             c_writer.close()
@@ -71,6 +76,9 @@ class TcpProxy:
                 await c_writer.wait_closed()
             return
         pair = _Pair(c_writer, s_writer)
+        if self._closed:  # closed while connecting upstream: nobody would ever close this pair
+            await pair.close()
+            return
         self._pairs.add(pair)
         up = asyncio.create_task(self._pump(c_reader, pair, upstream=True))
         down = asyncio.create_task(self._pump(s_reader, pair, upstream=False))
