@@ -155,6 +155,12 @@ def _segment(value: str, field: str) -> bytes:
     return value.encode()
 
 
+def settings_key(name: str) -> bytes:
+    """The key of a repository setting ``name`` (``branch_protection``, ``metadata``), in the
+    repository's partition (lakeFS's ``settings/<name>``)."""
+    return b"settings/" + _segment(name, "setting")
+
+
 def gc_settings_key() -> bytes:
     """The key of a repository's GC settings, in the repository's partition."""
     return GC_SETTINGS_KEY

@@ -56,6 +56,18 @@ class StagingArea:
             await self.kv.delete(partition, key)
         return len(keys)
 
+    async def drop_under(self, token: str, prefix: bytes, *, exact: bool = False) -> int:
+        """Delete ``token``'s records whose key is ``prefix`` (``exact``) or starts with it; how many."""
+        partition = kvkeys.staging_partition(token)
+        keys: list[bytes] = []
+        async for entry in self.kv.scan(partition, prefix, page_size=1000):
+            if not entry.key.startswith(prefix) or (exact and entry.key != prefix):
+                break
+            keys.append(entry.key)
+        for key in keys:
+            await self.kv.delete(partition, key)
+        return len(keys)
+
     async def lookup(self, tokens: Sequence[str], key: bytes) -> ValueRecord | None:
         """The newest staged record for ``key`` across ``tokens`` (newest token first)."""
         for token in tokens:

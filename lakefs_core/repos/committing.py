@@ -329,3 +329,56 @@ async def revert(
                 await ctx.refs.put_commit(repo, made)
                 await ctx.refs.cas_branch(repo, replace(branch, commit_id=made.id), raw)
     return made
+
+
+async def cherry_pick(
+    ctx: RepoContext,
+    repo_id: str,
+    branch_id: str,
+    commit_ref: str,
+    *,
+    committer: str,
+    parent_number: int | None = None,
+    force: bool = False,
+) -> Commit:
+    """Apply the changes ``commit_ref`` made against its parent (``parent_number``, required for a
+    merge commit) onto the branch as a new commit: a three-way merge with the parent as base, the
+    commit as source and the branch head as destination, conflicts refused (lakeFS's CherryPick)."""
+    repo = await ctx.repository(repo_id)
+    ctx.writable(repo, force)
+    target = (await ctx.resolve(repo, commit_ref)).commit
+    if not target.parents:
+        raise BadInputError("cannot cherry-pick a commit without parents", field="ref")
+    if parent_number is None:
+        if len(target.parents) > 1:
+            raise BadInputError("a merge commit needs parent_number", field="parent_number")
+        parent_number = 1
+    if not 1 <= parent_number <= len(target.parents):
+        raise BadInputError(f"commit has {len(target.parents)} parent(s)", field="parent_number")
+    parent = await ctx.refs.get_commit(repo, target.parents[parent_number - 1])
+    check_commit_text(committer, target.message, target.metadata)
+    with exhausted_as(f"branch {branch_id!r}: too many concurrent updates during cherry-pick"):
+        async for attempt in cas_retrying(ctx.settings):
+            with attempt:
+                branch, raw = await ctx.refs.get_branch(repo, branch_id)
+                await _ensure_clean(ctx, repo, branch)
+                head = await ctx.refs.get_commit(repo, branch.commit_id)
+                metarange_id = await _three_way(
+                    ctx,
+                    await ctx.metarange(repo, parent.metarange_id),
+                    await ctx.metarange(repo, target.metarange_id),
+                    await ctx.metarange(repo, head.metarange_id),
+                    MergeStrategy.NONE,
+                )
+                made = Commit.create(
+                    committer=committer,
+                    message=target.message,
+                    metarange_id=metarange_id,
+                    creation_date=ctx.clock(),
+                    metadata=dict(target.metadata),
+                    parents=(head.id,),
+                    generation=head.generation + 1,
+                )
+                await ctx.refs.put_commit(repo, made)
+                await ctx.refs.cas_branch(repo, replace(branch, commit_id=made.id), raw)
+    return made

@@ -61,7 +61,7 @@ from lakefs_core.keys import (
     slice_hour,
     table_name,
 )
-from lakefs_core.kv.base import KVStore
+from lakefs_core.kv.base import Expect, KVStore
 from lakefs_core.namespace import StorageNamespace
 from lakefs_core.realpaths import real_namespace
 from lakefs_core.refs import kvkeys
@@ -420,6 +420,36 @@ class Graveler:
         await self.refs.mark_for_cleanup(tokens, self.clock(), "discarded")
         return reset
 
+    async def reset_path(
+        self, repo_id: str, name: str, path: bytes, *, prefix: bool, force: bool = False
+    ) -> int:
+        """Drop the branch's uncommitted changes to ``path`` (every key under it with ``prefix``);
+        how many staged records were dropped. Their objects are left to the journal's reconciler or
+        retention GC, as a whole-branch reset leaves them."""
+        repo = await self.repository(repo_id)
+        self.writable(repo, force)
+        branch, _ = await self.refs.get_branch(repo, name)
+        dropped = 0
+        for token in (branch.staging_token, *branch.sealed_tokens):
+            dropped += await self.staging.drop_under(token, path, exact=not prefix)
+        return dropped
+
+    async def setting(self, repo_id: str, name: str) -> bytes | None:
+        """A repository setting's stored bytes (the REST server's branch protection rules and
+        metadata), None when never set."""
+        repo = await self.repository(repo_id)
+        try:
+            return await self.kv.get(repo.partition, kvkeys.settings_key(name))
+        except NotFoundError:
+            return None
+
+    async def set_setting(self, repo_id: str, name: str, value: bytes, expected: bytes | None) -> None:
+        """Replace a setting iff it still holds ``expected`` (None: absent);
+        :class:`PreconditionFailedError` when it changed meanwhile."""
+        repo = await self.repository(repo_id)
+        expect = Expect.ABSENT if expected is None else Expect("equals", expected)
+        await self.kv.set_if(repo.partition, kvkeys.settings_key(name), value, expect)
+
     # -- tags ------------------------------------------------------------------------------------------
 
     async def create_tag(self, repo_id: str, tag: str, ref: str, *, force: bool = False) -> Tag:
@@ -674,6 +704,38 @@ class Graveler:
             message=message,
             force=force,
         )
+
+    async def cherry_pick(
+        self,
+        repo_id: str,
+        branch_id: str,
+        commit_ref: str,
+        *,
+        committer: str,
+        parent_number: int | None = None,
+        force: bool = False,
+    ) -> Commit:
+        """Apply what ``commit_ref`` changed against its parent onto the branch as a new commit."""
+        from lakefs_core.repos import committing
+
+        return await committing.cherry_pick(
+            self.context,
+            repo_id,
+            branch_id,
+            commit_ref,
+            committer=committer,
+            parent_number=parent_number,
+            force=force,
+        )
+
+    async def merge_base(self, repo_id: str, left_ref: str, right_ref: str) -> Commit | None:
+        """The best common ancestor of two refs (None when their histories are unrelated)."""
+        from lakefs_core.repos import committing
+
+        repo = await self.repository(repo_id)
+        left = (await self.resolve(repo, left_ref)).commit
+        right = (await self.resolve(repo, right_ref)).commit
+        return await committing.merge_base(self.context, repo, left, right)
 
     async def sweep_temp_files(self, ns: StorageNamespace) -> int:
         """Remove leftover temporary files of interrupted writes in a LOCAL namespace's store (older
