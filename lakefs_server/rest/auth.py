@@ -5,7 +5,8 @@ lakeFS's API accepts the three (``pkg/api/auth_middleware.go``); so does this on
 - ``Authorization: Basic base64(key:secret)``: the credential's secret, compared in constant time;
 - ``Authorization: Bearer <jwt>`` or the ``internal_auth_session`` cookie: a token from
   ``POST /auth/login``, HS256-signed with the server's secret (lakeFS's ``auth.encrypt.secret_key``),
-  ``sub`` the user, ``aud`` ``login``, expiring after :data:`LOGIN_DURATION`.
+  ``sub`` the user, ``aud`` ``login``, expiring after :data:`LOGIN_DURATION` (a secret shorter than
+  32 bytes is stretched by SHA-256 into the key).
 
 Every failure is one :class:`~lakefs_server.rest.wire.UnauthorizedError` (401) that never says which
 part was wrong, nor echoes a secret or a token.
@@ -15,6 +16,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import hashlib
 import hmac
 import time
 import uuid
@@ -51,7 +53,9 @@ class Authenticator:
         if not secret:
             raise ValueError("the token signing secret must not be empty")
         self.store = store
-        self._secret = secret
+        # HS256 wants a key of at least 32 bytes; a shorter configured secret is stretched by SHA-256
+        # (lakeFS signs with auth.encrypt.secret_key as it is).
+        self._secret = secret if len(secret) >= 32 else hashlib.sha256(secret).digest()
 
     def __repr__(self) -> str:  # never the secret
         return "Authenticator()"
