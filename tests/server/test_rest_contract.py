@@ -70,7 +70,7 @@ def status(call: object) -> int:
 
 
 def upload(
-    client: lakefs_sdk.ApiClient, repo: str, branch: str, path: str, data: bytes, tmp: Path
+    client: lakefs_sdk.ApiClient, repo: str, branch: str, path: str, data: bytes, *, tmp: Path
 ) -> lakefs_sdk.ObjectStats:
     f = tmp / uuid.uuid4().hex
     f.write_bytes(data)
@@ -161,7 +161,7 @@ def test_repositories(server: RestServer, client: lakefs_sdk.ApiClient) -> None:
 def test_branches(server: RestServer, client: lakefs_sdk.ApiClient, tmp_path: Path) -> None:
     repo = new_repo(server, client)
     branches = lakefs_sdk.BranchesApi(client)
-    upload(client, repo, "main", "a.txt", b"a", tmp_path)
+    upload(client, repo, "main", "a.txt", b"a", tmp=tmp_path)
     head = lakefs_sdk.CommitsApi(client).commit(repo, "main", lakefs_sdk.CommitCreation(message="one"))
     made = branches.create_branch(repo, lakefs_sdk.BranchCreation(name="dev", source="main"))
     assert made == head.id
@@ -174,7 +174,7 @@ def test_branches(server: RestServer, client: lakefs_sdk.ApiClient, tmp_path: Pa
     assert [b.id for b in listed.results] == ["dev"] and listed.pagination.has_more
     assert [b.id for b in branches.list_branches(repo, after="dev").results] == ["main"]
     assert status(lambda: branches.delete_branch(repo, "main")) == 403
-    upload(client, repo, "dev", "b.txt", b"b", tmp_path)
+    upload(client, repo, "dev", "b.txt", b"b", tmp=tmp_path)
     diff = branches.diff_branch(repo, "dev")
     assert [(d.type, d.path) for d in diff.results] == [("added", "b.txt")]
     branches.reset_branch(repo, "dev", lakefs_sdk.ResetCreation(type="object", path="b.txt"))
@@ -192,7 +192,7 @@ def test_commits_log_diff_merge(server: RestServer, client: lakefs_sdk.ApiClient
     )
     assert status(lambda: commits.commit(repo, "main", lakefs_sdk.CommitCreation(message="empty"))) == 400
     empty = commits.commit(repo, "main", lakefs_sdk.CommitCreation(message="empty", allow_empty=True))
-    upload(client, repo, "main", "x/1", b"1", tmp_path)
+    upload(client, repo, "main", "x/1", b"1", tmp=tmp_path)
     first = commits.commit(repo, "main", lakefs_sdk.CommitCreation(message="first", metadata={"k": "v"}))
     assert first.metadata == {"k": "v"} and first.parents == [empty.id]
     assert commits.get_commit(repo, "main~1").id == empty.id
@@ -203,8 +203,8 @@ def test_commits_log_diff_merge(server: RestServer, client: lakefs_sdk.ApiClient
     ]
     assert [c.id for c in refs.log_commits(repo, "main", objects=["x/1"]).results] == [first.id]
     branches.create_branch(repo, lakefs_sdk.BranchCreation(name="feature", source="main"))
-    upload(client, repo, "feature", "x/2", b"2", tmp_path)
-    upload(client, repo, "feature", "y/3", b"3", tmp_path)
+    upload(client, repo, "feature", "x/2", b"2", tmp=tmp_path)
+    upload(client, repo, "feature", "y/3", b"3", tmp=tmp_path)
     commits.commit(repo, "feature", lakefs_sdk.CommitCreation(message="feature"))
     diff = refs.diff_refs(repo, "main", "feature")
     assert [(d.type, d.path) for d in diff.results] == [("added", "x/2"), ("added", "y/3")]
@@ -218,9 +218,9 @@ def test_commits_log_diff_merge(server: RestServer, client: lakefs_sdk.ApiClient
     assert head.id == merged.reference and head.message == "Merge 'feature' into 'main'"
     assert status(lambda: refs.merge_into_branch(repo, "feature", "main")) == 400
     # conflicts: 409
-    upload(client, repo, "feature", "x/1", b"f", tmp_path)
+    upload(client, repo, "feature", "x/1", b"f", tmp=tmp_path)
     commits.commit(repo, "feature", lakefs_sdk.CommitCreation(message="f"))
-    upload(client, repo, "main", "x/1", b"m", tmp_path)
+    upload(client, repo, "main", "x/1", b"m", tmp=tmp_path)
     commits.commit(repo, "main", lakefs_sdk.CommitCreation(message="m"))
     assert status(lambda: refs.merge_into_branch(repo, "feature", "main")) == 409
     refs.merge_into_branch(repo, "feature", "main", merge=lakefs_sdk.Merge(strategy="source-wins"))
@@ -237,21 +237,21 @@ def test_tags_revert_cherry_pick_reset(
         lakefs_sdk.BranchesApi(client),
     )
     objects = lakefs_sdk.ObjectsApi(client)
-    upload(client, repo, "main", "f", b"1", tmp_path)
+    upload(client, repo, "main", "f", b"1", tmp=tmp_path)
     one = commits.commit(repo, "main", lakefs_sdk.CommitCreation(message="one"))
     tag = tags.create_tag(repo, lakefs_sdk.TagCreation(id="v1", ref="main"))
     assert tag.commit_id == one.id
     assert status(lambda: tags.create_tag(repo, lakefs_sdk.TagCreation(id="v1", ref="main"))) == 409
     assert [t.id for t in tags.list_tags(repo).results] == ["v1"]
     assert tags.get_tag(repo, "v1").commit_id == one.id
-    upload(client, repo, "main", "f", b"2", tmp_path)
+    upload(client, repo, "main", "f", b"2", tmp=tmp_path)
     two = commits.commit(repo, "main", lakefs_sdk.CommitCreation(message="two"))
     branches.revert_branch(repo, "main", lakefs_sdk.RevertCreation(ref=two.id, parent_number=0))
     assert objects.get_object(repo, "main", "f") == b"1"
     branches.create_branch(repo, lakefs_sdk.BranchCreation(name="pick", source="v1"))
     picked = branches.cherry_pick(repo, "pick", lakefs_sdk.CherryPickCreation(ref=two.id))
     assert picked.message == "two" and objects.get_object(repo, "pick", "f") == b"2"
-    upload(client, repo, "main", "g", b"g", tmp_path)
+    upload(client, repo, "main", "g", b"g", tmp=tmp_path)
     branches.reset_branch(repo, "main", lakefs_sdk.ResetCreation(type="reset"))
     assert status(lambda: objects.stat_object(repo, "main", "g")) == 404
     tags.delete_tag(repo, "v1")
@@ -261,7 +261,7 @@ def test_tags_revert_cherry_pick_reset(
 def test_objects(server: RestServer, client: lakefs_sdk.ApiClient, tmp_path: Path) -> None:
     repo = new_repo(server, client)
     objects = lakefs_sdk.ObjectsApi(client)
-    stat = upload(client, repo, "main", "dir/a.bin", b"0123456789", tmp_path)
+    stat = upload(client, repo, "main", "dir/a.bin", b"0123456789", tmp=tmp_path)
     assert stat.checksum == "781e5e245d69b566979b86e28d23f2c7" and stat.size_bytes == 10
     assert objects.get_object(repo, "main", "dir/a.bin", range="bytes=2-4") == b"234"
     assert status(lambda: objects.get_object(repo, "main", "dir/a.bin", range="bytes=20-")) == 416
@@ -279,7 +279,7 @@ def test_objects(server: RestServer, client: lakefs_sdk.ApiClient, tmp_path: Pat
     )
     assert copied.checksum == stat.checksum
     for i in range(5):
-        upload(client, repo, "main", f"many/{i}", b"m", tmp_path)
+        upload(client, repo, "main", f"many/{i}", b"m", tmp=tmp_path)
     page1 = objects.list_objects(repo, "main", prefix="many/", amount=3)
     assert [o.path for o in page1.results] == ["many/0", "many/1", "many/2"] and page1.pagination.has_more
     page2 = objects.list_objects(repo, "main", prefix="many/", after=page1.pagination.next_offset)
@@ -307,7 +307,7 @@ def test_objects(server: RestServer, client: lakefs_sdk.ApiClient, tmp_path: Pat
 def test_protected_branch(server: RestServer, client: lakefs_sdk.ApiClient, tmp_path: Path) -> None:
     repo = new_repo(server, client)
     repos = lakefs_sdk.RepositoriesApi(client)
-    upload(client, repo, "main", "before", b"b", tmp_path)
+    upload(client, repo, "main", "before", b"b", tmp=tmp_path)
     repos.set_branch_protection_rules(repo, [lakefs_sdk.BranchProtectionRule(pattern="ma*")])
     f = tmp_path / "p"
     f.write_bytes(b"p")
