@@ -1,6 +1,37 @@
-"""lakeFS's REST API (``/api/v1``) over the Graveler facade: :func:`build_api_app`."""
+"""lakeFS's REST API (``/api/v1``) over the Graveler facade.
 
+:func:`create_app` is the factory :mod:`lakefs_server.api_mount` mounts on the S3 listener;
+:func:`~lakefs_server.rest.app.build_api_app` builds the same application from explicit dependencies.
+"""
+
+from __future__ import annotations
+
+from aiohttp import web
+
+from lakefs_server.context import ServerContext
 from lakefs_server.rest.app import RestDeps, StorageInfo, build_api_app
 from lakefs_server.rest.auth import Authenticator
 
-__all__ = ["Authenticator", "RestDeps", "StorageInfo", "build_api_app"]
+__all__ = ["Authenticator", "RestDeps", "StorageInfo", "build_api_app", "create_app", "storage_info"]
+
+
+def storage_info(ctx: ServerContext) -> StorageInfo:
+    """What ``/config/storage`` reports: S3 when the core has an S3 endpoint or region configured
+    (namespaces may still be ``local://`` ones), else the local store. Presigning is not served."""
+    s3 = ctx.config.core.s3
+    if s3.endpoint_url is not None or s3.region is not None:
+        return StorageInfo("s3", "s3://example-bucket/prefix")
+    return StorageInfo("local", "local:///path/to/namespace")
+
+
+def create_app(ctx: ServerContext) -> web.Application:
+    secret = ctx.config.auth.encrypt.secret_key
+    if secret is None:  # the configuration requires it; a context built otherwise is a bug
+        raise ValueError("auth.encrypt.secret_key is required")
+    deps = RestDeps(
+        ctx.graveler,
+        ctx.objects,
+        Authenticator(ctx.auth, secret.get_secret_value().encode()),
+        storage_info(ctx),
+    )
+    return build_api_app(deps)

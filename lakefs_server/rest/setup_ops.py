@@ -12,7 +12,7 @@ from lakefs_server.rest.auth import COOKIE
 from lakefs_server.rest.models import LoginInformation, body
 from lakefs_server.rest.wire import unix
 
-NAMESPACE_REGEX = {"local": "^local://", "s3": "^s3://", "mem": "^mem://"}
+NAMESPACE_REGEX = "^(local|s3)://"
 
 
 def _version(call: Call) -> dict[str, Any]:
@@ -27,7 +27,7 @@ def _version(call: Call) -> dict[str, Any]:
 
 def _storage(call: Call) -> dict[str, Any]:
     info = call.deps.storage
-    regex = NAMESPACE_REGEX.get(info.blockstore_type, "^.*$")
+    regex = NAMESPACE_REGEX
     return {
         "blockstore_type": info.blockstore_type,
         "blockstore_namespace_example": info.namespace_example,

@@ -14,8 +14,6 @@ import pytest
 import urllib3
 from lakefs_sdk.exceptions import ApiException
 
-from lakefs_core.settings import CoreSettings
-from lakefs_server.rest import StorageInfo
 from tests.server.rest_harness import ACCESS_KEY, SECRET_KEY, RestServer, rest_server
 from tests.support.moto import ACCESS_KEY as MOTO_KEY
 from tests.support.moto import SECRET_KEY as MOTO_SECRET
@@ -41,9 +39,8 @@ def server(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFact
         "secret_access_key": MOTO_SECRET,
         "addressing_style": "path",
     }
-    settings = CoreSettings.model_validate({"kv_url": pg.sqlalchemy_url, "s3": s3})
-    info = StorageInfo("s3", "s3://example-bucket/prefix")
-    with rest_server(tmp, settings=settings, namespace_root=f"s3://{bucket}/repos", storage=info) as s:
+    core = {"kv_url": pg.sqlalchemy_url, "s3": s3}
+    with rest_server(tmp, core, f"s3://{bucket}/repos") as s:
         yield s
 
 
