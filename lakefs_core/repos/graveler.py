@@ -370,12 +370,16 @@ class Graveler:
 
     # -- branches -------------------------------------------------------------------------------------
 
-    async def create_branch(self, repo_id: str, name: str, source_ref: str, *, force: bool = False) -> Branch:
+    async def create_branch(
+        self, repo_id: str, name: str, source_ref: str, *, force: bool = False, hidden: bool = False
+    ) -> Branch:
+        """A new branch at ``source_ref``'s commit; ``hidden`` ones are left out of listings unless
+        asked for (lakeFS's ephemeral transaction branches)."""
         repo = await self.repository(repo_id)
         self.writable(repo, force)
         validate_branch_id(name)
         source = await self.resolve(repo, source_ref)
-        branch = Branch(name, source.commit.id, kvkeys.new_staging_token(repo.id, name))
+        branch = Branch(name, source.commit.id, kvkeys.new_staging_token(repo.id, name), hidden=hidden)
         await self.refs.create_branch(repo, branch)
         return branch
 

@@ -79,10 +79,9 @@ async def create_branch(call: Call) -> web.StreamResponse:
     )
     repo_id = call.param("repository")
     graveler = call.deps.graveler
-    branch = await graveler.create_branch(repo_id, spec.name, spec.source, force=spec.force)
-    if spec.hidden:
-        # Hidden branches are a lakeFS listing flag only; ours are created visible.
-        pass
+    branch = await graveler.create_branch(
+        repo_id, spec.name, spec.source, force=spec.force, hidden=spec.hidden
+    )
     return web.Response(status=201, text=branch.commit_id, content_type="text/html")
 
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from lakefs_server.rest import objects_ops, protection, refs_ops, repos_ops, setup_ops
+from lakefs_server.rest import import_ops, objects_ops, protection, refs_ops, repos_ops, setup_ops
 from lakefs_server.rest.app import Handler
 
 
@@ -13,4 +13,5 @@ def table() -> list[tuple[str, str, Handler]]:
         *protection.ROUTES,
         *refs_ops.ROUTES,
         *objects_ops.ROUTES,
+        *import_ops.ROUTES,
     ]

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tests.server.harness import ADMIN, Server, _seed
+from tests.server.harness import ADMIN, ENCRYPT_SECRET, Server, _seed
 
 ACCESS_KEY = ADMIN.access_key_id
 SECRET_KEY = ADMIN.secret_access_key
@@ -41,7 +41,9 @@ def rest_server(
         core = {"kv_url": f"sqlite:///{tmp / 'kv.sqlite3'}"}
     root = namespace_root or f"local://{tmp / 'ns'}"
     asyncio.run(_seed(core, f"{root}/repo"))
-    server = Server(tmp, core, **kw).start()
+    # The auth cache on, as deployed: without it every request decrypts its credential again.
+    auth = {"encrypt": {"secret_key": ENCRYPT_SECRET}, "cache_seconds": 20}
+    server = Server(tmp, core, extra={"auth": auth}, **kw).start()
     try:
         yield RestServer(server.endpoint, root, server)
     finally:
