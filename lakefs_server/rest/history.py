@@ -10,6 +10,7 @@ their first parent; ``stop_at`` ends the walk at that commit (included); ``limit
 from __future__ import annotations
 
 import heapq
+from datetime import UTC, datetime
 from typing import Any
 
 from lakefs_core.errors import BadInputError, NotFoundError, encode_utf8
@@ -73,6 +74,16 @@ async def _walk(call: Call, repo_id: str, ref: str, first_parent: bool):  # type
                 heapq.heappush(heap, (-parent.generation, -parent.creation_date.timestamp(), pid, parent))
 
 
+def _since(raw: str) -> datetime | None:
+    if not raw:
+        return None
+    try:
+        when = datetime.fromisoformat(raw)
+    except ValueError:
+        raise BadInputError("must be an RFC 3339 date-time", field="since") from None
+    return when if when.tzinfo is not None else when.replace(tzinfo=UTC)
+
+
 async def log_page(call: Call, ref: str) -> dict[str, Any]:
     q = call.request.query
     repo_id = call.param("repository")
@@ -85,12 +96,12 @@ async def log_page(call: Call, ref: str) -> dict[str, Any]:
     limit = query_bool(call.request, "limit")
     first_parent = query_bool(call.request, "first_parent")
     stop_at = q.get("stop_at", "")
-    since = q.get("since", "")
+    since = _since(q.get("since", ""))
     results: list[dict[str, Any]] = []
     has_more = False
     skipping = bool(after)
     async for commit in _walk(call, repo_id, ref, first_parent):
-        if since and commit.creation_date.isoformat() < since:
+        if since is not None and commit.creation_date < since:
             break
         if skipping:
             skipping = commit.id != after

@@ -81,15 +81,7 @@ async def upload_object(call: Call) -> web.StreamResponse:
         raise BadInputError("storage classes are not served here", field="storageClass")
     force = query_bool(call.request, "force")
     await protection.check(call, repo_id, branch)
-    if call.request.headers.get("If-None-Match", "").strip() == "*":
-        try:
-            await call.deps.objects.stat(repo_id, branch, path)
-        except NotFoundError:
-            pass
-        else:
-            raise PreconditionFailedError("path already exists")
-    elif "If-None-Match" in call.request.headers:
-        raise BadInputError("only If-None-Match: * is supported", field="If-None-Match")
+    await _preconditions(call, repo_id, branch, path)
     metadata = _user_metadata(call)
     content_type = call.request.headers.get("Content-Type")
     if content_type is not None and content_type.startswith("multipart/form-data"):
@@ -105,6 +97,27 @@ async def upload_object(call: Call) -> web.StreamResponse:
             force=force,
         )
     return web.json_response(object_json(await _namespace(call), stat), status=201)
+
+
+async def _preconditions(call: Call, repo_id: str, branch: str, path: str) -> None:
+    """``If-None-Match: *`` (the path must not exist) and ``If-Match: <etag>`` (it must hold that
+    object), checked before the upload: a writer racing on the same path may still land first."""
+    headers = call.request.headers
+    none_match, match = headers.get("If-None-Match"), headers.get("If-Match")
+    if none_match is None and match is None:
+        return
+    if none_match is not None and none_match.strip() != "*":
+        raise BadInputError("only If-None-Match: * is supported", field="If-None-Match")
+    try:
+        current = await call.deps.objects.stat(repo_id, branch, path)
+    except NotFoundError:
+        if match is not None:
+            raise PreconditionFailedError("path does not exist") from None
+        return
+    if none_match is not None:
+        raise PreconditionFailedError("path already exists")
+    if match is not None and match.strip().strip('"') != current.etag.strip('"'):
+        raise PreconditionFailedError("the object's ETag does not match If-Match")
 
 
 async def _upload_form(

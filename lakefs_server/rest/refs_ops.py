@@ -304,6 +304,22 @@ async def merge(call: Call) -> web.StreamResponse:
     return web.json_response({"reference": merged.id})
 
 
+async def find_merge_base(call: Call) -> web.StreamResponse:
+    await call.authorize(_repo_node(perms.LIST_COMMITS, call))
+    repo_id, source, dest = call.param("repository"), call.param("sourceRef"), call.param("destinationBranch")
+    graveler = call.deps.graveler
+    base = await graveler.merge_base(repo_id, source, dest)
+    if base is None:
+        raise NotFoundError(f"{source!r} and {dest!r} have no common ancestor")
+    return web.json_response(
+        {
+            "source_commit_id": (await graveler.get_commit(repo_id, source)).id,
+            "destination_commit_id": (await graveler.get_commit(repo_id, dest)).id,
+            "base_commit_id": base.id,
+        }
+    )
+
+
 async def create_tag(call: Call) -> web.StreamResponse:
     spec = await body(call.request, TagCreation)
     await call.authorize(perms.Permission(perms.CREATE_TAG, perms.tag_arn(call.param("repository"), spec.id)))
@@ -365,6 +381,7 @@ ROUTES = [
     ("GET", R + "/refs/{ref}/commits", log_commits),
     ("GET", R + "/refs/{leftRef}/diff/{rightRef}", diff_refs),
     ("POST", R + "/refs/{sourceRef}/merge/{destinationBranch}", merge),
+    ("GET", R + "/refs/{sourceRef}/merge/{destinationBranch}", find_merge_base),
     ("GET", R + "/tags", list_tags),
     ("POST", R + "/tags", create_tag),
     ("GET", R + "/tags/{tag}", get_tag),
