@@ -9,6 +9,7 @@ from __future__ import annotations
 import base64
 import json
 import os
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -213,34 +214,35 @@ def test_revert(api: Api, repo: str) -> None:
         repo, MAIN, lakefs_sdk.RevertCreation(ref=two.id, parent_number=0))) == 409  # fmt: skip
 
 
+def start_import(imports: lakefs_sdk.ImportApi, repo: str, source: str, destination: str) -> str:
+    location = lakefs_sdk.ImportLocation(type="common_prefix", path=source, destination=destination)
+    creation = lakefs_sdk.ImportCreation(paths=[location], commit=lakefs_sdk.CommitCreation(message="import"))
+    return str(imports.import_start(repo, MAIN, creation).id)
+
+
+def wait_import(imports: lakefs_sdk.ImportApi, repo: str, import_id: str) -> lakefs_sdk.ImportStatus:
+    for _ in range(400):
+        status = imports.import_status(repo, MAIN, import_id)
+        if status.completed:
+            return status
+        time.sleep(0.05)
+    raise AssertionError("import did not complete")
+
+
 def test_import(api: Api, repo: str, client: lakefs_sdk.ApiClient, tmp_path: Path) -> None:
     source = tmp_path / "import-source"
     (source / "sub").mkdir(parents=True)
     for i in range(3):
         (source / "sub" / f"{i}.csv").write_bytes(b"a,b\n")
     imports = lakefs_sdk.ImportApi(client)
-    started = imports.import_start(repo, MAIN, lakefs_sdk.ImportCreation(
-        paths=[lakefs_sdk.ImportLocation(type="common_prefix", path=f"local://{source}/", destination="imported/")],
-        commit=lakefs_sdk.CommitCreation(message="import")))  # fmt: skip
-    for _ in range(200):
-        status = imports.import_status(repo, MAIN, started.id)
-        if status.completed:
-            break
-        import time
-
-        time.sleep(0.05)
+    started = start_import(imports, repo, f"local://{source}/", "imported/")
+    status = wait_import(imports, repo, started)
     assert status.completed and status.error is None and status.ingested_objects == 3
     assert status.commit is not None and status.commit.message == "import"
     assert api.paths(repo, MAIN) == ["imported/sub/0.csv", "imported/sub/1.csv", "imported/sub/2.csv"]
     assert status_of(lambda: imports.import_status(repo, MAIN, "nope")) == 404
-    assert status_of(lambda: imports.import_cancel(repo, MAIN, started.id)) == 400  # already done
-    bad = imports.import_start(repo, MAIN, lakefs_sdk.ImportCreation(
-        paths=[lakefs_sdk.ImportLocation(type="common_prefix", path=f"local://{tmp_path}/missing/", destination="x/")],
-        commit=lakefs_sdk.CommitCreation(message="import")))  # fmt: skip
-    for _ in range(200):
-        status = imports.import_status(repo, MAIN, bad.id)
-        if status.completed:
-            break
+    assert status_of(lambda: imports.import_cancel(repo, MAIN, started)) == 400  # already done
+    status = wait_import(imports, repo, start_import(imports, repo, f"local://{tmp_path}/missing/", "x/"))
     assert status.error is not None
 
 
@@ -286,7 +288,7 @@ def test_presign_not_offered(server: RestServer, api: Api, repo: str, client: la
         ("GET", "/repositories/{repo}/refs/main/objects/ls?amount=5000&user_metadata=TRUE", b"", {}, 200),
     ],
 )
-def test_wire_rules(
+def test_wire_rules(  # noqa: PLR0917 (pytest passes the parameters positionally)
     server: RestServer, repo: str, method: str, path: str, body: bytes, headers: dict[str, str], expected: int
 ) -> None:
     http = urllib3.PoolManager()
