@@ -1,7 +1,9 @@
 """Branches, tags, commits, logs, diffs and merges (lakeFS's ref operations).
 
-A write to a branch a protection rule covers (uploads, deletes, commits, merges into it, reverts,
-cherry-picks, resets) is refused with 403 before anything changes (:mod:`.protection`).
+Branch protection as lakeFS applies it (:mod:`.protection`): a protected branch refuses staging
+writes (uploads, deletes, resets of uncommitted changes), commits and hard resets with 403 before
+anything changes; merges, reverts and cherry-picks into it are allowed (lakeFS's quickstart merges
+into its protected ``main``).
 """
 
 from __future__ import annotations
@@ -98,7 +100,6 @@ async def delete_branch(call: Call) -> web.StreamResponse:
     repo = await call.deps.graveler.repository(call.param("repository"))
     if name == repo.default_branch:
         raise protection.ProtectedBranchError("cannot delete the repository's default branch")
-    await protection.check(call, repo.id, name)
     await call.deps.graveler.delete_branch(repo.id, name, force=query_bool(call.request, "force"))
     return web.Response(status=204)
 
@@ -129,6 +130,7 @@ async def hard_reset_branch(call: Call) -> web.StreamResponse:
     if not ref:
         raise BadInputError("missing", field="ref")
     repo_id = call.param("repository")
+    await protection.check(call, repo_id, name, commit=True)
     await protection.check(call, repo_id, name)
     await call.deps.graveler.reset_branch(repo_id, name, ref, force=query_bool(call.request, "force"))
     return web.Response(status=204)
@@ -139,7 +141,6 @@ async def revert_branch(call: Call) -> web.StreamResponse:
     await call.authorize(_branch_node(perms.REVERT_BRANCH, call, name))
     spec = await body(call.request, RevertCreation)
     repo_id = call.param("repository")
-    await protection.check(call, repo_id, name)
     await call.deps.graveler.revert(
         repo_id,
         name,
@@ -158,7 +159,6 @@ async def cherry_pick(call: Call) -> web.StreamResponse:
     )
     spec = await body(call.request, CherryPickCreation)
     repo_id = call.param("repository")
-    await protection.check(call, repo_id, name)
     commit = await call.deps.graveler.cherry_pick(
         repo_id, name, spec.ref, committer=call.username, parent_number=spec.parent_number, force=spec.force
     )
@@ -283,7 +283,6 @@ async def merge(call: Call) -> web.StreamResponse:
     if strategy is None:
         raise BadInputError("must be dest-wins or source-wins", field="strategy")
     repo_id, source = call.param("repository"), call.param("sourceRef")
-    await protection.check(call, repo_id, dest, commit=True)
     graveler = call.deps.graveler
     message = spec.message or f"Merge '{source}' into '{dest}'"
     try:

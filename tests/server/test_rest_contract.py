@@ -305,6 +305,7 @@ def test_protected_branch(server: RestServer, client: lakefs_sdk.ApiClient, tmp_
     repo = new_repo(server, client)
     repos = lakefs_sdk.RepositoriesApi(client)
     upload(client, repo, "main", "before", b"b", tmp=tmp_path)
+    lakefs_sdk.CommitsApi(client).commit(repo, "main", lakefs_sdk.CommitCreation(message="before"))
     repos.set_branch_protection_rules(repo, [lakefs_sdk.BranchProtectionRule(pattern="ma*")])
     f = tmp_path / "p"
     f.write_bytes(b"p")
@@ -319,6 +320,12 @@ def test_protected_branch(server: RestServer, client: lakefs_sdk.ApiClient, tmp_
         == 403
     )
     assert status(lambda: objects.delete_object(repo, "main", "before")) == 403
+    # merges into a protected branch are how it changes (lakeFS's quickstart)
+    lakefs_sdk.BranchesApi(client).create_branch(repo, lakefs_sdk.BranchCreation(name="work", source="main"))
+    objects.upload_object(repo, "work", "after", content=str(f))
+    lakefs_sdk.CommitsApi(client).commit(repo, "work", lakefs_sdk.CommitCreation(message="w"))
+    lakefs_sdk.RefsApi(client).merge_into_branch(repo, "work", "main")
+    assert objects.get_object(repo, "main", "after") == b"p"
 
 
 def test_sample_data(server: RestServer, client: lakefs_sdk.ApiClient) -> None:
