@@ -14,6 +14,7 @@ import pytest
 import urllib3
 from lakefs_sdk.exceptions import ApiException
 
+from tests.server.harness import DEVELOPER, VIEWER, Keys
 from tests.server.rest_harness import ACCESS_KEY, SECRET_KEY, RestServer, rest_server
 from tests.support.moto import ACCESS_KEY as MOTO_KEY
 from tests.support.moto import SECRET_KEY as MOTO_SECRET
@@ -125,6 +126,34 @@ def test_authentication(server: RestServer) -> None:
         "GET", server.endpoint + "/api/v1/user", headers={"Authorization": f"Bearer {forged}"}
     )
     assert answer.status == 401 and b"message" in answer.data
+
+
+def test_authorisation(server: RestServer, client: lakefs_sdk.ApiClient, tmp_path: Path) -> None:
+    repo = new_repo(server, client)
+    upload(client, repo, "main", "seen", b"s", tmp=tmp_path)
+
+    def as_user(keys: Keys) -> lakefs_sdk.ApiClient:
+        cfg = lakefs_sdk.Configuration(
+            host=server.api, username=keys.access_key_id, password=keys.secret_access_key
+        )
+        return lakefs_sdk.ApiClient(cfg)
+
+    viewer, developer = as_user(VIEWER), as_user(DEVELOPER)
+    assert lakefs_sdk.ObjectsApi(viewer).get_object(repo, "main", "seen") == b"s"
+    assert repo in {r.id for r in lakefs_sdk.RepositoriesApi(viewer).list_repositories(amount=1000).results}
+    with pytest.raises(ApiException) as refused:
+        upload(viewer, repo, "main", "nope", b"n", tmp=tmp_path)
+    assert refused.value.status == 401 and "fs:WriteObject" in (refused.value.body or "")
+    assert (
+        status(
+            lambda: lakefs_sdk.CommitsApi(viewer).commit(repo, "main", lakefs_sdk.CommitCreation(message="m"))
+        )
+        == 401
+    )
+    upload(developer, repo, "main", "dev", b"d", tmp=tmp_path)
+    creation = lakefs_sdk.RepositoryCreation(name="dev-made", storage_namespace=server.namespace("dev-made"))
+    assert status(lambda: lakefs_sdk.RepositoriesApi(developer).create_repository(creation)) == 401
+    assert status(lambda: lakefs_sdk.RepositoriesApi(developer).delete_repository(repo)) == 401
 
 
 def test_repositories(server: RestServer, client: lakefs_sdk.ApiClient) -> None:
