@@ -168,6 +168,21 @@ class Server:
             time.sleep(0.1)
         raise RuntimeError(f"lakefs-server not ready: {self.output()}")
 
+    def lakefs_core(self, *args: str) -> Any:
+        """Run ``lakefs-core --json ARGS`` on the server's core; its JSON answer."""
+        import json
+
+        config = self.directory / "core.yaml"
+        if not config.exists():
+            config.write_text(yaml.safe_dump(self.core))
+        env = {k: v for k, v in os.environ.items() if not k.startswith("LAKEFS_")}
+        done = subprocess.run(
+            [str(BIN / "lakefs-core"), "--config", str(config), "--json", *args],
+            capture_output=True, text=True, env=env, timeout=120, check=False,
+        )  # fmt: skip
+        assert done.returncode == 0, done.stderr
+        return json.loads(done.stdout)
+
     def output(self) -> str:
         return (self.directory / "server.log").read_text(errors="replace")[-5000:]
 
