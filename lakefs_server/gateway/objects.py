@@ -45,7 +45,7 @@ from lakefs_server.gateway.errors import S3Error
 from lakefs_server.gateway.handler import S3Call, register
 from lakefs_server.gateway.xml import xml_response
 
-__all__ = ["body_stream", "parse_range", "stat_object"]
+__all__ = ["body_stream", "check_write_conditions", "parse_range", "stat_object"]
 
 _RANGE = re.compile(r"bytes=(\d*)-(\d*)")
 READ_CHUNK = 1 << 20
@@ -227,7 +227,8 @@ async def body_stream(call: S3Call) -> tuple[AsyncIterator[bytes], dict[str, str
     return stream(), verified
 
 
-async def _check_write_conditions(call: S3Call) -> None:
+async def check_write_conditions(call: S3Call) -> None:
+    """``If-None-Match: *`` / ``If-Match`` of a write, against the branch's current entry."""
     if_none = call.signed.header("if-none-match")
     if_match = call.signed.header("if-match")
     if if_none is None and if_match is None:
@@ -261,7 +262,7 @@ async def put_object(call: S3Call) -> web.StreamResponse:
     if not path:
         raise S3Error("InvalidArgument", "the key names no object path within the branch")
     metadata = user_metadata(call)
-    await _check_write_conditions(call)
+    await check_write_conditions(call)
     stream, verified = await body_stream(call)
     content_type = call.signed.header("content-type")
     stat = await call.ctx.objects.upload(

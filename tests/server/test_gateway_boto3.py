@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import io
 import urllib.error
 import urllib.request
 from collections.abc import Callable, Iterator
@@ -270,3 +271,111 @@ def test_when_required_checksums_and_presigned_urls(server: Server) -> None:
     assert refused.value.code in (400, 403)
     refused.value.close()
     s3.close()
+
+
+MiB = 1024 * 1024
+
+
+def test_multipart_upload_copy_list_abort_and_complete(server: Server, s3: Any) -> None:
+    from boto3.s3.transfer import TransferConfig
+
+    data = bytes(range(256)) * (12 * MiB // 256)  # 12 MiB: three parts of 5, 5 and 2 MiB
+    transfer = TransferConfig(multipart_threshold=5 * MiB, multipart_chunksize=5 * MiB)
+    s3.upload_fileobj(io.BytesIO(data), REPO, "main/mp/big", Config=transfer)
+    got = s3.get_object(Bucket=REPO, Key="main/mp/big")["Body"].read()
+    assert len(got) == len(data) and hashlib.sha256(got).digest() == hashlib.sha256(data).digest()
+
+    created = s3.create_multipart_upload(
+        Bucket=REPO, Key="main/mp/copy", ContentType="x/y", Metadata={"a": "b"}
+    )
+    upload_id = created["UploadId"]
+    first = s3.upload_part_copy(
+        Bucket=REPO,
+        Key="main/mp/copy",
+        UploadId=upload_id,
+        PartNumber=1,
+        CopySource=f"{REPO}/main/mp/big",
+        CopySourceRange=f"bytes=0-{5 * MiB - 1}",
+    )["CopyPartResult"]["ETag"]
+    second = s3.upload_part(Bucket=REPO, Key="main/mp/copy", UploadId=upload_id, PartNumber=2, Body=b"tail")[
+        "ETag"
+    ]
+    listed = s3.list_parts(Bucket=REPO, Key="main/mp/copy", UploadId=upload_id)["Parts"]
+    assert [(p["PartNumber"], p["Size"]) for p in listed] == [(1, 5 * MiB), (2, 4)]
+    uploads = s3.list_multipart_uploads(Bucket=REPO)["Uploads"]
+    assert [(u["Key"], u["UploadId"]) for u in uploads] == [("main/mp/copy", upload_id)]
+    assert (
+        code_of(
+            lambda: s3.complete_multipart_upload(
+                Bucket=REPO,
+                Key="main/mp/copy",
+                UploadId=upload_id,
+                MultipartUpload={
+                    "Parts": [{"PartNumber": 2, "ETag": second}, {"PartNumber": 1, "ETag": first}]
+                },
+            )
+        )
+        == "InvalidPartOrder"
+    )
+    s3.complete_multipart_upload(
+        Bucket=REPO,
+        Key="main/mp/copy",
+        UploadId=upload_id,
+        MultipartUpload={"Parts": [{"PartNumber": 1, "ETag": first}, {"PartNumber": 2, "ETag": second}]},
+    )
+    copied = s3.get_object(Bucket=REPO, Key="main/mp/copy")
+    assert copied["Body"].read() == data[: 5 * MiB] + b"tail"
+    assert copied["ContentType"] == "x/y" and copied["Metadata"] == {"a": "b"}
+    assert "Uploads" not in s3.list_multipart_uploads(Bucket=REPO)
+
+    aborted = s3.create_multipart_upload(Bucket=REPO, Key="main/mp/aborted")["UploadId"]
+    s3.upload_part(Bucket=REPO, Key="main/mp/aborted", UploadId=aborted, PartNumber=1, Body=b"x")
+    s3.abort_multipart_upload(Bucket=REPO, Key="main/mp/aborted", UploadId=aborted)
+    assert (
+        code_of(lambda: s3.list_parts(Bucket=REPO, Key="main/mp/aborted", UploadId=aborted)) == "NoSuchUpload"
+    )
+    assert code_of(lambda: s3.head_object(Bucket=REPO, Key="main/mp/aborted")) == "404"
+    assert code_of(lambda: s3.create_multipart_upload(Bucket=REPO, Key="v1/mp/x")) in ("NoSuchBucket", "404")
+
+
+def test_expired_multipart_uploads_are_swept(server: Server, s3: Any) -> None:
+    """The daemon's step: an upload older than the expiry is aborted, its part objects deleted."""
+    import asyncio
+
+    from lakefs_core.auth.store import AuthStore
+    from lakefs_core.settings import CoreSettings
+    from lakefs_core.wiring import open_core
+    from lakefs_server.config import load_server_config
+    from lakefs_server.context import ServerContext
+    from lakefs_server.gateway.multipart import sweep_expired
+    from lakefs_server.metrics import ServerMetrics
+
+    upload_id = s3.create_multipart_upload(Bucket=REPO, Key="main/mp/stale")["UploadId"]
+    s3.upload_part(Bucket=REPO, Key="main/mp/stale", UploadId=upload_id, PartNumber=1, Body=b"stale")
+    loaded = load_server_config(server.config)
+    gateway = loaded.gateway.model_copy(update={"multipart_expiry_seconds": 1e-6})
+    config = loaded.model_copy(update={"gateway": gateway})
+
+    async def sweep() -> tuple[int, int]:
+        core = await open_core(CoreSettings.model_validate(server.core))
+        try:
+            ctx = ServerContext(config, core, AuthStore(core.kv), ServerMetrics("test"))
+            repo = await core.graveler.repository(REPO)
+            from lakefs_core.namespace import StorageNamespace
+
+            ns = StorageNamespace.parse(repo.storage_namespace)
+            store = await core.graveler.namespace_store(ns)
+            prefix = ns.key(f"_lakefs/multipart/{upload_id}/")
+            before = [k async for k in store.list_keys(prefix)]
+            swept = await sweep_expired(ctx)
+            after = [k async for k in store.list_keys(prefix)]
+            assert len(before) == 1 and after == []
+            return swept, len(before)
+        finally:
+            await core.aclose()
+
+    swept, _ = asyncio.run(sweep())
+    assert swept >= 1
+    assert (
+        code_of(lambda: s3.list_parts(Bucket=REPO, Key="main/mp/stale", UploadId=upload_id)) == "NoSuchUpload"
+    )
