@@ -33,7 +33,8 @@ from lakefs_core.wiring import open_core
 
 ENCRYPT_SECRET = "gateway-tests-encryption-secret-0123"
 BIN = Path(sys.executable).parent
-REPO = "repo"
+REPO = "repo"  # with branches main and dev
+REPO2 = "repo2"  # a second repository (cross-repository copies)
 
 
 @dataclass(frozen=True)
@@ -65,6 +66,8 @@ async def _seed(core_settings: dict[str, Any], namespace: str) -> None:
             await auth.add_user_to_group(user, group)
             await auth.create_credentials(user, keys.access_key_id, keys.secret_access_key)
         await core.graveler.create_repository(REPO, namespace)
+        await core.graveler.create_branch(REPO, "dev", "main")
+        await core.graveler.create_repository(REPO2, namespace + "2")
     finally:
         await core.aclose()
 

@@ -24,7 +24,7 @@ import pytest
 from botocore.client import Config
 from botocore.exceptions import ClientError
 
-from tests.server.harness import ADMIN, DEVELOPER, REPO, VIEWER, Keys, Server, local_core, running
+from tests.server.harness import ADMIN, DEVELOPER, REPO, REPO2, VIEWER, Keys, Server, local_core, running
 from tests.support.moto import MotoServer
 
 
@@ -198,7 +198,8 @@ def test_viewer_refused_writes_developer_allowed(server: Server, s3: Any) -> Non
     assert s3.get_object(Bucket=REPO, Key="main/rbac/d")["Body"].read() == b"dev"
     bad = client(server, Keys(DEVELOPER.access_key_id, "x" * 40))
     assert code_of(lambda: bad.get_object(Bucket=REPO, Key="main/rbac/d")) == "SignatureDoesNotMatch"
-    assert [b["Name"] for b in s3.list_buckets()["Buckets"]] == [REPO]
+    assert [b["Name"] for b in s3.list_buckets()["Buckets"]] == [REPO, REPO2]
+    assert [b["Name"] for b in viewer.list_buckets()["Buckets"]] == [REPO, REPO2]
     for made in (viewer, developer, bad):
         made.close()
 
@@ -378,4 +379,30 @@ def test_expired_multipart_uploads_are_swept(server: Server, s3: Any) -> None:
     assert swept >= 1
     assert (
         code_of(lambda: s3.list_parts(Bucket=REPO, Key="main/mp/stale", UploadId=upload_id)) == "NoSuchUpload"
+    )
+
+
+def test_copy_object_within_across_branches_and_repositories(s3: Any) -> None:
+    s3.put_object(Bucket=REPO, Key="main/cp/src", Body=b"source", ContentType="a/b", Metadata={"k": "v"})
+    s3.copy_object(Bucket=REPO, Key="main/cp/same", CopySource={"Bucket": REPO, "Key": "main/cp/src"})
+    same = s3.get_object(Bucket=REPO, Key="main/cp/same")
+    assert (
+        same["Body"].read() == b"source" and same["ContentType"] == "a/b" and same["Metadata"] == {"k": "v"}
+    )
+    s3.copy_object(
+        Bucket=REPO,
+        Key="dev/cp/replaced",
+        CopySource=f"{REPO}/main/cp/src",
+        MetadataDirective="REPLACE",
+        ContentType="c/d",
+        Metadata={"n": "m"},
+    )
+    replaced = s3.get_object(Bucket=REPO, Key="dev/cp/replaced")
+    assert replaced["Body"].read() == b"source" and replaced["ContentType"] == "c/d"
+    assert replaced["Metadata"] == {"n": "m"}
+    s3.copy_object(Bucket=REPO2, Key="main/cp/other-repo", CopySource=f"{REPO}/main/cp/src")
+    assert s3.get_object(Bucket=REPO2, Key="main/cp/other-repo")["Body"].read() == b"source"
+    assert (
+        code_of(lambda: s3.copy_object(Bucket=REPO, Key="main/cp/x", CopySource=f"{REPO}/main/cp/missing"))
+        == "NoSuchKey"
     )
