@@ -67,6 +67,7 @@ STATUS = {
     "ERRLakeFSNotSupported": 405,
     "MetadataTooLarge": 400,
     "NotModified": 304,
+    "BucketAlreadyExists": 409,
     "NotImplemented": 501,
     "InternalError": 500,
     "SlowDown": 503,

@@ -29,7 +29,7 @@ from aiohttp import web
 from lakefs_core.auth.s3perms import S3Operation, parse_copy_source, s3_required_permissions
 from lakefs_core.auth.signature import authenticate
 from lakefs_core.auth.signed import SignedRequest, VerifiedRequest
-from lakefs_core.errors import BadRequestError, LakeFSError
+from lakefs_core.errors import AuthenticationError, BadRequestError, LakeFSError
 from lakefs_server.context import ServerContext
 from lakefs_server.gateway.errors import S3Error, error_response, from_lakefs_error
 from lakefs_server.gateway.target import Target, bucket_of_host, parse_target
@@ -191,7 +191,19 @@ async def _authorize(call: S3Call) -> None:
 
 
 async def handle(ctx: ServerContext, request: web.Request) -> web.StreamResponse:
-    """Serve one S3 request (see the module)."""
+    """Serve one S3 request (see the module), counting it in the server's metrics."""
+    started = time.monotonic()
+    state: dict[str, str] = {"operation": "Unknown"}
+    response = await _handle(ctx, request, state)
+    operation = state["operation"]
+    ctx.metrics.requests.labels(operation, str(response.status)).inc()
+    ctx.metrics.latency.labels(operation).observe(time.monotonic() - started)
+    if "auth_failure" in state:
+        ctx.metrics.auth_failures.labels(state["auth_failure"]).inc()
+    return response
+
+
+async def _handle(ctx: ServerContext, request: web.Request, state: dict[str, str]) -> web.StreamResponse:
     request_id = secrets.token_hex(8).upper()
     head = request.method == "HEAD"
     resource = request.raw_path.partition("?")[0]
@@ -199,8 +211,13 @@ async def handle(ctx: ServerContext, request: web.Request) -> web.StreamResponse
         host_bucket, _ = bucket_of_host(request.host, ctx.config.gateway.domain_names)
         signed = signed_request(request, host_bucket)
         target = parse_target(signed.raw_path, host_bucket)
-        credential, verified = await authenticate(signed, ctx.auth, time.time())
+        try:
+            credential, verified = await authenticate(signed, ctx.auth, time.time())
+        except (AuthenticationError, BadRequestError) as e:
+            state["auth_failure"] = str(getattr(e, "s3_code", "AccessDenied"))
+            raise
         operation = classify(request.method, target, signed)
+        state["operation"] = str(operation)
         call = S3Call(ctx, request, signed, verified, target, credential.username, operation, request_id)
         await _authorize(call)
         serve = OPERATIONS.get(operation)
@@ -209,8 +226,6 @@ async def handle(ctx: ServerContext, request: web.Request) -> web.StreamResponse
         response = await serve(call)
     except S3Error as e:
         return error_response(e, resource, request_id, head=head)
-    except BadRequestError as e:
-        return error_response(from_lakefs_error(e), resource, request_id, head=head)
     except LakeFSError as e:
         error = from_lakefs_error(e)
         if error.status >= 500:

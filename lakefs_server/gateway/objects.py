@@ -45,7 +45,7 @@ from lakefs_server.gateway.errors import S3Error
 from lakefs_server.gateway.handler import S3Call, register
 from lakefs_server.gateway.xml import xml_response
 
-__all__ = ["body_stream", "parse_range", "stat_object"]
+__all__ = ["body_stream", "check_write_conditions", "etag_matches", "parse_range", "stat_object"]
 
 _RANGE = re.compile(r"bytes=(\d*)-(\d*)")
 READ_CHUNK = 1 << 20
@@ -82,7 +82,7 @@ def parse_range(header: str | None, size: int) -> tuple[int, int] | None:
     return start, end
 
 
-def _etag_matches(header: str, etag: str) -> bool:
+def etag_matches(header: str, etag: str) -> bool:
     bare = etag.strip('"')
     return any(
         tag.strip() == "*" or tag.strip().removeprefix("W/").strip('"') == bare for tag in header.split(",")
@@ -99,7 +99,7 @@ def check_read_conditions(call: S3Call, stat: ObjectStat) -> None:
     signed = call.signed
     if_match = signed.header("if-match")
     if if_match is not None:
-        if not _etag_matches(if_match, stat.etag):
+        if not etag_matches(if_match, stat.etag):
             raise S3Error(
                 "PreconditionFailed", "If-Match does not match the object's ETag", Condition="If-Match"
             )
@@ -111,7 +111,7 @@ def check_read_conditions(call: S3Call, stat: ObjectStat) -> None:
             )
     if_none = signed.header("if-none-match")
     if if_none is not None:
-        if _etag_matches(if_none, stat.etag):
+        if etag_matches(if_none, stat.etag):
             raise S3Error("NotModified", "not modified")
     else:
         since = parse_http_date(signed.header("if-modified-since"))
@@ -227,7 +227,8 @@ async def body_stream(call: S3Call) -> tuple[AsyncIterator[bytes], dict[str, str
     return stream(), verified
 
 
-async def _check_write_conditions(call: S3Call) -> None:
+async def check_write_conditions(call: S3Call) -> None:
+    """``If-None-Match: *`` / ``If-Match`` of a write, against the branch's current entry."""
     if_none = call.signed.header("if-none-match")
     if_match = call.signed.header("if-match")
     if if_none is None and if_match is None:
@@ -243,7 +244,7 @@ async def _check_write_conditions(call: S3Call) -> None:
     if if_match is not None:
         if current is None:
             raise S3Error("NoSuchKey", "If-Match names an object that does not exist")
-        if not _etag_matches(if_match, current.etag):
+        if not etag_matches(if_match, current.etag):
             raise S3Error(
                 "PreconditionFailed", "If-Match does not match the object's ETag", Condition="If-Match"
             )
@@ -261,7 +262,7 @@ async def put_object(call: S3Call) -> web.StreamResponse:
     if not path:
         raise S3Error("InvalidArgument", "the key names no object path within the branch")
     metadata = user_metadata(call)
-    await _check_write_conditions(call)
+    await check_write_conditions(call)
     stream, verified = await body_stream(call)
     content_type = call.signed.header("content-type")
     stat = await call.ctx.objects.upload(

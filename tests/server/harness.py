@@ -33,7 +33,8 @@ from lakefs_core.wiring import open_core
 
 ENCRYPT_SECRET = "gateway-tests-encryption-secret-0123"
 BIN = Path(sys.executable).parent
-REPO = "repo"
+REPO = "repo"  # with branches main and dev
+REPO2 = "repo2"  # a second repository (cross-repository copies)
 
 
 @dataclass(frozen=True)
@@ -65,6 +66,8 @@ async def _seed(core_settings: dict[str, Any], namespace: str) -> None:
             await auth.add_user_to_group(user, group)
             await auth.create_credentials(user, keys.access_key_id, keys.secret_access_key)
         await core.graveler.create_repository(REPO, namespace)
+        await core.graveler.create_branch(REPO, "dev", "main")
+        await core.graveler.create_repository(REPO2, namespace + "2")
     finally:
         await core.aclose()
 
@@ -167,6 +170,21 @@ class Server:
                     return self
             time.sleep(0.1)
         raise RuntimeError(f"lakefs-server not ready: {self.output()}")
+
+    def lakefs_core(self, *args: str) -> Any:
+        """Run ``lakefs-core --json ARGS`` on the server's core; its JSON answer."""
+        import json
+
+        config = self.directory / "core.yaml"
+        if not config.exists():
+            config.write_text(yaml.safe_dump(self.core))
+        env = {k: v for k, v in os.environ.items() if not k.startswith("LAKEFS_")}
+        done = subprocess.run(
+            [str(BIN / "lakefs-core"), "--config", str(config), "--json", *args],
+            capture_output=True, text=True, env=env, timeout=120, check=False,
+        )  # fmt: skip
+        assert done.returncode == 0, done.stderr
+        return json.loads(done.stdout)
 
     def output(self) -> str:
         return (self.directory / "server.log").read_text(errors="replace")[-5000:]
