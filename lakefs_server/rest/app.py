@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Final
+from typing import Any, Final
 
 from aiohttp import web
 
@@ -48,7 +48,7 @@ class RestDeps:
     auth: Authenticator
     storage: StorageInfo
     version: str = "1.60.0"
-    imports: dict[str, object] = field(default_factory=dict)
+    imports: dict[str, Any] = field(default_factory=dict)  # running and finished imports by id
 
 
 DEPS: Final = web.AppKey("lakefs_rest_deps", RestDeps)

@@ -68,7 +68,7 @@ def _tasks(deps: RestDeps) -> dict[str, ImportTask]:
         k for k, t in tasks.items() if isinstance(t, ImportTask) and t.ended and now - t.ended > KEEP_SECONDS
     ]:
         del tasks[key]
-    return tasks  # type: ignore[return-value]
+    return tasks
 
 
 async def _run(call: Call, job: ImportTask, spec: ImportCreation) -> None:

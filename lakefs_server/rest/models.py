@@ -3,7 +3,6 @@ the answers' JSON shapes, built from the core's records."""
 
 from __future__ import annotations
 
-import hashlib
 from typing import Any, TypeVar
 
 from aiohttp import web
@@ -170,7 +169,3 @@ def object_json(namespace: str, stat: ObjectStat, *, user_metadata: bool = True)
 
 def prefix_json(prefix: str) -> dict[str, Any]:
     return {"path": prefix, "path_type": "common_prefix", "physical_address": "", "checksum": "", "mtime": 0}
-
-
-def etag_of(data: bytes) -> str:
-    return hashlib.md5(data, usedforsecurity=False).hexdigest()

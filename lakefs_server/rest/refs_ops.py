@@ -9,16 +9,14 @@ into its protected ``main``).
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
-from datetime import UTC, datetime
 from typing import Any
 
 from aiohttp import web
 
 from lakefs_core.auth import permissions as perms
-from lakefs_core.committed.model import DiffRecord, DiffType, MergeStrategy
+from lakefs_core.committed.model import DiffRecord, MergeStrategy
 from lakefs_core.errors import BadInputError, NoChangesError, NotFoundError, encode_utf8
 from lakefs_core.format.records import decode_entry
-from lakefs_core.refs.model import Commit
 from lakefs_server.rest import protection
 from lakefs_server.rest.app import Call
 from lakefs_server.rest.models import (
@@ -33,7 +31,7 @@ from lakefs_server.rest.models import (
     commit_json,
     ref_json,
 )
-from lakefs_server.rest.wire import amount_of, page, query_bool, query_int
+from lakefs_server.rest.wire import amount_of, page, query_bool
 
 
 def _branch_node(action: str, call: Call, branch: str) -> perms.Permission:
@@ -357,12 +355,6 @@ async def delete_tag(call: Call) -> web.StreamResponse:
     )
     return web.Response(status=204)
 
-
-def commit_date(seconds: int) -> datetime:
-    return datetime.fromtimestamp(seconds, UTC)
-
-
-__all__ = ["Commit", "DiffType", "NotFoundError", "query_int"]
 
 R = "/repositories/{repository}"
 ROUTES = [
