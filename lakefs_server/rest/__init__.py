@@ -31,7 +31,9 @@ def create_app(ctx: ServerContext) -> web.Application:
     deps = RestDeps(
         ctx.graveler,
         ctx.objects,
-        Authenticator(ctx.auth, secret.get_secret_value().encode()),
+        Authenticator(
+            ctx.auth, secret.get_secret_value().encode(), cache_seconds=ctx.config.auth.cache_seconds
+        ),
         storage_info(ctx),
     )
     return build_api_app(deps)

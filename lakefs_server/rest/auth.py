@@ -35,6 +35,7 @@ COOKIE: Final = "internal_auth_session"
 AUDIENCE: Final = "login"
 LOGIN_DURATION: Final = 7 * 24 * 3600  # lakeFS's auth.login_duration default
 MAX_HEADER: Final = 8192
+MAX_CACHED: Final = 10_000
 
 
 @dataclass(frozen=True)
@@ -49,10 +50,15 @@ class Principal:
 class Authenticator:
     """Checks credentials against the auth store and issues and verifies login tokens."""
 
-    def __init__(self, store: AuthStore, secret: bytes) -> None:
+    def __init__(self, store: AuthStore, secret: bytes, *, cache_seconds: float = 0.0) -> None:
         if not secret:
             raise ValueError("the token signing secret must not be empty")
         self.store = store
+        # Users already verified, by (key id, SHA-256 of the secret) or token subject: one KV read
+        # less per request. As long as the auth store's own cache (auth.cache_seconds): a deleted
+        # user or key stops working within the same time either way.
+        self._cache_seconds = cache_seconds
+        self._users: dict[tuple[str, bytes], tuple[float, User]] = {}
         # HS256 wants a key of at least 32 bytes; a shorter configured secret is stretched by SHA-256
         # (lakeFS signs with auth.encrypt.secret_key as it is).
         self._secret = secret if len(secret) >= 32 else hashlib.sha256(secret).digest()
@@ -60,8 +66,25 @@ class Authenticator:
     def __repr__(self) -> str:  # never the secret
         return "Authenticator()"
 
+    def _cached(self, key: tuple[str, bytes]) -> User | None:
+        hit = self._users.get(key)
+        if hit is None or time.monotonic() - hit[0] > self._cache_seconds:
+            return None
+        return hit[1]
+
+    def _remember(self, key: tuple[str, bytes], user: User) -> User:
+        if self._cache_seconds > 0:
+            if len(self._users) >= MAX_CACHED:
+                self._users.clear()
+            self._users[key] = (time.monotonic(), user)
+        return user
+
     async def check_key(self, access_key_id: str, secret_access_key: str) -> User:
         """The user holding this key pair; :class:`UnauthorizedError` otherwise."""
+        cache_key = (access_key_id, hashlib.sha256(secret_access_key.encode()).digest())
+        cached = self._cached(cache_key)
+        if cached is not None:
+            return cached
         try:
             credential = await self.store.get_credentials(access_key_id)
             user = await self.store.get_user(credential.username)
@@ -70,7 +93,7 @@ class Authenticator:
         stored = (credential.secret_access_key or "").encode()
         if not stored or not hmac.compare_digest(stored, secret_access_key.encode()):
             raise UnauthorizedError("error authenticating request")
-        return user
+        return self._remember(cache_key, user)
 
     def issue(self, username: str, now: float | None = None) -> tuple[str, int]:
         """A login token for ``username`` and its expiry (unix seconds)."""
@@ -93,8 +116,12 @@ class Authenticator:
         subject = claims.get("sub")
         if not isinstance(subject, str):
             raise UnauthorizedError("error authenticating request")
+        cache_key = ("\0jwt", subject.encode())
+        cached = self._cached(cache_key)
+        if cached is not None:
+            return cached
         try:
-            return await self.store.get_user(subject)
+            return self._remember(cache_key, await self.store.get_user(subject))
         except NotFoundError:
             raise UnauthorizedError("error authenticating request") from None
 
