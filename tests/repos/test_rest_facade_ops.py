@@ -1,0 +1,140 @@
+"""The facade operations lakeFS's REST API needed: cherry-pick, merge base of two refs, dropping a
+path's uncommitted changes (exact or prefix; model-based), repository settings (compare-and-swap)
+and hidden branches."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from lakefs_core.committed.model import MergeStrategy
+from lakefs_core.errors import BadInputError, ConflictError, MergeConflictError, PreconditionFailedError
+from lakefs_core.kv.memory import MemoryKVStore
+from lakefs_core.repos.graveler import Graveler
+from lakefs_core.repos.stores import StoreRegistry
+from tests.repos.support import collect, mem_namespace, new_graveler, record, unique
+
+
+async def commit(g: Graveler, repo: str, branch: str = "main", message: str = "c") -> str:
+    return (await g.commit(repo, branch, committer="tester", message=message)).id
+
+
+async def content(g: Graveler, repo: str, ref: str) -> dict[bytes, bytes]:
+    return {r.key: r.identity async for r in g.list_entries(repo, ref)}
+
+
+async def test_cherry_pick_applies_one_commit(g: Graveler, repo: str) -> None:
+    await g.set_entry(repo, "main", record("base"))
+    await commit(g, repo, message="base")
+    await g.create_branch(repo, "pick", "main")
+    await g.set_entry(repo, "main", first := record("one", "1"))
+    await commit(g, repo, message="one")
+    await g.set_entry(repo, "main", second := record("two", "2"))
+    two = await g.commit(repo, "main", committer="tester", message="two", metadata={"k": "v"})
+    picked = await g.cherry_pick(repo, "pick", two.id, committer="picker")
+    assert picked.message == "two" and picked.metadata == {"k": "v"} and picked.committer == "picker"
+    assert len(picked.parents) == 1
+    keys = await content(g, repo, "pick")
+    assert keys[b"two"] == second.identity and b"one" not in keys and first.identity not in keys.values()
+
+
+async def test_cherry_pick_refusals(g: Graveler, repo: str) -> None:
+    root = (await g.get_commit(repo, "main")).id
+    with pytest.raises(BadInputError, match="without parents"):
+        await g.cherry_pick(repo, "main", root, committer="t")
+    await g.set_entry(repo, "main", record("a", "base"))
+    await commit(g, repo)
+    await g.create_branch(repo, "other", "main")
+    await g.set_entry(repo, "other", record("a", "other"))
+    change = await commit(g, repo, "other")
+    await g.set_entry(repo, "main", record("a", "main"))
+    await commit(g, repo)
+    with pytest.raises(MergeConflictError):
+        await g.cherry_pick(repo, "main", change, committer="t")
+    await g.set_entry(repo, "main", record("dirty"))
+    with pytest.raises(ConflictError, match="uncommitted"):
+        await g.cherry_pick(repo, "main", change, committer="t")
+    await g.reset_branch(repo, "main")
+    await g.create_branch(repo, "m", "other")
+    await g.set_entry(repo, "main", record("z"))
+    await commit(g, repo)
+    merged = await g.merge(repo, "main", "m", committer="t", strategy=MergeStrategy.SOURCE_WINS)
+    with pytest.raises(BadInputError, match="parent_number"):
+        await g.cherry_pick(repo, "main", merged.id, committer="t")
+
+
+async def test_merge_base(g: Graveler, repo: str) -> None:
+    await g.set_entry(repo, "main", record("a"))
+    base = await commit(g, repo)
+    await g.create_branch(repo, "f", "main")
+    await g.set_entry(repo, "f", record("f"))
+    await commit(g, repo, "f")
+    await g.set_entry(repo, "main", record("m"))
+    await commit(g, repo)
+    found = await g.merge_base(repo, "main", "f")
+    assert found is not None and found.id == base
+
+
+async def test_settings_compare_and_swap(g: Graveler, repo: str) -> None:
+    assert await g.setting(repo, "branch_protection") is None
+    await g.set_setting(repo, "branch_protection", b'["main"]', None)
+    with pytest.raises(PreconditionFailedError):
+        await g.set_setting(repo, "branch_protection", b"[]", None)
+    with pytest.raises(PreconditionFailedError):
+        await g.set_setting(repo, "branch_protection", b"[]", b'["other"]')
+    await g.set_setting(repo, "branch_protection", b"[]", b'["main"]')
+    assert await g.setting(repo, "branch_protection") == b"[]"
+    with pytest.raises(BadInputError):
+        await g.setting(repo, "a/b")
+
+
+async def test_hidden_branch(g: Graveler, repo: str) -> None:
+    made = await g.create_branch(repo, "tx-1", "main", hidden=True)
+    assert made.hidden and (await g.branch(repo, "tx-1")).hidden
+    assert [b.id for b in await collect(g.list_branches(repo)) if not b.hidden] == ["main"]
+
+
+KEYS = st.sampled_from(["a", "a/x", "a/y", "ab", "b/z", "b"])
+OPS = st.lists(st.tuples(st.sampled_from(["put", "delete"]), KEYS), max_size=12)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(committed=st.sets(KEYS), ops=OPS, path=KEYS, prefix=st.booleans())
+def test_reset_path_model(committed: set[str], ops: list[tuple[str, str]], path: str, prefix: bool) -> None:
+    """Against a model: after reset_path, exactly the uncommitted changes under ``path`` (or to it)
+    are gone, every other change is kept, and the committed data is untouched."""
+    asyncio.run(_reset_path_case(committed, ops, path, prefix))
+
+
+async def _reset_path_case(committed: set[str], ops: list[tuple[str, str]], path: str, prefix: bool) -> None:
+    kv, stores = MemoryKVStore(), StoreRegistry()
+    try:
+        g = new_graveler(kv, stores)
+        repo = unique()
+        await g.create_repository(repo, mem_namespace())
+        for key in sorted(committed):
+            await g.set_entry(repo, "main", record(key, "committed"))
+        if committed:
+            await commit(g, repo)
+        before = await content(g, repo, "main")
+        for i, (op, key) in enumerate(ops):
+            if op == "put":
+                await g.set_entry(repo, "main", record(key, f"v{i}"))
+            elif key.encode() in await content(g, repo, "main"):
+                await g.delete_entry(repo, "main", key.encode())
+        staged = await content(g, repo, "main")
+
+        def hit(key: bytes) -> bool:
+            return key.startswith(path.encode()) if prefix else key == path.encode()
+
+        await g.reset_path(repo, "main", path.encode(), prefix=prefix)
+        expected = {k: v for k, v in staged.items() if not hit(k)}
+        expected |= {k: v for k, v in before.items() if hit(k)}
+        assert await content(g, repo, "main") == expected
+        assert await content(g, repo, "main@") == before
+    finally:
+        await stores.close()
+        await kv.close()
