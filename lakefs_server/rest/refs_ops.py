@@ -31,7 +31,7 @@ from lakefs_server.rest.models import (
     commit_json,
     ref_json,
 )
-from lakefs_server.rest.wire import amount_of, page, query_bool
+from lakefs_server.rest.wire import amount_of, page, query_bool, refuse_dirty
 
 
 def _branch_node(action: str, call: Call, branch: str) -> perms.Permission:
@@ -139,6 +139,7 @@ async def revert_branch(call: Call) -> web.StreamResponse:
     await call.authorize(_branch_node(perms.REVERT_BRANCH, call, name))
     spec = await body(call.request, RevertCreation)
     repo_id = call.param("repository")
+    await refuse_dirty(call.deps.graveler, repo_id, name)
     await call.deps.graveler.revert(
         repo_id,
         name,
@@ -157,6 +158,7 @@ async def cherry_pick(call: Call) -> web.StreamResponse:
     )
     spec = await body(call.request, CherryPickCreation)
     repo_id = call.param("repository")
+    await refuse_dirty(call.deps.graveler, repo_id, name)
     commit = await call.deps.graveler.cherry_pick(
         repo_id, name, spec.ref, committer=call.username, parent_number=spec.parent_number, force=spec.force
     )
@@ -281,6 +283,7 @@ async def merge(call: Call) -> web.StreamResponse:
     if strategy is None:
         raise BadInputError("must be dest-wins or source-wins", field="strategy")
     repo_id, source = call.param("repository"), call.param("sourceRef")
+    await refuse_dirty(call.deps.graveler, repo_id, dest)
     graveler = call.deps.graveler
     message = spec.message or f"Merge '{source}' into '{dest}'"
     try:

@@ -28,7 +28,9 @@ from lakefs_core.errors import (
     PreconditionFailedError,
     PurgedError,
     ReadOnlyError,
+    TooManyRetriesError,
 )
+from lakefs_core.repos.graveler import Graveler
 
 DEFAULT_AMOUNT: Final = 100
 MAX_AMOUNT: Final = 1000
@@ -61,11 +63,21 @@ def status_of(error: LakeFSError) -> int:
             return 400
         case MergeConflictError():
             return 409
+        case TooManyRetriesError():
+            return 429  # lakeFS's ErrTooManyTries
         case AuthenticationError() | PermissionDeniedError() | UnauthorizedError():
             return 401
         case BadInputError():
             return 400
     return error.http_status
+
+
+async def refuse_dirty(graveler: Graveler, repo_id: str, branch_id: str) -> None:
+    """lakeFS answers 400 ``uncommitted changes (dirty branch)`` to a merge, revert or cherry-pick onto
+    a branch with uncommitted changes; the core refuses them too (a conflict), this says it first."""
+    repo = await graveler.repository(repo_id)
+    if await graveler.has_uncommitted(repo, await graveler.branch(repo_id, branch_id)):
+        raise BadInputError(f"uncommitted changes (dirty branch) on {branch_id!r}", field="branch")
 
 
 def error_json(status: int, message: str, headers: Mapping[str, str] | None = None) -> web.Response:
