@@ -670,7 +670,9 @@ class Graveler:
         strategy: MergeStrategy = MergeStrategy.NONE,
         metadata: Mapping[str, str] | None = None,
         force: bool = False,
+        squash: bool = False,
     ) -> Commit:
+        """Merge ``source_ref`` into ``dest_branch``; ``squash``: one parent (see committing.merge)."""
         from lakefs_core.repos import committing
 
         return await committing.merge(
@@ -683,6 +685,7 @@ class Graveler:
             strategy=strategy,
             metadata=metadata,
             force=force,
+            squash=squash,
         )
 
     async def revert(

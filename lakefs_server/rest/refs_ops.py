@@ -296,6 +296,7 @@ async def merge(call: Call) -> web.StreamResponse:
             strategy=strategy,
             metadata=spec.metadata,
             force=spec.force,
+            squash=spec.squash_merge,
         )
     except NoChangesError:
         if not spec.allow_empty:

@@ -138,3 +138,17 @@ async def _reset_path_case(committed: set[str], ops: list[tuple[str, str]], path
     finally:
         await stores.close()
         await kv.close()
+
+
+async def test_squash_merge_has_one_parent(g: Graveler, repo: str) -> None:
+    await g.set_entry(repo, "main", record("a"))
+    await commit(g, repo)
+    await g.create_branch(repo, "f", "main")
+    await g.set_entry(repo, "f", rec := record("f"))
+    await commit(g, repo, "f")
+    await g.set_entry(repo, "f", record("g"))
+    await commit(g, repo, "f")
+    head = await g.get_commit(repo, "main")
+    squashed = await g.merge(repo, "f", "main", committer="t", squash=True)
+    assert squashed.parents == (head.id,) and squashed.generation == head.generation + 1
+    assert (await content(g, repo, "main"))[b"f"] == rec.identity
