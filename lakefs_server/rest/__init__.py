@@ -11,6 +11,7 @@ from aiohttp import web
 from lakefs_server.context import ServerContext
 from lakefs_server.rest.app import RestDeps, StorageInfo, build_api_app
 from lakefs_server.rest.auth import Authenticator
+from lakefs_server.rest.metrics import RestMetrics
 
 __all__ = ["Authenticator", "RestDeps", "StorageInfo", "build_api_app", "create_app", "storage_info"]
 
@@ -35,5 +36,6 @@ def create_app(ctx: ServerContext) -> web.Application:
             ctx.auth, secret.get_secret_value().encode(), cache_seconds=ctx.config.auth.cache_seconds
         ),
         storage_info(ctx),
+        metrics=RestMetrics(ctx.metrics.registry),
     )
     return build_api_app(deps)

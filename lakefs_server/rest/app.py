@@ -11,6 +11,7 @@ generic message and a log line, never a traceback.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, Final
@@ -22,6 +23,7 @@ from lakefs_core.errors import LakeFSError
 from lakefs_core.repos.graveler import Graveler
 from lakefs_core.repos.objects import Objects
 from lakefs_server.rest.auth import Authenticator, Principal
+from lakefs_server.rest.metrics import RestMetrics
 from lakefs_server.rest.wire import error_json, message_of, status_of
 
 log = logging.getLogger(__name__)
@@ -48,6 +50,7 @@ class RestDeps:
     auth: Authenticator
     storage: StorageInfo
     version: str = "1.60.0"
+    metrics: RestMetrics | None = None
     imports: dict[str, Any] = field(default_factory=dict)  # running and finished imports by id
 
 
@@ -77,10 +80,27 @@ Handler = Callable[[Call], Awaitable[web.StreamResponse]]
 
 
 def endpoint(handler: Handler, *, public: bool) -> Callable[[web.Request], Awaitable[web.StreamResponse]]:
+    operation = handler.__name__
+
     async def run(request: web.Request) -> web.StreamResponse:
         deps = request.app[DEPS]
-        principal = None if public else await deps.auth.principal(request)
-        return await handler(Call(request, principal, deps))
+        started = time.perf_counter()
+        status = 500
+        try:
+            principal = None if public else await deps.auth.principal(request)
+            response = await handler(Call(request, principal, deps))
+            status = response.status
+            return response
+        except LakeFSError as e:
+            status = status_of(e)
+            raise
+        except web.HTTPException as e:
+            status = e.status
+            raise
+        finally:
+            if deps.metrics is not None:
+                deps.metrics.requests.labels(operation, str(status)).inc()
+                deps.metrics.latency.labels(operation).observe(time.perf_counter() - started)
 
     run.__name__ = handler.__name__
     return run

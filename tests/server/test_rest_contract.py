@@ -92,6 +92,16 @@ def test_setup_operations(server: RestServer, client: lakefs_sdk.ApiClient) -> N
     ).health_check()
 
 
+def test_metrics(server: RestServer, client: lakefs_sdk.ApiClient) -> None:
+    lakefs_sdk.ConfigApi(client).get_config()
+    with pytest.raises(ApiException):
+        lakefs_sdk.RepositoriesApi(client).get_repository("no-such-repo")
+    text = urllib3.PoolManager().request("GET", server.process.admin + "/metrics").data.decode()
+    assert 'lakefs_server_rest_requests_total{operation="get_config",region="us-east-1",status="200"}' in text
+    assert 'operation="get_repository",region="us-east-1",status="404"' in text
+    assert "lakefs_server_rest_request_duration_seconds_bucket" in text
+
+
 def test_authentication(server: RestServer) -> None:
     anon = lakefs_sdk.ApiClient(lakefs_sdk.Configuration(host=server.endpoint + "/api/v1"))
     assert status(lambda: lakefs_sdk.RepositoriesApi(anon).list_repositories()) == 401
