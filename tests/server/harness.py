@@ -197,6 +197,21 @@ class Server:
         assert done.returncode == 0, done.stderr
         return json.loads(done.stdout)
 
+    def commit_and_tag(self, tag: str) -> str:
+        """Commit ``main`` of ``repo`` and tag the commit, through the library in this process (the
+        client tests do it with the ``lakefs-core`` command); the commit id."""
+
+        async def run() -> str:
+            core = await open_core(CoreSettings.model_validate(self.core))
+            try:
+                commit = await core.graveler.commit(REPO, "main", committer="tests", message="via s3")
+                await core.graveler.create_tag(REPO, tag, commit.id)
+                return commit.id
+            finally:
+                await core.aclose()
+
+        return asyncio.run(run())
+
     def output(self) -> str:
         return (self.directory / "server.log").read_text(errors="replace")[-5000:]
 
