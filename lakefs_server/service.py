@@ -96,7 +96,9 @@ class ServerService:
 
     async def _serve(self, reuse_port: bool) -> None:
         gateway = self.config.gateway
-        runner = ApiRunner(create_s3_app(self.ctx), access_log=None)
+        # auto_decompress off: S3 bodies are the object's bytes (Content-Encoding: aws-chunked or gzip
+        # describes them, it is never undone by the server)
+        runner = ApiRunner(create_s3_app(self.ctx), access_log=None, auto_decompress=False)
         await runner.setup()
         self.runners.append(runner)
         site = web.TCPSite(

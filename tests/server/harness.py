@@ -72,8 +72,9 @@ async def _seed(core_settings: dict[str, Any], namespace: str) -> None:
         await core.aclose()
 
 
-def self_signed(directory: Path) -> tuple[Path, Path]:
-    """A certificate for 127.0.0.1 and localhost, and its key (PEM files in ``directory``)."""
+def self_signed(directory: Path) -> tuple[Path, Path, Path]:
+    """A test CA and a server certificate it signed for 127.0.0.1 and localhost (rustls refuses a CA
+    certificate used as the server's): ``(server cert, server key, CA cert)`` PEM files in ``directory``."""
     import ipaddress
 
     from cryptography import x509
@@ -81,35 +82,45 @@ def self_signed(directory: Path) -> tuple[Path, Path]:
     from cryptography.hazmat.primitives.asymmetric import ec
     from cryptography.x509.oid import NameOID
 
-    key = ec.generate_private_key(ec.SECP256R1())
-    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "lakefs-server-test")])
     now = datetime.datetime.now(datetime.UTC)
+    ca_key = ec.generate_private_key(ec.SECP256R1())
+    ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "lakefs-server test CA")])
+    ca = (
+        x509.CertificateBuilder().subject_name(ca_name).issuer_name(ca_name).public_key(ca_key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(hours=1)).not_valid_after(now + datetime.timedelta(days=1))
+        .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
+        .add_extension(
+            x509.KeyUsage(
+                digital_signature=True, key_cert_sign=True, crl_sign=True, content_commitment=False,
+                key_encipherment=False, data_encipherment=False, key_agreement=False,
+                encipher_only=False, decipher_only=False,
+            ),
+            critical=True,
+        )
+        .sign(ca_key, hashes.SHA256())
+    )  # fmt: skip
+    key = ec.generate_private_key(ec.SECP256R1())
+    names = [x509.DNSName("localhost"), x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]
     cert = (
         x509.CertificateBuilder()
-        .subject_name(name)
-        .issuer_name(name)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - datetime.timedelta(hours=1))
-        .not_valid_after(now + datetime.timedelta(days=1))
-        .add_extension(
-            x509.SubjectAlternativeName(
-                [x509.DNSName("localhost"), x509.DNSName("*.s3.localhost"), x509.DNSName("s3.localhost"),
-                 x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]
-            ),
-            critical=False,
-        )
-        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
-        .sign(key, hashes.SHA256())
+        .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "localhost")]))
+        .issuer_name(ca_name).public_key(key.public_key()).serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(hours=1)).not_valid_after(now + datetime.timedelta(days=1))
+        .add_extension(x509.SubjectAlternativeName(names), critical=False)
+        .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+        .add_extension(x509.ExtendedKeyUsage([x509.oid.ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
+        .sign(ca_key, hashes.SHA256())
     )  # fmt: skip
-    cert_file, key_file = directory / "cert.pem", directory / "key.pem"
+    cert_file, key_file, ca_file = directory / "cert.pem", directory / "key.pem", directory / "ca.pem"
     cert_file.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    ca_file.write_bytes(ca.public_bytes(serialization.Encoding.PEM))
     key_file.write_bytes(
         key.private_bytes(
             serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
         )
     )
-    return cert_file, key_file
+    return cert_file, key_file, ca_file
 
 
 @dataclass
@@ -134,9 +145,9 @@ class Server:
         if self.domain:
             gateway["domain_names"] = [self.domain]
         if self.tls:
-            cert, key = self_signed(self.directory)
+            cert, key, ca = self_signed(self.directory)
             gateway["tls"] = {"cert_file": str(cert), "key_file": str(key)}
-            self.ca_bundle = str(cert)
+            self.ca_bundle = str(ca)
         config = {
             "core": self.core,
             "auth": {"encrypt": {"secret_key": ENCRYPT_SECRET}, "cache_seconds": 0},
@@ -185,6 +196,21 @@ class Server:
         )  # fmt: skip
         assert done.returncode == 0, done.stderr
         return json.loads(done.stdout)
+
+    def commit_and_tag(self, tag: str) -> str:
+        """Commit ``main`` of ``repo`` and tag the commit, through the library in this process (the
+        client tests do it with the ``lakefs-core`` command); the commit id."""
+
+        async def run() -> str:
+            core = await open_core(CoreSettings.model_validate(self.core))
+            try:
+                commit = await core.graveler.commit(REPO, "main", committer="tests", message="via s3")
+                await core.graveler.create_tag(REPO, tag, commit.id)
+                return commit.id
+            finally:
+                await core.aclose()
+
+        return asyncio.run(run())
 
     def output(self) -> str:
         return (self.directory / "server.log").read_text(errors="replace")[-5000:]

@@ -2,23 +2,29 @@
 
 from __future__ import annotations
 
+import hashlib
+import http.client
 import json
 import subprocess
 import urllib.error
+import urllib.parse
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from tests.server.harness import BIN, Server, local_core, running
+from tests.server.harness import ADMIN, BIN, REPO, Server, local_core, running
+
+DOMAIN = "s3.lakefs.test"
 
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     directory = tmp_path_factory.mktemp("server")
     core, namespace = local_core(directory)
-    with running(directory, core, namespace) as server:
+    with running(directory, core, namespace, domain=DOMAIN) as server:
         yield server
 
 
@@ -71,3 +77,103 @@ def test_check_config_reports_a_missing_secret(tmp_path: Path) -> None:
         check=False,
     )
     assert done.returncode == 9 and "auth" in done.stderr and "secret_key" in done.stderr
+
+
+def signed(server: Server, method: str, url: str, headers: dict[str, str], body: bytes = b"") -> Any:
+    """A botocore-signed request for ``url`` (any Host), sent to the server's port."""
+    from botocore.auth import SigV4Auth  # not S3SigV4Auth: it replaces x-amz-content-sha256
+    from botocore.awsrequest import AWSRequest
+    from botocore.credentials import Credentials
+
+    request = AWSRequest(method=method, url=url, data=body, headers=headers)
+    SigV4Auth(Credentials(ADMIN.access_key_id, ADMIN.secret_access_key), "s3", "us-east-1").add_auth(request)
+    return request
+
+
+def send(server: Server, request: Any, body: bytes = b"") -> tuple[int, bytes]:
+    split = urllib.parse.urlsplit(request.url)
+    connection = http.client.HTTPConnection("127.0.0.1", int(server.endpoint.rsplit(":", 1)[1]), timeout=10)
+    try:
+        path = split.path + (f"?{split.query}" if split.query else "")
+        connection.putrequest(request.method, path, skip_host=True, skip_accept_encoding=True)
+        connection.putheader("Host", split.netloc)  # as signed (the signer read it from the URL)
+        for name, value in request.headers.items():
+            connection.putheader(name, value)
+        if body and "Content-Length" not in request.headers:
+            connection.putheader("Content-Length", str(len(body)))
+        connection.endheaders(body)
+        answer = connection.getresponse()
+        return answer.status, answer.read()
+    finally:
+        connection.close()
+
+
+def test_virtual_host_style(server: Server) -> None:
+    """``<repo>.<domain>/<ref>/<path>``: the bucket comes from the Host header (signed as sent)."""
+    port = server.endpoint.rsplit(":", 1)[1]
+    url = f"http://{REPO}.{DOMAIN}:{port}/main/vhost/obj"
+    put = signed(server, "PUT", url, {"X-Amz-Content-SHA256": hashlib.sha256(b"vh").hexdigest()}, b"vh")
+    assert send(server, put, b"vh") == (200, b"")
+    get = signed(server, "GET", url, {"X-Amz-Content-SHA256": hashlib.sha256(b"").hexdigest()})
+    assert send(server, get) == (200, b"vh")
+    path_style = signed(
+        server,
+        "GET",
+        f"http://127.0.0.1:{port}/{REPO}/main/vhost/obj",
+        {"X-Amz-Content-SHA256": hashlib.sha256(b"").hexdigest()},
+    )
+    assert send(server, path_style) == (200, b"vh")
+
+
+def chunked(seed: str, key: bytes, amz_date: str, scope: str, chunks: list[bytes]) -> bytes:
+    """An aws-chunked body with chained chunk signatures (the final zero-length chunk included)."""
+    from lakefs_core.auth.sigv4 import chunk_signature
+
+    out, previous = [], seed
+    for chunk in [*chunks, b""]:
+        previous = chunk_signature(key, amz_date, scope, previous, hashlib.sha256(chunk).hexdigest())
+        out.append(f"{len(chunk):x};chunk-signature={previous}\r\n".encode() + chunk + b"\r\n")
+    return b"".join(out)
+
+
+def test_streaming_signed_chunks_and_a_tampered_chunk(server: Server) -> None:
+    """STREAMING-AWS4-HMAC-SHA256-PAYLOAD: accepted with the right chain; a chunk changed in flight is
+    refused and nothing is staged."""
+    from lakefs_core.auth.sigv4 import signing_key
+
+    port = server.endpoint.rsplit(":", 1)[1]
+    parts = [b"a" * 70000, b"b" * 1000]
+    for name, tamper in (("good", False), ("tampered", True)):
+        url = f"http://127.0.0.1:{port}/{REPO}/main/stream/{name}"
+        headers = {
+            "X-Amz-Content-SHA256": "STREAMING-AWS4-HMAC-SHA256-PAYLOAD",
+            "x-amz-decoded-content-length": str(sum(map(len, parts))),
+            "Content-Encoding": "aws-chunked",
+        }
+        request = signed(server, "PUT", url, headers)
+        amz_date = request.headers["X-Amz-Date"]
+        seed = request.headers["Authorization"].rsplit("Signature=", 1)[1]
+        scope = f"{amz_date[:8]}/us-east-1/s3/aws4_request"
+        key = signing_key(ADMIN.secret_access_key, amz_date[:8], "us-east-1", "s3")
+        body = chunked(seed, key, amz_date, scope, parts)
+        if tamper:
+            body = body.replace(b"b" * 10, b"c" * 10, 1)
+        status, answer = send(server, request, body)
+        if tamper:
+            assert status == 403 and b"SignatureDoesNotMatch" in answer, answer
+        else:
+            assert status == 200, answer
+    get = signed(
+        server,
+        "GET",
+        f"http://127.0.0.1:{port}/{REPO}/main/stream/good",
+        {"X-Amz-Content-SHA256": hashlib.sha256(b"").hexdigest()},
+    )
+    assert send(server, get) == (200, b"".join(parts))
+    missing = signed(
+        server,
+        "HEAD",
+        f"http://127.0.0.1:{port}/{REPO}/main/stream/tampered",
+        {"X-Amz-Content-SHA256": hashlib.sha256(b"").hexdigest()},
+    )
+    assert send(server, missing)[0] == 404
