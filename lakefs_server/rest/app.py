@@ -117,9 +117,9 @@ async def errors_middleware(
     except web.HTTPException as e:
         if e.status < 400:
             raise
-        return error_json(
-            e.status, e.reason or "error", headers={k: v for k, v in e.headers.items() if k == "Allow"}
-        )
+        # No route is lakeFS's "invalid API endpoint" (api_mount.not_found's words too).
+        message = "invalid API endpoint" if e.status == 404 else e.reason or "error"
+        return error_json(e.status, message, headers={k: v for k, v in e.headers.items() if k == "Allow"})
     except Exception:
         log.exception("internal error serving %s %s", request.method, request.path[:200])
         return error_json(500, "internal error")

@@ -50,9 +50,13 @@ def test_admin_listener_serves_health_ready_metrics_openapi(server: Server) -> N
     assert json.loads(fetch(server.admin + "/openapi.json")[1])["openapi"].startswith("3.")
 
 
-def test_api_v1_answers_lakefs_json_404_without_the_rest_api(server: Server) -> None:
-    status, body, _ = fetch(server.endpoint + "/api/v1/repositories")
+def test_api_v1_is_the_rest_api(server: Server) -> None:
+    """/api/v1 is lakeFS's REST API (lakefs_server.rest): an unknown path is its JSON 404, an
+    operation without credentials its JSON 401."""
+    status, body, _ = fetch(server.endpoint + "/api/v1/no/such/endpoint")
     assert status == 404 and json.loads(body) == {"message": "invalid API endpoint"}
+    status, body, _ = fetch(server.endpoint + "/api/v1/repositories")
+    assert status == 401 and json.loads(body) == {"message": "error authenticating request"}
 
 
 def test_anonymous_s3_request_is_access_denied_xml(server: Server) -> None:
