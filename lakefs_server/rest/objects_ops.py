@@ -14,6 +14,7 @@ delete many, copy (lakeFS's object operations).
 
 from __future__ import annotations
 
+import logging
 import re
 from collections.abc import AsyncGenerator, AsyncIterator
 from typing import Any, Final
@@ -27,6 +28,8 @@ from lakefs_server.rest import protection
 from lakefs_server.rest.app import Call
 from lakefs_server.rest.models import ObjectCopyCreation, PathList, body, object_json, prefix_json
 from lakefs_server.rest.wire import amount_of, message_of, page, query_bool, status_of
+
+log = logging.getLogger(__name__)
 
 META_PREFIX: Final = "x-lakefs-meta-"
 CHUNK: Final = 1 << 20
@@ -214,12 +217,18 @@ async def get_object(call: Call) -> web.StreamResponse:
     first = await anext(chunks, b"")
     response = web.StreamResponse(status=206 if wanted is not None else 200, headers=headers)
     response.content_length = length
+    await response.prepare(call.request)
     try:
-        await response.prepare(call.request)
         await response.write(first)
         async for chunk in chunks:
             await response.write(chunk)
         await response.write_eof()
+    except (LakeFSError, OSError) as e:
+        # The status line is sent: no error answer can follow. Cut the connection, so the client
+        # sees a body shorter than its Content-Length (an error), never other bytes in its place.
+        log.warning("object %r of %r cut after its headers: %s", path[:200], repo_id, e)
+        if call.request.transport is not None:
+            call.request.transport.abort()
     finally:
         if isinstance(chunks, AsyncGenerator):
             await chunks.aclose()
