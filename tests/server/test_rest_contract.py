@@ -4,17 +4,19 @@ operation and lakeFS's status codes, on SQLite + local namespaces and PostgreSQL
 from __future__ import annotations
 
 import itertools
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
 import boto3
+import jwt
 import lakefs_sdk
 import pytest
 import urllib3
 from lakefs_sdk.exceptions import ApiException
 
-from tests.server.harness import DEVELOPER, VIEWER, Keys
+from tests.server.harness import DEVELOPER, ENCRYPT_SECRET, VIEWER, Keys
 from tests.server.rest_harness import ACCESS_KEY, SECRET_KEY, RestServer, rest_server
 from tests.support.moto import ACCESS_KEY as MOTO_KEY
 from tests.support.moto import SECRET_KEY as MOTO_SECRET
@@ -131,6 +133,15 @@ def test_authentication(server: RestServer) -> None:
         "GET", server.endpoint + "/api/v1/user", headers={"Cookie": f"internal_auth_session={login.token}"}
     )
     assert answer.status == 200
+    expired = jwt.encode(
+        {"sub": "admin", "aud": "login", "exp": int(time.time()) - 10}, ENCRYPT_SECRET, "HS256"
+    )
+    other_key = jwt.encode({"sub": "admin", "aud": "login", "exp": int(time.time()) + 60}, "x" * 32, "HS256")
+    for token in (expired, other_key):
+        answer = urllib3.PoolManager().request(
+            "GET", server.api + "/user", headers={"Authorization": f"Bearer {token}"}
+        )
+        assert answer.status == 401
     forged = login.token[:-4] + ("AAAA" if not login.token.endswith("AAAA") else "BBBB")
     answer = http.request(
         "GET", server.endpoint + "/api/v1/user", headers={"Authorization": f"Bearer {forged}"}
