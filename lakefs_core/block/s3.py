@@ -519,6 +519,22 @@ class S3BlockStore:
             metadata=dict(resp.get("Metadata") or {}),
         )
 
+    async def presign(self, key: str, *, method: str, expires_seconds: int) -> str:
+        """A URL that lets its holder ``GET`` or ``PUT`` ``key`` without credentials until it expires
+        (SigV4 query signing by the client's own signer: no request is sent)."""
+        check_key(key)
+        operations = {"GET": "get_object", "PUT": "put_object"}
+        if method not in operations:
+            raise BadInputError("must be GET or PUT", field="method")
+        if not 1 <= expires_seconds <= 7 * 24 * 3600:
+            raise BadInputError("must be between 1 second and 7 days", field="expires_seconds")
+        client = await self._client()
+        params = {"Bucket": self._bucket, "Key": key}
+        return await self._call(
+            "Presign", key, lambda: client.generate_presigned_url(
+                operations[method], Params=params, ExpiresIn=expires_seconds)
+        )  # fmt: skip
+
     async def exists(self, key: str) -> bool:
         try:
             await self.head(key)

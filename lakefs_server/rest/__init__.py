@@ -17,11 +17,12 @@ __all__ = ["Authenticator", "RestDeps", "StorageInfo", "build_api_app", "create_
 
 
 def storage_info(ctx: ServerContext) -> StorageInfo:
-    """What ``/config/storage`` reports: S3 when the core has an S3 endpoint or region configured
-    (namespaces may still be ``local://`` ones), else the local store. Presigning is not served."""
+    """What ``/config/storage`` reports: S3 (presigning) when the core has an S3 endpoint or region
+    configured (``local://`` namespaces are still accepted, and cannot presign), else the local
+    store (no presigning)."""
     s3 = ctx.config.core.s3
     if s3.endpoint_url is not None or s3.region is not None:
-        return StorageInfo("s3", "s3://example-bucket/prefix")
+        return StorageInfo("s3", "s3://example-bucket/prefix", presign=True)
     return StorageInfo("local", "local:///path/to/namespace")
 
 

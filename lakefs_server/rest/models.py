@@ -16,16 +16,16 @@ from lakefs_server.rest.wire import unix
 M = TypeVar("M", bound=BaseModel)
 
 
-class _Body(BaseModel):
+class RequestBody(BaseModel):
     model_config = ConfigDict(extra="ignore")
 
 
-class LoginInformation(_Body):
+class LoginInformation(RequestBody):
     access_key_id: str = Field(max_length=1024)
     secret_access_key: str = Field(max_length=1024)
 
 
-class RepositoryCreation(_Body):
+class RepositoryCreation(RequestBody):
     name: str = Field(max_length=1024)
     storage_namespace: str = Field(max_length=4096)
     default_branch: str = Field(default="main", max_length=1024)
@@ -34,20 +34,20 @@ class RepositoryCreation(_Body):
     storage_id: str = ""
 
 
-class BranchCreation(_Body):
+class BranchCreation(RequestBody):
     name: str = Field(max_length=1024)
     source: str = Field(max_length=1024)
     force: bool = False
     hidden: bool = False
 
 
-class TagCreation(_Body):
+class TagCreation(RequestBody):
     id: str = Field(max_length=1024)
     ref: str = Field(max_length=1024)
     force: bool = False
 
 
-class CommitCreation(_Body):
+class CommitCreation(RequestBody):
     message: str = Field(max_length=1 << 20)
     metadata: dict[str, str] = Field(default_factory=dict)
     date: int | None = None
@@ -55,7 +55,7 @@ class CommitCreation(_Body):
     force: bool = False
 
 
-class MergeBody(_Body):
+class MergeBody(RequestBody):
     message: str | None = Field(default=None, max_length=1 << 20)
     metadata: dict[str, str] = Field(default_factory=dict)
     strategy: str | None = None
@@ -64,47 +64,47 @@ class MergeBody(_Body):
     squash_merge: bool = False
 
 
-class ResetCreation(_Body):
+class ResetCreation(RequestBody):
     type: str
     path: str = Field(default="", max_length=4096)
     force: bool = False
 
 
-class RevertCreation(_Body):
+class RevertCreation(RequestBody):
     ref: str = Field(max_length=1024)
     parent_number: int = 0
     force: bool = False
     allow_empty: bool = False
 
 
-class CherryPickCreation(_Body):
+class CherryPickCreation(RequestBody):
     ref: str = Field(max_length=1024)
     parent_number: int | None = None
     force: bool = False
 
 
-class PathList(_Body):
+class PathList(RequestBody):
     paths: list[str] = Field(max_length=1000)
 
 
-class ObjectCopyCreation(_Body):
+class ObjectCopyCreation(RequestBody):
     src_path: str = Field(max_length=4096)
     src_ref: str | None = Field(default=None, max_length=1024)
     force: bool = False
     shallow: bool = False
 
 
-class BranchProtectionRule(_Body):
+class BranchProtectionRule(RequestBody):
     pattern: str = Field(min_length=1, max_length=1024)
 
 
-class ImportLocation(_Body):
+class ImportLocation(RequestBody):
     type: str
     path: str = Field(max_length=4096)
     destination: str = Field(max_length=4096)
 
 
-class ImportCreation(_Body):
+class ImportCreation(RequestBody):
     paths: list[ImportLocation] = Field(max_length=10_000)
     commit: CommitCreation
     force: bool = False

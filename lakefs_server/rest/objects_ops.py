@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import logging
 import re
+import time
 from collections.abc import AsyncGenerator, AsyncIterator
 from typing import Any, Final
 
@@ -27,6 +28,7 @@ from lakefs_core.repos.objects import ObjectStat
 from lakefs_server.rest import protection
 from lakefs_server.rest.app import Call
 from lakefs_server.rest.models import ObjectCopyCreation, PathList, body, object_json, prefix_json
+from lakefs_server.rest.staging_ops import EXPIRES, presigned_read
 from lakefs_server.rest.wire import amount_of, message_of, page, query_bool, status_of
 
 log = logging.getLogger(__name__)
@@ -192,10 +194,10 @@ def _headers(stat: ObjectStat) -> dict[str, str]:
 async def get_object(call: Call) -> web.StreamResponse:
     path = _path(call)
     await call.authorize(_object_node(perms.READ_OBJECT, call, path))
-    if query_bool(call.request, "presign"):
-        raise BadInputError("this server's store cannot presign", field="presign")
     repo_id = call.param("repository")
     stat = await call.deps.objects.stat(repo_id, call.param("ref"), path)
+    if query_bool(call.request, "presign"):
+        raise web.HTTPFound(await presigned_read(call, stat))
     headers = _headers(stat)
     try:
         wanted = (
@@ -257,11 +259,13 @@ async def head_object(call: Call) -> web.StreamResponse:
 async def stat_object(call: Call) -> web.StreamResponse:
     path = _path(call)
     await call.authorize(_object_node(perms.READ_OBJECT, call, path))
-    if query_bool(call.request, "presign"):
-        raise BadInputError("this server's store cannot presign", field="presign")
     stat = await call.deps.objects.stat(call.param("repository"), call.param("ref"), path)
     user_metadata = query_bool(call.request, "user_metadata", True)
-    return web.json_response(object_json(await _namespace(call), stat, user_metadata=user_metadata))
+    answer = object_json(await _namespace(call), stat, user_metadata=user_metadata)
+    if query_bool(call.request, "presign"):
+        answer["physical_address"] = await presigned_read(call, stat)
+        answer["physical_address_expiry"] = int(time.time()) + EXPIRES
+    return web.json_response(answer)
 
 
 async def list_objects(call: Call) -> web.StreamResponse:

@@ -2,7 +2,15 @@
 
 from __future__ import annotations
 
-from lakefs_server.rest import import_ops, objects_ops, protection, refs_ops, repos_ops, setup_ops
+from lakefs_server.rest import (
+    import_ops,
+    objects_ops,
+    protection,
+    refs_ops,
+    repos_ops,
+    setup_ops,
+    staging_ops,
+)
 from lakefs_server.rest.app import Handler
 
 
@@ -14,4 +22,5 @@ def table() -> list[tuple[str, str, Handler]]:
         *refs_ops.ROUTES,
         *objects_ops.ROUTES,
         *import_ops.ROUTES,
+        *staging_ops.ROUTES,
     ]

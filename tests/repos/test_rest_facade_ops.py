@@ -11,9 +11,16 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from lakefs_core.committed.model import MergeStrategy
-from lakefs_core.errors import BadInputError, ConflictError, MergeConflictError, PreconditionFailedError
+from lakefs_core.errors import (
+    BadInputError,
+    ConflictError,
+    MergeConflictError,
+    NotFoundError,
+    PreconditionFailedError,
+)
 from lakefs_core.kv.memory import MemoryKVStore
 from lakefs_core.repos.graveler import Graveler
+from lakefs_core.repos.objects import Objects
 from lakefs_core.repos.stores import StoreRegistry
 from tests.repos.support import collect, mem_namespace, new_graveler, record, unique
 
@@ -152,3 +159,49 @@ async def test_squash_merge_has_one_parent(g: Graveler, repo: str) -> None:
     squashed = await g.merge(repo, "f", "main", committer="t", squash=True)
     assert squashed.parents == (head.id,) and squashed.generation == head.generation + 1
     assert (await content(g, repo, "main"))[b"f"] == rec.identity
+
+
+async def test_presigned_staging_link(g: Graveler) -> None:
+    """stage_address journals the address (pending) as an upload's; link settles it with the entry,
+    only for the branch and path it was issued for, only with the bytes in place, only once; a
+    repository without the journal cannot issue addresses."""
+    objects = Objects(g)
+    repo = unique()
+    await g.create_repository(repo, mem_namespace(), hard_delete_journal=True)
+    staged = await objects.stage_address(repo, "main", "p")
+    journal = await g.journal(repo)
+    intent = await journal.intent(staged.relative)
+    assert intent is not None and intent.state == "pending" and intent.key == b"p"
+    with pytest.raises(NotFoundError):  # nothing written there yet
+        await objects.link(repo, "main", "p", staged.full_address, size=3)
+    await staged.store.put(staged.key, b"abc")
+    with pytest.raises(BadInputError, match="another branch or path"):
+        await objects.link(repo, "main", "q", staged.full_address, size=3)
+    with pytest.raises(BadInputError, match="3 bytes"):
+        await objects.link(repo, "main", "p", staged.full_address, size=4)
+    stat = await objects.link(repo, "main", "p", staged.full_address, size=3, metadata={"k": "v"})
+    assert stat.size == 3 and stat.metadata == {"k": "v"}
+    assert await objects.read_all(repo, "main", "p") == b"abc"
+    settled = await journal.intent(staged.relative)
+    assert settled is not None and settled.state == "stored"
+    with pytest.raises(BadInputError, match="no longer pending"):
+        await objects.link(repo, "main", "p", staged.full_address, size=3)
+    plain = unique()
+    await g.create_repository(plain, mem_namespace(), hard_delete_journal=False)
+    with pytest.raises(BadInputError, match="journal"):
+        await objects.stage_address(plain, "main", "p")
+
+
+async def test_link_after_the_reconciler_claimed_stages_nothing(g: Graveler) -> None:
+    objects = Objects(g)
+    repo = unique()
+    await g.create_repository(repo, mem_namespace(), hard_delete_journal=True)
+    staged = await objects.stage_address(repo, "main", "p")
+    await staged.store.put(staged.key, b"abc")
+    journal = await g.journal(repo)
+    intent = await journal.intent(staged.relative)
+    assert intent is not None
+    await journal.claim(intent)  # the pending timeout passed: the reconciler takes it
+    with pytest.raises(BadInputError, match="no longer pending"):
+        await objects.link(repo, "main", "p", staged.full_address, size=3)
+    assert await collect(g.list_entries(repo, "main")) == []

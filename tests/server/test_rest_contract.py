@@ -82,7 +82,7 @@ def test_setup_operations(server: RestServer, client: lakefs_sdk.ApiClient) -> N
     assert config.version_config.version_context == "lakeFS"
     assert tuple(int(x) for x in config.version_config.version.split(".")) >= (1, 60, 0)
     assert config.storage_config_list == []
-    assert config.storage_config.pre_sign_support is False
+    assert config.storage_config.pre_sign_support is server.namespace_root.startswith("s3://")
     internal = lakefs_sdk.InternalApi(client)
     with pytest.warns(DeprecationWarning):
         assert internal.get_storage_config().blockstore_type in ("local", "s3")
@@ -388,3 +388,48 @@ def test_sample_data(server: RestServer, client: lakefs_sdk.ApiClient) -> None:
     assert [r.pattern for r in lakefs_sdk.RepositoriesApi(client).get_branch_protection_rules(repo)] == [
         "main"
     ]
+
+
+def test_presigned_staging(server: RestServer, client: lakefs_sdk.ApiClient) -> None:
+    repo = new_repo(server, client)
+    staging = lakefs_sdk.StagingApi(client)
+    objects = lakefs_sdk.ObjectsApi(client)
+    if not server.namespace_root.startswith("s3://"):
+        assert status(lambda: staging.get_physical_address(repo, "main", "p", presign=True)) == 400
+        return
+    location = staging.get_physical_address(repo, "main", "p", presign=True)
+    assert location.physical_address.startswith(server.namespace(repo)) and location.presigned_url
+    http = urllib3.PoolManager()
+    assert http.request("PUT", location.presigned_url, body=b"presigned bytes").status == 200
+    meta = lakefs_sdk.StagingMetadata(staging=location, checksum="x", size_bytes=15, user_metadata={"a": "b"})
+    linked = staging.link_physical_address(repo, "main", "p", meta)
+    assert linked.size_bytes == 15 and linked.metadata == {"a": "b"}
+    assert objects.get_object(repo, "main", "p") == b"presigned bytes"
+    stat = objects.stat_object(repo, "main", "p", presign=True)
+    assert http.request("GET", stat.physical_address).data == b"presigned bytes"
+    redirect = http.request(
+        "GET", f"{server.api}/repositories/{repo}/refs/main/objects?path=p&presign=true",
+        headers=urllib3.make_headers(basic_auth=f"{ACCESS_KEY}:{SECRET_KEY}"), redirect=False,
+    )  # fmt: skip
+    assert (
+        redirect.status == 302
+        and http.request("GET", redirect.headers["Location"]).data == b"presigned bytes"
+    )
+    # linked once: the address is no longer pending; another path or a wrong size is refused
+    assert status(lambda: staging.link_physical_address(repo, "main", "p", meta)) == 400
+    other = staging.get_physical_address(repo, "main", "q", presign=True)
+    http.request("PUT", other.presigned_url, body=b"12345")
+    wrong = lakefs_sdk.StagingMetadata(staging=other, checksum="x", size_bytes=15)
+    assert status(lambda: staging.link_physical_address(repo, "main", "other-path", wrong)) == 400
+    assert status(lambda: staging.link_physical_address(repo, "main", "q", wrong)) == 400
+    outside = lakefs_sdk.StagingMetadata(
+        staging=lakefs_sdk.StagingLocation(physical_address="s3://elsewhere/x"), checksum="x", size_bytes=5
+    )
+    assert status(lambda: staging.link_physical_address(repo, "main", "q", outside)) == 400
+    # lakeFS's high-level client uploads and reads through presigned URLs when the server offers them
+    import lakefs
+
+    high = lakefs.Client(host=server.endpoint, username=ACCESS_KEY, password=SECRET_KEY)
+    obj = lakefs.Repository(repo, client=high).branch("main").object("high/level")
+    obj.upload(b"through a presigned URL", pre_sign=True)
+    assert obj.reader(pre_sign=True).read() == b"through a presigned URL"
