@@ -1,7 +1,8 @@
 """lakeFS's esti API scenarios, ported to pytest against lakefs-server (one process, SQLite + local):
 sanity, commits with tombstones, delete staged and committed, merge and list, repository basics,
-read-only repositories, reset (all, path, object), revert and import. Presign is not served here
-(the storage config says so); its scenario checks that the clients are told. Last, lakeFS's wire
+read-only repositories, reset (all, path, object), revert and import. A local namespace cannot
+presign: its scenario checks that the clients are told and that presigning is refused (the
+presigned flows run on S3 in the contract suite). Last, lakeFS's wire
 rules under hostile input, over raw HTTP."""
 
 from __future__ import annotations
@@ -250,10 +251,11 @@ def test_presign_not_offered(server: RestServer, api: Api, repo: str, client: la
     assert lakefs_sdk.ConfigApi(client).get_config().storage_config.pre_sign_support is False
     api.upload_random(repo, MAIN, "p")
     assert status_of(lambda: api.objects.get_object(repo, MAIN, "p", presign=True)) == 400
-    http = urllib3.PoolManager()
-    answer = http.request("GET", f"{server.api}/repositories/{repo}/branches/{MAIN}/staging/backing?path=p",
-                          headers={"Authorization": AUTH})  # fmt: skip
-    assert answer.status in (400, 404, 501) and b"message" in answer.data
+    assert status_of(lambda: api.objects.stat_object(repo, MAIN, "p", presign=True)) == 400
+    staging = lakefs_sdk.StagingApi(client)
+    assert status_of(lambda: staging.get_physical_address(repo, MAIN, "q", presign=True)) == 400
+    issued = staging.get_physical_address(repo, MAIN, "q")  # a client writing the file itself
+    assert issued.physical_address.startswith(server.namespace(repo)) and issued.presigned_url is None
 
 
 @pytest.mark.parametrize(
