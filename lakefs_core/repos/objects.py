@@ -555,6 +555,8 @@ class Objects:
         prefixes: list[str] = []
         start = b""
         last = encode_utf8(after, "after")
+        repo = await self.ctx.repository(repo_id)
+        resolved = await self.ctx.resolve(repo, ref)  # once: every re-seek below reads one snapshot
         if delim and last.endswith(delim) and last.startswith(pfx) and len(last) > len(pfx):
             # The cursor is a common prefix from the previous page: continue after all of it.
             successor = prefix_successor(last)
@@ -563,8 +565,8 @@ class Objects:
             start = successor
         while True:
             restart: bytes | None = None
-            async for record in reading.list_entries(
-                self.ctx, repo_id, ref, prefix=pfx, after=last, start=start
+            async for record in reading.list_resolved(
+                self.ctx, repo, resolved, prefix=pfx, after=last, start=start
             ):
                 if len(objects) + len(prefixes) == amount:
                     return ListPage(objects, prefixes, True, last.decode("utf-8", "backslashreplace"))

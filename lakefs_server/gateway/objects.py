@@ -31,6 +31,7 @@ from aiohttp import web
 from lakefs_core.auth.payload import body_verifier
 from lakefs_core.auth.s3perms import S3Operation
 from lakefs_core.errors import NotFoundError
+from lakefs_core.offloop import run_cpu
 from lakefs_core.repos.objects import ObjectStat
 from lakefs_server.gateway.common import (
     http_date,
@@ -49,6 +50,7 @@ __all__ = ["body_stream", "check_write_conditions", "etag_matches", "parse_range
 
 _RANGE = re.compile(r"bytes=(\d*)-(\d*)")
 READ_CHUNK = 1 << 20
+OFFLOAD_BYTES = 256 << 10  # body pieces at least this big are verified in the CPU pool
 _OVERRIDES = {
     "response-content-type": "Content-Type",
     "response-content-language": "Content-Language",
@@ -218,7 +220,10 @@ async def body_stream(call: S3Call) -> tuple[AsyncIterator[bytes], dict[str, str
 
     async def stream() -> AsyncIterator[bytes]:
         async for chunk in call.request.content.iter_chunked(READ_CHUNK):
-            data = verifier.feed(chunk)
+            # hashing a big piece (SHA-256, MD5, CRCs release the GIL) runs off the event loop
+            data = (
+                await run_cpu(verifier.feed, chunk) if len(chunk) >= OFFLOAD_BYTES else verifier.feed(chunk)
+            )
             if data:
                 metrics.received.inc(len(data))
                 yield data

@@ -425,3 +425,49 @@ def test_copy_object_within_across_branches_and_repositories(s3: Any) -> None:
         code_of(lambda: s3.copy_object(Bucket=REPO, Key="main/cp/x", CopySource=f"{REPO}/main/cp/missing"))
         == "NoSuchKey"
     )
+
+
+@local_only
+def test_missing_data_is_no_such_version_and_purged_is_object_purged(server: Server, s3: Any) -> None:
+    """An entry whose bytes left the store answers NoSuchVersion (lakeFS's code); an object an
+    audited purge destroyed answers ObjectPurged (410), naming the purge record."""
+    import asyncio
+    import time
+
+    from lakefs_core.settings import CoreSettings
+    from lakefs_core.wiring import open_core
+
+    before = stored_files(server)
+    s3.put_object(Bucket=REPO, Key="main/gone/data", Body=b"soon gone")
+    (new,) = stored_files(server) - before
+    new.unlink()
+    assert code_of(lambda: s3.get_object(Bucket=REPO, Key="main/gone/data")) == "NoSuchVersion"
+
+    s3.put_object(Bucket=REPO, Key="main/gone/purged", Body=b"personal data")
+
+    async def purge() -> str:
+        core = await open_core(CoreSettings.model_validate(server.core))
+        try:
+            report = await core.graveler.purge_path(
+                REPO,
+                "main",
+                "gone/purged",
+                all_history=True,
+                reason="erasure request 1",
+                actor="tests",
+                yes=True,
+            )
+            return str(report.audit_id)
+        finally:
+            await core.aclose()
+
+    audit_id = asyncio.run(purge())
+    deadline = time.monotonic() + 5  # a process looks for new purges every half second
+    while True:
+        with pytest.raises(ClientError) as e:
+            s3.get_object(Bucket=REPO, Key="main/gone/purged")
+        if e.value.response["Error"]["Code"] == "ObjectPurged" or time.monotonic() > deadline:
+            break
+        time.sleep(0.2)
+    assert e.value.response["Error"]["Code"] == "ObjectPurged"
+    assert e.value.response["Error"].get("PurgeRecord") == audit_id

@@ -181,3 +181,40 @@ def test_streaming_signed_chunks_and_a_tampered_chunk(server: Server) -> None:
         {"X-Amz-Content-SHA256": hashlib.sha256(b"").hexdigest()},
     )
     assert send(server, missing)[0] == 404
+
+
+def sha(body: bytes) -> dict[str, str]:
+    return {"X-Amz-Content-SHA256": hashlib.sha256(body).hexdigest()}
+
+
+@pytest.mark.parametrize(
+    ("body", "code"),
+    [
+        (b'<!DOCTYPE d [<!ENTITY x "y">]><Delete><Object><Key>a</Key></Object></Delete>', b"MalformedXML"),
+        (b"<Delete>" + b"<Object><Key>main/k</Key></Object>" * 1001 + b"</Delete>", b"MalformedXML"),
+        (b"<Delete><Object><Key>main/a</Key></Object>", b"MalformedXML"),
+        (b"<Other/>", b"MalformedXML"),
+        (b"<Delete/>", b"MalformedXML"),
+    ],
+    ids=["dtd", "1001-keys", "truncated", "wrong-root", "no-keys"],
+)  # fmt: skip
+def test_hostile_delete_objects_bodies_are_malformed_xml(server: Server, body: bytes, code: bytes) -> None:
+    port = server.endpoint.rsplit(":", 1)[1]
+    request = signed(server, "POST", f"http://127.0.0.1:{port}/{REPO}?delete", sha(body), body)
+    status, answer = send(server, request, body)
+    assert status == 400 and b"<Code>" + code + b"</Code>" in answer, answer
+
+
+def test_unsupported_subresources_and_bad_parameters(server: Server) -> None:
+    port = server.endpoint.rsplit(":", 1)[1]
+    base = f"http://127.0.0.1:{port}/{REPO}"
+    for url, status, code in (
+        (f"{base}?acl", 405, b"ERRLakeFSNotSupported"),
+        (f"{base}?policy", 405, b"ERRLakeFSNotSupported"),
+        (f"{base}/main/x?uploadId=nope&partNumber=1", 404, b"NoSuchUpload"),
+        (f"{base}/main/x?uploadId=abc&partNumber=0", 400, b"InvalidArgument"),
+        (f"{base}?list-type=2&encoding-type=base64", 400, b"InvalidArgument"),
+    ):
+        method = "PUT" if "partNumber" in url else "GET"
+        answer = send(server, signed(server, method, url, sha(b"")))
+        assert answer[0] == status and b"<Code>" + code + b"</Code>" in answer[1], (url, answer)
