@@ -7,6 +7,7 @@ rules under hostile input, over raw HTTP."""
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import json
 import os
@@ -20,6 +21,12 @@ import pytest
 import urllib3
 from lakefs_sdk.exceptions import ApiException
 
+from lakefs_core.auth.crypt import SecretStore
+from lakefs_core.auth.store import AuthStore
+from lakefs_core.settings import CoreSettings
+from lakefs_core.wiring import open_core
+from lakefs_server.rest import routes
+from tests.server.harness import ENCRYPT_SECRET
 from tests.server.rest_harness import ACCESS_KEY, SECRET_KEY, RestServer, rest_server
 
 MAIN = "main"
@@ -305,3 +312,64 @@ def test_wire_rules(  # noqa: PLR0917 (pytest passes the parameters positionally
         assert set(json.loads(answer.data)) == {"message"}
     else:
         assert json.loads(answer.data)["pagination"]["max_per_page"] == 1000
+
+
+BODIES: dict[str, object] = {
+    "create_repository": {"name": "nobody-repo", "storage_namespace": "local:///tmp/nobody-repo"},
+    "create_branch": {"name": "b2", "source": "main"},
+    "create_tag": {"id": "t2", "ref": "main"},
+    "commit": {"message": "m"},
+    "revert_branch": {"ref": "main", "parent_number": 0},
+    "cherry_pick": {"ref": "main"},
+    "reset_branch": {"type": "reset"},
+    "merge": {},
+    "delete_objects": {"paths": ["a", "b"]},
+    "copy_object": {"src_path": "p"},
+    "import_start": {
+        "paths": [{"type": "common_prefix", "path": "local:///tmp/x/", "destination": "x/"}],
+        "commit": {"message": "m"},
+    },
+    "link_physical_address": {
+        "staging": {"physical_address": "local:///x"},
+        "checksum": "x",
+        "size_bytes": 1,
+    },
+    "set_rules": [],
+    "set_metadata": {"metadata": {"a": "b"}},
+    "delete_metadata": {"keys": ["a"]},
+}
+OPEN = {"healthcheck": 204, "get_version": 200, "get_current_user": 200, "login": 400}
+
+
+def test_every_operation_is_authorised(server: RestServer, repo: str) -> None:
+    """A user without any policy is refused every operation (401, lakeFS's answer), whatever its
+    input, except the few that need no permission; delete-many refuses path by path."""
+
+    async def nobody() -> tuple[str, str]:
+        core = await open_core(CoreSettings.model_validate(server.process.core))
+        try:
+            store = AuthStore(core.kv, SecretStore(ENCRYPT_SECRET))
+            name = f"nobody{uuid.uuid4().hex[:6]}"
+            await store.create_user(name)
+            made = await store.create_credentials(name)
+            assert made.secret_access_key is not None
+            return made.access_key_id, made.secret_access_key
+        finally:
+            await core.aclose()
+
+    key, secret = asyncio.run(nobody())
+    auth = "Basic " + base64.b64encode(f"{key}:{secret}".encode()).decode()
+    http = urllib3.PoolManager()
+    params = {"repository": repo, "branch": MAIN, "ref": MAIN, "commitId": MAIN, "leftRef": MAIN,
+              "rightRef": MAIN, "sourceRef": MAIN, "destinationBranch": MAIN, "tag": "t1"}  # fmt: skip
+    for method, path, handler in routes.table():
+        name = handler.__name__
+        url = server.api + path.format(**params) + "?path=p&dest_path=q&id=x&ref=main"
+        data = json.dumps(BODIES[name]).encode() if name in BODIES else b"x"
+        headers = {"Authorization": auth, "Content-Type": "application/json"}
+        answer = http.request(method, url, body=data if method in ("POST", "PUT") else None, headers=headers)
+        if name == "delete_objects":
+            assert answer.status == 200
+            assert {e["status_code"] for e in json.loads(answer.data)["errors"]} == {401}
+            continue
+        assert answer.status == OPEN.get(name, 401), (method, path, answer.status, answer.data[:200])
