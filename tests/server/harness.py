@@ -212,6 +212,18 @@ class Server:
 
         return asyncio.run(run())
 
+    def tag(self, tag: str, commit_id: str) -> None:
+        """Tag ``commit_id`` of ``repo`` through the library in this process."""
+
+        async def run() -> None:
+            core = await open_core(CoreSettings.model_validate(self.core))
+            try:
+                await core.graveler.create_tag(REPO, tag, commit_id)
+            finally:
+                await core.aclose()
+
+        asyncio.run(run())
+
     def output(self) -> str:
         return (self.directory / "server.log").read_text(errors="replace")[-5000:]
 

@@ -256,6 +256,7 @@ def test_bad_checksum_stages_nothing_and_stores_nothing(server: Server, s3: Any)
     assert crc["ChecksumSHA256"] == base64.b64encode(hashlib.sha256(b"data").digest()).decode()
 
 
+@local_only
 def test_when_required_checksums_and_presigned_urls(server: Server) -> None:
     s3 = client(
         server,
@@ -401,6 +402,7 @@ def test_expired_multipart_uploads_are_swept(server: Server, s3: Any) -> None:
     )
 
 
+@local_only
 def test_copy_object_within_across_branches_and_repositories(s3: Any) -> None:
     s3.put_object(Bucket=REPO, Key="main/cp/src", Body=b"source", ContentType="a/b", Metadata={"k": "v"})
     s3.copy_object(Bucket=REPO, Key="main/cp/same", CopySource={"Bucket": REPO, "Key": "main/cp/src"})
