@@ -1,5 +1,5 @@
 # syntax=docker/dockerfile:1
-# One image for every daemon and CLI of the project: lakefs-mirror, lakefs-gc and lakefs-core.
+# One image for every daemon and CLI of the project: lakefs-mirror, lakefs-gc, lakefs-server, lakefs-core.
 #
 #   docker build -t lakefs-open:0.1.0 .                                  # mirror, GC (lite mode), CLIs
 #   docker build --build-arg EXTRAS=spark -t lakefs-open-gc:0.1.0 .      # + PySpark and a JVM (GC mark)
@@ -23,6 +23,7 @@ COPY pyproject.toml setup.py README.md LICENSE ./
 COPY lakefs_core ./lakefs_core
 COPY lakefs_mirror ./lakefs_mirror
 COPY lakefs_gc ./lakefs_gc
+COPY lakefs_server ./lakefs_server
 RUN python -m venv /opt/lakefs/.venv \
     && /opt/lakefs/.venv/bin/pip install --no-cache-dir ".${EXTRAS:+[$EXTRAS]}" \
     && /opt/lakefs/.venv/bin/lakefs-mirror --help >/dev/null

@@ -49,8 +49,14 @@ def test_multi_stage_non_root_and_what_the_ecs_tasks_run() -> None:
     copied = " ".join(args for word, args in final if word == "COPY")
     assert "--from=build /opt/lakefs/.venv /opt/lakefs/.venv" in copied
     assert any(w == "ARG" and a.startswith("EXTRAS") for w, a in steps)  # the Spark extra is optional
+    # every package the project installs is in the build context's copies
+    packages = re.search(r"include = \[(.*?)\]", (ROOT / "pyproject.toml").read_text())
+    assert packages is not None
+    copies = {a.split()[0] for w, a in steps if w == "COPY" and not a.startswith("--from")}
+    for pattern in re.findall(r'"(\w+)\*"', packages.group(1)):
+        assert pattern in copies, f"the Dockerfile does not copy package {pattern}"
     for task in sorted((ROOT / "deploy" / "ecs").glob("*.json")):
         container = json.loads(task.read_text())["containerDefinitions"][0]
         assert container["user"] == users[-1], task.name
         assert container["command"][0].startswith("/opt/lakefs/.venv/bin/lakefs-"), task.name
-        assert container["command"][0].rsplit("/", 1)[1] in {"lakefs-mirror", "lakefs-gc", "lakefs-core"}
+        assert container["command"][0].rsplit("/", 1)[1] in {"lakefs-mirror", "lakefs-gc", "lakefs-core", "lakefs-server"}
