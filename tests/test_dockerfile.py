@@ -59,4 +59,5 @@ def test_multi_stage_non_root_and_what_the_ecs_tasks_run() -> None:
         container = json.loads(task.read_text())["containerDefinitions"][0]
         assert container["user"] == users[-1], task.name
         assert container["command"][0].startswith("/opt/lakefs/.venv/bin/lakefs-"), task.name
-        assert container["command"][0].rsplit("/", 1)[1] in {"lakefs-mirror", "lakefs-gc", "lakefs-core", "lakefs-server"}
+        program = container["command"][0].rsplit("/", 1)[1]
+        assert program in {"lakefs-mirror", "lakefs-gc", "lakefs-core", "lakefs-server"}, task.name
