@@ -99,6 +99,13 @@ def test_one_data_dir_setting_relocates_the_shipped_configs(tmp_path: Path) -> N
 
     gc = load_gc_config(REPO_ROOT / "deploy" / "gc-local.yaml", {"LAKEFS_GC__DATA_DIR": str(tmp_path)})
     assert str(tmp_path) in str(gc.workdir) and str(tmp_path) in gc.core.kv_url.get_secret_value()
+    from lakefs_server.config import load_server_config
+
+    server = load_server_config(
+        REPO_ROOT / "deploy" / "server-local.yaml",
+        {"LAKEFS_SERVER__DATA_DIR": str(tmp_path), "LAKEFS_SERVER__AUTH__ENCRYPT__SECRET_KEY": "s"},
+    )
+    assert str(tmp_path) in server.core.kv_url.get_secret_value()
     problems = expand_data_dir({"data_dir": "relative", "x": "${data_dir}/y"})
     assert problems and problems[0][0] == "x"
 
