@@ -6,9 +6,11 @@ Planning (:func:`plan_read`, on the driver, once per DataFrame):
   head are read too, as they are when planned); the files under the prefix are the entries of that
   commit's ranges overlapping the prefix (:meth:`~lakefs_core.repos.graveler.Graveler.list_entries`
   reads range files, never lists the object store);
-- hive-style directories below the prefix (``date=2026-11-01/``) become string columns (cast to the
-  declared type when a schema is given), and names starting with ``_`` or ``.`` (``_SUCCESS``,
-  ``.crc``) are skipped as Spark does;
+- hive-style directories (``date=2026-11-01/``) become string columns (cast to the declared type when
+  a schema is given); a prefix ending inside them reads only those partitions and keeps their
+  columns (pruning by prefix); with ``filterPushdown`` (and Spark's
+  ``spark.sql.python.filterPushdown.enabled``) equality filters on them prune files too. Names
+  below the prefix starting with ``_`` or ``.`` (``_SUCCESS``, ``.crc``) are skipped as Spark does;
 - files are packed in path order into partitions of about ``partition_bytes`` (a file larger than
   that is a partition of its own).
 
@@ -78,11 +80,13 @@ def _hidden(name: str) -> bool:
     return name.startswith(("_", "."))
 
 
-def partition_values(relative: str) -> tuple[tuple[str, str], ...] | None:
-    """``k=v`` directories of ``relative`` (a path below the prefix); None for a hidden file."""
-    parts = relative.split("/")
-    if any(_hidden(p) for p in parts):
+def partition_values(path: str, prefix: str = "") -> tuple[tuple[str, str], ...] | None:
+    """``k=v`` directories of ``path`` (all of them: a prefix that ends inside the partition
+    directories, ``events/date=2026-11-01/``, still gives the column); None for a file hidden below
+    the prefix (``_SUCCESS``, ``.crc``)."""
+    if any(_hidden(p) for p in path[len(prefix) :].split("/")):
         return None
+    parts = path.split("/")
     values: list[tuple[str, str]] = []
     for directory in parts[:-1]:
         name, eq, value = directory.partition("=")
@@ -99,7 +103,7 @@ async def _list_files(core: Core, repo: str, ref: str, prefix: str) -> list[File
     names = catalog_pb2.Entry.AddressType.Name
     async for record in core.graveler.list_entries(repo, ref, prefix=prefix.encode()):
         path = record.key.decode("utf-8", "surrogateescape")
-        values = partition_values(path[len(prefix) :])
+        values = partition_values(path, prefix)
         if values is None:
             continue
         entry = decode_entry(record.data)

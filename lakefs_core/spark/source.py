@@ -41,6 +41,7 @@ from lakefs_core.spark.options import (
     WRITE_FORMATS,
     CoreRef,
     config_path,
+    flag,
     file_format,
     positive_int,
     source_uri,
@@ -79,7 +80,8 @@ class LakeFSDataSource(DataSource):  # type: ignore[misc]
         return from_arrow_schema(read.infer_schema(self.plan()))
 
     def reader(self, schema: StructType) -> DataSourceReader:
-        return LakeFSReader(self.plan(), schema, self.options)
+        pruning = flag(self.options, "filterPushdown")
+        return (LakeFSPruningReader if pruning else LakeFSReader)(self.plan(), schema, self.options)
 
     def writer(self, schema: StructType, overwrite: bool) -> DataSourceArrowWriter:
         uri = source_uri(self.options)
@@ -104,6 +106,18 @@ class LakeFSReader(DataSourceReader):  # type: ignore[misc]
         self.partition_bytes = positive_int(options, "partitionBytes", DEFAULT_PARTITION_BYTES)
         self.wanted: dict[str, set[str]] = {}
 
+    def partitions(self) -> list[InputPartition]:
+        files = read.prune(self.plan.files, self.wanted)
+        return [FilesPartition(group) for group in read.pack(files, self.partition_bytes)]
+
+    def read(self, partition: FilesPartition) -> Iterator[pa.RecordBatch]:
+        yield from read.read_files(self.plan, partition.files, self.arrow_schema)
+
+
+class LakeFSPruningReader(LakeFSReader):
+    """The reader when ``spark.sql.python.filterPushdown.enabled`` is on (option ``filterPushdown``:
+    PySpark refuses a reader with ``pushFilters`` while that setting is off)."""
+
     def pushFilters(self, filters: list[Filter]) -> Iterator[Filter]:
         """Equality on a partition column prunes files by their directory; Spark still applies
         every filter to the rows (they are all yielded back), so pruning never changes a result."""
@@ -114,13 +128,6 @@ class LakeFSReader(DataSourceReader):  # type: ignore[misc]
             elif isinstance(f, In) and len(f.attribute) == 1 and f.attribute[0] in columns:
                 self.wanted.setdefault(f.attribute[0], set()).update(str(v) for v in f.value)
             yield f
-
-    def partitions(self) -> list[InputPartition]:
-        files = read.prune(self.plan.files, self.wanted)
-        return [FilesPartition(group) for group in read.pack(files, self.partition_bytes)]
-
-    def read(self, partition: FilesPartition) -> Iterator[pa.RecordBatch]:
-        yield from read.read_files(self.plan, partition.files, self.arrow_schema)
 
 
 @dataclass

@@ -71,10 +71,8 @@ def test_read_every_format_and_partition_columns(spark: SparkSession, lake: Lake
         (2, "b", "2026-11-01"),
         (3, "c", "2026-11-02"),
     ]
-    pruned = df.where("date = '2026-11-02'")
-    assert rows(pruned, "id") == [(3,)]
-    plan = pruned._jdf.queryExecution().executedPlan().toString()
-    assert "lakefs" in plan.lower()
+    pruned = load(spark, lake, f"lakefs://{repo}/main/events/date=2026-11-02/")
+    assert rows(pruned, "id", "date") == [(3, "2026-11-02")]  # a prefix inside the partitions
     # a user schema: exact casts (int64 -> int32 fits), partition column typed
     typed = load(spark, lake, f"lakefs://{repo}/main/events/").schema  # inferred
     assert [f.name for f in typed] == ["id", "name", "date"]
@@ -188,6 +186,9 @@ def test_concurrent_writers_on_one_branch_both_land(spark: SparkSession, lake: L
 
     def writer(i: int) -> None:
         try:
+            # A new thread has no active session in the JVM, where Spark looks Python data sources
+            # up (every thread that writes sets it; a job's own thread has it).
+            spark._jvm.org.apache.spark.sql.SparkSession.setActiveSession(spark._jsparkSession)
             save(spark.range(i * 100, i * 100 + 100, numPartitions=2), lake, f"lakefs://{repo}/main/w{i}/")
         except BaseException as e:  # surfaced by the assertion below
             errors.append(e)
@@ -197,7 +198,7 @@ def test_concurrent_writers_on_one_branch_both_land(spark: SparkSession, lake: L
         t.start()
     for t in threads:
         t.join()
-    assert errors == []
+    assert [str(e)[:3000] for e in errors] == []
     assert rows(load(spark, lake, f"lakefs://{repo}/main/w0/"), "id") == [(i,) for i in range(100)]
     assert rows(load(spark, lake, f"lakefs://{repo}/main/w1/"), "id") == [(i,) for i in range(100, 200)]
     assert [c.message for c in lake.log(repo)][:2] == ["Spark write to w1/", "Spark write to w0/"] or [
@@ -226,7 +227,7 @@ def test_failed_job_commits_nothing_and_its_files_are_reclaimed(spark: SparkSess
     repo = lake.new_repo()
     head = lake.head(repo)
 
-    @udf("long")
+    @udf("long", useArrow=False)
     def boom(x: int) -> int:
         if x == 999:
             raise ValueError("task dies mid-job")
