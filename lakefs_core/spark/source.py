@@ -41,8 +41,8 @@ from lakefs_core.spark.options import (
     WRITE_FORMATS,
     CoreRef,
     config_path,
-    flag,
     file_format,
+    flag,
     positive_int,
     source_uri,
 )

@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from lakefs_core.errors import BadInputError, NotFoundError, ReadOnlyError
+from lakefs_core.faults import fault_point
 from lakefs_core.format.records import ValueRecord
 from lakefs_core.repos.uri import LakeFSURI
 from lakefs_core.spark.options import CoreRef
@@ -184,6 +185,7 @@ def commit_job(plan: WritePlan, tasks: list[TaskFiles], extra: Mapping[str, str]
     metadata: dict[str, Any] = {"lakefs_spark.job": plan.job, **plan.metadata, **(extra or {})}
 
     async def commit() -> Commit:
+        fault_point("spark-write:before-commit")  # crash tests: every task wrote, nothing committed
         async with plan.core.open() as core:
             return await core.graveler.commit_entries(
                 plan.repo, plan.branch, records,
