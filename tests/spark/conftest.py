@@ -8,7 +8,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import importlib.util
 import io
 import itertools
@@ -19,6 +18,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import pytest
 
+from lakefs_core.compute.partition import run_async
 from lakefs_core.spark.options import CoreRef
 from tests.support.env import require_tool, skip_or_fail
 
@@ -70,7 +70,7 @@ class Lake:
             async with self.core.open() as core:
                 return await fn(core)
 
-        return asyncio.run(go())
+        return run_async(go)  # a helper thread's loop when the caller's loop is running
 
     def new_repo(self, *, journal: bool = True, read_only: bool = False) -> str:
         name = f"repo{next(_names)}"
