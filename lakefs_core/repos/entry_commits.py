@@ -143,6 +143,7 @@ async def commit_entries(
         raise BadInputError("a journalled commit of batches needs a job token", field="job_token")
     built: dict[str, Commit] = {}
     settled = False
+    made: Commit | None = None
     with exhausted_as(f"branch {branch_id!r}: too many concurrent commits"):
         async for attempt in cas_retrying(ctx.settings):
             with attempt:
@@ -169,4 +170,5 @@ async def commit_entries(
                     if expected_head is not None:
                         raise ConflictError(f"branch {branch_id!r} moved during the commit") from None
                     raise
+    assert made is not None  # the loop ran, or raised
     return made

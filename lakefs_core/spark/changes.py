@@ -15,10 +15,11 @@ silent gap. A batch read over ``(startingCommit, endingCommit]`` gives the same 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from datetime import datetime
 
+from lakefs_core.compute.partition import stream_async
 from lakefs_core.errors import BadInputError
 from lakefs_core.spark.options import CoreRef
 
@@ -93,8 +94,7 @@ def change_rows(core: CoreRef, repo: str, step: CommitStep) -> Iterator[tuple[ob
 
     kinds = {DiffType.ADDED: "added", DiffType.CHANGED: "changed", DiffType.REMOVED: "removed"}
 
-    async def rows() -> list[tuple[object, ...]]:
-        out: list[tuple[object, ...]] = []
+    async def rows() -> AsyncIterator[tuple[object, ...]]:
         async with core.open() as opened:
             g = opened.graveler
             record = await g.repository(repo)
@@ -103,11 +103,11 @@ def change_rows(core: CoreRef, repo: str, step: CommitStep) -> Iterator[tuple[ob
             async for change in diff(left, right):
                 value = change.right if change.type is not DiffType.REMOVED else change.left
                 entry = decode_entry(value.data) if value is not None else None
-                out.append((
+                yield (
                     step.commit_id, step.parent or None, change.key.decode("utf-8", "surrogateescape"),
                     kinds[change.type], entry.address if entry else None, entry.size if entry else None,
                     step.time,
-                ))  # fmt: skip
-        return out
+                )  # fmt: skip
 
-    yield from asyncio.run(rows())
+    # streamed on one private loop: a commit of millions of paths never sits in memory
+    yield from stream_async(rows)

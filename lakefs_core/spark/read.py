@@ -36,7 +36,7 @@ from lakefs_core.repos.uri import LakeFSURI
 from lakefs_core.spark.options import CoreRef
 
 if TYPE_CHECKING:
-    import pyarrow as pa
+    import pyarrow as pa  # type: ignore[import-untyped]
 
     from lakefs_core.wiring import Core
 
@@ -186,7 +186,7 @@ def parse(data: bytes, spec: FileSpec, fmt: str, options: Mapping[str, str]) -> 
 
     try:
         if fmt == "parquet":
-            import pyarrow.parquet as pq
+            import pyarrow.parquet as pq  # type: ignore[import-untyped]
 
             return pq.read_table(pa.BufferReader(data))
         if fmt == "csv":

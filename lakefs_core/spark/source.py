@@ -12,11 +12,11 @@ commit a read resolves in ``__init__`` is the DataFrame's snapshot however the b
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import pyarrow as pa
+import pyarrow as pa  # type: ignore[import-untyped]
 from pyspark.sql.datasource import (
     DataSource,
     DataSourceArrowWriter,
@@ -51,13 +51,13 @@ SOURCE_NAME = "lakefs"
 CHANGES_NAME = "lakefs-changes"
 
 
-class FilesPartition(InputPartition):  # type: ignore[misc]  # PySpark's classes are untyped
+class FilesPartition(InputPartition):
     def __init__(self, files: Sequence[read.FileSpec]) -> None:
         super().__init__(None)
         self.files = list(files)
 
 
-class LakeFSDataSource(DataSource):  # type: ignore[misc]
+class LakeFSDataSource(DataSource):
     """``spark.read.format("lakefs").load("lakefs://repo/ref/prefix/")`` and the matching write."""
 
     @classmethod
@@ -99,8 +99,8 @@ class LakeFSDataSource(DataSource):  # type: ignore[misc]
         return LakeFSWriter(plan)
 
 
-class LakeFSReader(DataSourceReader):  # type: ignore[misc]
-    def __init__(self, plan: read.ReadPlan, schema: StructType, options: dict[str, str]) -> None:
+class LakeFSReader(DataSourceReader):
+    def __init__(self, plan: read.ReadPlan, schema: StructType, options: Mapping[str, str]) -> None:
         self.plan = plan
         self.arrow_schema = to_arrow_schema(schema)
         self.partition_bytes = positive_int(options, "partitionBytes", DEFAULT_PARTITION_BYTES)
@@ -110,8 +110,9 @@ class LakeFSReader(DataSourceReader):  # type: ignore[misc]
         files = read.prune(self.plan.files, self.wanted)
         return [FilesPartition(group) for group in read.pack(files, self.partition_bytes)]
 
-    def read(self, partition: FilesPartition) -> Iterator[pa.RecordBatch]:
-        yield from read.read_files(self.plan, partition.files, self.arrow_schema)
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        files = partition.files if isinstance(partition, FilesPartition) else []
+        yield from read.read_files(self.plan, files, self.arrow_schema)
 
 
 class LakeFSPruningReader(LakeFSReader):
@@ -131,11 +132,11 @@ class LakeFSPruningReader(LakeFSReader):
 
 
 @dataclass
-class FilesWritten(WriterCommitMessage):  # type: ignore[misc]
+class FilesWritten(WriterCommitMessage):
     files: write.TaskFiles
 
 
-class LakeFSWriter(DataSourceArrowWriter):  # type: ignore[misc]
+class LakeFSWriter(DataSourceArrowWriter):
     def __init__(self, plan: write.WritePlan) -> None:
         self.plan = plan
 
@@ -146,23 +147,23 @@ class LakeFSWriter(DataSourceArrowWriter):  # type: ignore[misc]
         partition = context.partitionId() if context is not None else 0
         return FilesWritten(write.write_task(self.plan, partition, iterator))
 
-    def commit(self, messages: list[FilesWritten | None]) -> None:
-        write.commit_job(self.plan, [m.files for m in messages if m is not None])
+    def commit(self, messages: list[WriterCommitMessage | None]) -> None:
+        write.commit_job(self.plan, [m.files for m in messages if isinstance(m, FilesWritten)])
 
-    def abort(self, messages: list[FilesWritten | None]) -> None:
+    def abort(self, messages: list[WriterCommitMessage | None]) -> None:
         """Nothing is committed; the files written are left to the hard-delete reconciler."""
 
 
 # -- the change feed ------------------------------------------------------------------------------
 
 
-class CommitPartition(InputPartition):  # type: ignore[misc]
+class CommitPartition(InputPartition):
     def __init__(self, step: changes.CommitStep) -> None:
         super().__init__(step.commit_id)
         self.step = step
 
 
-class LakeFSChangesDataSource(DataSource):  # type: ignore[misc]
+class LakeFSChangesDataSource(DataSource):
     """``spark.readStream.format("lakefs-changes").load("lakefs://repo/branch")`` (and batch reads
     over ``startingCommit``/``endingCommit``)."""
 
@@ -191,7 +192,7 @@ class LakeFSChangesDataSource(DataSource):  # type: ignore[misc]
         )
 
 
-class ChangesReader(DataSourceReader):  # type: ignore[misc]
+class ChangesReader(DataSourceReader):
     def __init__(self, core: CoreRef, repo: str, steps: list[changes.CommitStep]) -> None:
         self.core, self.repo, self.steps = core, repo, steps
 
@@ -203,7 +204,7 @@ class ChangesReader(DataSourceReader):  # type: ignore[misc]
             yield from changes.change_rows(self.core, self.repo, partition.step)
 
 
-class ChangesStreamReader(DataSourceStreamReader):  # type: ignore[misc]
+class ChangesStreamReader(DataSourceStreamReader):
     def __init__(self, core: CoreRef, repo: str, branch: str, start: str | None, limit: int) -> None:
         self.core, self.repo, self.branch, self.start, self.limit = core, repo, branch, start, limit
 
@@ -221,8 +222,9 @@ class ChangesStreamReader(DataSourceStreamReader):  # type: ignore[misc]
         steps = changes.commits_after(self.core, self.repo, start["commit"], end["commit"], changes.MAX_WALK)
         return [CommitPartition(s) for s in steps]
 
-    def read(self, partition: CommitPartition) -> Iterator[tuple[object, ...]]:
-        yield from changes.change_rows(self.core, self.repo, partition.step)
+    def read(self, partition: InputPartition) -> Iterator[tuple[object, ...]]:
+        if isinstance(partition, CommitPartition):
+            yield from changes.change_rows(self.core, self.repo, partition.step)
 
     def commit(self, end: dict[str, Any]) -> None:
         """Nothing to release: offsets are commit ids, kept by the query's checkpoint."""

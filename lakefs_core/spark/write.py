@@ -31,7 +31,7 @@ from lakefs_core.repos.uri import LakeFSURI
 from lakefs_core.spark.options import CoreRef
 
 if TYPE_CHECKING:
-    import pyarrow as pa
+    import pyarrow as pa  # type: ignore[import-untyped]
 
     from lakefs_core.refs.model import Commit
     from lakefs_core.wiring import Core
@@ -94,7 +94,7 @@ def _encode(fmt: str, batches: list[pa.RecordBatch], schema: pa.Schema) -> bytes
 
     sink = pa.BufferOutputStream()
     if fmt == "parquet":
-        import pyarrow.parquet as pq
+        import pyarrow.parquet as pq  # type: ignore[import-untyped]
 
         with pq.ParquetWriter(sink, schema) as writer:
             for batch in batches:
