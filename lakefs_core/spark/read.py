@@ -11,8 +11,9 @@ Planning (:func:`plan_read`, on the driver, once per DataFrame):
   columns (pruning by prefix); with ``filterPushdown`` (and Spark's
   ``spark.sql.python.filterPushdown.enabled``) equality filters on them prune files too. Names
   below the prefix starting with ``_`` or ``.`` (``_SUCCESS``, ``.crc``) are skipped as Spark does;
-- files are packed in path order into partitions of about ``partition_bytes`` (a file larger than
-  that is a partition of its own).
+- files are packed in path order into partitions of about ``partition_bytes``, fewer bytes when
+  that gives fewer than ``min_partitions`` partitions (:func:`split_bytes`, Spark's rule for its file
+  sources); a file larger than that is a partition of its own.
 
 A task (:func:`read_files`) opens the core from the configuration path, reads each object's bytes
 through :class:`~lakefs_core.repos.objects.Objects` (so a purged object answers
@@ -25,12 +26,13 @@ file and column, never a silently wrong value).
 from __future__ import annotations
 
 import io
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from lakefs_core.compute.partition import run_async
 from lakefs_core.errors import BadInputError, NotFoundError
+from lakefs_core.format.records import ValueRecord
 from lakefs_core.repos.objects import ObjectStat
 from lakefs_core.repos.uri import LakeFSURI
 from lakefs_core.spark.options import CoreRef
@@ -41,11 +43,12 @@ if TYPE_CHECKING:
     from lakefs_core.wiring import Core
 
 FORMAT_OPTIONS = ("header", "sep", "delimiter", "quote", "escape")
+OPEN_COST_BYTES = 4 << 20  # as spark.sql.files.openCostInBytes
 
 
-@dataclass(frozen=True)
-class FileSpec:
-    """One object to read: its path in the repository, where its bytes are, its partition values."""
+class FileSpec(NamedTuple):
+    """One object to read: its path in the repository, where its bytes are, its partition values
+    (a named tuple: planning builds one per object, 100,000s of them)."""
 
     path: str
     address: str
@@ -76,16 +79,15 @@ class ReadPlan:
         return f"{where} ({self.fmt}, {len(self.files)} files)"
 
 
-def _hidden(name: str) -> bool:
-    return name.startswith(("_", "."))
-
-
 def partition_values(path: str, prefix: str = "") -> tuple[tuple[str, str], ...] | None:
     """``k=v`` directories of ``path`` (all of them: a prefix that ends inside the partition
     directories, ``events/date=2026-11-01/``, still gives the column); None for a file hidden below
     the prefix (``_SUCCESS``, ``.crc``)."""
-    if any(_hidden(p) for p in path[len(prefix) :].split("/")):
+    below = "/" + path[len(prefix) :]
+    if "/_" in below or "/." in below:
         return None
+    if "=" not in path:  # the common case, without a split
+        return ()
     parts = path.split("/")
     values: list[tuple[str, str]] = []
     for directory in parts[:-1]:
@@ -95,19 +97,44 @@ def partition_values(path: str, prefix: str = "") -> tuple[tuple[str, str], ...]
     return tuple(values)
 
 
-async def _list_files(core: Core, repo: str, ref: str, prefix: str) -> list[FileSpec]:
+async def _record_batches(
+    core: Core, repo: str, ref: str, prefix: bytes, committed: str | None
+) -> AsyncIterator[list[ValueRecord]]:
+    """The entries under ``prefix`` in batches: with ``committed`` (a metarange id), the records of
+    the ranges overlapping the prefix, one batch per range; else ``ref``'s with its staged changes."""
+    if committed is None:
+        batch: list[ValueRecord] = []
+        async for record in core.graveler.list_entries(repo, ref, prefix=prefix):
+            batch.append(record)
+            if len(batch) >= 4096:
+                yield batch
+                batch = []
+        yield batch
+        return
+    metarange = await core.graveler.metarange(await core.graveler.repository(repo), committed)
+    for i, info in enumerate(metarange.ranges):
+        if info.max_key < prefix:
+            continue
+        if info.min_key > prefix and not info.min_key.startswith(prefix):
+            return  # this range and every later one lie after the prefix
+        records = await metarange.range_records(i, prefix if info.min_key < prefix else None)
+        yield [r for r in records if r.key.startswith(prefix)]
+
+
+async def _list_files(core: Core, repo: str, ref: str, prefix: str, committed: str | None) -> list[FileSpec]:
     from lakefs_core.format.proto import catalog_pb2
     from lakefs_core.format.records import decode_entry
 
     files: list[FileSpec] = []
     names = catalog_pb2.Entry.AddressType.Name
-    async for record in core.graveler.list_entries(repo, ref, prefix=prefix.encode()):
-        path = record.key.decode("utf-8", "surrogateescape")
-        values = partition_values(path, prefix)
-        if values is None:
-            continue
-        entry = decode_entry(record.data)
-        files.append(FileSpec(path, entry.address, names(entry.address_type), entry.size, values))
+    async for batch in _record_batches(core, repo, ref, prefix.encode(), committed):
+        for record in batch:
+            path = record.key.decode("utf-8", "surrogateescape")
+            values = partition_values(path, prefix)
+            if values is None:
+                continue
+            entry = decode_entry(record.data)
+            files.append(FileSpec(path, entry.address, names(entry.address_type), entry.size, values))
     return files
 
 
@@ -138,14 +165,22 @@ async def plan_read(core_ref: CoreRef, uri: LakeFSURI, options: Mapping[str, str
             raise BadInputError(f"{uri.ref!r} is not a branch: only a branch has uncommitted changes",
                                 field="uncommitted")  # fmt: skip
         commit_id = resolved.commit.id
-        # Committed data only from the pinned commit; staged changes through the branch itself.
-        listed_ref = uri.ref if uncommitted else commit_id
-        files = await _list_files(core, uri.repo, listed_ref, uri.path)
+        # Committed data only from the pinned commit's ranges; staged changes through the branch.
+        committed = None if uncommitted else resolved.commit.metarange_id
+        files = await _list_files(core, uri.repo, uri.ref, uri.path, committed)
     format_options = {k: str(options[k]) for k in FORMAT_OPTIONS if k in options}
     return ReadPlan(
         core_ref, uri.repo, uri.ref, commit_id, uri.path, uncommitted, fmt, format_options,
         _columns(files), tuple(files),
     )  # fmt: skip
+
+
+def split_bytes(files: Sequence[FileSpec], partition_bytes: int, min_partitions: int) -> int:
+    """Spark's own rule for file sources: at most ``partition_bytes`` per partition, but small enough
+    to give ``min_partitions`` partitions (every core busy), and never below the cost of opening a
+    file (:data:`OPEN_COST_BYTES`)."""
+    total = sum(f.size + OPEN_COST_BYTES for f in files)
+    return min(partition_bytes, max(OPEN_COST_BYTES, -(-total // max(min_partitions, 1))))
 
 
 def pack(files: Sequence[FileSpec], target_bytes: int) -> list[list[FileSpec]]:

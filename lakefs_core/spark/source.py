@@ -12,6 +12,7 @@ commit a read resolves in ``__init__`` is the DataFrame's snapshot however the b
 from __future__ import annotations
 
 import asyncio
+import os
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -104,11 +105,14 @@ class LakeFSReader(DataSourceReader):
         self.plan = plan
         self.arrow_schema = to_arrow_schema(schema)
         self.partition_bytes = positive_int(options, "partitionBytes", DEFAULT_PARTITION_BYTES)
+        # The planning worker cannot ask Spark its default parallelism: the driver's cores stand in.
+        self.min_partitions = positive_int(options, "minPartitions", os.cpu_count() or 2, maximum=1 << 20)
         self.wanted: dict[str, set[str]] = {}
 
     def partitions(self) -> list[InputPartition]:
         files = read.prune(self.plan.files, self.wanted)
-        return [FilesPartition(group) for group in read.pack(files, self.partition_bytes)]
+        target = read.split_bytes(files, self.partition_bytes, self.min_partitions)
+        return [FilesPartition(group) for group in read.pack(files, target)]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         files = partition.files if isinstance(partition, FilesPartition) else []

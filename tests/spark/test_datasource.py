@@ -13,7 +13,7 @@ import pytest
 from lakefs_core.errors import BadInputError, ReadOnlyError
 from lakefs_core.spark import read as spark_read
 from lakefs_core.spark import write as spark_write
-from lakefs_core.spark.read import FileSpec, pack, partition_values
+from lakefs_core.spark.read import FileSpec, pack, partition_values, split_bytes
 from tests.spark.conftest import Lake, parquet_bytes
 
 if TYPE_CHECKING:
@@ -45,6 +45,11 @@ def test_partition_values_and_packing() -> None:
     assert partition_values("x/.part.crc") is None
     files = [FileSpec(f"f{i}", f"a{i}", "RELATIVE", size) for i, size in enumerate([60, 60, 10, 200, 5])]
     assert [[f.path for f in g] for g in pack(files, 128)] == [["f0", "f1"], ["f2"], ["f3"], ["f4"]]
+    mib = 1 << 20
+    big = [FileSpec(f"g{i}", f"b{i}", "RELATIVE", 40 * mib) for i in range(4)]
+    assert split_bytes(big, 128 * mib, 2) == 88 * mib  # two partitions' worth, open cost included
+    assert split_bytes(big, 64 * mib, 2) == 64 * mib
+    assert split_bytes(files[:1], 128 * mib, 2) == 4 * mib  # never below the open cost
 
 
 # -- read -------------------------------------------------------------------------------------------

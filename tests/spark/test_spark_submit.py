@@ -47,7 +47,12 @@ async def test_spark_submit_copy_and_a_killed_job(lake: Lake) -> None:
         "dest": f"lakefs://{repo}/main/dst/",
         "config": lake.config,
     }
-    result = await run_spark_job(JOB_NAME, args, master="local[2]", timeout=240, launcher="spark-submit")
+    # speculation on: local mode launches no speculative copies (one executor), the setting must not
+    # change the result; the copies themselves are test_datasource's speculative-attempts test
+    speculative = {"spark.speculation": "true", "spark.speculation.multiplier": "1"}
+    result = await run_spark_job(
+        JOB_NAME, args, master="local[2]", timeout=240, launcher="spark-submit", conf=speculative
+    )
     assert result["rows"] == 30 and result["commit"] == lake.head(repo)
     assert len(lake.paths(repo, "main", "dst/")) >= 1
     copied = set(await _journal(lake, repo))
