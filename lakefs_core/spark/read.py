@@ -25,6 +25,7 @@ file and column, never a silently wrong value).
 
 from __future__ import annotations
 
+import copy
 import io
 from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -211,7 +212,9 @@ async def _fetch(core: Core, repo: str, spec: FileSpec) -> bytes:
         chunks = [c async for c in core.objects.read_stat(repo, spec.stat())]
     except NotFoundError as e:
         # The project's error first, naming the object (PurgedError keeps its class and audit id).
-        raise type(e)(f"lakefs://{repo}/{spec.path} (address {spec.address}): {e}") from e
+        named = copy.copy(e)  # the same class and fields (a PurgedError keeps its audit id)
+        named.args = (f"lakefs://{repo}/{spec.path} (address {spec.address}): {e}", *e.args[1:])
+        raise named from e
     return b"".join(chunks)
 
 
