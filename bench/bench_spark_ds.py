@@ -14,7 +14,8 @@ against a baseline in the same run, best of ``R`` rounds each:
   files with pyarrow and nothing else (``floor_ratio`` = Spark / floor bounds what any Python data
   source can reach; ``ours_vs_floor`` is what the core adds);
 - write: ``N`` generated rows written with ``format("lakefs")`` (append, one commit included) vs
-  ``df.write.parquet`` to a local directory. Ratio = Spark's time / ours (target >= 0.9);
+  ``df.write.parquet`` to a local directory. Ratio = Spark's time / ours (target >= 0.9). The
+  floor: a minimal Python sink writing each task's batches as one local parquet file;
 - planning: a prefix with ``N`` objects (one commit of that many entries made with
   ``Graveler.commit_entries``, no data behind them: planning never lists or reads objects), the
   driver's plan (ref resolved, files listed from the ranges, packed) timed alone (target <= 2 s).
@@ -70,6 +71,35 @@ def _floor_source(paths: list[str], partitions: int) -> Any:
             return FloorReader()
 
     return FloorSource
+
+
+def _floor_sink(directory: str) -> Any:
+    """The floor of ANY Python data source's write: each task's Arrow batches as one parquet file in
+    a local directory, nothing else (no core, no journal, no commit)."""
+    from pyspark.sql.datasource import DataSource, DataSourceArrowWriter, WriterCommitMessage
+
+    class FloorWriter(DataSourceArrowWriter):  # type: ignore[misc]
+        def write(self, iterator: Any) -> WriterCommitMessage:
+            import uuid
+
+            import pyarrow as pa
+            import pyarrow.parquet as pq
+
+            batches = list(iterator)
+            if batches:
+                path = f"{directory}/{uuid.uuid4().hex}.parquet"
+                pq.write_table(pa.Table.from_batches(batches), path, row_group_size=1 << 20)
+            return WriterCommitMessage()
+
+    class FloorSink(DataSource):  # type: ignore[misc]
+        @classmethod
+        def name(cls) -> str:
+            return "bench-floor-sink"
+
+        def writer(self, schema: Any, overwrite: bool) -> DataSourceArrowWriter:
+            return FloorWriter()
+
+    return FloorSink
 
 
 def _parquet_files(directory: Path, rows: int, files: int = 8) -> list[Path]:
@@ -166,10 +196,20 @@ def main() -> None:
         def spark_write() -> None:
             df.write.parquet(str(root / f"plain-w{next(outs)}"))
 
-        ours_write(), spark_write()
+        sink_dir = root / "floor-sink"
+        sink_dir.mkdir()
+        spark.dataSource.register(_floor_sink(str(sink_dir)))
+
+        def floor_write() -> None:
+            df.write.format("bench-floor-sink").mode("append").save()
+
+        ours_write(), spark_write(), floor_write()
         t_ours, t_spark = _best(ns.rounds, ours_write), _best(ns.rounds, spark_write)
+        t_floor = _best(ns.rounds, floor_write)
         report("spark_ds.write", rows=ns.write_rows, ours_s=round(t_ours, 3),
-               spark_parquet_s=round(t_spark, 3), ratio=round(t_spark / t_ours, 3), target=0.9)  # fmt: skip
+               spark_parquet_s=round(t_spark, 3), ratio=round(t_spark / t_ours, 3), target=0.9,
+               python_floor_s=round(t_floor, 3), floor_ratio=round(t_spark / t_floor, 3),
+               ours_vs_floor=round(t_floor / t_ours, 3))  # fmt: skip
 
         uri = parse_uri("lakefs://bench/main/many/", Kind.PREFIX)
 
