@@ -3,8 +3,8 @@ through the data sources, as ``python -m lakefs_core.compute.job`` or ``spark-su
 
 Arguments (JSON, hostile): ``source`` (``lakefs://repo/ref/prefix/``), ``dest``
 (``lakefs://repo/branch/prefix/``), optional ``config`` (the configuration file's path), ``format``
-(default parquet), ``mode`` (``append`` or ``overwrite``), ``message``. Result: the rows copied and
-the destination's new head commit.
+(default parquet), ``mode`` (``append`` or ``overwrite``), ``message``. Result: the destination's
+new head commit and the files under the destination prefix.
 """
 
 from __future__ import annotations
@@ -50,13 +50,16 @@ def copy_job(executor: Executor, args: Mapping[str, Any]) -> dict[str, Any]:
     config = args.get("config")
     options = {"format": fmt} | ({"config": str(config)} if config else {})
     df = session.read.format("lakefs").options(**options).load(source)
-    rows = df.count()
     message = str(args.get("message") or f"spark-copy from {source}")
     df.write.format("lakefs").options(**options).option("message", message).mode(mode).save(dest)
     core = CoreRef(str(config) if config else None)
 
-    async def head() -> str:
+    async def written() -> tuple[str, int]:
         async with core.open() as opened:
-            return (await opened.graveler.branch(target.repo, target.ref)).commit_id
+            g = opened.graveler
+            head = (await g.branch(target.repo, target.ref)).commit_id
+            files = [r async for r in g.list_entries(target.repo, head, prefix=target.path.encode())]
+            return head, len(files)
 
-    return {"job": JOB_NAME, "rows": rows, "commit": asyncio.run(head())}
+    head, files = asyncio.run(written())
+    return {"job": JOB_NAME, "commit": head, "files": files}

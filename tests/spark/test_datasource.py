@@ -162,7 +162,6 @@ def test_write_round_trip_append_overwrite_and_one_commit(spark: SparkSession, l
             **{"metadata.run": fmt},
         )
         back = load(spark, lake, f"lakefs://{repo}/main/{fmt}/", format=fmt, header="true")
-        assert back.count() == 1000
         assert sorted(int(r["id"]) for r in back.collect()) == list(range(1000))
     log = lake.log(repo)
     assert len(log) == before + 3  # one commit per job
@@ -256,7 +255,7 @@ def test_failed_job_commits_nothing_and_its_files_are_reclaimed(spark: SparkSess
     assert decisions and set(decisions.values()) == {"delete"}  # every file written is garbage
     # a re-run of the job lands, and its files are the committed ones
     save(spark.range(0, 1000, numPartitions=4), lake, f"lakefs://{repo}/main/t/")
-    assert load(spark, lake, f"lakefs://{repo}/main/t/").count() == 1000
+    assert len(lake.paths(repo, "main", "t/")) == 4  # one file per task
     after = _decisions(lake, repo)
     assert sorted(after.values()).count("committed") == 4
 
@@ -340,8 +339,9 @@ def test_change_feed_batch_and_stream_across_restart(spark: SparkSession, lake: 
         .option("startingCommit", c1)
         .load(uri)
     )
-    assert rows(batch, "commit_id", "path", "change_type") == sorted(expected)
-    one = batch.where(f"commit_id = '{c3}'").collect()[0]
+    collected = batch.collect()
+    assert sorted((r["commit_id"], r["path"], r["change_type"]) for r in collected) == sorted(expected)
+    (one,) = [r for r in collected if r["commit_id"] == c3]
     assert one["parent"] == c2 and one["size"] == 1 and one["address"].startswith("data/")
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import datetime as dt
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
@@ -18,12 +19,13 @@ from lakefs_core.spark.jobs import JOB_NAME
 from tests.spark.conftest import Lake, parquet_bytes
 from tests.support.env import require_tool
 
+if TYPE_CHECKING:
+    from lakefs_core.wiring import Core
+
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
 
 async def _journal(lake: Lake, repo: str) -> dict[str, str]:
-    from lakefs_core.wiring import Core
-
     async def go(core: Core) -> dict[str, str]:
         journal = await core.graveler.journal(repo)
         later = core.graveler.clock() + dt.timedelta(days=2)
@@ -53,8 +55,11 @@ async def test_spark_submit_copy_and_a_killed_job(lake: Lake) -> None:
     result = await run_spark_job(
         JOB_NAME, args, master="local[2]", timeout=240, launcher="spark-submit", conf=speculative
     )
-    assert result["rows"] == 30 and result["commit"] == lake.head(repo)
-    assert len(lake.paths(repo, "main", "dst/")) >= 1
+    assert (
+        result["commit"] == lake.head(repo) and result["files"] == len(lake.paths(repo, "main", "dst/")) >= 1
+    )
+    copied_rows = lake.run(lambda core: _rows(core, repo, "dst/"))
+    assert sorted(copied_rows) == list(range(30))
     copied = set(await _journal(lake, repo))
     head = lake.head(repo)
 
@@ -80,6 +85,17 @@ async def test_spark_submit_copy_and_a_killed_job(lake: Lake) -> None:
     decisions = await _journal(lake, repo)
     assert {decisions[a] for a in set(decisions) - copied} == {"delete"}
     assert {decisions[a] for a in copied} == {"committed"}
+
+
+async def _rows(core: Core, repo: str, prefix: str) -> list[int]:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    out: list[int] = []
+    async for record in core.graveler.list_entries(repo, "main", prefix=prefix.encode()):
+        data = await core.objects.read_all(repo, "main", record.key.decode())
+        out += pq.read_table(pa.BufferReader(data)).column("id").to_pylist()
+    return out
 
 
 def _stopped_worker() -> bool:
