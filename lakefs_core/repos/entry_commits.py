@@ -33,7 +33,8 @@ from lakefs_core.committed.metarange import MetaRange
 from lakefs_core.committed.model import Change
 from lakefs_core.errors import BadInputError, ConflictError, PreconditionFailedError
 from lakefs_core.format.records import ValueRecord
-from lakefs_core.refs.model import Commit, Repository, validate_branch_id
+from lakefs_core.refs.ids import validate_branch_id
+from lakefs_core.refs.model import Commit, Repository
 from lakefs_core.repos.committing import check_commit_text
 from lakefs_core.repos.context import RepoContext
 from lakefs_core.repos.journal import Journal, journal_enabled

@@ -68,7 +68,7 @@ class TaskFiles:
 
 async def check_target(core_ref: CoreRef, uri: LakeFSURI) -> None:
     """Refuse what no job may write to, before any task runs."""
-    from lakefs_core.refs.model import is_commit_id, validate_branch_id
+    from lakefs_core.refs.ids import is_commit_id, validate_branch_id
 
     async with core_ref.open() as core:
         g = core.graveler
