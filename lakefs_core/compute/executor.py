@@ -432,6 +432,11 @@ class SparkExecutor:
         self._sc = session.sparkContext
 
     @property
+    def session(self) -> SparkSession:
+        """The session (a job that uses Spark SQL or the data sources, e.g. ``spark-copy``)."""
+        return self._session
+
+    @property
     def name(self) -> str:
         return "spark"
 
