@@ -45,7 +45,7 @@ from typing import Any
 
 from aiohttp import web
 
-from lakefs_core.errors import ConflictError, LakeFSError, StartupError
+from lakefs_core.errors import ConflictError, LakeFSError, StartupError, TamperedError
 from lakefs_core.fileperm import make_private_dir
 from lakefs_core.repos.graveler import Graveler, Repository, StorageNamespace, new_run_id
 from lakefs_core.repos.namespace_claims import NamespaceIndex
@@ -376,6 +376,8 @@ class GCService:
         log.error("GC run %s of %s failed in %s: %s: %s", progress.request.run_id, repo_id, phase,
                   type(error).__name__, error)  # fmt: skip
         self.metrics.runs.labels(repo_id, phase, "failure").inc()
+        if isinstance(error, TamperedError):
+            self.metrics.refusals.labels(repo_id, error.reason).inc()
         self.failed_runs += 1
         if progress.state != "failed":
             self.registry.finished(progress, self.now(), error)

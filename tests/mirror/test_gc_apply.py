@@ -15,7 +15,7 @@ import pytest
 from lakefs_core.block import copy_object
 from lakefs_core.block.base import ObjectInfo
 from lakefs_core.compute.executor import LiteExecutor
-from lakefs_core.errors import CorruptDataError, NotFoundError
+from lakefs_core.errors import NotFoundError, TamperedError
 from lakefs_core.format.records import decode_entry
 from lakefs_core.kv.memory import MemoryKVStore
 from lakefs_core.namespace import StorageNamespace
@@ -235,8 +235,9 @@ async def test_a_tampered_report_deletes_nothing(world: World) -> None:
     body = await store.get(parts[0])
     await store.put(parts[0], body + b"_lakefs/not-a-data-object\n")
     before = await w.dst_objects()
-    with pytest.raises(CorruptDataError, match="not a data object"):
+    with pytest.raises(TamperedError, match="the run record says") as refused:
         await w.apply()
+    assert refused.value.reason == "digest" and refused.value.exit_code == 18
     assert await w.dst_objects() == before
     assert await w.db.gc_applied_runs(w.mirror_id) == set()
 
