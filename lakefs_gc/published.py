@@ -43,7 +43,7 @@ from lakefs_gc.runs.record import Digester, RunRecord, RunRecords, digest_of, fi
 from lakefs_gc.runs.reports import read_manifest, read_summary
 from lakefs_gc.runs.runs import MAX_SWEEP_REPORT_BYTES, list_run_ids, parse_sweep_report
 from lakefs_gc.sweep.sweep import check_address
-from lakefs_gc.sweep.verify import check_digest, expected, verify_parts
+from lakefs_gc.sweep.verify import check_digest, expected, parsed_as_recorded, verify_parts
 
 __all__ = ["PIN_SOURCES_GROUP", "FinishedRun", "PinSource", "SweptRun", "finished_runs"]
 
@@ -65,15 +65,15 @@ class SweptRun:
         layout = RunLayout(self.ns, self.run_id)
         batch: list[str] = []
         for part in await verify_parts(self.store, self.ns, self.record, layout.deleted_text, digests=True):
-            digester = Digester()
-            async for lines in read_lines(self.store, part, digester=digester):
-                for line in lines:
-                    check_address(line, self.ns)
-                    batch.append(line)
-                    if len(batch) >= size:
-                        yield batch
-                        batch = []
-            want = expected(self.record, self.ns, self.store, part)
+            digester, want = Digester(), expected(self.record, self.ns, self.store, part)
+            async with parsed_as_recorded(self.store, part, want):
+                async for lines in read_lines(self.store, part, digester=digester):
+                    for line in lines:
+                        check_address(line, self.ns)
+                        batch.append(line)
+                        if len(batch) >= size:
+                            yield batch
+                            batch = []
             check_digest(digester.result(), want, file_name(self.store, part))
         if batch:
             yield batch

@@ -46,7 +46,7 @@ from lakefs_gc.runs.layout import RunLayout
 from lakefs_gc.runs.parts import file_name, read_lines
 from lakefs_gc.runs.record import Digester, RunRecord
 from lakefs_gc.runs.reports import RunManifest, read_commits_csv
-from lakefs_gc.sweep.verify import check_digest, expected, trusted_record, verify_parts
+from lakefs_gc.sweep.verify import check_digest, expected, parsed_as_recorded, trusted_record, verify_parts
 
 BATCH = 5000
 
@@ -156,14 +156,16 @@ class Reverifier:
                 yield metarange_id
 
         # Loaded into a scratch table first: nothing counts as seen before its digest is checked.
-        async for batch in _batched(metaranges()):
-            await asyncio.to_thread(self._sets.add, "pending", batch)
+        async with parsed_as_recorded(store, csv_key, want):
+            async for batch in _batched(metaranges()):
+                await asyncio.to_thread(self._sets.add, "pending", batch)
         check_digest(digester.result(), want, file_name(store, csv_key))
         for key in await verify_parts(store, ns, record, self._layout.ranges, digests=False):
-            digester = Digester()
-            async for lines in read_lines(store, key, digester=digester):
-                await asyncio.to_thread(self._sets.add, "pending_ranges", lines)
-            check_digest(digester.result(), expected(record, ns, store, key), file_name(store, key))
+            digester, want = Digester(), expected(record, ns, store, key)
+            async with parsed_as_recorded(store, key, want):
+                async for lines in read_lines(store, key, digester=digester):
+                    await asyncio.to_thread(self._sets.add, "pending_ranges", lines)
+            check_digest(digester.result(), want, file_name(store, key))
         await asyncio.to_thread(self._sets.commit_pending)
         self._loaded = True
 

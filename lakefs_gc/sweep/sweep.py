@@ -33,6 +33,7 @@ Fault points (:mod:`.faults`): ``sweep:verified``, ``sweep:batch:<n>``, ``sweep:
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import time
@@ -73,6 +74,7 @@ from lakefs_gc.sweep.verify import (
     check_digest,
     expected,
     mark_failed,
+    parsed_as_recorded,
     read_verified,
     trusted_record,
     verify_parts,
@@ -199,12 +201,13 @@ async def open_mark(graveler: Graveler, repo_id: str, mark_id: str) -> Mark:
         raise NotFoundError(
             f"mark {mark_id} of {repo_id!r} has no summary (not finished, or abandoned)"
         ) from None
-    summary = parse_summary(raw_summary, file=file_name(store, layout.summary))
-    if not summary.success:  # refusing on an unverified file deletes nothing
-        raise ConflictError(f"mark {mark_id} of {repo_id!r} failed (summary success=false): not swept")
+    with contextlib.suppress(CorruptDataError):  # refusing on an unverified file deletes nothing
+        if not parse_summary(raw_summary, file=file_name(store, layout.summary)).success:
+            raise ConflictError(f"mark {mark_id} of {repo_id!r} failed (summary success=false): not swept")
     pointer, record = await trusted_record(graveler, repo_id, mark_id)
     want = expected(record, ns, store, layout.summary)
     check_digest(digest_of(raw_summary), want, file_name(store, layout.summary))
+    parse_summary(raw_summary, file=file_name(store, layout.summary))  # as the mark wrote it
     raw = await read_verified(store, ns, record, layout.manifest, limit=MAX_MANIFEST_BYTES)
     manifest = parse_manifest(raw, file=file_name(store, layout.manifest))
     if manifest.repository != repo_id or manifest.run_id != mark_id:
@@ -296,16 +299,17 @@ class _Sweeper:
             skip = self.state["line"] if index == self.state["part"] else 0
             done = 0
             digester = Digester()  # the part again, as read: swapped since its check, it stops here
-            async for lines in read_lines(self.store, parts[index], digester=digester):
-                for line in lines:
-                    done += 1
-                    if done <= skip:
-                        continue
-                    batch.append(line)
-                    if len(batch) >= size:
-                        yield index, done, batch
-                        batch = []
             want = expected(self.record.record, self.layout.ns, self.store, parts[index])
+            async with parsed_as_recorded(self.store, parts[index], want):
+                async for lines in read_lines(self.store, parts[index], digester=digester):
+                    for line in lines:
+                        done += 1
+                        if done <= skip:
+                            continue
+                        batch.append(line)
+                        if len(batch) >= size:
+                            yield index, done, batch
+                            batch = []
             check_digest(digester.result(), want, file_name(self.store, parts[index]))
         if batch:
             yield index, done, batch

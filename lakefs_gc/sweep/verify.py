@@ -21,8 +21,11 @@ between the check and the read is caught too.
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import AsyncIterator
+
 from lakefs_core.block.base import BlockStore
-from lakefs_core.errors import LakeFSError, NotFoundError, TamperedError
+from lakefs_core.errors import CorruptDataError, LakeFSError, NotFoundError, TamperedError
 from lakefs_core.repos.graveler import Graveler, StorageNamespace
 from lakefs_gc.runs.parts import file_name, list_parts, ns_relative
 from lakefs_gc.runs.record import FileDigest, RunRecord, RunRecords, digest_of, file_digest
@@ -65,6 +68,30 @@ def check_digest(actual: FileDigest, want: FileDigest, file: str) -> None:
             reason="digest",
             file=file,
         )
+
+
+@contextlib.asynccontextmanager
+async def parsed_as_recorded(store: BlockStore, key: str, want: FileDigest) -> AsyncIterator[None]:
+    """Around the reading of a recorded file: absent, it is refused (``missing-file``); a
+    :class:`CorruptDataError` raised while parsing is
+    :class:`TamperedError` when the file's digest is not the recorded one (the mark wrote it
+    well-formed), and stays what it was otherwise (the mark wrote it so: a bug, not an attack)."""
+    try:
+        yield
+    except TamperedError:
+        raise
+    except NotFoundError:
+        raise TamperedError("recorded in the run record but absent", reason="missing-file",
+                            file=file_name(store, key)) from None  # fmt: skip
+    except CorruptDataError as e:
+        actual = await file_digest(store, key)
+        if actual != want:
+            raise TamperedError(
+                f"{e.args[0] if e.args else e}; its SHA-256 is not the run record's",
+                reason="digest",
+                file=file_name(store, key),
+            ) from e
+        raise
 
 
 async def read_verified(
