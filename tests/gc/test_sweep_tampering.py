@@ -30,7 +30,7 @@ from lakefs_core.service.deleter import store_deleter
 from lakefs_gc.faults import ENV, InjectedFault
 from lakefs_gc.mark.mark import run_mark
 from lakefs_gc.runs.layout import RunLayout
-from lakefs_gc.runs.parts import ns_relative
+from lakefs_gc.runs.parts import list_parts, ns_relative
 from lakefs_gc.runs.record import RunRecord, RunRecords
 from lakefs_gc.sweep.sweep import SweepOptions, SweepReport, run_sweep
 from tests.block.conftest import create_bucket, s3_settings
@@ -149,7 +149,8 @@ async def world(spec: Spec) -> AsyncIterator[World]:
             if spec.s3 is None:  # a second run to swap files with (on S3 a mark costs ~10 s)
                 w.other_id = (await run_mark(g, built.repo, executor, options=options(partitions=3))).run_id
                 await Objects(g).upload(built.repo, "main", "late.txt", b"late")  # the runs differ
-            w.mark_id = (await run_mark(g, built.repo, executor, options=options(partitions=3))).run_id
+            parts = 3 if spec.s3 is None else 1  # S3: each partition opens its own clients
+            w.mark_id = (await run_mark(g, built.repo, executor, options=options(partitions=parts))).run_id
         w.saved = {key: await w.store.get(key) for key in await w.run_files(w.mark_id)}
         found = await w.record()
         assert found is not None and found[1].state == "complete"
@@ -181,7 +182,7 @@ async def every_tampered_file_is_refused(w: World) -> None:
     recorded = {w.built.ns.key(rel) for rel in record[1].files}
     # Every file the sweep trusts is in the record (the Parquet report is not read by the sweep).
     trusted = {k for k in w.saved if "/deleted/" not in k and "/sweep" not in k}
-    assert recorded == trusted and len(recorded) >= 8
+    assert recorded == trusted and len(recorded) >= 7
     swapped, keys = 0, sorted(recorded)
     for n, key in enumerate(keys):
         if w.other_id:
@@ -205,7 +206,7 @@ async def parts_added_or_removed_and_records_are_refused(w: World) -> None:
     await w.refused("an extra deleted.text part", "extra-file")
     await w.store.put(f"{layout.ranges}/part-99999", b"0" * 64 + b"\n")
     await w.refused("an extra ranges.txt part", "extra-file")
-    await w.store.delete(f"{layout.deleted_text}/part-00001")
+    await w.store.delete((await list_parts(w.store, layout.deleted_text))[-1])
     await w.refused("a deleted.text part removed", "missing-file")
     await w.store.delete(layout.commits_csv)
     await w.refused("commits.csv removed", "missing-file")
