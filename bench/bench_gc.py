@@ -24,6 +24,11 @@ Figures (one JSON line each, ``bench`` names ``gc.*``):
 2. ``gc.listing`` / ``gc.sweep_local``: executors' listing (``candidates_partition``) in objects/s and
    the sweep of the run above (``run_sweep``, re-verification included) in keys/s, each against the
    raw file system in the same run (``os.scandir`` + ``stat``; ``os.unlink`` of as many files).
+   ``gc.sweep_verification``: what the sweep's checks against the run record in the KV add, timed
+   apart on the same run just before it is swept: the record read, one streamed SHA-256 of every
+   recorded file (the up-front check) plus the SHA-256 of the candidate, range and commit lists
+   again over bytes already in memory (the digests taken while the sweep reads them); its share of
+   the sweep's wall time (target at most 15 %).
 3. ``gc.s3_requests_per_key``: a repository on moto S3 behind the counting proxy of
    ``tests/support/s3proxy.py`` with ``M`` garbage objects, marked (lite) and swept: ``DeleteObjects``
    requests per deleted key (target at most 1/900).
@@ -35,6 +40,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import hashlib
 import json
 import os
 import random
@@ -68,6 +74,7 @@ from lakefs_gc.mark.uncommitted import staged_relative
 from lakefs_gc.rules import GCRules, save_rules
 from lakefs_gc.runs.layout import RunLayout
 from lakefs_gc.runs.parts import list_parts, read_lines
+from lakefs_gc.runs.record import RunRecords, file_digest
 from lakefs_gc.runs.reports import read_commits_csv
 from lakefs_gc.sweep.sweep import SweepOptions, run_sweep
 
@@ -317,11 +324,42 @@ def _best(fn: Callable[[], int], repeat: int = 3) -> tuple[float, int]:
     return best, out
 
 
+async def time_verification(g: Graveler, ns: StorageNamespace, run_id: str) -> tuple[float, int, int]:
+    """``(seconds, files, bytes)`` of the sweep's extra checks (see figure 2 in the docstring)."""
+    store = await g.namespace_store(ns)
+    t0 = time.perf_counter()
+    found = await RunRecords(g, REPO).read(run_id)
+    assert found is not None and found[1].state == "complete"
+    files = found[1].files
+    for relative, want in files.items():
+        assert await file_digest(store, ns.key(relative)) == want
+    upfront = time.perf_counter() - t0
+    read_twice = [r for r in files if "/deleted.text/" in r or "/ranges.txt/" in r or r.endswith(".csv")]
+    hashed = 0
+    for relative in read_twice:  # hashing only: the sweep digests these as it reads them anyway
+        data = await store.get(ns.key(relative))
+        t1 = time.perf_counter()
+        hashlib.sha256(data).hexdigest()
+        upfront += time.perf_counter() - t1
+        hashed += len(data)
+    return upfront, len(files), sum(d.size for d in files.values()) + hashed
+
+
 async def bench_sweep(g: Graveler, ns: StorageNamespace, run_id: str, work: Path) -> None:
     store = await g.namespace_store(ns)
+    verify_s, files, digested = await time_verification(g, ns, run_id)
     t0 = time.perf_counter()
     swept = await run_sweep(g, REPO, run_id, deleter=store_deleter(store), options=SweepOptions())
     sweep_s = time.perf_counter() - t0
+    report(
+        "gc.sweep_verification",
+        files=files,
+        bytes_digested=digested,
+        verification_s=round(verify_s, 3),
+        sweep_s=round(sweep_s, 3),
+        share_of_sweep=round(verify_s / sweep_s, 4) if sweep_s else None,
+        target_share=0.15,
+    )
     raw_dir = work / "raw-unlink"
     raw_dir.mkdir()
     for i in range(swept.deleted):
