@@ -1,7 +1,8 @@
 """Retention GC end to end on a repository built by the core (gc.md §4, issue 10's benchmarks).
 
 Usage: ``python -m bench.bench_gc [--entries N] [--commits C] [--churn K] [--s3-garbage M]
-[--walk-commits W] [--skip-naive] [--naive-sample S]`` (defaults 50,000 / 200 / 250 / 10,000 / 1,000,000).
+[--walk-commits W] [--skip-naive] [--skip-spark] [--naive-sample S]`` (defaults 50,000 / 200 / 250 /
+10,000 / 1,000,000).
 
 The repository (memory KV, local namespace) is built through the core's own write path:
 ``set_entries`` in batches and ``commit`` (which writes ranges through the core's range writer and
@@ -236,6 +237,8 @@ async def bench_mark(g: Graveler, ns: StorageNamespace, args: argparse.Namespace
         lite_run, lite_s = await timed_mark(g, lite, 4)
     spark_run, spark_s, jvm_s = None, 0.0, 0.0
     try:
+        if args.skip_spark:
+            raise ImportError("--skip-spark")
         from lakefs_core.compute.executor import SparkExecutor
         from lakefs_core.compute.session import spark_session
 
@@ -479,6 +482,7 @@ def main() -> None:
     parser.add_argument("--s3-garbage", type=int, default=10_000, help="garbage objects on moto S3 (0: skip)")
     parser.add_argument("--walk-commits", type=int, default=1_000_000, help="commits of the walk (0: skip)")
     parser.add_argument("--skip-naive", action="store_true", help="no naive mark (large sizes)")
+    parser.add_argument("--skip-spark", action="store_true", help="the lite mark only (it is the one swept)")
     parser.add_argument(
         "--naive-sample", type=int, default=0, help="time the naive mark on this many active commits, scaled"
     )
