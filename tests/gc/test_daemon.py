@@ -15,6 +15,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from lakefs_core.service.lease import kv_lease
 from lakefs_gc.config import GCConfig
+from lakefs_gc.runs.layout import RunLayout
 from lakefs_gc.service import GCService
 from tests.gc.daemon_support import AUTH, SqliteRepo, gc_config, sqlite_repo
 from tests.gc.test_mark import deleted_set
@@ -94,6 +95,17 @@ async def test_runs_through_the_api(repo: SqliteRepo, tmp_path: Path) -> None:
         assert (await _call(svc, "POST", RUNS, json={"mode": "sweep", "mark_id": "nope"}))[0] == 404
         assert (await _call(svc, "POST", RUNS, json={"mode": "sweep"}))[0] == 400
         assert (await _call(svc, "POST", RUNS, json={"mode": "bogus"}))[0] == 400
+        # A mark whose candidate list was edited in the namespace: its sweep is refused and counted.
+        status, run = await _call(svc, "POST", RUNS, json={"mode": "mark"})
+        await svc.drain()
+        store = await repo.g.namespace_store(repo.built.ns)
+        part = f"{RunLayout(repo.built.ns, run['run_id']).deleted_text}/part-00000"
+        await store.put(part, await store.get(part) + b"data/planted/object\n")
+        await _call(svc, "POST", RUNS, json={"mode": "sweep", "mark_id": run["run_id"]})
+        await svc.drain()
+        assert await repo.stored() >= garbage  # refused: nothing deleted
+        text = (await _call(svc, "GET", "/metrics", auth=None))[1]
+        assert _sample(text, "lakefs_gc_sweep_refusals_total", repo="repo1", reason="digest") == 1
 
         status, run = await _call(svc, "POST", RUNS, json={"mode": "full"})
         assert status == 202
@@ -106,7 +118,7 @@ async def test_runs_through_the_api(repo: SqliteRepo, tmp_path: Path) -> None:
         assert not remaining & garbage and not live - remaining
         status, listing = await _call(svc, "GET", RUNS)
         ids = [r["run_id"] for r in listing["results"]]
-        assert status == 200 and ids[0] == run["run_id"] and len(ids) == 2  # newest first
+        assert status == 200 and ids[0] == run["run_id"] and len(ids) == 3  # newest first
         assert (await _call(svc, "GET", f"{RUNS}?amount=1"))[1]["results"][0]["run_id"] == run["run_id"]
         assert (await _call(svc, "GET", f"{RUNS}/not-a-run"))[0] == 404
         status, text = await _call(svc, "GET", "/metrics", auth=None)
