@@ -57,6 +57,7 @@ from lakefs_gc.config import GCConfig, config_startup_problems
 from lakefs_gc.metrics import GCMetrics
 from lakefs_gc.pins import PinSource
 from lakefs_gc.runner import CoreRunExecutor
+from lakefs_gc.runs.record import RunRecords
 from lakefs_gc.runs.runs import (
     RunExecutor,
     RunProgress,
@@ -324,11 +325,17 @@ class GCService:
                 continue
             at = (stored.finished_at or run_id_time(run_id) or stored.summary.start_time).timestamp()
             if newest[0] is None:
-                newest = (at, run_id if stored.resumable else None)
+                newest = (at, run_id if stored.resumable and await self._sweepable(repo.id, run_id) else None)
             if stored.succeeded:
                 self._restore_last_success(repo.id, at)
                 break
         return newest
+
+    async def _sweepable(self, repo_id: str, run_id: str) -> bool:
+        """Is the run's KV record ``complete``? A refused run (record ``failed``) or one without a
+        record is never resumed: its sweep would be refused again every pass, and a new run is due."""
+        found = await RunRecords(self.graveler, repo_id).read(run_id)
+        return found is not None and found[1].state == "complete"
 
     def _restore_last_success(self, repo_id: str, at: float) -> None:
         gauge = self.metrics.last_success.labels(repo_id)

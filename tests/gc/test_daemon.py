@@ -204,6 +204,33 @@ async def test_a_killed_sweep_is_resumed_by_the_next_scheduled_run(
         await svc.close()
 
 
+async def test_a_refused_sweep_is_not_resumed_and_a_new_run_follows(
+    repo: SqliteRepo, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    live, garbage = await repo.live_and_garbage()
+    svc = await _open(repo, tmp_path, schedule={"interval_seconds": 0.001})
+    try:
+        monkeypatch.setenv("LAKEFS_GC_FAULT", "sweep:batch:1")  # killed after the first batch
+        first = (await svc.step()).started_runs[0]
+        await svc.drain()
+        monkeypatch.delenv("LAKEFS_GC_FAULT")
+        store = await repo.g.namespace_store(repo.built.ns)
+        part = f"{RunLayout(repo.built.ns, first).deleted_text}/part-00000"
+        await store.put(part, await store.get(part) + b"data/planted/object\n")
+        before = await repo.stored()
+        await asyncio.sleep(0.01)
+        assert (await svc.step()).started_runs == [first]  # resumed: its record is still complete
+        await svc.drain()
+        assert svc.failed_runs == 2 and await repo.stored() == before  # refused, nothing deleted
+        await asyncio.sleep(0.01)
+        second = (await svc.step()).started_runs  # never resumed again: a new run instead
+        assert len(second) == 1 and second[0] != first
+        await svc.drain()
+        assert not (await repo.stored()) & garbage and not live - await repo.stored()
+    finally:
+        await svc.close()
+
+
 async def test_reconciler_removes_uncommitted_garbage(repo: SqliteRepo, tmp_path: Path) -> None:
     from lakefs_core.repos.objects import Objects
 
