@@ -25,7 +25,8 @@
    a crash between the two leaves one of them); a killed sweep resumes there (deletes are
    idempotent, so re-deleting a batch done after the last checkpoint is harmless). ``sweep.json``
    is written create-only, then the record becomes ``swept`` with the digests of ``sweep.json`` and
-   ``sweep/failed.text`` (a crash between: the next sweep binds the report it finds).
+   ``sweep/failed.text``. A ``sweep.json`` found while the record is still ``complete`` (a crash
+   between the two, or a planted file) is never trusted: the sweep runs again and replaces it.
 
 Dry run: the same verification and counting, nothing deleted, nothing written.
 Fault points (:mod:`.faults`): ``sweep:verified``, ``sweep:batch:<n>``, ``sweep:before-report``.
@@ -61,7 +62,7 @@ from lakefs_gc.faults import fault_point
 from lakefs_gc.pins import PinSource
 from lakefs_gc.runs.layout import RunLayout
 from lakefs_gc.runs.parts import file_name, ns_relative, read_lines
-from lakefs_gc.runs.record import Digester, FileDigest, RunRecord, RunRecords, digest_of, file_digest
+from lakefs_gc.runs.record import Digester, FileDigest, RunRecord, RunRecords, digest_of
 from lakefs_gc.runs.reports import (
     MAX_MANIFEST_BYTES,
     MAX_SUMMARY_BYTES,
@@ -411,24 +412,19 @@ async def _sweep(
     mark = await open_mark(graveler, repo_id, mark_id)
     layout, manifest, record = mark.layout, mark.manifest, _Record(graveler, repo_id, mark)
     store = await graveler.namespace_store(layout.ns)
-    done = await _read_state(store, layout.sweep_report, SweepReport)
-    if done is not None:  # written, then the sweep died before its record said swept: bind it now
-        if done.mark_id != mark_id:
-            raise CorruptDataError(
-                f"sweep.json names mark {done.mark_id}", file=file_name(store, layout.sweep_report)
-            )
-        if not options.dry_run:
-            await record.swept(await _sweep_files(store, layout, None))
-        return done
     if manifest.mode == "dry-run" and not options.dry_run:
         raise ConflictError(f"mark {mark_id} was a dry run: it is never swept")
+    # A sweep.json while the record is still complete: a sweep killed between its report and its
+    # record, or a planted file. Never trusted: the sweep runs (idempotent) and replaces it.
+    replace = await store.exists(layout.sweep_report)
     start = datetime.now(UTC)
-    state = await _read_checkpoint(store, layout, mark.record) if not options.dry_run else None
-    if state is not None and state.mark_id != mark_id:
+    state = Checkpoint(mark_id=mark_id)
+    if not options.dry_run:
+        state = await _read_checkpoint(store, layout, mark.record) or state
+    if state.mark_id != mark_id:
         raise CorruptDataError(
             f"checkpoint names mark {state.mark_id}", file=file_name(store, layout.checkpoint)
         )
-    state = state or Checkpoint(mark_id=mark_id)
     parts = await verify_parts(store, layout.ns, mark.record, layout.deleted_text, digests=True)
     for directory in (layout.uncommitted, layout.metaranges):
         await verify_parts(store, layout.ns, mark.record, directory, digests=True)
@@ -455,28 +451,14 @@ async def _sweep(
     fault_point("sweep:before-report")
     if not options.dry_run:
         data = _dump(report)
-        await store.put(layout.sweep_report, data, if_none_match=True, content_type="application/json")
-        await record.swept(await _sweep_files(store, layout, (data, failed_log)))
+        await store.put(layout.sweep_report, data, if_none_match=not replace, content_type="application/json")
+        failed = digest_of(failed_log.stored() if failed_log is not None else b"")
+        ns = layout.ns
+        await record.swept({ns_relative(ns, layout.sweep_report): digest_of(data),
+                            ns_relative(ns, layout.failed): failed})  # fmt: skip
     log.info(
         "swept %s mark %s: %d deleted, %d failed, %d rescued of %d%s",
         repo_id, mark_id, report.deleted, report.failed, report.rescued, report.candidates,
         " (dry run)" if options.dry_run else "",
     )  # fmt: skip
     return report
-
-
-async def _sweep_files(
-    store: BlockStore, layout: RunLayout, written: tuple[bytes, FailedKeysLog | None] | None
-) -> dict[str, FileDigest]:
-    """The digests of ``sweep.json`` and ``sweep/failed.text`` (absent: empty), from the bytes the
-    sweep wrote when it has them, else read back (binding a report a killed sweep left)."""
-    ns = layout.ns
-    if written is not None:
-        report, failed = digest_of(written[0]), digest_of(written[1].stored() if written[1] else b"")
-    else:
-        report = await file_digest(store, layout.sweep_report)
-        try:
-            failed = await file_digest(store, layout.failed)
-        except NotFoundError:
-            failed = digest_of(b"")
-    return {ns_relative(ns, layout.sweep_report): report, ns_relative(ns, layout.failed): failed}

@@ -31,7 +31,7 @@ from lakefs_gc.faults import ENV, InjectedFault
 from lakefs_gc.mark.mark import run_mark
 from lakefs_gc.runs.layout import RunLayout
 from lakefs_gc.runs.parts import list_parts, ns_relative
-from lakefs_gc.runs.record import RunRecord, RunRecords
+from lakefs_gc.runs.record import RunRecord, RunRecords, digest_of
 from lakefs_gc.sweep.sweep import SweepOptions, SweepReport, run_sweep
 from tests.block.conftest import create_bucket, s3_settings
 from tests.gc.mark_support import Built, Clock, build_repo, stored_objects
@@ -247,11 +247,15 @@ async def a_tampered_checkpoint_is_refused_and_a_clean_resume_completes(
     await w.refused("a checkpoint moved forward", "digest")
     await w.store.delete(w.layout.checkpoint)
     await w.refused("the checkpoint removed", "missing-file")
+    # A planted sweep.json is not taken for the sweep's: the sweep runs and replaces it.
+    await w.store.put(w.layout.sweep_report, b'{"mark_id": "%s", "deleted": 0}' % w.mark_id.encode())
     report = await w.sweep(batch_size=1)
     assert report.deleted >= 1
     swept = await w.record()
     ns = w.built.ns
     assert swept is not None and swept[1].state == "swept"
+    stored_report = await w.store.get(w.layout.sweep_report)
+    assert swept[1].sweep_files[ns_relative(ns, w.layout.sweep_report)] == digest_of(stored_report)
     assert set(swept[1].sweep_files) == {
         ns_relative(ns, w.layout.sweep_report),
         ns_relative(ns, w.layout.failed),
