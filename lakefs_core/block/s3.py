@@ -58,7 +58,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import aioboto3
 from aiobotocore.config import AioConfig
-from botocore.exceptions import ClientError
+from botocore.exceptions import BotoCoreError, ClientError
 from tenacity import (
     AsyncRetrying,
     RetryCallState,
@@ -167,6 +167,9 @@ def _delete_outcome(keys: Sequence[str], resp: Mapping[str, Any]) -> DeleteResul
     return result
 
 
+MAX_PRESIGN_SECONDS = 7 * 24 * 3600  # SigV4 query auth's longest validity
+
+
 class S3BlockStore:
     """A block store in one S3 bucket."""
 
@@ -213,6 +216,9 @@ class S3BlockStore:
                 max_pool_connections=s.max_pool_connections,
                 retries={"total_max_attempts": 1, "mode": "standard"},  # tenacity retries, not botocore
                 s3={"addressing_style": style},
+                # SigV4 everywhere (what requests use already), presigned URLs included: botocore
+                # would presign with SigV2 otherwise, which lakeFS and newer regions refuse
+                signature_version="s3v4",
                 request_checksum_calculation=s.request_checksum_calculation,
                 response_checksum_validation="when_supported",
             )
@@ -518,6 +524,20 @@ class S3BlockStore:
             content_type=resp.get("ContentType"),
             metadata=dict(resp.get("Metadata") or {}),
         )
+
+    async def presign_get(self, key: str, expires_seconds: int) -> str:
+        """A presigned (SigV4 query auth) GET URL of ``key``, valid ``expires_seconds`` (1 s to 7
+        days, SigV4's bound). Signed locally with the store's credentials: no request is made."""
+        if not 1 <= expires_seconds <= MAX_PRESIGN_SECONDS:
+            raise BadInputError(f"must be between 1 and {MAX_PRESIGN_SECONDS} seconds", field="expiry")
+        client = await self._client()
+        try:
+            url: str = await client.generate_presigned_url(
+                "get_object", Params={"Bucket": self._bucket, "Key": key}, ExpiresIn=expires_seconds
+            )
+        except (BotoCoreError, ClientError) as e:  # no credentials, a parameter botocore refuses
+            raise self._translate(e, "presign", key) from e
+        return url
 
     async def exists(self, key: str) -> bool:
         try:

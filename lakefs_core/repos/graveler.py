@@ -46,9 +46,7 @@ from lakefs_core.committed.tables import TableStore
 from lakefs_core.errors import (
     BadInputError,
     ConflictError,
-    NamespaceConflictError,
     NotFoundError,
-    PreconditionFailedError,
 )
 from lakefs_core.format.records import ValueRecord
 from lakefs_core.keys import (
@@ -65,16 +63,13 @@ from lakefs_core.kv.base import KVStore
 from lakefs_core.namespace import StorageNamespace
 from lakefs_core.realpaths import real_namespace
 from lakefs_core.refs import kvkeys
+from lakefs_core.refs.ids import is_commit_id, validate_branch_id, validate_repo_id, validate_tag_id
 from lakefs_core.refs.model import (
     Branch,
     Commit,
     CommitNode,
     Repository,
     Tag,
-    is_commit_id,
-    validate_branch_id,
-    validate_repo_id,
-    validate_tag_id,
 )
 from lakefs_core.refs.staging import StagingArea, tombstone
 from lakefs_core.refs.store import DeletedRepository, RefStore, claim_value
@@ -203,6 +198,7 @@ class Graveler:
         claim_namespace: bool = True,
         initial_commit: Commit | None = None,
         hard_delete_journal: bool | None = None,
+        reuse_namespace: bool = False,
     ) -> Repository:
         """Create a repository owning ``storage_namespace`` exclusively.
 
@@ -216,7 +212,14 @@ class Graveler:
         creation fails, unless a repository of this id exists by then (it owns the claim).
         ``hard_delete_journal`` (default: the settings') turns the journal on from the start.
         A local namespace is recorded, claimed and compared at its real path (a dangling symlink
-        in it is refused): the record returned shows it."""
+        in it is refused): the record returned shows it.
+
+        As lakeFS, a namespace that already holds a repository's ``_lakefs/dummy`` is refused
+        (:class:`NamespaceConflictError` naming the marker and, when known, the deleted repository
+        that left it), with one exception: the marker of this very id with no deleted repository
+        behind it (a creation that crashed after writing it, retried). ``reuse_namespace`` is the
+        user's explicit consent to take over such a namespace (a live repository's is still refused
+        by the claim)."""
         if initial_commit is not None and (initial_commit.parents or initial_commit.metarange_id):
             raise BadInputError("must be a root commit with an empty tree", field="initial_commit")
         validate_repo_id(repo_id)
@@ -234,7 +237,7 @@ class Graveler:
         claim = await namespace_claims.claim(self.context, ns, repo_id, instance_uid)
         try:
             if claim_namespace:
-                await self._write_marker(ns, repo_id)
+                await namespace_claims.write_marker(self.context, ns, repo_id, reuse=reuse_namespace)
             repo = await self._create_records(
                 repo_id,
                 ns,
@@ -251,20 +254,6 @@ class Graveler:
             raise
         await namespace_claims.settle(self.context, ns, repo_id, claim)
         return repo
-
-    async def _write_marker(self, ns: StorageNamespace, repo_id: str) -> None:
-        # The marker names its repository, so a creation that crashed after writing it can be
-        # retried under the same id; any other id is refused.
-        store = await self.stores.namespace_store(ns)
-        marker = f"lakefs-open repository {repo_id}\n".encode()
-        try:
-            await store.put(ns.dummy_key(), marker, if_none_match=True)
-        except PreconditionFailedError as e:
-            if await store.get(ns.dummy_key()) != marker:
-                msg = (
-                    f"storage namespace {ns.uri} is already in use by a repository ({ns.dummy_key()} exists)"
-                )
-                raise NamespaceConflictError(msg) from e
 
     async def _create_records(
         self,
@@ -419,6 +408,14 @@ class Graveler:
         tokens = (branch.staging_token, *branch.sealed_tokens)
         await self.refs.mark_for_cleanup(tokens, self.clock(), "discarded")
         return reset
+
+    async def reset_changes(
+        self, repo_id: str, branch_id: str, path: bytes, *, prefix: bool, force: bool = False
+    ) -> list[bytes]:
+        """Drop the uncommitted changes of one path or a prefix (lakeFS's ResetKey/ResetPrefix)."""
+        return await staging_writes.reset_changes(
+            self.context, repo_id, branch_id, path, prefix=prefix, force=force
+        )
 
     # -- tags ------------------------------------------------------------------------------------------
 
@@ -672,6 +669,28 @@ class Graveler:
             committer=committer,
             parent_number=parent_number,
             message=message,
+            force=force,
+        )
+
+    async def cherry_pick(
+        self,
+        repo_id: str,
+        branch_id: str,
+        commit_ref: str,
+        *,
+        committer: str,
+        parent_number: int | None = None,
+        force: bool = False,
+    ) -> Commit:
+        from lakefs_core.repos import committing
+
+        return await committing.cherry_pick(
+            self.context,
+            repo_id,
+            branch_id,
+            commit_ref,
+            committer=committer,
+            parent_number=parent_number,
             force=force,
         )
 

@@ -47,6 +47,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
 from lakefs_core.aio import bounded_each
+from lakefs_core.block._common import normalize_metadata
 from lakefs_core.block.base import BlockStore, ObjectInfo, PutItem
 from lakefs_core.errors import BadInputError, LakeFSError, NotFoundError, PurgedError, encode_utf8
 from lakefs_core.faults import fault_point
@@ -59,7 +60,7 @@ from lakefs_core.refs.staging import tombstone
 from lakefs_core.repos import reading, staging_writes
 from lakefs_core.repos.context import HasContext
 from lakefs_core.repos.journal import Intent, Journal, journal_enabled, new_batch_id
-from lakefs_core.repos.purge_markers import MarkerReads
+from lakefs_core.repos.purge_markers import MarkerReads, lookup_markers
 from lakefs_core.repos.staging_writes import Settle, check_new_path
 
 MAX_LIST_AMOUNT = 10_000
@@ -358,6 +359,17 @@ class Objects:
         await self._refuse_purged(repo, stat)
         return stat
 
+    async def purged(self, repo_id: str, stats: Sequence[ObjectStat]) -> dict[str, str]:
+        """Path -> audit id of those of ``stats`` (a listing's page) whose object an audited purge
+        destroyed: listings still list them, so a command can show them as purged. A repository
+        that never purged answers from the cached probe; else one paged scan of the markers."""
+        repo = await self.ctx.repository(repo_id)
+        if not stats or not await self.markers.has_purges(repo):
+            return {}
+        paths = {rel: s.path for s in stats if (rel := _relative(repo, s)) is not None}
+        found = await lookup_markers(self.ctx, repo, paths, probe=False)
+        return {paths[rel]: audit for rel, audit in found.items()}
+
     async def read(
         self, repo_id: str, ref: str, path: str, *, start: int = 0, length: int | None = None
     ) -> AsyncIterator[bytes]:
@@ -440,6 +452,51 @@ class Objects:
             # Missing on purpose? A purge that started after the lookup left a marker (HTTP 410).
             await self._refuse_purged(repo, stat)
             raise NotFoundError(f"data of {stat.path!r} is missing at {stat.physical_address}") from e
+
+    async def update_metadata(
+        self, repo_id: str, branch: str, path: str, metadata: Mapping[str, str], *, force: bool = False
+    ) -> ObjectStat:
+        """Replace the object's user metadata (lakectl's ``fs update-metadata``, lakeFS's
+        UpdateObjectUserMetadata): its entry is staged again with the same address, size, ETag, time
+        and content type, only if nothing changed it meanwhile (a concurrent upload wins); a purged
+        object is :class:`PurgedError`."""
+        key = _path_bytes(path)
+        repo = await self.ctx.repository(repo_id)
+        await self._refuse_purged(repo, await self._stat(repo, branch, path))
+        meta = normalize_metadata(metadata)
+
+        def change(current: ValueRecord) -> ValueRecord:
+            stat, entry = ObjectStat.from_record(current), decode_entry(current.data)
+            identity, data = make_entry(
+                stat.physical_address,
+                stat.size,
+                stat.etag,
+                last_modified=stat.last_modified,
+                metadata=meta,
+                content_type=stat.content_type,
+                address_type=entry.address_type,
+            )
+            return ValueRecord(key, identity, data)
+
+        made = await staging_writes.restage_if_unchanged(self.ctx, repo_id, branch, key, change, force=force)
+        return ObjectStat.from_record(made)
+
+    async def presign(self, repo_id: str, ref: str, path: str, *, expires_seconds: int) -> str:
+        """A presigned GET URL of the object's bytes (lakectl's ``fs presign``): only an object in
+        an S3 store has one (:class:`BadInputError` otherwise); a purged one is :class:`PurgedError`."""
+        repo = await self.ctx.repository(repo_id)
+        stat = await self._stat(repo, ref, path)
+        ns = StorageNamespace.parse(repo.storage_namespace)
+        address_type = catalog_pb2.Entry.AddressType.Value(stat.address_type)
+        store_uri, key = ns.address_key(stat.physical_address, address_type)
+        store = await self.ctx.stores.block_store(store_uri)
+        presign_get = getattr(store, "presign_get", None)  # S3 stores only (never importing the SDK here)
+        if presign_get is None:
+            raise BadInputError(
+                f"{stat.path!r} is stored in {store_uri}: only S3 objects can be presigned", field="PATH"
+            )
+        url: str = await presign_get(key, expires_seconds)
+        return url
 
     async def read_all(self, repo_id: str, ref: str, path: str) -> bytes:
         return b"".join([chunk async for chunk in self.read(repo_id, ref, path)])
