@@ -59,7 +59,7 @@ from lakefs_core.keys import (
     slice_hour,
     table_name,
 )
-from lakefs_core.kv.base import KVStore
+from lakefs_core.kv.base import Expect, KVStore
 from lakefs_core.namespace import StorageNamespace
 from lakefs_core.realpaths import real_namespace
 from lakefs_core.refs import kvkeys
@@ -359,12 +359,16 @@ class Graveler:
 
     # -- branches -------------------------------------------------------------------------------------
 
-    async def create_branch(self, repo_id: str, name: str, source_ref: str, *, force: bool = False) -> Branch:
+    async def create_branch(
+        self, repo_id: str, name: str, source_ref: str, *, force: bool = False, hidden: bool = False
+    ) -> Branch:
+        """A new branch at ``source_ref``'s commit; ``hidden`` ones are left out of listings unless
+        asked for (lakeFS's ephemeral transaction branches)."""
         repo = await self.repository(repo_id)
         self.writable(repo, force)
         validate_branch_id(name)
         source = await self.resolve(repo, source_ref)
-        branch = Branch(name, source.commit.id, kvkeys.new_staging_token(repo.id, name))
+        branch = Branch(name, source.commit.id, kvkeys.new_staging_token(repo.id, name), hidden=hidden)
         await self.refs.create_branch(repo, branch)
         return branch
 
@@ -416,6 +420,22 @@ class Graveler:
         return await staging_writes.reset_changes(
             self.context, repo_id, branch_id, path, prefix=prefix, force=force
         )
+
+    async def setting(self, repo_id: str, name: str) -> bytes | None:
+        """A repository setting's stored bytes (the REST server's branch protection rules and
+        metadata), None when never set."""
+        repo = await self.repository(repo_id)
+        try:
+            return await self.kv.get(repo.partition, kvkeys.settings_key(name))
+        except NotFoundError:
+            return None
+
+    async def set_setting(self, repo_id: str, name: str, value: bytes, expected: bytes | None) -> None:
+        """Replace a setting iff it still holds ``expected`` (None: absent);
+        :class:`PreconditionFailedError` when it changed meanwhile."""
+        repo = await self.repository(repo_id)
+        expect = Expect.ABSENT if expected is None else Expect("equals", expected)
+        await self.kv.set_if(repo.partition, kvkeys.settings_key(name), value, expect)
 
     # -- tags ------------------------------------------------------------------------------------------
 
@@ -633,7 +653,9 @@ class Graveler:
         strategy: MergeStrategy = MergeStrategy.NONE,
         metadata: Mapping[str, str] | None = None,
         force: bool = False,
+        squash: bool = False,
     ) -> Commit:
+        """Merge ``source_ref`` into ``dest_branch``; ``squash``: one parent (see committing.merge)."""
         from lakefs_core.repos import committing
 
         return await committing.merge(
@@ -646,6 +668,7 @@ class Graveler:
             strategy=strategy,
             metadata=metadata,
             force=force,
+            squash=squash,
         )
 
     async def revert(
@@ -682,6 +705,7 @@ class Graveler:
         parent_number: int | None = None,
         force: bool = False,
     ) -> Commit:
+        """Apply what ``commit_ref`` changed against its parent onto the branch as a new commit."""
         from lakefs_core.repos import committing
 
         return await committing.cherry_pick(
@@ -693,6 +717,15 @@ class Graveler:
             parent_number=parent_number,
             force=force,
         )
+
+    async def merge_base(self, repo_id: str, left_ref: str, right_ref: str) -> Commit | None:
+        """The best common ancestor of two refs (None when their histories are unrelated)."""
+        from lakefs_core.repos import committing
+
+        repo = await self.repository(repo_id)
+        left = (await self.resolve(repo, left_ref)).commit
+        right = (await self.resolve(repo, right_ref)).commit
+        return await committing.merge_base(self.context, repo, left, right)
 
     async def sweep_temp_files(self, ns: StorageNamespace) -> int:
         """Remove leftover temporary files of interrupted writes in a LOCAL namespace's store (older
