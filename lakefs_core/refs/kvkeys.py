@@ -15,6 +15,8 @@
 | upload intent (ours, hard-delete journal) | ``<repo>-<instance_uid>`` | ``gc-intents/<address>`` |
 | token consumed by a commit (ours) | ``<repo>-<uid>`` | ``gc-consumed/<branch>/<token>/<commit>`` |
 | batch upload settled (ours, hard-delete journal) | ``<repo>-<uid>`` | ``gc-settled/<batch id>`` |
+| GC run record, pointer (ours) | ``<repo>-<uid>`` | ``gc-runs/<run id>`` |
+| GC run record, immutable (ours) | ``<repo>-<uid>`` | ``gc-run-records/<sha-256 of the record>`` |
 | audit record of a purge (ours) | ``<repo>-<uid>`` | ``purges/<audit id>`` |
 | address a purge destroyed (ours) | ``<repo>-<uid>`` | ``purged/<relative address>`` |
 | the repository has purges (ours) | ``<repo>-<uid>`` | ``purged`` |
@@ -321,3 +323,21 @@ def purging_key(audit_id: str) -> bytes:
     """``purging/<audit id>`` in the repository's partition: a purge not finished yet (written before
     its record, removed after it is settled), so finding unfinished purges reads only these."""
     return PURGING_PREFIX + _segment(audit_id, "audit_id")
+
+
+GC_RUNS_PREFIX = b"gc-runs/"
+GC_RUN_RECORDS_PREFIX = b"gc-run-records/"
+
+
+def gc_run_key(run_id: str) -> bytes:
+    """``gc-runs/<run id>`` in the repository's partition: the pointer to a GC run's current record
+    (its value is the record's SHA-256, moved by compare-and-swap only)."""
+    return GC_RUNS_PREFIX + _segment(run_id, "run_id")
+
+
+def gc_run_record_key(digest: str) -> bytes:
+    """``gc-run-records/<sha-256>`` in the repository's partition: one immutable GC run record,
+    keyed by the SHA-256 of its bytes (written create-only before the pointer names it)."""
+    if len(digest) != 64 or any(c not in "0123456789abcdef" for c in digest):
+        raise BadInputError("must be a SHA-256 in lowercase hex", field="digest")
+    return GC_RUN_RECORDS_PREFIX + digest.encode()

@@ -95,7 +95,12 @@ if TYPE_CHECKING:
 # Imported by the methods that use them (commits, imports, purges): an upload or a listing never
 # loads them, ~20 ms of every command's start-up. A daemon loads them before it freezes its start-up
 # heap (``freeze_startup_heap(preload=LAZY_MODULES)``), so none is imported on its event loop.
-LAZY_MODULES = ("lakefs_core.repos.committing", "lakefs_core.repos.importing", "lakefs_core.repos.purge")
+LAZY_MODULES = (
+    "lakefs_core.repos.committing",
+    "lakefs_core.repos.entry_commits",
+    "lakefs_core.repos.importing",
+    "lakefs_core.repos.purge",
+)
 
 
 def __getattr__(name: str) -> object:
@@ -641,6 +646,33 @@ class Graveler:
             allow_empty=allow_empty,
             force=force,
         )
+
+    async def commit_entries(
+        self,
+        repo_id: str,
+        branch_id: str,
+        records: Sequence[ValueRecord],
+        *,
+        committer: str,
+        message: str,
+        metadata: Mapping[str, str] | None = None,
+        expected_head: str | None = None,
+        replace_prefix: bytes | None = None,
+        batches: Sequence[tuple[str, float]] = (),
+        job_token: str = "",
+        force: bool = False,
+    ) -> Commit:
+        """ONE commit of the branch head plus exactly ``records`` (an overwrite also removes the
+        other keys under ``replace_prefix``), swapped in by a compare-and-swap on the branch: on
+        ``expected_head`` only, or rebuilt on a moved head when it is None. Staged changes stay
+        staged. ``batches``/``job_token``: the journal's part (see :mod:`.entry_commits`)."""
+        from lakefs_core.repos import entry_commits
+
+        return await entry_commits.commit_entries(
+            self.context, repo_id, branch_id, records,
+            committer=committer, message=message, metadata=metadata, expected_head=expected_head,
+            replace_prefix=replace_prefix, batches=batches, job_token=job_token, force=force,
+        )  # fmt: skip
 
     async def merge(
         self,
