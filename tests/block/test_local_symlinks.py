@@ -41,6 +41,7 @@ from lakefs_core.block.local_keys import SYMLINK_REFUSED
 from lakefs_core.block.local_leftovers import sweep_leftovers
 from lakefs_core.errors import BadInputError, LakeFSError
 from tests.block.test_local_batch import on_path
+from tests.support.profiles import examples
 
 GRACE = 3600.0
 OURS = b"the namespace's own bytes"
@@ -413,7 +414,7 @@ def _crosses(key: str, links: list[str]) -> bool:
 
 
 @settings(
-    max_examples=int(os.environ.get("LOCAL_SYMLINK_EXAMPLES", "40")),
+    max_examples=examples(0.4),
     deadline=None,
     suppress_health_check=[HealthCheck.function_scoped_fixture],
 )

@@ -48,6 +48,7 @@ from tests.gc.mark_support import (
     oracle_garbage,
     stored_objects,
 )
+from tests.support.profiles import examples
 
 ACTIVE = ("c3", "d", "c1")  # build_repo's active commits (tags pinned)
 EXTRA_GARBAGE = 2500
@@ -61,7 +62,8 @@ FAULT_POINTS = (
     "sweep:batch:2",
     "sweep:before-report",
 )
-RANDOM_SEEDS = range(int(os.environ.get("GC_KILL_SEEDS", "30")))  # more: GC_KILL_SEEDS=200
+# 30 seeds under the ci profile, 300 under nightly (tests/support/profiles.py).
+RANDOM_SEEDS = range(examples(0.3))
 CONCURRENCY = 2
 RUN_TIMEOUT = 120.0
 

@@ -73,6 +73,7 @@ from lakefs_gc.sweep.sweep import SweepOptions, SweepReport, load_mark, run_swee
 from tests.gc.mark_support import set_mtime, stored_objects
 from tests.gc.model_support import Listings, Node, oracle_active
 from tests.repos.support import HookedKV
+from tests.support.profiles import examples
 
 T = TypeVar("T")
 RulesAt = tuple[GCRules | None, datetime]  # rules and the clock they are applied at
@@ -665,7 +666,7 @@ class GCModel(RuleBasedStateMachine):
 
 
 GCModel.TestCase.settings = settings(
-    max_examples=int(os.environ.get("GC_MODEL_EXAMPLES", "120")),
+    max_examples=examples(1.2),
     stateful_step_count=25,
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],

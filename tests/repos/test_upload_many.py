@@ -43,6 +43,7 @@ from lakefs_core.repos.journal import (
 from lakefs_core.repos.objects import Objects, UploadItem
 from lakefs_core.repos.stores import StoreRegistry
 from tests.repos.support import Clock, HookedKV, fast_settings, record, unique
+from tests.support.profiles import examples
 
 
 @pytest.fixture(params=["memory", "sqlite"])
@@ -489,7 +490,7 @@ _TIMES = st.one_of(
 )
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(3), deadline=None)
 @given(
     rows=st.lists(
         st.tuples(
