@@ -42,6 +42,7 @@ from lakefs_core.block.local_leftovers import sweep_leftovers
 from lakefs_core.errors import BadInputError, LakeFSError
 from tests.block.test_local_batch import on_path
 from tests.support.profiles import examples
+from tests.support.timing import scaled
 
 GRACE = 3600.0
 OURS = b"the namespace's own bytes"
@@ -375,7 +376,7 @@ async def test_a_fifo_in_a_keys_place_never_blocks(tmp_path: Path, resolver: str
         os.mkfifo(root / "d" / "fifo")
         os.unlink(root / META_DIR / "d" / "meta")
         os.mkfifo(root / META_DIR / "d" / "meta")
-        async with asyncio.timeout(30):
+        async with asyncio.timeout(scaled(30)):
             assert not await store.exists("d/fifo")
             with pytest.raises(LakeFSError):
                 await store.get("d/fifo")

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from tests.cli.helpers import Cli, InProcess, user_env
+from tests.support.timing import scaled
 
 BAD_INPUT = 9
 NOT_FOUND = 2
@@ -28,7 +29,7 @@ def run(run: InProcess, tmp_path: Path) -> InProcess:
 
 @pytest.fixture
 def cli(tmp_path: Path) -> Cli:
-    return Cli(user_env(tmp_path / "home"), tmp_path, timeout=30)
+    return Cli(user_env(tmp_path / "home"), tmp_path, timeout=scaled(30))
 
 
 def test_identifiers_are_full_ascii_matches(run: InProcess, tmp_path: Path) -> None:
@@ -95,7 +96,7 @@ def test_upload_of_a_file_without_read_permission(shared_dir: Path) -> None:
             text=True,
             env=env,
             cwd=shared_dir,
-            timeout=60,
+            timeout=scaled(60),
             check=False,
         )
 
@@ -176,6 +177,6 @@ def test_ctrl_c_mid_operation_prints_no_traceback_from_worker_threads() -> None:
         "sys.exit(run(cli, ['work'], 'prog'))\n"
     )
     proc = subprocess.run(
-        [sys.executable, "-c", program], check=False, capture_output=True, text=True, timeout=60
+        [sys.executable, "-c", program], check=False, capture_output=True, text=True, timeout=scaled(60)
     )
     assert proc.returncode == 130 and proc.stderr.strip() == "prog: aborted", proc.stderr

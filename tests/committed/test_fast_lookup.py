@@ -33,6 +33,7 @@ from lakefs_core.format.records import RangeInfo, pure_record_from_sst
 from lakefs_core.format.sstable.writer import TableWriter
 from tests.committed.support import memory_tables, rec, written
 from tests.support.profiles import examples
+from tests.support.timing import scaled
 
 ROOT = Path(__file__).resolve().parents[2]
 needs_extension = pytest.mark.skipif(FASTPATH is None, reason="the _fastpath extension is not in use here")
@@ -210,6 +211,6 @@ def test_pure_python_switch_selects_the_twins() -> None:
         env=env,
         capture_output=True,
         text=True,
-        timeout=120,
+        timeout=scaled(120),
     )
     assert proc.returncode == 0, proc.stderr[-3000:]

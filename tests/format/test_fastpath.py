@@ -29,6 +29,7 @@ from lakefs_core.format.records import ValueRecord
 from lakefs_core.format.splitter import SplitPolicy
 from lakefs_core.format.sstable.writer import ACCELERATED, PureTableWriter, TableWriter
 from tests.support.profiles import examples
+from tests.support.timing import scaled
 
 ROOT = Path(__file__).resolve().parents[2]
 needs_extension = pytest.mark.skipif(
@@ -262,7 +263,7 @@ def test_pure_path_keeps_the_pinned_bytes() -> None:
         env=env,
         capture_output=True,
         text=True,
-        timeout=240,
+        timeout=scaled(240),
     )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert " passed" in proc.stdout

@@ -49,6 +49,7 @@ from tests.gc.mark_support import (
     stored_objects,
 )
 from tests.support.profiles import examples
+from tests.support.timing import scaled
 
 ACTIVE = ("c3", "d", "c1")  # build_repo's active commits (tags pinned)
 EXTRA_GARBAGE = 2500
@@ -65,7 +66,7 @@ FAULT_POINTS = (
 # 30 seeds under the ci profile, 300 under nightly (tests/support/profiles.py).
 RANDOM_SEEDS = range(examples(0.3))
 CONCURRENCY = 2
-RUN_TIMEOUT = 120.0
+RUN_TIMEOUT = scaled(120.0)
 
 
 @dataclass(frozen=True)
