@@ -65,7 +65,13 @@ def as_user(uid: int) -> list[str]:
 def _interpreter(user: list[str]) -> str:
     """An interpreter of this Python's minor version that the other user can execute."""
     version = f"python{sys.version_info.major}.{sys.version_info.minor}"
-    candidates = [os.path.realpath(getattr(sys, "_base_executable", sys.executable)), shutil.which(version)]
+    on_path = [os.path.join(d, version) for d in os.environ.get("PATH", "").split(os.pathsep) if d]
+    candidates = [
+        os.path.realpath(getattr(sys, "_base_executable", sys.executable)),
+        *(p for p in on_path if os.access(p, os.X_OK)),  # a pyenv shim too: the probe decides
+        f"/usr/bin/{version}",
+        f"/usr/local/bin/{version}",
+    ]
     for candidate in dict.fromkeys(c for c in candidates if c):
         probe = subprocess.run(
             [*user, candidate, "-S", "-c", "import sys; print(sys.version_info[:2])"],
