@@ -229,9 +229,14 @@ async def one_scenario(tmp: Path, scenario: Scenario) -> bool:
     assert result["mark"]["success"] is True
     assert (_gc_root(s) / result["mark"]["run_id"] / "sweep.json").exists()
     stored = _stored(s)
+    # The run's own counts say which side kept garbage: not marked (num_deleted_objects below the
+    # oracle's), rescued by re-verification, or failed in the sweep.
+    counts = {k: result["mark"].get(k) for k in ("num_deleted_objects", "listed", "uncommitted")}
+    counts.update({k: result["sweep"].get(k) for k in ("candidates", "deleted", "failed", "rescued")})
     assert stored == s.before - s.garbage, (
-        f"after the re-run: garbage left {sorted(s.garbage & stored)[:5]}, "
-        f"kept objects gone {sorted((s.before - s.garbage) - stored)[:5]}"
+        f"after the re-run: garbage left {len(s.garbage & stored)} {sorted(s.garbage & stored)[:5]}, "
+        f"kept objects gone {sorted((s.before - s.garbage) - stored)[:5]}; oracle garbage "
+        f"{len(s.garbage)}, the run's counts {counts}"
     )
     return killed
 
