@@ -82,18 +82,23 @@ def pytest_configure(config: pytest.Config) -> None:
     config.pluginmanager.register(BudgetCheck(enforce, Path(report) if report else None), "lakefs-budgets")
 
 
-# pytest-timeout's limit (pyproject ``timeout``) for a test that sets none, before the time factor.
-DEFAULT_TEST_TIMEOUT = 300.0
+def default_timeout(config: pytest.Config) -> float:
+    """pytest-timeout's limit for a test that sets none, before the time factor: ``--timeout``, else
+    pyproject's ``timeout`` (0: no limit)."""
+    value = config.getoption("timeout", None)
+    return float(config.getini("timeout") if value is None else value or 0)
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     rank = {path: i for i, path in enumerate(SLOW_FILES_FIRST)}
     items.sort(key=lambda item: rank.get(item.nodeid.split("::", 1)[0], len(rank)))  # stable
     apply_tier_markers(items)
+    default = default_timeout(config)
     for item in items:  # every per-test limit times the time factor (prepended: the closest marker)
         own = item.get_closest_marker("timeout")
-        seconds = float(own.args[0]) if own is not None and own.args else DEFAULT_TEST_TIMEOUT
-        item.add_marker(pytest.mark.timeout(scaled(seconds)), append=False)
+        seconds = float(own.args[0]) if own is not None and own.args else default
+        if seconds > 0:
+            item.add_marker(pytest.mark.timeout(scaled(seconds)), append=False)
 
 
 @pytest.fixture(autouse=True)

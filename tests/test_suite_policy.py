@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from hypothesis import settings
 
-from tests.conftest import DEFAULT_TEST_TIMEOUT, REPO_ROOT
+from tests.conftest import REPO_ROOT, SLOW_FILES_FIRST, default_timeout
 from tests.support.profiles import BASE_EXAMPLES, examples
 from tests.support.tiers import FILE_BUDGETS, TIER_BUDGETS, TIERS, BudgetCheck, budget_of, tier_of
 from tests.support.timing import ENV, TIME_FACTOR, parse_time_factor, scaled
@@ -33,7 +33,8 @@ def test_this_test_carries_its_tier_and_a_scaled_limit(request: pytest.FixtureRe
     assert request.node.get_closest_marker("integration") is not None  # pytest in subprocesses
     assert request.node.get_closest_marker("unit") is None
     limit = request.node.get_closest_marker("timeout")
-    assert limit is not None and limit.args[0] == DEFAULT_TEST_TIMEOUT * TIME_FACTOR == scaled(300)
+    assert default_timeout(request.config) == 300  # pyproject's
+    assert limit is not None and limit.args[0] == 300 * TIME_FACTOR == scaled(300)
 
 
 @pytest.mark.timeout(7)
@@ -53,6 +54,7 @@ def test_the_loaded_hypothesis_profile_is_the_one_asked_for() -> None:
 def test_the_tier_table_names_existing_files_and_directories() -> None:
     missing = [prefix for prefix in [*TIERS, *FILE_BUDGETS] if not (REPO_ROOT / prefix).exists()]
     assert not missing, missing
+    assert {tier_of(path) for path in SLOW_FILES_FIRST} == {"e2e"}  # the files that take minutes
     assert tier_of("tests/gc/test_gc_kill.py") == "e2e"  # the longest prefix wins
     assert tier_of("tests/gc/test_sweep.py") == "integration"
     assert tier_of("tests/no_such_dir/test_new.py") == "unit"  # unlisted: the tightest budget
