@@ -38,7 +38,7 @@ def dump():
     for name in list(sys.modules):
         top = sys.modules.get(name.split(".")[0])
         where = getattr(top, "__file__", None) or next(iter(getattr(top, "__path__", None) or []), None)
-        if where and not name.startswith("__main__"):
+        if where and not name.startswith(("__main__", "__mp_main__")):
             roots[name.split(".")[0]] = where
     with open(out, "w") as f:
         json.dump(roots, f)
