@@ -25,7 +25,7 @@ from pathlib import Path
 import pytest
 
 from lakefs_core import offloop
-from tests.support.env import IN_CI, skip_or_fail
+from tests.support.env import skip_or_fail
 from tests.support.moto import ACCESS_KEY, SECRET_KEY, MotoRegions, MotoServer
 from tests.support.pg import PgDatabase, create_database, drop_database, unreachable_reason
 from tests.support.profiles import register_profiles
@@ -67,7 +67,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption(
         "--enforce-budgets",
         action="store_true",
-        help="fail the run when a test file is over its time budget (default under CI)",
+        help="fail the run when a test file is over its time budget (tests/support/tiers.py)",
     )
     group.addoption(
         "--budget-report", metavar="PATH", help="write every test file's seconds, tier and budget as JSON"
@@ -78,7 +78,7 @@ def pytest_configure(config: pytest.Config) -> None:
     if hasattr(config, "workerinput"):
         return  # a pytest-xdist worker: its reports reach the controller, which checks the budgets
     report = config.getoption("--budget-report")
-    enforce = IN_CI or bool(config.getoption("--enforce-budgets"))
+    enforce = bool(config.getoption("--enforce-budgets"))
     config.pluginmanager.register(BudgetCheck(enforce, Path(report) if report else None), "lakefs-budgets")
 
 

@@ -6,16 +6,19 @@ Tiers (pytest markers, one per test, from the test's file):
 - ``integration``: real servers over sockets (moto, PostgreSQL, the daemons' HTTP apps) or real
   subprocesses of the command lines, under a minute per file;
 - ``e2e``: whole scenarios of the tools (kill -9 at every fault point, Spark jobs, the demo, two
-  regions), minutes per file. ``make test-fast`` leaves them out (with ``slow`` and ``spark``).
+  regions, commands against every KV and store) and the long model and property runs, minutes per
+  file. ``make test-fast`` leaves them out (with ``slow`` and ``spark``).
 
 :data:`TIERS` maps path prefixes to tiers (the longest matching prefix wins; a file no prefix
 matches is ``unit``, so a new slow file is caught by its budget, not hidden by a default). A file's
 budget is :data:`FILE_BUDGETS`' recorded figure, else its tier's (:data:`TIER_BUDGETS`), times the
 time factor (:mod:`tests.support.timing`); its time is the sum of its tests' setup, call and
 teardown (module fixtures included), as ``--durations`` counts them. :class:`BudgetCheck` reports
-every file over its budget at session end and, under CI (``CI`` set) or with ``--enforce-budgets``,
-fails the run: a file that outgrew its tier is moved up the table (or made faster), so the markers
-``make test-fast`` selects on stay true.
+every file over its budget at session end (``make test`` and CI show it) and, with
+``--enforce-budgets``, fails the run: a file that outgrew its tier is moved up the table (or made
+faster), so the markers ``make test-fast`` selects on stay true. Failing is opt-in because a wall-clock
+budget on a machine shared with other jobs fails for the machine's load, not the test's (issue 38):
+an enforcing run sets the time factor to the machine's slowdown.
 """
 
 from __future__ import annotations
@@ -55,15 +58,13 @@ TIERS: dict[str, Tier] = {
     "tests/test_cli_sst.py": "integration",
     "tests/test_docs.py": "integration",  # mkdocs build
     "tests/test_foundation_servers.py": "integration",
-    "tests/test_shipped_suites.py": "integration",  # pytest in a subprocess
     "tests/test_suite_policy.py": "integration",  # pytest in subprocesses
     "tests/format/test_hostile_tables.py": "integration",  # a subprocess under RLIMIT_AS
     "tests/format/test_sstable_interop.py": "integration",  # sst_dump
+    "tests/format/test_fastpath.py": "integration",  # both writers in a subprocess
     "tests/repos/test_import.py": "integration",  # moto
     "tests/repos/test_import_guards.py": "integration",
-    "tests/journal/test_races.py": "integration",
     "tests/journal/test_dynamodb_parts.py": "integration",
-    "tests/gc/test_active.py": "unit",
     "tests/gc/test_rules.py": "unit",
     "tests/gc/test_reports.py": "unit",
     "tests/gc/test_parquet.py": "unit",
@@ -82,6 +83,18 @@ TIERS: dict[str, Tier] = {
     "tests/mirror/test_e2e_moto.py": "e2e",
     "tests/mirror/test_readme_setup.py": "e2e",
     "tests/test_demo.py": "e2e",
+    # e2e by cost: the files that took longest outside the tier above (make test-fast, 2 cores)
+    "tests/cli/test_purge_cli.py": "e2e",
+    "tests/cli/test_auth_cmds.py": "e2e",
+    "tests/cli/test_repo_namespaces.py": "e2e",
+    "tests/cli/test_download_symlinks.py": "e2e",
+    "tests/gc/test_daemon_process.py": "e2e",
+    "tests/gc/test_reconcile_process.py": "e2e",
+    "tests/gc/test_reconcile_model.py": "e2e",
+    "tests/gc/test_active.py": "e2e",  # hypothesis against the oracle, in-process but minutes
+    "tests/journal/test_races.py": "e2e",
+    "tests/block/test_gc_seams.py": "e2e",
+    "tests/test_shipped_suites.py": "e2e",
 }
 
 # Recorded budgets of the files that need more than their tier's (seconds at time factor 1, about
