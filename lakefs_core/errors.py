@@ -13,6 +13,8 @@ of the branches below, so callers never need to know which driver they talk to:
 - :class:`CorruptDataError`: stored bytes are not what the format promises; names the file and the
   byte offset. Never retried, never papered over.
 - :class:`BadInputError`: the caller's input is wrong; names the field or key path.
+  :class:`NotConfirmedError`: a destructive command was not confirmed (no terminal and no ``--yes``,
+  or answered no).
 - :class:`StartupError`: a daemon cannot start in this environment; names the config key.
 - :class:`AccessDeniedError`: the store refused the credentials or the permission.
 - :class:`AuthenticationError`: a CLIENT's credentials or request signature were refused;
@@ -164,6 +166,16 @@ class BadInputError(LakeFSError, ValueError):
     def __init__(self, message: str, *, field: str | None = None) -> None:
         self.field = field
         super().__init__(f"{field}: {message}" if field else message)
+
+
+class NotConfirmedError(BadInputError):
+    """A destructive command was not confirmed: answered "no" on the terminal, or run without one
+    (a script, a pipe) and without ``--yes``. Nothing was changed. Distinct from 130 (Ctrl-C)."""
+
+    exit_code = 19
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, field="--yes")
 
 
 class InjectedFaultError(LakeFSError):

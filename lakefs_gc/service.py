@@ -120,6 +120,7 @@ class GCService:
         # Unique per process: two daemons on one host must never share a lease holder.
         self.holder = f"lakefs-gc@{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:12]}"
         self.states: dict[str, RepoState] = {}
+        self._leases: set[str] = set()  # leases whose acquisition was logged: later passes log at DEBUG
         self._runs: dict[str, asyncio.Task[None]] = {}  # repo -> its GC run task
         self._reconciles: dict[str, asyncio.Task[None]] = {}
         self._next_deleted_pass = 0.0
@@ -435,7 +436,14 @@ class GCService:
     async def holding(self, repo_id: str) -> AsyncIterator[None]:
         """Hold ``gc/<repo>`` for the block, renewed; losing it cancels the block's task."""
         ttl = self.config.lease_ttl_seconds
-        lease = kv_lease(self.core.kv, f"gc/{repo_id}", self.holder, ttl, extra={"repository": repo_id})
+        lease = kv_lease(
+            self.core.kv,
+            f"gc/{repo_id}",
+            self.holder,
+            ttl,
+            extra={"repository": repo_id},
+            announced=self._leases,
+        )
         if not await lease.try_acquire():
             raise ConflictError(f"another GC process holds repository {repo_id!r} (lease gc/{repo_id})")
         me = asyncio.current_task()

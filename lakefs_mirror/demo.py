@@ -14,6 +14,7 @@ import argparse
 import asyncio
 import json
 import os
+import shlex
 import shutil
 import signal
 import socket
@@ -79,13 +80,14 @@ def curl(method: str, url: str, body: dict[str, object] | None = None, *, show: 
     if body is not None:
         cmd += ["-H", "Content-Type: application/json", "-d", json.dumps(body)]
     if show:
-        shown = " ".join(part if " " not in part and "{" not in part else f"'{part}'" for part in cmd)
-        print(f"$ {shown.replace(SECRET, '***')}")
+        # paste-able as printed: the demo's own throw-away key, quoted for a POSIX shell
+        print(f"$ {shlex.join(cmd)}")
     out = subprocess.run(cmd, capture_output=True, text=True, check=True, timeout=30).stdout
     return json.loads(out) if out.strip() else None
 
 
 def wait_healthy(port: int, proc: subprocess.Popen[bytes], timeout: float = 30) -> None:
+    print(f"  waiting (up to {timeout:g} s) for http://127.0.0.1:{port}/_health to answer 200", flush=True)
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if proc.poll() is not None:
@@ -130,6 +132,12 @@ async def read_mirror(root: Path) -> tuple[list[str], str]:
 
 
 def wait_for_head(url: str, head: str, timeout: float = 60) -> dict[str, object]:
+    print(
+        f"  waiting (up to {timeout:g} s) until the status says mirror branch main is at {head[:12]}:",
+        f"  $ {shlex.join(['curl', '-sS', '-u', f'{KEY}:{SECRET}', url])}",
+        sep="\n",
+        flush=True,
+    )
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         status = curl("GET", url, show=False)

@@ -3,7 +3,7 @@
 :class:`MirrorService` opens every region's KV store and object stores (this region's daemon reads
 source repositories in other regions and writes the mirror repositories of its own), the shared
 mirrors database, the persisted presence cache, the metrics, the engine and the HTTP API. Its
-:meth:`step` is one engine pass; :mod:`lakefs_mirror.cli` runs it in the shared daemon loop.
+:meth:`step` is one engine pass; :mod:`lakefs_mirror.commands` runs it in the shared daemon loop.
 """
 
 from __future__ import annotations

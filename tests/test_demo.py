@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -45,3 +47,10 @@ def test_mirror_demo_runs_two_daemons_and_catches_up(tmp_path: Path) -> None:
     assert "events/day=3.csv -> day 3: corrected" in text
     assert "'events/day=5.csv'" not in text.split("read the mirror repository")[1]
     assert "demo finished" in text
+    # issue 38: the curl commands paste as printed (the demo's own key, shell-quoted), and the demo
+    # says what it waits for
+    post = next(line[2:] for line in text.splitlines() if line.startswith("$ curl") and "-X POST" in line)
+    argv = shlex.split(post)
+    assert argv[argv.index("-u") + 1] == "demo-access-key:demo-secret-key"
+    assert json.loads(argv[argv.index("-d") + 1])["name"] == "origin-mirror"
+    assert "/_health to answer 200" in text and "until the status says mirror branch main is at" in text

@@ -15,7 +15,7 @@ from lakefs_core.block.s3_settings import S3Settings
 from lakefs_core.errors import BadInputError, LakeFSError
 from lakefs_core.kv import open_kv
 from lakefs_core.namespace import StorageNamespace
-from lakefs_core.refs.model import validate_branch_id, validate_repo_id, validate_tag_id
+from lakefs_core.refs.ids import validate_branch_id, validate_repo_id, validate_tag_id
 from lakefs_core.repos.refexpr import parse_ref
 from lakefs_mirror.config import load_mirror_config
 from tests.support.moto import free_port

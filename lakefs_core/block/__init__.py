@@ -27,7 +27,6 @@ from lakefs_core.block.base import (
     PutItem,
 )
 from lakefs_core.block.local import LocalBlockStore
-from lakefs_core.block.memory import MemoryBlockStore
 from lakefs_core.block.s3_settings import S3Settings
 from lakefs_core.errors import AccessDeniedError, BadInputError
 
@@ -53,15 +52,21 @@ __all__ = [
 ]
 
 if TYPE_CHECKING:
+    from lakefs_core.block.memory import MemoryBlockStore
     from lakefs_core.block.s3 import S3BlockStore
 
 
 def __getattr__(name: str) -> object:
-    # ``lakefs_core.block.S3BlockStore`` stays available without importing aioboto3 eagerly.
+    # ``lakefs_core.block.S3BlockStore`` stays available without importing aioboto3 eagerly, and
+    # ``MemoryBlockStore`` without loading it into every command.
     if name == "S3BlockStore":
         from lakefs_core.block.s3 import S3BlockStore
 
         return S3BlockStore
+    if name == "MemoryBlockStore":  # tests and the demo; commands never
+        from lakefs_core.block.memory import MemoryBlockStore
+
+        return MemoryBlockStore
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
@@ -135,6 +140,8 @@ async def open_block_store(
             )
         return LocalBlockStore(Path(location), strict_names=local_strict_names)
     if scheme == "mem":
+        from lakefs_core.block.memory import MemoryBlockStore
+
         return MemoryBlockStore(location)
     from lakefs_core.block.s3 import S3BlockStore  # the SDK is imported only when S3 is used
 

@@ -167,6 +167,9 @@ def _delete_outcome(keys: Sequence[str], resp: Mapping[str, Any]) -> DeleteResul
     return result
 
 
+MAX_PRESIGN_SECONDS = 7 * 24 * 3600  # SigV4 query auth's longest validity
+
+
 class S3BlockStore:
     """A block store in one S3 bucket."""
 
@@ -213,6 +216,9 @@ class S3BlockStore:
                 max_pool_connections=s.max_pool_connections,
                 retries={"total_max_attempts": 1, "mode": "standard"},  # tenacity retries, not botocore
                 s3={"addressing_style": style},
+                # SigV4 everywhere (what requests use already), presigned URLs included: botocore
+                # would presign with SigV2 otherwise, which lakeFS and newer regions refuse
+                signature_version="s3v4",
                 request_checksum_calculation=s.request_checksum_calculation,
                 response_checksum_validation="when_supported",
             )
@@ -518,6 +524,22 @@ class S3BlockStore:
             content_type=resp.get("ContentType"),
             metadata=dict(resp.get("Metadata") or {}),
         )
+
+    async def presign(self, key: str, *, method: str, expires_seconds: int) -> str:
+        """A URL that lets its holder ``GET`` or ``PUT`` ``key`` without credentials until it expires
+        (SigV4 query signing by the client's own signer: no request is sent)."""
+        check_key(key)
+        operations = {"GET": "get_object", "PUT": "put_object"}
+        if method not in operations:
+            raise BadInputError("must be GET or PUT", field="method")
+        if not 1 <= expires_seconds <= MAX_PRESIGN_SECONDS:
+            raise BadInputError("must be between 1 second and 7 days", field="expires_seconds")
+        client = await self._client()
+        params = {"Bucket": self._bucket, "Key": key}
+        return await self._call(
+            "Presign", key, lambda: client.generate_presigned_url(
+                operations[method], Params=params, ExpiresIn=expires_seconds)
+        )  # fmt: skip
 
     async def exists(self, key: str) -> bool:
         try:

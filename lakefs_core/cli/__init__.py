@@ -2,7 +2,8 @@
 
 Commands follow lakectl's shapes (URIs are ``lakefs://repo/ref/path``):
 
-- ``repo create|list|delete``, ``branch create|list|delete|reset|revert``,
+- ``repo create|list|delete``, ``branch create|list|delete|reset|revert``, ``cherry-pick``, ``annotate``,
+  ``doctor``, ``config`` (:mod:`.doctor`),
   ``fs upload|cat|stat|rm|ls``, ``commit``, ``log``, ``diff``, ``merge``, ``tag create|list|delete``,
   ``show commit`` (see :mod:`.repo`, :mod:`.branch`, :mod:`.fs`, :mod:`.refs_cmds`);
 - ``sst inspect|write-range`` (see :mod:`.sst`);
@@ -31,25 +32,51 @@ from lakefs_core.cli.state import CONFIG_ENV, AppState
 from lakefs_core.service import collector
 from lakefs_core.service.cli import project_group, run
 
-# Each command's module is imported only when the command runs (lakefs_core.service.cli.CLIGroup).
-_COMMANDS = {
-    "check-config": "lakefs_core.cli.config_cmd:check_config_cmd",
-    "sst": "lakefs_core.cli.sst:sst",
-    "repo": "lakefs_core.cli.repo:repo",
-    "branch": "lakefs_core.cli.branch:branch",
-    "fs": "lakefs_core.cli.fs:fs",
-    "commit": "lakefs_core.cli.refs_cmds:commit_cmd",
-    "log": "lakefs_core.cli.refs_cmds:log_cmd",
-    "diff": "lakefs_core.cli.refs_cmds:diff_cmd",
-    "merge": "lakefs_core.cli.refs_cmds:merge_cmd",
-    "tag": "lakefs_core.cli.refs_cmds:tag",
-    "show": "lakefs_core.cli.refs_cmds:show",
-    "import": "lakefs_core.cli.import_cmd:import_cmd",
-    "auth": "lakefs_core.cli.auth_cmd:auth",
+# Each command's module is imported only when the command runs (lakefs_core.service.cli.CLIGroup);
+# the group's --help shows the summaries (tests/cli/test_startup_imports.py checks each is its
+# command's short help).
+_LAZY = {
+    "annotate": (
+        "refs_cmds:annotate_cmd",
+        "Show the last commit that changed each object under a path (lakectl's annotate).",
+    ),
+    "auth": ("auth_cmd:auth", "Manage lakeFS users, groups, policies and credentials in the KV store."),
+    "branch": ("branch:branch", "Create, list, delete, reset and revert branches."),
+    "check-config": (
+        "config_cmd:check_config_cmd",
+        "Report every configuration problem, or print the effective configuration (secrets masked).",
+    ),
+    "cherry-pick": (
+        "refs_cmds:cherry_pick_cmd",
+        "Apply the change of a commit to a branch in a new commit (lakeFS's cherry-pick).",
+    ),
+    "commit": ("refs_cmds:commit_cmd", "Commit the uncommitted changes of a branch."),
+    "config": (
+        "doctor:config_cmd",
+        "Write the configuration file (asking on a terminal, as lakectl config), or --show it.",
+    ),
+    "doctor": (
+        "doctor:doctor_cmd",
+        "Check the configuration, the KV store, the object stores and the credentials, one line each.",
+    ),
+    "diff": ("refs_cmds:diff_cmd", "With one ref (a branch): its uncommitted changes."),
+    "fs": ("fs:fs", "Upload, read, list and delete objects."),
+    "import": (
+        "import_cmd:import_cmd",
+        "Import the objects under --from as entries under --to's path, in one commit.",
+    ),
+    "log": ("refs_cmds:log_cmd", "Show the first-parent history of a ref, newest first."),
+    "merge": ("refs_cmds:merge_cmd", "Merge a source ref into a destination branch."),
+    "repo": ("repo:repo", "Create, list and delete repositories."),
+    "show": ("refs_cmds:show", "Show details of an object in the repository graph."),
+    "sst": ("sst:sst", "Inspect and write graveler (RocksDB-compatible) table files."),
+    "tag": ("refs_cmds:tag", "Create, list and delete tags."),
 }
+_COMMANDS = {name: f"lakefs_core.cli.{target}" for name, (target, _) in _LAZY.items()}
+_SUMMARIES = {name: summary for name, (_, summary) in _LAZY.items()}
 
 
-@project_group("lakefs-core", _COMMANDS)
+@project_group("lakefs-core", _COMMANDS, _SUMMARIES)
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON document instead of text.")
 @click.option(
     "--config",
@@ -63,6 +90,9 @@ _COMMANDS = {
 def cli(ctx: click.Context, as_json: bool, config_path: Path | None) -> None:
     """lakeFS-compatible versioned data on object stores."""
     ctx.obj = AppState(json=as_json, config_path=config_path)
+
+
+cli.uri_completer = "lakefs_core.cli.complete:complete_uri"
 
 
 def main(argv: Sequence[str] | None = None) -> int:

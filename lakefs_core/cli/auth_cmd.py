@@ -33,6 +33,7 @@ from lakefs_core.cli.context import Session, local_path_error, run_session
 from lakefs_core.cli.output import emit, fmt_time, json_option, printable, table, unix
 from lakefs_core.cli.state import app_state
 from lakefs_core.errors import BadInputError, ConfigError
+from lakefs_core.service.cli import confirm, yes_option
 
 T = TypeVar("T")
 MAX_POLICY_DOCUMENT = 1 << 20
@@ -130,9 +131,11 @@ def users_list() -> None:
 
 @users.command("delete")
 @click.option("--id", "username", required=True, help="Username.")
+@yes_option
 @json_option
-def users_delete(username: str) -> None:
+def users_delete(username: str, yes: bool) -> None:
     """Delete a user with its credentials, group memberships and policy attachments."""
+    confirm(f"Delete user {printable(username)!r}", yes)
     run_auth(lambda s: s.delete_user(username))
     emit({"deleted": username}, lambda: click.echo(f"User deleted: {printable(username)}"))
 
@@ -168,8 +171,11 @@ def groups_list() -> None:
 
 @groups.command("delete")
 @click.option("--id", "name", required=True, help="Group name.")
+@yes_option
 @json_option
-def groups_delete(name: str) -> None:
+def groups_delete(name: str, yes: bool) -> None:
+    """Delete a group (its members stay users)."""
+    confirm(f"Delete group {printable(name)!r}", yes)
     run_auth(lambda s: s.delete_group(name))
     emit({"deleted": name}, lambda: click.echo(f"Group deleted: {printable(name)}"))
 
@@ -269,9 +275,11 @@ def policies_show(name: str) -> None:
 
 @policies.command("delete")
 @click.option("--id", "name", required=True, help="Policy name.")
+@yes_option
 @json_option
-def policies_delete(name: str) -> None:
+def policies_delete(name: str, yes: bool) -> None:
     """Delete a policy, detaching it from every user and group first."""
+    confirm(f"Delete policy {printable(name)!r}", yes)
     run_auth(lambda s: s.delete_policy(name))
     emit({"deleted": name}, lambda: click.echo(f"Policy deleted: {printable(name)}"))
 
@@ -356,7 +364,10 @@ def credentials_list(username: str) -> None:
 @credentials.command("delete")
 @click.option("--id", "username", required=True, help="Username.")
 @click.option("--access-key-id", required=True, help="The access key to delete.")
+@yes_option
 @json_option
-def credentials_delete(username: str, access_key_id: str) -> None:
+def credentials_delete(username: str, access_key_id: str, yes: bool) -> None:
+    """Delete an access key of a user."""
+    confirm(f"Delete access key {access_key_id!r} of user {printable(username)!r}", yes)
     run_auth(lambda s: s.delete_credentials(username, access_key_id))
     emit({"deleted": access_key_id}, lambda: click.echo(f"Credentials deleted: {access_key_id}"))

@@ -6,9 +6,10 @@ import click
 
 from lakefs_core.cli.context import Session, run_session
 from lakefs_core.cli.output import commit_doc, emit, json_option, print_commit_summary, ref_doc, table
+from lakefs_core.errors import BadInputError, encode_utf8
 from lakefs_core.refs.model import Branch, Commit
 from lakefs_core.repos.uri import SCHEME, Kind, LakeFSURI, parse_uri, same_repo
-from lakefs_core.service.cli import BRANCH_URI, REF_URI, REPO_URI
+from lakefs_core.service.cli import BRANCH_URI, REF_URI, REPO_URI, confirm, yes_option
 
 
 @click.group()
@@ -54,12 +55,11 @@ def list_cmd(repository: LakeFSURI) -> None:
 
 @branch.command("delete")
 @click.argument("branch_uri", metavar="lakefs://<repository>/<branch>", type=BRANCH_URI)
-@click.option("--yes", "-y", is_flag=True, help="Do not ask for confirmation.")
+@yes_option
 @json_option
 def delete_cmd(branch_uri: LakeFSURI, yes: bool) -> None:
     """Delete a branch (not the default branch); its uncommitted changes are dropped."""
-    if not yes:
-        click.confirm(f"Delete branch {branch_uri.ref!r} of {branch_uri.repo!r}?", abort=True, err=True)
+    confirm(f"Delete branch {branch_uri.ref!r} of {branch_uri.repo!r}", yes)
 
     async def op(s: Session) -> None:
         await s.graveler.delete_branch(branch_uri.repo, branch_uri.ref)
@@ -74,12 +74,18 @@ def delete_cmd(branch_uri: LakeFSURI, yes: bool) -> None:
 
 @branch.command("reset")
 @click.argument("branch_uri", metavar="lakefs://<repository>/<branch>", type=BRANCH_URI)
-@click.option("--yes", "-y", is_flag=True, help="Do not ask for confirmation.")
+@click.option("--prefix", default=None, help="Only the changes of paths starting with this prefix.")
+@click.option("--object", "object_path", default=None, help="Only the changes of this one path.")
+@yes_option
 @json_option
-def reset_cmd(branch_uri: LakeFSURI, yes: bool) -> None:
-    """Drop all uncommitted changes of a branch."""
-    if not yes:
-        click.confirm(f"Drop all uncommitted changes of branch {branch_uri.ref!r}?", abort=True, err=True)
+def reset_cmd(branch_uri: LakeFSURI, prefix: str | None, object_path: str | None, yes: bool) -> None:
+    """Drop the uncommitted changes of a branch (all, or of --prefix / --object)."""
+    if prefix is not None and object_path is not None:
+        raise BadInputError("give --prefix or --object, not both", field="--object")
+    if prefix is not None or object_path is not None:
+        _reset_paths(branch_uri, prefix, object_path, yes)
+        return
+    confirm(f"Drop all uncommitted changes of branch {branch_uri.ref!r}", yes)
 
     async def op(s: Session) -> Branch:
         reset = await s.graveler.reset_branch(branch_uri.repo, branch_uri.ref)
@@ -90,6 +96,26 @@ def reset_cmd(branch_uri: LakeFSURI, yes: bool) -> None:
     emit(
         ref_doc(done.id, done.commit_id),
         lambda: click.echo(f"Branch '{done.id}' reset to {done.commit_id}: uncommitted changes dropped"),
+    )
+
+
+def _reset_paths(branch_uri: LakeFSURI, prefix: str | None, object_path: str | None, yes: bool) -> None:
+    path, field = (prefix, "--prefix") if prefix is not None else (object_path or "", "--object")
+    raw = encode_utf8(path, field)
+    if object_path is not None and not raw:
+        raise BadInputError("must not be empty", field="--object")
+    what = f"under {path!r}" if prefix is not None else f"of {path!r}"
+    confirm(f"Drop the uncommitted changes {what} on branch {branch_uri.ref!r}", yes)
+
+    async def op(s: Session) -> list[bytes]:
+        return await s.graveler.reset_changes(branch_uri.repo, branch_uri.ref, raw, prefix=prefix is not None)
+
+    dropped = [k.decode("utf-8", "backslashreplace") for k in run_session(op)]
+    emit(
+        {"branch": branch_uri.ref, "reset": dropped},
+        lambda: click.echo(
+            f"Branch '{branch_uri.ref}': uncommitted changes {what} dropped ({len(dropped)} path(s))"
+        ),
     )
 
 

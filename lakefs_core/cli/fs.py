@@ -35,6 +35,7 @@ from lakefs_core.cli.output import (
     human_bytes,
     json_option,
     object_doc,
+    parse_meta,
     prefix_doc,
     print_stat,
     printable,
@@ -42,7 +43,7 @@ from lakefs_core.cli.output import (
 )
 from lakefs_core.errors import BadInputError, LakeFSError, NotFoundError, undecodable_shown
 from lakefs_core.repos.staging_writes import MAX_PATH_BYTES
-from lakefs_core.repos.uri import LakeFSURI
+from lakefs_core.repos.uri import Kind, LakeFSURI, parse_uri
 from lakefs_core.service.cli import PATH_URI, PREFIX_URI
 
 if TYPE_CHECKING:
@@ -235,9 +236,20 @@ def cat_cmd(path: LakeFSURI) -> None:
     "--parallelism", "-p", default=None, type=click.IntRange(1, 256), help="Objects downloaded at once."
 )
 @click.option("--no-progress", is_flag=True, help="Never show a progress bar.")
+@click.option(
+    "--skip-purged",
+    is_flag=True,
+    help="Skip objects an audited purge destroyed (counted) instead of stopping.",
+)
 @json_option
 def download_cmd(
-    src: LakeFSURI, dest: str | None, recursive: bool, parallelism: int | None, no_progress: bool
+    *,
+    src: LakeFSURI,
+    dest: str | None,
+    recursive: bool,
+    parallelism: int | None,
+    no_progress: bool,
+    skip_purged: bool,
 ) -> None:
     """Download an object (or, with --recursive, all objects under a prefix) to local files.
 
@@ -248,20 +260,34 @@ def download_cmd(
     target = Path(dest) if dest is not None else Path(".")
     into = dest is not None and dest.endswith(("/", os.sep))
 
-    async def op(s: Session) -> list[tuple[ObjectStat, Path]]:
+    async def op(s: Session) -> tuple[list[tuple[ObjectStat, Path]], list[ObjectStat]]:
         limit = parallelism or s.config.upload_concurrency
         return await fs_transfer.download(
-            s, src, target, recursive=recursive, parallelism=limit, no_progress=no_progress, into=into
+            s,
+            src,
+            target,
+            recursive=recursive,
+            parallelism=limit,
+            no_progress=no_progress,
+            into=into,
+            skip_purged=skip_purged,
         )
 
-    plan = run_session(op)
+    plan, purged = run_session(op)
     docs = [{"path": st.path, "destination": str(local), "size_bytes": st.size} for st, local in plan]
 
     def human() -> None:
         for st, local in plan:
             click.echo(printable(f"download: {src.with_path(st.path)} to {local}"))
+        for st in purged:
+            click.echo(printable(f"skipped (purged): {src.with_path(st.path)}"))
 
-    emit({"results": docs, "count": len(docs), "size_bytes": sum(st.size for st, _ in plan)}, human)
+    doc: dict[str, Any] = {"results": docs, "count": len(docs), "size_bytes": sum(st.size for st, _ in plan)}
+    if skip_purged:
+        doc["skipped_purged"] = [st.path for st in purged]
+    emit(doc, human)
+    if purged:
+        click.echo(f"lakefs-core: skipped {len(purged)} purged object(s)", err=True)
 
 
 @fs.command("stat")
@@ -275,6 +301,44 @@ def stat_cmd(path: LakeFSURI) -> None:
 
     stat = run_session(op)
     emit(object_doc(stat), lambda: print_stat(stat))
+
+
+@fs.command("update-metadata")
+@click.argument("path", metavar="lakefs://<repository>/<branch>/<path>", type=PATH_URI)
+@click.option(
+    "--metadata", multiple=True, metavar="KEY=VALUE", help="User metadata (repeatable); replaces all."
+)
+@json_option
+def update_metadata_cmd(path: LakeFSURI, metadata: tuple[str, ...]) -> None:
+    """Replace an object's user metadata on a branch (lakectl's fs update-metadata)."""
+    meta = parse_meta(metadata, field="--metadata")
+    parse_uri(str(path.with_path("")), Kind.BRANCH, field="PATH")  # staged on a branch only
+
+    async def op(s: Session) -> ObjectStat:
+        return await s.objects.update_metadata(path.repo, path.ref, path.path, meta)
+
+    stat = run_session(op)
+    emit(object_doc(stat), lambda: print_stat(stat))
+
+
+@fs.command("presign")
+@click.argument("path", metavar="lakefs://<repository>/<ref>/<path>", type=PATH_URI)
+@click.option(
+    "--expiry",
+    type=click.IntRange(1, 7 * 24 * 3600),
+    default=900,
+    show_default=True,
+    help="Seconds the URL stays valid (at most 7 days).",
+)
+@json_option
+def presign_cmd(path: LakeFSURI, expiry: int) -> None:
+    """Print a presigned GET URL of an object in an S3 namespace (lakectl's fs presign)."""
+
+    async def op(s: Session) -> str:
+        return await s.objects.presign(path.repo, path.ref, path.path, expires_seconds=expiry)
+
+    url = run_session(op)
+    emit({"path": path.path, "url": url, "expiry_seconds": expiry}, lambda: click.echo(url))
 
 
 @fs.command("rm")
@@ -316,7 +380,10 @@ def _ls_line(item: dict[str, Any], trim: str) -> str:
         detail = f"{mtime.ljust(29)}    {human_bytes(item['size_bytes']).ljust(12)}"
     else:
         detail = " " * (29 + 4 + 12)
-    return f"{item['path_type'].ljust(12)}    {detail}    {printable(shown)}"
+    line = f"{item['path_type'].ljust(12)}    {detail}    {printable(shown)}"
+    if "purged" in item:
+        line += f"    (purged: audit record {item['purged']})"
+    return line
 
 
 def fmt_time_unix(ts: int) -> str:
@@ -351,7 +418,10 @@ def ls_cmd(prefix: LakeFSURI, recursive: bool) -> None:
                 after=after,
                 amount=LIST_PAGE,
             )
+            purged = await s.objects.purged(prefix.repo, page.objects)
             for item in merge_page(page.objects, page.common_prefixes):
+                if item["path"] in purged and item["path_type"] == "object":
+                    item["purged"] = purged[item["path"]]  # the audit record that destroyed it
                 if as_json:
                     results.append(item)
                 else:

@@ -47,7 +47,7 @@ from typing import IO, TYPE_CHECKING, Any, TypeVar
 
 from lakefs_core.aio import bounded_each
 from lakefs_core.cli.context import Session, local_path_error
-from lakefs_core.errors import BadInputError, LakeFSError, NotFoundError
+from lakefs_core.errors import BadInputError, LakeFSError, NotFoundError, PurgedError
 from lakefs_core.repos.uri import LakeFSURI
 
 if TYPE_CHECKING:
@@ -581,7 +581,12 @@ async def download(
     parallelism: int,
     no_progress: bool,
     into: bool = False,
-) -> list[tuple[ObjectStat, Path]]:
+    skip_purged: bool = False,
+) -> tuple[list[tuple[ObjectStat, Path]], list[ObjectStat]]:
+    """Download ``src``; returns what was written where, and (``skip_purged``) the objects skipped
+    because an audited purge destroyed them. Without ``skip_purged`` a purged object stops the
+    download with :class:`PurgedError` (exit 17); a purged object's read fails before any of its
+    bytes is written, so a skipped one leaves no file behind."""
     prefix, stats = await list_for_download(s, src, recursive)
     _widen_thread_pool(parallelism)
     below = _below(stats, prefix, dest, recursive, into)
@@ -590,9 +595,16 @@ async def download(
     bar = progress_bar(total, len(below), f"download {len(below)} objects", no_progress)
     done = 0
 
+    skipped: list[ObjectStat] = []
+
     async def one(item: tuple[ObjectStat, tuple[str, ...]]) -> None:
         nonlocal done
-        await download_one(s, src.repo, item[0], (tree, item[1]), bar.update)
+        try:
+            await download_one(s, src.repo, item[0], (tree, item[1]), bar.update)
+        except PurgedError:
+            if not skip_purged:
+                raise
+            skipped.append(item[0])
         done += 1
         bar.set_postfix_str(f"{done}/{len(below)} files", refresh=False)
 
@@ -600,4 +612,6 @@ async def download(
         await bounded_each(below, parallelism, one)
     finally:
         bar.close()
-    return [(st, dest.joinpath(*parts)) for st, parts in below]
+    gone = {id(st) for st in skipped}
+    written = [(st, dest.joinpath(*parts)) for st, parts in below if id(st) not in gone]
+    return written, sorted(skipped, key=lambda st: st.path)

@@ -11,11 +11,15 @@ imports run in this process; ``--spark`` runs the range building on PySpark (``l
 default; a cluster through the ``core-import`` job of ``lakefs_core.compute``, which needs the ``spark``
 extra). A killed import leaves no commit; run it again. The source may be ``s3://bucket/prefix``,
 ``local:///dir`` or an absolute directory path; a local one is imported from (recorded at, and
-addressed by the entries at) its real path, which the output shows.
+addressed by the entries at) its real path, which the output shows. Symbolic links in a local
+source are never imported (the store never follows one): the output counts them
+(``skipped_symlinks``), so a tree of links is not mistaken for an empty import.
 """
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
 from typing import Any
 
 import click
@@ -85,10 +89,35 @@ def import_cmd(
         return {"executor": f"spark {master}", **result.to_json()}
 
     doc = run_session(op)
+    source_uri = str(doc.get("source", ""))
+    if source_uri.startswith("local://"):
+        doc["skipped_symlinks"] = count_symlinks(Path(source_uri.removeprefix("local://")))
 
     def human() -> None:
         what = f"{doc['entries']} objects from {doc['source']}"
         click.echo(f"Imported {what} into {dest} in {doc['seconds']} s")
         click.echo(f"Commit: {doc['commit_id']}")
+        if doc.get("skipped_symlinks"):
+            click.echo(
+                f"Skipped {doc['skipped_symlinks']} symbolic link(s): never imported (import their targets)"
+            )
 
     emit(doc, human)
+
+
+def count_symlinks(root: Path) -> int:
+    """The symbolic links under ``root`` (a linked directory counts once and is not entered), as
+    the local store's listing skips them; directories that cannot be read are not counted."""
+    found = 0
+    pending = [os.fspath(root)]
+    while pending:
+        try:
+            with os.scandir(pending.pop()) as entries:
+                for entry in entries:
+                    if entry.is_symlink():
+                        found += 1
+                    elif entry.is_dir(follow_symlinks=False):
+                        pending.append(entry.path)
+        except OSError:
+            continue  # gone or unreadable: the import's own listing decided about it
+    return found

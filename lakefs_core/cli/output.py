@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import click
 
 from lakefs_core.cli.state import app_state
+from lakefs_core.errors import BadInputError
 
 if TYPE_CHECKING:
     from lakefs_core.committed.model import DiffRecord
@@ -212,3 +213,17 @@ def print_stat(s: ObjectStat) -> None:
         click.echo("Metadata:")
         for k, v in sorted(s.metadata.items()):
             click.echo(f"    {k} = {v}")
+
+
+def parse_meta(pairs: tuple[str, ...], *, field: str = "--meta") -> dict[str, str]:
+    """``KEY=VALUE`` options as a mapping (commit metadata, object metadata); a key given twice or
+    a pair without ``=`` is refused naming ``field``."""
+    meta: dict[str, str] = {}
+    for pair in pairs:
+        key, eq, value = pair.partition("=")
+        if not eq or not key:
+            raise BadInputError(f"{pair!r} is not key=value", field=field)
+        if key in meta:
+            raise BadInputError(f"key {key!r} given twice", field=field)
+        meta[key] = value
+    return meta

@@ -10,6 +10,7 @@ from lakefs_core.cli.output import (
     diff_doc,
     emit,
     json_option,
+    parse_meta,
     print_commit,
     print_commit_summary,
     printable,
@@ -19,21 +20,9 @@ from lakefs_core.cli.output import (
 from lakefs_core.errors import BadInputError
 from lakefs_core.refs.model import Commit, Tag
 from lakefs_core.repos.uri import Kind, LakeFSURI, parse_uri, same_repo
-from lakefs_core.service.cli import BRANCH_URI, REF_URI, REPO_URI, TAG_URI
+from lakefs_core.service.cli import BRANCH_URI, PREFIX_URI, REF_URI, REPO_URI, TAG_URI, confirm, yes_option
 
 _DIFF_SIGN = {"added": "+ added", "removed": "- removed", "changed": "~ changed"}
-
-
-def parse_meta(pairs: tuple[str, ...]) -> dict[str, str]:
-    meta: dict[str, str] = {}
-    for pair in pairs:
-        key, eq, value = pair.partition("=")
-        if not eq or not key:
-            raise BadInputError(f"{pair!r} is not key=value", field="--meta")
-        if key in meta:
-            raise BadInputError(f"key {key!r} given twice", field="--meta")
-        meta[key] = value
-    return meta
 
 
 @click.command("commit")
@@ -171,6 +160,75 @@ def merge_cmd(
     emit(commit_doc(made), human)
 
 
+@click.command("cherry-pick")
+@click.argument("commit_uri", metavar="lakefs://<repository>/<ref>", type=REF_URI)
+@click.argument("branch_uri", metavar="lakefs://<repository>/<branch>", type=BRANCH_URI)
+@click.option(
+    "--parent-number",
+    "-m",
+    type=click.IntRange(min=1),
+    default=None,
+    help="For a merge commit: the parent whose change to apply (required for one).",
+)
+@json_option
+def cherry_pick_cmd(commit_uri: LakeFSURI, branch_uri: LakeFSURI, parent_number: int | None) -> None:
+    """Apply the change of a commit to a branch in a new commit (lakeFS's cherry-pick)."""
+    same_repo(commit_uri, branch_uri, "BRANCH")
+
+    async def op(s: Session) -> Commit:
+        return await s.graveler.cherry_pick(
+            branch_uri.repo,
+            branch_uri.ref,
+            commit_uri.ref,
+            committer=s.committer,
+            parent_number=parent_number,
+        )
+
+    made = run_session(op)
+
+    def human() -> None:
+        click.echo(f"Branch: {branch_uri}")
+        click.echo(f"Cherry-picked {commit_uri.ref}")
+        click.echo("")
+        print_commit_summary(made)
+
+    emit(commit_doc(made), human)
+
+
+MAX_ANNOTATED = 10_000  # objects one annotate attributes (each costs the history walk until found)
+
+
+@click.command("annotate")
+@click.argument("path", metavar="lakefs://<repository>/<ref>/[path]", type=PREFIX_URI)
+@click.option("--recursive", "-r", is_flag=True, help="Every object under the path (not only its level).")
+@json_option
+def annotate_cmd(path: LakeFSURI, recursive: bool) -> None:
+    """Show the last commit that changed each object under a path (lakectl's annotate)."""
+    from lakefs_core.repos.annotate import annotate
+
+    async def op(s: Session) -> list[tuple[str, Commit]]:
+        keys: list[bytes] = []
+        async for entry in s.graveler.list_entries(path.repo, path.ref, prefix=path.path.encode()):
+            rest = entry.key[len(path.path.encode()) :]
+            if recursive or b"/" not in rest:
+                keys.append(entry.key)
+                if len(keys) > MAX_ANNOTATED:
+                    raise BadInputError(
+                        f"more than {MAX_ANNOTATED} objects: annotate a narrower path", field="PATH"
+                    )
+        found = await annotate(s.graveler, path.repo, path.ref, keys)
+        return [(k.decode("utf-8", "backslashreplace"), found[k]) for k in keys if k in found]
+
+    rows = run_session(op)
+
+    def human() -> None:
+        for key, commit in rows:
+            when = commit.creation_date.strftime("%Y-%m-%d %H:%M:%S")
+            click.echo(f"{commit.id[:16]}  {printable(commit.committer):<16} {when}  {printable(key)}")
+
+    emit({"results": [{"path": k, "commit": commit_doc(c)} for k, c in rows]}, human)
+
+
 @click.group("tag")
 def tag() -> None:
     """Create, list and delete tags."""
@@ -209,9 +267,11 @@ def tag_list_cmd(repository: LakeFSURI) -> None:
 
 @tag.command("delete")
 @click.argument("tag_uri", metavar="lakefs://<repository>/<tag>", type=TAG_URI)
+@yes_option
 @json_option
-def tag_delete_cmd(tag_uri: LakeFSURI) -> None:
+def tag_delete_cmd(tag_uri: LakeFSURI, yes: bool) -> None:
     """Delete a tag."""
+    confirm(f"Delete tag {tag_uri.ref!r} of {tag_uri.repo!r}", yes)
 
     async def op(s: Session) -> None:
         await s.graveler.delete_tag(tag_uri.repo, tag_uri.ref)

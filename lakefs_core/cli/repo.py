@@ -8,7 +8,7 @@ from lakefs_core.cli.context import Session, run_session
 from lakefs_core.cli.output import emit, fmt_time, json_option, repo_doc, table
 from lakefs_core.refs.model import Repository
 from lakefs_core.repos.uri import LakeFSURI
-from lakefs_core.service.cli import REPO_URI
+from lakefs_core.service.cli import REPO_URI, confirm, yes_option
 
 
 @click.group()
@@ -20,15 +20,26 @@ def repo() -> None:
 @click.argument("repository", type=REPO_URI)
 @click.argument("storage_namespace")
 @click.option("--default-branch", "-d", default="main", show_default=True, help="Name of the default branch.")
+@click.option(
+    "--reuse-namespace",
+    is_flag=True,
+    help="Take over a namespace that holds a deleted repository's _lakefs/ (refused without it).",
+)
 @json_option
-def create_cmd(repository: LakeFSURI, storage_namespace: str, default_branch: str) -> None:
+def create_cmd(
+    repository: LakeFSURI, storage_namespace: str, default_branch: str, reuse_namespace: bool
+) -> None:
     """Create REPOSITORY (lakefs://repo) storing its data under STORAGE_NAMESPACE
     (local:///abs/dir, s3://bucket/prefix). The namespace must not equal, lie inside or enclose
     another repository's (exit code 15), nor be the filesystem root or a system directory. A local
-    one is recorded at its real path (symlinks resolved; a dangling one is refused), shown here."""
+    one is recorded at its real path (symlinks resolved; a dangling one is refused), shown here.
+    A namespace that already holds a repository's _lakefs/ (a deleted one's) is refused (exit 15)
+    unless --reuse-namespace."""
 
     async def op(s: Session) -> Repository:
-        return await s.graveler.create_repository(repository.repo, storage_namespace, default_branch)
+        return await s.graveler.create_repository(
+            repository.repo, storage_namespace, default_branch, reuse_namespace=reuse_namespace
+        )
 
     created = run_session(op)
 
@@ -64,12 +75,11 @@ def list_cmd() -> None:
 
 @repo.command("delete")
 @click.argument("repository", type=REPO_URI)
-@click.option("--yes", "-y", is_flag=True, help="Do not ask for confirmation.")
+@yes_option
 @json_option
 def delete_cmd(repository: LakeFSURI, yes: bool) -> None:
     """Delete REPOSITORY (its refs; the objects in its storage namespace are left alone)."""
-    if not yes:
-        click.confirm(f"Delete repository {repository.repo!r}?", abort=True, err=True)
+    confirm(f"Delete repository {repository.repo!r}", yes)
 
     async def op(s: Session) -> None:
         await s.graveler.delete_repository(repository.repo)

@@ -136,6 +136,34 @@ def lease_key(name: str) -> bytes:
     return name.encode()
 
 
+# -- lakefs-server's multipart uploads (ours) --------------------------------------------------------------
+
+MULTIPART_PARTITION = b"lakefs-open-multipart"
+MULTIPART_UPLOADS_PREFIX = b"uploads/"
+MULTIPART_PARTS_PREFIX = b"parts/"
+
+
+def multipart_uploads_prefix(repo: str = "") -> bytes:
+    """The keys of every open multipart upload (of ``repo`` when given) in :data:`MULTIPART_PARTITION`."""
+    return MULTIPART_UPLOADS_PREFIX + (_segment(repo, "repository") + b"/" if repo else b"")
+
+
+def multipart_upload_key(repo: str, upload_id: str) -> bytes:
+    """The record of one open multipart upload: ``uploads/<repo>/<upload>``."""
+    return multipart_uploads_prefix(repo) + _segment(upload_id, "uploadId")
+
+
+def multipart_parts_prefix(upload_id: str) -> bytes:
+    """The part records of one upload: ``parts/<upload>/<part:05d>``, in part order."""
+    return MULTIPART_PARTS_PREFIX + _segment(upload_id, "uploadId") + b"/"
+
+
+def multipart_part_key(upload_id: str, part_number: int) -> bytes:
+    if not 1 <= part_number <= 10_000:
+        raise BadInputError("must be between 1 and 10000", field="partNumber")
+    return multipart_parts_prefix(upload_id) + f"{part_number:05d}".encode()
+
+
 # -- retention GC and the hard-delete journal (ours; see the table above) ---------------------------------
 
 GC_PARTITION = b"lakefs-open-gc"
@@ -153,6 +181,12 @@ def _segment(value: str, field: str) -> bytes:
     if not value or "/" in value or "\0" in value:
         raise BadInputError("must be a non-empty string without '/' or NUL", field=field)
     return value.encode()
+
+
+def settings_key(name: str) -> bytes:
+    """The key of a repository setting ``name`` (``branch_protection``, ``metadata``), in the
+    repository's partition (lakeFS's ``settings/<name>``)."""
+    return b"settings/" + _segment(name, "setting")
 
 
 def gc_settings_key() -> bytes:

@@ -20,7 +20,8 @@ from dataclasses import replace
 
 from lakefs_core.errors import ConflictError, CorruptDataError, PreconditionFailedError, TooManyRetriesError
 from lakefs_core.refs import kvkeys
-from lakefs_core.refs.model import Branch, Commit, Tag, validate_branch_id, validate_tag_id
+from lakefs_core.refs.ids import validate_branch_id, validate_tag_id
+from lakefs_core.refs.model import Branch, Commit, Tag
 from lakefs_core.repos.context import RepoContext
 
 

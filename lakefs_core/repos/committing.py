@@ -29,7 +29,7 @@ source). Both refuse a destination with uncommitted changes and retry their CAS 
 from __future__ import annotations
 
 import heapq
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import replace
 
 from lakefs_core.committed.apply import apply_changes
@@ -246,7 +246,11 @@ async def merge(
     strategy: MergeStrategy = MergeStrategy.NONE,
     metadata: Mapping[str, str] | None = None,
     force: bool = False,
+    squash: bool = False,
 ) -> Commit:
+    """Merge ``source_ref`` into ``dest_branch`` (three-way, conflicts by ``strategy``); with
+    ``squash`` the merge commit has the destination's head as its only parent (lakeFS's squash merge:
+    the source's history does not become the destination's)."""
     check_commit_text(committer, message, metadata)
     repo = await ctx.repository(repo_id)
     ctx.writable(repo, force)
@@ -276,8 +280,8 @@ async def merge(
                     metarange_id=metarange_id,
                     creation_date=ctx.clock(),
                     metadata=meta,
-                    parents=(head.id, source.id),
-                    generation=max(head.generation, source.generation) + 1,
+                    parents=(head.id,) if squash else (head.id, source.id),
+                    generation=head.generation + 1 if squash else max(head.generation, source.generation) + 1,
                 )
                 await ctx.refs.put_commit(repo, made)
                 await ctx.refs.cas_branch(repo, replace(dest, commit_id=made.id), raw)
@@ -295,16 +299,91 @@ async def revert(
     message: str | None = None,
     force: bool = False,
 ) -> Commit:
+    """Undo ``commit_ref``'s change (against its parent ``parent_number``) on the branch, in a new
+    commit: a three-way merge with the commit as base and its parent as source."""
     check_commit_text(committer, message, None)
     repo = await ctx.repository(repo_id)
     ctx.writable(repo, force)
     target = (await ctx.resolve(repo, commit_ref)).commit
     if not target.parents:
         raise BadInputError("cannot revert a commit without parents", field="commit")
-    if not 1 <= parent_number <= len(target.parents):
-        raise BadInputError(f"commit has {len(target.parents)} parent(s)", field="parent_number")
-    parent = await ctx.refs.get_commit(repo, target.parents[parent_number - 1])
-    with exhausted_as(f"branch {branch_id!r}: too many concurrent updates during revert"):
+    parent = await _parent(ctx, repo, target, parent_number)
+
+    def made(head: Commit, metarange_id: str) -> Commit:
+        return Commit.create(
+            committer=committer,
+            message=message or f"Revert {target.id}",
+            metarange_id=metarange_id,
+            creation_date=ctx.clock(),
+            metadata={},
+            parents=(head.id,),
+            generation=head.generation + 1,
+        )
+
+    return await _apply_change(ctx, repo, branch_id, doing="revert", sides=(target, parent), made=made)
+
+
+async def cherry_pick(
+    ctx: RepoContext,
+    repo_id: str,
+    branch_id: str,
+    commit_ref: str,
+    *,
+    committer: str,
+    parent_number: int | None = None,
+    force: bool = False,
+) -> Commit:
+    """Apply ``commit_ref``'s change (against its parent ``parent_number``) to the branch in a new
+    commit, as lakeFS's cherry-pick: a three-way merge with the parent as base and the commit as
+    source; the new commit keeps the original's message and metadata plus
+    ``cherry-pick-origin``/``cherry-pick-committer``. A merge commit needs ``parent_number``."""
+    check_commit_text(committer, None, None)
+    repo = await ctx.repository(repo_id)
+    ctx.writable(repo, force)
+    target = (await ctx.resolve(repo, commit_ref)).commit
+    if parent_number is None and len(target.parents) > 1:
+        raise BadInputError("a merge commit: say which parent's side to apply", field="parent_number")
+    base = await _parent(ctx, repo, target, parent_number or 1) if target.parents else None
+
+    def made(head: Commit, metarange_id: str) -> Commit:
+        metadata = {
+            **target.metadata,
+            "cherry-pick-origin": target.id,
+            "cherry-pick-committer": target.committer,
+        }
+        return Commit.create(
+            committer=committer,
+            message=target.message,
+            metarange_id=metarange_id,
+            creation_date=ctx.clock(),
+            metadata=metadata,
+            parents=(head.id,),
+            generation=head.generation + 1,
+        )
+
+    return await _apply_change(ctx, repo, branch_id, doing="cherry-pick", sides=(base, target), made=made)
+
+
+async def _parent(ctx: RepoContext, repo: Repository, commit: Commit, parent_number: int) -> Commit:
+    if not 1 <= parent_number <= len(commit.parents):
+        raise BadInputError(f"commit has {len(commit.parents)} parent(s)", field="parent_number")
+    return await ctx.refs.get_commit(repo, commit.parents[parent_number - 1])
+
+
+async def _apply_change(
+    ctx: RepoContext,
+    repo: Repository,
+    branch_id: str,
+    *,
+    doing: str,
+    sides: tuple[Commit | None, Commit],
+    made: Callable[[Commit, str], Commit],
+) -> Commit:
+    """Merge the change from ``sides[0]`` (the base; None: the empty tree) to ``sides[1]`` into the
+    branch head and commit it with ``made(head, metarange_id)``, moving the branch by
+    compare-and-swap (retried); the branch must have no uncommitted changes."""
+    base, source = sides
+    with exhausted_as(f"branch {branch_id!r}: too many concurrent updates during {doing}"):
         async for attempt in cas_retrying(ctx.settings):
             with attempt:
                 branch, raw = await ctx.refs.get_branch(repo, branch_id)
@@ -312,20 +391,12 @@ async def revert(
                 head = await ctx.refs.get_commit(repo, branch.commit_id)
                 metarange_id = await _three_way(
                     ctx,
-                    await ctx.metarange(repo, target.metarange_id),
-                    await ctx.metarange(repo, parent.metarange_id),
+                    await ctx.metarange(repo, base.metarange_id if base is not None else ""),
+                    await ctx.metarange(repo, source.metarange_id),
                     await ctx.metarange(repo, head.metarange_id),
                     MergeStrategy.NONE,
                 )
-                made = Commit.create(
-                    committer=committer,
-                    message=message or f"Revert {target.id}",
-                    metarange_id=metarange_id,
-                    creation_date=ctx.clock(),
-                    metadata={},
-                    parents=(head.id,),
-                    generation=head.generation + 1,
-                )
-                await ctx.refs.put_commit(repo, made)
-                await ctx.refs.cas_branch(repo, replace(branch, commit_id=made.id), raw)
-    return made
+                commit = made(head, metarange_id)
+                await ctx.refs.put_commit(repo, commit)
+                await ctx.refs.cas_branch(repo, replace(branch, commit_id=commit.id), raw)
+    return commit

@@ -29,7 +29,8 @@ from lakefs_core.errors import NotFoundError, ReadOnlyError
 from lakefs_core.format.splitter import SplitPolicy
 from lakefs_core.kv.base import KVStore
 from lakefs_core.namespace import StorageNamespace
-from lakefs_core.refs.model import Branch, Commit, Repository, is_commit_id
+from lakefs_core.refs.ids import is_commit_id
+from lakefs_core.refs.model import Branch, Commit, Repository
 from lakefs_core.refs.staging import StagingArea
 from lakefs_core.refs.store import RefStore
 from lakefs_core.repos.refexpr import parse_ref

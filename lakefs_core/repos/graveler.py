@@ -46,9 +46,7 @@ from lakefs_core.committed.tables import TableStore
 from lakefs_core.errors import (
     BadInputError,
     ConflictError,
-    NamespaceConflictError,
     NotFoundError,
-    PreconditionFailedError,
 )
 from lakefs_core.format.records import ValueRecord
 from lakefs_core.keys import (
@@ -61,20 +59,17 @@ from lakefs_core.keys import (
     slice_hour,
     table_name,
 )
-from lakefs_core.kv.base import KVStore
+from lakefs_core.kv.base import Expect, KVStore
 from lakefs_core.namespace import StorageNamespace
 from lakefs_core.realpaths import real_namespace
 from lakefs_core.refs import kvkeys
+from lakefs_core.refs.ids import is_commit_id, validate_branch_id, validate_repo_id, validate_tag_id
 from lakefs_core.refs.model import (
     Branch,
     Commit,
     CommitNode,
     Repository,
     Tag,
-    is_commit_id,
-    validate_branch_id,
-    validate_repo_id,
-    validate_tag_id,
 )
 from lakefs_core.refs.staging import StagingArea, tombstone
 from lakefs_core.refs.store import DeletedRepository, RefStore, claim_value
@@ -203,6 +198,7 @@ class Graveler:
         claim_namespace: bool = True,
         initial_commit: Commit | None = None,
         hard_delete_journal: bool | None = None,
+        reuse_namespace: bool = False,
     ) -> Repository:
         """Create a repository owning ``storage_namespace`` exclusively.
 
@@ -216,7 +212,14 @@ class Graveler:
         creation fails, unless a repository of this id exists by then (it owns the claim).
         ``hard_delete_journal`` (default: the settings') turns the journal on from the start.
         A local namespace is recorded, claimed and compared at its real path (a dangling symlink
-        in it is refused): the record returned shows it."""
+        in it is refused): the record returned shows it.
+
+        As lakeFS, a namespace that already holds a repository's ``_lakefs/dummy`` is refused
+        (:class:`NamespaceConflictError` naming the marker and, when known, the deleted repository
+        that left it), with one exception: the marker of this very id with no deleted repository
+        behind it (a creation that crashed after writing it, retried). ``reuse_namespace`` is the
+        user's explicit consent to take over such a namespace (a live repository's is still refused
+        by the claim)."""
         if initial_commit is not None and (initial_commit.parents or initial_commit.metarange_id):
             raise BadInputError("must be a root commit with an empty tree", field="initial_commit")
         validate_repo_id(repo_id)
@@ -234,7 +237,7 @@ class Graveler:
         claim = await namespace_claims.claim(self.context, ns, repo_id, instance_uid)
         try:
             if claim_namespace:
-                await self._write_marker(ns, repo_id)
+                await namespace_claims.write_marker(self.context, ns, repo_id, reuse=reuse_namespace)
             repo = await self._create_records(
                 repo_id,
                 ns,
@@ -251,20 +254,6 @@ class Graveler:
             raise
         await namespace_claims.settle(self.context, ns, repo_id, claim)
         return repo
-
-    async def _write_marker(self, ns: StorageNamespace, repo_id: str) -> None:
-        # The marker names its repository, so a creation that crashed after writing it can be
-        # retried under the same id; any other id is refused.
-        store = await self.stores.namespace_store(ns)
-        marker = f"lakefs-open repository {repo_id}\n".encode()
-        try:
-            await store.put(ns.dummy_key(), marker, if_none_match=True)
-        except PreconditionFailedError as e:
-            if await store.get(ns.dummy_key()) != marker:
-                msg = (
-                    f"storage namespace {ns.uri} is already in use by a repository ({ns.dummy_key()} exists)"
-                )
-                raise NamespaceConflictError(msg) from e
 
     async def _create_records(
         self,
@@ -370,12 +359,16 @@ class Graveler:
 
     # -- branches -------------------------------------------------------------------------------------
 
-    async def create_branch(self, repo_id: str, name: str, source_ref: str, *, force: bool = False) -> Branch:
+    async def create_branch(
+        self, repo_id: str, name: str, source_ref: str, *, force: bool = False, hidden: bool = False
+    ) -> Branch:
+        """A new branch at ``source_ref``'s commit; ``hidden`` ones are left out of listings unless
+        asked for (lakeFS's ephemeral transaction branches)."""
         repo = await self.repository(repo_id)
         self.writable(repo, force)
         validate_branch_id(name)
         source = await self.resolve(repo, source_ref)
-        branch = Branch(name, source.commit.id, kvkeys.new_staging_token(repo.id, name))
+        branch = Branch(name, source.commit.id, kvkeys.new_staging_token(repo.id, name), hidden=hidden)
         await self.refs.create_branch(repo, branch)
         return branch
 
@@ -419,6 +412,30 @@ class Graveler:
         tokens = (branch.staging_token, *branch.sealed_tokens)
         await self.refs.mark_for_cleanup(tokens, self.clock(), "discarded")
         return reset
+
+    async def reset_changes(
+        self, repo_id: str, branch_id: str, path: bytes, *, prefix: bool, force: bool = False
+    ) -> list[bytes]:
+        """Drop the uncommitted changes of one path or a prefix (lakeFS's ResetKey/ResetPrefix)."""
+        return await staging_writes.reset_changes(
+            self.context, repo_id, branch_id, path, prefix=prefix, force=force
+        )
+
+    async def setting(self, repo_id: str, name: str) -> bytes | None:
+        """A repository setting's stored bytes (the REST server's branch protection rules and
+        metadata), None when never set."""
+        repo = await self.repository(repo_id)
+        try:
+            return await self.kv.get(repo.partition, kvkeys.settings_key(name))
+        except NotFoundError:
+            return None
+
+    async def set_setting(self, repo_id: str, name: str, value: bytes, expected: bytes | None) -> None:
+        """Replace a setting iff it still holds ``expected`` (None: absent);
+        :class:`PreconditionFailedError` when it changed meanwhile."""
+        repo = await self.repository(repo_id)
+        expect = Expect.ABSENT if expected is None else Expect("equals", expected)
+        await self.kv.set_if(repo.partition, kvkeys.settings_key(name), value, expect)
 
     # -- tags ------------------------------------------------------------------------------------------
 
@@ -636,7 +653,9 @@ class Graveler:
         strategy: MergeStrategy = MergeStrategy.NONE,
         metadata: Mapping[str, str] | None = None,
         force: bool = False,
+        squash: bool = False,
     ) -> Commit:
+        """Merge ``source_ref`` into ``dest_branch``; ``squash``: one parent (see committing.merge)."""
         from lakefs_core.repos import committing
 
         return await committing.merge(
@@ -649,6 +668,7 @@ class Graveler:
             strategy=strategy,
             metadata=metadata,
             force=force,
+            squash=squash,
         )
 
     async def revert(
@@ -674,6 +694,38 @@ class Graveler:
             message=message,
             force=force,
         )
+
+    async def cherry_pick(
+        self,
+        repo_id: str,
+        branch_id: str,
+        commit_ref: str,
+        *,
+        committer: str,
+        parent_number: int | None = None,
+        force: bool = False,
+    ) -> Commit:
+        """Apply what ``commit_ref`` changed against its parent onto the branch as a new commit."""
+        from lakefs_core.repos import committing
+
+        return await committing.cherry_pick(
+            self.context,
+            repo_id,
+            branch_id,
+            commit_ref,
+            committer=committer,
+            parent_number=parent_number,
+            force=force,
+        )
+
+    async def merge_base(self, repo_id: str, left_ref: str, right_ref: str) -> Commit | None:
+        """The best common ancestor of two refs (None when their histories are unrelated)."""
+        from lakefs_core.repos import committing
+
+        repo = await self.repository(repo_id)
+        left = (await self.resolve(repo, left_ref)).commit
+        right = (await self.resolve(repo, right_ref)).commit
+        return await committing.merge_base(self.context, repo, left, right)
 
     async def sweep_temp_files(self, ns: StorageNamespace) -> int:
         """Remove leftover temporary files of interrupted writes in a LOCAL namespace's store (older

@@ -35,6 +35,8 @@ is checked, recorded, listed and addressed (:mod:`lakefs_core.realpaths`).
 from __future__ import annotations
 
 import asyncio
+import functools
+import mimetypes
 import os
 import time
 from collections.abc import Sequence
@@ -42,6 +44,7 @@ from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Any, NoReturn
 
+from lakefs_core.block._common import DEFAULT_CONTENT_TYPE
 from lakefs_core.block.base import BlockStore, CommonPrefix, ObjectInfo
 from lakefs_core.committed.metarange import MetaRange
 from lakefs_core.committed.model import RangeInfo
@@ -211,9 +214,30 @@ def _record(
                             field="source")  # fmt: skip
     when = datetime.fromtimestamp(mtime, UTC) if mtime is not None else None
     identity, data = make_entry(
-        source.full_address(relative), size, etag.strip('"'), last_modified=when, address_type=ADDRESS_FULL
+        source.full_address(relative),
+        size,
+        etag.strip('"'),
+        last_modified=when,
+        address_type=ADDRESS_FULL,
+        content_type=content_type_of(relative),
     )
     return ValueRecord(raw, identity, data)
+
+
+@functools.cache
+def _types() -> mimetypes.MimeTypes:
+    # Python's built-in table only (no /etc/mime.types): the same entry bytes on every machine, so
+    # an import repeated elsewhere writes the same ranges.
+    return mimetypes.MimeTypes(filenames=())
+
+
+def content_type_of(path: str) -> str:
+    """The content type an imported object's entry records, from its name's extension (a listing
+    carries none); the default type when the extension says nothing."""
+    guessed, encoding = _types().guess_type(path, strict=False)
+    if guessed is None or encoding is not None:  # x.csv.gz is gzip data, not CSV
+        return DEFAULT_CONTENT_TYPE
+    return guessed
 
 
 async def build_chunk_ranges(

@@ -48,6 +48,7 @@ import bisect
 import contextlib
 from collections.abc import AsyncIterable, AsyncIterator, Iterable
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 
 from lakefs_core.errors import (
     BadInputError,
@@ -364,3 +365,41 @@ async def settle(ctx: RepoContext, ns: StorageNamespace, repo_id: str, value: by
     if current is not None and current.owner == repo_id and current.raw != wanted:
         with contextlib.suppress(PreconditionFailedError):
             await ctx.refs.set_namespace_claim(ns.canonical, wanted, Expect.equals(current.raw))
+
+
+async def deleted_repository_at(ctx: RepoContext, ns: StorageNamespace) -> str | None:
+    """The deleted repository (of this KV) whose namespace was ``ns``, described for a message, or
+    None. Creation asks when ``ns`` already holds a repository marker: a deleted repository's data
+    is never taken over silently (GC still collects what it left there)."""
+    async for gone in ctx.refs.deleted_repositories():
+        with contextlib.suppress(BadInputError):
+            if StorageNamespace.parse(gone.namespace).canonical == ns.canonical:
+                when = datetime.fromtimestamp(gone.deleted_at, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+                return f"repository {gone.repo!r}, deleted {when}"
+    return None
+
+
+async def write_marker(ctx: RepoContext, ns: StorageNamespace, repo_id: str, *, reuse: bool) -> None:
+    """Write the lakeFS marker ``_lakefs/dummy`` of a repository being created, create-only (see
+    :meth:`~lakefs_core.repos.graveler.Graveler.create_repository` for what an existing one means)."""
+    # The marker names its repository, so a creation that crashed after writing it can be
+    # retried under the same id; any other id, or a deleted repository's, is refused.
+    store = await ctx.stores.namespace_store(ns)
+    marker = f"lakefs-open repository {repo_id}\n".encode()
+    try:
+        await store.put(ns.dummy_key(), marker, if_none_match=True)
+        return
+    except PreconditionFailedError as e:
+        found = e
+    if reuse:
+        await store.put(ns.dummy_key(), marker)  # the user's explicit consent (see the docstring)
+        return
+    deleted = await deleted_repository_at(ctx, ns)
+    if await store.get(ns.dummy_key()) == marker and deleted is None:
+        return  # this id's crashed creation, retried
+    held = f"a deleted repository ({deleted})" if deleted else "a repository"
+    msg = (
+        f"storage namespace {ns.uri} is already in use by {held}: {ns.dummy_key()} exists; "
+        "reusing it needs an explicit choice (lakefs-core repo create --reuse-namespace)"
+    )
+    raise NamespaceConflictError(msg) from found

@@ -30,6 +30,17 @@ every KV driver alike: 1,024 bytes is DynamoDB's limit on a sort key, so a longe
 SQL and fail on DynamoDB. Tombstones are exempt: an existing longer key (written by lakeFS on SQL)
 can still be deleted.
 
+:func:`restage_if_unchanged` stages a new record for a key only if the key's staged value in the
+live token and the branch record are still what was read (one conditional KV batch, retried on a
+change): ``fs update-metadata`` rewrites an entry this way, so an upload landing meanwhile is never
+overwritten with the older object.
+
+:func:`reset_changes` drops the uncommitted changes of one path or of a prefix (lakeFS's
+``ResetKey``/``ResetPrefix``, ``branch reset --object/--prefix``): each changed key is staged again
+with its committed record (a tombstone when it has none), which shadows the older staged values in
+every token; like any staged write, a value an upload stages meanwhile on such a key may be
+overwritten (a reset discards changes).
+
 A token seen live less than ``write_cache_seconds`` ago (and less than half the cleanup grace) may be
 written without reading the branch first: it cannot have been dropped yet (drops wait
 ``cleanup_grace_seconds``), and the re-read still catches a rotation. The repository record is cached
@@ -39,7 +50,7 @@ as long, so a read-only flag set by another process reaches this process's write
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
 from lakefs_core.errors import (
@@ -54,6 +65,8 @@ from lakefs_core.format.records import ValueRecord, encode_staged_entry
 from lakefs_core.kv.base import Expect, KVItem
 from lakefs_core.refs import kvkeys
 from lakefs_core.refs.model import Branch, Repository
+from lakefs_core.refs.staging import tombstone
+from lakefs_core.repos import reading
 from lakefs_core.repos.context import RepoContext
 from lakefs_core.repos.retry import cas_retrying, exhausted_as
 
@@ -279,3 +292,74 @@ def _encoding(
         value = encode_staged_entry(record)
         append((record.key, value))
         yield partition, record.key, value
+
+
+RESET_BATCH = 1000  # records staged per KV batch by reset_changes
+
+
+async def reset_changes(
+    ctx: RepoContext, repo_id: str, branch_id: str, path: bytes, *, prefix: bool, force: bool = False
+) -> list[bytes]:
+    """Drop the uncommitted changes of ``path`` (``prefix``: of every key starting with it) on the
+    branch; the keys whose changes were dropped, in order (see the module docstring)."""
+    repo = await ctx.repository(repo_id)
+    ctx.writable(repo, force)
+    branch, _ = await ctx.refs.get_branch(repo, branch_id)
+    head = await ctx.refs.get_commit(repo, branch.commit_id)
+    committed = await ctx.metarange(repo, head.metarange_id)
+    resets: list[ValueRecord] = []
+    async for staged in ctx.staging.merged((branch.staging_token, *branch.sealed_tokens), start=path):
+        if not staged.key.startswith(path) or (not prefix and staged.key != path):
+            break
+        old = await committed.get(staged.key)
+        if (old is None and staged.is_tombstone) or (old is not None and old.identity == staged.identity):
+            continue  # staged, but no change against the commit
+        resets.append(old if old is not None else tombstone(staged.key))
+    for start in range(0, len(resets), RESET_BATCH):
+        await set_entries(ctx, repo_id, branch_id, resets[start : start + RESET_BATCH], force=force)
+    return [r.key for r in resets]
+
+
+async def restage_if_unchanged(
+    ctx: RepoContext,
+    repo_id: str,
+    branch_id: str,
+    key: bytes,
+    change: Callable[[ValueRecord], ValueRecord],
+    *,
+    force: bool = False,
+) -> ValueRecord:
+    """Stage ``change(current)`` for ``key``, where ``current`` is the key's entry on the branch
+    (staged, else committed; :class:`NotFoundError` when it has none), in one conditional batch that
+    expects the live token's value of ``key`` and the branch record as read: a write or a commit
+    in between makes it read again and retry (see the module docstring)."""
+    repo = await repository_for_write(ctx, repo_id)
+    ctx.writable(repo, force)
+    branch_key = kvkeys.branch_key(branch_id)
+    with exhausted_as(f"branch {branch_id!r}: {key!r} kept changing during an update"):
+        async for attempt in cas_retrying(ctx.settings):
+            with attempt:
+                branch, raw = await _branch_and_raw(ctx, repo, branch_id)
+                live = kvkeys.staging_partition(branch.staging_token)
+                try:
+                    live_raw: bytes | None = await ctx.kv.get(live, key)
+                except NotFoundError:
+                    live_raw = None
+                current = await reading.entry(ctx, repo, branch_id, key)
+                made = change(current)
+                encoded = encode_staged_entry(made)
+                if live_raw is not None:
+                    expected = [
+                        (live, key, Expect.equals(live_raw)),
+                        (repo.partition, branch_key, Expect.equals(raw)),
+                    ]
+                    await ctx.kv.set_many_if([(live, key, encoded)], expected)
+                    continue
+                # A batch cannot expect an absent key (PostgreSQL cannot lock a missing row): insert
+                # it if still absent, then the writer protocol's re-read of the branch (a commit that
+                # sealed the token meanwhile: read and write again; the repeat is idempotent).
+                await ctx.kv.set_if(live, key, encoded, Expect.ABSENT)
+                again, _ = await _branch_and_raw(ctx, repo, branch_id)
+                if again.staging_token != branch.staging_token:
+                    raise PreconditionFailedError(f"branch {branch_id!r}: its staging token rotated")
+    return made

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from enum import Enum
 
 from lakefs_core.errors import BadInputError, encode_utf8
-from lakefs_core.refs.model import validate_branch_id, validate_repo_id, validate_tag_id
+from lakefs_core.refs.ids import validate_branch_id, validate_repo_id, validate_tag_id
 from lakefs_core.repos.refexpr import parse_ref
 
 SCHEME = "lakefs://"

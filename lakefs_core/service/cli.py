@@ -6,6 +6,9 @@
 - :func:`run`: invoke a group, mapping every project error to one line on stderr and its class's exit
   code (:mod:`lakefs_core.errors`), usage errors to :data:`USAGE_EXIT`, Ctrl-C to 130, anything
   unexpected to one line too (a traceback only with :data:`DEBUG_ENV` set);
+- :func:`confirm` and :data:`yes_option`: how every destructive command asks (on a terminal) or
+  refuses (without one and without ``--yes``: :class:`~lakefs_core.errors.NotConfirmedError`, exit
+  19, never 130, which is Ctrl-C);
 - :func:`echo_problems`: every problem of a configuration report, one per line, then its exit code
   (every ``check-config`` command);
 - ``REPO_URI``, ``REF_URI``, ``BRANCH_URI``, ``TAG_URI``, ``PATH_URI``, ``PREFIX_URI``: click
@@ -26,9 +29,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
+import click.shell_completion
 
 from lakefs_core import __version__
-from lakefs_core.errors import LakeFSError, StorageFullError
+from lakefs_core.errors import LakeFSError, NotConfirmedError, StorageFullError
 from lakefs_core.repos.uri import EXAMPLES, Kind, LakeFSURI, parse_uri
 from lakefs_core.service import collector
 
@@ -47,13 +51,42 @@ class CLIGroup(click.Group):
 
     ``lazy_subcommands`` maps a command name to ``"module:attribute"`` of its click command, imported
     only when that command is looked up (click's documented lazy-loading pattern): a command then
-    pays only for the modules it uses (``--help`` and shell completion load them all to show their
-    help).
+    pays only for the modules it uses. ``summaries`` holds each lazy command's one-line help, so
+    the group's ``--help`` lists them without importing any (a test checks each summary is its
+    command's short help).
     """
 
-    def __init__(self, *args: Any, lazy_subcommands: Mapping[str, str] | None = None, **kwargs: Any) -> None:
+    def __init__(
+        self,
+        *args: Any,
+        lazy_subcommands: Mapping[str, str] | None = None,
+        summaries: Mapping[str, str] | None = None,
+        **kwargs: Any,
+    ) -> None:
         super().__init__(*args, **kwargs)
         self.lazy_subcommands = dict(lazy_subcommands or {})
+        self.summaries = dict(summaries or {})
+        # "module:function" completing lakefs:// values (see URIType.shell_complete); None: none
+        self.uri_completer: str | None = None
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        names = self.list_commands(ctx)
+        limit = formatter.width - 6 - max((len(n) for n in names), default=0)
+        rows: list[tuple[str, str]] = []
+        for name in names:
+            summary = self.summaries.get(name) if name in self.lazy_subcommands else None
+            if summary is not None:
+                # shortened as click shortens a command's help
+                summary = click.Command(name, help=summary).get_short_help_str(limit)
+            else:
+                command = self.get_command(ctx, name)
+                if command is None or command.hidden:
+                    continue
+                summary = command.get_short_help_str(limit)
+            rows.append((name, summary))
+        if rows:
+            with formatter.section("Commands"):
+                formatter.write_dl(rows)
 
     def list_commands(self, ctx: click.Context) -> list[str]:
         return sorted({*super().list_commands(ctx), *self.lazy_subcommands})
@@ -102,19 +135,45 @@ def _silence_stdout() -> None:
         os.close(devnull)
 
 
-def project_group(prog_name: str, commands: Mapping[str, str] | None = None) -> Callable[[F], CLIGroup]:
+def project_group(
+    prog_name: str, commands: Mapping[str, str] | None = None, summaries: Mapping[str, str] | None = None
+) -> Callable[[F], CLIGroup]:
     """The top-level group of one of the project's CLIs: :class:`CLIGroup` with ``commands`` loaded
-    lazily, ``-h`` as well as ``--help``, and ``--version``."""
+    lazily (``summaries``: their one-line help for ``--help``), ``-h`` as well as ``--help``, and
+    ``--version``."""
 
     def decorate(f: F) -> CLIGroup:
         group = click.group(
-            cls=CLIGroup, lazy_subcommands=commands, context_settings={"help_option_names": ["-h", "--help"]}
+            cls=CLIGroup,
+            lazy_subcommands=commands,
+            summaries=summaries,
+            context_settings={"help_option_names": ["-h", "--help"]},
         )(click.version_option(__version__, prog_name=prog_name)(f))
         if not isinstance(group, CLIGroup):  # never: click.group(cls=...) builds that class
             raise TypeError(f"{group!r} is not a CLIGroup")
         return group
 
     return decorate
+
+
+yes_option = click.option(
+    "--yes", "-y", is_flag=True, help="Do not ask for confirmation (needed without a terminal)."
+)
+
+
+def confirm(action: str, yes: bool) -> None:
+    """Ask ``<action>? [y/N]`` on the terminal unless ``yes``; anything but yes changes nothing.
+
+    Without a terminal on standard input (a script, a pipe, CI) there is no one to ask: the command
+    refuses with one line naming ``--yes`` rather than reading an answer from the data stream.
+    """
+    if yes:
+        return
+    stdin = sys.stdin
+    if stdin is None or not stdin.isatty():
+        raise NotConfirmedError(f"{action}: not confirmed (no terminal to ask on); pass --yes to confirm")
+    if not click.confirm(f"{action}?", default=False, err=True):
+        raise NotConfirmedError(f"{action}: not confirmed, nothing changed")
 
 
 def one_line(message: str) -> str:
@@ -216,6 +275,21 @@ class URIType(_ParamBase):
         if isinstance(value, LakeFSURI):
             return value
         return parse_uri(value, self.kind, field=param_name(param))
+
+    def shell_complete(
+        self, ctx: click.Context, param: click.Parameter, incomplete: str
+    ) -> list[click.shell_completion.CompletionItem]:
+        """Shell completion of a ``lakefs://`` value by the root group's ``uri_completer`` (the
+        ``lakefs-core`` CLI's lists repositories, refs and paths from its KV store): a function
+        ``(ctx, kind, incomplete) -> list[str]``, which must return rather than raise."""
+        root = ctx.find_root().command
+        target = getattr(root, "uri_completer", None)
+        if not isinstance(target, str):
+            return []
+        module, attribute = target.split(":")
+        complete = getattr(importlib.import_module(module), attribute)
+        values: list[str] = complete(ctx, self.kind, incomplete)
+        return [click.shell_completion.CompletionItem(v) for v in values]
 
 
 def param_name(param: click.Parameter | None) -> str:

@@ -32,6 +32,9 @@ renew at a fraction of ``ttl`` and re-check before irreversible steps).
 Lifecycle logs at INFO on the ``lakefs_core.service.lease`` logger: acquired (with the previous holder when
 known: a hand-over), lost (an acquire or renew failed while we believed we held it), released
 (handed over). Records carry the ``extra`` mapping given at construction (e.g. ``{"repository": r}``).
+A holder that takes and releases the same lease over and over (a daemon, every pass) gives each of
+its leases one ``announced`` set (:func:`kv_lease`): then only changes are INFO (its first
+acquisition, a hand-over, a loss) and the routine acquisitions and releases are DEBUG.
 """
 
 from __future__ import annotations
@@ -126,6 +129,9 @@ class _Contender:
         self.ttl = float(ttl)
         self.extra: dict[str, Any] = dict(extra or {})
         self.held = False  # what this contender last learned
+        # The caller's record of the leases whose acquisition it has logged (see the module
+        # docstring); None: every acquisition and release is INFO.
+        self.announced: set[str] | None = None
 
     @property
     def name(self) -> str:
@@ -139,17 +145,27 @@ class _Contender:
         return at + round(self.ttl * 1_000_000)
 
     def _observe(self, holds: bool, previous: str | None = None) -> bool:
+        seen = self.announced
         if holds and not self.held:
             handed = f" (handed over from {previous})" if previous and previous != self._holder else ""
-            log.info("lease %s acquired by %s%s", self._name, self._holder, handed, extra=self.extra)
+            routine = not handed and seen is not None and self._name in seen
+            if seen is not None:
+                seen.add(self._name)
+            level = logging.DEBUG if routine else logging.INFO
+            log.log(level, "lease %s acquired by %s%s", self._name, self._holder, handed, extra=self.extra)
         elif not holds and self.held:
+            if seen is not None:
+                seen.discard(self._name)  # the next acquisition is news again
             log.info("lease %s lost by %s", self._name, self._holder, extra=self.extra)
         self.held = holds
         return holds
 
     def _released(self, released: bool) -> bool:
         if released:
-            log.info("lease %s released by %s (handed over)", self._name, self._holder, extra=self.extra)
+            level = logging.INFO if self.announced is None else logging.DEBUG
+            log.log(
+                level, "lease %s released by %s (handed over)", self._name, self._holder, extra=self.extra
+            )
         self.held = False
         return released
 
@@ -334,6 +350,10 @@ def kv_lease(
     ttl: float = DEFAULT_TTL,
     *,
     extra: Mapping[str, str] | None = None,
+    announced: set[str] | None = None,
 ) -> KVLease:
-    """The lease ``name`` in ``kv``'s lease partition (:func:`lakefs_core.refs.kvkeys.lease_key`)."""
-    return KVLease(kv, kvkeys.LEASES_PARTITION, kvkeys.lease_key(name), holder, ttl, name=name, extra=extra)
+    """The lease ``name`` in ``kv``'s lease partition (:func:`lakefs_core.refs.kvkeys.lease_key`);
+    ``announced``: the holder's set of leases whose acquisition it logged (see the module docstring)."""
+    lease = KVLease(kv, kvkeys.LEASES_PARTITION, kvkeys.lease_key(name), holder, ttl, name=name, extra=extra)
+    lease.announced = announced
+    return lease

@@ -33,6 +33,7 @@ from typing import Any, Protocol, TypeVar
 
 import click
 
+from lakefs_core.errors import ConfigError
 from lakefs_core.service.config import DaemonConfig
 from lakefs_core.service.daemon import DaemonLoop, freeze_startup_heap
 from lakefs_core.service.logfmt import LOG_FORMATS, configure_logging
@@ -136,6 +137,21 @@ def config_option(envvar: str, help: str) -> Callable[[F], F]:
         envvar=envvar,
         help=help,
     )
+
+
+C = TypeVar("C")
+
+
+def load_with_file_hint(load: Callable[[], C], config_path: Path | None, envvar: str) -> C:
+    """``load()`` a daemon's configuration; when it fails and no file was given, the first problem
+    says so (``lakefs-gc run`` without ``--config`` names the option, not only the missing keys)."""
+    try:
+        return load()
+    except ConfigError as e:
+        if config_path is not None:
+            raise
+        hint = f"no configuration file given (--config FILE or {envvar}); the environment alone is incomplete"
+        raise ConfigError([("--config", hint), *e.problems]) from None
 
 
 def once_option(help: str) -> Callable[[F], F]:

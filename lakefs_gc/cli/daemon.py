@@ -29,7 +29,13 @@ from lakefs_core.config import display
 from lakefs_core.errors import BadInputError, NotFoundError
 from lakefs_core.repos.uri import LakeFSURI
 from lakefs_core.service.cli import REPO_URI, echo_problems
-from lakefs_core.service.run import config_option, log_format_option, once_option, run_daemon
+from lakefs_core.service.run import (
+    config_option,
+    load_with_file_hint,
+    log_format_option,
+    once_option,
+    run_daemon,
+)
 from lakefs_gc.cli.jobs import _config as core_config_option
 from lakefs_gc.cli.jobs import _print, _run
 from lakefs_gc.config import inspect_gc_config, load_gc_config
@@ -39,8 +45,9 @@ if TYPE_CHECKING:
 
 MAX_RULES_FILE = 1 << 20
 
+GC_CONFIG_ENV = "LAKEFS_GC_CONFIG"
 CONFIG_OPTION = config_option(
-    "LAKEFS_GC_CONFIG", "The daemon's YAML configuration (LAKEFS_GC__* variables override it)."
+    GC_CONFIG_ENV, "The daemon's YAML configuration (LAKEFS_GC__* variables override it)."
 )
 
 
@@ -50,7 +57,9 @@ CONFIG_OPTION = config_option(
 @log_format_option("LAKEFS_GC_LOG_FORMAT")
 def run_cmd(config_path: Path | None, once: bool, log_format: str) -> None:
     """Run the GC daemon: retention GC on schedules, hard-delete reconciliation, the API."""
-    config = load_gc_config(config_path, dict(os.environ))
+    config = load_with_file_hint(
+        lambda: load_gc_config(config_path, dict(os.environ)), config_path, GC_CONFIG_ENV
+    )
 
     async def open_service() -> GCService:
         from lakefs_gc.service import GCService

@@ -31,7 +31,7 @@ from typing import Any, TypeVar
 
 import click
 
-from lakefs_core.errors import BadInputError, ConflictError
+from lakefs_core.errors import BadInputError, ConflictError, NotFoundError
 from lakefs_core.kv.base import KVStore
 from lakefs_core.repos.uri import LakeFSURI
 from lakefs_core.service.cli import REPO_URI
@@ -228,8 +228,37 @@ def sweep_cmd(
 
     async def go(core: Any) -> dict[str, Any]:
         async with holding_lease(core.kv, repo), _pins(mirrors_db, source_region) as pins:
+            swept = await _known_mark(core, repo, mark_id)
+            if dry_run and swept is not None:
+                # nothing left to verify: say what happened instead of re-running the checks
+                when = swept.end_time or "an unrecorded time"
+                click.echo(
+                    f"lakefs-gc: mark {mark_id} of {repo!r} was swept at {when} ({swept.deleted} deleted); "
+                    "a dry run has nothing left to do",
+                    err=True,
+                )
+                return {"mark_id": mark_id, "swept": True, "sweep": swept.model_dump(mode="json")}
             report = await _sweep(core, repo, mark_id, dry_run=dry_run, pins=pins)
         dumped: dict[str, Any] = report.model_dump(mode="json")
         return dumped
 
     _print(_run(config_path, go))
+
+
+async def _known_mark(core: Any, repo: str, mark_id: str) -> Any:
+    """Refuse a mark id the repository has no run of (:class:`NotFoundError`, not the sweep's "no
+    summary"); the run's finished (not dry-run) sweep report when it was swept, else ``None``."""
+    from lakefs_core.repos.graveler import StorageNamespace, check_run_id
+    from lakefs_gc.runs.runs import read_stored_run
+
+    try:
+        check_run_id(mark_id)
+    except BadInputError:
+        raise BadInputError(f"{mark_id!r} is not a GC run id", field="--mark-id") from None
+    ns = StorageNamespace((await core.graveler.repository(repo)).storage_namespace)
+    stored = await read_stored_run(await core.graveler.namespace_store(ns), ns, mark_id)
+    if stored.manifest is None and stored.summary is None and stored.sweep is None and not stored.errors:
+        raise NotFoundError(
+            f"no such mark {mark_id!r} in repository {repo!r} (`lakefs-gc mark` prints its run_id)"
+        )
+    return stored.sweep if stored.state == "swept" else None

@@ -131,7 +131,7 @@ def test_auth_commands_end_to_end(tmp_path: Path, kv_url: str) -> None:
     cli("auth", "policies", "detach", "--id", "PubRead", "--user", "viewer").ok()
     cli("auth", "policies", "detach", "--id", "PubRead", "--user", "viewer").failed(NotFoundError.exit_code)
     cli("auth", "groups", "members", "remove", "--id", "Viewers", "--user", "viewer").ok()
-    cli("auth", "users", "delete", "--id", "dev").ok()
+    cli("auth", "users", "delete", "--id", "dev", "--yes").ok()
     cli("auth", "credentials", "list", "--id", "dev").failed(NotFoundError.exit_code, "dev")
 
     async def gone(store: AuthStore) -> None:
@@ -139,8 +139,8 @@ def test_auth_commands_end_to_end(tmp_path: Path, kv_url: str) -> None:
             await store.get_credentials(key["access_key_id"])
 
     store_call(kv_url, gone)
-    cli("auth", "policies", "delete", "--id", "PubRead").ok()
-    cli("auth", "groups", "delete", "--id", "Viewers").ok()
+    cli("auth", "policies", "delete", "--id", "PubRead", "--yes").ok()
+    cli("auth", "groups", "delete", "--id", "Viewers", "--yes").ok()
     human = cli("auth", "groups", "list").ok().out
     assert "Viewers" not in human and "Admins" in human
 

@@ -8,7 +8,10 @@ import asyncio
 import base64
 import io
 import json
+import os
+import pty
 import re
+import subprocess
 import sys
 import threading
 import time
@@ -23,7 +26,7 @@ from lakefs_core.coreconfig import default_kv_url
 from lakefs_core.kv import open_kv
 from lakefs_core.refs.staging import StagingArea
 from lakefs_core.refs.store import RefStore
-from tests.cli.helpers import InProcess, write_tree
+from tests.cli.helpers import REPO, InProcess, user_env, write_tree
 
 ID = re.compile(r"^[0-9a-f]{64}$")
 
@@ -150,18 +153,59 @@ def test_rm_recursive_reset_revert_and_delete(run: InProcess, demo: Path) -> Non
     assert run("branch", "delete", "lakefs://demo/tmp", "-y", "--json").json()["deleted"] == "tmp"
     assert [b["id"] for b in run("branch", "list", "lakefs://demo", "--json").json()["results"]] == ["main"]
     run("tag", "create", "lakefs://demo/t1", "lakefs://demo/main").ok()
-    run("tag", "delete", "lakefs://demo/t1").ok()
+    run("tag", "delete", "lakefs://demo/t1", "--yes").ok()
     assert run("tag", "list", "lakefs://demo", "--json").json() == {"results": []}
     assert run("repo", "delete", "lakefs://demo", "--yes", "--json").json() == {"deleted": "demo"}
     assert run("repo", "list", "--json").json() == {"results": []}
 
 
-def test_delete_asks_for_confirmation(run: InProcess, demo: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(sys, "stdin", io.StringIO("n\n"))
-    refused = run("repo", "delete", "lakefs://demo")
-    assert refused.returncode == 130 and "aborted" in refused.err
-    monkeypatch.setattr(sys, "stdin", io.StringIO("y\n"))
-    run("repo", "delete", "lakefs://demo").ok()
+def test_destructive_commands_refuse_without_a_terminal_and_yes(run: InProcess, demo: Path) -> None:
+    # pytest's standard input is no terminal: nothing to ask on, so every one refuses (exit 19,
+    # not 130, which is Ctrl-C), naming --yes, and changes nothing
+    run("tag", "create", "lakefs://demo/t1", "lakefs://demo/main").ok()
+    run("branch", "create", "lakefs://demo/tmp", "-s", "lakefs://demo/main").ok()
+    for args in (
+        ("repo", "delete", "lakefs://demo"),
+        ("branch", "delete", "lakefs://demo/tmp"),
+        ("branch", "reset", "lakefs://demo/tmp"),
+        ("tag", "delete", "lakefs://demo/t1"),
+        ("auth", "users", "delete", "--id", "nobody"),
+        ("auth", "groups", "delete", "--id", "nobody"),
+        ("auth", "policies", "delete", "--id", "nobody"),
+        ("auth", "credentials", "delete", "--id", "nobody", "--access-key-id", "AKIA"),
+    ):
+        run(*args).failed(19, "--yes", "not confirmed (no terminal to ask on)")
+    assert run("tag", "list", "lakefs://demo", "--json").json()["results"][0]["id"] == "t1"
+    assert len(run("branch", "list", "lakefs://demo", "--json").json()["results"]) == 2
+
+
+def _on_a_terminal(tmp_path: Path, answer: bytes, *args: str) -> tuple[int, str]:
+    """``lakefs-core ARGS`` in a real process whose standard input is a pseudo-terminal."""
+    leader, follower = pty.openpty()
+    env = user_env(tmp_path / "home", PYTHONPATH=str(REPO))
+    try:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "lakefs_core.cli", *args],
+            stdin=follower,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            env=env,
+            cwd=tmp_path,
+        )
+        os.write(leader, answer)
+        _, err = proc.communicate(timeout=120)
+    finally:
+        os.close(leader)
+        os.close(follower)
+    return proc.returncode, err.decode()
+
+
+def test_a_terminal_is_asked_and_no_changes_nothing(run: InProcess, demo: Path, tmp_path: Path) -> None:
+    code, err = _on_a_terminal(tmp_path, b"n\n", "repo", "delete", "lakefs://demo")
+    assert code == 19 and "Delete repository 'demo'? [y/N]" in err and "nothing changed" in err, err
+    code, err = _on_a_terminal(tmp_path, b"y\n", "repo", "delete", "lakefs://demo")
+    assert code == 0, err
+    assert run("repo", "list", "--json").json() == {"results": []}
 
 
 def test_cleanup_step_drops_tokens_after_grace(
@@ -233,3 +277,81 @@ def test_ls_fetches_every_page(run: InProcess, tmp_path: Path, monkeypatch: pyte
     ] + [("common_prefix", "p/e/")]
     deep = run("fs", "ls", "lakefs://pages/main/", "-r", "--json").json()["results"]
     assert [i["path"] for i in deep] == sorted(names)
+
+
+def test_cherry_pick(run: InProcess, demo: Path, tmp_path: Path) -> None:
+    run("branch", "create", "lakefs://demo/dev", "-s", "lakefs://demo/main").ok()
+    (tmp_path / "n.txt").write_bytes(b"n\n")
+    run("fs", "upload", "lakefs://demo/dev/new.txt", "-s", str(tmp_path / "n.txt")).ok()
+    picked = run.json("commit", "lakefs://demo/dev", "-m", "add new", "--meta", "why=test")
+    made = run.json("cherry-pick", "lakefs://demo/dev", "lakefs://demo/main")
+    assert made["message"] == "add new" and made["metadata"]["cherry-pick-origin"] == picked["id"]
+    assert made["metadata"]["why"] == "test"
+    assert run("fs", "cat", "lakefs://demo/main/new.txt").ok().out == "n\n"
+    run("cherry-pick", "lakefs://demo/dev", "lakefs://other/main").failed(9, "BRANCH")
+    run("cherry-pick", "lakefs://demo/dev", "lakefs://demo/main").failed(13)
+
+
+def test_annotate_names_the_last_commit_that_changed_each_object(
+    run: InProcess, demo: Path, tmp_path: Path
+) -> None:
+    # demo: one commit with a.txt, dir/b.txt, dir/c.txt; then b changes, then c is deleted
+    first = run.json("log", "lakefs://demo/main")["results"][0]["id"]
+    (tmp_path / "b2").write_bytes(b"b2\n")
+    run("fs", "upload", "lakefs://demo/main/dir/b.txt", "-s", str(tmp_path / "b2")).ok()
+    second = run.json("commit", "lakefs://demo/main", "-m", "change b")["id"]
+    run("fs", "rm", "lakefs://demo/main/dir/c.txt").ok()
+    run("commit", "lakefs://demo/main", "-m", "drop c").ok()
+    found = run.json("annotate", "-r", "lakefs://demo/main/")["results"]
+    assert {r["path"]: r["commit"]["id"] for r in found} == {"a.txt": first, "dir/b.txt": second}
+    assert [r["path"] for r in run.json("annotate", "lakefs://demo/main/")["results"]] == ["a.txt"]
+    lines = run("annotate", "lakefs://demo/main~1/dir/").ok().out.splitlines()
+    assert [line.split()[0] for line in lines] == [second[:16], first[:16]]  # dir/b.txt, dir/c.txt
+
+
+def test_branch_reset_of_one_object_or_a_prefix(run: InProcess, demo: Path, tmp_path: Path) -> None:
+    # lakeFS's ResetKey / ResetPrefix: only the named changes are dropped, the others stay staged
+    (tmp_path / "x").write_bytes(b"changed\n")
+    run("fs", "upload", "lakefs://demo/main/a.txt", "-s", str(tmp_path / "x")).ok()
+    run("fs", "upload", "lakefs://demo/main/dir/new.txt", "-s", str(tmp_path / "x")).ok()
+    run("fs", "rm", "lakefs://demo/main/dir/c.txt").ok()
+
+    def changed() -> dict[str, str]:
+        return {d["path"]: d["type"] for d in run.json("diff", "lakefs://demo/main")["results"]}
+
+    assert changed() == {"a.txt": "changed", "dir/new.txt": "added", "dir/c.txt": "removed"}
+    done = run.json("branch", "reset", "lakefs://demo/main", "--object", "a.txt", "--yes")
+    assert done["reset"] == ["a.txt"]
+    assert run("fs", "cat", "lakefs://demo/main/a.txt").ok().out == "a\n"
+    assert changed() == {"dir/new.txt": "added", "dir/c.txt": "removed"}
+    assert run.json("branch", "reset", "lakefs://demo/main", "--prefix", "dir/", "-y")["reset"] == [
+        "dir/c.txt",
+        "dir/new.txt",
+    ]
+    assert changed() == {} and run("fs", "cat", "lakefs://demo/main/dir/c.txt").ok().out == "c\n"
+    run("branch", "reset", "lakefs://demo/main", "--prefix", "a", "--object", "a.txt", "-y").failed(
+        9, "not both"
+    )
+    run("branch", "reset", "lakefs://demo/main", "--prefix", "dir/").failed(19, "--yes")
+
+
+def test_update_metadata_replaces_user_metadata_in_place(run: InProcess, demo: Path) -> None:
+    before = run.json("fs", "stat", "lakefs://demo/main/a.txt")
+    after = run.json(
+        "fs", "update-metadata", "lakefs://demo/main/a.txt", "--metadata", "Owner=ann", "--metadata", "k=v"
+    )
+    assert after["metadata"] == {"owner": "ann", "k": "v"}
+    same = ("physical_address", "checksum", "size_bytes", "mtime", "content_type")
+    assert {k: after[k] for k in same} == {k: before[k] for k in same}  # the same object, new metadata
+    assert [d["path"] for d in run.json("diff", "lakefs://demo/main")["results"]] == ["a.txt"]
+    assert run("fs", "cat", "lakefs://demo/main/a.txt").ok().out == "a\n"
+    # again, now that the live staging token holds the key (the conditional batch's path)
+    again = run.json("fs", "update-metadata", "lakefs://demo/main/a.txt", "--metadata", "k=w")
+    assert again["metadata"] == {"k": "w"} and again["physical_address"] == before["physical_address"]
+    run("fs", "update-metadata", "lakefs://demo/main/a.txt", "--metadata", "bad").failed(9, "--metadata")
+    run("fs", "update-metadata", "lakefs://demo/main/nope.txt", "--metadata", "k=v").failed(2)
+    run("tag", "create", "lakefs://demo/t1", "lakefs://demo/main").ok()
+    run("fs", "update-metadata", "lakefs://demo/t1/a.txt", "--metadata", "k=v").failed(
+        2, "branch 't1' not found"
+    )
+    run("fs", "update-metadata", "lakefs://demo/main~1/a.txt", "--metadata", "k=v").failed(9, "PATH")

@@ -377,6 +377,32 @@ def test_import_guards_and_exit_codes(run: InProcess, repo: str, tmp_path: Path)
     assert sorted(r["path"] for r in listed) == ["a.txt", "d/b.txt"]  # keep.txt and in/ replaced
 
 
+def test_import_types_entries_by_extension_and_counts_skipped_links(
+    run: InProcess, repo: str, tmp_path: Path
+) -> None:
+    """Issue 38: an imported entry's content type comes from its extension (Python's built-in
+    table, the same on every machine); the symbolic links the local listing never follows are
+    counted in the output, not skipped silently."""
+    src = write_tree(
+        tmp_path / "src", {"t/a.csv": b"a,b\n", "t/b.json": b"{}", "t/c.parquet": b"P", "t/d.csv.gz": b"z"}
+    )
+    outside = write_tree(tmp_path / "outside", {"secret.txt": b"s"})
+    (src / "t" / "link.txt").symlink_to(outside / "secret.txt")
+    (src / "linked-dir").symlink_to(outside, target_is_directory=True)
+    doc = run.json("import", "--from", str(src), "--to", f"{repo}/in/")
+    assert (doc["entries"], doc["skipped_symlinks"]) == (4, 2)
+    types = {r["path"]: r["content_type"] for r in run.json("fs", "ls", "-r", f"{repo}/in/")["results"]}
+    assert types == {
+        "in/t/a.csv": "text/csv",
+        "in/t/b.json": "application/json",
+        "in/t/c.parquet": "application/octet-stream",
+        "in/t/d.csv.gz": "application/octet-stream",  # gzip data, not CSV
+    }
+    (src / "t" / "e.txt").write_bytes(b"e")
+    out = run("import", "--from", str(src), "--to", f"{repo}/in/").ok().out
+    assert "Skipped 2 symbolic link(s): never imported" in out
+
+
 def test_uris_that_are_not_utf8_are_refused_by_argument(run: InProcess, repo: str, tmp_path: Path) -> None:
     """argv bytes the OS could not decode reach the CLI as lone surrogates: exit 9 naming the
     argument and the bytes, never an unexpected UnicodeEncodeError (exit 1)."""

@@ -48,6 +48,32 @@ def test_cli_purge_and_cat_exit_17(tmp_path: Path, run: InProcess) -> None:
     assert cat.returncode == 17 and done["audit_id"] in cat.err and "purged" in cat.err
 
 
+def test_purged_objects_are_shown_in_ls_and_skipped_by_download(tmp_path: Path, run: InProcess) -> None:
+    """Issue 38: ``fs ls`` marks a purged object (text and --json, naming the audit record);
+    ``fs download -r`` stops at it (exit 17) unless ``--skip-purged``, which skips and counts it."""
+    run("repo", "create", "lakefs://rp4", f"local://{tmp_path / 'ns4'}").ok()
+    tree = tmp_path / "tree"
+    tree.mkdir()
+    (tree / "keep.txt").write_bytes(b"keep")
+    (tree / "gone.txt").write_bytes(b"secret")
+    run("fs", "upload", "-r", "-s", str(tree), "lakefs://rp4/main/d/").ok()
+    run("commit", "lakefs://rp4/main", "-m", "one").ok()
+    run.capsys.readouterr()
+    assert gc_main(["purge", "lakefs://rp4/main/d/gone.txt", "--reason", "erase", "--yes"]) == 0
+    audit = json.loads(run.capsys.readouterr().out)["audit_id"]
+    lines = run("fs", "ls", "lakefs://rp4/main/d/").ok().out.splitlines()
+    assert [line.endswith(f"(purged: audit record {audit})") for line in lines] == [True, False], lines
+    listed = {r["path"]: r for r in run.json("fs", "ls", "-r", "lakefs://rp4/main/")["results"]}
+    assert listed["d/gone.txt"]["purged"] == audit and "purged" not in listed["d/keep.txt"]
+    run("fs", "download", "-r", "lakefs://rp4/main/d/", str(tmp_path / "out1")).failed(17, audit)
+    result = run("fs", "download", "-r", "--skip-purged", "lakefs://rp4/main/d/", str(tmp_path / "out2"))
+    assert result.ok().err.strip() == "lakefs-core: skipped 1 purged object(s)"
+    assert "skipped (purged): lakefs://rp4/main/d/gone.txt" in result.out
+    assert sorted(p.name for p in (tmp_path / "out2").iterdir()) == ["keep.txt"]
+    doc = run.json("fs", "download", "-r", "--skip-purged", "lakefs://rp4/main/d/", str(tmp_path / "out3"))
+    assert doc["count"] == 1 and doc["skipped_purged"] == ["d/gone.txt"]
+
+
 def test_cli_dry_run_names_the_refs_sharing_the_object(tmp_path: Path, run: InProcess) -> None:
     """The object main's f.txt has is also dev's and tag t1's: the dry run says so before --yes."""
     run("repo", "create", "lakefs://rp3", f"local://{tmp_path / 'ns3'}").ok()

@@ -139,3 +139,23 @@ def test_item3_an_import_through_a_symlink_into_a_namespace_is_refused(tmp_path:
     assert not orphan.exists()
     assert cli("fs", "cat", "lakefs://repo-a/main/f.csv").ok().raw == b"kept by repo-a"
     assert_readable(cli, "repo-b", landing)
+
+
+def test_a_deleted_repositorys_namespace_is_not_reused_silently(run: InProcess, tmp_path: Path) -> None:
+    # issue 38: lakeFS refuses a namespace holding a repository's _lakefs/; so does repo create,
+    # naming the marker and the deleted repository, under its old id or a new one, until the user
+    # says --reuse-namespace
+    ns = f"local://{tmp_path}/ns/old"
+    run("repo", "create", "lakefs://old", ns).ok()
+    run("repo", "delete", "lakefs://old", "--yes").ok()
+    for repo in ("lakefs://old", "lakefs://new"):
+        line = run("repo", "create", repo, ns).failed(
+            NamespaceConflictError.exit_code,
+            "_lakefs/dummy exists",
+            "repository 'old', deleted",
+            "--reuse-namespace",
+        )
+        assert "is already in use by a deleted repository" in line
+    assert run("repo", "list", "--json").json() == {"results": []}
+    run("repo", "create", "lakefs://new", ns, "--reuse-namespace").ok()
+    assert [r["id"] for r in run("repo", "list", "--json").json()["results"]] == ["new"]

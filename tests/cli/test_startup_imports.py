@@ -9,12 +9,14 @@ run imports asyncpg and still no SQLAlchemy (the KV store drives asyncpg directl
 
 from __future__ import annotations
 
+import importlib
 from pathlib import Path
 
 import click
 import pytest
 
 from lakefs_core.cli import cli
+from lakefs_core.service.cli import CLIGroup
 from tests.cli.helpers import InProcess, run_probe
 from tests.support.pg import PgDatabase
 
@@ -120,3 +122,14 @@ def test_an_unknown_command_suggests_lazy_ones(run: InProcess) -> None:
 def test_help_still_shows(run: InProcess, args: tuple[str, ...]) -> None:
     result = run(*args)
     assert result.returncode == 0 and result.out.startswith("Usage: lakefs-core")
+
+
+@pytest.mark.parametrize("entry", ["lakefs_core.cli", "lakefs_gc.cli", "lakefs_mirror.cli"])
+def test_each_summary_is_its_commands_short_help(entry: str) -> None:
+    # the group's --help shows the summaries without importing the commands: they must not drift
+    group = importlib.import_module(entry).cli
+    assert isinstance(group, CLIGroup) and set(group.summaries) == set(group.lazy_subcommands)
+    with click.Context(group) as ctx:
+        for name, summary in group.summaries.items():
+            command = group.get_command(ctx, name)
+            assert command is not None and command.get_short_help_str(limit=1000) == summary, name

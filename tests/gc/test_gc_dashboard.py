@@ -62,7 +62,13 @@ ECS_TASK = ROOT / "deploy" / "ecs" / "lakefs-gc-task.json"
 SYSTEMD_UNIT = ROOT / "deploy" / "systemd" / "lakefs-gc.service"
 AWS_CONFIG = ROOT / "deploy" / "gc-aws.yaml"
 LOCAL_CONFIG = ROOT / "deploy" / "gc-local.yaml"
-GRAFANA_VARS = {"$__rate_interval": "1m", "$__interval": "1m", "$__range": "1h", "$repo": ".*"}
+GRAFANA_VARS = {
+    "$__rate_interval": "1m",
+    "$__interval": "1m",
+    "$__range": "1h",
+    "$repo": ".*",
+    "$region": ".*",
+}
 SUFFIXES = {
     "counter": ["_total", "_created"],
     "gauge": [""],
@@ -127,7 +133,7 @@ def test_dashboard_is_well_formed() -> None:
         dashboard["uid"] == "lakefs-gc" and dashboard["title"] and isinstance(dashboard["schemaVersion"], int)
     )
     variables = {v["name"]: v for v in dashboard["templating"]["list"]}
-    assert set(variables) == {"datasource", "repo"}
+    assert set(variables) == {"datasource", "region", "repo"}
     assert (
         variables["datasource"]["type"] == "datasource" and variables["datasource"]["query"] == "prometheus"
     )
@@ -185,6 +191,25 @@ def test_repo_variable_filters_every_per_repository_query() -> None:
                 assert selectors, f"{expr!r}: {name} without a selector"
                 assert all('repo=~"$repo"' in s.group(2) for s in selectors), expr
     assert per_repo >= 15
+
+
+def test_region_variable_filters_every_query() -> None:
+    # every series a GC daemon exports carries `region` (RegionRegistry): one Prometheus scraping
+    # every region's daemon shows one region, or all, and the repo list follows the choice
+    dashboard = load()
+    variables = {v["name"]: v for v in dashboard["templating"]["list"]}
+    match = LABEL_VALUES.match(variables["region"]["query"]["query"])
+    assert match and match.group(2) == "region", variables["region"]
+    assert variables["region"]["includeAll"] and variables["region"]["allValue"] == ".*"
+    assert 'region=~"$region"' in variables["repo"]["query"]["query"]
+    series = exported()
+    assert all("region" in labels for labels in series.values())
+    panel_exprs = [t["expr"] for p in all_panels(dashboard["panels"]) for t in p.get("targets", [])]
+    assert len(panel_exprs) >= 20
+    for expr in panel_exprs:
+        for name in metric_names(expr):
+            selectors = [s for s in SELECTOR.finditer(expr) if s.group(1) == name]
+            assert selectors and all('region=~"$region"' in s.group(2) for s in selectors), expr
 
 
 def test_expressions_parse_as_promql(tmp_path: Path) -> None:

@@ -401,7 +401,8 @@ async def test_deleted_repository_namespace_claimed_again_is_kept(world: World) 
     w = world
     old = await w.upload("a")
     await w.g.delete_repository(w.repo)
-    await w.g.create_repository(w.repo, f"local://{w.root}")  # the same namespace, live again
+    # the same namespace, live again (taken over explicitly: issue 38 refuses it silently)
+    await w.g.create_repository(w.repo, f"local://{w.root}", reuse_namespace=True)
     new = await w.upload("b")
     w.advance(GRACE)
 

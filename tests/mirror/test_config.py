@@ -10,7 +10,7 @@ from lakefs_core.block.local_leftovers import DEFAULT_TMP_GRACE_SECONDS
 from lakefs_core.errors import BadInputError, ConfigError
 from lakefs_core.service.daemon import DEFAULT_PASS_TIMEOUT
 from lakefs_core.settings import S3Config
-from lakefs_mirror.cli import pass_timeout_of
+from lakefs_mirror.commands import pass_timeout_of
 from lakefs_mirror.config import (
     EnvCredentials,
     ProfileCredentials,

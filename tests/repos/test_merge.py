@@ -285,3 +285,39 @@ async def test_revert_refusals(g: Graveler, repo: str) -> None:
     await g.set_entry(repo, "main", record("dirty"))
     with pytest.raises(ConflictError, match="uncommitted"):
         await g.revert(repo, "main", c1, committer="t")
+
+
+async def test_cherry_pick_applies_a_commits_change(g: Graveler, repo: str) -> None:
+    # issue 38 (lakeFS's CherryPick): the feature commit's change lands on main, keeping the
+    # original's message and metadata plus the cherry-pick keys; main's own work stays
+    ids = await setup_diverged(g, repo)
+    picked_from = await g.get_commit(repo, "feature")
+    made = await g.cherry_pick(repo, "main", "feature", committer="picker")
+    head_before = made.parents[0]
+    assert made.message == "feature work" and made.committer == "picker"
+    assert made.metadata["cherry-pick-origin"] == picked_from.id
+    assert made.metadata["cherry-pick-committer"] == picked_from.committer
+    assert await content(g, repo, "main") == {
+        b"a": ids["a.feature"],
+        b"c": ids["c.main"],
+        b"f": ids["f.feature"],
+        b"m": ids["m.main"],
+    }
+    changes = {(x.type, x.key) for x in await collect(g.diff(repo, head_before, made.id))}
+    assert changes == {(DiffType.CHANGED, b"a"), (DiffType.REMOVED, b"b"), (DiffType.ADDED, b"f")}
+    # applied again: the change is already there
+    with pytest.raises(NoChangesError):
+        await g.cherry_pick(repo, "main", "feature", committer="picker")
+
+
+async def test_cherry_pick_of_a_merge_commit_needs_its_parent(g: Graveler, repo: str) -> None:
+    await setup_diverged(g, repo)
+    merged = await g.merge(repo, "feature", "main", committer="t")
+    await g.create_branch(repo, "other", "main~1")
+    with pytest.raises(BadInputError, match="merge commit"):
+        await g.cherry_pick(repo, "other", merged.id, committer="t")
+    with pytest.raises(BadInputError, match="parent"):
+        await g.cherry_pick(repo, "other", merged.id, committer="t", parent_number=3)
+    # parent 1 (main's side): the merge's change relative to main is feature's work
+    await g.cherry_pick(repo, "other", merged.id, committer="t", parent_number=1)
+    assert await content(g, repo, "other") == await content(g, repo, merged.id)

@@ -155,8 +155,11 @@ async def test_delete_releases_the_namespace(graveler: Graveler) -> None:
     assert claim is not None and claim.owner is None  # released
     await graveler.create_repository("outer", f"{store}/a")
     await graveler.delete_repository("outer")
-    # the same id may come back to its old namespace (its _lakefs/dummy marker names it)
-    await graveler.create_repository("outer", f"{store}/a")
+    # its _lakefs/dummy names it, but a deleted repository's namespace is not reused silently (issue
+    # 38, as lakeFS refuses a namespace holding _lakefs/): only with the explicit choice
+    with pytest.raises(NamespaceConflictError, match="deleted repository \\(repository 'outer', deleted "):
+        await graveler.create_repository("outer", f"{store}/a")
+    await graveler.create_repository("outer", f"{store}/a", reuse_namespace=True)
 
 
 async def test_creation_retry_after_a_crash_reuses_its_claim(graveler: Graveler) -> None:

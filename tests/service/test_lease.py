@@ -7,6 +7,7 @@ connections ("daemons"), so races go through the real database or KV, not one cl
 
 from __future__ import annotations
 
+import logging
 import uuid
 from collections.abc import AsyncIterator, Mapping
 from pathlib import Path
@@ -21,7 +22,7 @@ from sqlalchemy.schema import CreateTable, DropTable
 from lakefs_core.errors import CorruptDataError
 from lakefs_core.kv import KVStore, open_kv
 from lakefs_core.refs import kvkeys
-from lakefs_core.service.lease import KVLease, Lease, SQLLease, lease_table
+from lakefs_core.service.lease import KVLease, Lease, SQLLease, kv_lease, lease_table
 from lakefs_core.sqlengine import create_sql_engine, normalize_sql_url
 from lakefs_core.testing.lease import *  # noqa: F403 (the contract's tests)
 from lakefs_core.testing.lease import LeaseBackend, kv_backend
@@ -102,3 +103,36 @@ async def test_kv_record_that_does_not_parse_is_never_taken_over(backend: LeaseB
     await backend.kv.set(kvkeys.LEASES_PARTITION, key, b'{"holder": "x", "expires_us": true}')
     with pytest.raises(CorruptDataError):
         await lease.current()
+
+
+async def test_lease_lines_are_logged_on_change_only(caplog: pytest.LogCaptureFixture) -> None:
+    # the GC daemon takes and releases gc/<repo> every pass: with its `announced` set only the first
+    # acquisition, a hand-over and a loss are news (INFO); later passes' take-and-release are DEBUG
+    caplog.set_level(logging.DEBUG, logger="lakefs_core.service.lease")
+    kv = await open_kv("memory://")
+    seen_a: set[str] = set()
+    try:
+        for _ in range(3):  # three passes of daemon a, each with a fresh lease object
+            a = kv_lease(kv, "gc/r", "a", 5.0, announced=seen_a)
+            assert await a.try_acquire(0.0)
+            assert await a.release()
+        a = kv_lease(kv, "gc/r", "a", 5.0, announced=seen_a)
+        assert await a.try_acquire(0.0)
+        assert await kv_lease(kv, "gc/r", "b", 5.0, announced=set()).try_acquire(10.0)  # a's expired
+        assert not await a.renew(10.0)  # a learns it lost it
+        a = kv_lease(kv, "gc/r", "a", 5.0, announced=seen_a)
+        assert await a.try_acquire(20.0)  # after a loss, taking it again is news
+    finally:
+        await kv.close()
+    info = [r.getMessage() for r in caplog.records if r.levelno == logging.INFO]
+    assert info == [
+        "lease gc/r acquired by a",
+        "lease gc/r acquired by b (handed over from a)",
+        "lease gc/r lost by a",
+        "lease gc/r acquired by a (handed over from b)",
+    ]
+    debug = [r.getMessage() for r in caplog.records if r.levelno == logging.DEBUG]
+    assert (
+        debug.count("lease gc/r acquired by a") == 3
+        and debug.count("lease gc/r released by a (handed over)") == 3
+    )

@@ -115,7 +115,7 @@ def test_a_signal_stops_the_daemon_and_systemd_hears_ready_and_stopping() -> Non
         sock.close()
 
 
-@pytest.mark.parametrize("cli", ["lakefs_gc.cli.daemon", "lakefs_mirror.cli"])
+@pytest.mark.parametrize("cli", ["lakefs_gc.cli.daemon", "lakefs_mirror.commands"])
 def test_both_daemons_run_through_run_daemon(cli: str) -> None:
     source = (ROOT / (cli.replace(".", "/") + ".py")).read_text()
     assert "run_daemon(" in source

@@ -12,7 +12,22 @@ Pure format layer: no I/O, no SDK imports. Corrupt input raises
 :class:`~lakefs_core.errors.BadInputError`.
 """
 
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
 from lakefs_core.format.sstable.reader import TableReader
-from lakefs_core.format.sstable.writer import TableWriter
+
+if TYPE_CHECKING:
+    from lakefs_core.format.sstable.writer import TableWriter
 
 __all__ = ["TableReader", "TableWriter"]
+
+
+def __getattr__(name: str) -> object:
+    # The writer (and its range splitter) loads when first used: a reading command never pays for it.
+    if name == "TableWriter":
+        from lakefs_core.format.sstable.writer import TableWriter
+
+        return TableWriter
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
