@@ -54,6 +54,7 @@ TIERS: dict[str, Tier] = {
     "tests/cli/": "integration",
     "tests/mirror/": "integration",
     "tests/gc/": "integration",
+    "tests/server/": "integration",  # the REST server and S3 gateway over sockets
     "tests/test_architecture.py": "integration",  # lint-imports on a copy of the tree
     "tests/test_cli_sst.py": "integration",
     "tests/test_docs.py": "integration",  # mkdocs build
