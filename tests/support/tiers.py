@@ -70,6 +70,7 @@ TIERS: dict[str, Tier] = {
     "tests/gc/test_reports.py": "unit",
     "tests/gc/test_parquet.py": "unit",
     # e2e: whole scenarios, minutes
+    "tests/spark/": "e2e",  # the Spark data source: a local[2] session, spark-submit
     "tests/gc/test_gc_kill.py": "e2e",
     "tests/gc/test_gc_model.py": "e2e",
     "tests/gc/test_gc_slowdown.py": "e2e",
