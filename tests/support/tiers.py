@@ -83,6 +83,7 @@ TIERS: dict[str, Tier] = {
     "tests/service/test_deleter.py": "e2e",
     "tests/mirror/test_crash.py": "e2e",
     "tests/mirror/test_e2e_moto.py": "e2e",
+    "tests/mirror/test_failover_drill.py": "e2e",  # two regions, kill -9, outage, failback
     "tests/mirror/test_readme_setup.py": "e2e",
     "tests/test_demo.py": "e2e",
     # e2e by cost: the files that took longest outside the tier above (make test-fast, 2 cores)
