@@ -6,6 +6,7 @@
 | branch | ``<repo>-<instance_uid>`` | ``branches/<branch>`` |
 | commit | ``<repo>-<instance_uid>`` | ``commits/<commit id>`` |
 | tag | ``<repo>-<instance_uid>`` | ``tags/<tag>`` |
+| repository setting (lakeFS's, e.g. branch protection) | ``<repo>-<instance_uid>`` | ``settings/<name>`` |
 | staged entry | ``<staging token>`` | raw object key |
 | token awaiting async drop | ``cleanup-tokens`` | ``<staging token>`` |
 | storage namespace claim (ours) | ``lakefs-open-namespaces`` | canonical namespace |
@@ -68,6 +69,8 @@ REPOS_PREFIX = b"repos/"
 BRANCHES_PREFIX = b"branches/"
 COMMITS_PREFIX = b"commits/"
 TAGS_PREFIX = b"tags/"
+SETTINGS_PREFIX = b"settings/"
+PROTECTION_SETTING = "protected_branches"  # lakeFS's branch.ProtectionSettingKey
 NAMESPACES_PARTITION = b"lakefs-open-namespaces"
 IMPORT_SOURCES_PARTITION = b"lakefs-open-import-sources"
 
@@ -90,6 +93,11 @@ def commit_key(commit_id: str) -> bytes:
 
 def tag_key(tag: str) -> bytes:
     return TAGS_PREFIX + tag.encode()
+
+
+def settings_key(name: str) -> bytes:
+    """``settings/<name>``: a lakeFS repository-level setting (``graveler.SettingsPath``)."""
+    return SETTINGS_PREFIX + _segment(name, "setting")
 
 
 def new_staging_token(repo: str, branch: str) -> str:
