@@ -11,8 +11,8 @@ when nothing is stored. :func:`set_rules` writes only if the stored rules still 
 caller read (``if_match``; ``""``: only if none are stored; ``None``: unconditionally), as a
 compare-and-swap on the KV value, so two concurrent editors cannot lose each other's rule.
 
-Patterns are lakeFS's globs (``gobwas/glob`` without separators): ``*`` any run of characters,
-``?`` one character, ``[abc]``, ``[a-z]``, ``[!abc]`` a class, ``{a,b}`` alternatives, ``\\`` an escape.
+Patterns are lakeFS's globs (``gobwas/glob`` without separators), matched in bounded time by
+:mod:`.branchglob`.
 
 Enforcement (:func:`check`) is what lakeFS's Graveler does, operation for operation: staged writes
 (upload, delete, copy, update-metadata, resetting uncommitted changes) are refused on a branch whose
@@ -29,7 +29,6 @@ process takes effect within that delay; one set through this process at once.
 from __future__ import annotations
 
 import hashlib
-import re
 import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -48,6 +47,7 @@ from lakefs_core.errors import (
 from lakefs_core.format.proto import graveler_pb2
 from lakefs_core.kv.base import Expect
 from lakefs_core.refs import kvkeys
+from lakefs_core.repos.branchglob import Compiled, compile_glob, glob_matches
 
 if TYPE_CHECKING:
     from lakefs_core.refs.model import Repository
@@ -137,63 +137,26 @@ def validate_pattern(pattern: str) -> None:
     _compile(pattern)
 
 
-_COMPILED: dict[str, re.Pattern[str]] = {}
+_COMPILED: dict[str, Compiled] = {}
 
 
 def matches(pattern: str, branch: str) -> bool:
-    """Whether ``branch`` matches the glob ``pattern`` (module docstring); a malformed pattern
+    """Whether ``branch`` matches the glob ``pattern`` (:mod:`.branchglob`); a malformed pattern
     (stored by another writer) matches nothing."""
     try:
-        return _compile(pattern).fullmatch(branch) is not None
+        compiled = _compile(pattern)
     except BadInputError:
         return False
+    return glob_matches(compiled, branch)
 
 
-def _compile(pattern: str) -> re.Pattern[str]:
+def _compile(pattern: str) -> Compiled:
     hit = _COMPILED.get(pattern)
     if hit is None:
         if len(_COMPILED) > 10_000:  # bounded: patterns come from stored records
             _COMPILED.clear()
-        hit = _COMPILED[pattern] = re.compile(_translate(pattern), re.DOTALL)
+        hit = _COMPILED[pattern] = compile_glob(pattern)
     return hit
-
-
-def _translate(pattern: str) -> str:
-    out: list[str] = []
-    depth = 0
-    i = 0
-    while i < len(pattern):
-        c = pattern[i]
-        i += 1
-        if c == "\\" and i < len(pattern):
-            out.append(re.escape(pattern[i]))
-            i += 1
-        elif c == "*":
-            out.append(".*")
-        elif c == "?":
-            out.append(".")
-        elif c == "[":
-            end = pattern.find("]", i + 1)
-            if end < 0:
-                raise BadInputError(f"unclosed '[' in pattern {pattern!r}", field="pattern")
-            body = pattern[i:end]
-            negate = body.startswith("!")
-            body = body[1:] if negate else body
-            out.append("[" + ("^" if negate else "") + body.replace("\\", "\\\\").replace("^", "\\^") + "]")
-            i = end + 1
-        elif c == "{":
-            depth += 1
-            out.append("(?:")
-        elif c == "}" and depth:
-            depth -= 1
-            out.append(")")
-        elif c == "," and depth:
-            out.append("|")
-        else:
-            out.append(re.escape(c))
-    if depth:
-        raise BadInputError(f"unclosed '{{' in pattern {pattern!r}", field="pattern")
-    return "".join(out)
 
 
 async def _read(ctx: RepoContext, repo: Repository) -> tuple[Rules, str]:

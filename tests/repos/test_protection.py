@@ -10,6 +10,7 @@ import pytest
 
 from lakefs_core.errors import (
     BadInputError,
+    CorruptDataError,
     NotFoundError,
     PermissionDeniedError,
     PreconditionFailedError,
@@ -78,10 +79,27 @@ async def test_updates_are_compare_and_swap_on_the_checksum(g: Graveler, repo: s
         ("a.b", "aXb", False),  # regex metacharacters are literal
         ("a\\*", "a*", True),
         ("a\\*", "ab", False),
+        ("{rel,hot}fix-{1,2}*", "hotfix-2a", True),
+        ("a{b,{c,d}}e", "ade", True),
+        ("[]", "x", False),  # malformed: matches nothing
+        ("*a" * 60 + "b", "a" * 200, False),  # a backtracking regex would not return
+        ("*?*?*?*?*?*?*?*?*?*?*?*?*?*?x", "y" * 250, False),
     ],
 )
 def test_patterns_are_lakefs_globs(pattern: str, branch: str, expected: bool) -> None:
     assert matches(pattern, branch) is expected
+
+
+@pytest.mark.parametrize("pattern", ["", "a[b", "{a,b", "x" * 257, "a\nb", "{a,b}" * 9])
+async def test_malformed_patterns_are_refused(g: Graveler, repo: str, pattern: str) -> None:
+    with pytest.raises(BadInputError, match="pattern"):
+        await g.set_branch_protection(repo, Rules.of([pattern]), None)
+
+
+async def test_a_corrupt_rules_record_is_named(g: Graveler, repo: str, kv: MemoryKVStore) -> None:
+    await kv.set((await g.repository(repo)).partition, b"settings/protected_branches", b"\xff\xff")
+    with pytest.raises(CorruptDataError, match="settings/protected_branches"):
+        await g.set_entry(repo, "main", record("k"))
 
 
 async def test_every_write_to_a_protected_branch_is_refused(g: Graveler, repo: str) -> None:
