@@ -51,10 +51,10 @@ from ``A NUL`` the sources equal to an ancestor ``A``. Canonical forms hold no N
 The hard-delete journal's records (:mod:`lakefs_core.repos.journal`) live in the repository's own
 partition, so they name one instance of a repository (a re-created repository of the same id starts
 with none) and go with it when the repository is deleted; lakeFS reads that partition only under the
-``branches/``, ``commits/`` and ``tags/`` prefixes. The ``<repo>`` of the journal's key names in the GC
-spec is therefore the partition, not a key segment. Records that must outlive a repository (its
-deleted namespace) or that describe tokens (whose partitions are not a repository's) live in
-``lakefs-open-gc``.
+``branches/``, ``commits/``, ``tags/`` and ``settings/`` prefixes. The ``<repo>`` of the journal's key
+names in the GC spec is therefore the partition, not a key segment. Records that must outlive a
+repository (its deleted namespace) or that describe tokens (whose partitions are not a repository's)
+live in ``lakefs-open-gc``.
 """
 
 from __future__ import annotations

@@ -31,7 +31,7 @@ from __future__ import annotations
 import hashlib
 import time
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import IntEnum
 from typing import TYPE_CHECKING
 
@@ -88,6 +88,10 @@ class Rules:
     """Pattern -> blocked actions, in pattern order (lakeFS keeps a map; the order is ours, for output)."""
 
     rules: Mapping[str, frozenset[Action]]
+    # (branch, action) -> blocking pattern: a writer matches each branch once per rules read.
+    _memo: dict[tuple[str, Action], str | None] = field(
+        default_factory=dict, init=False, repr=False, compare=False, hash=False
+    )
 
     @classmethod
     def of(cls, patterns: Iterable[str]) -> Rules:
@@ -118,10 +122,16 @@ class Rules:
 
     def blocking(self, branch: str, action: Action) -> str | None:
         """The first pattern (in sorted order) matching ``branch`` that blocks ``action``, if any."""
-        for pattern, actions in sorted(self.rules.items()):
-            if action in actions and matches(pattern, branch):
-                return pattern
-        return None
+        if (branch, action) in self._memo:
+            return self._memo[(branch, action)]
+        found = next(
+            (p for p, actions in sorted(self.rules.items()) if action in actions and matches(p, branch)),
+            None,
+        )
+        if len(self._memo) > 10_000:  # bounded: branch names come from requests
+            self._memo.clear()
+        self._memo[(branch, action)] = found
+        return found
 
 
 def checksum(raw: bytes | None) -> str:
