@@ -61,6 +61,10 @@ def test_create_bare_makes_a_repository_without_commits(run: InProcess, tmp_path
     run("log", "lakefs://bare/trunk").failed(2, no_commits)
     run("fs", "ls", "lakefs://bare/trunk/").failed(2, no_commits)
     run("repo", "create-bare", "lakefs://bare2", f"local://{ns}").failed(15)  # the namespace is claimed
+    run("branch-protect", "add", "lakefs://bare", "trunk").ok()  # rules need no commit
+    run("repo", "delete", "lakefs://bare", "--yes").ok()  # its settings go with it
+    run("repo", "create-bare", "lakefs://bare", f"local://{ns}").ok()  # no marker left behind
+    assert run.json("branch-protect", "list", "lakefs://bare")["results"] == []
     assert (
         "created (bare)"
         in run("repo", "create-bare", "lakefs://bare3", f"local://{tmp_path / 'b3'}").ok().out
