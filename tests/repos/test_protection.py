@@ -4,9 +4,12 @@ allowed, as lakeFS). Also the bare repository (lakeFS's CreateBareRepository) an
 
 from __future__ import annotations
 
+import fnmatch
 import hashlib
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from lakefs_core.errors import (
     BadInputError,
@@ -19,6 +22,7 @@ from lakefs_core.errors import (
 from lakefs_core.format.proto import graveler_pb2
 from lakefs_core.kv.memory import MemoryKVStore
 from lakefs_core.refs.model import Commit
+from lakefs_core.repos.branchglob import compile_glob, glob_matches
 from lakefs_core.repos.graveler import Graveler
 from lakefs_core.repos.objects import Objects
 from lakefs_core.repos.protection import Action, Rules, matches
@@ -173,3 +177,38 @@ async def test_a_bare_repository_has_no_commit_until_refs_are_restored(g: Gravel
     await g.set_branch_head_if(repo_id, "trunk", None, root.id)
     await g.set_entry(repo_id, "trunk", record("k"))
     assert (await g.commit(repo_id, "trunk", committer="t", message="m")).parents == (root.id,)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    pattern=st.text(alphabet="ab*?[]!-{},", max_size=12),
+    branch=st.text(alphabet="ab-", max_size=12),
+)
+def test_glob_agrees_with_an_independent_matcher(pattern: str, branch: str) -> None:
+    """Against fnmatch (same meaning of ``*``, ``?`` and classes) over every brace expansion; a
+    pattern either matcher refuses matches nothing."""
+    try:
+        compiled = compile_glob(pattern)
+    except BadInputError:
+        assert not matches(pattern, branch)
+        return
+    alternatives = _expand(pattern)
+    if alternatives is None or any("[]" in a or "[!]" in a for a in alternatives):
+        return  # outside what both read the same way
+    assert glob_matches(compiled, branch) == any(fnmatch.fnmatchcase(branch, a) for a in alternatives)
+
+
+def _expand(pattern: str) -> list[str] | None:
+    """Brace expansion for patterns without nesting or escapes (None otherwise)."""
+    if "\\" in pattern:
+        return None
+    start = pattern.find("{")
+    if start < 0:
+        return [pattern]
+    end = pattern.find("}", start)
+    if end < 0 or "{" in pattern[start + 1 : end]:
+        return None
+    rest = _expand(pattern[end + 1 :])
+    if rest is None:
+        return None
+    return [pattern[:start] + alt + tail for alt in pattern[start + 1 : end].split(",") for tail in rest]
