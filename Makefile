@@ -49,7 +49,7 @@ test-fast: venv
 
 lint: venv
 	$(BIN)/ruff check .
-	$(BIN)/ruff format --check lakefs_core lakefs_mirror lakefs_gc
+	$(BIN)/ruff format --check lakefs_core lakefs_mirror lakefs_gc lakefs_server
 	$(BIN)/lint-imports
 
 typecheck: venv

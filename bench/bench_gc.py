@@ -1,7 +1,8 @@
 """Retention GC end to end on a repository built by the core (gc.md §4, issue 10's benchmarks).
 
 Usage: ``python -m bench.bench_gc [--entries N] [--commits C] [--churn K] [--s3-garbage M]
-[--walk-commits W] [--skip-naive] [--naive-sample S]`` (defaults 50,000 / 200 / 250 / 10,000 / 1,000,000).
+[--walk-commits W] [--skip-naive] [--skip-spark] [--naive-sample S]`` (defaults 50,000 / 200 / 250 /
+10,000 / 1,000,000).
 
 The repository (memory KV, local namespace) is built through the core's own write path:
 ``set_entries`` in batches and ``commit`` (which writes ranges through the core's range writer and
@@ -24,6 +25,11 @@ Figures (one JSON line each, ``bench`` names ``gc.*``):
 2. ``gc.listing`` / ``gc.sweep_local``: executors' listing (``candidates_partition``) in objects/s and
    the sweep of the run above (``run_sweep``, re-verification included) in keys/s, each against the
    raw file system in the same run (``os.scandir`` + ``stat``; ``os.unlink`` of as many files).
+   ``gc.sweep_verification``: what the sweep's checks against the run record in the KV add, timed
+   apart on the same run just before it is swept: the record read, one streamed SHA-256 of every
+   recorded file (the up-front check) plus the SHA-256 of the candidate, range and commit lists
+   again over bytes already in memory (the digests taken while the sweep reads them); its share of
+   the sweep's wall time (target at most 15 %).
 3. ``gc.s3_requests_per_key``: a repository on moto S3 behind the counting proxy of
    ``tests/support/s3proxy.py`` with ``M`` garbage objects, marked (lite) and swept: ``DeleteObjects``
    requests per deleted key (target at most 1/900).
@@ -35,6 +41,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import hashlib
 import json
 import os
 import random
@@ -68,6 +75,7 @@ from lakefs_gc.mark.uncommitted import staged_relative
 from lakefs_gc.rules import GCRules, save_rules
 from lakefs_gc.runs.layout import RunLayout
 from lakefs_gc.runs.parts import list_parts, read_lines
+from lakefs_gc.runs.record import RunRecords, file_digest
 from lakefs_gc.runs.reports import read_commits_csv
 from lakefs_gc.sweep.sweep import SweepOptions, run_sweep
 
@@ -229,6 +237,8 @@ async def bench_mark(g: Graveler, ns: StorageNamespace, args: argparse.Namespace
         lite_run, lite_s = await timed_mark(g, lite, 4)
     spark_run, spark_s, jvm_s = None, 0.0, 0.0
     try:
+        if args.skip_spark:
+            raise ImportError("--skip-spark")
         from lakefs_core.compute.executor import SparkExecutor
         from lakefs_core.compute.session import spark_session
 
@@ -317,11 +327,42 @@ def _best(fn: Callable[[], int], repeat: int = 3) -> tuple[float, int]:
     return best, out
 
 
+async def time_verification(g: Graveler, ns: StorageNamespace, run_id: str) -> tuple[float, int, int]:
+    """``(seconds, files, bytes)`` of the sweep's extra checks (see figure 2 in the docstring)."""
+    store = await g.namespace_store(ns)
+    t0 = time.perf_counter()
+    found = await RunRecords(g, REPO).read(run_id)
+    assert found is not None and found[1].state == "complete"
+    files = found[1].files
+    for relative, want in files.items():
+        assert await file_digest(store, ns.key(relative)) == want
+    upfront = time.perf_counter() - t0
+    read_twice = [r for r in files if "/deleted.text/" in r or "/ranges.txt/" in r or r.endswith(".csv")]
+    hashed = 0
+    for relative in read_twice:  # hashing only: the sweep digests these as it reads them anyway
+        data = await store.get(ns.key(relative))
+        t1 = time.perf_counter()
+        hashlib.sha256(data).hexdigest()
+        upfront += time.perf_counter() - t1
+        hashed += len(data)
+    return upfront, len(files), sum(d.size for d in files.values()) + hashed
+
+
 async def bench_sweep(g: Graveler, ns: StorageNamespace, run_id: str, work: Path) -> None:
     store = await g.namespace_store(ns)
+    verify_s, files, digested = await time_verification(g, ns, run_id)
     t0 = time.perf_counter()
     swept = await run_sweep(g, REPO, run_id, deleter=store_deleter(store), options=SweepOptions())
     sweep_s = time.perf_counter() - t0
+    report(
+        "gc.sweep_verification",
+        files=files,
+        bytes_digested=digested,
+        verification_s=round(verify_s, 3),
+        sweep_s=round(sweep_s, 3),
+        share_of_sweep=round(verify_s / sweep_s, 4) if sweep_s else None,
+        target_share=0.15,
+    )
     raw_dir = work / "raw-unlink"
     raw_dir.mkdir()
     for i in range(swept.deleted):
@@ -441,6 +482,7 @@ def main() -> None:
     parser.add_argument("--s3-garbage", type=int, default=10_000, help="garbage objects on moto S3 (0: skip)")
     parser.add_argument("--walk-commits", type=int, default=1_000_000, help="commits of the walk (0: skip)")
     parser.add_argument("--skip-naive", action="store_true", help="no naive mark (large sizes)")
+    parser.add_argument("--skip-spark", action="store_true", help="the lite mark only (it is the one swept)")
     parser.add_argument(
         "--naive-sample", type=int, default=0, help="time the naive mark on this many active commits, scaled"
     )

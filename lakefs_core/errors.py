@@ -11,7 +11,8 @@ of the branches below, so callers never need to know which driver they talk to:
   :class:`NamespaceConflictError` refuses a storage namespace that equals, contains or lies inside
   another repository's.
 - :class:`CorruptDataError`: stored bytes are not what the format promises; names the file and the
-  byte offset. Never retried, never papered over.
+  byte offset. Never retried, never papered over. :class:`TamperedError` is the GC sweep's flavour:
+  a run's files do not match the digests its KV record binds them to (``reason`` says how).
 - :class:`BadInputError`: the caller's input is wrong; names the field or key path.
   :class:`NotConfirmedError`: a destructive command was not confirmed (no terminal and no ``--yes``,
   or answered no).
@@ -156,6 +157,20 @@ class CorruptDataError(LakeFSError):
         if offset is not None:
             where.append(f"offset {offset}")
         super().__init__(f"{message} ({', '.join(where)})" if where else message)
+
+
+class TamperedError(CorruptDataError):
+    """A GC run's files in the namespace do not match its run record in the KV (a digest, a part
+    missing or extra, no record, a record not ``complete``), or name an address outside the
+    namespace's ``data/``. The sweep refuses the run: nothing is deleted. ``reason`` is one of a
+    fixed set (the refusal metric's label)."""
+
+    exit_code = 18
+    http_status = 409
+
+    def __init__(self, message: str, *, reason: str, file: str | None = None) -> None:
+        self.reason = reason
+        super().__init__(message, file=file)
 
 
 class BadInputError(LakeFSError, ValueError):

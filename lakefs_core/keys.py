@@ -8,6 +8,8 @@ joins them to the namespace's prefix in its store (``<ns>`` below; keys never st
 - ranges and metaranges, flat: ``<ns>/_lakefs/<table id>`` (:func:`table_name`);
 - the writability probe ``<ns>/_lakefs/dummy`` (:data:`DUMMY_PATH`) and a daemon's short-lived probes
   ``<ns>/_lakefs/probe-<token>`` (:func:`probe_name`);
+- lakefs-server's multipart parts ``<ns>/_lakefs/multipart/<upload>/<part>-<token>``
+  (:func:`multipart_part_name`);
 - lakeFS's GC rules ``<ns>/_lakefs/retention/gc/rules/config.json`` (:data:`GC_RULES_PATH`);
 - GC runs ``<ns>/_lakefs/retention/gc/unified/<run>/...`` (:func:`gc_run_path`, listed under
   :data:`GC_RUNS_DIR`) and their active commits ``<ns>/_lakefs/retention/gc/commits/run_id=<run>/commits.csv``
@@ -88,6 +90,23 @@ def probe_name(token: str) -> str:
     """``_lakefs/probe-<token>``: a short-lived object a daemon writes, reads back and deletes to check
     that it may use the namespace (never ``dummy``, which belongs to the repository)."""
     return f"{TABLES_DIR}/probe-{_segment(token, 'token')}"
+
+
+MULTIPART_DIR = f"{TABLES_DIR}/multipart"
+
+
+def multipart_part_name(upload_id: str, part_number: int, token: str) -> str:
+    """``_lakefs/multipart/<upload>/<part:05d>-<token>``: one part of an S3 multipart upload (lakefs-server);
+    a re-uploaded part gets a new token, so a part object is never overwritten. Under ``_lakefs/``,
+    never ``data/``: GC never lists them; the server deletes them on completion, abort or expiry."""
+    if not 1 <= part_number <= 10_000:
+        raise BadInputError("must be between 1 and 10000", field="partNumber")
+    return f"{multipart_dir(upload_id)}{part_number:05d}-{_segment(token, 'token')}"
+
+
+def multipart_dir(upload_id: str) -> str:
+    """``_lakefs/multipart/<upload>/``: every part object of one multipart upload is below it."""
+    return f"{MULTIPART_DIR}/{_segment(upload_id, 'uploadId')}/"
 
 
 def slice_dir(slice_id: str) -> str:

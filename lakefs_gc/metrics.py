@@ -15,7 +15,9 @@ Contract:
 Retention GC: ``runs_total{repo,phase,outcome}``, ``last_success_timestamp_seconds{repo}``,
 ``objects_{listed,marked,deleted}_total{repo}``, ``delete_failures_total{repo}``,
 ``sweep_throttled_total{repo}``, ``reverify_rescued_total{repo}``, ``pinned_commits{repo}``,
-``run_in_progress{repo}``. Hard delete: ``hd_candidates{repo}`` (intents due at the last pass),
+``run_in_progress{repo}``, ``sweep_refusals_total{repo,reason}`` (a sweep refused a run whose files
+do not match its KV record: ``reason`` is one of :data:`lakefs_gc.sweep.verify.REASONS`, a fixed
+set). Hard delete: ``hd_candidates{repo}`` (intents due at the last pass),
 ``hd_deleted_total{repo}``, ``hd_rescued_total{repo}`` (found live at the re-check),
 ``hd_oldest_candidate_age_seconds{repo}``, ``hd_passes_total{repo,outcome}``, ``purges_total{repo}``,
 ``purged_objects_total{repo}``. The loop: ``consecutive_errors``.
@@ -29,6 +31,7 @@ from typing import Any
 from prometheus_client import Counter, Gauge
 
 from lakefs_core.service.http.metrics import RegionRegistry
+from lakefs_gc.sweep.verify import REASONS
 
 PREFIX = "lakefs_gc"
 PHASES = ("mark", "sweep", "run")
@@ -55,6 +58,11 @@ class GCMetrics:
         self.throttled = counter("sweep_throttled", "DeleteObjects calls answered SlowDown/503.")
         self.rescued = counter("reverify_rescued", "Marked objects found live again by re-verification.")
         self.pinned = gauge("pinned_commits", "Commits pinned by mirrors at the last mark.")
+        self.refusals = counter(
+            "sweep_refusals",
+            "Sweeps refused: the run's files do not match its KV record.",
+            ("repo", "reason"),
+        )
         self.in_progress = gauge("run_in_progress", "1 while a GC run of the repository is running here.")
         self.hd_candidates = gauge("hd_candidates", "Journal intents due at the last reconciliation.")
         self.hd_deleted = counter("hd_deleted", "Uncommitted garbage deleted by the reconciler.")
@@ -82,6 +90,8 @@ class GCMetrics:
             c.labels(repo)
         for outcome in ("success", "failure"):
             self.hd_passes.labels(repo, outcome)
+        for reason in REASONS:
+            self.refusals.labels(repo, reason)
         self.in_progress.labels(repo).set(0)
 
     def forget(self, repo: str) -> None:
@@ -100,6 +110,8 @@ class GCMetrics:
             self._remove(m, repo)
         for outcome in ("success", "failure"):
             self._remove(self.hd_passes, repo, outcome)
+        for reason in REASONS:
+            self._remove(self.refusals, repo, reason)
 
     @staticmethod
     def _remove(metric: Any, *labels: str) -> None:

@@ -9,15 +9,21 @@ The mirror (``lakefs_mirror``) meets GC here and nowhere else (import-linter enf
   has ``async def aclose()``: the mirror declares ``mirror = "lakefs_mirror.pins:open_pins"``. GC
   opens sources by name (:func:`lakefs_gc.pins.open_pin_source`), never by importing their package,
   and checks every id a source answers (hostile input).
-- :func:`finished_runs`: a repository's GC runs that are done for good, oldest first, read from its
-  namespace: each a :class:`FinishedRun`, either swept (:class:`SweptRun`: the addresses the sweep
-  deleted, in checked batches, and what the source still holds) or never to be swept (a failed mark,
-  a dry-run mark). Marks not swept yet, lakeFS's own runs and dry-run sweeps are not yielded.
+- :func:`finished_runs`: a repository's GC runs that are done for good, oldest first: each a
+  :class:`FinishedRun`, either swept (:class:`SweptRun`: the addresses the sweep deleted, in checked
+  batches, and what the source still holds) or never to be swept (a failed mark, a dry-run mark, a
+  run whose KV record is ``failed``). A run is swept only when its run record in the repository's
+  KV (:mod:`lakefs_gc.runs.record`) says so: a ``sweep.json`` without a ``swept`` record (a sweep
+  that has not recorded its end, lakeFS's own runs, a file planted in the bucket) is not yielded.
+  Marks not swept yet and dry-run sweeps are not yielded either.
 
-Everything is read as the sweep and the API read it: ``sweep.json``, ``summary.json``, ``run.json``
-bounded and strictly parsed, the sweep report checked to name its own mark, every deleted address
-checked to be a data object of the namespace (never ``_lakefs/``) before a batch is handed out. A
-corrupt file raises :class:`~lakefs_core.errors.CorruptDataError` naming it; nothing is skipped.
+Everything is read as the sweep reads it: ``sweep.json``, ``summary.json``, ``run.json`` bounded
+and strictly parsed, ``sweep.json``, ``sweep/failed.text`` and every ``deleted.text`` part checked
+against the digests of the run record (the parts before the first batch is handed out, and again
+as each is read), the sweep report checked to name its own mark, every deleted address checked to
+be a data object of the namespace (never ``_lakefs/``) before a batch is handed out. A corrupt file
+raises :class:`~lakefs_core.errors.CorruptDataError` naming it, a file that does not match the
+record :class:`~lakefs_core.errors.TamperedError`; nothing is skipped.
 """
 
 from __future__ import annotations
@@ -26,15 +32,18 @@ from collections.abc import AsyncIterator, Container
 from dataclasses import dataclass
 
 from lakefs_core.block.base import BlockStore
-from lakefs_core.errors import CorruptDataError, NotFoundError
+from lakefs_core.errors import CorruptDataError, NotFoundError, TamperedError
 from lakefs_core.namespace import StorageNamespace
+from lakefs_core.repos.graveler import Graveler
 from lakefs_core.service.deleter import read_failed_keys
 from lakefs_gc.pins import PIN_SOURCES_GROUP, PinSource
 from lakefs_gc.runs.layout import RunLayout
-from lakefs_gc.runs.parts import list_parts, ns_relative, read_lines
+from lakefs_gc.runs.parts import file_name, ns_relative, read_lines
+from lakefs_gc.runs.record import Digester, RunRecord, RunRecords, digest_of, file_digest
 from lakefs_gc.runs.reports import read_manifest, read_summary
-from lakefs_gc.runs.runs import list_run_ids, read_sweep_report
+from lakefs_gc.runs.runs import MAX_SWEEP_REPORT_BYTES, list_run_ids, parse_sweep_report
 from lakefs_gc.sweep.sweep import check_address
+from lakefs_gc.sweep.verify import check_digest, expected, parsed_as_recorded, verify_parts
 
 __all__ = ["PIN_SOURCES_GROUP", "FinishedRun", "PinSource", "SweptRun", "finished_runs"]
 
@@ -47,20 +56,25 @@ class SweptRun:
     ns: StorageNamespace
     run_id: str
     rescued: int  # candidates the sweep's re-verification kept
+    record: RunRecord  # the KV's (state swept): what the files must match
 
     async def deleted_batches(self, size: int) -> AsyncIterator[list[str]]:
         """The relative addresses the sweep deleted (``deleted.text``), in batches of at most
-        ``size``; every address of a batch is checked before the batch is yielded."""
+        ``size``; the parts are the recorded ones with the recorded digests, and every address of a
+        batch is checked before the batch is yielded."""
         layout = RunLayout(self.ns, self.run_id)
         batch: list[str] = []
-        for part in await list_parts(self.store, layout.deleted_text):
-            async for lines in read_lines(self.store, part):
-                for line in lines:
-                    check_address(line, self.ns)
-                    batch.append(line)
-                    if len(batch) >= size:
-                        yield batch
-                        batch = []
+        for part in await verify_parts(self.store, self.ns, self.record, layout.deleted_text, digests=True):
+            digester, want = Digester(), expected(self.record, self.ns, self.store, part)
+            async with parsed_as_recorded(self.store, part, want):
+                async for lines in read_lines(self.store, part, digester=digester):
+                    for line in lines:
+                        check_address(line, self.ns)
+                        batch.append(line)
+                        if len(batch) >= size:
+                            yield batch
+                            batch = []
+            check_digest(digester.result(), want, file_name(self.store, part))
         if batch:
             yield batch
 
@@ -70,7 +84,17 @@ class SweptRun:
         ``None`` when it rescued some (rescued keys are not recorded: check each one)."""
         if self.rescued:
             return None
-        failed = await read_failed_keys(self.store, RunLayout(self.ns, self.run_id).failed)
+        key = RunLayout(self.ns, self.run_id).failed
+        want = self.record.sweep_files.get(ns_relative(self.ns, key))
+        try:
+            actual = await file_digest(self.store, key)
+        except NotFoundError:
+            actual = digest_of(b"")
+        if want is None:
+            raise TamperedError("the run record lists no failed keys file", reason="missing-file",
+                                file=file_name(self.store, key))  # fmt: skip
+        check_digest(actual, want, file_name(self.store, key))
+        failed = await read_failed_keys(self.store, key)
         return {ns_relative(self.ns, key) for key, _ in failed}
 
 
@@ -83,20 +107,47 @@ class FinishedRun:
 
 
 async def finished_runs(
-    store: BlockStore, ns: StorageNamespace, *, skip: Container[str] = ()
+    graveler: Graveler, repo_id: str, store: BlockStore, ns: StorageNamespace, *, skip: Container[str] = ()
 ) -> AsyncIterator[FinishedRun]:
-    """The finished runs of the namespace, oldest first, except those in ``skip`` (see the module)."""
+    """The finished runs of repository ``repo_id`` (namespace ``ns`` in ``store``), oldest first,
+    except those in ``skip`` (see the module docstring)."""
+    records = RunRecords(graveler, repo_id)
     for run_id in reversed(await list_run_ids(store, ns)):  # oldest first
         if run_id in skip:
             continue
         layout = RunLayout(ns, run_id)
-        sweep = await read_sweep_report(store, layout.sweep_report)
-        if sweep is not None and not sweep.dry_run:
-            if sweep.mark_id != run_id:
-                raise CorruptDataError(f"sweep.json names mark {sweep.mark_id}", file=layout.sweep_report)
-            yield FinishedRun(run_id, SweptRun(store, ns, run_id, sweep.rescued))
-        elif await _never_swept(store, layout):
+        found = await records.read(run_id)
+        state = found[1].state if found is not None else None
+        if found is not None and state == "swept":
+            swept = await _swept(store, ns, layout, found[1])
+            if swept is not None:
+                yield FinishedRun(run_id, swept)
+        elif state == "failed" or await _never_swept(store, layout):
             yield FinishedRun(run_id, None)
+
+
+async def _swept(
+    store: BlockStore, ns: StorageNamespace, layout: RunLayout, record: RunRecord
+) -> SweptRun | None:
+    """The swept run, its report checked against the record (None: a dry run's)."""
+    key = layout.sweep_report
+    want = record.sweep_files.get(ns_relative(ns, key))
+    file = file_name(store, key)
+    if want is None:
+        raise TamperedError("the run record lists no sweep report", reason="missing-file", file=file)
+    try:
+        raw = await store.get(key, length=MAX_SWEEP_REPORT_BYTES + 1)
+    except NotFoundError:
+        raise TamperedError(
+            "recorded in the run record but absent", reason="missing-file", file=file
+        ) from None
+    check_digest(digest_of(raw), want, file)
+    sweep = parse_sweep_report(raw, file=file)
+    if sweep.mark_id != layout.run_id:
+        raise CorruptDataError(f"sweep.json names mark {sweep.mark_id}", file=file)
+    if sweep.dry_run:
+        return None
+    return SweptRun(store, ns, layout.run_id, sweep.rescued, record)
 
 
 async def _never_swept(store: BlockStore, layout: RunLayout) -> bool:

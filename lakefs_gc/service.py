@@ -45,7 +45,7 @@ from typing import Any
 
 from aiohttp import web
 
-from lakefs_core.errors import ConflictError, LakeFSError, StartupError
+from lakefs_core.errors import ConflictError, LakeFSError, StartupError, TamperedError
 from lakefs_core.fileperm import make_private_dir
 from lakefs_core.repos.graveler import Graveler, Repository, StorageNamespace, new_run_id
 from lakefs_core.repos.namespace_claims import NamespaceIndex
@@ -57,6 +57,7 @@ from lakefs_gc.config import GCConfig, config_startup_problems
 from lakefs_gc.metrics import GCMetrics
 from lakefs_gc.pins import PinSource
 from lakefs_gc.runner import CoreRunExecutor
+from lakefs_gc.runs.record import RunRecords
 from lakefs_gc.runs.runs import (
     RunExecutor,
     RunProgress,
@@ -325,11 +326,17 @@ class GCService:
                 continue
             at = (stored.finished_at or run_id_time(run_id) or stored.summary.start_time).timestamp()
             if newest[0] is None:
-                newest = (at, run_id if stored.resumable else None)
+                newest = (at, run_id if stored.resumable and await self._sweepable(repo.id, run_id) else None)
             if stored.succeeded:
                 self._restore_last_success(repo.id, at)
                 break
         return newest
+
+    async def _sweepable(self, repo_id: str, run_id: str) -> bool:
+        """Is the run's KV record ``complete``? A refused run (record ``failed``) or one without a
+        record is never resumed: its sweep would be refused again every pass, and a new run is due."""
+        found = await RunRecords(self.graveler, repo_id).read(run_id)
+        return found is not None and found[1].state == "complete"
 
     def _restore_last_success(self, repo_id: str, at: float) -> None:
         gauge = self.metrics.last_success.labels(repo_id)
@@ -377,6 +384,8 @@ class GCService:
         log.error("GC run %s of %s failed in %s: %s: %s", progress.request.run_id, repo_id, phase,
                   type(error).__name__, error)  # fmt: skip
         self.metrics.runs.labels(repo_id, phase, "failure").inc()
+        if isinstance(error, TamperedError):
+            self.metrics.refusals.labels(repo_id, error.reason).inc()
         self.failed_runs += 1
         if progress.state != "failed":
             self.registry.finished(progress, self.now(), error)

@@ -6,7 +6,8 @@ every object the source ever swept. :func:`apply_source_sweeps` closes that gap 
 
 1. Find the source runs to apply, through GC's published interface
    (:func:`lakefs_gc.published.finished_runs`, the only GC module the mirror imports): every
-   finished, non-dry-run sweep of the source namespace that the mirrors database has not recorded
+   finished, non-dry-run sweep of the source namespace whose run record in the source's KV says
+   ``swept`` and whose files match its digests, that the mirrors database has not recorded
    for this mirror (``mirror_gc_applied``), oldest first, at most ``max_runs`` per call. Runs that
    can never be swept (a failed mark, a dry-run mark) are recorded as applied with nothing to do;
    marks not swept yet are left for a later call. lakeFS's own runs are never applied.
@@ -116,7 +117,8 @@ async def _runs_to_apply(sides: _Sides, db: MirrorsDB, max_runs: int) -> tuple[l
     applied = await db.gc_applied_runs(sides.mirror.id)
     todo: list[SweptRun] = []
     never: list[str] = []
-    async for run in finished_runs(sides.src_store, sides.src_ns, skip=applied):
+    runs = finished_runs(sides.src, sides.mirror.source_repo, sides.src_store, sides.src_ns, skip=applied)
+    async for run in runs:
         if run.swept is None:
             never.append(run.run_id)
             continue

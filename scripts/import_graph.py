@@ -25,7 +25,7 @@ from collections.abc import Iterable
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-PACKAGES = ("lakefs_core", "lakefs_gc", "lakefs_mirror")
+PACKAGES = ("lakefs_core", "lakefs_gc", "lakefs_mirror", "lakefs_server")
 Graph = dict[str, set[str]]
 
 

@@ -43,6 +43,8 @@ SLOW_FILES_FIRST = (
     "tests/gc/test_gc_slowdown.py",
     "tests/gc/test_mark_spark.py",
     "tests/gc/test_import_spark.py",
+    "tests/spark/test_datasource.py",
+    "tests/spark/test_spark_submit.py",
     "tests/cli/test_scenario.py",
     "tests/service/test_deleter.py",
     "tests/mirror/test_crash.py",

@@ -98,6 +98,7 @@ def test_error_tree_shape() -> None:
         errors.PermissionDeniedError,
         errors.BadRequestError,
         errors.AlreadySetUpError,
+        errors.TamperedError,
     ]
     assert all(issubclass(cls, errors.LakeFSError) for cls in leaves)
     assert len({cls.exit_code for cls in leaves}) == len(leaves)
@@ -114,6 +115,7 @@ def test_error_tree_shape() -> None:
     [
         errors.PurgedError("gone", audit_id="a1"),
         errors.CorruptDataError("bad", file="f", offset=3),
+        errors.TamperedError("digest differs", reason="digest", file="f"),
         errors.BadInputError("no", field="path"),
         errors.StartupError("port in use", key="api.listen"),
         errors.ConfigError([("a.b", "missing"), ("c", "not an int")]),

@@ -58,7 +58,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import aioboto3
 from aiobotocore.config import AioConfig
-from botocore.exceptions import BotoCoreError, ClientError
+from botocore.exceptions import ClientError
 from tenacity import (
     AsyncRetrying,
     RetryCallState,
@@ -525,19 +525,21 @@ class S3BlockStore:
             metadata=dict(resp.get("Metadata") or {}),
         )
 
-    async def presign_get(self, key: str, expires_seconds: int) -> str:
-        """A presigned (SigV4 query auth) GET URL of ``key``, valid ``expires_seconds`` (1 s to 7
-        days, SigV4's bound). Signed locally with the store's credentials: no request is made."""
+    async def presign(self, key: str, *, method: str, expires_seconds: int) -> str:
+        """A URL that lets its holder ``GET`` or ``PUT`` ``key`` without credentials until it expires
+        (SigV4 query signing by the client's own signer: no request is sent)."""
+        check_key(key)
+        operations = {"GET": "get_object", "PUT": "put_object"}
+        if method not in operations:
+            raise BadInputError("must be GET or PUT", field="method")
         if not 1 <= expires_seconds <= MAX_PRESIGN_SECONDS:
-            raise BadInputError(f"must be between 1 and {MAX_PRESIGN_SECONDS} seconds", field="expiry")
+            raise BadInputError("must be between 1 second and 7 days", field="expires_seconds")
         client = await self._client()
-        try:
-            url: str = await client.generate_presigned_url(
-                "get_object", Params={"Bucket": self._bucket, "Key": key}, ExpiresIn=expires_seconds
-            )
-        except (BotoCoreError, ClientError) as e:  # no credentials, a parameter botocore refuses
-            raise self._translate(e, "presign", key) from e
-        return url
+        params = {"Bucket": self._bucket, "Key": key}
+        return await self._call(
+            "Presign", key, lambda: client.generate_presigned_url(
+                operations[method], Params=params, ExpiresIn=expires_seconds)
+        )  # fmt: skip
 
     async def exists(self, key: str) -> bool:
         try:

@@ -43,7 +43,14 @@ from pathlib import Path
 from types import TracebackType
 from typing import IO, TYPE_CHECKING, Any, Generic, Protocol, TypeVar, cast, runtime_checkable
 
-from lakefs_core.compute.partition import StoreRef, write_text_part, write_text_part_indexed
+from lakefs_core.compute.partition import (
+    StoreRef,
+    WrittenPart,
+    write_text_part,
+    write_text_part_digested,
+    write_text_part_digested_indexed,
+    write_text_part_indexed,
+)
 from lakefs_core.errors import BadInputError
 
 if TYPE_CHECKING:
@@ -98,6 +105,13 @@ class Dataset(ABC, Generic[T]):
     @abstractmethod
     def write_text_parts(self: Dataset[str], target: StoreRef, relative_dir: str) -> int:
         """Write partition ``i`` to ``<relative_dir>/part-<i>`` of the namespace; returns the lines."""
+
+    @abstractmethod
+    def write_text_parts_digested(
+        self: Dataset[str], target: StoreRef, relative_dir: str
+    ) -> list[WrittenPart]:
+        """:meth:`write_text_parts`, answering each part's lines, bytes and SHA-256 (computed as it
+        was written), in partition order."""
 
     @abstractmethod
     def write_parts(self, target: StoreRef, relative_dir: str, writer: PartWriter[T]) -> int:
@@ -247,6 +261,12 @@ class _LiteDataset(Dataset[T]):
         jobs = [partial(_write_source, target, relative_dir, i, s) for i, s in enumerate(self._sources)]
         return sum(self._executor.run_all(jobs))
 
+    def write_text_parts_digested(
+        self: _LiteDataset[str], target: StoreRef, relative_dir: str
+    ) -> list[WrittenPart]:
+        jobs = [partial(_write_digested, target, relative_dir, i, s) for i, s in enumerate(self._sources)]
+        return list(self._executor.run_all(jobs))
+
     def write_parts(self, target: StoreRef, relative_dir: str, writer: PartWriter[T]) -> int:
         jobs = [partial(_write_with, writer, target, relative_dir, i, s) for i, s in enumerate(self._sources)]
         return sum(self._executor.run_all(jobs))
@@ -262,6 +282,10 @@ def _listed(source: Source[T]) -> list[T]:
 
 def _write_source(target: StoreRef, relative_dir: str, index: int, source: Source[str]) -> int:
     return write_text_part(target, relative_dir, index, source())
+
+
+def _write_digested(target: StoreRef, relative_dir: str, index: int, source: Source[str]) -> WrittenPart:
+    return write_text_part_digested(target, relative_dir, index, source())
 
 
 def _write_with(
@@ -415,6 +439,12 @@ class _SparkDataset(Dataset[T]):
         fn = partial(write_text_part_indexed, target, relative_dir)
         return sum(self.rdd.mapPartitionsWithIndex(fn).collect())
 
+    def write_text_parts_digested(
+        self: _SparkDataset[str], target: StoreRef, relative_dir: str
+    ) -> list[WrittenPart]:
+        fn = partial(write_text_part_digested_indexed, target, relative_dir)
+        return [WrittenPart(*part) for _, part in sorted(self.rdd.mapPartitionsWithIndex(fn).collect())]
+
     def write_parts(self, target: StoreRef, relative_dir: str, writer: PartWriter[T]) -> int:
         fn = partial(_indexed_writer, writer, target, relative_dir)
         return sum(self.rdd.mapPartitionsWithIndex(fn).collect())
@@ -430,6 +460,11 @@ class SparkExecutor:
             session = spark_session(master)
         self._session = session
         self._sc = session.sparkContext
+
+    @property
+    def session(self) -> SparkSession:
+        """The session (a job that uses Spark SQL or the data sources, e.g. ``spark-copy``)."""
+        return self._session
 
     @property
     def name(self) -> str:

@@ -19,12 +19,13 @@ executors by reference, so executors must have the project installed: a venv arc
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import re
 import threading
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Iterable, Iterator, Mapping
 from concurrent.futures import Future
 from dataclasses import dataclass, fields
-from typing import Any, Literal, TypeVar, cast
+from typing import Any, Literal, NamedTuple, TypeVar, cast
 from urllib.parse import urlsplit
 
 from lakefs_core.block import BlockStore, S3Settings, open_block_store
@@ -260,6 +261,49 @@ def write_text_part(target: StoreRef, relative_dir: str, index: int, lines: Iter
         return counter.count
 
     return run_async(write)
+
+
+class WrittenPart(NamedTuple):
+    """What :func:`write_text_part_digested` wrote: lines, bytes and the SHA-256 of those bytes."""
+
+    lines: int
+    size: int
+    sha256: str
+
+
+def write_text_part_digested(
+    target: StoreRef, relative_dir: str, index: int, lines: Iterable[str]
+) -> WrittenPart:
+    """:func:`write_text_part` that also digests the bytes as they are written (SHA-256, streamed:
+    no second read), so a caller can bind the part to a record it keeps elsewhere."""
+    key = target.ns.key(f"{_check_relative_dir(relative_dir)}/{part_name(index)}")
+    counter = _LineCounter(lines)
+    digest = hashlib.sha256()
+    size = 0
+
+    async def digested() -> AsyncIterator[bytes]:
+        nonlocal size
+        async for chunk in counter.chunks():
+            digest.update(chunk)
+            size += len(chunk)
+            yield chunk
+
+    async def write() -> None:
+        store = await target.open()
+        try:
+            await store.put(key, digested(), content_type="text/plain; charset=utf-8")
+        finally:
+            await store.close()
+
+    run_async(write)
+    return WrittenPart(counter.count, size, digest.hexdigest())
+
+
+def write_text_part_digested_indexed(
+    target: StoreRef, relative_dir: str, index: int, lines: Iterator[str]
+) -> Iterator[tuple[int, WrittenPart]]:
+    """:func:`write_text_part_digested` shaped for ``mapPartitionsWithIndex``."""
+    yield index, write_text_part_digested(target, relative_dir, index, lines)
 
 
 def write_text_part_indexed(

@@ -16,6 +16,8 @@
 | upload intent (ours, hard-delete journal) | ``<repo>-<instance_uid>`` | ``gc-intents/<address>`` |
 | token consumed by a commit (ours) | ``<repo>-<uid>`` | ``gc-consumed/<branch>/<token>/<commit>`` |
 | batch upload settled (ours, hard-delete journal) | ``<repo>-<uid>`` | ``gc-settled/<batch id>`` |
+| GC run record, pointer (ours) | ``<repo>-<uid>`` | ``gc-runs/<run id>`` |
+| GC run record, immutable (ours) | ``<repo>-<uid>`` | ``gc-run-records/<sha-256 of the record>`` |
 | audit record of a purge (ours) | ``<repo>-<uid>`` | ``purges/<audit id>`` |
 | address a purge destroyed (ours) | ``<repo>-<uid>`` | ``purged/<relative address>`` |
 | the repository has purges (ours) | ``<repo>-<uid>`` | ``purged`` |
@@ -96,7 +98,8 @@ def tag_key(tag: str) -> bytes:
 
 
 def settings_key(name: str) -> bytes:
-    """``settings/<name>``: a lakeFS repository-level setting (``graveler.SettingsPath``)."""
+    """``settings/<name>``: a repository-level setting, lakeFS's ``graveler.SettingsPath`` (its
+    ``protected_branches``; the REST server's ``branch_protection`` and ``metadata``)."""
     return SETTINGS_PREFIX + _segment(name, "setting")
 
 
@@ -142,6 +145,34 @@ def lease_key(name: str) -> bytes:
     if not name or "\0" in name:
         raise BadInputError("must be a non-empty string without NUL", field="lease")
     return name.encode()
+
+
+# -- lakefs-server's multipart uploads (ours) --------------------------------------------------------------
+
+MULTIPART_PARTITION = b"lakefs-open-multipart"
+MULTIPART_UPLOADS_PREFIX = b"uploads/"
+MULTIPART_PARTS_PREFIX = b"parts/"
+
+
+def multipart_uploads_prefix(repo: str = "") -> bytes:
+    """The keys of every open multipart upload (of ``repo`` when given) in :data:`MULTIPART_PARTITION`."""
+    return MULTIPART_UPLOADS_PREFIX + (_segment(repo, "repository") + b"/" if repo else b"")
+
+
+def multipart_upload_key(repo: str, upload_id: str) -> bytes:
+    """The record of one open multipart upload: ``uploads/<repo>/<upload>``."""
+    return multipart_uploads_prefix(repo) + _segment(upload_id, "uploadId")
+
+
+def multipart_parts_prefix(upload_id: str) -> bytes:
+    """The part records of one upload: ``parts/<upload>/<part:05d>``, in part order."""
+    return MULTIPART_PARTS_PREFIX + _segment(upload_id, "uploadId") + b"/"
+
+
+def multipart_part_key(upload_id: str, part_number: int) -> bytes:
+    if not 1 <= part_number <= 10_000:
+        raise BadInputError("must be between 1 and 10000", field="partNumber")
+    return multipart_parts_prefix(upload_id) + f"{part_number:05d}".encode()
 
 
 # -- retention GC and the hard-delete journal (ours; see the table above) ---------------------------------
@@ -295,3 +326,21 @@ def purging_key(audit_id: str) -> bytes:
     """``purging/<audit id>`` in the repository's partition: a purge not finished yet (written before
     its record, removed after it is settled), so finding unfinished purges reads only these."""
     return PURGING_PREFIX + _segment(audit_id, "audit_id")
+
+
+GC_RUNS_PREFIX = b"gc-runs/"
+GC_RUN_RECORDS_PREFIX = b"gc-run-records/"
+
+
+def gc_run_key(run_id: str) -> bytes:
+    """``gc-runs/<run id>`` in the repository's partition: the pointer to a GC run's current record
+    (its value is the record's SHA-256, moved by compare-and-swap only)."""
+    return GC_RUNS_PREFIX + _segment(run_id, "run_id")
+
+
+def gc_run_record_key(digest: str) -> bytes:
+    """``gc-run-records/<sha-256>`` in the repository's partition: one immutable GC run record,
+    keyed by the SHA-256 of its bytes (written create-only before the pointer names it)."""
+    if len(digest) != 64 or any(c not in "0123456789abcdef" for c in digest):
+        raise BadInputError("must be a SHA-256 in lowercase hex", field="digest")
+    return GC_RUN_RECORDS_PREFIX + digest.encode()

@@ -248,7 +248,11 @@ async def merge(
     strategy: MergeStrategy = MergeStrategy.NONE,
     metadata: Mapping[str, str] | None = None,
     force: bool = False,
+    squash: bool = False,
 ) -> Commit:
+    """Merge ``source_ref`` into ``dest_branch`` (three-way, conflicts by ``strategy``); with
+    ``squash`` the merge commit has the destination's head as its only parent (lakeFS's squash merge:
+    the source's history does not become the destination's)."""
     check_commit_text(committer, message, metadata)
     repo = await ctx.repository(repo_id)
     ctx.writable(repo, force)
@@ -278,8 +282,8 @@ async def merge(
                     metarange_id=metarange_id,
                     creation_date=ctx.clock(),
                     metadata=meta,
-                    parents=(head.id, source.id),
-                    generation=max(head.generation, source.generation) + 1,
+                    parents=(head.id,) if squash else (head.id, source.id),
+                    generation=head.generation + 1 if squash else max(head.generation, source.generation) + 1,
                 )
                 await ctx.refs.put_commit(repo, made)
                 await ctx.refs.cas_branch(repo, replace(dest, commit_id=made.id), raw)

@@ -59,7 +59,7 @@ from lakefs_core.keys import (
     slice_hour,
     table_name,
 )
-from lakefs_core.kv.base import KVStore
+from lakefs_core.kv.base import Expect, KVStore
 from lakefs_core.namespace import StorageNamespace
 from lakefs_core.realpaths import real_namespace
 from lakefs_core.refs import kvkeys
@@ -95,7 +95,12 @@ if TYPE_CHECKING:
 # Imported by the methods that use them (commits, imports, purges): an upload or a listing never
 # loads them, ~20 ms of every command's start-up. A daemon loads them before it freezes its start-up
 # heap (``freeze_startup_heap(preload=LAZY_MODULES)``), so none is imported on its event loop.
-LAZY_MODULES = ("lakefs_core.repos.committing", "lakefs_core.repos.importing", "lakefs_core.repos.purge")
+LAZY_MODULES = (
+    "lakefs_core.repos.committing",
+    "lakefs_core.repos.entry_commits",
+    "lakefs_core.repos.importing",
+    "lakefs_core.repos.purge",
+)
 
 
 def __getattr__(name: str) -> object:
@@ -368,12 +373,16 @@ class Graveler:
 
     # -- branches -------------------------------------------------------------------------------------
 
-    async def create_branch(self, repo_id: str, name: str, source_ref: str, *, force: bool = False) -> Branch:
+    async def create_branch(
+        self, repo_id: str, name: str, source_ref: str, *, force: bool = False, hidden: bool = False
+    ) -> Branch:
+        """A new branch at ``source_ref``'s commit; ``hidden`` ones are left out of listings unless
+        asked for (lakeFS's ephemeral transaction branches)."""
         repo = await self.repository(repo_id)
         self.writable(repo, force)
         validate_branch_id(name)
         source = await self.resolve(repo, source_ref)
-        branch = Branch(name, source.commit.id, kvkeys.new_staging_token(repo.id, name))
+        branch = Branch(name, source.commit.id, kvkeys.new_staging_token(repo.id, name), hidden=hidden)
         await self.refs.create_branch(repo, branch)
         return branch
 
@@ -440,6 +449,22 @@ class Graveler:
         """Store ``rules`` iff the stored ones have checksum ``if_match`` (``""``: none stored; ``None``:
         unconditionally), else :class:`PreconditionFailedError`; the new checksum."""
         return await protection.set_rules(self.context, await self.repository(repo_id), rules, if_match)
+
+    async def setting(self, repo_id: str, name: str) -> bytes | None:
+        """A repository setting's stored bytes (the REST server's branch protection rules and
+        metadata), None when never set."""
+        repo = await self.repository(repo_id)
+        try:
+            return await self.kv.get(repo.partition, kvkeys.settings_key(name))
+        except NotFoundError:
+            return None
+
+    async def set_setting(self, repo_id: str, name: str, value: bytes, expected: bytes | None) -> None:
+        """Replace a setting iff it still holds ``expected`` (None: absent);
+        :class:`PreconditionFailedError` when it changed meanwhile."""
+        repo = await self.repository(repo_id)
+        expect = Expect.ABSENT if expected is None else Expect("equals", expected)
+        await self.kv.set_if(repo.partition, kvkeys.settings_key(name), value, expect)
 
     # -- tags ------------------------------------------------------------------------------------------
 
@@ -646,6 +671,33 @@ class Graveler:
             force=force,
         )
 
+    async def commit_entries(
+        self,
+        repo_id: str,
+        branch_id: str,
+        records: Sequence[ValueRecord],
+        *,
+        committer: str,
+        message: str,
+        metadata: Mapping[str, str] | None = None,
+        expected_head: str | None = None,
+        replace_prefix: bytes | None = None,
+        batches: Sequence[tuple[str, float]] = (),
+        job_token: str = "",
+        force: bool = False,
+    ) -> Commit:
+        """ONE commit of the branch head plus exactly ``records`` (an overwrite also removes the
+        other keys under ``replace_prefix``), swapped in by a compare-and-swap on the branch: on
+        ``expected_head`` only, or rebuilt on a moved head when it is None. Staged changes stay
+        staged. ``batches``/``job_token``: the journal's part (see :mod:`.entry_commits`)."""
+        from lakefs_core.repos import entry_commits
+
+        return await entry_commits.commit_entries(
+            self.context, repo_id, branch_id, records,
+            committer=committer, message=message, metadata=metadata, expected_head=expected_head,
+            replace_prefix=replace_prefix, batches=batches, job_token=job_token, force=force,
+        )  # fmt: skip
+
     async def merge(
         self,
         repo_id: str,
@@ -657,7 +709,9 @@ class Graveler:
         strategy: MergeStrategy = MergeStrategy.NONE,
         metadata: Mapping[str, str] | None = None,
         force: bool = False,
+        squash: bool = False,
     ) -> Commit:
+        """Merge ``source_ref`` into ``dest_branch``; ``squash``: one parent (see committing.merge)."""
         from lakefs_core.repos import committing
 
         return await committing.merge(
@@ -670,6 +724,7 @@ class Graveler:
             strategy=strategy,
             metadata=metadata,
             force=force,
+            squash=squash,
         )
 
     async def revert(
@@ -706,6 +761,7 @@ class Graveler:
         parent_number: int | None = None,
         force: bool = False,
     ) -> Commit:
+        """Apply what ``commit_ref`` changed against its parent onto the branch as a new commit."""
         from lakefs_core.repos import committing
 
         return await committing.cherry_pick(
@@ -717,6 +773,15 @@ class Graveler:
             parent_number=parent_number,
             force=force,
         )
+
+    async def merge_base(self, repo_id: str, left_ref: str, right_ref: str) -> Commit | None:
+        """The best common ancestor of two refs (None when their histories are unrelated)."""
+        from lakefs_core.repos import committing
+
+        repo = await self.repository(repo_id)
+        left = (await self.resolve(repo, left_ref)).commit
+        right = (await self.resolve(repo, right_ref)).commit
+        return await committing.merge_base(self.context, repo, left, right)
 
     async def sweep_temp_files(self, ns: StorageNamespace) -> int:
         """Remove leftover temporary files of interrupted writes in a LOCAL namespace's store (older

@@ -69,7 +69,13 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Literal
 
-from lakefs_core.errors import BadInputError, CorruptDataError, NotFoundError, PreconditionFailedError
+from lakefs_core.errors import (
+    BadInputError,
+    ConflictError,
+    CorruptDataError,
+    NotFoundError,
+    PreconditionFailedError,
+)
 from lakefs_core.format.records import ValueRecord, decode_entry
 from lakefs_core.kv.base import Expect
 from lakefs_core.namespace import StorageNamespace
@@ -395,6 +401,32 @@ class Journal:
         key = kvkeys.gc_settled_key(_batch_of(intents))
         settled = _ENCODE({"t_stored": now.timestamp()}).encode()
         return Settle(self.partition, key, _open_bytes(intents), settled, what)
+
+    async def settle_batches(self, batches: Sequence[tuple[str, float]], now: datetime) -> None:
+        """Settle batches whose entries a commit publishes WITHOUT staging them (a distributed
+        writer's tasks recorded the intents, :mod:`.entry_commits` commits them): each batch's open
+        record ``{"state": "open", "t": <its earliest intent time>}`` is CASed to settled. Call it
+        after the consumption record that names the commit and before the branch CAS. A batch
+        already settled is left as it is (a retried commit); a batch whose record is gone was fenced
+        by the reconciler, which may be deleting its objects: :class:`ConflictError`."""
+        settled = _ENCODE({"t_stored": now.timestamp()}).encode()
+        for batch, t in batches:
+            if not isinstance(batch, str) or not _BATCH_ID.fullmatch(batch):
+                raise BadInputError("must be 32 lowercase hex digits", field="batch")
+            key = kvkeys.gc_settled_key(batch)
+            opened = _ENCODE({"state": "open", "t": t}).encode()
+            try:
+                await self.ctx.kv.set_if(self.partition, key, settled, Expect.equals(opened))
+            except PreconditionFailedError as e:
+                try:
+                    raw = await self.ctx.kv.get(self.partition, key)
+                except NotFoundError:
+                    raise ConflictError(
+                        f"the objects of write batch {batch} were claimed by the hard-delete reconciler "
+                        "(the job outlived its pending timeout): run the job again"
+                    ) from e
+                if not _batch_record(raw, where_of(self.partition, key))[0]:
+                    raise ConflictError(f"write batch {batch} is open with another time") from e
 
     async def record_consumed(
         self, branch: str, tokens: tuple[str, ...], commit_id: str, now: datetime

@@ -43,7 +43,7 @@ from collections.abc import (
     Mapping,
     Sequence,
 )
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 
 from lakefs_core.aio import bounded_each
@@ -119,6 +119,16 @@ class ObjectStat:
                 entry.last_modified.ToDatetime(tzinfo=UTC) if entry.HasField("last_modified") else None
             ),
         )
+
+
+@dataclass(frozen=True)
+class StagedAddress:
+    """An address issued for a client to write itself (:meth:`Objects.stage_address`)."""
+
+    relative: str
+    full_address: str
+    store: BlockStore
+    key: str  # the store key of ``relative``
 
 
 @dataclass(frozen=True)
@@ -351,6 +361,85 @@ class Objects:
         await bounded_each(rest, concurrency, one)
         return [info for info in infos if info is not None]
 
+    # -- presigned staging: the client PUTs the bytes itself, then links them --------------------
+
+    async def stage_address(
+        self, repo_id: str, branch: str, path: str, *, force: bool = False
+    ) -> StagedAddress:
+        """A fresh address for ``path`` on ``branch`` that the client will write itself (lakeFS's
+        ``staging/backing``), journalled as an upload's address is before its PUT: the journal's
+        ``pending`` intent is what :meth:`link` later settles, so the reconciler deletes whatever a
+        client wrote there and never linked. Needs the repository's hard-delete journal (without it
+        nothing would prove an address was issued here: :class:`BadInputError`)."""
+        key = _new_path_bytes(path)
+        repo = await self.ctx.repository(repo_id)
+        self.ctx.writable(repo, force)
+        await self.ctx.refs.get_branch(repo, branch)
+        if not await journal_enabled(self.ctx, repo):
+            raise BadInputError(
+                "presigned staging needs the repository's hard-delete journal", field="presign"
+            )
+        ns, store = await self._namespace(repo)
+        relative = self.slices.new_relative_address()
+        await Journal(self.ctx, repo).record_intent(relative, branch, key, self.ctx.clock())
+        return StagedAddress(relative, ns.full_address(relative), store, ns.key(relative))
+
+    async def link(
+        self,
+        repo_id: str,
+        branch: str,
+        path: str,
+        physical_address: str,
+        *,
+        size: int,
+        content_type: str | None = None,
+        metadata: Mapping[str, str] | None = None,
+        force: bool = False,
+    ) -> ObjectStat:
+        """Stage ``path`` on ``branch`` for the object a client wrote at an address from
+        :meth:`stage_address` (lakeFS's link): only a pending intent issued for this branch and path
+        is accepted, the object must be there with ``size`` bytes (its ETag is the store's), and
+        the entry is staged in the same conditional KV step that settles the intent (as
+        :meth:`upload` does; an intent the reconciler claimed first stages nothing)."""
+        key = _new_path_bytes(path)
+        repo = await self.ctx.repository(repo_id)
+        self.ctx.writable(repo, force)
+        ns, store = await self._namespace(repo)
+        relative = ns.relative_of(physical_address, catalog_pb2.Entry.AddressType.FULL)
+        journal = Journal(self.ctx, repo)
+        intent = await journal.intent(relative) if relative is not None else None
+        if relative is None or intent is None or intent.state != "pending":
+            raise BadInputError(
+                "not an address issued for staging here (or no longer pending)", field="physical_address"
+            )
+        if intent.branch != branch or intent.key != key:
+            raise BadInputError("the address was issued for another branch or path", field="physical_address")
+        info = await store.head(ns.key(relative))
+        if info.size != size:
+            raise BadInputError(f"the object has {info.size} bytes, not {size}", field="size_bytes")
+        if content_type is not None:
+            info = replace(info, content_type=content_type)
+        record, stat = new_entry(key, relative, info, metadata, info.last_modified or self.ctx.clock())
+        settle = journal.settle_single(
+            intent, self.ctx.clock(), f"link of {path[:200]!r} to branch {branch!r}"
+        )
+        await staging_writes.stage_entry(self.ctx, repo_id, branch, record, force=force, settle=settle)
+        return stat
+
+    async def presign_read(self, repo_id: str, stat: ObjectStat, *, expires_seconds: int) -> str | None:
+        """A URL reading ``stat``'s object directly from its store, or None when that store cannot
+        presign (a local namespace). The purge check runs first, as for any read."""
+        repo = await staging_writes.repository_for_write(self.ctx, repo_id)
+        await self._refuse_purged(repo, stat)
+        ns = StorageNamespace.parse(repo.storage_namespace)
+        address_type = catalog_pb2.Entry.AddressType.Value(stat.address_type)
+        store_uri, key = ns.address_key(stat.physical_address, address_type)
+        store = await self.ctx.stores.block_store(store_uri)
+        presign = getattr(store, "presign", None)
+        if presign is None:
+            return None
+        return str(await presign(key, method="GET", expires_seconds=expires_seconds))
+
     async def stat(self, repo_id: str, ref: str, path: str) -> ObjectStat:
         """The object's entry; :class:`PurgedError` when an audited purge destroyed (or is
         destroying) its object."""
@@ -487,18 +576,10 @@ class Objects:
     async def presign(self, repo_id: str, ref: str, path: str, *, expires_seconds: int) -> str:
         """A presigned GET URL of the object's bytes (lakectl's ``fs presign``): only an object in
         an S3 store has one (:class:`BadInputError` otherwise); a purged one is :class:`PurgedError`."""
-        repo = await self.ctx.repository(repo_id)
-        stat = await self._stat(repo, ref, path)
-        ns = StorageNamespace.parse(repo.storage_namespace)
-        address_type = catalog_pb2.Entry.AddressType.Value(stat.address_type)
-        store_uri, key = ns.address_key(stat.physical_address, address_type)
-        store = await self.ctx.stores.block_store(store_uri)
-        presign_get = getattr(store, "presign_get", None)  # S3 stores only (never importing the SDK here)
-        if presign_get is None:
-            raise BadInputError(
-                f"{stat.path!r} is stored in {store_uri}: only S3 objects can be presigned", field="PATH"
-            )
-        url: str = await presign_get(key, expires_seconds)
+        stat = await self.stat(repo_id, ref, path)
+        url = await self.presign_read(repo_id, stat, expires_seconds=expires_seconds)
+        if url is None:
+            raise BadInputError(f"{stat.path!r}: only S3 objects can be presigned", field="PATH")
         return url
 
     async def read_all(self, repo_id: str, ref: str, path: str) -> bytes:
@@ -526,6 +607,8 @@ class Objects:
         prefixes: list[str] = []
         start = b""
         last = encode_utf8(after, "after")
+        repo = await self.ctx.repository(repo_id)
+        resolved = await self.ctx.resolve(repo, ref)  # once: every re-seek below reads one snapshot
         if delim and last.endswith(delim) and last.startswith(pfx) and len(last) > len(pfx):
             # The cursor is a common prefix from the previous page: continue after all of it.
             successor = prefix_successor(last)
@@ -534,8 +617,8 @@ class Objects:
             start = successor
         while True:
             restart: bytes | None = None
-            async for record in reading.list_entries(
-                self.ctx, repo_id, ref, prefix=pfx, after=last, start=start
+            async for record in reading.list_resolved(
+                self.ctx, repo, resolved, prefix=pfx, after=last, start=start
             ):
                 if len(objects) + len(prefixes) == amount:
                     return ListPage(objects, prefixes, True, last.decode("utf-8", "backslashreplace"))

@@ -13,9 +13,9 @@ from lakefs_core.errors import NotFoundError
 from lakefs_core.format.records import ValueRecord
 from lakefs_core.refs.model import Repository
 from lakefs_core.refs.staging import merge_sorted
-from lakefs_core.repos.context import RepoContext
+from lakefs_core.repos.context import RepoContext, Resolved
 
-__all__ = ["entry", "get_entry", "list_entries"]
+__all__ = ["entry", "get_entry", "list_entries", "list_resolved"]
 
 
 async def get_entry(ctx: RepoContext, repo_id: str, ref: str, key: bytes) -> ValueRecord:
@@ -42,7 +42,23 @@ async def list_entries(
     """Entries under ``prefix`` with key > ``after`` and >= ``start``, staging over committed,
     tombstones hidden."""
     repo = await ctx.repository(repo_id)
-    resolved = await ctx.resolve(repo, ref)
+    async for record in list_resolved(
+        ctx, repo, await ctx.resolve(repo, ref), prefix=prefix, after=after, start=start
+    ):
+        yield record
+
+
+async def list_resolved(
+    ctx: RepoContext,
+    repo: Repository,
+    resolved: Resolved,
+    *,
+    prefix: bytes = b"",
+    after: bytes = b"",
+    start: bytes = b"",
+) -> AsyncIterator[ValueRecord]:
+    """:func:`list_entries` of a ref already resolved: a listing that seeks several times (past each
+    common prefix) reads one snapshot of the ref and resolves it once."""
     start = max(prefix, start, after + b"\x00" if after else b"")
     committed = await ctx.metarange(repo, resolved.commit.metarange_id)
     sources = [ctx.staging.scan(t, start) for t in resolved.tokens] + [committed.seek_ge(start)]

@@ -276,6 +276,10 @@ class FailedKeysLog:
         if unwritten and unwritten >= max(self._written, 1000):
             await self.flush()
 
+    def stored(self) -> bytes:
+        """The bytes the stored file holds (as of the last :meth:`flush`); empty when never written."""
+        return "".join(self._lines[: self._written]).encode()
+
     async def flush(self) -> None:
         """Write every recorded line (the whole file, replacing the stored one)."""
         if len(self._lines) == self._written:

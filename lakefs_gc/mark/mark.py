@@ -15,8 +15,11 @@ PySpark locally or on a cluster), run from a worker thread:
    candidates listed per slice with ``mtime < cutoff``; ``candidates - committed - uncommitted``
    written as ``deleted.text/part-NNNNN`` and ``deleted/part-NNNNN.snappy.parquet`` (lakeFS's
    Parquet report, :mod:`.parquet`) by the executors, then ``deleted/_SUCCESS`` by the driver.
-6. ``summary.json`` LAST and create-only: lakeFS's fields plus ours. Without it a run is abandoned
-   and nothing is ever swept from it. A failure after the claim writes ``success=false`` if it can.
+6. ``summary.json`` create-only: lakeFS's fields plus ours. A failure after the claim writes
+   ``success=false`` if it can.
+7. The run record in the KV LAST (:mod:`lakefs_gc.runs.record`, state ``complete``): the SHA-256 of
+   every file written above except the Parquet report, each computed while the file was written (on
+   the executors for their parts). Without it a run is abandoned and nothing is ever swept from it.
 
 The driver never holds the addresses: staging and commits stream to parts, executors read them.
 :func:`mark_job` is the same mark as a named job (``gc-mark``) for ``spark-submit``.
@@ -27,7 +30,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import AsyncIterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from functools import partial
 from pathlib import Path
@@ -35,7 +38,7 @@ from typing import Any, Literal
 
 from lakefs_core.block.base import BlockStore
 from lakefs_core.compute.executor import Dataset, Executor
-from lakefs_core.compute.partition import StoreRef, store_ref
+from lakefs_core.compute.partition import StoreRef, WrittenPart, part_name, store_ref
 from lakefs_core.errors import BadInputError, LakeFSError, ReadOnlyError
 from lakefs_core.repos.graveler import Graveler, StorageNamespace, new_run_id
 from lakefs_core.repos.namespace_claims import check_for_gc
@@ -49,12 +52,14 @@ from lakefs_gc.pins import PinSource, pinned_now
 from lakefs_gc.rules import load_rules
 from lakefs_gc.runs.layout import RunLayout
 from lakefs_gc.runs.parts import list_parts, ns_relative, write_parts
+from lakefs_gc.runs.record import Digester, FileDigest, RunRecord, RunRecords, digest_of
 from lakefs_gc.runs.reports import RunManifest, Summary, write_commits_csv, write_manifest, write_summary
 
 log = logging.getLogger("lakefs_gc.mark.mark")
 
 DEFAULT_MIN_AGE = timedelta(hours=24)
 MarkMode = Literal["full", "mark", "dry-run"]
+_Digests = dict[str, FileDigest]
 
 
 @dataclass(frozen=True)
@@ -112,6 +117,15 @@ class _Counts:
     listed: int = 0
     ranges_read: int = 0
     deleted: int = 0
+    digests: dict[str, FileDigest] = field(default_factory=dict)  # namespace-relative path -> digest
+
+    def add_parts(self, relative_dir: str, parts: list[WrittenPart]) -> int:
+        """Record the parts' digests; returns their lines."""
+        for index, part in enumerate(parts):
+            self.digests[f"{relative_dir}/{part_name(index)}"] = FileDigest(
+                sha256=part.sha256, size=part.size
+            )
+        return sum(part.lines for part in parts)
 
 
 def _n(partitions: int, items: int) -> int:
@@ -126,7 +140,10 @@ def executor_phase(executor: Executor, plan: _Plan) -> _Counts:
         metaranges = executor.parallelize(plan.metarange_parts, _n(p, len(plan.metarange_parts)))
         ranges = metaranges.flat_map_partitions(partial(range_ids_partition, ref)).distinct(p).persist()
         persisted.append(ranges)
-        counts = _Counts(ranges_read=ranges.write_text_parts(ref, plan.ranges_dir))
+        counts = _Counts()
+        counts.ranges_read = counts.add_parts(
+            plan.ranges_dir, ranges.write_text_parts_digested(ref, plan.ranges_dir)
+        )
         committed = ranges.flat_map_partitions(partial(addresses_partition, ref))
         listing = executor.parallelize(plan.items, _n(p, len(plan.items)))
         candidates = listing.flat_map_partitions(partial(candidates_partition, ref, plan.cutoff_ts)).persist()
@@ -136,7 +153,9 @@ def executor_phase(executor: Executor, plan: _Plan) -> _Counts:
         uncommitted = staged.flat_map_partitions(partial(parts_partition, ref))
         deleted = executor.anti_join(executor.anti_join(candidates, committed, p), uncommitted, p).persist()
         persisted.append(deleted)
-        counts.deleted = deleted.write_text_parts(ref, plan.deleted_dir)
+        counts.deleted = counts.add_parts(
+            plan.deleted_dir, deleted.write_text_parts_digested(ref, plan.deleted_dir)
+        )
         if plan.parquet_dir:
             deleted.write_parts(ref, plan.parquet_dir, write_parquet_part)
         return counts
@@ -152,7 +171,7 @@ async def _nonempty(ids: AsyncIterator[str]) -> AsyncIterator[str]:
 
 
 async def _claim(
-    graveler: Graveler, repo_id: str, options: MarkOptions, pins: PinSource | None
+    graveler: Graveler, repo_id: str, options: MarkOptions, pins: PinSource | None, digests: _Digests
 ) -> tuple[StorageNamespace, RunLayout, RunManifest]:
     repo = await graveler.repository(repo_id)
     if repo.read_only:
@@ -177,16 +196,23 @@ async def _claim(
     )
     layout = RunLayout(ns, run_id)
     await write_manifest(store, layout.manifest, manifest)
+    digests[layout.manifest] = digest_of(manifest.to_bytes())
     return ns, layout, manifest
 
 
 async def _driver_steps(
-    graveler: Graveler, repo_id: str, layout: RunLayout, manifest: RunManifest, workdir: Path | None
+    graveler: Graveler,
+    repo_id: str,
+    layout: RunLayout,
+    manifest: RunManifest,
+    *,
+    workdir: Path | None,
+    digests: _Digests,
 ) -> tuple[int, int, int]:
     """Steps 2-3: ``(uncommitted, active commits, expired commits)``."""
     ns = layout.ns
     store = await graveler.namespace_store(ns)
-    _, uncommitted = await write_uncommitted(graveler, repo_id, ns, layout.uncommitted)
+    _, uncommitted = await write_uncommitted(graveler, repo_id, ns, layout.uncommitted, digests=digests)
     branches = {b.id: b.commit_id async for b in graveler.list_branches(repo_id)}
     tags = {t.id: t.commit_id async for t in graveler.list_tags(repo_id)}
     active = await compute_active(
@@ -200,8 +226,10 @@ async def _driver_steps(
         workdir=workdir,
     )
     async with active:
-        await write_commits_csv(store, layout.commits_csv, active.active())
-        await write_parts(store, layout.metaranges, _nonempty(active.metaranges()))
+        csv = Digester()
+        await write_commits_csv(store, layout.commits_csv, active.active(), digester=csv)
+        digests[layout.commits_csv] = csv.result()
+        await write_parts(store, layout.metaranges, _nonempty(active.metaranges()), digests=digests)
         return uncommitted, active.num_active, active.num_commits - active.num_active
 
 
@@ -216,12 +244,13 @@ async def run_mark(
     """Mark repository ``repo_id``; returns the run's manifest and (successful) summary."""
     await check_for_gc(graveler, repo_id)  # its namespace still leads where recorded, overlapping none
     options = options or MarkOptions()
-    ns, layout, manifest = await _claim(graveler, repo_id, options, pins)
+    digests: _Digests = {}  # store key -> digest, of every file the driver writes
+    ns, layout, manifest = await _claim(graveler, repo_id, options, pins, digests)
     fault_point("mark:claimed")
     store = await graveler.namespace_store(ns)
     try:
         uncommitted, active, expired = await _driver_steps(
-            graveler, repo_id, layout, manifest, options.workdir
+            graveler, repo_id, layout, manifest, workdir=options.workdir, digests=digests
         )
         ref = store_ref(graveler.stores.s3, ns)
         items, first_slice = await asyncio.to_thread(plan_slices, ref, manifest.cutoff_time)
@@ -256,6 +285,18 @@ async def run_mark(
         uncommitted=uncommitted,
     )
     await write_summary(store, layout.summary, summary)
+    digests[layout.summary] = digest_of(summary.to_bytes())
+    files = {ns_relative(ns, key): digest for key, digest in digests.items()} | counts.digests
+    record = RunRecord(
+        run_id=manifest.run_id,
+        repository=repo_id,
+        state="complete",
+        start_time=manifest.start_time,
+        end_time=datetime.now(UTC),
+        rules=manifest.rules,
+        files=files,
+    )
+    await RunRecords(graveler, repo_id).write(record, replacing=None)
     log.info(
         "marked %s run %s: %d candidates, %d to delete, %d active commits, %d ranges",
         repo_id, manifest.run_id, counts.listed, counts.deleted, active, counts.ranges_read,

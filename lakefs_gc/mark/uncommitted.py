@@ -31,6 +31,7 @@ from lakefs_core.compute.partition import StoreRef, stream_async
 from lakefs_core.errors import BadInputError, CorruptDataError
 from lakefs_core.repos.graveler import Graveler, StorageNamespace
 from lakefs_gc.runs.parts import read_lines, write_parts
+from lakefs_gc.runs.record import FileDigest
 
 
 async def staged_relative(graveler: Graveler, repo_id: str, ns: StorageNamespace) -> AsyncIterator[str]:
@@ -50,10 +51,15 @@ async def staged_relative(graveler: Graveler, repo_id: str, ns: StorageNamespace
 
 
 async def write_uncommitted(
-    graveler: Graveler, repo_id: str, ns: StorageNamespace, directory_key: str
+    graveler: Graveler,
+    repo_id: str,
+    ns: StorageNamespace,
+    directory_key: str,
+    *,
+    digests: dict[str, FileDigest] | None = None,
 ) -> tuple[int, int]:
     store = await graveler.namespace_store(ns)
-    return await write_parts(store, directory_key, staged_relative(graveler, repo_id, ns))
+    return await write_parts(store, directory_key, staged_relative(graveler, repo_id, ns), digests=digests)
 
 
 async def _part_lines(ref: StoreRef, keys: list[str]) -> AsyncIterator[list[str]]:

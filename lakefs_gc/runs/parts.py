@@ -22,6 +22,7 @@ from collections.abc import AsyncIterable, AsyncIterator
 from lakefs_core.block.base import BlockStore, ObjectInfo
 from lakefs_core.errors import BadInputError, CorruptDataError
 from lakefs_core.repos.graveler import StorageNamespace
+from lakefs_gc.runs.record import Digester, FileDigest, digest_of
 
 MAX_LINE = 4096  # an address or table id; lakeFS's physical addresses are far shorter
 PART_BYTES = 16 << 20
@@ -54,12 +55,17 @@ async def list_parts(store: BlockStore, directory_key: str) -> list[str]:
     return sorted(keys)
 
 
-async def read_lines(store: BlockStore, key: str) -> AsyncIterator[list[str]]:
-    """The lines of one part, in batches (one batch per stored chunk)."""
+async def read_lines(
+    store: BlockStore, key: str, *, digester: Digester | None = None
+) -> AsyncIterator[list[str]]:
+    """The lines of one part, in batches (one batch per stored chunk); the bytes read are fed to
+    ``digester`` when given (a reader checks a digest on the very bytes it acted on)."""
     file = file_name(store, key)
     pending = b""
     lineno = 0
     async for chunk in store.stream(key):
+        if digester is not None:
+            digester.update(chunk)
         pending += chunk
         *lines, pending = pending.split(b"\n")
         if len(pending) > MAX_LINE:
@@ -87,20 +93,26 @@ def _decode(raw: bytes, file: str, lineno: int) -> str:
 
 
 async def write_parts(
-    store: BlockStore, directory_key: str, lines: AsyncIterable[str], *, part_bytes: int = PART_BYTES
+    store: BlockStore,
+    directory_key: str,
+    lines: AsyncIterable[str],
+    *,
+    part_bytes: int = PART_BYTES,
+    digests: dict[str, FileDigest] | None = None,
 ) -> tuple[int, int]:
     """Write ``lines`` as ``<directory_key>/part-00000``, ``part-00001``... (create-only; at least
     one part, possibly empty, so a reader can tell "none" from "not written"). Returns
-    ``(parts, lines)``."""
+    ``(parts, lines)``; each part's digest goes to ``digests`` (by key) when given."""
     prefix = directory_key.rstrip("/") + "/"
     buf: list[bytes] = []
     size = parts = count = 0
 
     async def flush() -> None:
         nonlocal buf, size, parts
-        await store.put(
-            f"{prefix}part-{parts:05d}", b"".join(buf), if_none_match=True, content_type="text/plain"
-        )
+        key, data = f"{prefix}part-{parts:05d}", b"".join(buf)
+        await store.put(key, data, if_none_match=True, content_type="text/plain")
+        if digests is not None:
+            digests[key] = digest_of(data)
         parts += 1
         buf, size = [], 0
 

@@ -43,6 +43,7 @@ from lakefs_core.block.base import BlockStore
 from lakefs_core.errors import BadInputError, CorruptDataError, NotFoundError
 from lakefs_core.repos.graveler import is_commit_id
 from lakefs_gc.rules import GCRules
+from lakefs_gc.runs.record import Digester, digesting
 
 COMMITS_HEADER = "commit_id,expired,metarange_id"
 MAX_CSV_LINE = 256  # a row is 64 + 1 + 5 + 1 + 64 bytes
@@ -267,9 +268,15 @@ async def commits_csv_chunks(active: AsyncIterable[tuple[str, str]]) -> AsyncIte
         yield "".join(buf).encode()
 
 
-async def write_commits_csv(store: BlockStore, key: str, active: AsyncIterable[tuple[str, str]]) -> None:
-    """Stream ``commits.csv`` to ``key``, create-only (a run id is written once)."""
-    await store.put(key, commits_csv_chunks(active), if_none_match=True, content_type="text/csv")
+async def write_commits_csv(
+    store: BlockStore, key: str, active: AsyncIterable[tuple[str, str]], *, digester: Digester | None = None
+) -> None:
+    """Stream ``commits.csv`` to ``key``, create-only (a run id is written once); the bytes written
+    are fed to ``digester`` when given."""
+    chunks = commits_csv_chunks(active)
+    if digester is not None:
+        chunks = digesting(chunks, digester)
+    await store.put(key, chunks, if_none_match=True, content_type="text/csv")
 
 
 def parse_commits_line(line: bytes, *, file: str, lineno: int) -> tuple[str, bool, str]:
@@ -288,12 +295,17 @@ def parse_commits_line(line: bytes, *, file: str, lineno: int) -> tuple[str, boo
     return commit_id, expired == "true", metarange_id
 
 
-async def read_commits_csv(store: BlockStore, key: str) -> AsyncIterator[tuple[str, bool, str]]:
-    """Stream the rows of a ``commits.csv`` (ours or lakeFS's); lines are bounded, never buffered whole."""
+async def read_commits_csv(
+    store: BlockStore, key: str, *, digester: Digester | None = None
+) -> AsyncIterator[tuple[str, bool, str]]:
+    """Stream the rows of a ``commits.csv`` (ours or lakeFS's); lines are bounded, never buffered
+    whole. The bytes read are fed to ``digester`` when given."""
     file = _file(store, key)
     pending = b""
     lineno = 0
     async for chunk in store.stream(key):
+        if digester is not None:
+            digester.update(chunk)
         pending += chunk
         *lines, pending = pending.split(b"\n")
         if len(pending) > MAX_CSV_LINE:

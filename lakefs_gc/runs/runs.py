@@ -143,13 +143,17 @@ async def read_sweep_report(store: BlockStore, key: str) -> SweepDoc | None:
         raw = await store.get(key, length=MAX_SWEEP_REPORT_BYTES + 1)
     except NotFoundError:
         return None
-    where = f"{store.uri.rstrip('/')}/{key}"
+    return parse_sweep_report(raw, file=f"{store.uri.rstrip('/')}/{key}")
+
+
+def parse_sweep_report(raw: bytes, *, file: str) -> SweepDoc:
+    """``sweep.json``'s bytes, bounded and validated (:class:`CorruptDataError` naming ``file``)."""
     if len(raw) > MAX_SWEEP_REPORT_BYTES:
-        raise CorruptDataError(f"larger than {MAX_SWEEP_REPORT_BYTES} bytes", file=where)
+        raise CorruptDataError(f"larger than {MAX_SWEEP_REPORT_BYTES} bytes", file=file)
     try:
         return SweepDoc.model_validate(json.loads(raw))
     except (ValueError, ValidationError) as e:
-        raise CorruptDataError(f"invalid sweep report: {type(e).__name__}", file=where) from None
+        raise CorruptDataError(f"invalid sweep report: {type(e).__name__}", file=file) from None
 
 
 @dataclass

@@ -14,7 +14,10 @@ NOW but that the mark may not have protected:
   while a retention shortened after it never deletes more than the mark chose. Only metaranges that
   neither the mark (``commits.csv``) nor an earlier re-verification saw are opened; of their ranges,
   only those absent from the mark's ``ranges.txt`` are read (the mark already protected the others'
-  addresses). Unreadable current rules abort the round (fail closed).
+  addresses). Both files are trusted only as the run record in the KV binds them: their parts must
+  be the recorded ones and each file's SHA-256, taken on the bytes loaded, the recorded one
+  (:mod:`.verify`; :class:`~lakefs_core.errors.TamperedError` otherwise, before anything is
+  used). Unreadable current rules abort the round (fail closed).
 
 :meth:`Reverifier.live_among` answers which addresses of a batch are in that set. The set only
 grows during a sweep (retaining more is always safe). Every table read is fail-closed like the
@@ -40,8 +43,10 @@ from lakefs_gc.mark.uncommitted import staged_relative
 from lakefs_gc.pins import PinSource, pinned_now
 from lakefs_gc.rules import load_rules, widest_rules
 from lakefs_gc.runs.layout import RunLayout
-from lakefs_gc.runs.parts import list_parts, read_lines
+from lakefs_gc.runs.parts import file_name, read_lines
+from lakefs_gc.runs.record import Digester, RunRecord
 from lakefs_gc.runs.reports import RunManifest, read_commits_csv
+from lakefs_gc.sweep.verify import check_digest, expected, parsed_as_recorded, trusted_record, verify_parts
 
 BATCH = 5000
 
@@ -55,8 +60,16 @@ class _Sets:
         self._db = sqlite3.connect(self.dir / "sets.sqlite3", check_same_thread=False)
         for pragma in ("journal_mode=OFF", "synchronous=OFF", "locking_mode=EXCLUSIVE"):
             self._db.execute(f"PRAGMA {pragma}")
-        for table in ("metaranges", "ranges", "live"):
+        for table in ("metaranges", "ranges", "live", "pending", "pending_ranges"):
             self._db.execute(f"CREATE TABLE {table} (v TEXT PRIMARY KEY) WITHOUT ROWID")
+
+    def commit_pending(self) -> None:
+        """The mark's verified metaranges and ranges become seen."""
+        with self._lock:
+            self._db.execute("INSERT OR IGNORE INTO metaranges SELECT v FROM pending")
+            self._db.execute("INSERT OR IGNORE INTO ranges SELECT v FROM pending_ranges")
+            self._db.execute("DELETE FROM pending")
+            self._db.execute("DELETE FROM pending_ranges")
 
     def add(self, table: str, values: Iterable[str]) -> int:
         """Insert ``values``; returns how many were new."""
@@ -112,12 +125,14 @@ class Reverifier:
         *,
         pins: PinSource | None = None,
         workdir: Path | None = None,
+        record: RunRecord | None = None,
     ) -> None:
         self._g = graveler
         self._repo = repo_id
         self._layout = layout
         self._manifest = manifest
         self._pins = pins
+        self._record = record  # None: read from the KV (it must be complete)
         self._workdir = workdir
         self._sets = _Sets(workdir)
         self._loaded = False
@@ -126,17 +141,32 @@ class Reverifier:
 
     async def _load_mark(self) -> None:
         """The mark's metaranges (``commits.csv``) and ranges (``ranges.txt``) count as seen."""
-        store = await self._g.namespace_store(self._layout.ns)
+        ns = self._layout.ns
+        store = await self._g.namespace_store(ns)
+        record = self._record
+        if record is None:
+            record = (await trusted_record(self._g, self._repo, self._layout.run_id))[1]
+        csv_key = self._layout.commits_csv
+        want = expected(record, ns, store, csv_key)
+        digester = Digester()
 
         async def metaranges() -> AsyncIterator[str]:
-            async for _commit, _expired, metarange_id in read_commits_csv(store, self._layout.commits_csv):
+            rows = read_commits_csv(store, csv_key, digester=digester)
+            async for _commit, _expired, metarange_id in rows:
                 yield metarange_id
 
-        async for batch in _batched(metaranges()):
-            await asyncio.to_thread(self._sets.add, "metaranges", batch)
-        for key in await list_parts(store, self._layout.ranges):
-            async for lines in read_lines(store, key):
-                await asyncio.to_thread(self._sets.add, "ranges", lines)
+        # Loaded into a scratch table first: nothing counts as seen before its digest is checked.
+        async with parsed_as_recorded(store, csv_key, want):
+            async for batch in _batched(metaranges()):
+                await asyncio.to_thread(self._sets.add, "pending", batch)
+        check_digest(digester.result(), want, file_name(store, csv_key))
+        for key in await verify_parts(store, ns, record, self._layout.ranges, digests=False):
+            digester, want = Digester(), expected(record, ns, store, key)
+            async with parsed_as_recorded(store, key, want):
+                async for lines in read_lines(store, key, digester=digester):
+                    await asyncio.to_thread(self._sets.add, "pending_ranges", lines)
+            check_digest(digester.result(), want, file_name(store, key))
+        await asyncio.to_thread(self._sets.commit_pending)
         self._loaded = True
 
     async def verify(self) -> int:

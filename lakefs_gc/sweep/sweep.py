@@ -4,18 +4,29 @@
 
 1. Refuse what must not be swept: a read-only repository; a mark without ``summary.json`` (running,
    crashed: abandoned) or with ``success=false``; a ``dry-run`` mark; a manifest of another
-   repository. A mark already swept (``sweep.json`` present) answers its report and deletes nothing.
+   repository. A mark already swept (its KV record says so) answers its report and deletes nothing.
+   Then trust nothing the KV does not vouch for (:mod:`.verify`): the run record must be
+   ``complete``; ``run.json``, ``summary.json`` and the checkpoint are read once and their digests
+   checked on the bytes parsed; the parts of ``deleted.text/``, ``uncommitted/`` and
+   ``metaranges/`` must be exactly the recorded ones with the recorded digests, ``ranges.txt/``
+   and ``commits.csv`` are checked as the re-verification loads them, all before the first delete.
+   A refusal raises :class:`~lakefs_core.errors.TamperedError` and marks the record ``failed``.
 2. Re-verify (:class:`~lakefs_gc.sweep.reverify.Reverifier`) before the first delete, then again every
    ``reverify_every_seconds`` (default 10 min) or ``reverify_every_batches`` batches.
 3. Stream ``deleted.text/part-*`` in batches of at most 1,000 addresses, resuming after the
-   checkpoint; drop the live-again addresses (counted as ``rescued``), check each address is a data
-   object of the namespace (never ``_lakefs/``), and delete the rest through the deleter (rate limited,
+   checkpoint, digesting each part again as it is read (a part swapped since its check stops the
+   sweep at its end); drop the live-again addresses (counted as ``rescued``), check each address is
+   a data object of the namespace (never ``_lakefs/``), and delete the rest through the deleter (rate limited,
    an outcome per key). Failed keys are appended to ``sweep/failed.text``: they are still garbage, so
    the next mark lists them again and the next sweep retries them after its own verification (a key
    is never deleted on an old verdict).
 4. ``sweep/checkpoint.json`` is overwritten every ``checkpoint_every_batches`` batches or
-   ``checkpoint_every_seconds``; a killed sweep resumes there (deletes are idempotent, so re-deleting
-   a batch done after the last checkpoint is harmless). ``sweep.json`` is written LAST, create-only.
+   ``checkpoint_every_seconds``, its digest recorded first (the record keeps the previous one too:
+   a crash between the two leaves one of them); a killed sweep resumes there (deletes are
+   idempotent, so re-deleting a batch done after the last checkpoint is harmless). ``sweep.json``
+   is written create-only, then the record becomes ``swept`` with the digests of ``sweep.json`` and
+   ``sweep/failed.text``. A ``sweep.json`` found while the record is still ``complete`` (a crash
+   between the two, or a planted file) is never trusted: the sweep runs again and replaces it.
 
 Dry run: the same verification and counting, nothing deleted, nothing written.
 Fault points (:mod:`.faults`): ``sweep:verified``, ``sweep:batch:<n>``, ``sweep:before-report``.
@@ -23,6 +34,7 @@ Fault points (:mod:`.faults`): ``sweep:verified``, ``sweep:batch:<n>``, ``sweep:
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import time
@@ -41,6 +53,7 @@ from lakefs_core.errors import (
     CorruptDataError,
     NotFoundError,
     ReadOnlyError,
+    TamperedError,
 )
 from lakefs_core.repos.graveler import DATA_DIR, TABLES_DIR, Graveler, StorageNamespace
 from lakefs_core.repos.namespace_claims import check_for_gc
@@ -48,9 +61,25 @@ from lakefs_core.service.deleter import FailedKeysLog, KeyDeleter
 from lakefs_gc.faults import fault_point
 from lakefs_gc.pins import PinSource
 from lakefs_gc.runs.layout import RunLayout
-from lakefs_gc.runs.parts import file_name, list_parts, read_lines
-from lakefs_gc.runs.reports import RunManifest, read_manifest, read_summary
+from lakefs_gc.runs.parts import file_name, ns_relative, read_lines
+from lakefs_gc.runs.record import Digester, FileDigest, RunRecord, RunRecords, digest_of
+from lakefs_gc.runs.reports import (
+    MAX_MANIFEST_BYTES,
+    MAX_SUMMARY_BYTES,
+    RunManifest,
+    parse_manifest,
+    parse_summary,
+)
 from lakefs_gc.sweep.reverify import Reverifier
+from lakefs_gc.sweep.verify import (
+    check_digest,
+    expected,
+    mark_failed,
+    parsed_as_recorded,
+    read_verified,
+    trusted_record,
+    verify_parts,
+)
 
 log = logging.getLogger("lakefs_gc.sweep.sweep")
 
@@ -119,12 +148,16 @@ async def _read_state(store: BlockStore, key: str, model: type[_S]) -> _S | None
         raw = await store.get(key, length=MAX_STATE_BYTES + 1)
     except NotFoundError:
         return None
+    return _parse_state(raw, model, file_name(store, key))
+
+
+def _parse_state(raw: bytes, model: type[_S], file: str) -> _S:
     if len(raw) > MAX_STATE_BYTES:
-        raise CorruptDataError(f"larger than {MAX_STATE_BYTES} bytes", file=file_name(store, key))
+        raise CorruptDataError(f"larger than {MAX_STATE_BYTES} bytes", file=file)
     try:
         return model.model_validate(json.loads(raw))
     except (ValueError, ValidationError) as e:
-        raise CorruptDataError(f"invalid {model.__name__}: {e}", file=file_name(store, key)) from e
+        raise CorruptDataError(f"invalid {model.__name__}: {e}", file=file) from e
 
 
 def _iso(when: datetime) -> str:
@@ -138,12 +171,24 @@ def check_address(address: str, ns: StorageNamespace) -> str:
     parts = address.split("/")
     ok = (parts[0] == DATA_DIR and len(parts) >= 3) or (len(parts) == 1 and parts[0] != TABLES_DIR)
     if not ok or any(p in ("", ".", "..") for p in parts):
-        raise CorruptDataError(f"marked address {address[:200]!r} is not a data object of {ns.uri}")
+        raise TamperedError(
+            f"marked address {address[:200]!r} is not a data object of {ns.uri}", reason="outside-data"
+        )
     return ns.key(address)
 
 
-async def load_mark(graveler: Graveler, repo_id: str, mark_id: str) -> tuple[RunLayout, RunManifest]:
-    """The layout and manifest of a sweepable mark (see step 1 of the module docstring)."""
+@dataclass
+class Mark:
+    """A mark the KV vouches for: its files' layout, its parsed manifest, its record and pointer."""
+
+    layout: RunLayout
+    manifest: RunManifest
+    pointer: str
+    record: RunRecord
+
+
+async def open_mark(graveler: Graveler, repo_id: str, mark_id: str) -> Mark:
+    """A sweepable mark (see step 1 of the module docstring)."""
     await check_for_gc(graveler, repo_id)  # its namespace still leads where recorded, overlapping none
     repo = await graveler.repository(repo_id)
     if repo.read_only:
@@ -151,16 +196,71 @@ async def load_mark(graveler: Graveler, repo_id: str, mark_id: str) -> tuple[Run
     ns = StorageNamespace(repo.storage_namespace)
     store = await graveler.namespace_store(ns)
     layout = RunLayout(ns, mark_id)
-    summary = await read_summary(store, layout.summary)
-    if summary is None:
-        raise NotFoundError(f"mark {mark_id} of {repo_id!r} has no summary (not finished, or abandoned)")
-    if not summary.success:
-        raise ConflictError(f"mark {mark_id} of {repo_id!r} failed (summary success=false): not swept")
-    manifest = await read_manifest(store, layout.manifest)
+    try:
+        raw_summary = await store.get(layout.summary, length=MAX_SUMMARY_BYTES + 1)
+    except NotFoundError:
+        raise NotFoundError(
+            f"mark {mark_id} of {repo_id!r} has no summary (not finished, or abandoned)"
+        ) from None
+    with contextlib.suppress(CorruptDataError):  # refusing on an unverified file deletes nothing
+        if not parse_summary(raw_summary, file=file_name(store, layout.summary)).success:
+            raise ConflictError(f"mark {mark_id} of {repo_id!r} failed (summary success=false): not swept")
+    pointer, record = await trusted_record(graveler, repo_id, mark_id)
+    want = expected(record, ns, store, layout.summary)
+    check_digest(digest_of(raw_summary), want, file_name(store, layout.summary))
+    parse_summary(raw_summary, file=file_name(store, layout.summary))  # as the mark wrote it
+    raw = await read_verified(store, ns, record, layout.manifest, limit=MAX_MANIFEST_BYTES)
+    manifest = parse_manifest(raw, file=file_name(store, layout.manifest))
     if manifest.repository != repo_id or manifest.run_id != mark_id:
         raise CorruptDataError(f"run.json names {manifest.repository!r} run {manifest.run_id}",
                                file=file_name(store, layout.manifest))  # fmt: skip
-    return layout, manifest
+    return Mark(layout, manifest, pointer, record)
+
+
+async def load_mark(graveler: Graveler, repo_id: str, mark_id: str) -> tuple[RunLayout, RunManifest]:
+    """:func:`open_mark`'s layout and manifest."""
+    mark = await open_mark(graveler, repo_id, mark_id)
+    return mark.layout, mark.manifest
+
+
+class _Record:
+    """The run record as the sweep moves it: checkpoints, then ``swept``."""
+
+    def __init__(self, graveler: Graveler, repo_id: str, mark: Mark) -> None:
+        self._records = RunRecords(graveler, repo_id)
+        self.pointer, self.record = mark.pointer, mark.record
+
+    async def _move(self, record: RunRecord) -> None:
+        self.pointer = await self._records.write(record, replacing=self.pointer)
+        self.record = record
+
+    async def checkpoint(self, store: BlockStore, key: str, data: bytes) -> None:
+        """Record the checkpoint's digest (keeping the current one as previous), then write it."""
+        update = {"checkpoint": digest_of(data), "previous_checkpoint": self.record.checkpoint}
+        await self._move(self.record.model_copy(update=update))
+        await store.put(key, data, content_type="application/json")
+
+    async def swept(self, files: dict[str, FileDigest]) -> None:
+        await self._move(self.record.model_copy(update={"state": "swept", "sweep_files": files}))
+
+
+async def _read_checkpoint(store: BlockStore, layout: RunLayout, record: RunRecord) -> Checkpoint | None:
+    """The checkpoint, when it is one the record names (the current or the previous one)."""
+    file = file_name(store, layout.checkpoint)
+    try:
+        raw = await store.get(layout.checkpoint, length=MAX_STATE_BYTES + 1)
+    except NotFoundError:
+        if record.previous_checkpoint is not None:  # a checkpoint was written for sure
+            raise TamperedError(
+                "recorded in the run record but absent", reason="missing-file", file=file
+            ) from None
+        return None
+    if record.checkpoint is None:
+        raise TamperedError("a checkpoint the run record does not list", reason="extra-file", file=file)
+    actual = digest_of(raw)
+    if actual != record.previous_checkpoint:
+        check_digest(actual, record.checkpoint, file)
+    return _parse_state(raw, Checkpoint, file)
 
 
 class _Sweeper:
@@ -176,8 +276,10 @@ class _Sweeper:
         options: SweepOptions,
         state: Checkpoint,
         failed_log: FailedKeysLog | None,
+        record: _Record,
     ) -> None:
         self.store, self.layout, self.rv, self.deleter = store, layout, reverifier, deleter
+        self.record = record
         self.options = options
         self.state = state.model_dump()
         self.failed_log = failed_log
@@ -197,15 +299,19 @@ class _Sweeper:
         for index in range(self.state["part"], len(parts)):
             skip = self.state["line"] if index == self.state["part"] else 0
             done = 0
-            async for lines in read_lines(self.store, parts[index]):
-                for line in lines:
-                    done += 1
-                    if done <= skip:
-                        continue
-                    batch.append(line)
-                    if len(batch) >= size:
-                        yield index, done, batch
-                        batch = []
+            digester = Digester()  # the part again, as read: swapped since its check, it stops here
+            want = expected(self.record.record, self.layout.ns, self.store, parts[index])
+            async with parsed_as_recorded(self.store, parts[index], want):
+                async for lines in read_lines(self.store, parts[index], digester=digester):
+                    for line in lines:
+                        done += 1
+                        if done <= skip:
+                            continue
+                        batch.append(line)
+                        if len(batch) >= size:
+                            yield index, done, batch
+                            batch = []
+            check_digest(digester.result(), want, file_name(self.store, parts[index]))
         if batch:
             yield index, done, batch
 
@@ -242,9 +348,7 @@ class _Sweeper:
             return
         if self.failed_log is not None:
             await self.failed_log.flush()  # the checkpoint never counts failures the log lacks
-        await self.store.put(
-            self.layout.checkpoint, _dump(Checkpoint(**self.state)), content_type="application/json"
-        )
+        await self.record.checkpoint(self.store, self.layout.checkpoint, _dump(Checkpoint(**self.state)))
         self._since_checkpoint, self._checkpointed_at = 0, time.monotonic()
 
     async def run(self, parts: list[str]) -> None:
@@ -269,41 +373,69 @@ async def run_sweep(
     pins: PinSource | None = None,
 ) -> SweepReport:
     """Sweep mark ``mark_id`` (see the module docstring). ``deleter`` may be ``None`` only for a
-    dry run. Returns the report (already written, unless dry run)."""
+    dry run. Returns the report (already written, unless dry run). A refusal
+    (:class:`~lakefs_core.errors.TamperedError`) marks the run's record failed."""
     options = options or SweepOptions()
     if deleter is None and not options.dry_run:
         raise BadInputError("a sweep that deletes needs a deleter", field="deleter")
-    layout, manifest = await load_mark(graveler, repo_id, mark_id)
+    found = await RunRecords(graveler, repo_id).read(mark_id)
+    if found is not None and found[1].state == "swept":
+        return await _already_swept(graveler, repo_id, mark_id)  # a re-sweep deletes nothing (I3)
+    try:
+        return await _sweep(graveler, repo_id, mark_id, deleter=deleter, options=options, pins=pins)
+    except TamperedError as e:
+        if not options.dry_run:
+            await mark_failed(graveler, repo_id, await RunRecords(graveler, repo_id).read(mark_id), e)
+        raise
+
+
+async def _already_swept(graveler: Graveler, repo_id: str, mark_id: str) -> SweepReport:
+    repo = await graveler.repository(repo_id)
+    layout = RunLayout(StorageNamespace(repo.storage_namespace), mark_id)
     store = await graveler.namespace_store(layout.ns)
     done = await _read_state(store, layout.sweep_report, SweepReport)
-    if done is not None:
-        if done.mark_id != mark_id:
-            raise CorruptDataError(
-                f"sweep.json names mark {done.mark_id}", file=file_name(store, layout.sweep_report)
-            )
-        return done  # already swept: a re-sweep deletes nothing (I3)
+    if done is None or done.mark_id != mark_id:
+        raise CorruptDataError("the run record says swept, the sweep report is absent or of another mark",
+                               file=file_name(store, layout.sweep_report))  # fmt: skip
+    return done
+
+
+async def _sweep(
+    graveler: Graveler,
+    repo_id: str,
+    mark_id: str,
+    *,
+    deleter: KeyDeleter | None,
+    options: SweepOptions,
+    pins: PinSource | None,
+) -> SweepReport:
+    mark = await open_mark(graveler, repo_id, mark_id)
+    layout, manifest, record = mark.layout, mark.manifest, _Record(graveler, repo_id, mark)
+    store = await graveler.namespace_store(layout.ns)
     if manifest.mode == "dry-run" and not options.dry_run:
         raise ConflictError(f"mark {mark_id} was a dry run: it is never swept")
+    # A sweep.json while the record is still complete: a sweep killed between its report and its
+    # record, or a planted file. Never trusted: the sweep runs (idempotent) and replaces it.
+    replace = await store.exists(layout.sweep_report)
     start = datetime.now(UTC)
-    state = None if options.dry_run else await _read_state(store, layout.checkpoint, Checkpoint)
-    if state is not None and state.mark_id != mark_id:
+    state = Checkpoint(mark_id=mark_id)
+    if not options.dry_run:
+        state = await _read_checkpoint(store, layout, mark.record) or state
+    if state.mark_id != mark_id:
         raise CorruptDataError(
             f"checkpoint names mark {state.mark_id}", file=file_name(store, layout.checkpoint)
         )
-    state = state or Checkpoint(mark_id=mark_id)
-    parts = await list_parts(store, layout.deleted_text)
-    async with Reverifier(graveler, repo_id, layout, manifest, pins=pins, workdir=options.workdir) as rv:
-        await rv.verify()
+    parts = await verify_parts(store, layout.ns, mark.record, layout.deleted_text, digests=True)
+    for directory in (layout.uncommitted, layout.metaranges):
+        await verify_parts(store, layout.ns, mark.record, directory, digests=True)
+    async with Reverifier(
+        graveler, repo_id, layout, manifest, pins=pins, workdir=options.workdir, record=mark.record
+    ) as rv:
+        await rv.verify()  # checks ranges.txt and commits.csv as it loads them
         fault_point("sweep:verified")
-        sweeper = _Sweeper(
-            store,
-            layout,
-            rv,
-            deleter=None if options.dry_run else deleter,
-            options=options,
-            state=state,
-            failed_log=None if options.dry_run else await FailedKeysLog.open(store, layout.failed),
-        )
+        failed_log = None if options.dry_run else await FailedKeysLog.open(store, layout.failed)
+        sweeper = _Sweeper(store, layout, rv, deleter=None if options.dry_run else deleter,
+                           options=options, state=state, failed_log=failed_log, record=record)  # fmt: skip
         sweeper.state["reverifications"] += 1
         await sweeper.run(parts)
         await sweeper.maybe_checkpoint(force=True)
@@ -318,9 +450,12 @@ async def run_sweep(
     )
     fault_point("sweep:before-report")
     if not options.dry_run:
-        await store.put(
-            layout.sweep_report, _dump(report), if_none_match=True, content_type="application/json"
-        )
+        data = _dump(report)
+        await store.put(layout.sweep_report, data, if_none_match=not replace, content_type="application/json")
+        failed = digest_of(failed_log.stored() if failed_log is not None else b"")
+        ns = layout.ns
+        await record.swept({ns_relative(ns, layout.sweep_report): digest_of(data),
+                            ns_relative(ns, layout.failed): failed})  # fmt: skip
     log.info(
         "swept %s mark %s: %d deleted, %d failed, %d rescued of %d%s",
         repo_id, mark_id, report.deleted, report.failed, report.rescued, report.candidates,

@@ -15,6 +15,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from lakefs_core.service.lease import kv_lease
 from lakefs_gc.config import GCConfig
+from lakefs_gc.runs.layout import RunLayout
 from lakefs_gc.service import GCService
 from tests.gc.daemon_support import AUTH, SqliteRepo, gc_config, sqlite_repo
 from tests.gc.test_mark import deleted_set
@@ -94,6 +95,17 @@ async def test_runs_through_the_api(repo: SqliteRepo, tmp_path: Path) -> None:
         assert (await _call(svc, "POST", RUNS, json={"mode": "sweep", "mark_id": "nope"}))[0] == 404
         assert (await _call(svc, "POST", RUNS, json={"mode": "sweep"}))[0] == 400
         assert (await _call(svc, "POST", RUNS, json={"mode": "bogus"}))[0] == 400
+        # A mark whose candidate list was edited in the namespace: its sweep is refused and counted.
+        status, run = await _call(svc, "POST", RUNS, json={"mode": "mark"})
+        await svc.drain()
+        store = await repo.g.namespace_store(repo.built.ns)
+        part = f"{RunLayout(repo.built.ns, run['run_id']).deleted_text}/part-00000"
+        await store.put(part, await store.get(part) + b"data/planted/object\n")
+        await _call(svc, "POST", RUNS, json={"mode": "sweep", "mark_id": run["run_id"]})
+        await svc.drain()
+        assert await repo.stored() >= garbage  # refused: nothing deleted
+        text = (await _call(svc, "GET", "/metrics", auth=None))[1]
+        assert _sample(text, "lakefs_gc_sweep_refusals_total", repo="repo1", reason="digest") == 1
 
         status, run = await _call(svc, "POST", RUNS, json={"mode": "full"})
         assert status == 202
@@ -106,7 +118,7 @@ async def test_runs_through_the_api(repo: SqliteRepo, tmp_path: Path) -> None:
         assert not remaining & garbage and not live - remaining
         status, listing = await _call(svc, "GET", RUNS)
         ids = [r["run_id"] for r in listing["results"]]
-        assert status == 200 and ids[0] == run["run_id"] and len(ids) == 2  # newest first
+        assert status == 200 and ids[0] == run["run_id"] and len(ids) == 3  # newest first
         assert (await _call(svc, "GET", f"{RUNS}?amount=1"))[1]["results"][0]["run_id"] == run["run_id"]
         assert (await _call(svc, "GET", f"{RUNS}/not-a-run"))[0] == 404
         status, text = await _call(svc, "GET", "/metrics", auth=None)
@@ -187,6 +199,33 @@ async def test_a_killed_sweep_is_resumed_by_the_next_scheduled_run(
         await svc.drain()
         _, run = await _call(svc, "GET", f"{RUNS}/{first}")
         assert run["state"] == "swept", run
+        assert not (await repo.stored()) & garbage and not live - await repo.stored()
+    finally:
+        await svc.close()
+
+
+async def test_a_refused_sweep_is_not_resumed_and_a_new_run_follows(
+    repo: SqliteRepo, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    live, garbage = await repo.live_and_garbage()
+    svc = await _open(repo, tmp_path, schedule={"interval_seconds": 0.001})
+    try:
+        monkeypatch.setenv("LAKEFS_GC_FAULT", "sweep:batch:1")  # killed after the first batch
+        first = (await svc.step()).started_runs[0]
+        await svc.drain()
+        monkeypatch.delenv("LAKEFS_GC_FAULT")
+        store = await repo.g.namespace_store(repo.built.ns)
+        part = f"{RunLayout(repo.built.ns, first).deleted_text}/part-00000"
+        await store.put(part, await store.get(part) + b"data/planted/object\n")
+        before = await repo.stored()
+        await asyncio.sleep(0.01)
+        assert (await svc.step()).started_runs == [first]  # resumed: its record is still complete
+        await svc.drain()
+        assert svc.failed_runs == 2 and await repo.stored() == before  # refused, nothing deleted
+        await asyncio.sleep(0.01)
+        second = (await svc.step()).started_runs  # never resumed again: a new run instead
+        assert len(second) == 1 and second[0] != first
+        await svc.drain()
         assert not (await repo.stored()) & garbage and not live - await repo.stored()
     finally:
         await svc.close()

@@ -5,6 +5,7 @@ The lite executor needs no JVM (runs in ``make test-fast``); the Spark one uses 
 
 from __future__ import annotations
 
+import hashlib
 import os
 import uuid
 from collections import Counter
@@ -125,6 +126,13 @@ async def test_write_text_parts_deterministic_and_idempotent(
     # A retry (the same partitions again) overwrites its own parts: same names, same content.
     assert ds.write_text_parts(built.ref, "_lakefs/gc/run1/deleted.text") == 30
     assert _read_parts(ns_dir / "_lakefs/gc/run1/deleted.text") == parts
+
+    # The digested flavour: each part's lines, bytes and SHA-256, taken as it was written.
+    written = ds.write_text_parts_digested(built.ref, "_lakefs/gc/run4/deleted.text")
+    assert [w.lines for w in written] == [len(part) for part in parts.values()]
+    for i, w in enumerate(written):
+        data = (ns_dir / "_lakefs/gc/run4/deleted.text" / part_name(i)).read_bytes()
+        assert (w.size, w.sha256) == (len(data), hashlib.sha256(data).hexdigest())
 
     assert empty.write_text_parts(built.ref, "_lakefs/gc/run2/deleted.text") == 0
     assert _read_parts(ns_dir / "_lakefs/gc/run2/deleted.text") == {"part-00000": [], "part-00001": []}

@@ -288,6 +288,9 @@ def test_only_upload_stages_an_address_everything_else_stages_tombstones() -> No
     values = {(m, f, a) for m, f, a in calls if not a.startswith("tombstone(")}
     assert values == {
         ("lakefs_core/repos/objects.py", "upload", "record"),
+        # presigned staging: the address was journalled (pending) when stage_address issued it, and
+        # link settles that intent once, for the branch and path it was issued for
+        ("lakefs_core/repos/objects.py", "link", "record"),
         ("lakefs_core/repos/graveler.py", "set_entry", "record"),  # the facade's delegation
     }
     assert ("lakefs_core/repos/graveler.py", "delete_entry", "tombstone(key)") in calls

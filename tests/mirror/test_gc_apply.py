@@ -15,7 +15,7 @@ import pytest
 from lakefs_core.block import copy_object
 from lakefs_core.block.base import ObjectInfo
 from lakefs_core.compute.executor import LiteExecutor
-from lakefs_core.errors import CorruptDataError, NotFoundError
+from lakefs_core.errors import NotFoundError, TamperedError
 from lakefs_core.format.records import decode_entry
 from lakefs_core.kv.memory import MemoryKVStore
 from lakefs_core.namespace import StorageNamespace
@@ -235,10 +235,29 @@ async def test_a_tampered_report_deletes_nothing(world: World) -> None:
     body = await store.get(parts[0])
     await store.put(parts[0], body + b"_lakefs/not-a-data-object\n")
     before = await w.dst_objects()
-    with pytest.raises(CorruptDataError, match="not a data object"):
+    with pytest.raises(TamperedError, match="the run record says") as refused:
         await w.apply()
+    assert refused.value.reason == "digest" and refused.value.exit_code == 18
     assert await w.dst_objects() == before
     assert await w.db.gc_applied_runs(w.mirror_id) == set()
+    await store.put(parts[0], body)
+    # The failed keys the sweep left, edited (fewer keys kept in the source): refused too.
+    failed = RunLayout(w.built.ns, run_id).failed
+    await store.put(failed, b"data/planted\tInternalError\n")
+    with pytest.raises(TamperedError, match=r"failed\.text"):
+        await w.apply()
+    await store.delete(failed)
+    # A run the KV does not record as swept is never applied, whatever its files say: the run's
+    # files copied under a newer run id (its sweep.json, deleted list and all).
+    planted = "29991231T000000000Z-00000000000000aa"
+    src_prefix = w.built.ns.gc_path(run_id) + "/"
+    async for item in store.list(src_prefix):
+        if isinstance(item, ObjectInfo):
+            key = w.built.ns.gc_path(planted, *item.key[len(src_prefix) :].split("/"))
+            await store.put(key, (await store.get(item.key)).replace(run_id.encode(), planted.encode()))
+    report = await w.apply()
+    assert report.applied == [run_id] and planted not in await w.db.gc_applied_runs(w.mirror_id)
+    assert await w.dst_objects() == before - await marked(w, run_id)
 
 
 async def test_gc_applied_rows(tmp_path: Path) -> None:

@@ -255,16 +255,16 @@ async def test_list_delimiter_skips_prefixes_without_reading_them(
         await g.set_entry(repo, "main", record(f"big/{i:04d}x"))
     await g.set_entry(repo, "main", record("tail"))
     yielded = 0
-    list_entries = reading.list_entries
+    list_resolved = reading.list_resolved
 
     async def counting(*args: Any, **kwargs: Any) -> AsyncIterator[ValueRecord]:
-        """Counts the entries the listing reads (Objects lists through reading.list_entries)."""
+        """Counts the entries the listing reads (Objects lists through reading.list_resolved)."""
         nonlocal yielded
-        async for r in list_entries(*args, **kwargs):
+        async for r in list_resolved(*args, **kwargs):
             yielded += 1
             yield r
 
-    monkeypatch.setattr(reading, "list_entries", counting)
+    monkeypatch.setattr(reading, "list_resolved", counting)
     page = await Objects(g).list(repo, "main", delimiter="/")
     assert page.common_prefixes == ["big/"] and [o.path for o in page.objects] == ["tail"]
     assert 0 < yielded <= 3

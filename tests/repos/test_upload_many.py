@@ -478,6 +478,7 @@ def test_only_batch_upload_stages_values_in_batches() -> None:
     assert sorted(stage_calls) == [
         ("lakefs_core/repos/graveler.py", "set_entry"),
         ("lakefs_core/repos/objects.py", "delete"),  # a tombstone
+        ("lakefs_core/repos/objects.py", "link"),  # the address stage_address journalled, settled once
         ("lakefs_core/repos/objects.py", "upload"),  # the value it just PUT
     ]
 

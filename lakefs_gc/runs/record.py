@@ -1,0 +1,149 @@
+"""A GC run's record in the KV: what a sweep may trust of the files a mark left in the namespace.
+
+Files in a namespace can be written by anyone with access to the bucket; the KV cannot. So a mark,
+once its ``summary.json`` is written, binds its outputs to a record in its repository's KV
+partition, and the sweep (and a mirror applying a sweep) acts only on files whose SHA-256 matches.
+
+Contract:
+
+- :class:`RunRecord`: run id, repository, ``state`` (``complete``: a mark that may be swept;
+  ``swept``; ``failed``, with a ``reason``), the mark's start and end, the rules it used, and
+  :class:`FileDigest` (SHA-256 and size) of every file the sweep reads, keyed by namespace-relative
+  path: ``run.json``, ``summary.json``, ``commits.csv``, every part of ``uncommitted/``,
+  ``metaranges/``, ``ranges.txt/`` and ``deleted.text/``. The sweep adds its checkpoint's digest (the
+  current and the previous one: a crash between the record and the file leaves one of the two) and,
+  once swept, ``sweep.json`` and ``sweep/failed.text``.
+- Storage (:class:`RunRecords`), immutable then pointer: a record's bytes are written create-only at
+  ``gc-run-records/<sha-256 of the bytes>``, then ``gc-runs/<run id>`` is moved to that digest by
+  compare-and-swap (from absent for a new run, from the digest read for a change). A writer that
+  lost the swap gets :class:`~lakefs_core.errors.PreconditionFailedError`. Keys come from
+  :mod:`lakefs_core.refs.kvkeys`.
+- :class:`Digester` streams a digest (bounded memory); :func:`digesting` passes chunks through it
+  while they are written, :func:`file_digest` reads a stored file once.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+from collections.abc import AsyncIterable, AsyncIterator
+from datetime import datetime
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr, ValidationError
+
+from lakefs_core.block.base import BlockStore
+from lakefs_core.errors import CorruptDataError, NotFoundError, PreconditionFailedError
+from lakefs_core.kv.base import Expect
+from lakefs_core.refs import kvkeys
+from lakefs_core.repos.graveler import Graveler
+from lakefs_gc.rules import GCRules
+
+RecordState = Literal["complete", "swept", "failed"]
+Sha256 = Annotated[StrictStr, Field(pattern=r"^[0-9a-f]{64}$")]
+MAX_RECORD_BYTES = 64 << 20
+
+
+class FileDigest(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    sha256: Sha256
+    size: Annotated[StrictInt, Field(ge=0)]
+
+
+class Digester:
+    """SHA-256 and size of a byte stream, fed chunk by chunk."""
+
+    def __init__(self) -> None:
+        self._hash = hashlib.sha256()
+        self.size = 0
+
+    def update(self, chunk: bytes) -> None:
+        self._hash.update(chunk)
+        self.size += len(chunk)
+
+    def result(self) -> FileDigest:
+        return FileDigest(sha256=self._hash.hexdigest(), size=self.size)
+
+
+def digest_of(data: bytes) -> FileDigest:
+    return FileDigest(sha256=hashlib.sha256(data).hexdigest(), size=len(data))
+
+
+async def digesting(chunks: AsyncIterable[bytes], digester: Digester) -> AsyncIterator[bytes]:
+    """``chunks`` unchanged, each fed to ``digester`` on its way (a write digests what it writes)."""
+    async for chunk in chunks:
+        digester.update(chunk)
+        yield chunk
+
+
+async def file_digest(store: BlockStore, key: str) -> FileDigest:
+    """The digest of a stored file, streamed."""
+    digester = Digester()
+    async for chunk in store.stream(key):
+        digester.update(chunk)
+    return digester.result()
+
+
+class RunRecord(BaseModel):
+    """One GC run as the KV knows it (see the module docstring)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    version: Literal[1] = 1
+    run_id: StrictStr
+    repository: StrictStr
+    state: RecordState
+    reason: StrictStr | None = None
+    start_time: datetime
+    end_time: datetime
+    rules: GCRules | None
+    files: dict[StrictStr, FileDigest]
+    checkpoint: FileDigest | None = None
+    previous_checkpoint: FileDigest | None = None
+    sweep_files: dict[StrictStr, FileDigest] = Field(default_factory=dict)
+
+    def to_bytes(self) -> bytes:
+        return json.dumps(self.model_dump(mode="json"), sort_keys=True, separators=(",", ":")).encode()
+
+
+class RunRecords:
+    """The run records of one repository (its KV partition)."""
+
+    def __init__(self, graveler: Graveler, repo_id: str) -> None:
+        self._g, self._repo = graveler, repo_id
+
+    async def _partition(self) -> bytes:
+        return (await self._g.repository(self._repo)).partition
+
+    async def read(self, run_id: str) -> tuple[str, RunRecord] | None:
+        """``(pointer, record)`` of ``run_id``, or None when the KV has no record of it."""
+        partition = await self._partition()
+        try:
+            pointer = (await self._g.kv.get(partition, kvkeys.gc_run_key(run_id))).decode()
+            raw = await self._g.kv.get(partition, kvkeys.gc_run_record_key(pointer))
+        except NotFoundError:
+            return None
+        where = f"KV gc-runs/{run_id} of repository {self._repo!r}"
+        if len(raw) > MAX_RECORD_BYTES or hashlib.sha256(raw).hexdigest() != pointer:
+            raise CorruptDataError("the run record does not match its digest", file=where)
+        try:
+            record = RunRecord.model_validate_json(raw)
+        except ValidationError as e:
+            raise CorruptDataError(f"invalid run record: {e.errors()[0]['msg']}", file=where) from None
+        if record.run_id != run_id or record.repository != self._repo:
+            raise CorruptDataError(f"the record names {record.repository!r} run {record.run_id}", file=where)
+        return pointer, record
+
+    async def write(self, record: RunRecord, *, replacing: str | None) -> str:
+        """Store ``record`` (immutable), then point ``gc-runs/<run>`` at it: from absent when
+        ``replacing`` is None, else from ``replacing``. Returns the new pointer."""
+        partition = await self._partition()
+        raw = record.to_bytes()
+        digest = hashlib.sha256(raw).hexdigest()
+        with contextlib.suppress(PreconditionFailedError):  # the same bytes are there already
+            await self._g.kv.set_if(partition, kvkeys.gc_run_record_key(digest), raw, Expect.ABSENT)
+        expected = Expect.ABSENT if replacing is None else Expect.equals(replacing.encode())
+        await self._g.kv.set_if(partition, kvkeys.gc_run_key(record.run_id), digest.encode(), expected)
+        return digest

@@ -1,0 +1,292 @@
+"""GetObject, HeadObject, GetObjectTagging, PutObject and DeleteObject with lakeFS's semantics, plus
+what lakeFS lacks: conditional reads (If-Match, If-None-Match, If-Modified-Since,
+If-Unmodified-Since, in RFC 9110's order), ``response-*`` overrides, and verified uploads.
+
+- Reads: one byte range (``bytes=a-b``, ``a-``, ``-n``): 206 with Content-Range, an unsatisfiable
+  one 416 InvalidRange, a malformed or multi-range header ignored (the whole object, as lakeFS).
+  A purged object answers ObjectPurged (410) naming the purge record; an entry whose bytes are
+  missing from the store answers NoSuchVersion (lakeFS's code). No byte is sent before the purge
+  check answered.
+- PutObject: branches only (a tag, a commit id or a missing branch is NoSuchBucket, as lakeFS
+  answers); a read-only repository is ErrReadOnlyRepository (403). The body is verified while it
+  streams (SigV4 payload hash, chunk and trailer signatures, Content-MD5, ``x-amz-checksum-*``,
+  :func:`lakefs_core.auth.payload.body_verifier`) and the verification's last step runs before the
+  store commits the object, so a mismatch stores nothing and stages nothing; the upload goes
+  through :meth:`lakefs_core.repos.objects.Objects.upload`, whose hard-delete journal intent lets
+  the reconciler remove whatever a failed upload left. ``If-None-Match: *`` and ``If-Match: <etag>``
+  are checked against the branch's current entry right before the upload (not atomically with the
+  staging: a concurrent writer between the check and the staging wins, as with lakeFS's gateway).
+- DeleteObject: 204 whether or not the object existed (S3's answer).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import AsyncGenerator, AsyncIterator
+from datetime import datetime
+from typing import cast
+
+from aiohttp import web
+
+from lakefs_core.auth.payload import body_verifier
+from lakefs_core.auth.s3perms import S3Operation
+from lakefs_core.errors import NotFoundError
+from lakefs_core.offloop import run_cpu
+from lakefs_core.repos.objects import ObjectStat
+from lakefs_server.gateway.common import (
+    http_date,
+    parse_http_date,
+    quoted_etag,
+    repository,
+    require_branch,
+    user_metadata,
+    write_metadata_headers,
+)
+from lakefs_server.gateway.errors import S3Error
+from lakefs_server.gateway.handler import S3Call, register
+from lakefs_server.gateway.xml import xml_response
+
+__all__ = ["body_stream", "check_write_conditions", "etag_matches", "parse_range", "stat_object"]
+
+_RANGE = re.compile(r"bytes=(\d*)-(\d*)")
+READ_CHUNK = 1 << 20
+OFFLOAD_BYTES = 256 << 10  # body pieces at least this big are verified in the CPU pool
+_OVERRIDES = {
+    "response-content-type": "Content-Type",
+    "response-content-language": "Content-Language",
+    "response-expires": "Expires",
+    "response-cache-control": "Cache-Control",
+    "response-content-disposition": "Content-Disposition",
+    "response-content-encoding": "Content-Encoding",
+}
+
+
+def parse_range(header: str | None, size: int) -> tuple[int, int] | None:
+    """``(start, end inclusive)`` of a single satisfiable range; ``None`` to serve the whole object;
+    S3Error InvalidRange when unsatisfiable."""
+    if not header:
+        return None
+    found = _RANGE.fullmatch(header.strip())
+    if found is None:
+        return None  # malformed or several ranges: ignored, as lakeFS and RFC 9110 allow
+    first, last = found.groups()
+    if not first and not last:
+        return None
+    if not first:
+        suffix = int(last)
+        if suffix == 0 or size == 0:
+            raise S3Error("InvalidRange", "the requested range is not satisfiable", RangeRequested=header)
+        return max(0, size - suffix), size - 1
+    start = int(first)
+    end = size - 1 if not last else min(int(last), size - 1)
+    if start >= size or (last and int(last) < start):
+        raise S3Error("InvalidRange", "the requested range is not satisfiable", RangeRequested=header)
+    return start, end
+
+
+def etag_matches(header: str, etag: str) -> bool:
+    bare = etag.strip('"')
+    return any(
+        tag.strip() == "*" or tag.strip().removeprefix("W/").strip('"') == bare for tag in header.split(",")
+    )
+
+
+def _seconds(when: datetime | None) -> int:
+    return int(when.timestamp()) if when is not None else 0
+
+
+def check_read_conditions(call: S3Call, stat: ObjectStat) -> None:
+    """RFC 9110 §13.2.2's order: If-Match, else If-Unmodified-Since (412); If-None-Match, else
+    If-Modified-Since (304)."""
+    signed = call.signed
+    if_match = signed.header("if-match")
+    if if_match is not None:
+        if not etag_matches(if_match, stat.etag):
+            raise S3Error(
+                "PreconditionFailed", "If-Match does not match the object's ETag", Condition="If-Match"
+            )
+    else:
+        since = parse_http_date(signed.header("if-unmodified-since"))
+        if since is not None and _seconds(stat.last_modified) > since.timestamp():
+            raise S3Error(
+                "PreconditionFailed", "the object was modified since", Condition="If-Unmodified-Since"
+            )
+    if_none = signed.header("if-none-match")
+    if if_none is not None:
+        if etag_matches(if_none, stat.etag):
+            raise S3Error("NotModified", "not modified")
+    else:
+        since = parse_http_date(signed.header("if-modified-since"))
+        if since is not None and _seconds(stat.last_modified) <= since.timestamp():
+            raise S3Error("NotModified", "not modified")
+
+
+async def stat_object(call: S3Call, repo_id: str, ref: str, path: str) -> ObjectStat:
+    """The entry of ``path`` at ``ref``; NoSuchBucket / NoSuchKey / ObjectPurged."""
+    await repository(call, repo_id)
+    if not path:
+        raise S3Error("NoSuchKey", "the key names no object")
+    try:
+        return await call.ctx.objects.stat(repo_id, ref, path)
+    except NotFoundError as e:
+        if type(e) is not NotFoundError:  # PurgedError: handled by the caller's mapping
+            raise
+        raise S3Error("NoSuchKey", f"{path[:200]!r} not found at {ref!r}") from None
+
+
+def _object_headers(call: S3Call, stat: ObjectStat) -> dict[str, str]:
+    headers = {
+        "Last-Modified": http_date(stat.last_modified),
+        "ETag": quoted_etag(stat.etag),
+        "Content-Type": stat.content_type or "application/octet-stream",
+        "Accept-Ranges": "bytes",
+    }
+    write_metadata_headers(headers, stat.metadata)
+    for param, header in _OVERRIDES.items():
+        value = call.query(param)
+        if value is not None:
+            if "\r" in value or "\n" in value:
+                raise S3Error("InvalidArgument", f"{param} must be a single line")
+            headers[header] = value
+    return headers
+
+
+@register(S3Operation.HEAD_OBJECT, S3Operation.GET_OBJECT)
+async def get_object(call: S3Call) -> web.StreamResponse:
+    if call.has_query("uploadId"):
+        raise S3Error("InvalidRequest", "ListParts is a GET")
+    if call.operation is S3Operation.GET_OBJECT and call.has_query("versioning"):
+        return xml_response("VersioningConfiguration", [])
+    stat = await stat_object(call, call.repo, call.ref, call.path)
+    try:
+        check_read_conditions(call, stat)
+    except S3Error as e:
+        if e.code != "NotModified":
+            raise
+        headers = {"ETag": quoted_etag(stat.etag), "Last-Modified": http_date(stat.last_modified)}
+        return web.Response(status=304, headers=headers)
+    headers = _object_headers(call, stat)
+    span = parse_range(call.signed.header("range"), stat.size)
+    start, length, status = 0, stat.size, 200
+    if span is not None:
+        start, length, status = span[0], span[1] - span[0] + 1, 206
+        headers["Content-Range"] = f"bytes {span[0]}-{span[1]}/{stat.size}"
+    headers["Content-Length"] = str(length)
+    if call.operation is S3Operation.HEAD_OBJECT:
+        return web.Response(status=status, headers=headers)
+    # an async generator (closed below, so the store's stream is released on a client that left)
+    chunks = cast(
+        AsyncGenerator[bytes, None], call.ctx.objects.read_stat(call.repo, stat, start=start, length=length)
+    )
+    try:
+        first = await anext(chunks, None) if length else None
+    except NotFoundError as e:
+        await chunks.aclose()
+        if type(e) is not NotFoundError:
+            raise
+        raise S3Error("NoSuchVersion", f"the data of {call.path[:200]!r} is missing from the store") from None
+    response = web.StreamResponse(status=status, headers=headers)
+    response.headers["x-amz-request-id"] = call.request_id
+    response.content_length = length
+    await response.prepare(call.request)
+    sent = 0
+    try:
+        if first is not None:
+            await response.write(first)
+            sent += len(first)
+        async for chunk in chunks:
+            await response.write(chunk)
+            sent += len(chunk)
+    finally:
+        await chunks.aclose()
+        call.ctx.metrics.sent.inc(sent)
+    await response.write_eof()
+    return response
+
+
+@register(S3Operation.GET_OBJECT_TAGGING)
+async def get_object_tagging(call: S3Call) -> web.StreamResponse:
+    await stat_object(call, call.repo, call.ref, call.path)
+    return xml_response("Tagging", ["<TagSet></TagSet>"])
+
+
+async def body_stream(call: S3Call) -> tuple[AsyncIterator[bytes], dict[str, str]]:
+    """The request body's object bytes, verified as they stream; the dict is filled with the
+    verified checksums (by header name) once the stream ended without error. The stream raises
+    before its end when anything does not match, so a store writing it never commits it."""
+    verifier = body_verifier(call.verified, call.signed)
+    verified: dict[str, str] = {}
+    metrics = call.ctx.metrics
+
+    async def stream() -> AsyncIterator[bytes]:
+        async for chunk in call.request.content.iter_chunked(READ_CHUNK):
+            # hashing a big piece (SHA-256, MD5, CRCs release the GIL) runs off the event loop
+            data = (
+                await run_cpu(verifier.feed, chunk) if len(chunk) >= OFFLOAD_BYTES else verifier.feed(chunk)
+            )
+            if data:
+                metrics.received.inc(len(data))
+                yield data
+        verified.update(verifier.finish())
+
+    return stream(), verified
+
+
+async def check_write_conditions(call: S3Call) -> None:
+    """``If-None-Match: *`` / ``If-Match`` of a write, against the branch's current entry."""
+    if_none = call.signed.header("if-none-match")
+    if_match = call.signed.header("if-match")
+    if if_none is None and if_match is None:
+        return
+    if if_none is not None and if_none.strip() != "*":
+        raise S3Error("NotImplemented", "If-None-Match on a write supports '*' only")
+    try:
+        current: ObjectStat | None = await call.ctx.objects.stat(call.repo, call.ref, call.path)
+    except NotFoundError:
+        current = None
+    if if_none is not None and current is not None:
+        raise S3Error("PreconditionFailed", "the object exists (If-None-Match: *)", Condition="If-None-Match")
+    if if_match is not None:
+        if current is None:
+            raise S3Error("NoSuchKey", "If-Match names an object that does not exist")
+        if not etag_matches(if_match, current.etag):
+            raise S3Error(
+                "PreconditionFailed", "If-Match does not match the object's ETag", Condition="If-Match"
+            )
+
+
+@register(S3Operation.PUT_OBJECT)
+async def put_object(call: S3Call) -> web.StreamResponse:
+    if call.has_query("tagging"):
+        raise S3Error("ERRLakeFSNotSupported", "object tagging is not supported")
+    repo = await repository(call)
+    if repo.read_only:
+        raise S3Error("ErrReadOnlyRepository", f"repository {repo.id!r} is read-only")
+    await require_branch(call, call.repo, call.ref)
+    path = call.path
+    if not path:
+        raise S3Error("InvalidArgument", "the key names no object path within the branch")
+    metadata = user_metadata(call)
+    await check_write_conditions(call)
+    stream, verified = await body_stream(call)
+    content_type = call.signed.header("content-type")
+    stat = await call.ctx.objects.upload(
+        call.repo, call.ref, path, stream, content_type=content_type, metadata=metadata or None
+    )
+    headers = {"ETag": quoted_etag(stat.etag)}
+    headers.update({k: v for k, v in verified.items() if k.startswith("x-amz-checksum-")})
+    return web.Response(status=200, headers=headers)
+
+
+@register(S3Operation.DELETE_OBJECT)
+async def delete_object(call: S3Call) -> web.StreamResponse:
+    repo = await repository(call)
+    if repo.read_only:
+        raise S3Error("ErrReadOnlyRepository", f"repository {repo.id!r} is read-only")
+    await require_branch(call, call.repo, call.ref)
+    try:
+        await call.ctx.objects.delete(call.repo, call.ref, call.path)
+    except NotFoundError as e:
+        if type(e) is not NotFoundError:
+            raise
+    return web.Response(status=204)

@@ -1,0 +1,189 @@
+"""The facade operations lakeFS's REST API needed: cherry-pick, merge base of two refs, dropping a
+path's uncommitted changes (exact or prefix; model-based), repository settings (compare-and-swap)
+and hidden branches."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from lakefs_core.committed.model import MergeStrategy
+from lakefs_core.errors import (
+    BadInputError,
+    ConflictError,
+    MergeConflictError,
+    NotFoundError,
+    PreconditionFailedError,
+)
+from lakefs_core.kv.memory import MemoryKVStore
+from lakefs_core.repos.graveler import Graveler
+from lakefs_core.repos.objects import Objects
+from lakefs_core.repos.stores import StoreRegistry
+from tests.repos.support import collect, mem_namespace, new_graveler, record, unique
+
+
+async def commit(g: Graveler, repo: str, branch: str = "main", message: str = "c") -> str:
+    return (await g.commit(repo, branch, committer="tester", message=message)).id
+
+
+async def content(g: Graveler, repo: str, ref: str) -> dict[bytes, bytes]:
+    return {r.key: r.identity async for r in g.list_entries(repo, ref)}
+
+
+async def test_cherry_pick_refusals(g: Graveler, repo: str) -> None:
+    await g.set_entry(repo, "main", record("a", "base"))
+    await commit(g, repo)
+    await g.create_branch(repo, "other", "main")
+    await g.set_entry(repo, "other", record("a", "other"))
+    change = await commit(g, repo, "other")
+    await g.set_entry(repo, "main", record("a", "main"))
+    await commit(g, repo)
+    with pytest.raises(MergeConflictError):
+        await g.cherry_pick(repo, "main", change, committer="t")
+    await g.set_entry(repo, "main", record("dirty"))
+    with pytest.raises(ConflictError, match="uncommitted"):
+        await g.cherry_pick(repo, "main", change, committer="t")
+    await g.reset_branch(repo, "main")
+    await g.create_branch(repo, "m", "other")
+    await g.set_entry(repo, "main", record("z"))
+    await commit(g, repo)
+    merged = await g.merge(repo, "main", "m", committer="t", strategy=MergeStrategy.SOURCE_WINS)
+    with pytest.raises(BadInputError, match="parent_number"):
+        await g.cherry_pick(repo, "main", merged.id, committer="t")
+
+
+async def test_merge_base(g: Graveler, repo: str) -> None:
+    await g.set_entry(repo, "main", record("a"))
+    base = await commit(g, repo)
+    await g.create_branch(repo, "f", "main")
+    await g.set_entry(repo, "f", record("f"))
+    await commit(g, repo, "f")
+    await g.set_entry(repo, "main", record("m"))
+    await commit(g, repo)
+    found = await g.merge_base(repo, "main", "f")
+    assert found is not None and found.id == base
+
+
+async def test_settings_compare_and_swap(g: Graveler, repo: str) -> None:
+    assert await g.setting(repo, "branch_protection") is None
+    await g.set_setting(repo, "branch_protection", b'["main"]', None)
+    with pytest.raises(PreconditionFailedError):
+        await g.set_setting(repo, "branch_protection", b"[]", None)
+    with pytest.raises(PreconditionFailedError):
+        await g.set_setting(repo, "branch_protection", b"[]", b'["other"]')
+    await g.set_setting(repo, "branch_protection", b"[]", b'["main"]')
+    assert await g.setting(repo, "branch_protection") == b"[]"
+    with pytest.raises(BadInputError):
+        await g.setting(repo, "a/b")
+
+
+async def test_hidden_branch(g: Graveler, repo: str) -> None:
+    made = await g.create_branch(repo, "tx-1", "main", hidden=True)
+    assert made.hidden and (await g.branch(repo, "tx-1")).hidden
+    assert [b.id for b in await collect(g.list_branches(repo)) if not b.hidden] == ["main"]
+
+
+KEYS = st.sampled_from(["a", "a/x", "a/y", "ab", "b/z", "b"])
+OPS = st.lists(st.tuples(st.sampled_from(["put", "delete"]), KEYS), max_size=12)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(committed=st.sets(KEYS), ops=OPS, path=KEYS, prefix=st.booleans())
+def test_reset_path_model(committed: set[str], ops: list[tuple[str, str]], path: str, prefix: bool) -> None:
+    """Against a model: after reset_changes, exactly the uncommitted changes under ``path`` (or to it)
+    are gone, every other change is kept, and the committed data is untouched."""
+    asyncio.run(_reset_path_case(committed, ops, path, prefix))
+
+
+async def _reset_path_case(committed: set[str], ops: list[tuple[str, str]], path: str, prefix: bool) -> None:
+    kv, stores = MemoryKVStore(), StoreRegistry()
+    try:
+        g = new_graveler(kv, stores)
+        repo = unique()
+        await g.create_repository(repo, mem_namespace())
+        for key in sorted(committed):
+            await g.set_entry(repo, "main", record(key, "committed"))
+        if committed:
+            await commit(g, repo)
+        before = await content(g, repo, "main")
+        for i, (op, key) in enumerate(ops):
+            if op == "put":
+                await g.set_entry(repo, "main", record(key, f"v{i}"))
+            elif key.encode() in await content(g, repo, "main"):
+                await g.delete_entry(repo, "main", key.encode())
+        staged = await content(g, repo, "main")
+
+        def hit(key: bytes) -> bool:
+            return key.startswith(path.encode()) if prefix else key == path.encode()
+
+        await g.reset_changes(repo, "main", path.encode(), prefix=prefix)
+        expected = {k: v for k, v in staged.items() if not hit(k)}
+        expected |= {k: v for k, v in before.items() if hit(k)}
+        assert await content(g, repo, "main") == expected
+        assert await content(g, repo, "main@") == before
+    finally:
+        await stores.close()
+        await kv.close()
+
+
+async def test_squash_merge_has_one_parent(g: Graveler, repo: str) -> None:
+    await g.set_entry(repo, "main", record("a"))
+    await commit(g, repo)
+    await g.create_branch(repo, "f", "main")
+    await g.set_entry(repo, "f", rec := record("f"))
+    await commit(g, repo, "f")
+    await g.set_entry(repo, "f", record("g"))
+    await commit(g, repo, "f")
+    head = await g.get_commit(repo, "main")
+    squashed = await g.merge(repo, "f", "main", committer="t", squash=True)
+    assert squashed.parents == (head.id,) and squashed.generation == head.generation + 1
+    assert (await content(g, repo, "main"))[b"f"] == rec.identity
+
+
+async def test_presigned_staging_link(g: Graveler) -> None:
+    """stage_address journals the address (pending) as an upload's; link settles it with the entry,
+    only for the branch and path it was issued for, only with the bytes in place, only once; a
+    repository without the journal cannot issue addresses."""
+    objects = Objects(g)
+    repo = unique()
+    await g.create_repository(repo, mem_namespace(), hard_delete_journal=True)
+    staged = await objects.stage_address(repo, "main", "p")
+    journal = await g.journal(repo)
+    intent = await journal.intent(staged.relative)
+    assert intent is not None and intent.state == "pending" and intent.key == b"p"
+    with pytest.raises(NotFoundError):  # nothing written there yet
+        await objects.link(repo, "main", "p", staged.full_address, size=3)
+    await staged.store.put(staged.key, b"abc")
+    with pytest.raises(BadInputError, match="another branch or path"):
+        await objects.link(repo, "main", "q", staged.full_address, size=3)
+    with pytest.raises(BadInputError, match="3 bytes"):
+        await objects.link(repo, "main", "p", staged.full_address, size=4)
+    stat = await objects.link(repo, "main", "p", staged.full_address, size=3, metadata={"k": "v"})
+    assert stat.size == 3 and stat.metadata == {"k": "v"}
+    assert await objects.read_all(repo, "main", "p") == b"abc"
+    settled = await journal.intent(staged.relative)
+    assert settled is not None and settled.state == "stored"
+    with pytest.raises(BadInputError, match="no longer pending"):
+        await objects.link(repo, "main", "p", staged.full_address, size=3)
+    plain = unique()
+    await g.create_repository(plain, mem_namespace(), hard_delete_journal=False)
+    with pytest.raises(BadInputError, match="journal"):
+        await objects.stage_address(plain, "main", "p")
+
+
+async def test_link_after_the_reconciler_claimed_stages_nothing(g: Graveler) -> None:
+    objects = Objects(g)
+    repo = unique()
+    await g.create_repository(repo, mem_namespace(), hard_delete_journal=True)
+    staged = await objects.stage_address(repo, "main", "p")
+    await staged.store.put(staged.key, b"abc")
+    journal = await g.journal(repo)
+    intent = await journal.intent(staged.relative)
+    assert intent is not None
+    await journal.claim(intent)  # the pending timeout passed: the reconciler takes it
+    with pytest.raises(BadInputError, match="no longer pending"):
+        await objects.link(repo, "main", "p", staged.full_address, size=3)
+    assert await collect(g.list_entries(repo, "main")) == []
