@@ -375,6 +375,7 @@ class Objects:
         repo = await self.ctx.repository(repo_id)
         self.ctx.writable(repo, force)
         await self.ctx.refs.get_branch(repo, branch)
+        await protection.check(self.ctx, repo, branch, protection.Action.STAGING_WRITE)
         if not await journal_enabled(self.ctx, repo):
             raise BadInputError(
                 "presigned staging needs the repository's hard-delete journal", field="presign"

@@ -15,9 +15,10 @@ Patterns are lakeFS's globs (``gobwas/glob`` without separators), matched in bou
 :mod:`.branchglob`.
 
 Enforcement (:func:`check`) is what lakeFS's Graveler does, operation for operation: staged writes
-(upload, delete, copy, update-metadata, resetting uncommitted changes) are refused on a branch whose
-rules block ``STAGING_WRITE`` ("cannot write to protected branch"); a commit on one blocking
-``COMMIT`` ("cannot commit to protected branch"); a hard reset of the branch to another commit on
+(upload, delete, update-metadata, a presigned staging address, resetting uncommitted changes) are
+refused on a branch whose rules block ``STAGING_WRITE`` ("cannot write to protected branch"); a
+commit on one blocking ``COMMIT`` ("cannot commit to protected branch"), a commit of given entries
+(the Spark data source's write) included; a hard reset of the branch to another commit on
 either ("protected branch" when ``COMMIT`` is blocked). Merges, reverts, cherry-picks and imports
 into a protected branch are allowed, as in lakeFS: merging is how changes reach a protected branch.
 

@@ -125,12 +125,17 @@ async def test_every_write_to_a_protected_branch_is_refused(g: Graveler, repo: s
         objects.update_metadata(repo, "main", "a.txt", {"k": "v"}),
         g.reset_changes(repo, "main", b"a.txt", prefix=False),
         g.reset_branch(repo, "main"),
+        objects.stage_address(repo, "main", "c.txt"),  # lakeFS's staging/backing for a client's PUT
     ]
     for attempt in refused:
         with pytest.raises(ProtectedBranchError, match=f"^{WRITE}"):
             await attempt
-    with pytest.raises(ProtectedBranchError, match=f"^{COMMIT}"):
-        await g.commit(repo, "main", committer="t", message="m", allow_empty=True)
+    for commit in (
+        g.commit(repo, "main", committer="t", message="m", allow_empty=True),
+        g.commit_entries(repo, "main", [record("s")], committer="t", message="a Spark job's write"),
+    ):
+        with pytest.raises(ProtectedBranchError, match=f"^{COMMIT}"):
+            await commit
     with pytest.raises(ProtectedBranchError, match=r"^protected branch: "):  # lakeFS's ResetHard
         await g.reset_branch(repo, "main", "dev")
     # Other branches are unaffected; merging into a protected branch is how changes reach it (lakeFS).
