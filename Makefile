@@ -45,7 +45,7 @@ test: venv
 	$(PYTEST)
 
 test-fast: venv
-	$(PYTEST) -m "not slow and not spark"
+	$(PYTEST) -m "not e2e and not slow and not spark"
 
 lint: venv
 	$(BIN)/ruff check .

@@ -7,6 +7,12 @@
   fail when ``CI`` is set).
 - ``sqlite_url``, ``local_root``: embedded-default stores in the test's tmp dir.
 - ``shared_fixtures``: the ``../shared/fixtures`` folder (skip when absent, fail under CI).
+
+Suite-wide policy (docs/development.md): the hypothesis profiles (tests/support/profiles.py,
+``HYPOTHESIS_PROFILE``), the time factor every limit scales with (tests/support/timing.py,
+``LAKEFS_TEST_TIME_FACTOR``: pytest-timeout's limit too), and the tiers ``unit`` / ``integration`` /
+``e2e`` applied from a table with a per-file time budget checked at session end
+(tests/support/tiers.py).
 """
 
 from __future__ import annotations
@@ -22,6 +28,11 @@ from lakefs_core import offloop
 from tests.support.env import skip_or_fail
 from tests.support.moto import ACCESS_KEY, SECRET_KEY, MotoRegions, MotoServer
 from tests.support.pg import PgDatabase, create_database, drop_database, unreachable_reason
+from tests.support.profiles import register_profiles
+from tests.support.tiers import BudgetCheck, apply_tier_markers
+from tests.support.timing import scaled
+
+register_profiles()  # before pytest's hypothesis plugin applies --hypothesis-profile
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 SHARED = REPO_ROOT.parent / "shared"
@@ -53,9 +64,43 @@ SLOW_FILES_FIRST = (
 )
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("lakefs", "lakefs-open test tiers (tests/support/tiers.py)")
+    group.addoption(
+        "--enforce-budgets",
+        action="store_true",
+        help="fail the run when a test file is over its time budget (tests/support/tiers.py)",
+    )
+    group.addoption(
+        "--budget-report", metavar="PATH", help="write every test file's seconds, tier and budget as JSON"
+    )
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    if hasattr(config, "workerinput"):
+        return  # a pytest-xdist worker: its reports reach the controller, which checks the budgets
+    report = config.getoption("--budget-report")
+    enforce = bool(config.getoption("--enforce-budgets"))
+    config.pluginmanager.register(BudgetCheck(enforce, Path(report) if report else None), "lakefs-budgets")
+
+
+def default_timeout(config: pytest.Config) -> float:
+    """pytest-timeout's limit for a test that sets none, before the time factor: ``--timeout``, else
+    pyproject's ``timeout`` (0: no limit)."""
+    value = config.getoption("timeout", None)
+    return float(config.getini("timeout") if value is None else value or 0)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     rank = {path: i for i, path in enumerate(SLOW_FILES_FIRST)}
     items.sort(key=lambda item: rank.get(item.nodeid.split("::", 1)[0], len(rank)))  # stable
+    apply_tier_markers(items)
+    default = default_timeout(config)
+    for item in items:  # every per-test limit times the time factor (prepended: the closest marker)
+        own = item.get_closest_marker("timeout")
+        seconds = float(own.args[0]) if own is not None and own.args else default
+        if seconds > 0:
+            item.add_marker(pytest.mark.timeout(scaled(seconds)), append=False)
 
 
 @pytest.fixture(autouse=True)

@@ -12,6 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.timing import scaled
+
 ROOT = Path(__file__).resolve().parents[1]
 LINT_IMPORTS = Path(sys.executable).with_name("lint-imports")
 PACKAGES = ("lakefs_core", "lakefs_gc", "lakefs_mirror", "lakefs_server")
@@ -21,8 +23,8 @@ def lint_imports(tree: Path) -> subprocess.CompletedProcess[str]:
     """``lint-imports`` on the packages found first in ``tree`` (its pyproject.toml's contracts)."""
     env = {**os.environ, "PYTHONPATH": str(tree)}
     return subprocess.run(
-        [str(LINT_IMPORTS), "--no-cache"], cwd=tree, env=env, capture_output=True, text=True, timeout=600,
-        check=False,
+        [str(LINT_IMPORTS), "--no-cache"], cwd=tree, env=env, capture_output=True, text=True,
+        timeout=scaled(600), check=False,
     )  # fmt: skip
 
 

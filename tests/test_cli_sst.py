@@ -14,6 +14,7 @@ from lakefs_core.cli import main
 from lakefs_core.errors import BadInputError, CorruptDataError, NotFoundError
 from lakefs_core.format.records import make_entry
 from tests.support.env import require_tool
+from tests.support.timing import scaled
 
 RANGE_ID = "a83af763ba098c15369d9d6d723731eb9ce18b8dfac4f88c6f1287e772393d0e"
 
@@ -25,7 +26,7 @@ def cli(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str
         capture_output=True,
         text=True,
         check=False,
-        timeout=60,
+        timeout=scaled(60),
     )
 
 

@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 from tests.support.env import require_tool
+from tests.support.timing import scaled
 
 
 def test_demo_runs_on_embedded_default(tmp_path: Path) -> None:
@@ -17,7 +18,7 @@ def test_demo_runs_on_embedded_default(tmp_path: Path) -> None:
         capture_output=True,
         text=True,
         check=False,
-        timeout=120,
+        timeout=scaled(120),
     )
     assert out.returncode == 0, out.stderr
     text = out.stdout
@@ -36,7 +37,7 @@ def test_mirror_demo_runs_two_daemons_and_catches_up(tmp_path: Path) -> None:
         capture_output=True,
         text=True,
         check=False,
-        timeout=180,
+        timeout=scaled(180),
     )
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     text = out.stdout

@@ -25,6 +25,7 @@ import pytest
 import lakefs_core.errors as errors_module
 from lakefs_core.errors import LakeFSError
 from tests.support.env import skip_or_fail
+from tests.support.timing import scaled
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 DOCS = REPO_ROOT / "docs"
@@ -135,7 +136,7 @@ def mkdocs_build(config: Path, site: Path) -> subprocess.CompletedProcess[str]:
         capture_output=True,
         text=True,
         check=False,
-        timeout=120,
+        timeout=scaled(120),
     )
 
 

@@ -28,6 +28,7 @@ from lakefs_core.keys import (
     relative_address,
 )
 from lakefs_core.namespace import StorageNamespace
+from tests.support.profiles import examples
 
 TABLE_ID = "a" * 64
 B32HEX = re.compile(r"^[0-9a-v]+$")
@@ -252,7 +253,7 @@ def test_slice_allocator_rolls_by_hour_and_count() -> None:
     assert all(re.match(r"^data/[0-9a-v]{10}/[0-9a-v]{26}$", a) for a in batch)
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(2), deadline=None)
 @given(
     millis=st.binary(min_size=6, max_size=6), noise=st.lists(st.binary(min_size=10, max_size=10), max_size=8)
 )
@@ -298,7 +299,7 @@ def _one_by_one(alloc: SliceAllocator, now: datetime) -> str:
     return new_slice_id(now, seq=alloc._seq)
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(2), deadline=None)
 @given(
     max_objects=st.integers(1, 5),
     near_last=st.booleans(),

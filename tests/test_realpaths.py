@@ -21,6 +21,7 @@ from hypothesis import strategies as st
 from lakefs_core.errors import BadInputError
 from lakefs_core.namespace import StorageNamespace, given_local_path
 from lakefs_core.realpaths import MAX_SYMLINKS, real_location, resolve_path
+from tests.support.profiles import examples
 
 NAMES = ("a", "b", "c")
 STEPS = (*NAMES, "..", ".", "", "x")  # "x" never exists; "" is a doubled slash
@@ -196,7 +197,7 @@ def check_one(path: str) -> str | None:
     return real
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(3), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(spec=nodes, a=paths, b=paths)
 def test_generated_trees_resolve_and_compare_as_realpath_does(
     spec: list[Node], a: tuple[str, ...], b: tuple[str, ...]

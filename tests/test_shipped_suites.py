@@ -13,6 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.timing import scaled
+
 THIRD_PARTY = {
     "kv": """
         import pytest
@@ -64,7 +66,7 @@ def _pytest(tmp_path: Path, module: Path, *extra: str) -> subprocess.CompletedPr
         [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-o", "asyncio_mode=auto",
          "-o", "asyncio_default_fixture_loop_scope=function", "--rootdir", str(tmp_path), *extra,
          str(module)],
-        cwd=tmp_path, capture_output=True, text=True, timeout=600, env=env, check=False,
+        cwd=tmp_path, capture_output=True, text=True, timeout=scaled(600), env=env, check=False,
     )  # fmt: skip
 
 

@@ -49,6 +49,7 @@ from lakefs_core.auth.signed import (
 )
 from lakefs_core.errors import AuthenticationError, BadRequestError
 from tests.auth.sigreq import SECRET, capture
+from tests.support.profiles import examples
 
 S3_SECRET = "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY"
 AMZ_DATE, SCOPE = "20130524T000000Z", "20130524/us-east-1/s3/aws4_request"
@@ -205,7 +206,7 @@ BOTOCORE_CHECKSUMS: list[tuple[str, type[Any]]] = [
 ]
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=examples(0.6), deadline=None)
 @given(
     data=st.binary(max_size=5000),
     which=st.sampled_from(BOTOCORE_CHECKSUMS),
@@ -325,7 +326,7 @@ def test_lines_and_trailers_are_bounded() -> None:
         feed_all(body_verifier(verified, request), b"3\r\nabc\r\n", 100)
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(3), deadline=None)
 @given(body=st.binary(max_size=400), mode=st.sampled_from([STREAMING_SIGNED, STREAMING_UNSIGNED_TRAILER]))
 def test_hostile_bodies_raise_typed_errors_only(body: bytes, mode: str) -> None:
     key = sigv4.signing_key(SECRET, "20130524", "us-east-1", "s3")

@@ -34,6 +34,7 @@ from lakefs_core.auth.s3perms import (
 )
 from lakefs_core.auth.setup import BUILTIN_GROUPS, builtin_policies
 from lakefs_core.errors import BadInputError, BadRequestError, PermissionDeniedError
+from tests.support.profiles import examples
 
 
 def allow(
@@ -73,7 +74,7 @@ def test_wildcards(pattern: str, name: str, expected: bool) -> None:
     assert wildcard_match(pattern, name) is expected
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(3), deadline=None)
 @given(pattern=st.text("ab*?/", max_size=8), name=st.text("ab/", max_size=8))
 def test_wildcards_agree_with_a_regex(pattern: str, name: str) -> None:
     regex = "".join(".*" if c == "*" else "." if c == "?" else re.escape(c) for c in pattern)

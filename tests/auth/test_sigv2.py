@@ -19,6 +19,7 @@ from lakefs_core.auth.signature import parse_signature
 from lakefs_core.auth.signed import SignedRequest
 from lakefs_core.errors import AuthenticationError, BadRequestError
 from tests.auth.sigreq import ACCESS_KEY, SECRET, from_url
+from tests.support.profiles import examples
 
 DOC_KEY, DOC_SECRET = "AKIAIOSFODNN7EXAMPLE", "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY"
 
@@ -69,7 +70,7 @@ def _hmac_v1(method: str, path: str, query: str, headers: dict[str, str]) -> Sig
     return from_url(method, request.url, request.headers)
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=examples(1.5), deadline=None)
 @given(
     method=st.sampled_from(["GET", "PUT", "DELETE", "HEAD", "POST"]),
     key=st.text(

@@ -27,6 +27,7 @@ from lakefs_core.auth.signature import is_aws_signed, parse_signature
 from lakefs_core.auth.signed import SignedRequest
 from lakefs_core.errors import AuthenticationError, BadRequestError
 from tests.auth.sigreq import ACCESS_KEY, SECRET, capture, from_url
+from tests.support.profiles import examples
 
 EMPTY = hashlib.sha256(b"").hexdigest()
 SUITE_KEY, SUITE_SECRET = "AKIDEXAMPLE", "wJalrXUtnFEMI/K7MDENG+bPxRfiCYEXAMPLEKEY"
@@ -230,7 +231,7 @@ queries = st.sampled_from(
 )
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(1.5), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     method=st.sampled_from(["GET", "PUT", "POST", "DELETE", "HEAD"]),
     key=keys,
@@ -311,7 +312,7 @@ def test_boto3_put_object_with_default_checksums_verifies() -> None:
     assert verified.access_key_id == ACCESS_KEY
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(3), deadline=None)
 @given(
     authorization=st.one_of(
         st.text(max_size=300),

@@ -37,6 +37,7 @@ from lakefs_core.kv import KVStore, open_kv
 from lakefs_core.kv.base import Expect, KVEntry
 from lakefs_core.kv.memory import MemoryKVStore
 from lakefs_core.refs import kvkeys
+from tests.support.profiles import examples
 
 SECRETS = SecretStore("test installation secret")
 READ_ALL = Policy("ReadAll", (Statement("allow", ("fs:Read*", "fs:List*"), "*"),))
@@ -414,4 +415,4 @@ async def _collect(entries: AsyncIterator[KVEntry]) -> list[KVEntry]:
 
 
 TestAuthModel = AuthModel.TestCase
-TestAuthModel.settings = settings(max_examples=60, stateful_step_count=30, deadline=None)
+TestAuthModel.settings = settings(max_examples=examples(0.6), stateful_step_count=30, deadline=None)

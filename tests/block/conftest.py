@@ -13,6 +13,7 @@ import pytest
 from lakefs_core.block import BlockStore, LocalBlockStore, MemoryBlockStore, S3BlockStore, S3Settings
 from tests.block.faults import FaultProxy
 from tests.support.moto import ACCESS_KEY, SECRET_KEY, MotoServer
+from tests.support.timing import scaled
 
 if TYPE_CHECKING:
     from aiobotocore.session import ClientCreatorContext
@@ -35,7 +36,7 @@ def s3_settings(endpoint: str, **overrides: Any) -> S3Settings:
         "retry_initial_backoff": 0.001,
         "retry_max_backoff": 0.01,
         "connect_timeout": 2.0,
-        "read_timeout": 10.0,
+        "read_timeout": scaled(10.0),  # a safety net: a loaded moto answers slowly
     }
     values.update(overrides)
     return S3Settings(**values)

@@ -38,6 +38,7 @@ from lakefs_core.errors import (
     NotFoundError,
     PreconditionFailedError,
 )
+from tests.support.profiles import examples
 
 needs_extension = pytest.mark.skipif(
     local_batch.LOCALPUT is None, reason="the extension _localput is not built"
@@ -499,7 +500,7 @@ def outcome(
 
 @needs_extension
 @settings(
-    max_examples=int(os.environ.get("LOCAL_BATCH_EXAMPLES", "60")),
+    max_examples=examples(0.6),
     deadline=None,
     suppress_health_check=[HealthCheck.function_scoped_fixture],
 )
@@ -534,7 +535,7 @@ def test_the_paths_agree(
             assert compiled[:2] == named[:2] == pure[:2]
 
 
-@settings(max_examples=50, deadline=None)
+@settings(max_examples=examples(0.5), deadline=None)
 @given(st.lists(st.lists(st.integers(0, 40), max_size=30), max_size=6))
 def test_a_hops_etags_are_remembered_as_one_by_one(hops: list[list[int]]) -> None:
     """``EtagCache.remember_keys`` (a hop's ETags under one lock) leaves the cache as

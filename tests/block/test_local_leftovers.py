@@ -23,6 +23,7 @@ from pathlib import Path
 
 from lakefs_core.block.local import LocalBlockStore
 from lakefs_core.block.local_leftovers import SWEEP_STAMP
+from tests.support.timing import scaled
 
 REPO = Path(__file__).resolve().parents[2]
 # The documented name of a temporary file: host hash, writer pid, random part (or, older, random only).
@@ -55,7 +56,7 @@ def _kill_mid_upload(root: Path) -> dict[str, Path]:
         started = {proc.stdout.readline().strip(), proc.stdout.readline().strip()}
         assert started == {"old", "fresh"}
         os.kill(proc.pid, signal.SIGKILL)
-        proc.wait(timeout=10)
+        proc.wait(timeout=scaled(10))
     finally:
         if proc.poll() is None:
             proc.kill()

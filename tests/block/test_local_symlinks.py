@@ -41,6 +41,8 @@ from lakefs_core.block.local_keys import SYMLINK_REFUSED
 from lakefs_core.block.local_leftovers import sweep_leftovers
 from lakefs_core.errors import BadInputError, LakeFSError
 from tests.block.test_local_batch import on_path
+from tests.support.profiles import examples
+from tests.support.timing import scaled
 
 GRACE = 3600.0
 OURS = b"the namespace's own bytes"
@@ -374,7 +376,7 @@ async def test_a_fifo_in_a_keys_place_never_blocks(tmp_path: Path, resolver: str
         os.mkfifo(root / "d" / "fifo")
         os.unlink(root / META_DIR / "d" / "meta")
         os.mkfifo(root / META_DIR / "d" / "meta")
-        async with asyncio.timeout(30):
+        async with asyncio.timeout(scaled(30)):
             assert not await store.exists("d/fifo")
             with pytest.raises(LakeFSError):
                 await store.get("d/fifo")
@@ -413,7 +415,7 @@ def _crosses(key: str, links: list[str]) -> bool:
 
 
 @settings(
-    max_examples=int(os.environ.get("LOCAL_SYMLINK_EXAMPLES", "40")),
+    max_examples=examples(0.4),
     deadline=None,
     suppress_health_check=[HealthCheck.function_scoped_fixture],
 )

@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 
 from lakefs_core.cli import main
+from tests.support.timing import scaled
 
 REPO = Path(__file__).resolve().parents[2]
 PARALLEL = 4  # CLI processes at once (each spends ~0.5 s importing)
@@ -70,7 +71,7 @@ class Cli:
 
     env: dict[str, str]
     cwd: Path
-    timeout: float = 60.0
+    timeout: float = scaled(60.0)
     history: list[Result] = field(default_factory=list)
 
     def __call__(self, *args: str, stdin: bytes | None = None) -> Result:
@@ -126,7 +127,7 @@ def run_probe(tmp_path: Path, script: str, *args: str, **env: str) -> dict[str, 
         env=user_env(tmp_path / "home", PYTHONPATH=str(REPO), **env),
         cwd=tmp_path,
         capture_output=True,
-        timeout=120,
+        timeout=scaled(120),
         check=False,
     )
     assert proc.returncode == 0, proc.stderr.decode(errors="replace")

@@ -14,6 +14,8 @@ from pathlib import Path
 import pytest
 
 from tests.cli.helpers import Cli, InProcess, user_env
+from tests.support.other_user import readable_runtime
+from tests.support.timing import scaled
 
 BAD_INPUT = 9
 NOT_FOUND = 2
@@ -28,7 +30,7 @@ def run(run: InProcess, tmp_path: Path) -> InProcess:
 
 @pytest.fixture
 def cli(tmp_path: Path) -> Cli:
-    return Cli(user_env(tmp_path / "home"), tmp_path, timeout=30)
+    return Cli(user_env(tmp_path / "home"), tmp_path, timeout=scaled(30))
 
 
 def test_identifiers_are_full_ascii_matches(run: InProcess, tmp_path: Path) -> None:
@@ -75,32 +77,40 @@ def shared_dir() -> Iterator[Path]:
 
 
 def test_upload_of_a_file_without_read_permission(shared_dir: Path) -> None:
-    """Permission denied, for a small file (read at once) and a big one (streamed in the session)."""
-    setpriv = shutil.which("setpriv")
-    if os.geteuid() != 0 or setpriv is None:
-        pytest.skip("needs root and util-linux setpriv to run the CLI as another user")
-    small, big = shared_dir / "small", shared_dir / "big"
+    """Permission denied, for a small file (read at once) and a big one (streamed in the session).
+    The CLI runs as uid 65534 from a copy of what it imports (tests/support/other_user.py): the
+    checkout and its virtual environment may be private to root (a clone in a 0700 directory)."""
+    small, big, readable = shared_dir / "small", shared_dir / "big", shared_dir / "readable"
     small.write_bytes(b"secret")
     with big.open("wb") as f:
         f.truncate(9 << 20)  # above the 8 MiB streaming threshold
+    readable.write_bytes(b"public")
     for path in (small, big):
         path.chmod(0o600)  # root's: unreadable for the user below
     env = user_env(shared_dir / "home")
-    nobody = [setpriv, "--reuid=65534", "--regid=65534", "--clear-groups", sys.executable, "-m"]
+    # The imports of the same commands (as root: the uploads succeed) decide what is laid out.
+    trace_home = shared_dir / "trace"
+    trace = [
+        ["repo", "create", "lakefs://rr1", f"local://{trace_home / 'ns'}"],
+        *(["fs", "upload", f"lakefs://rr1/main/{p.name}", "--source", str(p)] for p in (small, big)),
+    ]
+    runtime = readable_runtime(shared_dir, trace, module="lakefs_core.cli", env=user_env(trace_home))
 
     def as_nobody(*args: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
-            [*nobody, "lakefs_core.cli", *args],
+            [*runtime.argv, "-m", "lakefs_core.cli", *args],
             capture_output=True,
             text=True,
-            env=env,
+            env={**env, **runtime.env},
             cwd=shared_dir,
-            timeout=60,
+            timeout=scaled(60),
             check=False,
         )
 
     done = as_nobody("repo", "create", "lakefs://rr1", f"local://{shared_dir / 'ns'}")
     assert done.returncode == 0, done.stderr
+    done = as_nobody("fs", "upload", "lakefs://rr1/main/readable", "--source", str(readable))
+    assert done.returncode == 0, done.stderr  # the user can run the CLI: the refusals below are real
     for path in (small, big):
         done = as_nobody("fs", "upload", f"lakefs://rr1/main/{path.name}", "--source", str(path))
         line = done.stderr.strip()
@@ -176,6 +186,6 @@ def test_ctrl_c_mid_operation_prints_no_traceback_from_worker_threads() -> None:
         "sys.exit(run(cli, ['work'], 'prog'))\n"
     )
     proc = subprocess.run(
-        [sys.executable, "-c", program], check=False, capture_output=True, text=True, timeout=60
+        [sys.executable, "-c", program], check=False, capture_output=True, text=True, timeout=scaled(60)
     )
     assert proc.returncode == 130 and proc.stderr.strip() == "prog: aborted", proc.stderr

@@ -27,6 +27,7 @@ from lakefs_core.kv import open_kv
 from lakefs_core.refs.staging import StagingArea
 from lakefs_core.refs.store import RefStore
 from tests.cli.helpers import REPO, InProcess, user_env, write_tree
+from tests.support.timing import scaled
 
 ID = re.compile(r"^[0-9a-f]{64}$")
 
@@ -193,7 +194,7 @@ def _on_a_terminal(tmp_path: Path, answer: bytes, *args: str) -> tuple[int, str]
             cwd=tmp_path,
         )
         os.write(leader, answer)
-        _, err = proc.communicate(timeout=120)
+        _, err = proc.communicate(timeout=scaled(120))
     finally:
         os.close(leader)
         os.close(follower)

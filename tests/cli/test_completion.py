@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from tests.cli.helpers import REPO, InProcess, user_env, write_tree
+from tests.support.timing import scaled
 
 
 @pytest.fixture
@@ -44,7 +45,7 @@ def complete(home: Path, shell: str, words: str, *, prog: str = "lakefs-core") -
         cwd=home,
         capture_output=True,
         text=True,
-        timeout=120,
+        timeout=scaled(120),
         check=False,
     )
     assert proc.returncode == 0 and not proc.stderr, proc.stderr

@@ -26,6 +26,7 @@ from lakefs_core.block.local import LocalBlockStore
 from lakefs_core.cli import fs_transfer, main
 from lakefs_core.errors import BadInputError
 from tests.cli.helpers import Result, set_user_env, user_env, write_tree
+from tests.support.timing import scaled
 
 
 class InProcess:
@@ -213,7 +214,7 @@ def _peak_rss_mb(
         cwd=cwd,
         capture_output=True,
         check=False,
-        timeout=600,
+        timeout=scaled(600),
     )
     rc, maxrss_kb = proc.stdout.split()
     assert rc == b"0", proc.stderr.decode()
@@ -455,7 +456,7 @@ def test_a_closed_stdout_ends_quietly_with_141(tmp_path: Path) -> None:
         assert proc.stdout is not None and proc.stderr is not None
         proc.stdout.close()  # before the command writes anything: its first write fails with EPIPE
         err = proc.stderr.read()
-        assert proc.wait(timeout=60) == 141 and err == b"", err
+        assert proc.wait(timeout=scaled(60)) == 141 and err == b"", err
 
 
 @pytest.mark.skipif(
@@ -584,7 +585,7 @@ def test_upload_progress_bar_on_a_terminal_only(tmp_path: Path) -> None:
                 env=env,
                 stdout=subprocess.DEVNULL,
                 stderr=secondary,
-                timeout=120,
+                timeout=scaled(120),
                 check=True,
             )
             assert proc.returncode == 0

@@ -13,6 +13,7 @@ import pytest
 
 from tests.cli.helpers import InProcess, set_user_env
 from tests.support.moto import ACCESS_KEY, SECRET_KEY, MotoServer
+from tests.support.timing import scaled
 
 
 def test_presign_an_s3_object(
@@ -35,7 +36,8 @@ def test_presign_an_s3_object(
     run("fs", "upload", "lakefs://pre/main/t/f.csv", "-s", str(tmp_path / "f.csv")).ok()
     doc = run.json("fs", "presign", "lakefs://pre/main/t/f.csv", "--expiry", "60")
     assert doc["expiry_seconds"] == 60 and "X-Amz-Signature=" in doc["url"] and SECRET_KEY not in doc["url"]
-    with urllib.request.urlopen(doc["url"], timeout=30) as response:  # no credentials: the URL is the grant
+    # no credentials: the URL is the grant
+    with urllib.request.urlopen(doc["url"], timeout=scaled(30)) as response:
         assert response.read() == b"a,b\n1,2\n"
     run("fs", "presign", "lakefs://pre/main/t/nope.csv").failed(2)
     assert run("fs", "presign", "lakefs://pre/main/t/f.csv", "--expiry", "0").returncode == 64  # usage

@@ -12,6 +12,7 @@ from pathlib import Path
 
 from lakefs_core.errors import BadInputError, NamespaceConflictError
 from tests.cli.helpers import Cli, InProcess, Result, user_env, write_tree
+from tests.support.timing import scaled
 
 
 def test_nested_namespace_exits_with_the_namespace_conflict_code(tmp_path: Path) -> None:
@@ -45,7 +46,7 @@ def gc_cli(cli: Cli, *args: str) -> Result:
         capture_output=True,
         env=cli.env,
         cwd=cli.cwd,
-        timeout=120,
+        timeout=scaled(120),
         check=False,
     )
     result = Result(tuple(args), proc.returncode, proc.stdout, proc.stderr.decode(errors="replace"))

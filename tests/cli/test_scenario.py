@@ -25,6 +25,7 @@ from lakefs_core.cli.sst import inspect_table
 from tests.cli.helpers import Cli, table_files, user_env, write_tree
 from tests.support.env import require_tool
 from tests.support.moto import ACCESS_KEY, SECRET_KEY, MotoServer
+from tests.support.timing import scaled
 
 BINARY = bytes(range(256)) * 40
 FILES = {
@@ -184,7 +185,7 @@ def test_tables_readable_by_sst_inspect_and_sst_dump(
             [sst_dump, f"--file={named}", "--command=scan", "--output_hex"],
             capture_output=True,
             text=True,
-            timeout=30,
+            timeout=scaled(30),
             check=False,
         )
         assert dumped.returncode == 0, dumped.stderr

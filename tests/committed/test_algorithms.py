@@ -21,6 +21,7 @@ from lakefs_core.committed.tables import TableStore
 from lakefs_core.errors import BadInputError, MergeConflictError, NoChangesError
 from lakefs_core.format.splitter import SplitPolicy
 from tests.committed.support import memory_tables
+from tests.support.profiles import examples
 
 T = TypeVar("T")
 Model = dict[bytes, bytes]
@@ -70,7 +71,7 @@ def apply_model(base: Model, changes: dict[bytes, bytes | None]) -> Model:
     return out
 
 
-FAST = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+FAST = settings(max_examples=examples(0.6), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
 @FAST

@@ -32,6 +32,8 @@ from lakefs_core.format.envelope import encode_envelope
 from lakefs_core.format.records import RangeInfo, pure_record_from_sst
 from lakefs_core.format.sstable.writer import TableWriter
 from tests.committed.support import memory_tables, rec, written
+from tests.support.profiles import examples
+from tests.support.timing import scaled
 
 ROOT = Path(__file__).resolve().parents[2]
 needs_extension = pytest.mark.skipif(FASTPATH is None, reason="the _fastpath extension is not in use here")
@@ -109,7 +111,7 @@ _metaranges = st.lists(st.binary(min_size=1, max_size=10), min_size=1, max_size=
 
 
 @needs_extension
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(1.5), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     _metaranges,
     st.lists(st.sampled_from(["open", "closed", "absent"]), min_size=5, max_size=5),
@@ -209,6 +211,6 @@ def test_pure_python_switch_selects_the_twins() -> None:
         env=env,
         capture_output=True,
         text=True,
-        timeout=120,
+        timeout=scaled(120),
     )
     assert proc.returncode == 0, proc.stderr[-3000:]

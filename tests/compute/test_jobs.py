@@ -14,6 +14,7 @@ import pytest
 from lakefs_core.compute import jobs
 from lakefs_core.compute.executor import Executor
 from lakefs_core.errors import BadInputError
+from tests.support.timing import scaled
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -69,7 +70,7 @@ def test_the_job_entry_runs_a_daemon_s_job_by_its_installed_name(tmp_path: Path)
     proc = subprocess.run(
         [sys.executable, "-m", "lakefs_core.compute.job", "count-objects", "--executor", "lite",
          "--args", str(args), "--result", str(tmp_path / "result.json")],
-        cwd=ROOT, capture_output=True, text=True, timeout=120, check=False,
+        cwd=ROOT, capture_output=True, text=True, timeout=scaled(120), check=False,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr
     assert '"job": "count-objects"' in (tmp_path / "result.json").read_text()

@@ -28,6 +28,8 @@ from lakefs_core.format.envelope import encode_envelope
 from lakefs_core.format.records import ValueRecord
 from lakefs_core.format.splitter import SplitPolicy
 from lakefs_core.format.sstable.writer import ACCELERATED, PureTableWriter, TableWriter
+from tests.support.profiles import examples
+from tests.support.timing import scaled
 
 ROOT = Path(__file__).resolve().parents[2]
 needs_extension = pytest.mark.skipif(
@@ -85,7 +87,7 @@ def _write(
 
 
 @needs_extension
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(1.5), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     keys=_keys,
     parts=st.lists(_parts, min_size=120, max_size=120),
@@ -108,7 +110,7 @@ _policies = st.builds(
 )
 
 
-@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(1), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(keys=_keys, parts=st.lists(_parts, min_size=120, max_size=120), policy=_policies)
 def test_split_decisions_are_the_policys(
     keys: list[bytes], parts: list[tuple[bytes, bytes]], policy: SplitPolicy
@@ -261,7 +263,7 @@ def test_pure_path_keeps_the_pinned_bytes() -> None:
         env=env,
         capture_output=True,
         text=True,
-        timeout=240,
+        timeout=scaled(240),
     )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert " passed" in proc.stdout

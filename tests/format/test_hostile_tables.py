@@ -36,6 +36,8 @@ from tests.format.crafted_tables import (
     write_table,
 )
 from tests.format.fuzz_tables import MULTI_VERSION_RECORDS, multi_version_table
+from tests.support.profiles import examples
+from tests.support.timing import scaled
 
 MiB = 1 << 20
 
@@ -61,7 +63,7 @@ def test_bombs_fail_fast_under_a_memory_limit(tmp_path: Path) -> None:
     assert max(len(d) for d in files.values()) < 800_000
     for name, data in files.items():
         (tmp_path / name).write_bytes(data)
-    result = run_limited(["files", str(tmp_path)], memory_bytes=512 * MiB, timeout=60)
+    result = run_limited(["files", str(tmp_path)], memory_bytes=512 * MiB, timeout=scaled(60))
     assert result.returncode == 0, result.describe()
     for name in files:
         assert result.lines.get(name, "").startswith("corrupt "), (name, result.describe())
@@ -70,7 +72,8 @@ def test_bombs_fail_fast_under_a_memory_limit(tmp_path: Path) -> None:
 def test_mutation_fuzz_under_a_memory_limit() -> None:
     """Hypothesis mutations of valid files (checksums recomputed): CorruptDataError or exactly the
     records a correct parse produces, with lookups agreeing; one subprocess, 400 MiB, bounded time."""
-    result = run_limited(["fuzz", "400"], memory_bytes=400 * MiB, timeout=120)
+    n = examples(4)  # 400 under the ci profile
+    result = run_limited(["fuzz", str(n)], memory_bytes=400 * MiB, timeout=scaled(120) * n / 400)
     assert result.returncode == 0, result.describe()
     assert result.lines.get("fuzz") == "done", result.describe()
     outcomes = dict(kv.split("=") for kv in result.lines["outcomes"].split())

@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 
 from lakefs_core.errors import BadInputError
 from lakefs_core.format.ids import TableIdHasher, commit_id, entry_identity, table_id, unix_seconds
+from tests.support.profiles import examples
 
 
 def i64(n: int) -> bytes:
@@ -36,7 +37,7 @@ def test_entry_identity_omits_empty_content_type() -> None:
     assert len(expected) == 32
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(3), deadline=None)
 @given(
     size=st.integers(0, 2**64),
     etag=st.text(max_size=40) | st.sampled_from(["\ud800", "", "é"]),

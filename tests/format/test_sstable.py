@@ -43,6 +43,7 @@ from lakefs_core.format.sstable.writer import (
     shortest_separator,
 )
 from lakefs_core.format.varint import decode_uvarint
+from tests.support.profiles import examples
 
 H_FILES = [
     "h.sst",
@@ -220,7 +221,7 @@ def tables(draw: st.DrawFn) -> tuple[list[tuple[bytes, bytes]], dict[str, object
     return records, options
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(1.5), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(tables(), st.lists(st.binary(max_size=14), max_size=20), st.sampled_from([0, 1, 64]))
 def test_round_trip(
     table: tuple[list[tuple[bytes, bytes]], dict[str, object]], probes: list[bytes], cache: int
@@ -704,7 +705,7 @@ def test_bad_varint_in_index(sample: tuple[bytes, list[tuple[bytes, bytes]]]) ->
     assert_corrupt(info.value)
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(3), deadline=None)
 @given(st.data())
 def test_any_single_byte_flip_is_detected_or_harmless(data_strategy: st.DataObject) -> None:
     """Every flip or truncation gives CorruptDataError (never another exception) or, with checksums

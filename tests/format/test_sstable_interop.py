@@ -19,6 +19,7 @@ import pytest
 
 from lakefs_core.errors import CorruptDataError
 from lakefs_core.format.sstable import TableReader, TableWriter
+from tests.support.timing import scaled
 
 IN_CI = bool(os.environ.get("CI"))
 
@@ -98,7 +99,7 @@ VARIANTS = [
 
 def run_sst_dump(sst_dump: str, *args: str) -> str:
     done = subprocess.run(
-        [sst_dump, *args], check=False, capture_output=True, text=True, errors="replace", timeout=120
+        [sst_dump, *args], check=False, capture_output=True, text=True, errors="replace", timeout=scaled(120)
     )
     output = done.stdout + done.stderr
     assert done.returncode == 0, output

@@ -20,6 +20,7 @@ from lakefs_core.errors import BadInputError, CorruptDataError
 from lakefs_core.refs.model import Commit, CommitNode
 from lakefs_gc.mark.active import compute_active
 from lakefs_gc.rules import GCRules
+from tests.support.profiles import examples
 
 NOW = datetime(2026, 3, 1, 12, tzinfo=UTC)
 NOW_US = int((NOW - datetime(1970, 1, 1, tzinfo=UTC)).total_seconds()) * 1_000_000
@@ -226,7 +227,7 @@ def rule_sets(draw: st.DrawFn) -> GCRules | None:
     return GCRules.of(draw(st.integers(0, 12)), branch_days)
 
 
-SETTINGS = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+SETTINGS = settings(max_examples=examples(3), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
 @SETTINGS

@@ -18,6 +18,7 @@ import pytest
 
 from tests.gc.daemon_support import SqliteRepo, gc_config, sqlite_repo, write_config
 from tests.support.env import require_tool
+from tests.support.timing import scaled
 
 GC = [sys.executable, "-m", "lakefs_gc.cli"]
 FAULT_POINTS = (
@@ -37,7 +38,7 @@ def _env(**extra: str) -> dict[str, str]:
 
 async def _gc(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     return await asyncio.to_thread(
-        subprocess.run, [*GC, *args], capture_output=True, text=True, env=env or _env(), timeout=300
+        subprocess.run, [*GC, *args], capture_output=True, text=True, env=env or _env(), timeout=scaled(300)
     )
 
 

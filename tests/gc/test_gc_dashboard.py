@@ -54,6 +54,7 @@ from tests.mirror.test_dashboard import (
     metric_names,
     unit_settings,
 )
+from tests.support.timing import scaled
 
 ROOT = Path(__file__).resolve().parents[2]
 DASHBOARD = ROOT / "dashboards" / "lakefs-gc.json"
@@ -309,7 +310,9 @@ def test_systemd_unit_settings(tmp_path: Path) -> None:
     local.write_text(
         text.replace("/opt/lakefs/.venv/bin/lakefs-gc", str(exe if exe.exists() else sys.executable))
     )
-    done = subprocess.run([analyze, "verify", str(local)], capture_output=True, timeout=60, check=False)
+    done = subprocess.run(
+        [analyze, "verify", str(local)], capture_output=True, timeout=scaled(60), check=False
+    )
     report = (done.stdout + done.stderr).decode(errors="replace")
     problems = [line for line in report.splitlines() if SYSTEMD_UNIT.name in line]
     assert not problems, report

@@ -35,6 +35,7 @@ from lakefs_mirror.demo import free_port
 from tests.gc.daemon_support import gc_config, sqlite_repo, write_config
 from tests.mirror.test_prometheus import answers, http, metric_samples, start, stop, tail, wait_for
 from tests.support.env import require_tool
+from tests.support.timing import scaled
 
 ROOT = Path(__file__).resolve().parents[2]
 DASHBOARD = ROOT / "dashboards" / "lakefs-gc.json"
@@ -127,7 +128,11 @@ def test_metrics_pass_promtool_and_a_real_prometheus_scrapes_them(tmp_path: Path
 
         # (a) promtool lints the exposition: exit 0, nothing printed.
         lint = subprocess.run(
-            [promtool, "check", "metrics"], input=text.encode(), capture_output=True, timeout=30, check=False
+            [promtool, "check", "metrics"],
+            input=text.encode(),
+            capture_output=True,
+            timeout=scaled(30),
+            check=False,
         )
         printed = (lint.stdout + lint.stderr).decode(errors="replace").strip()
         assert lint.returncode == 0 and not printed, f"promtool check metrics ({lint.returncode}):\n{printed}"
@@ -135,7 +140,10 @@ def test_metrics_pass_promtool_and_a_real_prometheus_scrapes_them(tmp_path: Path
         # (b) a real Prometheus server scrapes the daemon every second, with the GC rules loaded.
         prom_config = prometheus_config(tmp_path / "prometheus.yml", [f"127.0.0.1:{port}"])
         checked = subprocess.run(
-            [promtool, "check", "config", str(prom_config)], capture_output=True, timeout=30, check=False
+            [promtool, "check", "config", str(prom_config)],
+            capture_output=True,
+            timeout=scaled(30),
+            check=False,
         )
         assert checked.returncode == 0, checked.stdout + checked.stderr
         prom_port = free_port()

@@ -55,7 +55,13 @@ async def s3_repo(moto: Callable[[str], MotoServer], tmp_path: Path) -> AsyncIte
             store = await g.namespace_store(built.ns)
             old_slice = new_slice_id(REAL_NOW - timedelta(days=10))
             keys = [built.ns.data_key(old_slice, new_object_id()) for _ in range(EXTRA_GARBAGE)]
-            await put_all(store, keys, parallel=32)
+            # Straight to moto: the throttling proxy (in this process) is for the GC run, and
+            # relaying 3,000 setup PUTs through it cost more CPU than the run itself.
+            direct = StoreRegistry(s3=s3_settings(server.endpoint))
+            try:
+                await put_all(await direct.namespace_store(built.ns), keys, parallel=32)
+            finally:
+                await direct.close()
             live, garbage = await expected(Env(g, clock, built, tmp_path), ["c3", "d", "c1"])
             before = set(await stored_objects(store, built.ns))
             assert len(garbage) > EXTRA_GARBAGE and len(garbage) <= 3000

@@ -18,6 +18,7 @@ from lakefs_core.repos.graveler import Graveler, StoreRegistry
 from lakefs_core.repos.objects import Objects
 from tests.repos.test_import import listing, write_tree
 from tests.support.env import require_tool
+from tests.support.timing import scaled
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -63,7 +64,9 @@ async def test_spark_submit_runs_the_import_job(tmp_path: Path) -> None:
         config.write_text(f"kv_url: {kv_url}\n")
         args = {"config": str(config), "repository": "submitimp", "branch": "main", "source": str(src),
                 "path": "landing/", "partitions": 2}  # fmt: skip
-        result = await run_spark_job(JOB_NAME, args, master="local[2]", timeout=240, launcher="spark-submit")
+        result = await run_spark_job(
+            JOB_NAME, args, master="local[2]", timeout=scaled(240), launcher="spark-submit"
+        )
         assert result["executor"] == "spark" and result["entries"] == len(TREE)
         assert (await g.branch("submitimp", "main")).commit_id == result["commit_id"]
         got = await listing(Objects(g), "submitimp", "main", "landing/")

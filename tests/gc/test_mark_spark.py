@@ -16,6 +16,7 @@ from lakefs_gc.mark.mark import JOB_NAME, run_mark
 from tests.gc.mark_support import MARK_NOW, MIN_AGE, Clock, build_repo
 from tests.gc.test_mark import Env, deleted_set, expected, options
 from tests.support.env import require_tool
+from tests.support.timing import scaled
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -64,7 +65,9 @@ async def test_spark_submit_runs_the_mark_job(tmp_path: Path) -> None:
             "min_age_seconds": int(MIN_AGE.total_seconds()),
             "partitions": 2,
         }
-        result = await run_spark_job(JOB_NAME, args, master="local[2]", timeout=240, launcher="spark-submit")
+        result = await run_spark_job(
+            JOB_NAME, args, master="local[2]", timeout=scaled(240), launcher="spark-submit"
+        )
         assert result["executor"] == "spark" and result["success"] is True
         marked = await deleted_set(g, built, result["run_id"])
         _, garbage = await expected(env, ["c3", "d", "c1"])

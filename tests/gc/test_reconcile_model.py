@@ -44,6 +44,7 @@ from lakefs_core.repos.stores import StoreRegistry
 from lakefs_core.service.deleter import BatchResult, KeyDeleter, store_deleter
 from lakefs_gc.reconcile import ReconcileOptions, reconcile_deleted_repositories, reconcile_repository
 from tests.repos.support import Clock, HookedKV, fast_settings, unique
+from tests.support.profiles import examples
 
 T = TypeVar("T")
 GRACE = 3600.0
@@ -386,7 +387,7 @@ async def _kv_keys(kv: Any, partition: bytes, prefix: bytes) -> list[bytes]:
 
 
 ReconcileMachine.TestCase.settings = settings(
-    max_examples=300,
+    max_examples=examples(3),
     stateful_step_count=30,
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow],

@@ -38,6 +38,7 @@ from tests.cli.helpers import Result, user_env
 from tests.gc.daemon_support import gc_config, write_config
 from tests.support.moto import ACCESS_KEY, SECRET_KEY, MotoServer
 from tests.support.pg import PgDatabase
+from tests.support.timing import scaled
 
 GC = [sys.executable, "-m", "lakefs_gc.cli"]
 CORE = [sys.executable, "-m", "lakefs_core.cli"]
@@ -72,7 +73,7 @@ class Setup:
 
 async def _run(cmd: list[str], env: dict[str, str], *args: str) -> Result:
     proc = await asyncio.to_thread(
-        subprocess.run, [*cmd, *args], capture_output=True, env=env, timeout=300, check=False
+        subprocess.run, [*cmd, *args], capture_output=True, env=env, timeout=scaled(300), check=False
     )
     result = Result(tuple(args), proc.returncode, proc.stdout, proc.stderr.decode(errors="replace"))
     assert "Traceback" not in result.err, result.err
@@ -86,7 +87,7 @@ def _gc_env() -> dict[str, str]:
 async def _stopped(proc: asyncio.subprocess.Process) -> None:
     """Until ``proc`` stopped itself at the fault point (or ended: then the test fails on it)."""
     stat = Path(f"/proc/{proc.pid}/stat")
-    async with asyncio.timeout(120):
+    async with asyncio.timeout(scaled(120)):
         while proc.returncode is None:
             if (await asyncio.to_thread(stat.read_text)).rsplit(")", 1)[1].split()[0] == "T":
                 return

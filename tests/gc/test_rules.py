@@ -28,6 +28,7 @@ from lakefs_gc.rules import (
     save_rules,
     widest_rules,
 )
+from tests.support.profiles import examples
 
 
 def varint(n: int) -> bytes:
@@ -164,7 +165,7 @@ def test_unknown_fields_are_ignored() -> None:
     assert decode_rules(b"\x08\x02\x18\x01", file="f") == GCRules.of(2)
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(2), deadline=None)
 @given(
     default=st.integers(0, INT32_MAX),
     branches=st.dictionaries(
@@ -228,7 +229,7 @@ async def test_store_corrupt_and_oversized(store: tuple[BlockStore, StorageNames
         await load_rules(blocks, ns)
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(2), deadline=None)
 @given(
     st.integers(0, 30),
     st.dictionaries(st.sampled_from(("main", "dev", "x")), st.integers(0, 30), max_size=3),

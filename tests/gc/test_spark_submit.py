@@ -19,6 +19,7 @@ from lakefs_core.compute.child import RUN_TOKEN_ENV, end_run, run_spark_job
 from lakefs_core.errors import BadInputError, StartupError, TransientError
 from tests.gc.conftest import MakeNamespace
 from tests.support.env import require_tool
+from tests.support.timing import scaled
 
 MARK_ENV = "LAKEFS_GC_TEST_MARK"
 
@@ -71,7 +72,12 @@ async def test_spark_submit_runs_count_objects(make_namespace: MakeNamespace) ->
     logger.setLevel(logging.INFO)
     try:
         result = await run_spark_job(
-            "count-objects", args, master="local[2]", timeout=120, launcher="spark-submit", logger=logger
+            "count-objects",
+            args,
+            master="local[2]",
+            timeout=scaled(120),
+            launcher="spark-submit",
+            logger=logger,
         )
     finally:
         logger.removeHandler(keep)
@@ -82,7 +88,7 @@ async def test_spark_submit_runs_count_objects(make_namespace: MakeNamespace) ->
     assert any("job count-objects done" in line for line in keep.lines)  # the child's log reached us
 
     # The in-process lite executor gives the same answer without a JVM.
-    lite = await run_spark_job("count-objects", args, timeout=60, launcher="python", executor="lite")
+    lite = await run_spark_job("count-objects", args, timeout=scaled(60), launcher="python", executor="lite")
     assert lite["executor"] == "lite"
     assert {k: v for k, v in lite.items() if k != "executor"} == {
         k: v for k, v in result.items() if k != "executor"
@@ -108,7 +114,7 @@ async def test_killed_job_leaves_no_process(how: str, make_namespace: MakeNamesp
         "count-objects",
         {"store": built.ref.to_json()},
         master="local[2]",
-        timeout=4 if how == "timeout" else 120,
+        timeout=4 if how == "timeout" else scaled(120),
         env={MARK_ENV: mark},
         kill_grace=2,
     )
@@ -168,12 +174,12 @@ async def test_child_error_comes_back_as_the_same_class(tmp_path: Path) -> None:
         await run_spark_job(
             "count-objects",
             {"store": {"namespace": f"local://{tmp_path}", "password": "x"}},
-            timeout=60,
+            timeout=scaled(60),
             launcher="python",
             executor="lite",
         )
     with pytest.raises(BadInputError, match="unknown job"):
-        await run_spark_job("no-such-job", {}, timeout=60, launcher="python", executor="lite")
+        await run_spark_job("no-such-job", {}, timeout=scaled(60), launcher="python", executor="lite")
 
 
 BLOCK_PYSPARK = "import sys; sys.modules['pyspark'] = None; "
@@ -185,7 +191,7 @@ def _blocked(code: str, *argv: str) -> subprocess.CompletedProcess[str]:
         capture_output=True,
         check=False,
         text=True,
-        timeout=60,
+        timeout=scaled(60),
         cwd=Path(__file__).resolve().parents[2],
     )
 

@@ -30,6 +30,7 @@ from lakefs_gc.runs.layout import RunLayout
 from tests.block.test_local_symlinks import snapshot
 from tests.gc.mark_support import MARK_NOW, Clock, build_repo
 from tests.gc.test_mark import deleted_set
+from tests.support.timing import scaled
 
 GC = [sys.executable, "-m", "lakefs_gc.cli"]
 NOW = MARK_NOW.isoformat().replace("+00:00", "Z")
@@ -37,7 +38,7 @@ NOW = MARK_NOW.isoformat().replace("+00:00", "Z")
 
 def gc(config: Path, *args: str) -> dict[str, object]:
     proc = subprocess.run(
-        [*GC, *args, "--config", str(config)], capture_output=True, timeout=300, check=False
+        [*GC, *args, "--config", str(config)], capture_output=True, timeout=scaled(300), check=False
     )
     err = proc.stderr.decode(errors="replace")
     assert proc.returncode == 0 and "Traceback" not in err, f"{args}: exit {proc.returncode}: {err}"

@@ -39,6 +39,7 @@ from tests.block.conftest import create_bucket, s3_settings
 from tests.repos.support import Clock, HookedKV, fast_settings, unique
 from tests.support.kv import kv_url_for
 from tests.support.moto import MotoServer
+from tests.support.timing import scaled
 
 GRACE = 10.0
 PENDING = 3600.0
@@ -127,7 +128,7 @@ async def run_round(env: Env, order: str, batch: bool, seed: int, *, ahead: floa
     else:
         upload = objects.upload(r.repo, "main", paths[0], b"body")
     task = asyncio.ensure_future(upload)
-    async with asyncio.timeout(60):
+    async with asyncio.timeout(scaled(60)):
         await asyncio.wait([task, asyncio.ensure_future(held.wait())], return_when=asyncio.FIRST_COMPLETED)
     assert held.is_set(), f"the upload never reached its staging write: {task}"
     journal = await r.uploader.journal(r.repo)

@@ -33,6 +33,7 @@ from lakefs_core.repos.graveler import Graveler, GravelerSettings
 from lakefs_core.repos.stores import StoreRegistry
 from tests.repos.support import record
 from tests.support.pg import PgDatabase
+from tests.support.profiles import examples
 
 SIGNATURE = b"PGCOPY\n\xff\r\n\x00"
 
@@ -69,7 +70,7 @@ values = st.one_of(st.binary(max_size=300), st.binary(max_size=300).map(bytearra
 partitions = st.sampled_from([b"p1", b"p2", b"staging-token:\xff"])
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(2), deadline=None)
 @given(
     items=st.lists(st.tuples(partitions, nonempty, values), max_size=120),
     hold=st.sets(partitions, max_size=1),

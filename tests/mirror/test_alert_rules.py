@@ -22,6 +22,7 @@ import yaml
 
 from tests.mirror.test_dashboard import GROUPING, SELECTOR, TARGET_LABELS, exported, metric_names
 from tests.support.env import require_tool
+from tests.support.timing import scaled
 
 DIR = Path(__file__).resolve().parents[2] / "deploy" / "prometheus"
 RULES = DIR / "lakefs-mirror-rules.yml"
@@ -36,7 +37,7 @@ def rules() -> list[dict[str, Any]]:
 
 def promtool(*args: str, cwd: Path = DIR) -> str:
     tool = require_tool("promtool", "prometheus")
-    done = subprocess.run([tool, *args], capture_output=True, timeout=60, check=False, cwd=cwd)
+    done = subprocess.run([tool, *args], capture_output=True, timeout=scaled(60), check=False, cwd=cwd)
     output = (done.stdout + done.stderr).decode(errors="replace")
     assert done.returncode == 0, output
     return output

@@ -49,6 +49,7 @@ from lakefs_core.repos.stores import StoreRegistry
 from lakefs_mirror.db import MirrorsDB
 from tests.mirror.replication import ReplicationSimulator, commit_keys, list_namespace, missing_keys
 from tests.support.moto import free_port
+from tests.support.timing import scaled
 
 log = logging.getLogger(__name__)
 
@@ -66,7 +67,7 @@ def no_aslr_prefix() -> tuple[str, ...]:
     if exe is None:
         return ()
     try:
-        done = subprocess.run([exe, "-R", "true"], capture_output=True, timeout=10, check=False)
+        done = subprocess.run([exe, "-R", "true"], capture_output=True, timeout=scaled(10), check=False)
     except (OSError, subprocess.TimeoutExpired):
         return ()
     return (exe, "-R") if done.returncode == 0 else ()
@@ -105,7 +106,7 @@ class Daemon:
             )
         self.starts += 1
 
-    def kill(self, sig: int = signal.SIGKILL, timeout: float = 15.0) -> int | None:
+    def kill(self, sig: int = signal.SIGKILL, timeout: float = scaled(15.0)) -> int | None:
         """Signal the daemon's process group (only while the daemon is unreaped, so the group id is
         still its own) and reap it; returns its exit status."""
         proc = self.proc
@@ -119,7 +120,7 @@ class Daemon:
             except subprocess.TimeoutExpired:
                 with contextlib.suppress(ProcessLookupError):
                     os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait(timeout=10)
+                proc.wait(timeout=scaled(10))
         return proc.returncode
 
     async def metrics(self, http: aiohttp.ClientSession) -> dict[str, float] | None:

@@ -40,6 +40,7 @@ import yaml
 from lakefs_mirror.config import load_mirror_config
 from lakefs_mirror.metrics import PREFIX, MirrorMetrics
 from tests.support.env import require_tool
+from tests.support.timing import scaled
 
 ROOT = Path(__file__).resolve().parents[2]
 DASHBOARD = ROOT / "dashboards" / "lakefs-mirror.json"
@@ -198,9 +199,7 @@ def test_expressions_parse_as_promql(tmp_path: Path) -> None:
     check_promql(expressions(load()), tmp_path)
 
 
-def check_promql(
-    exprs: Iterable[str], tmp_path: Path, variables: dict[str, str] | None = None
-) -> None:
+def check_promql(exprs: Iterable[str], tmp_path: Path, variables: dict[str, str] | None = None) -> None:
     """Every dashboard expression, Grafana's variables substituted, parses (``promtool check rules``;
     shared with the GC daemon's dashboard)."""
     promtool = require_tool("promtool", "prometheus")
@@ -214,7 +213,7 @@ def check_promql(
     path = tmp_path / "rules.yml"
     path.write_text(yaml.safe_dump({"groups": [{"name": "dashboard", "rules": rules}]}))
     done = subprocess.run(
-        [promtool, "check", "rules", str(path)], capture_output=True, timeout=60, check=False
+        [promtool, "check", "rules", str(path)], capture_output=True, timeout=scaled(60), check=False
     )
     assert done.returncode == 0, (done.stdout + done.stderr).decode(errors="replace")
 
@@ -292,7 +291,9 @@ def test_systemd_unit_settings(tmp_path: Path) -> None:
     local.write_text(
         text.replace("/opt/lakefs/.venv/bin/lakefs-mirror", str(exe if exe.exists() else sys.executable))
     )
-    done = subprocess.run([analyze, "verify", str(local)], capture_output=True, timeout=60, check=False)
+    done = subprocess.run(
+        [analyze, "verify", str(local)], capture_output=True, timeout=scaled(60), check=False
+    )
     report = (done.stdout + done.stderr).decode(errors="replace")
     problems = [line for line in report.splitlines() if SYSTEMD_UNIT.name in line]
     assert not problems, report

@@ -32,6 +32,7 @@ from lakefs_core.settings import CoreSettings
 from lakefs_core.wiring import open_core
 from lakefs_mirror.config import load_mirror_config
 from lakefs_mirror.service import MirrorService
+from tests.support.timing import scaled
 
 ENTRIES = 60_000
 STALL = 0.6  # added to every table opening (3 in the pass); above the scheduling hiccups seen on CI
@@ -223,7 +224,7 @@ async def test_the_daemon_process_decodes_big_ranges_in_a_worker_process(tmp_pat
         *argv, "run", "--once", "--config", str(config),
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
     )  # fmt: skip
-    _, err = await asyncio.wait_for(proc.communicate(), timeout=120)
+    _, err = await asyncio.wait_for(proc.communicate(), timeout=scaled(120))
     assert proc.returncode == 0, err.decode()[-2000:]
     assert b"worker process died" not in err
     async with await MirrorsDB.open(f"sqlite:///{tmp_path}/mirrors.sqlite3") as db:

@@ -40,6 +40,7 @@ from lakefs_mirror.metrics import ERROR_KINDS
 from lakefs_mirror.service import MirrorService
 from tests.support.env import require_tool
 from tests.support.moto import MotoServer
+from tests.support.timing import scaled
 
 ROOT = Path(__file__).resolve().parents[2]
 RULES = ROOT / "deploy" / "prometheus" / "lakefs-mirror-rules.yml"
@@ -234,7 +235,7 @@ def promtool_test_failing_alert(tmp_path: Path, failures: Labels, lease: Labels)
     path = tmp_path / "failing.test.yml"
     path.write_text(yaml.safe_dump(test, sort_keys=False))
     done = subprocess.run(
-        [promtool, "test", "rules", str(path)], capture_output=True, timeout=60, check=False
+        [promtool, "test", "rules", str(path)], capture_output=True, timeout=scaled(60), check=False
     )
     assert done.returncode == 0, (done.stdout + done.stderr).decode(errors="replace")
 

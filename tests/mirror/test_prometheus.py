@@ -42,6 +42,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from lakefs_mirror.demo import API, KEY, SECRET, free_port, workload, write_configs
 from tests.support.env import require_tool
+from tests.support.timing import scaled
 
 T = TypeVar("T")
 DASHBOARD = Path(__file__).resolve().parents[2] / "dashboards" / "lakefs-mirror.json"
@@ -50,7 +51,12 @@ JOB = "lakefs-mirror"
 
 
 def http(
-    method: str, url: str, body: dict[str, Any] | None = None, *, auth: bool = False, timeout: float = 5
+    method: str,
+    url: str,
+    body: dict[str, Any] | None = None,
+    *,
+    auth: bool = False,
+    timeout: float = scaled(5),
 ) -> tuple[int, bytes]:
     data = json.dumps(body).encode() if body is not None else None
     request = urllib.request.Request(url, data=data, method=method)
@@ -91,7 +97,7 @@ def wait_for(
     raise AssertionError(f"timed out waiting for {what} (last error: {last!r})")
 
 
-def stop(proc: subprocess.Popen[bytes], timeout: float = 15) -> int:
+def stop(proc: subprocess.Popen[bytes], timeout: float = scaled(15)) -> int:
     """SIGTERM the process group, then SIGKILL if it did not exit in time; returns the exit status."""
     if proc.poll() is None:
         os.killpg(proc.pid, signal.SIGTERM)
@@ -197,7 +203,11 @@ def test_metrics_pass_promtool_and_a_real_prometheus_scrapes_them(tmp_path: Path
         assert status == 200
         for exposition in (text.encode(), source_text):
             lint = subprocess.run(
-                [promtool, "check", "metrics"], input=exposition, capture_output=True, timeout=30, check=False
+                [promtool, "check", "metrics"],
+                input=exposition,
+                capture_output=True,
+                timeout=scaled(30),
+                check=False,
             )
             printed = (lint.stdout + lint.stderr).decode(errors="replace").strip()
             assert lint.returncode == 0 and not printed, (
@@ -225,7 +235,10 @@ def test_metrics_pass_promtool_and_a_real_prometheus_scrapes_them(tmp_path: Path
             )
         )
         checked = subprocess.run(
-            [promtool, "check", "config", str(prom_config)], capture_output=True, timeout=30, check=False
+            [promtool, "check", "config", str(prom_config)],
+            capture_output=True,
+            timeout=scaled(30),
+            check=False,
         )
         assert checked.returncode == 0, checked.stdout + checked.stderr
         cmd = [

@@ -26,6 +26,7 @@ import pytest
 
 from lakefs_mirror.config import load_mirror_config
 from tests.support.env import require_tool
+from tests.support.timing import scaled
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 MARKER = "<!-- tested: tests/mirror/test_readme_setup.py -->"
@@ -127,7 +128,7 @@ def test_readme_setup_runs_as_written(workdir: Path) -> None:
             start_new_session=True,  # the daemons the block starts with & share this process group
         )
     try:
-        proc.wait(timeout=120)
+        proc.wait(timeout=scaled(120))
     except subprocess.TimeoutExpired:
         proc.kill()
         proc.wait()

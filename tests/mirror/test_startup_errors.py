@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from lakefs_core.errors import BadInputError, StartupError
+from tests.support.timing import scaled
 
 CMD = [sys.executable, "-m", "lakefs_mirror", "run"]
 
@@ -93,7 +94,7 @@ def test_start_up_mistake_is_one_line_and_a_documented_code(
     override, code, key = mistakes(tmp_path, busy_port)[mistake]
     config = write_config(tmp_path, **override)
     cmd = [*CMD, "--config", str(config)]
-    done = subprocess.run(cmd, check=False, capture_output=True, text=True, timeout=60, env=env())
+    done = subprocess.run(cmd, check=False, capture_output=True, text=True, timeout=scaled(60), env=env())
     assert (done.returncode, done.stdout) == (code, ""), done.stderr
     lines = done.stderr.splitlines()
     assert len(lines) == 1 and lines[0].startswith(f"lakefs-mirror: {key}: "), done.stderr
@@ -121,7 +122,7 @@ def test_ctrl_c_during_start_up_prints_no_traceback(tmp_path: Path) -> None:
             time.sleep(0.02)
     try:
         proc.send_signal(signal.SIGINT)
-        _, err = proc.communicate(timeout=30)
+        _, err = proc.communicate(timeout=scaled(30))
     finally:
         os.close(writer)
         if proc.poll() is None:  # never leave the daemon behind for a later test to trip over
@@ -137,7 +138,7 @@ def test_ctrl_c_while_running_and_json_logs(tmp_path: Path) -> None:
     assert proc.stderr is not None
     head = [proc.stderr.readline(), proc.stderr.readline()]  # API listening; loop running
     proc.send_signal(signal.SIGINT)  # now a graceful stop
-    _, rest = proc.communicate(timeout=30)
+    _, rest = proc.communicate(timeout=scaled(30))
     assert proc.returncode == 0 and "Traceback" not in rest, rest
     records = [json.loads(line) for line in [*head, *rest.splitlines()]]
     assert "running" in records[1]["message"]
@@ -179,7 +180,12 @@ def test_run_names_every_missing_sqlite_directory_at_once(tmp_path: Path) -> Non
         mirrors_db_url=f"sqlite:///{tmp_path}/missing-db/m.sqlite3",
     )
     done = subprocess.run(
-        [*CMD, "--config", str(config)], check=False, capture_output=True, text=True, timeout=60, env=env()
+        [*CMD, "--config", str(config)],
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=scaled(60),
+        env=env(),
     )
     assert done.returncode == StartupError.exit_code, done.stderr
     lines = done.stderr.splitlines()
@@ -198,7 +204,12 @@ def test_check_config_lists_every_problem_with_its_key(tmp_path: Path) -> None:
         state_dir=f"{tmp_path}/a-file/state",
     )
     done = subprocess.run(
-        [*CHECK, "--config", str(config)], check=False, capture_output=True, text=True, timeout=60, env=env()
+        [*CHECK, "--config", str(config)],
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=scaled(60),
+        env=env(),
     )
     # A bad value wins the exit code (9: systemd must not restart), but every problem is listed.
     assert (done.returncode, done.stdout) == (BadInputError.exit_code, ""), done.stderr
@@ -217,7 +228,12 @@ def test_check_config_start_up_problems_alone_exit_16(tmp_path: Path) -> None:
         mirrors_db_url=f"sqlite:///{tmp_path}/missing-db/m.sqlite3",
     )
     done = subprocess.run(
-        [*CHECK, "--config", str(config)], check=False, capture_output=True, text=True, timeout=60, env=env()
+        [*CHECK, "--config", str(config)],
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=scaled(60),
+        env=env(),
     )
     assert done.returncode == StartupError.exit_code, done.stderr
     keys = sorted(line.strip().split(": ", 1)[0] for line in done.stderr.splitlines()[1:])
@@ -227,7 +243,12 @@ def test_check_config_start_up_problems_alone_exit_16(tmp_path: Path) -> None:
 def test_check_config_prints_a_valid_configuration_with_paths_and_masked_secrets(tmp_path: Path) -> None:
     config = write_config(tmp_path)
     done = subprocess.run(
-        [*CHECK, "--config", str(config)], check=False, capture_output=True, text=True, timeout=60, env=env()
+        [*CHECK, "--config", str(config)],
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=scaled(60),
+        env=env(),
     )
     assert done.returncode == 0, done.stderr
     shown = json.loads(done.stdout)

@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 from lakefs_core.refs.model import Commit, CommitNode
 from lakefs_core.repos.graveler import Graveler
 from tests.repos.support import WHEN, record
+from tests.support.profiles import examples
 
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
@@ -46,7 +47,7 @@ def test_node_fields() -> None:
     )
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(3), deadline=None)
 @given(
     when=st.datetimes(
         min_value=datetime(1, 1, 2),

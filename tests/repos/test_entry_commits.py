@@ -21,6 +21,7 @@ from lakefs_core.repos.journal import Intent, new_batch_id
 from lakefs_core.repos.objects import Objects
 from lakefs_core.repos.stores import StoreRegistry
 from tests.repos.support import mem_namespace, new_graveler, unique
+from tests.support.profiles import examples
 
 KEYS = st.sampled_from([f"{d}/{f}" for d in ("a", "ab", "b") for f in ("x", "y", "z")])
 WHEN = datetime(2026, 1, 1, tzinfo=UTC)
@@ -36,7 +37,9 @@ async def tree(g: Graveler, repo: str, ref: str) -> dict[str, bytes]:
     return {r.key.decode(): r.identity async for r in g.list_entries(repo, ref)}
 
 
-@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=examples(0.25), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
 @given(
     committed=st.sets(KEYS, max_size=6),
     staged=st.sets(KEYS, max_size=3),

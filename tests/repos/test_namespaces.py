@@ -30,6 +30,7 @@ from lakefs_core.repos.graveler import Graveler
 from lakefs_core.repos.stores import StoreRegistry
 from tests.repos.support import WHEN, unique
 from tests.support.kv import KV_DRIVERS, kv_url_for
+from tests.support.profiles import examples
 from tests.test_realpaths import NAMES, Node, check_one, made, nodes, paths, realpath_overlap, under
 
 RACERS = 20
@@ -365,7 +366,7 @@ inward = st.tuples(st.sampled_from(NAMES), paths).map(lambda t: (t[0], *t[1]))
 
 @pytest.mark.parametrize("mode", ["create, create", "create, import", "import, create"])
 @settings(
-    max_examples=30,
+    max_examples=examples(0.3),
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
 )

@@ -19,6 +19,7 @@ from lakefs_core.repos import reading
 from lakefs_core.repos.graveler import Graveler
 from lakefs_core.repos.objects import ListPage, Objects, ObjectStat, new_entry, prefix_successor
 from tests.repos.support import record
+from tests.support.profiles import examples
 
 
 async def put(objects: Objects, repo: str, *paths: str, branch: str = "main") -> None:
@@ -303,7 +304,7 @@ def _uploads(draw: st.DrawFn) -> tuple[str, ObjectInfo, dict[str, str] | None, d
     return path, info, metadata, naive.replace(tzinfo=draw(st.sampled_from(_ZONES)))
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(3), deadline=None)
 @given(_uploads())
 def test_the_stat_of_a_new_entry_is_what_decoding_it_gives(
     upload: tuple[str, ObjectInfo, dict[str, str] | None, datetime],

@@ -23,6 +23,7 @@ from lakefs_core.repos.graveler import Graveler
 from lakefs_core.repos.objects import Objects
 from lakefs_core.repos.stores import StoreRegistry
 from tests.repos.support import collect, mem_namespace, new_graveler, record, unique
+from tests.support.profiles import examples
 
 
 async def commit(g: Graveler, repo: str, branch: str = "main", message: str = "c") -> str:
@@ -90,7 +91,9 @@ KEYS = st.sampled_from(["a", "a/x", "a/y", "ab", "b/z", "b"])
 OPS = st.lists(st.tuples(st.sampled_from(["put", "delete"]), KEYS), max_size=12)
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=examples(0.6), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
 @given(committed=st.sets(KEYS), ops=OPS, path=KEYS, prefix=st.booleans())
 def test_reset_path_model(committed: set[str], ops: list[tuple[str, str]], path: str, prefix: bool) -> None:
     """Against a model: after reset_changes, exactly the uncommitted changes under ``path`` (or to it)

@@ -43,6 +43,8 @@ from lakefs_core.repos.journal import (
 from lakefs_core.repos.objects import Objects, UploadItem
 from lakefs_core.repos.stores import StoreRegistry
 from tests.repos.support import Clock, HookedKV, fast_settings, record, unique
+from tests.support.profiles import examples
+from tests.support.timing import scaled
 
 
 @pytest.fixture(params=["memory", "sqlite"])
@@ -436,7 +438,7 @@ async def test_a_failing_batch_releases_the_write_gate(g: Graveler, local_root: 
     gate = asyncio.Lock()
     failing = [UploadItem("a/0", b"v"), UploadItem("a/bad", broken)]
     fine = [UploadItem(f"b/{i}", b"v") for i in range(3)]
-    async with asyncio.timeout(30):
+    async with asyncio.timeout(scaled(30)):
         outcomes = await asyncio.gather(
             Objects(g).upload_many(repo, "main", failing, write_gate=gate),
             Objects(g).upload_many(repo, "main", fine, write_gate=gate),
@@ -490,7 +492,7 @@ _TIMES = st.one_of(
 )
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(3), deadline=None)
 @given(
     rows=st.lists(
         st.tuples(

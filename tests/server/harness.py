@@ -30,6 +30,7 @@ from lakefs_core.auth.setup import setup
 from lakefs_core.auth.store import AuthStore
 from lakefs_core.settings import CoreSettings
 from lakefs_core.wiring import open_core
+from tests.support.timing import scaled
 
 ENCRYPT_SECRET = "gateway-tests-encryption-secret-0123"
 BIN = Path(sys.executable).parent
@@ -175,7 +176,7 @@ class Server:
                 raise RuntimeError(f"lakefs-server exited {self.process.returncode}: {self.output()}")
             with (
                 contextlib.suppress(OSError),
-                urllib.request.urlopen(self.admin + "/_ready", timeout=2) as answer,
+                urllib.request.urlopen(self.admin + "/_ready", timeout=scaled(2)) as answer,
             ):
                 if answer.status == 200:
                     return self
@@ -192,7 +193,7 @@ class Server:
         env = {k: v for k, v in os.environ.items() if not k.startswith("LAKEFS_")}
         done = subprocess.run(
             [str(BIN / "lakefs-core"), "--config", str(config), "--json", *args],
-            capture_output=True, text=True, env=env, timeout=120, check=False,
+            capture_output=True, text=True, env=env, timeout=scaled(120), check=False,
         )  # fmt: skip
         assert done.returncode == 0, done.stderr
         return json.loads(done.stdout)

@@ -27,6 +27,7 @@ from botocore.exceptions import ClientError
 
 from tests.server.harness import ADMIN, DEVELOPER, REPO, REPO2, VIEWER, Keys, Server, local_core, running
 from tests.support.moto import MotoServer
+from tests.support.timing import scaled
 
 
 @pytest.fixture(scope="module", params=["sqlite-local-http", "postgres-s3-https"])
@@ -279,15 +280,15 @@ def test_when_required_checksums_and_presigned_urls(server: Server) -> None:
     request = urllib.request.Request(
         put_url, data=b"presigned", method="PUT", headers={"Content-Type": "application/octet-stream"}
     )
-    with urllib.request.urlopen(request, timeout=10, context=context) as answer:
+    with urllib.request.urlopen(request, timeout=scaled(10), context=context) as answer:
         assert answer.status == 200
-    with urllib.request.urlopen(get_url, timeout=10, context=context) as answer:
+    with urllib.request.urlopen(get_url, timeout=scaled(10), context=context) as answer:
         assert answer.read() == b"presigned"
     too_long = s3.generate_presigned_url(
         "get_object", Params={"Bucket": REPO, "Key": "main/wr/pre"}, ExpiresIn=8 * 86400
     )
     with pytest.raises(urllib.error.HTTPError) as refused:
-        urllib.request.urlopen(too_long, timeout=10, context=context)
+        urllib.request.urlopen(too_long, timeout=scaled(10), context=context)
     assert refused.value.code in (400, 403)
     refused.value.close()
     s3.close()

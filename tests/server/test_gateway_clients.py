@@ -30,6 +30,7 @@ import pytest
 
 from tests.server.harness import ADMIN, BIN, DEVELOPER, REPO, VIEWER, Keys, Server, local_core, running
 from tests.support.env import skip_or_fail
+from tests.support.timing import scaled
 
 MiB = 1024 * 1024
 BIG = bytes(range(256)) * (6 * MiB // 256)  # two parts for the clients told to split at 5 MiB
@@ -57,7 +58,7 @@ class Client:
 def run(
     args: list[str], env: dict[str, str] | None = None, *, ok: bool = True
 ) -> subprocess.CompletedProcess[bytes]:
-    done = subprocess.run(args, capture_output=True, env=env, timeout=120, check=False)
+    done = subprocess.run(args, capture_output=True, env=env, timeout=scaled(120), check=False)
     if ok:
         assert done.returncode == 0, done.stderr.decode(errors="replace")[-3000:]
     return done
@@ -250,12 +251,12 @@ def minio_client(server: Server) -> Client:
         request = urllib.request.Request(
             url, data=body, method="PUT", headers={"Content-Type": "application/octet-stream"}
         )
-        with urllib.request.urlopen(request, timeout=30, context=context) as answer:
+        with urllib.request.urlopen(request, timeout=scaled(30), context=context) as answer:
             assert answer.status == 200
 
     def read(key: str) -> bytes:
         with urllib.request.urlopen(
-            client(ADMIN).presigned_get_object(REPO, key), timeout=30, context=context
+            client(ADMIN).presigned_get_object(REPO, key), timeout=scaled(30), context=context
         ) as a:
             return bytes(a.read())
 

@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 
 from tests.server.harness import ADMIN, BIN, REPO, Server, local_core, running
+from tests.support.timing import scaled
 
 DOMAIN = "s3.lakefs.test"
 
@@ -33,7 +34,7 @@ def fetch(
 ) -> tuple[int, bytes, dict[str, str]]:
     request = urllib.request.Request(url, method=method, headers=headers or {})
     try:
-        with urllib.request.urlopen(request, timeout=10) as answer:
+        with urllib.request.urlopen(request, timeout=scaled(10)) as answer:
             return answer.status, answer.read(), dict(answer.headers)
     except urllib.error.HTTPError as e:
         return e.code, e.read(), dict(e.headers)
@@ -96,7 +97,8 @@ def signed(server: Server, method: str, url: str, headers: dict[str, str], body:
 
 def send(server: Server, request: Any, body: bytes = b"") -> tuple[int, bytes]:
     split = urllib.parse.urlsplit(request.url)
-    connection = http.client.HTTPConnection("127.0.0.1", int(server.endpoint.rsplit(":", 1)[1]), timeout=10)
+    port = int(server.endpoint.rsplit(":", 1)[1])
+    connection = http.client.HTTPConnection("127.0.0.1", port, timeout=scaled(10))
     try:
         path = split.path + (f"?{split.query}" if split.query else "")
         connection.putrequest(request.method, path, skip_host=True, skip_accept_encoding=True)

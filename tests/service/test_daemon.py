@@ -10,6 +10,7 @@ import textwrap
 import time
 
 from lakefs_core.service.daemon import DaemonLoop
+from tests.support.timing import scaled
 
 
 async def test_once_reports_the_outcome() -> None:
@@ -45,7 +46,7 @@ async def test_backoff_grows_with_jitter_and_resets() -> None:
 
     loop.on_result = record
     task = asyncio.create_task(loop.run())
-    await asyncio.wait_for(five.wait(), timeout=10)
+    await asyncio.wait_for(five.wait(), timeout=scaled(10))
     loop.request_stop()
     assert await task == 0
     assert seen[:5] == [1, 2, 3, 0, 0]
@@ -102,7 +103,7 @@ def test_sigterm_in_a_real_process() -> None:
         assert proc.stdout.readline().strip() == "pass-start"
         proc.send_signal(signal.SIGTERM)
         t0 = time.monotonic()
-        assert proc.wait(timeout=10) == 0
+        assert proc.wait(timeout=scaled(10)) == 0
         assert proc.stdout.read().split() == ["pass-end"]  # the pass in flight finished, no new one
         assert time.monotonic() - t0 < 5
 
@@ -112,7 +113,7 @@ def test_sigterm_in_a_real_process() -> None:
         proc.send_signal(signal.SIGTERM)
         time.sleep(0.1)
         proc.send_signal(signal.SIGTERM)
-        assert proc.wait(timeout=10) == 0
+        assert proc.wait(timeout=scaled(10)) == 0
         assert "pass-end" not in proc.stdout.read()  # the second signal cancelled it
 
 
@@ -147,6 +148,6 @@ def test_freeze_startup_heap_loads_the_facades_lazy_modules_first() -> None:
         "print(before == [] and after == list(LAZY_MODULES) and gc.get_freeze_count() > 0)\n"
     )
     out = subprocess.run(
-        [sys.executable, "-c", probe], capture_output=True, text=True, timeout=60, check=True
+        [sys.executable, "-c", probe], capture_output=True, text=True, timeout=scaled(60), check=True
     )
     assert out.stdout.strip() == "True", out.stderr

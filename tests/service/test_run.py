@@ -15,6 +15,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.timing import scaled
+
 ROOT = Path(__file__).resolve().parents[2]
 
 TOY = textwrap.dedent(
@@ -64,7 +66,7 @@ TOY = textwrap.dedent(
 
 def _run(mode: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-c", TOY, mode], cwd=ROOT, capture_output=True, text=True, timeout=120,
+        [sys.executable, "-c", TOY, mode], cwd=ROOT, capture_output=True, text=True, timeout=scaled(120),
         env={**os.environ, **(env or {})}, check=False,
     )  # fmt: skip
 
@@ -89,7 +91,7 @@ def test_a_signal_stops_the_daemon_and_systemd_hears_ready_and_stopping() -> Non
     name = f"lakefs-test-run-{uuid.uuid4().hex}"
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
     sock.bind("\0" + name)
-    sock.settimeout(60)
+    sock.settimeout(scaled(60))
     try:
         proc = subprocess.Popen(
             [sys.executable, "-c", TOY, "forever"], cwd=ROOT, stdout=subprocess.PIPE, text=True,
@@ -98,7 +100,7 @@ def test_a_signal_stops_the_daemon_and_systemd_hears_ready_and_stopping() -> Non
         try:
             assert sock.recv(256) == b"READY=1"
             proc.send_signal(signal.SIGTERM)
-            out, _ = proc.communicate(timeout=60)
+            out, _ = proc.communicate(timeout=scaled(60))
         finally:
             if proc.poll() is None:
                 proc.kill()

@@ -17,6 +17,8 @@ import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from tests.support.timing import scaled
+
 ACCESS_KEY = "testing-access-key"
 SECRET_KEY = "testing-secret-key"
 
@@ -46,7 +48,7 @@ class MotoServer:
     def endpoint(self) -> str:
         return f"http://127.0.0.1:{self.port}"
 
-    def start(self, log_dir: Path, timeout: float = 30.0) -> None:
+    def start(self, log_dir: Path, timeout: float = scaled(30.0)) -> None:
         self.log_path = log_dir / f"moto-{self.region}-{self.port}.log"
         env = dict(os.environ)
         env.setdefault("AWS_DEFAULT_REGION", self.region)
@@ -64,7 +66,7 @@ class MotoServer:
                 tail = self.log_path.read_text()[-2000:]
                 raise RuntimeError(f"moto_server for {self.region} exited: {tail}")
             try:
-                with urllib.request.urlopen(f"{self.endpoint}/moto-api/", timeout=1):
+                with urllib.request.urlopen(f"{self.endpoint}/moto-api/", timeout=scaled(1)):
                     return
             except (urllib.error.URLError, ConnectionError, TimeoutError):
                 time.sleep(0.1)
@@ -74,7 +76,7 @@ class MotoServer:
     def reset(self) -> None:
         """Drop every bucket, table and object: per-test isolation."""
         req = urllib.request.Request(f"{self.endpoint}/moto-api/reset", method="POST", data=b"")
-        with urllib.request.urlopen(req, timeout=10) as resp:
+        with urllib.request.urlopen(req, timeout=scaled(10)) as resp:
             resp.read()
 
     def stop(self) -> None:
@@ -83,10 +85,10 @@ class MotoServer:
             return
         proc.terminate()
         try:
-            proc.wait(timeout=10)
+            proc.wait(timeout=scaled(10))
         except subprocess.TimeoutExpired:
             proc.kill()
-            proc.wait(timeout=10)
+            proc.wait(timeout=scaled(10))
 
     def client_kwargs(self) -> dict[str, str]:
         """Keyword arguments for a boto3/aioboto3 client talking to this region."""
