@@ -28,6 +28,7 @@ from lakefs_core.repos.objects import Objects
 from lakefs_core.repos.protection import Action, Rules, matches
 from lakefs_core.repos.stores import StoreRegistry
 from tests.repos.support import collect, fast_settings, mem_namespace, record, unique
+from tests.support.profiles import examples
 
 WRITE = "cannot write to protected branch"
 COMMIT = "cannot commit to protected branch"
@@ -184,7 +185,7 @@ async def test_a_bare_repository_has_no_commit_until_refs_are_restored(g: Gravel
     assert (await g.commit(repo_id, "trunk", committer="t", message="m")).parents == (root.id,)
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(3), deadline=None)
 @given(
     pattern=st.text(alphabet="ab*?[]!-{},", max_size=12),
     branch=st.text(alphabet="ab-", max_size=12),
