@@ -20,6 +20,7 @@ of the branches below, so callers never need to know which driver they talk to:
 - :class:`AccessDeniedError`: the store refused the credentials or the permission.
 - :class:`AuthenticationError`: a CLIENT's credentials or request signature were refused;
   :class:`PermissionDeniedError`: its policies do not allow the operation;
+  :class:`ProtectedBranchError`: a branch protection rule refuses the write;
   :class:`BadRequestError`: its request is malformed or its body does not match what it declared.
   Each carries the ``s3_code`` an S3 gateway answers. :class:`AlreadySetUpError` refuses a second
   ``auth setup``.
@@ -252,6 +253,22 @@ class PermissionDeniedError(LakeFSError):
     exit_code = 21
     http_status = 403
     s3_code = "AccessDenied"
+
+
+class ProtectedBranchError(PermissionDeniedError):
+    """A write into a branch that a branch protection rule of its repository protects (lakeFS's
+    ``ErrProtectedBranch``; the message starts with lakeFS's: "cannot write to protected branch",
+    "cannot commit to protected branch" or "protected branch"). ``repo``, ``branch`` and ``pattern``
+    name the branch and the rule that matched it."""
+
+    exit_code = 24
+    http_status = 403
+
+    def __init__(self, message: str, *, repo: str = "", branch: str = "", pattern: str = "") -> None:
+        self.repo, self.branch, self.pattern = repo, branch, pattern
+        where = f": branch {branch!r} of repository {repo!r} matches rule {pattern!r}" if branch else ""
+        super().__init__(f"{message}{where}")
+        self.lakefs_message = message
 
 
 class BadRequestError(BadInputError):

@@ -2,7 +2,8 @@
 
 Commands follow lakectl's shapes (URIs are ``lakefs://repo/ref/path``):
 
-- ``repo create|list|delete``, ``branch create|list|delete|reset|revert``, ``cherry-pick``, ``annotate``,
+- ``repo create|create-bare|list|delete``, ``branch create|list|delete|reset|revert``,
+  ``branch-protect add|list|delete``, ``cherry-pick``, ``annotate``,
   ``doctor``, ``config`` (:mod:`.doctor`),
   ``fs upload|cat|stat|rm|ls``, ``commit``, ``log``, ``diff``, ``merge``, ``tag create|list|delete``,
   ``show commit`` (see :mod:`.repo`, :mod:`.branch`, :mod:`.fs`, :mod:`.refs_cmds`);
@@ -42,6 +43,7 @@ _LAZY = {
     ),
     "auth": ("auth_cmd:auth", "Manage lakeFS users, groups, policies and credentials in the KV store."),
     "branch": ("branch:branch", "Create, list, delete, reset and revert branches."),
+    "branch-protect": ("protect_cmd:branch_protect", "Add, list and delete branch protection rules."),
     "check-config": (
         "config_cmd:check_config_cmd",
         "Report every configuration problem, or print the effective configuration (secrets masked).",

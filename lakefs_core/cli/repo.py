@@ -1,4 +1,4 @@
-"""``lakefs-core repo``: create, list and delete repositories (lakectl's ``repo`` commands)."""
+"""``lakefs-core repo``: create (also bare), list and delete repositories (lakectl's ``repo`` commands)."""
 
 from __future__ import annotations
 
@@ -51,6 +51,33 @@ def create_cmd(
             shown += f" (given as {storage_namespace})"
         click.echo(f"storage namespace: {shown}")
         click.echo(f"default branch: {created.default_branch}")
+        click.echo(f"timestamp: {int(created.creation_date.timestamp())}")
+
+    emit(repo_doc(created), human)
+
+
+@repo.command("create-bare")
+@click.argument("repository", type=REPO_URI)
+@click.argument("storage_namespace")
+@click.option("--default-branch", "-d", default="main", show_default=True, help="Name of the default branch.")
+@json_option
+def create_bare_cmd(repository: LakeFSURI, storage_namespace: str, default_branch: str) -> None:
+    """Create REPOSITORY with no commit and no branch, to restore refs into (lakectl's
+    repo create-bare). The namespace is claimed as by repo create, but no _lakefs/ marker is written
+    (a restore targets a namespace that holds the data). Until refs are restored, commands that need a
+    commit say the repository has none."""
+
+    async def op(s: Session) -> Repository:
+        graveler = s.graveler
+        return await graveler.create_repository(repository.repo, storage_namespace, default_branch, bare=True)
+
+    created = run_session(op)
+
+    def human() -> None:
+        click.echo(f"Repository: {repository}")
+        click.echo(f"Repository '{created.id}' created (bare):")
+        click.echo(f"storage namespace: {created.storage_namespace}")
+        click.echo(f"default branch: {created.default_branch} (no commits yet)")
         click.echo(f"timestamp: {int(created.creation_date.timestamp())}")
 
     emit(repo_doc(created), human)

@@ -6,6 +6,7 @@
 | branch | ``<repo>-<instance_uid>`` | ``branches/<branch>`` |
 | commit | ``<repo>-<instance_uid>`` | ``commits/<commit id>`` |
 | tag | ``<repo>-<instance_uid>`` | ``tags/<tag>`` |
+| repository setting (lakeFS's, e.g. branch protection) | ``<repo>-<instance_uid>`` | ``settings/<name>`` |
 | staged entry | ``<staging token>`` | raw object key |
 | token awaiting async drop | ``cleanup-tokens`` | ``<staging token>`` |
 | storage namespace claim (ours) | ``lakefs-open-namespaces`` | canonical namespace |
@@ -52,10 +53,10 @@ from ``A NUL`` the sources equal to an ancestor ``A``. Canonical forms hold no N
 The hard-delete journal's records (:mod:`lakefs_core.repos.journal`) live in the repository's own
 partition, so they name one instance of a repository (a re-created repository of the same id starts
 with none) and go with it when the repository is deleted; lakeFS reads that partition only under the
-``branches/``, ``commits/`` and ``tags/`` prefixes. The ``<repo>`` of the journal's key names in the GC
-spec is therefore the partition, not a key segment. Records that must outlive a repository (its
-deleted namespace) or that describe tokens (whose partitions are not a repository's) live in
-``lakefs-open-gc``.
+``branches/``, ``commits/``, ``tags/`` and ``settings/`` prefixes. The ``<repo>`` of the journal's key
+names in the GC spec is therefore the partition, not a key segment. Records that must outlive a
+repository (its deleted namespace) or that describe tokens (whose partitions are not a repository's)
+live in ``lakefs-open-gc``.
 """
 
 from __future__ import annotations
@@ -70,6 +71,8 @@ REPOS_PREFIX = b"repos/"
 BRANCHES_PREFIX = b"branches/"
 COMMITS_PREFIX = b"commits/"
 TAGS_PREFIX = b"tags/"
+SETTINGS_PREFIX = b"settings/"
+PROTECTION_SETTING = "protected_branches"  # lakeFS's branch.ProtectionSettingKey
 NAMESPACES_PARTITION = b"lakefs-open-namespaces"
 IMPORT_SOURCES_PARTITION = b"lakefs-open-import-sources"
 
@@ -92,6 +95,12 @@ def commit_key(commit_id: str) -> bytes:
 
 def tag_key(tag: str) -> bytes:
     return TAGS_PREFIX + tag.encode()
+
+
+def settings_key(name: str) -> bytes:
+    """``settings/<name>``: a repository-level setting, lakeFS's ``graveler.SettingsPath`` (its
+    ``protected_branches``; the REST server's ``branch_protection`` and ``metadata``)."""
+    return SETTINGS_PREFIX + _segment(name, "setting")
 
 
 def new_staging_token(repo: str, branch: str) -> str:
@@ -183,12 +192,6 @@ def _segment(value: str, field: str) -> bytes:
     if not value or "/" in value or "\0" in value:
         raise BadInputError("must be a non-empty string without '/' or NUL", field=field)
     return value.encode()
-
-
-def settings_key(name: str) -> bytes:
-    """The key of a repository setting ``name`` (``branch_protection``, ``metadata``), in the
-    repository's partition (lakeFS's ``settings/<name>``)."""
-    return b"settings/" + _segment(name, "setting")
 
 
 def gc_settings_key() -> bytes:

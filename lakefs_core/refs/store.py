@@ -52,6 +52,17 @@ def where_of(partition: bytes, key: bytes) -> str:
     return _where(partition, key)
 
 
+def no_branch_message(repo: Repository, branch: str) -> str:
+    """The message for a missing branch: the default branch is missing only from a bare repository
+    (it cannot be deleted), which has no commit until refs are restored into it."""
+    if branch == repo.default_branch:
+        return (
+            f"repository {repo.id!r} has no commits: its default branch {branch!r} does not exist"
+            " (a bare repository; restore refs into it first)"
+        )
+    return f"branch {branch!r} not found in repository {repo.id!r}"
+
+
 def _where(partition: bytes, key: bytes) -> str:
     return f"kv:{partition.decode(errors='replace')}/{key.decode(errors='replace')}"
 
@@ -276,7 +287,7 @@ class RefStore:
         try:
             raw = await self.kv.get(repo.partition, key)
         except NotFoundError as e:
-            raise NotFoundError(f"branch {branch!r} not found in repository {repo.id!r}") from e
+            raise NotFoundError(no_branch_message(repo, branch)) from e
         return Branch.from_bytes(raw, _where(repo.partition, key)), raw
 
     async def set_many_then_get_branch(
@@ -289,7 +300,7 @@ class RefStore:
         try:
             raw = await self.kv.set_many_then_get(items, repo.partition, key)
         except NotFoundError as e:
-            raise NotFoundError(f"branch {branch!r} not found in repository {repo.id!r}") from e
+            raise NotFoundError(no_branch_message(repo, branch)) from e
         return Branch.from_bytes(raw, _where(repo.partition, key))
 
     async def create_branch(self, repo: Repository, branch: Branch) -> bytes:

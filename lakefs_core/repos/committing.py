@@ -46,6 +46,7 @@ from lakefs_core.errors import (
 from lakefs_core.refs import kvkeys
 from lakefs_core.refs.model import Branch, Commit, Repository
 from lakefs_core.refs.staging import merged_changes
+from lakefs_core.repos import protection
 from lakefs_core.repos.context import RepoContext
 from lakefs_core.repos.journal import Journal, journal_enabled
 from lakefs_core.repos.retry import cas_retrying, exhausted_as
@@ -129,6 +130,7 @@ async def commit(
     check_commit_text(committer, message, metadata)
     repo = await ctx.repository(repo_id)
     ctx.writable(repo, force)
+    await protection.check(ctx, repo, branch_id, protection.Action.COMMIT)
     current, _ = await ctx.refs.get_branch(repo, branch_id)
     if not allow_empty and not await ctx.has_uncommitted(repo, current):
         raise NoChangesError(f"branch {branch_id!r} has no uncommitted changes")

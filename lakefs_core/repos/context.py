@@ -32,7 +32,8 @@ from lakefs_core.namespace import StorageNamespace
 from lakefs_core.refs.ids import is_commit_id
 from lakefs_core.refs.model import Branch, Commit, Repository
 from lakefs_core.refs.staging import StagingArea
-from lakefs_core.refs.store import RefStore
+from lakefs_core.refs.store import RefStore, no_branch_message
+from lakefs_core.repos.protection import ProtectionCache
 from lakefs_core.repos.refexpr import parse_ref
 from lakefs_core.repos.stores import StoreRegistry
 
@@ -59,6 +60,9 @@ class GravelerSettings:
     # seconds (the writer protocol's re-read catches a stale token; see ``staging_writes``). A
     # read-only flag set by another process therefore reaches this process's writers within this delay.
     write_cache_seconds: float = 1.0
+    # Writers check branch protection rules read within this many seconds (lakeFS's settings cache
+    # keeps them 3 s): a rule added by another process binds this process's writers within it.
+    protection_cache_seconds: float = 3.0
     # The hard-delete journal (journal.py) for repositories created without an explicit choice. Off
     # in the library (a repository shared with a writer that keeps no journal must not have it); the
     # project's configuration turns it on for new repositories.
@@ -159,6 +163,7 @@ class RepoContext:
         self.staging = StagingArea(kv)
         self.write_cache = WriteCache()
         self.journal_flags = JournalFlags()
+        self.protection = ProtectionCache()
 
     @property
     def context(self) -> RepoContext:
@@ -187,6 +192,8 @@ class RepoContext:
                 try:
                     commit_id = (await self.refs.get_tag(repo, expr.base)).commit_id
                 except NotFoundError:
+                    if expr.base == repo.default_branch:  # a bare repository
+                        raise NotFoundError(no_branch_message(repo, expr.base)) from None
                     what = f"ref {expr.base!r} not found in repository {repo.id!r}"
                     raise NotFoundError(f"{what} (no such branch, tag or commit)") from None
             commit = await self.refs.get_commit(repo, commit_id)

@@ -20,7 +20,8 @@ swept into this commit.
   settled). A batch whose record is gone was fenced by the reconciler (the job outlived the pending
   timeout): :class:`ConflictError`, nothing published. Batches not passed (failed or speculative
   attempts) stay pending and their objects are deleted by the reconciler.
-- Read-only repositories refuse (:class:`~lakefs_core.errors.ReadOnlyError`) unless ``force``.
+- Read-only repositories refuse (:class:`~lakefs_core.errors.ReadOnlyError`) unless ``force``; a
+  branch whose protection rules block commits refuses (:class:`~lakefs_core.errors.ProtectedBranchError`).
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ from lakefs_core.errors import BadInputError, ConflictError, PreconditionFailedE
 from lakefs_core.format.records import ValueRecord
 from lakefs_core.refs.ids import validate_branch_id
 from lakefs_core.refs.model import Commit, Repository
+from lakefs_core.repos import protection
 from lakefs_core.repos.committing import check_commit_text
 from lakefs_core.repos.context import RepoContext
 from lakefs_core.repos.journal import Journal, journal_enabled
@@ -139,6 +141,7 @@ async def commit_entries(
         raise BadInputError("every entry of an overwrite must lie under its prefix", field="entries")
     repo = await ctx.repository(repo_id)
     ctx.writable(repo, force)
+    await protection.check(ctx, repo, branch_id, protection.Action.COMMIT)
     journal = Journal(ctx, repo) if await journal_enabled(ctx, repo, cached=False) else None
     if journal is not None and batches and not job_token:
         raise BadInputError("a journalled commit of batches needs a job token", field="job_token")

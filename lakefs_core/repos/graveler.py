@@ -73,7 +73,7 @@ from lakefs_core.refs.model import (
 )
 from lakefs_core.refs.staging import StagingArea, tombstone
 from lakefs_core.refs.store import DeletedRepository, RefStore, claim_value
-from lakefs_core.repos import admin, namespace_claims, reading, staging_writes
+from lakefs_core.repos import admin, namespace_claims, protection, reading, staging_writes
 from lakefs_core.repos.context import GravelerSettings, RepoContext, Resolved, utcnow
 from lakefs_core.repos.journal import (
     DEFAULT_CLOCK_SKEW_SECONDS,
@@ -204,6 +204,7 @@ class Graveler:
         initial_commit: Commit | None = None,
         hard_delete_journal: bool | None = None,
         reuse_namespace: bool = False,
+        bare: bool = False,
     ) -> Repository:
         """Create a repository owning ``storage_namespace`` exclusively.
 
@@ -224,7 +225,13 @@ class Graveler:
         that left it), with one exception: the marker of this very id with no deleted repository
         behind it (a creation that crashed after writing it, retried). ``reuse_namespace`` is the
         user's explicit consent to take over such a namespace (a live repository's is still refused
-        by the claim)."""
+        by the claim).
+
+        ``bare`` (lakeFS's CreateBareRepository, the target of a refs restore) writes the repository
+        record alone: no commit, no branch (its default branch does not exist until one is restored),
+        and, as lakeFS's plumbing call, no ``_lakefs/dummy`` marker; the namespace is still claimed."""
+        if bare and initial_commit is not None:
+            raise BadInputError("a bare repository has no initial commit", field="initial_commit")
         if initial_commit is not None and (initial_commit.parents or initial_commit.metarange_id):
             raise BadInputError("must be a root commit with an empty tree", field="initial_commit")
         validate_repo_id(repo_id)
@@ -241,7 +248,7 @@ class Graveler:
         instance_uid = uuid.uuid4().hex
         claim = await namespace_claims.claim(self.context, ns, repo_id, instance_uid)
         try:
-            if claim_namespace:
+            if claim_namespace and not bare:
                 await namespace_claims.write_marker(self.context, ns, repo_id, reuse=reuse_namespace)
             repo = await self._create_records(
                 repo_id,
@@ -250,6 +257,7 @@ class Graveler:
                 instance_uid=instance_uid,
                 read_only=read_only,
                 initial_commit=initial_commit,
+                bare=bare,
                 journal_on=self.settings.hard_delete_journal
                 if hard_delete_journal is None
                 else hard_delete_journal,
@@ -269,17 +277,18 @@ class Graveler:
         instance_uid: str,
         read_only: bool,
         initial_commit: Commit | None,
+        bare: bool,
         journal_on: bool,
     ) -> Repository:
         now = self.clock()
         repo = Repository(repo_id, ns.uri, default_branch, now, instance_uid, read_only=read_only)
-        first = initial_commit or Commit.create(
-            committer="", message=INITIAL_COMMIT_MESSAGE, metarange_id="", creation_date=now
-        )
-        await self.refs.put_commit(repo, first)
-        await self.refs.create_branch(
-            repo, Branch(default_branch, first.id, kvkeys.new_staging_token(repo_id, default_branch))
-        )
+        if not bare:
+            first = initial_commit or Commit.create(
+                committer="", message=INITIAL_COMMIT_MESSAGE, metarange_id="", creation_date=now
+            )
+            await self.refs.put_commit(repo, first)
+            token = kvkeys.new_staging_token(repo_id, default_branch)
+            await self.refs.create_branch(repo, Branch(default_branch, first.id, token))
         if journal_on:  # before the repository record: no upload can precede it
             settings = GCSettings(True, since=0.0)
             await self.kv.set(repo.partition, kvkeys.gc_settings_key(), settings.to_bytes())
@@ -402,6 +411,10 @@ class Graveler:
         """Drop uncommitted changes; with ``to_ref``, also move the branch to that commit."""
         repo = await self.repository(repo_id)
         self.writable(repo, force)
+        if to_ref is None:
+            await protection.check(self.context, repo, name, protection.Action.STAGING_WRITE)
+        else:
+            await protection.check_reset(self.context, repo, name)
         target = (await self.resolve(repo, to_ref)).commit.id if to_ref is not None else None
         with exhausted_as(f"branch {name!r} kept changing during reset"):
             async for attempt in cas_retrying(self.settings):
@@ -425,6 +438,17 @@ class Graveler:
         return await staging_writes.reset_changes(
             self.context, repo_id, branch_id, path, prefix=prefix, force=force
         )
+
+    # -- branch protection (see protection.py) ---------------------------------------------------------
+
+    async def get_branch_protection(self, repo_id: str) -> tuple[protection.Rules, str]:
+        """The repository's branch protection rules and their checksum (lakeFS's ETag; ``""``: none)."""
+        return await protection.get_rules(self.context, await self.repository(repo_id))
+
+    async def set_branch_protection(self, repo_id: str, rules: protection.Rules, if_match: str | None) -> str:
+        """Store ``rules`` iff the stored ones have checksum ``if_match`` (``""``: none stored; ``None``:
+        unconditionally), else :class:`PreconditionFailedError`; the new checksum."""
+        return await protection.set_rules(self.context, await self.repository(repo_id), rules, if_match)
 
     async def setting(self, repo_id: str, name: str) -> bytes | None:
         """A repository setting's stored bytes (the REST server's branch protection rules and

@@ -57,7 +57,7 @@ from lakefs_core.keys import SliceAllocator
 from lakefs_core.namespace import StorageNamespace
 from lakefs_core.refs.model import Repository
 from lakefs_core.refs.staging import tombstone
-from lakefs_core.repos import reading, staging_writes
+from lakefs_core.repos import protection, reading, staging_writes
 from lakefs_core.repos.context import HasContext
 from lakefs_core.repos.journal import Intent, Journal, journal_enabled, new_batch_id
 from lakefs_core.repos.purge_markers import MarkerReads, lookup_markers
@@ -236,6 +236,7 @@ class Objects:
         repo = await self.ctx.repository(repo_id)
         self.ctx.writable(repo, force)
         await self.ctx.refs.get_branch(repo, branch)  # fail before writing bytes for an unknown branch
+        await protection.check(self.ctx, repo, branch, protection.Action.STAGING_WRITE)  # so too here
         ns, store = await self._namespace(repo)
         relative = self.slices.new_relative_address()
         journal = Journal(self.ctx, repo) if await journal_enabled(self.ctx, repo) else None
@@ -283,7 +284,9 @@ class Objects:
         keys = [_new_path_bytes(item.path) for item in items]
         repo = await self.ctx.repository(repo_id)
         self.ctx.writable(repo, force)
+        await protection.check(self.ctx, repo, branch, protection.Action.STAGING_WRITE)  # before PUTs
         await self.ctx.refs.get_branch(repo, branch)  # fail before writing bytes for an unknown branch
+        await protection.check(self.ctx, repo, branch, protection.Action.STAGING_WRITE)  # so too here
         ns, store = await self._namespace(repo)
         addresses = self.slices.new_relative_addresses(len(items))
         journal = Journal(self.ctx, repo) if await journal_enabled(self.ctx, repo) else None
@@ -372,6 +375,7 @@ class Objects:
         repo = await self.ctx.repository(repo_id)
         self.ctx.writable(repo, force)
         await self.ctx.refs.get_branch(repo, branch)
+        await protection.check(self.ctx, repo, branch, protection.Action.STAGING_WRITE)
         if not await journal_enabled(self.ctx, repo):
             raise BadInputError(
                 "presigned staging needs the repository's hard-delete journal", field="presign"

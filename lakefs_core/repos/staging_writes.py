@@ -66,7 +66,7 @@ from lakefs_core.kv.base import Expect, KVItem
 from lakefs_core.refs import kvkeys
 from lakefs_core.refs.model import Branch, Repository
 from lakefs_core.refs.staging import tombstone
-from lakefs_core.repos import reading
+from lakefs_core.repos import protection, reading
 from lakefs_core.repos.context import RepoContext
 from lakefs_core.repos.retry import cas_retrying, exhausted_as
 
@@ -158,6 +158,7 @@ async def stage_entry(
         check_new_path(record.key)
     repo = await repository_for_write(ctx, repo_id)
     ctx.writable(repo, force)
+    await protection.check(ctx, repo, branch_id, protection.Action.STAGING_WRITE)
     if settle is not None:
         await _stage_settled(ctx, repo, branch_id, [record], settle)
         return
@@ -188,6 +189,7 @@ async def set_entries(
             check_new_path(key)  # raises, naming what is wrong
     repo = await repository_for_write(ctx, repo_id)
     ctx.writable(repo, force)
+    await protection.check(ctx, repo, branch_id, protection.Action.STAGING_WRITE)
     if settle is not None:
         await _stage_settled(ctx, repo, branch_id, records, settle)
         return
@@ -304,6 +306,7 @@ async def reset_changes(
     branch; the keys whose changes were dropped, in order (see the module docstring)."""
     repo = await ctx.repository(repo_id)
     ctx.writable(repo, force)
+    await protection.check(ctx, repo, branch_id, protection.Action.STAGING_WRITE)
     branch, _ = await ctx.refs.get_branch(repo, branch_id)
     head = await ctx.refs.get_commit(repo, branch.commit_id)
     committed = await ctx.metarange(repo, head.metarange_id)
@@ -335,6 +338,7 @@ async def restage_if_unchanged(
     in between makes it read again and retry (see the module docstring)."""
     repo = await repository_for_write(ctx, repo_id)
     ctx.writable(repo, force)
+    await protection.check(ctx, repo, branch_id, protection.Action.STAGING_WRITE)
     branch_key = kvkeys.branch_key(branch_id)
     with exhausted_as(f"branch {branch_id!r}: {key!r} kept changing during an update"):
         async for attempt in cas_retrying(ctx.settings):

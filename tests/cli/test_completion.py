@@ -59,7 +59,7 @@ def complete(home: Path, shell: str, words: str, *, prog: str = "lakefs-core") -
 
 
 def test_commands_and_options_complete(tmp_path: Path) -> None:
-    assert complete(tmp_path, "bash", "lakefs-core br") == ["branch"]
+    assert complete(tmp_path, "bash", "lakefs-core br") == ["branch", "branch-protect"]
     assert "--recursive" in complete(tmp_path, "zsh", "lakefs-core fs ls --")
 
 

@@ -25,7 +25,7 @@ _sym_db = _symbol_database.Default()
 from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\'lakefs_core/format/proto/graveler.proto\x12\x1cio.treeverse.lakefs.graveler\x1a\x1fgoogle/protobuf/timestamp.proto\"\x80\x02\n\x0eRepositoryData\x12\n\n\x02id\x18\x01 \x01(\t\x12\x19\n\x11storage_namespace\x18\x02 \x01(\t\x12\x19\n\x11\x64\x65\x66\x61ult_branch_id\x18\x03 \x01(\t\x12\x31\n\rcreation_date\x18\x04 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12<\n\x05state\x18\x05 \x01(\x0e\x32-.io.treeverse.lakefs.graveler.RepositoryState\x12\x14\n\x0cinstance_uid\x18\x06 \x01(\t\x12\x11\n\tread_only\x18\x07 \x01(\x08\x12\x12\n\nstorage_id\x18\x08 \x01(\t\"i\n\nBranchData\x12\n\n\x02id\x18\x01 \x01(\t\x12\x11\n\tcommit_id\x18\x02 \x01(\t\x12\x15\n\rstaging_token\x18\x03 \x01(\t\x12\x15\n\rsealed_tokens\x18\x04 \x03(\t\x12\x0e\n\x06hidden\x18\x05 \x01(\x08\"\xb7\x02\n\nCommitData\x12\n\n\x02id\x18\x01 \x01(\t\x12\x11\n\tcommitter\x18\x02 \x01(\t\x12\x0f\n\x07message\x18\x03 \x01(\t\x12\x31\n\rcreation_date\x18\x04 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x15\n\rmeta_range_id\x18\x05 \x01(\t\x12H\n\x08metadata\x18\x06 \x03(\x0b\x32\x36.io.treeverse.lakefs.graveler.CommitData.MetadataEntry\x12\x0f\n\x07parents\x18\x07 \x03(\t\x12\x0f\n\x07version\x18\x08 \x01(\x05\x12\x12\n\ngeneration\x18\t \x01(\x05\x1a/\n\rMetadataEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"(\n\x07TagData\x12\n\n\x02id\x18\x01 \x01(\t\x12\x11\n\tcommit_id\x18\x02 \x01(\t\">\n\x0fStagedEntryData\x12\x0b\n\x03key\x18\x01 \x01(\x0c\x12\x10\n\x08identity\x18\x02 \x01(\x0c\x12\x0c\n\x04\x64\x61ta\x18\x03 \x01(\x0c\"\xe2\x01\n\x16GarbageCollectionRules\x12\x1e\n\x16\x64\x65\x66\x61ult_retention_days\x18\x01 \x01(\x05\x12l\n\x15\x62ranch_retention_days\x18\x02 \x03(\x0b\x32M.io.treeverse.lakefs.graveler.GarbageCollectionRules.BranchRetentionDaysEntry\x1a:\n\x18\x42ranchRetentionDaysEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x05:\x02\x38\x01*.\n\x0fRepositoryState\x12\n\n\x06\x41\x43TIVE\x10\x00\x12\x0f\n\x0bIN_DELETION\x10\x01\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\'lakefs_core/format/proto/graveler.proto\x12\x1cio.treeverse.lakefs.graveler\x1a\x1fgoogle/protobuf/timestamp.proto\"\x80\x02\n\x0eRepositoryData\x12\n\n\x02id\x18\x01 \x01(\t\x12\x19\n\x11storage_namespace\x18\x02 \x01(\t\x12\x19\n\x11\x64\x65\x66\x61ult_branch_id\x18\x03 \x01(\t\x12\x31\n\rcreation_date\x18\x04 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12<\n\x05state\x18\x05 \x01(\x0e\x32-.io.treeverse.lakefs.graveler.RepositoryState\x12\x14\n\x0cinstance_uid\x18\x06 \x01(\t\x12\x11\n\tread_only\x18\x07 \x01(\x08\x12\x12\n\nstorage_id\x18\x08 \x01(\t\"i\n\nBranchData\x12\n\n\x02id\x18\x01 \x01(\t\x12\x11\n\tcommit_id\x18\x02 \x01(\t\x12\x15\n\rstaging_token\x18\x03 \x01(\t\x12\x15\n\rsealed_tokens\x18\x04 \x03(\t\x12\x0e\n\x06hidden\x18\x05 \x01(\x08\"\xb7\x02\n\nCommitData\x12\n\n\x02id\x18\x01 \x01(\t\x12\x11\n\tcommitter\x18\x02 \x01(\t\x12\x0f\n\x07message\x18\x03 \x01(\t\x12\x31\n\rcreation_date\x18\x04 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x15\n\rmeta_range_id\x18\x05 \x01(\t\x12H\n\x08metadata\x18\x06 \x03(\x0b\x32\x36.io.treeverse.lakefs.graveler.CommitData.MetadataEntry\x12\x0f\n\x07parents\x18\x07 \x03(\t\x12\x0f\n\x07version\x18\x08 \x01(\x05\x12\x12\n\ngeneration\x18\t \x01(\x05\x1a/\n\rMetadataEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"(\n\x07TagData\x12\n\n\x02id\x18\x01 \x01(\t\x12\x11\n\tcommit_id\x18\x02 \x01(\t\">\n\x0fStagedEntryData\x12\x0b\n\x03key\x18\x01 \x01(\x0c\x12\x10\n\x08identity\x18\x02 \x01(\x0c\x12\x0c\n\x04\x64\x61ta\x18\x03 \x01(\x0c\"\xe2\x01\n\x16GarbageCollectionRules\x12\x1e\n\x16\x64\x65\x66\x61ult_retention_days\x18\x01 \x01(\x05\x12l\n\x15\x62ranch_retention_days\x18\x02 \x03(\x0b\x32M.io.treeverse.lakefs.graveler.GarbageCollectionRules.BranchRetentionDaysEntry\x1a:\n\x18\x42ranchRetentionDaysEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x05:\x02\x38\x01\"l\n\x1e\x42ranchProtectionBlockedActions\x12J\n\x05value\x18\x01 \x03(\x0e\x32;.io.treeverse.lakefs.graveler.BranchProtectionBlockedAction\"\xa0\x02\n\x15\x42ranchProtectionRules\x12\x81\x01\n!branch_pattern_to_blocked_actions\x18\x01 \x03(\x0b\x32V.io.treeverse.lakefs.graveler.BranchProtectionRules.BranchPatternToBlockedActionsEntry\x1a\x82\x01\n\"BranchPatternToBlockedActionsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12K\n\x05value\x18\x02 \x01(\x0b\x32<.io.treeverse.lakefs.graveler.BranchProtectionBlockedActions:\x02\x38\x01*.\n\x0fRepositoryState\x12\n\n\x06\x41\x43TIVE\x10\x00\x12\x0f\n\x0bIN_DELETION\x10\x01*>\n\x1d\x42ranchProtectionBlockedAction\x12\x11\n\rSTAGING_WRITE\x10\x00\x12\n\n\x06\x43OMMIT\x10\x01\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -36,8 +36,12 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_COMMITDATA_METADATAENTRY']._serialized_options = b'8\001'
   _globals['_GARBAGECOLLECTIONRULES_BRANCHRETENTIONDAYSENTRY']._loaded_options = None
   _globals['_GARBAGECOLLECTIONRULES_BRANCHRETENTIONDAYSENTRY']._serialized_options = b'8\001'
-  _globals['_REPOSITORYSTATE']._serialized_start=1121
-  _globals['_REPOSITORYSTATE']._serialized_end=1167
+  _globals['_BRANCHPROTECTIONRULES_BRANCHPATTERNTOBLOCKEDACTIONSENTRY']._loaded_options = None
+  _globals['_BRANCHPROTECTIONRULES_BRANCHPATTERNTOBLOCKEDACTIONSENTRY']._serialized_options = b'8\001'
+  _globals['_REPOSITORYSTATE']._serialized_start=1522
+  _globals['_REPOSITORYSTATE']._serialized_end=1568
+  _globals['_BRANCHPROTECTIONBLOCKEDACTION']._serialized_start=1570
+  _globals['_BRANCHPROTECTIONBLOCKEDACTION']._serialized_end=1632
   _globals['_REPOSITORYDATA']._serialized_start=107
   _globals['_REPOSITORYDATA']._serialized_end=363
   _globals['_BRANCHDATA']._serialized_start=365
@@ -54,4 +58,10 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_GARBAGECOLLECTIONRULES']._serialized_end=1119
   _globals['_GARBAGECOLLECTIONRULES_BRANCHRETENTIONDAYSENTRY']._serialized_start=1061
   _globals['_GARBAGECOLLECTIONRULES_BRANCHRETENTIONDAYSENTRY']._serialized_end=1119
+  _globals['_BRANCHPROTECTIONBLOCKEDACTIONS']._serialized_start=1121
+  _globals['_BRANCHPROTECTIONBLOCKEDACTIONS']._serialized_end=1229
+  _globals['_BRANCHPROTECTIONRULES']._serialized_start=1232
+  _globals['_BRANCHPROTECTIONRULES']._serialized_end=1520
+  _globals['_BRANCHPROTECTIONRULES_BRANCHPATTERNTOBLOCKEDACTIONSENTRY']._serialized_start=1390
+  _globals['_BRANCHPROTECTIONRULES_BRANCHPATTERNTOBLOCKEDACTIONSENTRY']._serialized_end=1520
 # @@protoc_insertion_point(module_scope)

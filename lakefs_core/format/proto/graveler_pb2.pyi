@@ -14,8 +14,15 @@ class RepositoryState(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
     ACTIVE: _ClassVar[RepositoryState]
     IN_DELETION: _ClassVar[RepositoryState]
+
+class BranchProtectionBlockedAction(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    STAGING_WRITE: _ClassVar[BranchProtectionBlockedAction]
+    COMMIT: _ClassVar[BranchProtectionBlockedAction]
 ACTIVE: RepositoryState
 IN_DELETION: RepositoryState
+STAGING_WRITE: BranchProtectionBlockedAction
+COMMIT: BranchProtectionBlockedAction
 
 class RepositoryData(_message.Message):
     __slots__ = ("id", "storage_namespace", "default_branch_id", "creation_date", "state", "instance_uid", "read_only", "storage_id")
@@ -112,3 +119,22 @@ class GarbageCollectionRules(_message.Message):
     default_retention_days: int
     branch_retention_days: _containers.ScalarMap[str, int]
     def __init__(self, default_retention_days: _Optional[int] = ..., branch_retention_days: _Optional[_Mapping[str, int]] = ...) -> None: ...
+
+class BranchProtectionBlockedActions(_message.Message):
+    __slots__ = ("value",)
+    VALUE_FIELD_NUMBER: _ClassVar[int]
+    value: _containers.RepeatedScalarFieldContainer[BranchProtectionBlockedAction]
+    def __init__(self, value: _Optional[_Iterable[_Union[BranchProtectionBlockedAction, str]]] = ...) -> None: ...
+
+class BranchProtectionRules(_message.Message):
+    __slots__ = ("branch_pattern_to_blocked_actions",)
+    class BranchPatternToBlockedActionsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: BranchProtectionBlockedActions
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[_Union[BranchProtectionBlockedActions, _Mapping]] = ...) -> None: ...
+    BRANCH_PATTERN_TO_BLOCKED_ACTIONS_FIELD_NUMBER: _ClassVar[int]
+    branch_pattern_to_blocked_actions: _containers.MessageMap[str, BranchProtectionBlockedActions]
+    def __init__(self, branch_pattern_to_blocked_actions: _Optional[_Mapping[str, BranchProtectionBlockedActions]] = ...) -> None: ...
