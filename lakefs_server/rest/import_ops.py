@@ -23,7 +23,6 @@ from aiohttp import web
 from lakefs_core.auth import permissions as perms
 from lakefs_core.errors import BadInputError, LakeFSError, NotFoundError
 from lakefs_core.refs.model import Commit
-from lakefs_server.rest import protection
 from lakefs_server.rest.app import Call, RestDeps
 from lakefs_server.rest.models import ImportCreation, body, commit_json
 from lakefs_server.rest.wire import message_of
@@ -110,7 +109,6 @@ async def import_start(call: Call) -> web.StreamResponse:
     if not spec.paths:
         raise BadInputError("at least one path", field="paths")
     await call.authorize(perms.AllOf(tuple(nodes)))
-    await protection.check(call, repo_id, branch, commit=True)
     await call.deps.graveler.branch(repo_id, branch)
     tasks = _tasks(call.deps)
     if sum(1 for t in tasks.values() if isinstance(t, ImportTask) and not t.completed) >= MAX_RUNNING:

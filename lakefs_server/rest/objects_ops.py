@@ -25,7 +25,6 @@ from aiohttp import BodyPartReader, web
 from lakefs_core.auth import permissions as perms
 from lakefs_core.errors import BadInputError, LakeFSError, NotFoundError, PreconditionFailedError, encode_utf8
 from lakefs_core.repos.objects import ObjectStat
-from lakefs_server.rest import protection
 from lakefs_server.rest.app import Call
 from lakefs_server.rest.models import ObjectCopyCreation, PathList, body, object_json, prefix_json
 from lakefs_server.rest.staging_ops import EXPIRES, presigned_read
@@ -85,7 +84,6 @@ async def upload_object(call: Call) -> web.StreamResponse:
     if call.request.query.get("storageClass"):
         raise BadInputError("storage classes are not served here", field="storageClass")
     force = query_bool(call.request, "force")
-    await protection.check(call, repo_id, branch)
     await _preconditions(call, repo_id, branch, path)
     metadata = _user_metadata(call)
     content_type = call.request.headers.get("Content-Type")
@@ -293,7 +291,6 @@ async def delete_object(call: Call) -> web.StreamResponse:
     path = _path(call)
     await call.authorize(_object_node(perms.DELETE_OBJECT, call, path))
     repo_id, branch = call.param("repository"), call.param("branch")
-    await protection.check(call, repo_id, branch)
     await call.deps.objects.delete(repo_id, branch, path, force=query_bool(call.request, "force"))
     return web.Response(status=204)
 
@@ -302,7 +299,6 @@ async def delete_objects(call: Call) -> web.StreamResponse:
     repo_id, branch = call.param("repository"), call.param("branch")
     spec = await body(call.request, PathList)
     force = query_bool(call.request, "force")
-    await protection.check(call, repo_id, branch)
     errors: list[dict[str, Any]] = []
     allowed: list[bytes] = []
     for path in spec.paths:
@@ -333,7 +329,6 @@ async def copy_object(call: Call) -> web.StreamResponse:
             )
         )
     )
-    await protection.check(call, repo_id, branch)
     source = await call.deps.objects.stat(repo_id, src_ref, spec.src_path)
     chunks = call.deps.objects.read_stat(repo_id, source)
     stat = await call.deps.objects.upload(

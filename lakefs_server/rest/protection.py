@@ -1,44 +1,29 @@
-"""Branch protection rules and repository metadata: settings of a repository, stored through the
-facade (:meth:`~lakefs_core.repos.graveler.Graveler.setting`) as JSON.
+"""Branch protection rules and repository metadata over REST.
 
-A protected branch refuses staging writes and commits (403, lakeFS's messages); a rule's pattern
-matches as lakeFS's (``*`` any run of characters, ``?`` one). Rules are read per process at most once
-a second: a new rule holds for every write that starts a second after it is set. Updates are
-compare-and-swap against the ETag the reader got (``If-Match``), as lakeFS's.
+The rules are the facade's (:meth:`~lakefs_core.repos.graveler.Graveler.get_branch_protection`):
+lakeFS's ``BranchProtectionRules`` stored as lakeFS stores them, enforced by the facade on every
+staging write and commit (merges into a protected branch are how it changes, as in lakeFS), their
+ETag lakeFS's checksum; an update with ``If-Match`` is compare-and-swap on it. Repository metadata
+is a repository setting stored through the facade as JSON, updated by compare-and-swap on the bytes
+read.
 """
 
 from __future__ import annotations
 
-import fnmatch
-import hashlib
 import json
-import time
 from typing import Any
 
 from aiohttp import web
 
 from lakefs_core.auth import permissions as perms
-from lakefs_core.errors import BadInputError, CorruptDataError, PreconditionFailedError
+from lakefs_core.errors import BadInputError, CorruptDataError
+from lakefs_core.repos.protection import Rules
 from lakefs_server.rest.app import Call
 from lakefs_server.rest.models import BranchProtectionRule
-from lakefs_server.rest.wire import ProtectedBranchError
 
-CACHE_SECONDS = 1.0
-PROTECTION = "branch_protection"
 METADATA = "metadata"
 MAX_RULES = 100
 MAX_METADATA = 1 << 16
-_cache: dict[tuple[int, str], tuple[float, tuple[str, ...]]] = {}
-
-__all__ = ["ProtectedBranchError", "check", "matches"]
-
-
-def matches(patterns: tuple[str, ...], branch: str) -> bool:
-    return any(fnmatch.fnmatchcase(branch, p) for p in patterns)
-
-
-def _etag(raw: bytes | None) -> str:
-    return hashlib.md5(raw or b"", usedforsecurity=False).hexdigest()
 
 
 def _decode(raw: bytes | None, name: str) -> Any:
@@ -50,26 +35,11 @@ def _decode(raw: bytes | None, name: str) -> Any:
         raise CorruptDataError(f"repository setting {name} is not JSON") from e
 
 
-async def check(call: Call, repo_id: str, branch: str, *, commit: bool = False) -> None:
-    """Refuse a write (``commit``: a commit) to a protected branch."""
-    key = (id(call.deps), repo_id)
-    now = time.monotonic()
-    cached = _cache.get(key)
-    if cached is None or now - cached[0] > CACHE_SECONDS:
-        rules = _decode(await call.deps.graveler.setting(repo_id, PROTECTION), PROTECTION) or []
-        cached = (now, tuple(str(r) for r in rules))
-        _cache[key] = cached
-    if matches(cached[1], branch):
-        what = "commit to" if commit else "write to"
-        raise ProtectedBranchError(f"cannot {what} protected branch")
-
-
 async def get_rules(call: Call) -> web.StreamResponse:
     repo_id = call.param("repository")
     await call.authorize(perms.Permission(perms.GET_BRANCH_PROTECTION_RULES, perms.repo_arn(repo_id)))
-    raw = await call.deps.graveler.setting(repo_id, PROTECTION)
-    rules = _decode(raw, PROTECTION) or []
-    return web.json_response([{"pattern": p} for p in rules], headers={"ETag": _etag(raw)})
+    rules, etag = await call.deps.graveler.get_branch_protection(repo_id)
+    return web.json_response([{"pattern": p} for p in rules.rules], headers={"ETag": etag})
 
 
 async def set_rules(call: Call) -> web.StreamResponse:
@@ -79,12 +49,9 @@ async def set_rules(call: Call) -> web.StreamResponse:
     if not isinstance(data, list) or len(data) > MAX_RULES:
         raise BadInputError(f"must be a list of at most {MAX_RULES} rules", field="body")
     patterns = sorted({BranchProtectionRule.model_validate(item).pattern for item in data})
-    raw = await call.deps.graveler.setting(repo_id, PROTECTION)
     if_match = call.request.headers.get("If-Match")
-    if if_match is not None and if_match.strip('"') != _etag(raw):
-        raise PreconditionFailedError("branch protection rules changed since they were read")
-    await call.deps.graveler.set_setting(repo_id, PROTECTION, json.dumps(patterns).encode(), raw)
-    _cache.pop((id(call.deps), repo_id), None)
+    etag = None if if_match is None else if_match.strip().strip('"')
+    await call.deps.graveler.set_branch_protection(repo_id, Rules.of(patterns), etag)
     return web.Response(status=204)
 
 

@@ -15,9 +15,8 @@ from aiohttp import web
 
 from lakefs_core.auth import permissions as perms
 from lakefs_core.committed.model import DiffRecord, MergeStrategy
-from lakefs_core.errors import BadInputError, NoChangesError, NotFoundError, encode_utf8
+from lakefs_core.errors import BadInputError, NoChangesError, NotFoundError, ProtectedBranchError, encode_utf8
 from lakefs_core.format.records import decode_entry
-from lakefs_server.rest import protection
 from lakefs_server.rest.app import Call
 from lakefs_server.rest.models import (
     BranchCreation,
@@ -97,7 +96,7 @@ async def delete_branch(call: Call) -> web.StreamResponse:
     await call.authorize(_branch_node(perms.DELETE_BRANCH, call, name))
     repo = await call.deps.graveler.repository(call.param("repository"))
     if name == repo.default_branch:
-        raise protection.ProtectedBranchError("cannot delete the repository's default branch")
+        raise ProtectedBranchError("cannot delete the repository's default branch")
     await call.deps.graveler.delete_branch(repo.id, name, force=query_bool(call.request, "force"))
     return web.Response(status=204)
 
@@ -108,7 +107,6 @@ async def reset_branch(call: Call) -> web.StreamResponse:
     spec = await body(call.request, ResetCreation)
     repo_id = call.param("repository")
     await call.deps.graveler.branch(repo_id, name)
-    await protection.check(call, repo_id, name)
     match spec.type:
         case "reset":
             await call.deps.graveler.reset_branch(repo_id, name, force=spec.force)
@@ -128,8 +126,6 @@ async def hard_reset_branch(call: Call) -> web.StreamResponse:
     if not ref:
         raise BadInputError("missing", field="ref")
     repo_id = call.param("repository")
-    await protection.check(call, repo_id, name, commit=True)
-    await protection.check(call, repo_id, name)
     await call.deps.graveler.reset_branch(repo_id, name, ref, force=query_bool(call.request, "force"))
     return web.Response(status=204)
 
@@ -175,7 +171,6 @@ async def commit(call: Call) -> web.StreamResponse:
         raise BadInputError("commit from a source metarange is not served here", field="source_metarange")
     spec = await body(call.request, CommitCreation)
     repo_id = call.param("repository")
-    await protection.check(call, repo_id, name, commit=True)
     if spec.date is not None:
         raise BadInputError("a commit date override is not served here", field="date")
     created = await call.deps.graveler.commit(

@@ -8,13 +8,13 @@ protected (lakeFS's quickstart protects ``main``).
 from __future__ import annotations
 
 import io
-import json
 import struct
 import zlib
 from typing import Final
 
 from lakefs_core.offloop import run_cpu
 from lakefs_core.refs.model import Repository
+from lakefs_core.repos.protection import Rules
 from lakefs_server.rest.app import RestDeps
 
 ROWS: Final = 40_000
@@ -83,5 +83,4 @@ async def populate(deps: RestDeps, repo: Repository, committer: str) -> None:
     for path, (data, content_type) in files.items():
         await deps.objects.upload(repo.id, branch, path, data, content_type=content_type)
     await deps.graveler.commit(repo.id, branch, committer=committer, message="Add sample data")
-    rules = json.dumps([branch]).encode()
-    await deps.graveler.set_setting(repo.id, "branch_protection", rules, None)
+    await deps.graveler.set_branch_protection(repo.id, Rules.of([branch]), None)

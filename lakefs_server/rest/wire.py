@@ -26,6 +26,7 @@ from lakefs_core.errors import (
     NotFoundError,
     PermissionDeniedError,
     PreconditionFailedError,
+    ProtectedBranchError,
     PurgedError,
     ReadOnlyError,
     TooManyRetriesError,
@@ -34,12 +35,6 @@ from lakefs_core.repos.graveler import Graveler
 
 DEFAULT_AMOUNT: Final = 100
 MAX_AMOUNT: Final = 1000
-
-
-class ProtectedBranchError(LakeFSError):
-    """A write to a branch a protection rule covers (lakeFS: 403)."""
-
-    http_status = 403
 
 
 class UnauthorizedError(LakeFSError):
@@ -85,6 +80,8 @@ def error_json(status: int, message: str, headers: Mapping[str, str] | None = No
 
 
 def message_of(error: LakeFSError) -> str:
+    if isinstance(error, ProtectedBranchError):
+        return error.lakefs_message  # lakeFS's own words, as its clients match them
     return str(error.args[0]) if error.args else type(error).__name__
 
 
