@@ -189,6 +189,7 @@ class NotConfirmedError(BadInputError):
     (a script, a pipe) and without ``--yes``. Nothing was changed. Distinct from 130 (Ctrl-C)."""
 
     exit_code = 19
+    http_status = 400
 
     def __init__(self, message: str) -> None:
         super().__init__(message, field="--yes")

@@ -62,7 +62,7 @@ def dashboard_queries() -> list[str]:
         panel = todo.pop(0)
         todo.extend(panel.get("panels", []))
         exprs += [t["expr"] for t in panel.get("targets", [])]
-    values = {"$__rate_interval": "15s", "$repo": ".*"}
+    values = {"$__rate_interval": "15s", "$repo": ".*", "$region": ".*"}
     return [re.sub(r"\$\w+", lambda m: values[m.group(0)], expr) for expr in exprs]
 
 
