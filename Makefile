@@ -10,7 +10,7 @@ DEV_STAMP := $(VENV)/.installed-dev
 .PHONY: venv venv-run demo demo-core test test-fast lint typecheck docs bench proto clean
 
 # Packages are installed by uv (from PyPI, into the venv, the same resolution as pip's): a fresh
-# install of the dev extra takes ~40 s where pip takes ~110 s, a tenth of CI's 15-minute budget.
+# install of the dev extra takes ~57 s where pip took ~110 s of CI's 15-minute budget.
 # --compile-bytecode as pip does: with PYTHONDONTWRITEBYTECODE set (some CI machines), every test
 # subprocess would otherwise compile the packages it imports again.
 INSTALL := $(BIN)/python -m uv pip install -q --compile-bytecode --python $(BIN)/python
