@@ -69,6 +69,28 @@ async def _rotate(ctx: RepoContext, repo: Repository, branch_id: str) -> tuple[B
     return rotated, raw, frozenset(sealed)
 
 
+def child_commit(
+    ctx: RepoContext,
+    parent: Commit,
+    metarange_id: str,
+    *,
+    committer: str,
+    message: str,
+    metadata: Mapping[str, str],
+) -> Commit:
+    """A new commit of ``metarange_id`` whose only parent is ``parent`` (a commit, a revert, a
+    cherry-pick, a commit of given entries), dated by the context's clock."""
+    return Commit.create(
+        committer=committer,
+        message=message,
+        metarange_id=metarange_id,
+        creation_date=ctx.clock(),
+        metadata=metadata,
+        parents=(parent.id,),
+        generation=parent.generation + 1,
+    )
+
+
 async def _build_commit(
     ctx: RepoContext,
     repo: Repository,
@@ -89,14 +111,8 @@ async def _build_commit(
         policy=ctx.settings.split_policy,
         allow_empty=allow_empty,
     )
-    commit = Commit.create(
-        committer=committer,
-        message=message,
-        metarange_id=result.metarange_id,
-        creation_date=ctx.clock(),
-        metadata=metadata,
-        parents=(parent.id,),
-        generation=parent.generation + 1,
+    commit = child_commit(
+        ctx, parent, result.metarange_id, committer=committer, message=message, metadata=metadata
     )
     await ctx.refs.put_commit(repo, commit)
     return commit
@@ -312,15 +328,8 @@ async def revert(
     parent = await _parent(ctx, repo, target, parent_number)
 
     def made(head: Commit, metarange_id: str) -> Commit:
-        return Commit.create(
-            committer=committer,
-            message=message or f"Revert {target.id}",
-            metarange_id=metarange_id,
-            creation_date=ctx.clock(),
-            metadata={},
-            parents=(head.id,),
-            generation=head.generation + 1,
-        )
+        revert_message = message or f"Revert {target.id}"
+        return child_commit(ctx, head, metarange_id, committer=committer, message=revert_message, metadata={})
 
     return await _apply_change(ctx, repo, branch_id, doing="revert", sides=(target, parent), made=made)
 
@@ -353,14 +362,8 @@ async def cherry_pick(
             "cherry-pick-origin": target.id,
             "cherry-pick-committer": target.committer,
         }
-        return Commit.create(
-            committer=committer,
-            message=target.message,
-            metarange_id=metarange_id,
-            creation_date=ctx.clock(),
-            metadata=metadata,
-            parents=(head.id,),
-            generation=head.generation + 1,
+        return child_commit(
+            ctx, head, metarange_id, committer=committer, message=target.message, metadata=metadata
         )
 
     return await _apply_change(ctx, repo, branch_id, doing="cherry-pick", sides=(base, target), made=made)

@@ -37,7 +37,7 @@ from lakefs_core.format.records import ValueRecord
 from lakefs_core.refs.ids import validate_branch_id
 from lakefs_core.refs.model import Commit, Repository
 from lakefs_core.repos import protection
-from lakefs_core.repos.committing import check_commit_text
+from lakefs_core.repos.committing import check_commit_text, child_commit
 from lakefs_core.repos.context import RepoContext
 from lakefs_core.repos.journal import Journal, journal_enabled
 from lakefs_core.repos.retry import cas_retrying, exhausted_as
@@ -103,14 +103,8 @@ async def _build(
         policy=ctx.settings.split_policy,
         allow_empty=True,  # an append of nothing (or an overwrite with the same files) still commits
     )
-    commit = Commit.create(
-        committer=committer,
-        message=message,
-        metarange_id=result.metarange_id,
-        creation_date=ctx.clock(),
-        metadata=metadata,
-        parents=(parent.id,),
-        generation=parent.generation + 1,
+    commit = child_commit(
+        ctx, parent, result.metarange_id, committer=committer, message=message, metadata=metadata
     )
     await ctx.refs.put_commit(repo, commit)
     return commit
