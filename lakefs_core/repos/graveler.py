@@ -657,7 +657,9 @@ class Graveler:
         metadata: Mapping[str, str] | None = None,
         allow_empty: bool = False,
         force: bool = False,
+        date: datetime | None = None,
     ) -> Commit:
+        """Commit the branch's staged changes; ``date`` overrides the creation date (lakeFS's)."""
         from lakefs_core.repos import committing
 
         return await committing.commit(
@@ -669,6 +671,7 @@ class Graveler:
             metadata=metadata,
             allow_empty=allow_empty,
             force=force,
+            date=date,
         )
 
     async def commit_entries(
@@ -736,8 +739,11 @@ class Graveler:
         committer: str,
         parent_number: int = 1,
         message: str | None = None,
+        metadata: Mapping[str, str] | None = None,
+        allow_empty: bool = False,
         force: bool = False,
     ) -> Commit:
+        """Undo ``commit_ref``'s change on the branch in a new commit (see committing.revert)."""
         from lakefs_core.repos import committing
 
         return await committing.revert(
@@ -748,6 +754,8 @@ class Graveler:
             committer=committer,
             parent_number=parent_number,
             message=message,
+            metadata=metadata,
+            allow_empty=allow_empty,
             force=force,
         )
 
@@ -759,9 +767,12 @@ class Graveler:
         *,
         committer: str,
         parent_number: int | None = None,
+        message: str | None = None,
+        metadata: Mapping[str, str] | None = None,
         force: bool = False,
     ) -> Commit:
-        """Apply what ``commit_ref`` changed against its parent onto the branch as a new commit."""
+        """Apply what ``commit_ref`` changed against its parent onto the branch as a new commit
+        (``message``/``metadata``: lakeFS's commit overrides, see committing.cherry_pick)."""
         from lakefs_core.repos import committing
 
         return await committing.cherry_pick(
@@ -771,6 +782,8 @@ class Graveler:
             commit_ref,
             committer=committer,
             parent_number=parent_number,
+            message=message,
+            metadata=metadata,
             force=force,
         )
 

@@ -433,3 +433,63 @@ def test_presigned_staging(server: RestServer, client: lakefs_sdk.ApiClient) -> 
     obj = lakefs.Repository(repo, client=high).branch("main").object("high/level")
     obj.upload(b"through a presigned URL", pre_sign=True)
     assert obj.reader(pre_sign=True).read() == b"through a presigned URL"
+
+
+def test_commit_date_and_overrides(server: RestServer, client: lakefs_sdk.ApiClient, tmp_path: Path) -> None:
+    repo = new_repo(server, client)
+    commits, branches = lakefs_sdk.CommitsApi(client), lakefs_sdk.BranchesApi(client)
+    upload(client, repo, "main", "f", b"1", tmp=tmp_path)
+    dated = commits.commit(repo, "main", lakefs_sdk.CommitCreation(message="dated", date=1_000_000_000))
+    assert dated.creation_date == 1_000_000_000
+    assert commits.get_commit(repo, dated.id).creation_date == 1_000_000_000
+    for bad in (-(10**12), 10**13, "soon", 1.5):  # outside a protobuf Timestamp, or not unix seconds
+        raw = urllib3.PoolManager().request(
+            "POST", f"{server.api}/repositories/{repo}/branches/main/commits",
+            body=f'{{"message": "m", "allow_empty": true, "date": {json_value(bad)}}}',
+            headers={**urllib3.make_headers(basic_auth=f"{ACCESS_KEY}:{SECRET_KEY}"),
+                     "Content-Type": "application/json"},
+        )  # fmt: skip
+        assert raw.status == 400 and "date" in raw.json()["message"], (bad, raw.data)
+    upload(client, repo, "main", "f", b"2", tmp=tmp_path)
+    two = commits.commit(repo, "main", lakefs_sdk.CommitCreation(message="two", metadata={"k": "v"}))
+    overrides = lakefs_sdk.CommitOverrides(message="undo two", metadata={"why": "test"})
+    revert = lakefs_sdk.RevertCreation(ref=two.id, parent_number=0, commit_overrides=overrides)
+    branches.revert_branch(repo, "main", revert)
+    reverted = commits.get_commit(repo, "main")
+    assert (reverted.message, reverted.metadata) == ("undo two", {"why": "test"})
+    branches.revert_branch(repo, "main", lakefs_sdk.RevertCreation(ref="main", parent_number=0))
+    assert commits.get_commit(repo, "main").message == "Revert main"  # lakeFS names the ref as given
+    # reverting a commit that changed nothing: 400 unless allow_empty, as lakeFS
+    empty = commits.commit(repo, "main", lakefs_sdk.CommitCreation(message="empty", allow_empty=True))
+    again = lakefs_sdk.RevertCreation(ref=empty.id, parent_number=0)
+    assert status(lambda: branches.revert_branch(repo, "main", again)) == 400
+    again.allow_empty = True
+    branches.revert_branch(repo, "main", again)
+    assert commits.get_commit(repo, "main").parents == [empty.id]
+    branches.create_branch(repo, lakefs_sdk.BranchCreation(name="pick", source=dated.id))
+    pick = lakefs_sdk.CherryPickCreation(ref=two.id, commit_overrides=lakefs_sdk.CommitOverrides(message="m"))
+    picked = branches.cherry_pick(repo, "pick", pick)
+    assert picked.message == "m" and picked.metadata == {
+        "k": "v", "cherry-pick-origin": two.id, "cherry-pick-committer": two.committer,
+    }  # fmt: skip
+
+
+def json_value(value: object) -> str:
+    import json
+
+    return json.dumps(value)
+
+
+def test_bare_repository(server: RestServer, client: lakefs_sdk.ApiClient) -> None:
+    repos = lakefs_sdk.RepositoriesApi(client)
+    name = f"bare-{uuid.uuid4().hex[:8]}"
+    creation = lakefs_sdk.RepositoryCreation(
+        name=name, storage_namespace=server.namespace(name), sample_data=True
+    )
+    made = repos.create_repository(creation, bare=True)
+    assert made.id == name and made.default_branch == "main" and made.read_only is None
+    branches = lakefs_sdk.BranchesApi(client)
+    assert branches.list_branches(name).results == []
+    assert status(lambda: branches.get_branch(name, "main")) == 404
+    assert status(lambda: repos.create_repository(creation, bare=True)) == 409
+    repos.delete_repository(name)
