@@ -19,9 +19,10 @@ With the repository's hard-delete journal on (:mod:`.journal`), upload writes th
 stages the entry (:class:`~lakefs_core.repos.staging_writes.Settle`); if the reconciler claimed the
 intent first (the upload outlived its pending timeout, however long it stalled and wherever), that
 step stores nothing and the upload fails with :class:`~lakefs_core.errors.ConflictError` (exit
-code 3, HTTP 409): never an entry whose object is being deleted. Upload is the only path that writes
-a data object into a namespace for an entry (a mirror copies committed objects of its source, which
-are not uploads), and it never reuses an address: keep both true, or journal the new path too.
+code 3, HTTP 409): never an entry whose object is being deleted. Upload and :meth:`Objects.copy`
+(which journals and stages its fresh address the same way) are the only paths that write a data
+object into a namespace for an entry (a mirror copies committed objects of its source, which are not
+uploads), and they never reuse an address: keep both true, or journal the new path too.
 
 :meth:`Objects.upload_many` is the batch form (``fs upload --recursive``): one repository and branch
 read per batch, bounded concurrent PUTs, the journal's intents and the batch's open record in one KV
@@ -47,6 +48,7 @@ from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 
 from lakefs_core.aio import bounded_each
+from lakefs_core.block import copy_object
 from lakefs_core.block._common import normalize_metadata
 from lakefs_core.block.base import BlockStore, ObjectInfo, PutItem
 from lakefs_core.errors import BadInputError, LakeFSError, NotFoundError, PurgedError, encode_utf8
@@ -68,6 +70,7 @@ MAX_LIST_AMOUNT = 10_000
 # and a local namespace syncs once per window. As big as a CLI batch: windows of 250 made four syncs
 # per batch and left writer threads idle at each window's end (5,000-file upload 0.855 -> 0.805 s).
 PUT_BATCH_WINDOW = 1000
+MAX_COPY_OBJECT = 5 << 30  # S3's CopyObject copies at most 5 GiB; a larger copy streams
 
 Body = bytes | AsyncIterable[bytes]
 
@@ -250,6 +253,65 @@ class Objects:
         if journal is not None and intent is not None:
             what = f"upload of {path[:200]!r} to branch {branch!r}"
             settle = journal.settle_single(intent, self.ctx.clock(), what)
+        await staging_writes.stage_entry(self.ctx, repo_id, branch, record, force=force, settle=settle)
+        return stat
+
+    async def copy(
+        self,
+        src_repo_id: str,
+        source: ObjectStat,
+        repo_id: str,
+        branch: str,
+        path: str,
+        *,
+        content_type: str | None = None,
+        metadata: Mapping[str, str] | None = None,
+        force: bool = False,
+    ) -> ObjectStat:
+        """Stage ``path`` on ``branch`` for a copy of the object ``source`` describes (an entry of
+        ``src_repo_id``: its address, so a concurrent overwrite of its path never mixes two objects).
+        The block store copies the bytes to a FRESH address of this repository's namespace
+        (server-side within one S3 store, a file copy within a local one, streamed across stores),
+        journalled and staged as :meth:`upload` does: two entries never share an address, which
+        hard-delete and GC rely on. ``content_type``/``metadata`` default to the source's. Missing
+        source data is :class:`NotFoundError` caused by the store's; a purged source is
+        :class:`PurgedError`, checked before and again after the bytes are copied."""
+        key = _new_path_bytes(path)
+        src_repo = await self.ctx.repository(src_repo_id)
+        await self._refuse_purged(src_repo, source)
+        repo = await self.ctx.repository(repo_id)
+        self.ctx.writable(repo, force)
+        await self.ctx.refs.get_branch(repo, branch)
+        await protection.check(self.ctx, repo, branch, protection.Action.STAGING_WRITE)
+        ns, store = await self._namespace(repo)
+        address_type = catalog_pb2.Entry.AddressType.Value(source.address_type)
+        src_uri, src_key = StorageNamespace.parse(src_repo.storage_namespace).address_key(
+            source.physical_address, address_type
+        )
+        src_store = await self.ctx.stores.block_store(src_uri)
+        relative = self.slices.new_relative_address()
+        journal = Journal(self.ctx, repo) if await journal_enabled(self.ctx, repo) else None
+        intent = await journal.record_intent(relative, branch, key, self.ctx.clock()) if journal else None
+        # S3's CopyObject is server-side but not create-only everywhere (some S3 implementations ignore
+        # its condition, so the store streams a create-only copy through this process instead); the
+        # address is fresh (80 random bits) and journalled, so an unconditional copy overwrites nothing.
+        server_side = src_store is store and store.uri.startswith("s3://") and source.size <= MAX_COPY_OBJECT
+        try:
+            info = await copy_object(
+                src_store, src_key, store, ns.key(relative), if_none_match=not server_side
+            )
+        except NotFoundError as e:
+            await self._refuse_purged(src_repo, source)
+            raise NotFoundError(f"data of {source.path!r} is missing at {source.physical_address}") from e
+        await self._refuse_purged(src_repo, source)  # a purge begun meanwhile: stage no copy of it
+        info = replace(info, content_type=source.content_type if content_type is None else content_type)
+        meta = source.metadata if metadata is None else metadata
+        record, stat = new_entry(key, relative, info, meta, info.last_modified or self.ctx.clock())
+        settle: Settle | None = None
+        if journal is not None and intent is not None:
+            settle = journal.settle_single(
+                intent, self.ctx.clock(), f"copy to {path[:200]!r} on branch {branch!r}"
+            )
         await staging_writes.stage_entry(self.ctx, repo_id, branch, record, force=force, settle=settle)
         return stat
 

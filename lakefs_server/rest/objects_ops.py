@@ -330,16 +330,9 @@ async def copy_object(call: Call) -> web.StreamResponse:
         )
     )
     source = await call.deps.objects.stat(repo_id, src_ref, spec.src_path)
-    chunks = call.deps.objects.read_stat(repo_id, source)
-    stat = await call.deps.objects.upload(
-        repo_id,
-        branch,
-        dest,
-        chunks,
-        content_type=source.content_type or None,
-        metadata=source.metadata,
-        force=spec.force,
-    )
+    # A full copy through the block store to a fresh address, also when ``shallow`` asks lakeFS to
+    # share the source's: one address per entry is what hard-delete and GC rely on.
+    stat = await call.deps.objects.copy(repo_id, source, repo_id, branch, dest, force=spec.force)
     return web.json_response(object_json(await _namespace(call), stat), status=201)
 
 

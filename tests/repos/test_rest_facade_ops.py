@@ -190,3 +190,29 @@ async def test_link_after_the_reconciler_claimed_stages_nothing(g: Graveler) -> 
     with pytest.raises(BadInputError, match="no longer pending"):
         await objects.link(repo, "main", "p", staged.full_address, size=3)
     assert await collect(g.list_entries(repo, "main")) == []
+
+
+async def test_copy_journals_a_fresh_address(g: Graveler) -> None:
+    """Objects.copy writes the bytes to a fresh address, journalled (pending before the copy,
+    stored with the staged entry) as an upload's, across repositories too; a purged source or
+    missing source data copies nothing."""
+    objects = Objects(g)
+    repo, other = unique(), unique()
+    await g.create_repository(repo, mem_namespace(), hard_delete_journal=True)
+    await g.create_repository(other, mem_namespace(), hard_delete_journal=True)
+    src = await objects.upload(repo, "main", "src", b"bytes", content_type="x/y", metadata={"a": "b"})
+    for target in (repo, other):
+        copied = await objects.copy(repo, src, target, "main", "dst")
+        assert copied.physical_address != src.physical_address
+        assert (copied.etag, copied.content_type, copied.metadata) == (src.etag, "x/y", {"a": "b"})
+        assert await objects.read_all(target, "main", "dst") == b"bytes"
+        intent = await (await g.journal(target)).intent(copied.physical_address)
+        assert intent is not None and intent.state == "stored" and intent.key == b"dst"
+    replaced = await objects.copy(repo, src, repo, "main", "dst2", content_type="", metadata={})
+    assert (replaced.content_type, replaced.metadata) == ("", {})
+    ns, store = await objects._namespace(await g.repository(repo))
+    await store.delete(ns.key(src.physical_address))
+    with pytest.raises(NotFoundError, match="missing") as missing:
+        await objects.copy(repo, src, repo, "main", "dst3")
+    assert isinstance(missing.value.__cause__, NotFoundError)
+    assert [e.key for e in await collect(g.list_entries(repo, "main"))] == [b"dst", b"dst2", b"src"]

@@ -493,3 +493,31 @@ def test_bare_repository(server: RestServer, client: lakefs_sdk.ApiClient) -> No
     assert status(lambda: branches.get_branch(name, "main")) == 404
     assert status(lambda: repos.create_repository(creation, bare=True)) == 409
     repos.delete_repository(name)
+
+
+def test_copy_object_to_a_fresh_address(
+    server: RestServer, client: lakefs_sdk.ApiClient, tmp_path: Path
+) -> None:
+    repo = new_repo(server, client)
+    objects = lakefs_sdk.ObjectsApi(client)
+    data = bytes(range(256)) * 4096  # 1 MiB
+    f = tmp_path / "src"
+    f.write_bytes(data)
+    source = objects.upload_object(repo, "main", "src", content=str(f), _headers={"x-lakefs-meta-a": "b"})
+    lakefs_sdk.CommitsApi(client).commit(repo, "main", lakefs_sdk.CommitCreation(message="src"))
+    lakefs_sdk.BranchesApi(client).create_branch(repo, lakefs_sdk.BranchCreation(name="dev", source="main"))
+    objects.delete_object(repo, "main", "src")  # the copy reads the ref's entry, not main's
+    copies = [
+        objects.copy_object(repo, "dev", "c1", lakefs_sdk.ObjectCopyCreation(src_path="src")),
+        objects.copy_object(repo, "main", "c2", lakefs_sdk.ObjectCopyCreation(src_path="src", src_ref="dev")),
+        objects.copy_object(
+            repo, "main", "c3", lakefs_sdk.ObjectCopyCreation(src_path="src", src_ref="dev", shallow=True)
+        ),
+    ]
+    addresses = {source.physical_address} | {c.physical_address for c in copies}
+    assert len(addresses) == 4  # never a shared address, shallow or not (hard-delete and GC rely on it)
+    for c, branch in zip(copies, ("dev", "main", "main"), strict=True):
+        assert c.size_bytes == len(data) and c.metadata == {"a": "b"} and c.checksum == source.checksum
+        assert objects.get_object(repo, branch, c.path) == data
+    missing = lakefs_sdk.ObjectCopyCreation(src_path="nope")
+    assert status(lambda: objects.copy_object(repo, "main", "c4", missing)) == 404
