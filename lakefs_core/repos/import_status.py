@@ -131,13 +131,13 @@ class ImportStatuses:
             async for attempt in cas_retrying(self.ctx.settings):
                 with attempt:
                     current, raw = await self._read(repo, import_id)
-                    changed = change(current)
-                    if changed is None:
+                    wanted = change(current)
+                    if wanted is None:
                         return current
-                    changed = replace(changed, updated_at=self.ctx.clock())
+                    stored = replace(wanted, updated_at=self.ctx.clock())
                     key = kvkeys.import_key(import_id)
-                    await self.ctx.kv.set_if(repo.partition, key, changed.to_bytes(), Expect.equals(raw))
-        return changed
+                    await self.ctx.kv.set_if(repo.partition, key, stored.to_bytes(), Expect.equals(raw))
+        return stored
 
     async def cancel(self, repo_id: str, import_id: str) -> ImportStatus:
         """Mark a running import canceled (its process stops it at its next refresh);

@@ -101,6 +101,10 @@ class PathList(RequestBody):
     paths: list[str] = Field(max_length=1000)
 
 
+class UserMetadataUpdate(RequestBody):
+    set: dict[str, str] = Field(max_length=1000)
+
+
 class ObjectCopyCreation(RequestBody):
     src_path: str = Field(max_length=4096)
     src_ref: str | None = Field(default=None, max_length=1024)

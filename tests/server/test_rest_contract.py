@@ -521,3 +521,25 @@ def test_copy_object_to_a_fresh_address(
         assert objects.get_object(repo, branch, c.path) == data
     missing = lakefs_sdk.ObjectCopyCreation(src_path="nope")
     assert status(lambda: objects.copy_object(repo, "main", "c4", missing)) == 404
+
+
+def test_user_metadata_update_and_underlying_properties(
+    server: RestServer, client: lakefs_sdk.ApiClient, tmp_path: Path
+) -> None:
+    repo = new_repo(server, client)
+    objects = lakefs_sdk.ObjectsApi(client)
+    before = upload(client, repo, "main", "m", b"meta", tmp=tmp_path)
+    objects.update_object_user_metadata(
+        repo, "main", "m", lakefs_sdk.UpdateObjectUserMetadata(set={"owner": "me", "k": "v"})
+    )
+    after = objects.stat_object(repo, "main", "m", user_metadata=True)
+    assert after.metadata == {"owner": "me", "k": "v"}
+    assert (after.physical_address, after.checksum) == (before.physical_address, before.checksum)
+    objects.update_object_user_metadata(repo, "main", "m", lakefs_sdk.UpdateObjectUserMetadata(set={}))
+    assert objects.stat_object(repo, "main", "m", user_metadata=True).metadata == {}
+    update = lakefs_sdk.UpdateObjectUserMetadata(set={"a": "b"})
+    assert status(lambda: objects.update_object_user_metadata(repo, "main", "nope", update)) == 404
+    huge = lakefs_sdk.UpdateObjectUserMetadata(set={"k": "v" * 5000})
+    assert status(lambda: objects.update_object_user_metadata(repo, "main", "m", huge)) == 400
+    assert objects.get_underlying_properties(repo, "main", "m").storage_class is None
+    assert status(lambda: objects.get_underlying_properties(repo, "main", "nope")) == 404

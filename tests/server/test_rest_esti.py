@@ -364,6 +364,7 @@ BODIES: dict[str, object] = {
     "merge": {},
     "delete_objects": {"paths": ["a", "b"]},
     "copy_object": {"src_path": "p"},
+    "update_user_metadata": {"set": {"a": "b"}},
     "import_start": {
         "paths": [{"type": "common_prefix", "path": "local:///tmp/x/", "destination": "x/"}],
         "commit": {"message": "m"},
