@@ -142,6 +142,19 @@ class ListPage:
     next_after: str  # pass as ``after`` to continue
 
 
+@dataclass(frozen=True)
+class _Write:
+    """A write in progress to a fresh address: where, for which path, and its journal intent."""
+
+    repo: Repository
+    branch: str
+    key: bytes
+    relative: str
+    journal: Journal | None
+    intent: Intent | None
+    force: bool
+
+
 def _put_item(item: UploadItem, target: str) -> PutItem:
     body: bytes | Callable[[], bytes]
     if isinstance(item.body, BlockingBody):
@@ -224,6 +237,35 @@ class Objects:
         ns = StorageNamespace.parse(repo.storage_namespace)
         return ns, await self.ctx.stores.namespace_store(ns)
 
+    async def _fresh_address(
+        self, repo: Repository, branch: str, key: bytes, force: bool
+    ) -> tuple[_Write, StorageNamespace, BlockStore]:
+        """A fresh address for a write of ``key`` to ``branch``, checked and journalled (its
+        ``pending`` intent) before any byte is written there."""
+        self.ctx.writable(repo, force)
+        await self.ctx.refs.get_branch(repo, branch)  # fail before writing bytes for an unknown branch
+        await protection.check(self.ctx, repo, branch, protection.Action.STAGING_WRITE)  # so too here
+        ns, store = await self._namespace(repo)
+        relative = self.slices.new_relative_address()
+        journal = Journal(self.ctx, repo) if await journal_enabled(self.ctx, repo) else None
+        intent = await journal.record_intent(relative, branch, key, self.ctx.clock()) if journal else None
+        return _Write(repo, branch, key, relative, journal, intent, force), ns, store
+
+    async def _stage_written(
+        self, write: _Write, info: ObjectInfo, metadata: Mapping[str, str] | None, what: str
+    ) -> ObjectStat:
+        """Stage the entry of the object written at ``write``'s address, settling its intent in the
+        same KV step."""
+        when = info.last_modified or self.ctx.clock()
+        record, stat = new_entry(write.key, write.relative, info, metadata, when)
+        settle: Settle | None = None
+        if write.journal is not None and write.intent is not None:
+            settle = write.journal.settle_single(write.intent, self.ctx.clock(), what)
+        await staging_writes.stage_entry(
+            self.ctx, write.repo.id, write.branch, record, force=write.force, settle=settle
+        )
+        return stat
+
     async def upload(
         self,
         repo_id: str,
@@ -236,25 +278,14 @@ class Objects:
         force: bool = False,
     ) -> ObjectStat:
         key = _new_path_bytes(path)
-        repo = await self.ctx.repository(repo_id)
-        self.ctx.writable(repo, force)
-        await self.ctx.refs.get_branch(repo, branch)  # fail before writing bytes for an unknown branch
-        await protection.check(self.ctx, repo, branch, protection.Action.STAGING_WRITE)  # so too here
-        ns, store = await self._namespace(repo)
-        relative = self.slices.new_relative_address()
-        journal = Journal(self.ctx, repo) if await journal_enabled(self.ctx, repo) else None
-        intent = await journal.record_intent(relative, branch, key, self.ctx.clock()) if journal else None
+        write, ns, store = await self._fresh_address(await self.ctx.repository(repo_id), branch, key, force)
         info = await store.put(
-            ns.key(relative), body, if_none_match=True, content_type=content_type, metadata=metadata
+            ns.key(write.relative), body, if_none_match=True, content_type=content_type, metadata=metadata
         )
-        record, stat = new_entry(key, relative, info, metadata, info.last_modified or self.ctx.clock())
         fault_point("upload:before-stage")  # stall tests: PUT done, neither settled nor staged yet
-        settle: Settle | None = None
-        if journal is not None and intent is not None:
-            what = f"upload of {path[:200]!r} to branch {branch!r}"
-            settle = journal.settle_single(intent, self.ctx.clock(), what)
-        await staging_writes.stage_entry(self.ctx, repo_id, branch, record, force=force, settle=settle)
-        return stat
+        return await self._stage_written(
+            write, info, metadata, f"upload of {path[:200]!r} to branch {branch!r}"
+        )
 
     async def copy(
         self,
@@ -279,41 +310,26 @@ class Objects:
         key = _new_path_bytes(path)
         src_repo = await self.ctx.repository(src_repo_id)
         await self._refuse_purged(src_repo, source)
-        repo = await self.ctx.repository(repo_id)
-        self.ctx.writable(repo, force)
-        await self.ctx.refs.get_branch(repo, branch)
-        await protection.check(self.ctx, repo, branch, protection.Action.STAGING_WRITE)
-        ns, store = await self._namespace(repo)
         address_type = catalog_pb2.Entry.AddressType.Value(source.address_type)
         src_uri, src_key = StorageNamespace.parse(src_repo.storage_namespace).address_key(
             source.physical_address, address_type
         )
         src_store = await self.ctx.stores.block_store(src_uri)
-        relative = self.slices.new_relative_address()
-        journal = Journal(self.ctx, repo) if await journal_enabled(self.ctx, repo) else None
-        intent = await journal.record_intent(relative, branch, key, self.ctx.clock()) if journal else None
+        write, ns, store = await self._fresh_address(await self.ctx.repository(repo_id), branch, key, force)
         # S3's CopyObject is server-side but not create-only everywhere (some S3 implementations ignore
         # its condition, so the store streams a create-only copy through this process instead); the
         # address is fresh (80 random bits) and journalled, so an unconditional copy overwrites nothing.
         server_side = src_store is store and store.uri.startswith("s3://") and source.size <= MAX_COPY_OBJECT
         try:
-            info = await copy_object(
-                src_store, src_key, store, ns.key(relative), if_none_match=not server_side
-            )
+            target = ns.key(write.relative)
+            info = await copy_object(src_store, src_key, store, target, if_none_match=not server_side)
         except NotFoundError as e:
             await self._refuse_purged(src_repo, source)
             raise NotFoundError(f"data of {source.path!r} is missing at {source.physical_address}") from e
         await self._refuse_purged(src_repo, source)  # a purge begun meanwhile: stage no copy of it
         info = replace(info, content_type=source.content_type if content_type is None else content_type)
         meta = source.metadata if metadata is None else metadata
-        record, stat = new_entry(key, relative, info, meta, info.last_modified or self.ctx.clock())
-        settle: Settle | None = None
-        if journal is not None and intent is not None:
-            settle = journal.settle_single(
-                intent, self.ctx.clock(), f"copy to {path[:200]!r} on branch {branch!r}"
-            )
-        await staging_writes.stage_entry(self.ctx, repo_id, branch, record, force=force, settle=settle)
-        return stat
+        return await self._stage_written(write, info, meta, f"copy to {path[:200]!r} on branch {branch!r}")
 
     async def upload_many(
         self,
