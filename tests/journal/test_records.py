@@ -280,8 +280,8 @@ def _set_entry_calls() -> list[tuple[str, str, str]]:
 
 def test_only_upload_stages_an_address_everything_else_stages_tombstones() -> None:
     """No API copies or links an address into a second entry: the only staging of a value is
-    ``Objects.upload``'s and ``Objects.copy``'s, of the fresh address they just wrote. Checking every set_entry
-    against every entry of the repository would need an address index (a KV read per write and a
+    ``Objects.upload``'s and ``Objects.copy``'s, of the fresh address they just wrote. Checking every
+    set_entry against every entry of the repository would need an address index (a KV read per write and a
     write per entry), so the invariant is kept structurally and this test guards it: a new caller
     must either stage tombstones or journal its address (spec §3c, "invariant for future APIs")."""
     calls = _set_entry_calls()
