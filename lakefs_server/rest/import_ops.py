@@ -99,6 +99,9 @@ async def _import(call: Call, run: ImportRun, spec: ImportCreation) -> None:
         raise
     except LakeFSError as e:
         run.status = replace(run.status, error=message_of(e))
+    except Exception as e:  # a bug: the status must not read as a success (the app logs the rest)
+        run.status = replace(run.status, error=f"import failed: internal error ({type(e).__name__})")
+        raise
 
 
 async def _heartbeat(run: ImportRun) -> bool:
