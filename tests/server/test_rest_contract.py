@@ -270,8 +270,11 @@ def test_commits_log_diff_merge(server: RestServer, client: lakefs_sdk.ApiClient
     upload(client, repo, "main", "x/1", b"m", tmp=tmp_path)
     commits.commit(repo, "main", lakefs_sdk.CommitCreation(message="m"))
     assert status(lambda: refs.merge_into_branch(repo, "feature", "main")) == 409
-    refs.merge_into_branch(repo, "feature", "main", merge=lakefs_sdk.Merge(strategy="source-wins"))
+    wins = lakefs_sdk.Merge(strategy="source-wins", message="theirs", metadata={"why": "conflict"})
+    refs.merge_into_branch(repo, "feature", "main", merge=wins)
     assert lakefs_sdk.ObjectsApi(client).get_object(repo, "main", "x/1") == b"f"
+    merge_commit = commits.get_commit(repo, "main")  # the merge commit's message and metadata, as lakeFS
+    assert merge_commit.message == "theirs" and merge_commit.metadata["why"] == "conflict"
 
 
 def test_tags_revert_cherry_pick_reset(
