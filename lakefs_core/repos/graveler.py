@@ -6,7 +6,9 @@ namespaces sees what it would see in a lakeFS installation.
 - Repository creation writes the first commit ("Repository created", empty metarange), then the
   default branch, then the repository record last (``SetIf`` absent): a crash leaves unreachable
   records in a fresh partition, never a half repository. Before that, the storage namespace is
-  claimed for it alone (:mod:`.namespace_claims`).
+  claimed for it alone (:mod:`.namespace_claims`). Creation, the read-only flag and deletion live
+  in :mod:`.repositories`; branch and tag changes in :mod:`.branches`; log and diffs in
+  :mod:`.history`.
 - Reads on a branch consult the live staging token, then the sealed tokens (newest first), then
   the committed metarange; a tombstone means "not found". ``ref@`` and ``~N``/``^N`` refs read
   committed data only.
@@ -16,8 +18,9 @@ namespaces sees what it would see in a lakeFS installation.
 - Read-only repositories (mirrors) refuse every write unless the caller passes ``force=True``.
 - The facade holds no state of its own: it builds a :class:`~lakefs_core.repos.context.RepoContext`
   (KV, refs, staging, block stores, settings, clock, the writers' caches) and delegates to the
-  helpers, which take that context and never import this module (``reading``, ``staging_writes``,
-  ``admin``, ``namespace_claims``, ``committing``, ``importing``, ``journal``, ``purge``;
+  helpers, which take that context and never import this module (``repositories``, ``branches``,
+  ``history``, ``reading``, ``staging_writes``, ``admin``, ``namespace_claims``, ``committing``,
+  ``importing``, ``journal``, ``purge``, ``protection``;
   :class:`~lakefs_core.repos.objects.Objects` takes the facade or its context).
 - Daemons use this facade for repositories: administrative compare-and-swap ref moves, verbatim
   commit copies and ancestry queries live in :mod:`.admin`; the model types, :class:`StorageNamespace`
