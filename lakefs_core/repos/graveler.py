@@ -91,6 +91,7 @@ from lakefs_core.repos.journal import (
     journal_enabled,
 )
 from lakefs_core.repos.journal import staged_addresses as journal_staged_addresses
+from lakefs_core.repos.repositories import INITIAL_COMMIT_MESSAGE
 from lakefs_core.repos.stores import StoreRegistry
 
 if TYPE_CHECKING:
@@ -123,6 +124,7 @@ __all__ = [
     "DATA_DIR",
     "DEFAULT_CLOCK_SKEW_SECONDS",
     "DUMMY_NAME",
+    "INITIAL_COMMIT_MESSAGE",
     "LAZY_MODULES",
     "TABLES_DIR",
     "AddressType",
