@@ -21,10 +21,13 @@ from lakefs_core.compute.executor import LiteExecutor
 from lakefs_core.errors import BadInputError
 from lakefs_core.service.deleter import store_deleter
 from lakefs_gc.clock import RunClock
+from lakefs_gc.config import GCConfig
 from lakefs_gc.mark.mark import MarkOptions, _job_options, run_mark
+from lakefs_gc.runner import CoreRunExecutor
 from lakefs_gc.runs.record import RunRecords
-from lakefs_gc.runs.runs import run_id_time
+from lakefs_gc.runs.runs import RunProgress, RunRequest, run_id_time
 from lakefs_gc.sweep.sweep import SweepOptions, run_sweep
+from tests.gc.daemon_support import OFFSET_SECONDS, gc_config, sqlite_repo
 from tests.gc.mark_support import MARK_NOW, MIN_AGE, REAL_NOW
 from tests.gc.test_mark import Env, deleted_set
 
@@ -87,6 +90,30 @@ def test_a_child_mark_gets_the_offset_and_refuses_a_bad_one() -> None:
         assert e.value.field == "clock_offset_seconds"
     with pytest.raises(BadInputError):
         RunClock(lambda: datetime(2030, 1, 1)).now()  # a naive clock
+
+
+async def test_a_mark_in_a_child_process_runs_on_the_parents_clock(tmp_path: Path) -> None:
+    """The daemon's ``submit`` mode: the child gets the offset (not a time) and applies it to its
+    own clock, so the run id (the parent's), retention now and ``start_time`` agree."""
+    repo = await sqlite_repo(tmp_path)
+    try:
+        settings = GCConfig.model_validate(gc_config(repo.kv_url, tmp_path / "work")).core
+        clock = RunClock(lambda: datetime.now(UTC), OFFSET_SECONDS)  # the daemon's: the real clock
+        executor = CoreRunExecutor(
+            settings, spark_lite=True, submit=True, workdir=tmp_path / "work", clock=clock
+        )
+        request = RunRequest(repository="repo1", mode="mark", run_id=clock.new_run_id(), min_age=MIN_AGE)
+        result = await executor(repo.g, request, RunProgress(request, requested_at=clock.now()))
+        assert result.summary is not None and result.summary["success"] is True
+        wall = datetime.now(UTC)
+        start = datetime.fromisoformat(result.summary["start_time"].replace("Z", "+00:00"))
+        cutoff = datetime.fromisoformat(result.summary["cutoff_time"].replace("Z", "+00:00"))
+        at = run_id_time(request.run_id)
+        assert at is not None and timedelta(days=1) < at - wall < timedelta(days=3)
+        assert timedelta(days=1) < start - wall < timedelta(days=3) and start >= at
+        assert cutoff == start - MIN_AGE  # retention now is the child's run clock, as start_time
+    finally:
+        await repo.close()
 
 
 # Only lakefs_gc/clock.py reads time; these are the other uses of the wall clock, each on purpose.
