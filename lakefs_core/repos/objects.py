@@ -12,7 +12,9 @@ Every read of an object's entry or bytes (:meth:`Objects.stat`, :meth:`~Objects.
 :class:`~lakefs_core.errors.PurgedError` when an audited purge (:mod:`.purge`) names it, whether or
 not the bytes are still in the store (:mod:`.purge_markers`: in a repository that never purged this
 costs one KV read per process every half second; once it has purges, a marker lookup per read,
-shared by concurrent reads). Listings are not reads: a purged object's entry is still listed.
+shared by concurrent reads). Listings are not reads: a purged object's entry is still listed, and
+:meth:`Objects.describe` answers an entry with the id of the purge that destroyed its object (what
+``fs stat`` shows); reading the bytes is what refuses.
 
 With the repository's hard-delete journal on (:mod:`.journal`), upload writes the address's intent
 (``pending``) before the PUT and settles it (CAS to ``stored``) in the same atomic KV step that
