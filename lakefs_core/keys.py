@@ -13,7 +13,8 @@ joins them to the namespace's prefix in its store (``<ns>`` below; keys never st
 - lakeFS's GC rules ``<ns>/_lakefs/retention/gc/rules/config.json`` (:data:`GC_RULES_PATH`);
 - GC runs ``<ns>/_lakefs/retention/gc/unified/<run>/...`` (:func:`gc_run_path`, listed under
   :data:`GC_RUNS_DIR`) and their active commits ``<ns>/_lakefs/retention/gc/commits/run_id=<run>/commits.csv``
-  (:func:`gc_commits_path`); run ids come from :func:`new_run_id`.
+  (:func:`gc_commits_path`); run ids come from a :class:`RunIds` (one per clock; :func:`new_run_id`
+  is the wall clock's).
 
 :class:`AddressType` says how an entry's address is read (RELATIVE, FULL, the deprecated by-prefix).
 
