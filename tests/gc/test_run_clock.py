@@ -15,6 +15,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
+from pydantic import ValidationError
 
 import lakefs_gc
 from lakefs_core.compute.executor import LiteExecutor
@@ -90,6 +91,9 @@ def test_a_child_mark_gets_the_offset_and_refuses_a_bad_one() -> None:
         assert e.value.field == "clock_offset_seconds"
     with pytest.raises(BadInputError):
         RunClock(lambda: datetime(2030, 1, 1)).now()  # a naive clock
+    for bad in (float("inf"), 1e12):  # the daemon's configuration refuses them too
+        with pytest.raises(ValidationError, match="clock_offset_seconds"):
+            GCConfig.model_validate(gc_config("sqlite:///kv.sqlite3", Path("/w"), clock_offset_seconds=bad))
 
 
 async def test_a_mark_in_a_child_process_runs_on_the_parents_clock(tmp_path: Path) -> None:
