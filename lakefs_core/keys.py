@@ -307,8 +307,9 @@ class RunIds:
 
     Ids sort by creation time (fixed width); from one source they strictly increase even when the
     clock given stands still or steps back (the millisecond part then moves one past the previous
-    id's). Each clock has its own source (``lakefs_gc.clock.RunClock``), so a clock far from the
-    wall clock (an offset, a test's) never drags the ids of another clock along.
+    id's). Each clock has its own source (``lakefs_gc.clock.RunClock``: one per base clock and
+    offset), so a clock far from the wall clock (an offset, a test's) never drags the ids of another
+    clock along.
     """
 
     def __init__(self) -> None:

@@ -10,8 +10,9 @@ Contract:
 - It is the only source of time of a GC run: retention ``now`` (unless given explicitly, as
   ``lakefs-gc mark --now``), ``run.json``'s and ``summary.json``'s ``start_time``, the run record's
   ``start_time``/``end_time``, ``sweep.json``'s times, the run ids (:meth:`RunClock.new_run_id`,
-  which sort by this clock and strictly increase per clock), the daemon's schedule (compared with
-  the runs' times), its in-memory run states and its ``last_success`` metric.
+  which sort by this clock and strictly increase per base clock and offset in a process), the
+  daemon's schedule (compared with the runs' times), its in-memory run states and its
+  ``last_success`` metric.
 - Not from it, on purpose: lease expiry (judged against other processes' clocks, which do not share
   the offset: ``lakefs_core.service.lease`` uses the real clock), intervals between a daemon's own
   checks (monotonic), and comparisons with the object store's modification times (the store's
@@ -24,6 +25,8 @@ Contract:
 from __future__ import annotations
 
 import math
+import threading
+import weakref
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 
@@ -49,6 +52,24 @@ def check_offset(offset_seconds: object) -> float:
     return float(offset_seconds)
 
 
+# One id sequence per (base clock, offset) in this process: every RunClock made over the same clock
+# (a run_mark call without an explicit clock makes one from the Graveler's) continues one sequence,
+# so ids of successive runs strictly increase even when that clock stands still.
+_sequences: weakref.WeakKeyDictionary[Callable[[], datetime], dict[float, RunIds]] = (
+    weakref.WeakKeyDictionary()
+)
+_sequences_lock = threading.Lock()
+
+
+def _sequence(base: Callable[[], datetime], offset_seconds: float) -> RunIds:
+    with _sequences_lock:
+        try:
+            by_offset = _sequences.setdefault(base, {})
+        except TypeError:  # not weakly referenceable (a bound method): its own sequence
+            return RunIds()
+        return by_offset.setdefault(offset_seconds, RunIds())
+
+
 class RunClock:
     """``base() + offset_seconds``, and the run ids minted from it."""
 
@@ -56,7 +77,7 @@ class RunClock:
         self._base = base
         self.offset_seconds = check_offset(offset_seconds)
         self._offset = timedelta(seconds=self.offset_seconds)
-        self._ids = RunIds()
+        self._ids = _sequence(base, self.offset_seconds)
 
     def now(self) -> datetime:
         at = self._base()

@@ -69,7 +69,8 @@ async def test_every_time_of_a_mark_and_its_sweep_is_the_run_clock(env: Env) -> 
 
 async def test_run_ids_sort_by_the_run_clock_and_never_go_back(env: Env) -> None:
     clock = RunClock(env.g.clock, OFFSET.total_seconds())
-    first, second = clock.new_run_id(), clock.new_run_id()  # a clock standing still
+    first = clock.new_run_id()
+    second = RunClock(env.g.clock, OFFSET.total_seconds()).new_run_id()  # standing still, same sequence
     env.clock.now -= timedelta(days=3)  # a clock stepping back
     third = clock.new_run_id()
     assert first < second < third
