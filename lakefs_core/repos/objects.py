@@ -12,7 +12,9 @@ Every read of an object's entry or bytes (:meth:`Objects.stat`, :meth:`~Objects.
 :class:`~lakefs_core.errors.PurgedError` when an audited purge (:mod:`.purge`) names it, whether or
 not the bytes are still in the store (:mod:`.purge_markers`: in a repository that never purged this
 costs one KV read per process every half second; once it has purges, a marker lookup per read,
-shared by concurrent reads). Listings are not reads: a purged object's entry is still listed.
+shared by concurrent reads). Listings are not reads: a purged object's entry is still listed, and
+:meth:`Objects.describe` answers an entry with the id of the purge that destroyed its object (what
+``fs stat`` shows); reading the bytes is what refuses.
 
 With the repository's hard-delete journal on (:mod:`.journal`), upload writes the address's intent
 (``pending``) before the PUT and settles it (CAS to ``stored``) in the same atomic KV step that
@@ -530,6 +532,14 @@ class Objects:
         await self._refuse_purged(repo, stat)
         return stat
 
+    async def describe(self, repo_id: str, ref: str, path: str) -> tuple[ObjectStat, str | None]:
+        """The object's entry and the audit id of the purge that destroyed its object (``None``:
+        not purged), for showing it (``fs stat``); reading its bytes still fails with
+        :class:`PurgedError`."""
+        repo = await self.ctx.repository(repo_id)
+        stat = ObjectStat.from_record(await reading.entry(self.ctx, repo, ref, _path_bytes(path)))
+        return stat, await self._purge_audit(repo, stat)
+
     async def purged(self, repo_id: str, stats: Sequence[ObjectStat]) -> dict[str, str]:
         """Path -> audit id of those of ``stats`` (a listing's page) whose object an audited purge
         destroyed: listings still list them, so a command can show them as purged. A repository
@@ -568,10 +578,14 @@ class Objects:
         its first delete (:mod:`.purge_markers`), so a read made after the markers are durable
         refuses. A read checked earlier either streams bytes not yet deleted (it ran before the
         purge) or finds them gone and checks again (``_stream``)."""
-        relative = _relative(repo, stat) if await self.markers.has_purges(repo) else None
-        audit = None if relative is None else await self.markers.audit_of(repo, relative)
+        audit = await self._purge_audit(repo, stat)
         if audit is not None:
             raise _purged(stat, audit)
+
+    async def _purge_audit(self, repo: Repository, stat: ObjectStat) -> str | None:
+        """The audit id of the purge whose marker names the object's address, if any."""
+        relative = _relative(repo, stat) if await self.markers.has_purges(repo) else None
+        return None if relative is None else await self.markers.audit_of(repo, relative)
 
     async def _checked_stream(
         self, repo: Repository, stat: ObjectStat, start: int, length: int | None
