@@ -73,7 +73,7 @@ import contextlib
 import os
 import stat
 import threading
-from collections.abc import AsyncGenerator, Callable, Mapping, Sequence
+from collections.abc import AsyncGenerator, AsyncIterable, Callable, Mapping, Sequence
 from itertools import islice
 from pathlib import Path
 from types import TracebackType
@@ -107,6 +107,7 @@ from lakefs_core.block.base import (
     KeyInfo,
     ObjectInfo,
     PutItem,
+    StoredPart,
 )
 from lakefs_core.block.local_batch import LOCALPUT, eligible, put_compiled
 from lakefs_core.block.local_beneath import Dirs, Root, lstat_in, open_file, symlink_error
@@ -133,6 +134,7 @@ from lakefs_core.block.local_leftovers import (
 )
 from lakefs_core.block.local_listing import READ_FLAGS, describe_in, walk_objects
 from lakefs_core.block.local_meta import SIDECAR_VERSION, EtagCache, Sidecars
+from lakefs_core.block.local_multipart import LocalMultipart
 from lakefs_core.errors import BadInputError, LakeFSError, NotFoundError, TransientError
 
 __all__ = ["BARE_MAX_BYTES", "META_DIR", "TMP_PREFIX", "LocalBlockStore"]
@@ -182,6 +184,19 @@ def _discard(temp: TempFile) -> None:
         temp.dirs.close()
 
 
+async def _pump(body: AsyncIterable[bytes], write: Callable[[bytes], None]) -> None:
+    """Write a streamed body through ``write`` in a worker thread, about ``IO_CHUNK`` at a time."""
+    buf = bytearray()
+    async for chunk in iter_body(body):
+        buf += chunk
+        if len(buf) >= IO_CHUNK:
+            data = bytes(buf)
+            buf.clear()
+            await _run(write, data)
+    if buf:
+        await _run(write, bytes(buf))
+
+
 def _keep_for_sync(dirs: Dirs, sync_fds: dict[int, int]) -> None:
     """Keep a descriptor of each filesystem a hop wrote to (``sync_fds``: device -> descriptor,
     shared by a batch's hops) until the batch's ``syncfs``."""
@@ -224,6 +239,7 @@ class LocalBlockStore:
         self._closed = False
         self._sidecars = Sidecars(fsync)
         self._etags = EtagCache()
+        self._multipart = LocalMultipart(self._tree, fsync)
         # create-only batched puts through unnamed files (block/_localput) until this system shows
         # it has none; hop threads may clear it at once, to the same value
         self._unnamed = True
@@ -315,13 +331,16 @@ class LocalBlockStore:
         content_type: str,
         metadata: Mapping[str, str],
         fsync: bool | None = None,
+        etag: str | None = None,
     ) -> ObjectInfo:
         """Finish the data file, stage its sidecar (none for a bare object), move both into place
-        (sync), each through the descriptors of ``temp.dirs``."""
+        (sync), each through the descriptors of ``temp.dirs``. ``etag``: the object's when it is
+        not the MD5 of what ``temp`` wrote (a multipart upload's)."""
         st = temp.finish()
-        etag = temp.md5.hexdigest()
+        bare = etag is None and st.st_size <= BARE_MAX_BYTES and content_type == DEFAULT_CONTENT_TYPE
+        etag = etag or temp.md5.hexdigest()
         dirs = temp.dirs
-        if st.st_size <= BARE_MAX_BYTES and content_type == DEFAULT_CONTENT_TYPE and not metadata:
+        if bare and not metadata:
             temp.commit(if_none_match)
             self._sidecars.drop_stale(dirs, parts, (st.st_dev, st.st_ino))  # an earlier one's
         else:
@@ -529,15 +548,7 @@ class LocalBlockStore:
         temp = TempFile(Dirs(self._tree, create=True), parts, self._where(key), self._fsync)
         try:
             await _run(temp.open)
-            buf = bytearray()
-            async for chunk in iter_body(body):
-                buf += chunk
-                if len(buf) >= IO_CHUNK:
-                    data = bytes(buf)
-                    buf.clear()
-                    await _run(temp.write, data)
-            if buf:
-                await _run(temp.write, bytes(buf))
+            await _pump(body, temp.write)
             return await _run(
                 self._commit, temp, parts, key, if_none_match=if_none_match, content_type=ctype, metadata=meta
             )
@@ -748,6 +759,73 @@ class LocalBlockStore:
                 content_type=info.content_type,
                 metadata=info.metadata,
             )
+
+    # -- multipart (MultipartStore): lakefs_core/block/local_multipart.py -------------------------
+
+    async def multipart_create(
+        self, key: str, *, content_type: str | None = None, metadata: Mapping[str, str] | None = None
+    ) -> str:
+        self._parts(key)
+        ctype, meta = normalize_content_type(content_type), normalize_metadata(metadata)
+        try:
+            return await _run(self._multipart.create, key, ctype, meta)
+        except OSError as e:
+            raise map_oserror(e, self._where(key), reading=False) from e
+
+    async def multipart_part(
+        self, key: str, upload_id: str, number: int, body: AsyncIterable[bytes], size: int
+    ) -> StoredPart:
+        self._parts(key)
+        try:
+            writer = await _run(self._multipart.open_part, key, upload_id, number, size, self._where(key))
+        except OSError as e:
+            raise map_oserror(e, self._where(key), reading=False) from e
+        try:
+            await _pump(body, writer.write)
+            return await _run(writer.finish)
+        finally:
+            await _run(writer.discard)  # after finish: only closes
+
+    async def multipart_copy_part(
+        self, key: str, upload_id: str, number: int, *, src_key: str, start: int, length: int
+    ) -> StoredPart:
+        async with contextlib.aclosing(self.stream(src_key, start=start, length=length)) as chunks:
+            return await self.multipart_part(key, upload_id, number, chunks, length)
+
+    async def multipart_complete(
+        self, key: str, upload_id: str, parts: Sequence[StoredPart], *, if_none_match: bool = False
+    ) -> ObjectInfo:
+        key_parts = self._parts(key)
+        info = await _run(self._complete, key_parts, key, upload_id, parts, if_none_match)
+        await _run(self._multipart.remove, upload_id)
+        return info
+
+    def _complete(
+        self,
+        parts: Sequence[str],
+        key: str,
+        upload_id: str,
+        stored: Sequence[StoredPart],
+        if_none_match: bool,
+    ) -> ObjectInfo:
+        temp = TempFile(Dirs(self._tree, create=True), parts, self._where(key), self._fsync)
+        try:
+            sealed = self._multipart.seal_into(temp, key, upload_id, stored)
+            return self._commit(
+                temp,
+                parts,
+                key,
+                if_none_match=if_none_match,
+                content_type=normalize_content_type(sealed.content_type),
+                metadata=sealed.metadata,
+                etag=sealed.etag,
+            )
+        finally:
+            _discard(temp)
+
+    async def multipart_abort(self, key: str, upload_id: str) -> None:
+        self._parts(key)
+        await _run(self._multipart.remove, upload_id)
 
     async def close(self) -> None:
         self._closed = True

@@ -232,18 +232,39 @@ class Objects:
         metadata: Mapping[str, str] | None = None,
         force: bool = False,
     ) -> ObjectStat:
+        async def put(store: BlockStore, target: str) -> ObjectInfo:
+            return await store.put(
+                target, body, if_none_match=True, content_type=content_type, metadata=metadata
+            )
+
+        relative = self.slices.new_relative_address()
+        return await self.upload_written(repo_id, branch, path, relative, put, metadata=metadata, force=force)
+
+    async def upload_written(
+        self,
+        repo_id: str,
+        branch: str,
+        path: str,
+        relative: str,
+        write: Callable[[BlockStore, str], Awaitable[ObjectInfo]],
+        *,
+        metadata: Mapping[str, str] | None = None,
+        force: bool = False,
+    ) -> ObjectStat:
+        """:meth:`upload` of an object the caller stores itself: ``write(store, key)`` creates it
+        at ``relative`` (an address from :attr:`slices` that nothing has written yet: a multipart
+        upload's final key, whose parts the store holds apart until this completes it). The
+        journal's intent is recorded right before ``write`` and settled with the staging, as for
+        any upload."""
         key = _new_path_bytes(path)
         repo = await self.ctx.repository(repo_id)
         self.ctx.writable(repo, force)
         await self.ctx.refs.get_branch(repo, branch)  # fail before writing bytes for an unknown branch
         await protection.check(self.ctx, repo, branch, protection.Action.STAGING_WRITE)  # so too here
         ns, store = await self._namespace(repo)
-        relative = self.slices.new_relative_address()
         journal = Journal(self.ctx, repo) if await journal_enabled(self.ctx, repo) else None
         intent = await journal.record_intent(relative, branch, key, self.ctx.clock()) if journal else None
-        info = await store.put(
-            ns.key(relative), body, if_none_match=True, content_type=content_type, metadata=metadata
-        )
+        info = await write(store, ns.key(relative))
         record, stat = new_entry(key, relative, info, metadata, info.last_modified or self.ctx.clock())
         fault_point("upload:before-stage")  # stall tests: PUT done, neither settled nor staged yet
         settle: Settle | None = None
@@ -426,6 +447,16 @@ class Objects:
         )
         await staging_writes.stage_entry(self.ctx, repo_id, branch, record, force=force, settle=settle)
         return stat
+
+    async def source_key(self, repo_id: str, stat: ObjectStat) -> tuple[BlockStore, str]:
+        """The store and key of the object ``stat`` describes, for a server-side copy of its bytes;
+        :class:`PurgedError` when an audited purge destroyed it (as :meth:`read_stat`)."""
+        repo = await staging_writes.repository_for_write(self.ctx, repo_id)
+        await self._refuse_purged(repo, stat)
+        ns = StorageNamespace.parse(repo.storage_namespace)
+        address_type = catalog_pb2.Entry.AddressType.Value(stat.address_type)
+        store_uri, key = ns.address_key(stat.physical_address, address_type)
+        return await self.ctx.stores.block_store(store_uri), key
 
     async def presign_read(self, repo_id: str, stat: ObjectStat, *, expires_seconds: int) -> str | None:
         """A URL reading ``stat``'s object directly from its store, or None when that store cannot

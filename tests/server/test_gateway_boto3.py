@@ -361,7 +361,8 @@ def test_multipart_upload_copy_list_abort_and_complete(server: Server, s3: Any) 
 
 @local_only
 def test_expired_multipart_uploads_are_swept(server: Server, s3: Any) -> None:
-    """The daemon's step: an upload older than the expiry is aborted, its part objects deleted."""
+    """The daemon's step: an upload older than the expiry is aborted, its parts (held by the
+    local store's native upload) removed."""
     import asyncio
 
     from lakefs_core.auth.store import AuthStore
@@ -385,13 +386,20 @@ def test_expired_multipart_uploads_are_swept(server: Server, s3: Any) -> None:
             repo = await core.graveler.repository(REPO)
             from lakefs_core.namespace import StorageNamespace
 
+            from lakefs_core.block.local import LocalBlockStore
+            from lakefs_core.block.local_multipart import MP_DIR
+            from lakefs_core.refs import kvkeys
+            from lakefs_server.gateway.multipart import PARTITION, Upload
+
             ns = StorageNamespace.parse(repo.storage_namespace)
             store = await core.graveler.namespace_store(ns)
-            prefix = ns.key(f"_lakefs/multipart/{upload_id}/")
-            before = [k async for k in store.list_keys(prefix)]
+            record = Upload.decode(await core.kv.get(PARTITION, kvkeys.multipart_upload_key(REPO, upload_id)))
+            assert isinstance(store, LocalBlockStore) and record.store_upload and record.address
+            held = store.real_root / MP_DIR / record.store_upload
+            before = sorted(p.name for p in held.iterdir())
             swept = await sweep_expired(ctx)
-            after = [k async for k in store.list_keys(prefix)]
-            assert len(before) == 1 and after == []
+            assert "part-1" in before and not held.exists()
+            assert not await store.exists(ns.key(record.address))
             return swept, len(before)
         finally:
             await core.aclose()
