@@ -263,7 +263,7 @@ def test_when_required_checksums_and_presigned_urls(server: Server) -> None:
         server,
         request_checksum_calculation="when_required",
         response_checksum_validation="when_required",
-        signature_version="s3v4",  # boto3 presigns with SigV2 otherwise, which the gateway refuses
+        signature_version="s3v4",  # boto3 presigns with SigV2 otherwise (tested below)
     )
     s3.put_object(Bucket=REPO, Key="main/wr/obj", Body=b"when required")
     assert s3.get_object(Bucket=REPO, Key="main/wr/obj")["Body"].read() == b"when required"
@@ -292,6 +292,42 @@ def test_when_required_checksums_and_presigned_urls(server: Server) -> None:
     assert refused.value.code in (400, 403)
     refused.value.close()
     s3.close()
+    v2 = client(server, signature_version="s3")  # botocore's SigV2 query signing
+    put_v2 = v2.generate_presigned_url(
+        "put_object", Params={"Bucket": REPO, "Key": "main/wr/v2"}, ExpiresIn=300
+    )
+    assert "AWSAccessKeyId=" in put_v2 and "Signature=" in put_v2
+    request = urllib.request.Request(
+        put_v2, data=b"presigned v2", method="PUT", headers={"Content-Type": "application/octet-stream"}
+    )
+    with pytest.raises(urllib.error.HTTPError) as unsigned_type:  # the content type is signed
+        urllib.request.urlopen(request, timeout=scaled(10), context=context)
+    assert unsigned_type.value.code == 403
+    unsigned_type.value.close()
+    put_v2 = v2.generate_presigned_url(
+        "put_object",
+        Params={"Bucket": REPO, "Key": "main/wr/v2", "ContentType": "application/octet-stream"},
+        ExpiresIn=300,
+    )
+    request = urllib.request.Request(
+        put_v2, data=b"presigned v2", method="PUT", headers={"Content-Type": "application/octet-stream"}
+    )
+    with urllib.request.urlopen(request, timeout=scaled(10), context=context) as answer:
+        assert answer.status == 200
+    get_v2 = v2.generate_presigned_url(
+        "get_object", Params={"Bucket": REPO, "Key": "main/wr/v2"}, ExpiresIn=300
+    )
+    with urllib.request.urlopen(get_v2, timeout=scaled(10), context=context) as answer:
+        assert answer.read() == b"presigned v2"
+    for expires_in in (-60, 8 * 86400):  # expired; longer than 7 days
+        bad = v2.generate_presigned_url(
+            "get_object", Params={"Bucket": REPO, "Key": "main/wr/v2"}, ExpiresIn=expires_in
+        )
+        with pytest.raises(urllib.error.HTTPError) as refused:
+            urllib.request.urlopen(bad, timeout=scaled(10), context=context)
+        assert refused.value.code in (400, 403)
+        refused.value.close()
+    v2.close()
 
 
 MiB = 1024 * 1024
