@@ -420,10 +420,9 @@ def test_expired_multipart_uploads_are_swept(server: Server, s3: Any) -> None:
         try:
             ctx = ServerContext(config, core, AuthStore(core.kv), ServerMetrics("test"))
             repo = await core.graveler.repository(REPO)
-            from lakefs_core.namespace import StorageNamespace
-
             from lakefs_core.block.local import LocalBlockStore
             from lakefs_core.block.local_multipart import MP_DIR
+            from lakefs_core.namespace import StorageNamespace
             from lakefs_core.refs import kvkeys
             from lakefs_server.gateway.multipart import PARTITION, Upload
 
@@ -518,3 +517,83 @@ def test_missing_data_is_no_such_version_and_purged_is_object_purged(server: Ser
         time.sleep(0.2)
     assert e.value.response["Error"]["Code"] == "ObjectPurged"
     assert e.value.response["Error"].get("PurgeRecord") == audit_id
+
+
+def _signed_trailer_put(
+    server: Server, key: str, data: bytes, crc32: bytes, *, forge: bool = False
+) -> tuple[int, bytes]:
+    """PUT ``data`` as ``STREAMING-AWS4-HMAC-SHA256-PAYLOAD-TRAILER`` (botocore never sends it):
+    the seed signed by botocore's SigV4Auth, the chunk and trailer signatures computed here from
+    AWS's description, independently of lakefs_core.auth; ``crc32`` is the trailer's checksum;
+    ``forge`` signs the trailer with a wrong key."""
+    import hmac
+    import http.client
+    from urllib.parse import urlsplit
+
+    from botocore.auth import SigV4Auth
+    from botocore.awsrequest import AWSRequest
+    from botocore.credentials import Credentials
+
+    url = f"{server.endpoint}/{REPO}/{key}"
+    trailer = f"x-amz-checksum-crc32:{base64.b64encode(crc32).decode()}"
+    headers = {
+        "X-Amz-Content-SHA256": "STREAMING-AWS4-HMAC-SHA256-PAYLOAD-TRAILER",
+        "Content-Encoding": "aws-chunked",
+        "X-Amz-Trailer": "x-amz-checksum-crc32",
+        "X-Amz-Decoded-Content-Length": str(len(data)),
+    }
+    request = AWSRequest(method="PUT", url=url, headers=headers)
+    SigV4Auth(Credentials(ADMIN.access_key_id, ADMIN.secret_access_key), "s3", "us-east-1").add_auth(request)
+    amz_date = request.headers["X-Amz-Date"]
+    scope = f"{amz_date[:8]}/us-east-1/s3/aws4_request"
+    previous = request.headers["Authorization"].rpartition("Signature=")[2]
+    signing = f"AWS4{ADMIN.secret_access_key}".encode()
+    for part in (amz_date[:8], "us-east-1", "s3", "aws4_request"):
+        signing = hmac.new(signing, part.encode(), hashlib.sha256).digest()
+
+    def sign(text: str) -> str:
+        return hmac.new(signing, text.encode(), hashlib.sha256).hexdigest()
+
+    empty = hashlib.sha256(b"").hexdigest()
+    body = bytearray()
+    for chunk in [data[i : i + 65536] for i in range(0, len(data), 65536)] + [b""]:
+        digest = hashlib.sha256(chunk).hexdigest()
+        previous = sign(f"AWS4-HMAC-SHA256-PAYLOAD\n{amz_date}\n{scope}\n{previous}\n{empty}\n{digest}")
+        body += f"{len(chunk):x};chunk-signature={previous}\r\n".encode() + chunk
+        body += b"\r\n" if chunk else b""
+    trailer_hash = hashlib.sha256(f"{trailer}\n".encode()).hexdigest()
+    trailer_signature = sign(f"AWS4-HMAC-SHA256-TRAILER\n{amz_date}\n{scope}\n{previous}\n{trailer_hash}")
+    if forge:
+        trailer_signature = hashlib.sha256(trailer_signature.encode()).hexdigest()
+    body += f"{trailer}\r\nx-amz-trailer-signature:{trailer_signature}\r\n\r\n".encode()
+    parsed = urlsplit(url)
+    connection = http.client.HTTPConnection(parsed.hostname or "", parsed.port, timeout=scaled(10))
+    try:
+        connection.request("PUT", parsed.path, body=bytes(body), headers=dict(request.headers.items()))
+        answer = connection.getresponse()
+        return answer.status, answer.read()
+    finally:
+        connection.close()
+
+
+@local_only
+def test_signed_trailer_upload_through_the_server(server: Server, s3: Any) -> None:
+    """The signed-trailer form end to end: a good CRC32 trailer stores the object; a correctly
+    signed trailer whose checksum is not the body's is refused with nothing staged or stored."""
+    import zlib
+
+    data = bytes(range(256)) * 700  # 175 KiB: three chunks
+    good = zlib.crc32(data).to_bytes(4, "big")
+    status, _ = _signed_trailer_put(server, "main/trailer/ok", data, good)
+    assert status == 200
+    assert s3.get_object(Bucket=REPO, Key="main/trailer/ok")["Body"].read() == data
+    before = stored_files(server)
+    status, answer = _signed_trailer_put(
+        server, "main/trailer/bad", data, (zlib.crc32(data) ^ 1).to_bytes(4, "big")
+    )
+    assert status == 400 and b"<Code>BadDigest</Code>" in answer, answer
+    status, answer = _signed_trailer_put(server, "main/trailer/forged", data, good, forge=True)
+    assert status == 403 and b"<Code>SignatureDoesNotMatch</Code>" in answer, answer
+    for key in ("main/trailer/bad", "main/trailer/forged"):
+        assert code_of(lambda key=key: s3.head_object(Bucket=REPO, Key=key)) == "404"
+    assert stored_files(server) == before
