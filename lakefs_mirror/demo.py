@@ -307,8 +307,10 @@ def write_server_config(root: Path) -> tuple[Path, Path, int, int]:
 
 
 def s3_curl(keys: tuple[str, str], method: str, url: str, *, data: str | None = None) -> str:
-    """curl signing with SigV4 itself (``--aws-sigv4``): any S3 client works the same way."""
+    """curl signing with SigV4 itself (``--aws-sigv4``): any S3 client works the same way. S3 wants
+    the payload's hash in ``x-amz-content-sha256``, which curl sends only when asked (and signs)."""
     cmd = ["curl", "-sS", "-f", "--aws-sigv4", "aws:amz:us-east-1:s3", "-u", f"{keys[0]}:{keys[1]}"]
+    cmd += ["-H", "x-amz-content-sha256: UNSIGNED-PAYLOAD"]
     cmd += ["-X", method, url] + (["--data-binary", data] if data is not None else [])
     print(f"$ {shlex.join(cmd)}")
     return subprocess.run(cmd, capture_output=True, text=True, check=True, timeout=30).stdout
@@ -336,10 +338,10 @@ def gateway_tour(root: Path, procs: list[subprocess.Popen[bytes]]) -> None:
                 start_new_session=True,
             )
         )
-    wait_healthy(admin_port, procs[-1])
+    wait_healthy(admin_port, procs[-1], timeout=90)  # the first start loads the S3 stack
     s3 = f"http://127.0.0.1:{s3_port}/origin"
     s3_curl(keys, "PUT", f"{s3}/main/events/day=6.csv", data="day 6: 60\n")
-    listing = s3_curl(keys, "GET", f"{s3}?list-type=2&prefix=main/events/")
+    listing = s3_curl(keys, "GET", f"{s3}?list-type=2&prefix=main%2Fevents%2F")
     print("  keys:", re.findall(r"<Key>([^<]*)</Key>", listing))
     print(f"$ lakefs-core --config {core.name} commit lakefs://origin/main -m 'day 6 over S3'")
     done = subprocess.run([*cli, "--json", "commit", "lakefs://origin/main", "-m", "day 6 over S3"],

@@ -109,7 +109,7 @@ from lakefs_core.block.base import (
     PutItem,
     StoredPart,
 )
-from lakefs_core.block.local_batch import LOCALPUT, eligible, put_compiled
+from lakefs_core.block.local_batch import LOCALPUT, eligible, keep_for_sync, put_compiled
 from lakefs_core.block.local_beneath import Dirs, Root, lstat_in, open_file, symlink_error
 from lakefs_core.block.local_files import (
     IO_CHUNK,
@@ -195,20 +195,6 @@ async def _pump(body: AsyncIterable[bytes], write: Callable[[bytes], None]) -> N
             await _run(write, data)
     if buf:
         await _run(write, bytes(buf))
-
-
-def _keep_for_sync(dirs: Dirs, sync_fds: dict[int, int]) -> None:
-    """Keep a descriptor of each filesystem a hop wrote to (``sync_fds``: device -> descriptor,
-    shared by a batch's hops) until the batch's ``syncfs``."""
-    for fd in dirs.opened():
-        try:
-            device = os.fstat(fd).st_dev
-        except OSError:
-            continue
-        if device not in sync_fds:
-            kept = os.dup(fd)
-            if sync_fds.setdefault(device, kept) != kept:
-                os.close(kept)  # another hop kept one meanwhile
 
 
 class LocalBlockStore:
@@ -446,7 +432,7 @@ class LocalBlockStore:
                     fsync=fsync,
                 )
             if sync_fds is not None:
-                _keep_for_sync(dirs, sync_fds)
+                keep_for_sync(dirs, sync_fds)
 
     # -- deletes (sync) ---------------------------------------------------------------------------
 
@@ -767,19 +753,13 @@ class LocalBlockStore:
     ) -> str:
         self._parts(key)
         ctype, meta = normalize_content_type(content_type), normalize_metadata(metadata)
-        try:
-            return await _run(self._multipart.create, key, ctype, meta)
-        except OSError as e:
-            raise map_oserror(e, self._where(key), reading=False) from e
+        return await _run(self._multipart.create, key, ctype, meta, self._where(key))
 
     async def multipart_part(
         self, key: str, upload_id: str, number: int, body: AsyncIterable[bytes], size: int
     ) -> StoredPart:
         self._parts(key)
-        try:
-            writer = await _run(self._multipart.open_part, key, upload_id, number, size, self._where(key))
-        except OSError as e:
-            raise map_oserror(e, self._where(key), reading=False) from e
+        writer = await _run(self._multipart.open_part, key, upload_id, number, size, self._where(key))
         try:
             await _pump(body, writer.write)
             return await _run(writer.finish)

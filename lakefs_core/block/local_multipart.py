@@ -188,14 +188,17 @@ class LocalMultipart:
         finally:
             os.close(root)
 
-    def create(self, key: str, content_type: str, metadata: Mapping[str, str]) -> str:
+    def create(self, key: str, content_type: str, metadata: Mapping[str, str], where: str) -> str:
         upload_id = secrets.token_hex(16)
-        directory = self._open(upload_id, create=True)
         try:
-            record = {"key": key, "content_type": content_type, "metadata": dict(metadata)}
-            _write_atomic(directory, "upload.json", json.dumps(record).encode(), self._fsync)
-        finally:
-            os.close(directory)
+            directory = self._open(upload_id, create=True)
+            try:
+                record = {"key": key, "content_type": content_type, "metadata": dict(metadata)}
+                _write_atomic(directory, "upload.json", json.dumps(record).encode(), self._fsync)
+            finally:
+                os.close(directory)
+        except OSError as e:
+            raise map_oserror(e, where, reading=False) from e
         return upload_id
 
     def _header(self, directory: int, key: str, upload_id: str) -> dict[str, object]:
@@ -235,6 +238,12 @@ class LocalMultipart:
         """A writer for part ``number`` of ``size`` bytes: its slot when it may take it, else a file."""
         if not 1 <= number <= MAX_PART_NUMBER or not 0 <= size <= MAX_PART_BYTES:
             raise BadInputError("part number 1-10,000, size up to 5 GiB", field="part")
+        try:
+            return self._open_part(key, upload_id, number, size, where)
+        except OSError as e:
+            raise map_oserror(e, where, reading=False) from e
+
+    def _open_part(self, key: str, upload_id: str, number: int, size: int, where: str) -> PartWriter:
         directory = self._open(upload_id)
         try:
             self._header(directory, key, upload_id)

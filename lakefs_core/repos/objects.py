@@ -49,7 +49,14 @@ from datetime import UTC, datetime
 from lakefs_core.aio import bounded_each
 from lakefs_core.block._common import normalize_metadata
 from lakefs_core.block.base import BlockStore, ObjectInfo, PutItem
-from lakefs_core.errors import BadInputError, LakeFSError, NotFoundError, PurgedError, encode_utf8
+from lakefs_core.errors import (
+    BadInputError,
+    ConflictError,
+    LakeFSError,
+    NotFoundError,
+    PurgedError,
+    encode_utf8,
+)
 from lakefs_core.faults import fault_point
 from lakefs_core.format.proto import catalog_pb2
 from lakefs_core.format.records import ADDRESS_RELATIVE, ValueRecord, decode_entry, make_entry
@@ -255,7 +262,8 @@ class Objects:
         at ``relative`` (an address from :attr:`slices` that nothing has written yet: a multipart
         upload's final key, whose parts the store holds apart until this completes it). The
         journal's intent is recorded right before ``write`` and settled with the staging, as for
-        any upload."""
+        any upload; a retry of the same write (an earlier attempt failed after recording it) takes
+        the intent it left while it is still pending for this branch and path."""
         key = _new_path_bytes(path)
         repo = await self.ctx.repository(repo_id)
         self.ctx.writable(repo, force)
@@ -263,7 +271,7 @@ class Objects:
         await protection.check(self.ctx, repo, branch, protection.Action.STAGING_WRITE)  # so too here
         ns, store = await self._namespace(repo)
         journal = Journal(self.ctx, repo) if await journal_enabled(self.ctx, repo) else None
-        intent = await journal.record_intent(relative, branch, key, self.ctx.clock()) if journal else None
+        intent = await _fresh_intent(journal, relative, branch, key, self.ctx.clock()) if journal else None
         info = await write(store, ns.key(relative))
         record, stat = new_entry(key, relative, info, metadata, info.last_modified or self.ctx.clock())
         fault_point("upload:before-stage")  # stall tests: PUT done, neither settled nor staged yet
@@ -669,6 +677,17 @@ class Objects:
             if restart is None:
                 return ListPage(objects, prefixes, False, "")
             start = restart
+
+
+async def _fresh_intent(journal: Journal, relative: str, branch: str, key: bytes, now: datetime) -> Intent:
+    """The pending intent for ``relative``: recorded now, or left by an earlier attempt of the same
+    write (only that one can have journalled a fresh address for this branch and key)."""
+    earlier = await journal.intent(relative)
+    if earlier is None:
+        return await journal.record_intent(relative, branch, key, now)
+    if earlier.state != "pending" or earlier.branch != branch or earlier.key != key:
+        raise ConflictError(f"address {relative} was journalled for another write, or claimed since")
+    return earlier
 
 
 async def _answer(lookup: asyncio.Future[str | None]) -> str | None:
