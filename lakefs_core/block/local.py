@@ -185,16 +185,28 @@ def _discard(temp: TempFile) -> None:
 
 
 async def _pump(body: AsyncIterable[bytes], write: Callable[[bytes], None]) -> None:
-    """Write a streamed body through ``write`` in a worker thread, about ``IO_CHUNK`` at a time."""
+    """Write a streamed body through ``write`` in a worker thread, about ``IO_CHUNK`` at a time,
+    the write of one piece overlapping the receipt of the next (never two writes at once). Returns
+    or raises only once no write is running (the caller then removes or commits the file)."""
     buf = bytearray()
-    async for chunk in iter_body(body):
-        buf += chunk
-        if len(buf) >= IO_CHUNK:
-            data = bytes(buf)
-            buf.clear()
-            await _run(write, data)
-    if buf:
-        await _run(write, bytes(buf))
+    pending: asyncio.Future[None] | None = None
+    try:
+        async for chunk in iter_body(body):
+            buf += chunk
+            if len(buf) >= IO_CHUNK:
+                if pending is not None:
+                    await pending
+                pending = asyncio.ensure_future(_run(write, bytes(buf)))
+                buf.clear()
+        if pending is not None:
+            await pending
+        if buf:
+            await _run(write, bytes(buf))
+    finally:
+        if pending is not None and not pending.done():
+            await asyncio.wait([pending])  # a failed body or a cancellation: let the write finish
+        if pending is not None and not pending.cancelled():
+            pending.exception()  # retrieved: the body's own error is the one raised
 
 
 class LocalBlockStore:
