@@ -340,7 +340,7 @@ def gateway_tour(root: Path, procs: list[subprocess.Popen[bytes]]) -> None:
         )
     wait_healthy(admin_port, procs[-1], timeout=90)  # the first start loads the S3 stack
     s3 = f"http://127.0.0.1:{s3_port}/origin"
-    s3_curl(keys, "PUT", f"{s3}/main/events/day=6.csv", data="day 6: 60\n")
+    s3_curl(keys, "PUT", f"{s3}/main/events/day=6.csv", data="day 6: 60")
     listing = s3_curl(keys, "GET", f"{s3}?list-type=2&prefix=main%2Fevents%2F")
     print("  keys:", re.findall(r"<Key>([^<]*)</Key>", listing))
     print(f"$ lakefs-core --config {core.name} commit lakefs://origin/main -m 'day 6 over S3'")
