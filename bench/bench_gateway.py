@@ -302,7 +302,9 @@ def main() -> None:
     parser.add_argument("--big-mib", type=int, default=256)
     parser.add_argument("--keys", type=int, default=100_000)
     parser.add_argument(
-        "--only-big", action="store_true", help="only the big multipart PUT and GET (no small objects, no listing)"
+        "--only-big",
+        action="store_true",
+        help="the big multipart PUT and GET only (no small objects, no listing)",
     )
     args = parser.parse_args()
     if args.only_big:
