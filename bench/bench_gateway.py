@@ -325,28 +325,21 @@ def main() -> None:
                               "list_delimited_s": delimited, **big}  # fmt: skip
         ours, theirs = figures["ours"], figures["rclone"]
         verify = verification_cpu(args.big_mib)
-        if args.only_big:
-            report(
-                "gateway-big",
-                machine=machine(),
-                args=vars(args),
-                ours=ours,
-                rclone=theirs,
-                ratio_big_put=ours["put_mb_s"] / theirs["put_mb_s"],
-                ratio_big_get=ours["get_mb_s"] / theirs["get_mb_s"],
-                verification_share_of_upload_cpu=verify / ours["put_cpu_s"] if ours["put_cpu_s"] else None,
-            )
-            return
+        small: dict[str, float] = {}
+        if not args.only_big:
+            small = {
+                "ratio_put_1k": ours["put_1k_per_s"] / theirs["put_1k_per_s"],
+                "ratio_get_1k": ours["get_1k_per_s"] / theirs["get_1k_per_s"],
+                "ratio_list_every_key": ours["list_keys_per_s"] / theirs["list_keys_per_s"],
+                "ratio_list_delimited": theirs["list_delimited_s"] / ours["list_delimited_s"],
+            }
         report(
-            "gateway",
+            "gateway-big" if args.only_big else "gateway",
             machine=machine(),
             args=vars(args),
             ours=ours,
             rclone=theirs,
-            ratio_put_1k=ours["put_1k_per_s"] / theirs["put_1k_per_s"],
-            ratio_get_1k=ours["get_1k_per_s"] / theirs["get_1k_per_s"],
-            ratio_list_every_key=ours["list_keys_per_s"] / theirs["list_keys_per_s"],
-            ratio_list_delimited=theirs["list_delimited_s"] / ours["list_delimited_s"],
+            **small,
             ratio_big_put=ours["put_mb_s"] / theirs["put_mb_s"],
             ratio_big_get=ours["get_mb_s"] / theirs["get_mb_s"],
             verification_cpu_s=verify,

@@ -105,6 +105,20 @@ def wait_healthy(port: int, proc: subprocess.Popen[bytes], timeout: float = 30) 
     raise SystemExit(f"daemon on port {port} did not become healthy")
 
 
+def start_daemon(
+    root: Path, name: str, module: str, config: Path, procs: list[subprocess.Popen[bytes]]
+) -> None:
+    """``python -m <module> run --config <config>`` in its own session, its log in ``daemon-<name>.log``."""
+    with (root / f"daemon-{name}.log").open("wb") as log:
+        procs.append(
+            subprocess.Popen(
+                [sys.executable, "-m", module, "run", "--config", str(config)],
+                stderr=log,
+                start_new_session=True,
+            )
+        )
+
+
 def region_core(root: Path, region: str) -> CoreSettings:
     """The core settings of ``region`` of the demo (what ``lakefs-core`` with that KV would open)."""
     return CoreSettings(kv_url=SecretStr(f"sqlite:///{root / region / 'kv.sqlite3'}"))
@@ -161,14 +175,7 @@ def tour(root: Path) -> None:
         say("start one lakefs-mirror daemon per region")
         for name, (path, port) in configs.items():
             print(f"$ lakefs-mirror run --config {path.name}   # {name}, API on 127.0.0.1:{port}")
-            with (root / f"daemon-{name}.log").open("wb") as log:
-                procs.append(
-                    subprocess.Popen(
-                        [sys.executable, "-m", "lakefs_mirror", "run", "--config", str(path)],
-                        stderr=log,
-                        start_new_session=True,
-                    )
-                )
+            start_daemon(root, name, "lakefs_mirror", path, procs)
         for (_, port), proc in zip(configs.values(), procs, strict=True):
             wait_healthy(port, proc)
         us = f"http://127.0.0.1:{configs['us-east'][1]}{API}/origin/mirrors"
@@ -258,14 +265,7 @@ def gc_tour(root: Path, procs: list[subprocess.Popen[bytes]]) -> None:
     path, port = write_gc_config(root)
     say(f"start the lakefs-gc daemon in us-east (its clock set {GC_CLOCK_OFFSET_DAYS} days ahead)")
     print(f"$ lakefs-gc run --config {path.name}   # API on 127.0.0.1:{port}")
-    with (root / "daemon-gc.log").open("wb") as log:
-        procs.append(
-            subprocess.Popen(
-                [sys.executable, "-m", "lakefs_gc.cli", "run", "--config", str(path)],
-                stderr=log,
-                start_new_session=True,
-            )
-        )
+    start_daemon(root, "gc", "lakefs_gc.cli", path, procs)
     wait_healthy(port, procs[-1])
     base = f"http://127.0.0.1:{port}"
     say("keep 1 day of history on every branch (lakeFS's gc_rules call), then a dry run")
@@ -330,14 +330,7 @@ def gateway_tour(root: Path, procs: list[subprocess.Popen[bytes]]) -> None:
     print(f"  access_key_id: {keys[0]}")
     say("start lakefs-server (lakeFS's S3 gateway: bucket = repository, first key segment = ref)")
     print(f"$ lakefs-server run --config {path.name}   # S3 on 127.0.0.1:{s3_port}")
-    with (root / "daemon-server.log").open("wb") as log:
-        procs.append(
-            subprocess.Popen(
-                [sys.executable, "-m", "lakefs_server.cli", "run", "--config", str(path)],
-                stderr=log,
-                start_new_session=True,
-            )
-        )
+    start_daemon(root, "server", "lakefs_server.cli", path, procs)
     wait_healthy(admin_port, procs[-1], timeout=90)  # the first start loads the S3 stack
     s3 = f"http://127.0.0.1:{s3_port}/origin"
     s3_curl(keys, "PUT", f"{s3}/main/events/day=6.csv", data="day 6: 60")

@@ -287,6 +287,9 @@ class NativeMultipart:
         )
         return str(created["UploadId"])
 
+    def _part_args(self, key: str, upload_id: str, number: int) -> dict[str, Any]:
+        return {"Bucket": self.bucket, "Key": key, "UploadId": upload_id, "PartNumber": number}
+
     def _stored(self, number: int, resp: Mapping[str, Any], size: int) -> StoredPart:
         return StoredPart(number, strip_etag(resp["ETag"]), size, str(resp.get("ChecksumCRC32") or ""))
 
@@ -297,14 +300,7 @@ class NativeMultipart:
             raise BadInputError("part number 1-10,000, size up to 5 GiB", field="part")
         async with _buffered(body, size) as data:
             client = await self.client()
-            args: dict[str, Any] = {
-                "Bucket": self.bucket,
-                "Key": key,
-                "UploadId": upload_id,
-                "PartNumber": number,
-                "Body": data,
-                "ContentLength": size,
-            }
+            args = self._part_args(key, upload_id, number) | {"Body": data, "ContentLength": size}
             if self._checksum:
                 args["ChecksumAlgorithm"] = "CRC32"
 
@@ -322,11 +318,7 @@ class NativeMultipart:
         if length < 1:  # S3 refuses an empty copy range
             return await self.part(key, upload_id, number, _empty(), 0)
         client = await self.client()
-        args: dict[str, Any] = {
-            "Bucket": self.bucket,
-            "Key": key,
-            "UploadId": upload_id,
-            "PartNumber": number,
+        args = self._part_args(key, upload_id, number) | {
             "CopySource": {"Bucket": self.bucket, "Key": src_key},
             "CopySourceRange": f"bytes={start}-{start + length - 1}",
         }
