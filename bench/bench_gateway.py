@@ -17,7 +17,8 @@ if compressed. Figures (same run, ratios ours / rclone):
   verification's CPU for the same bytes and payload mode (measured alone, in this process) over the
   server processes' CPU time for the upload.
 
-``python -m bench.bench_gateway [--clients 16] [--objects 2000] [--big-mib 256] [--keys 100000]``
+``python -m bench.bench_gateway [--clients 16] [--objects 2000] [--big-mib 256] [--keys 100000]``;
+``--only-big --big-mib 1024`` runs the big object alone, at the issue's size (a few minutes).
 """
 
 from __future__ import annotations
