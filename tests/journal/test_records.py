@@ -280,10 +280,11 @@ def _set_entry_calls() -> list[tuple[str, str, str]]:
 
 def test_only_upload_stages_an_address_everything_else_stages_tombstones() -> None:
     """No API copies or links an address into a second entry: the only staging of a value is
-    ``Objects.upload_written``'s (``upload``'s), of the fresh address it just wrote create-only. Checking every set_entry
-    against every entry of the repository would need an address index (a KV read per write and a
-    write per entry), so the invariant is kept structurally and this test guards it: a new caller
-    must either stage tombstones or journal its address (spec §3c, "invariant for future APIs")."""
+    ``Objects.upload_written``'s (``upload``'s), of the fresh address it just wrote create-only.
+    Checking every set_entry against every entry of the repository would need an address index (a
+    KV read per write and a write per entry), so the invariant is kept structurally and this test
+    guards it: a new caller must either stage tombstones or journal its address (spec §3c,
+    "invariant for future APIs")."""
     calls = _set_entry_calls()
     values = {(m, f, a) for m, f, a in calls if not a.startswith("tombstone(")}
     assert values == {
