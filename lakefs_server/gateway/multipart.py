@@ -222,9 +222,9 @@ async def _store_part(
     body: AsyncIterator[bytes]
     if copy:
         repo, stat, start, length = await _copy_source(call)
-        if isinstance(store, MultipartStore):
+        if isinstance(store, MultipartStore) and upload.store_upload:
             source_store, source_key = await call.ctx.objects.source_key(repo, stat)
-            if source_store is store:  # the store copies the range itself (S3: UploadPartCopy)
+            if source_store.uri == store.uri:  # the store copies the range itself (S3: UploadPartCopy)
                 key = ns.key(upload.address)
                 copied = await store.multipart_copy_part(
                     key, upload.store_upload, number, src_key=source_key, start=start, length=length
