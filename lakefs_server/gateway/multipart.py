@@ -177,7 +177,12 @@ async def create(call: S3Call) -> web.StreamResponse:
             ns.key(upload.address), content_type=upload.content_type, metadata=upload.metadata
         )
     key = kvkeys.multipart_upload_key(call.repo, upload_id)
-    await call.ctx.core.kv.set_if(PARTITION, key, upload.encode(), Expect.ABSENT)
+    try:
+        await call.ctx.core.kv.set_if(PARTITION, key, upload.encode(), Expect.ABSENT)
+    except BaseException:
+        if isinstance(store, MultipartStore) and upload.store_upload:  # nothing will name it: drop it
+            await asyncio.shield(store.multipart_abort(ns.key(upload.address), upload.store_upload))
+        raise
     parts = [
         element("Bucket", call.repo),
         element("Key", call.target.key or ""),
