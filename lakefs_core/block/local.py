@@ -62,7 +62,9 @@ live process of this host; see :mod:`~lakefs_core.block.local_leftovers`.
 ``fstatat`` and one ``unlinkat`` per deleted key in a directory opened once per batch (plus the
 sidecar's, where the key's sidecar directory exists), emptied directories pruned once per batch.
 
-All blocking file I/O runs in worker threads (``asyncio.to_thread``), streamed bodies chunk by chunk.
+All blocking file I/O runs in worker threads (:mod:`~lakefs_core.block.local_threads`), streamed
+bodies chunk by chunk, the write of one chunk overlapping the receipt of the next. Multipart
+uploads (:class:`~lakefs_core.block.base.MultipartStore`) are :mod:`~lakefs_core.block.local_multipart`'s.
 """
 
 from __future__ import annotations
@@ -73,11 +75,11 @@ import contextlib
 import os
 import stat
 import threading
-from collections.abc import AsyncGenerator, AsyncIterable, Callable, Mapping, Sequence
+from collections.abc import AsyncGenerator, AsyncIterable, Mapping, Sequence
 from itertools import islice
 from pathlib import Path
 from types import TracebackType
-from typing import Any, ParamSpec, TypeVar
+from typing import Any
 
 from lakefs_core.aio import bounded_each
 from lakefs_core.block._common import (
@@ -93,7 +95,6 @@ from lakefs_core.block._common import (
     check_put_batch,
     check_range,
     closed_error,
-    iter_body,
     load_body,
     normalize_content_type,
     normalize_metadata,
@@ -135,45 +136,18 @@ from lakefs_core.block.local_leftovers import (
 from lakefs_core.block.local_listing import READ_FLAGS, describe_in, walk_objects
 from lakefs_core.block.local_meta import SIDECAR_VERSION, EtagCache, Sidecars
 from lakefs_core.block.local_multipart import LocalMultipart
+from lakefs_core.block.local_threads import open_in_thread as _open_in_thread
+from lakefs_core.block.local_threads import pump as _pump
+from lakefs_core.block.local_threads import run as _run
 from lakefs_core.errors import BadInputError, LakeFSError, NotFoundError, TransientError
 
 __all__ = ["BARE_MAX_BYTES", "META_DIR", "TMP_PREFIX", "LocalBlockStore"]
 
-P = ParamSpec("P")
 _KEYS_PER_HOP = 2000  # list_keys entries per worker-thread hop: the hop costs more than a stat
 # put_batch objects per worker-thread hop: a hop costs about what writing a small object does
 _PUTS_PER_HOP = 32
 # Objects up to this size with default content type and no metadata have no sidecar (module doc).
 BARE_MAX_BYTES = 16 * 1024
-T = TypeVar("T")
-
-
-async def _run(fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
-    """Run ``fn`` in a worker thread. On cancellation, wait for the thread to finish before re-raising
-    (a thread cannot be interrupted), so cleanup code never races a still-running write."""
-    task = asyncio.ensure_future(asyncio.to_thread(fn, *args, **kwargs))
-    try:
-        return await asyncio.shield(task)
-    except asyncio.CancelledError:
-        if not task.done():
-            await asyncio.wait([task])
-        if not task.cancelled():
-            task.exception()  # retrieved: never reported as "exception was never retrieved"
-        raise
-
-
-async def _open_in_thread(fn: Callable[P, tuple[int, T]], *args: P.args, **kwargs: P.kwargs) -> tuple[int, T]:
-    """Like :func:`_run` for a function returning ``(fd, ...)``: a descriptor opened by a thread whose
-    caller was cancelled meanwhile is closed rather than leaked."""
-    task = asyncio.ensure_future(asyncio.to_thread(fn, *args, **kwargs))
-    try:
-        return await asyncio.shield(task)
-    except asyncio.CancelledError:
-        if not task.done():
-            await asyncio.wait([task])
-        if not task.cancelled() and task.exception() is None:
-            os.close(task.result()[0])
-        raise
 
 
 def _discard(temp: TempFile) -> None:
@@ -182,31 +156,6 @@ def _discard(temp: TempFile) -> None:
         temp.discard()
     finally:
         temp.dirs.close()
-
-
-async def _pump(body: AsyncIterable[bytes], write: Callable[[bytes], None]) -> None:
-    """Write a streamed body through ``write`` in a worker thread, about ``IO_CHUNK`` at a time,
-    the write of one piece overlapping the receipt of the next (never two writes at once). Returns
-    or raises only once no write is running (the caller then removes or commits the file)."""
-    buf = bytearray()
-    pending: asyncio.Future[None] | None = None
-    try:
-        async for chunk in iter_body(body):
-            buf += chunk
-            if len(buf) >= IO_CHUNK:
-                if pending is not None:
-                    await pending
-                pending = asyncio.ensure_future(_run(write, bytes(buf)))
-                buf.clear()
-        if pending is not None:
-            await pending
-        if buf:
-            await _run(write, bytes(buf))
-    finally:
-        if pending is not None and not pending.done():
-            await asyncio.wait([pending])  # a failed body or a cancellation: let the write finish
-        if pending is not None and not pending.cancelled():
-            pending.exception()  # retrieved: the body's own error is the one raised
 
 
 class LocalBlockStore:
