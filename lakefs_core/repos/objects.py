@@ -53,7 +53,14 @@ from lakefs_core.aio import bounded_each
 from lakefs_core.block import copy_object
 from lakefs_core.block._common import normalize_metadata
 from lakefs_core.block.base import BlockStore, ObjectInfo, PutItem
-from lakefs_core.errors import BadInputError, LakeFSError, NotFoundError, PurgedError, encode_utf8
+from lakefs_core.errors import (
+    BadInputError,
+    ConflictError,
+    LakeFSError,
+    NotFoundError,
+    PurgedError,
+    encode_utf8,
+)
 from lakefs_core.faults import fault_point
 from lakefs_core.format.proto import catalog_pb2
 from lakefs_core.format.records import ADDRESS_RELATIVE, ValueRecord, decode_entry, make_entry
@@ -240,17 +247,23 @@ class Objects:
         return ns, await self.ctx.stores.namespace_store(ns)
 
     async def _fresh_address(
-        self, repo: Repository, branch: str, key: bytes, force: bool
+        self, repo: Repository, branch: str, key: bytes, force: bool, relative: str | None = None
     ) -> tuple[_Write, StorageNamespace, BlockStore]:
         """A fresh address for a write of ``key`` to ``branch``, checked and journalled (its
-        ``pending`` intent) before any byte is written there."""
+        ``pending`` intent) before any byte is written there. ``relative``: the caller's reserved
+        address (a multipart upload's), whose intent an earlier attempt of the same write may have
+        left pending."""
         self.ctx.writable(repo, force)
         await self.ctx.refs.get_branch(repo, branch)  # fail before writing bytes for an unknown branch
         await protection.check(self.ctx, repo, branch, protection.Action.STAGING_WRITE)  # so too here
         ns, store = await self._namespace(repo)
-        relative = self.slices.new_relative_address()
         journal = Journal(self.ctx, repo) if await journal_enabled(self.ctx, repo) else None
-        intent = await journal.record_intent(relative, branch, key, self.ctx.clock()) if journal else None
+        intent: Intent | None = None
+        if relative is None:
+            relative = self.slices.new_relative_address()
+            intent = await journal.record_intent(relative, branch, key, self.ctx.clock()) if journal else None
+        elif journal is not None:
+            intent = await _fresh_intent(journal, relative, branch, key, self.ctx.clock())
         return _Write(repo, branch, key, relative, journal, intent, force), ns, store
 
     async def _stage_written(
@@ -279,14 +292,55 @@ class Objects:
         metadata: Mapping[str, str] | None = None,
         force: bool = False,
     ) -> ObjectStat:
-        key = _new_path_bytes(path)
-        write, ns, store = await self._fresh_address(await self.ctx.repository(repo_id), branch, key, force)
-        info = await store.put(
-            ns.key(write.relative), body, if_none_match=True, content_type=content_type, metadata=metadata
+        async def put(store: BlockStore, target: str) -> ObjectInfo:
+            return await store.put(
+                target, body, if_none_match=True, content_type=content_type, metadata=metadata
+            )
+
+        return await self._write_and_stage(
+            repo_id, branch, path, relative=None, write=put, metadata=metadata, force=force
         )
+
+    async def upload_written(
+        self,
+        repo_id: str,
+        branch: str,
+        path: str,
+        relative: str,
+        write: Callable[[BlockStore, str], Awaitable[ObjectInfo]],
+        *,
+        metadata: Mapping[str, str] | None = None,
+        force: bool = False,
+    ) -> ObjectStat:
+        """:meth:`upload` of an object the caller stores itself: ``write(store, key)`` creates it
+        at ``relative`` (an address from :attr:`slices` that nothing has written yet: a multipart
+        upload's final key, whose parts the store holds apart until this completes it). The
+        journal's intent is recorded right before ``write`` and settled with the staging, as for
+        any upload; a retry of the same write (an earlier attempt failed after recording it) takes
+        the intent it left while it is still pending for this branch and path."""
+        return await self._write_and_stage(
+            repo_id, branch, path, relative=relative, write=write, metadata=metadata, force=force
+        )
+
+    async def _write_and_stage(
+        self,
+        repo_id: str,
+        branch: str,
+        path: str,
+        *,
+        relative: str | None,
+        write: Callable[[BlockStore, str], Awaitable[ObjectInfo]],
+        metadata: Mapping[str, str] | None,
+        force: bool,
+    ) -> ObjectStat:
+        key = _new_path_bytes(path)
+        target, ns, store = await self._fresh_address(
+            await self.ctx.repository(repo_id), branch, key, force, relative
+        )
+        info = await write(store, ns.key(target.relative))
         fault_point("upload:before-stage")  # stall tests: PUT done, neither settled nor staged yet
         return await self._stage_written(
-            write, info, metadata, f"upload of {path[:200]!r} to branch {branch!r}"
+            target, info, metadata, f"upload of {path[:200]!r} to branch {branch!r}"
         )
 
     async def copy(
@@ -506,6 +560,16 @@ class Objects:
         )
         await staging_writes.stage_entry(self.ctx, repo_id, branch, record, force=force, settle=settle)
         return stat
+
+    async def source_key(self, repo_id: str, stat: ObjectStat) -> tuple[BlockStore, str]:
+        """The store and key of the object ``stat`` describes, for a server-side copy of its bytes;
+        :class:`PurgedError` when an audited purge destroyed it (as :meth:`read_stat`)."""
+        repo = await staging_writes.repository_for_write(self.ctx, repo_id)
+        await self._refuse_purged(repo, stat)
+        ns = StorageNamespace.parse(repo.storage_namespace)
+        address_type = catalog_pb2.Entry.AddressType.Value(stat.address_type)
+        store_uri, key = ns.address_key(stat.physical_address, address_type)
+        return await self.ctx.stores.block_store(store_uri), key
 
     async def presign_read(self, repo_id: str, stat: ObjectStat, *, expires_seconds: int) -> str | None:
         """A URL reading ``stat``'s object directly from its store, or None when that store cannot
@@ -730,6 +794,17 @@ class Objects:
             if restart is None:
                 return ListPage(objects, prefixes, False, "")
             start = restart
+
+
+async def _fresh_intent(journal: Journal, relative: str, branch: str, key: bytes, now: datetime) -> Intent:
+    """The pending intent for ``relative``: recorded now, or left by an earlier attempt of the same
+    write (only that one can have journalled a fresh address for this branch and key)."""
+    earlier = await journal.intent(relative)
+    if earlier is None:
+        return await journal.record_intent(relative, branch, key, now)
+    if earlier.state != "pending" or earlier.branch != branch or earlier.key != key:
+        raise ConflictError(f"address {relative} was journalled for another write, or claimed since")
+    return earlier
 
 
 async def _answer(lookup: asyncio.Future[str | None]) -> str | None:
