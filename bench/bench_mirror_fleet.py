@@ -19,14 +19,18 @@ Figures (one JSON line each):
 - ``fleet_rss``: the process's resident set after all of it (``VmRSS``, and the peak ``VmHWM``).
 
 Run: ``.venv/bin/python -m bench.bench_mirror_fleet [--mirrors 1000] [--objects 10] [--repeat 5]
-[--backend sqlite|postgres]``.
+[--backend sqlite|postgres] [--profile N]`` (``--profile``: cProfile of one more idle pass, its N
+costliest calls on stderr).
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import cProfile
+import pstats
 import statistics
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -105,6 +109,12 @@ async def run(args: argparse.Namespace, urls: dict[str, str]) -> None:
         first_pass_cpu=round(first_cpu, 2),
     )
     idle = [await timed_pass(fleet) for _ in range(args.repeat)]
+    if args.profile:
+        profiler = cProfile.Profile()
+        profiler.enable()
+        await fleet.step()
+        profiler.disable()
+        pstats.Stats(profiler, stream=sys.stderr).sort_stats("cumulative").print_stats(args.profile)
     assert all(r.skipped == args.mirrors and r.mirrors == 0 for _, _, r in idle)
     assert all(r.active for _, _, r in idle)
     visiting = engine(src, dst, db, presence, 0.0)
@@ -151,6 +161,7 @@ def main() -> None:
     parser.add_argument("--objects", type=int, default=10)
     parser.add_argument("--repeat", type=int, default=5)
     parser.add_argument("--backend", choices=("sqlite", "postgres"), default="sqlite")
+    parser.add_argument("--profile", type=int, default=0, help="print the N costliest calls of one idle pass")
     args = parser.parse_args()
     report("machine", **machine())
     if args.backend == "sqlite":

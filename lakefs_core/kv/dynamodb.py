@@ -99,10 +99,13 @@ from lakefs_core.kv._common import (
     check_key,
     check_page_size,
     check_partition,
+    check_ranges,
     closed_error,
     precondition_message,
 )
-from lakefs_core.kv.base import Expect, KVEntry, KVExpectation, KVItem
+from lakefs_core.kv.base import Expect, KeyRange, KVEntry, KVExpectation, KVItem
+
+RANGE_QUERIES = 16  # concurrent Queries of one scan_ranges call
 
 if TYPE_CHECKING:
     from types_aiobotocore_dynamodb.client import DynamoDBClient
@@ -587,6 +590,48 @@ class DynamoKVStore:
             last = resp.get("LastEvaluatedKey")
             if not last:
                 return
+            request["ExclusiveStartKey"] = last
+
+    async def scan_ranges(
+        self, ranges: Sequence[KeyRange], *, page_size: int = 1000
+    ) -> AsyncIterator[tuple[int, KVEntry]]:
+        """One Query per range (DynamoDB queries one partition at a time), ``RANGE_QUERIES`` at a
+        time; a chunk's entries are held until its ranges are read (a range is one page of up
+        to 1 MB unless it is bigger than that)."""
+        todo = [r for r in check_ranges(ranges) if r[2] < r[3]]
+        size = check_page_size(page_size)
+        for first in range(0, len(todo), RANGE_QUERIES):
+            chunk = todo[first : first + RANGE_QUERIES]
+            found = await asyncio.gather(*(self._range(p, s, e, size) for _, p, s, e in chunk))
+            for (index, *_), entries in zip(chunk, found, strict=True):
+                for entry in entries:
+                    yield index, entry
+
+    async def _range(self, partition: bytes, start: bytes, end: bytes, size: int) -> list[KVEntry]:
+        """Every entry with ``start <= key < end`` (BETWEEN is inclusive: ``end`` itself is dropped)."""
+        client = self._client
+        request: QueryInputTypeDef = {
+            "TableName": self._table,
+            "ConsistentRead": True,
+            "Limit": size,
+            "KeyConditionExpression": f"{PARTITION_ATTR} = :p AND {KEY_ATTR} BETWEEN :s AND :e",
+            "ExpressionAttributeValues": {":p": _b(partition), ":s": _b(start), ":e": _b(end)},
+        }
+
+        async def query() -> QueryOutputTypeDef:
+            return await client.query(**request)
+
+        out: list[KVEntry] = []
+        while True:
+            resp = await self._call(query, "read")
+            for item in resp.get("Items", []):
+                if VALUE_ATTR in item:
+                    key = self._binary(item, KEY_ATTR)
+                    if key < end:
+                        out.append(KVEntry(key, self._binary(item, VALUE_ATTR)))
+            last = resp.get("LastEvaluatedKey")
+            if not last:
+                return out
             request["ExclusiveStartKey"] = last
 
     async def close(self) -> None:

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import contextlib
 import json
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncIterator, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Literal
@@ -43,6 +43,7 @@ from lakefs_core.errors import (
     TooManyRetriesError,
 )
 from lakefs_core.kv.base import Expect, KVItem, KVStore
+from lakefs_core.kv.ranges import point_range, prefix_range, scan_ranges
 from lakefs_core.refs import kvkeys
 from lakefs_core.refs.model import Branch, Commit, Repository, Tag
 
@@ -160,6 +161,15 @@ def _claim(namespace: str, raw: bytes) -> NamespaceClaim:
     return NamespaceClaim(namespace, owner if isinstance(owner, str) else None, str(uid), raw)
 
 
+@dataclass(frozen=True)
+class RepoRefs:
+    """One repository's record and its branches (and tags), as :meth:`RefStore.refs_of_many` read them."""
+
+    repository: Repository
+    branches: tuple[Branch, ...]
+    tags: tuple[Tag, ...]
+
+
 class RefStore:
     """Repositories, branches, commits, tags and cleanup marks over one KV store."""
 
@@ -181,6 +191,41 @@ class RefStore:
         if record.in_deletion:
             raise NotFoundError(f"repository {repo!r} not found (being deleted)")
         return record
+
+    async def refs_of_many(self, repos: Sequence[str], *, tags: bool) -> dict[str, RepoRefs]:
+        """The branches (and, with ``tags``, the tags) of many repositories in two batched KV reads
+        (:func:`lakefs_core.kv.ranges.scan_ranges`): their repository records, then the
+        ``branches/`` (and ``tags/``) ranges of their partitions. A repository that is missing,
+        being deleted, misnamed or unreadable is left out (its own read says why)."""
+        ranges, named = [], []
+        for repo in dict.fromkeys(repos):
+            with contextlib.suppress(BadInputError):
+                ranges.append(point_range(kvkeys.GRAVELER_PARTITION, kvkeys.repo_key(repo)))
+                named.append(repo)
+        records: dict[str, Repository] = {}
+        async for index, entry in scan_ranges(self.kv, ranges):
+            with contextlib.suppress(CorruptDataError):
+                record = Repository.from_bytes(entry.value, _where(kvkeys.GRAVELER_PARTITION, entry.key))
+                if not record.in_deletion and record.id == named[index]:
+                    records[named[index]] = record
+        order = list(records)
+        kinds = (kvkeys.BRANCHES_PREFIX, kvkeys.TAGS_PREFIX) if tags else (kvkeys.BRANCHES_PREFIX,)
+        ref_ranges = [prefix_range(records[r].partition, kind) for r in order for kind in kinds]
+        found: dict[str, tuple[list[Branch], list[Tag]]] = {r: ([], []) for r in order}
+        broken: set[str] = set()
+        async for index, entry in scan_ranges(self.kv, ref_ranges):
+            repo, is_tag = order[index // len(kinds)], index % len(kinds) == 1
+            where = _where(records[repo].partition, entry.key)
+            try:
+                if is_tag:
+                    found[repo][1].append(Tag.from_bytes(entry.value, where))
+                else:
+                    found[repo][0].append(Branch.from_bytes(entry.value, where))
+            except CorruptDataError:
+                broken.add(repo)
+        return {
+            r: RepoRefs(records[r], tuple(found[r][0]), tuple(found[r][1])) for r in order if r not in broken
+        }
 
     async def create_repository(self, record: Repository) -> None:
         try:
