@@ -7,21 +7,21 @@ branches (and tags, when mirrored). On the next pass the engine reads the finger
 is what discovers changes: for all mirrors of one source region at once, one batched read of their
 source repository records and one batched scan of their ``branches/`` (and ``tags/``) key ranges
 (:func:`lakefs_core.kv.ranges.scan_ranges`; lakeFS keeps each repository's branches in its own
-partition, so no single prefix spans them), nothing written. When it is unchanged, nothing can have changed
-for the mirror (the destination repository is read-only to everyone but this daemon), so the pass
+partition, so no single prefix spans them), nothing written. When it is unchanged, nothing can have
+changed for the mirror (the destination repository is read-only to everyone but this daemon), so the pass
 skips it: no destination reads, no status write, no validation.
 
 Every ``full_pass_seconds`` a full pass visits every mirror anyway: it applies completed source GC
 sweeps and purges (:mod:`lakefs_mirror.gc_apply`, which do not move any head) and re-reads the
 destination, so nothing depends on the fingerprint alone for longer than that.
 
-Request cost of the discovery per pass with M mirrors from one source region (pages of 1,000
-entries): PostgreSQL, one statement per page: 1 for the M repository records + ceil((branches +
-tags) / 1,000) for the refs, i.e. 2 statements at 1,000 mirrors of one branch each (each one an
-index range scan per repository, LATERAL); SQLite the same pages, each one hop to its thread. On
-DynamoDB a Query reads one partition, so it is M Queries for the records + M for the branches (+ M
-for the tags), 16 in flight at a time: ~2,000-3,000 requests per pass at 1,000 mirrors, each under
-4 KB (consistent reads: 1 RCU each), in ~2,000/16 round trips of wall time.
+Request cost of the discovery per pass with M mirrors from one source region: PostgreSQL, one
+statement for the M repository records + one per page of 4,096 branch and tag records (b + t of
+them): 1 + ceil((b + t + 1) / 4,096), i.e. 2 statements at 1,000 mirrors of one branch each (each
+one an index range scan per repository, LATERAL); SQLite the same pages, each one hop to its thread. On
+DynamoDB a Query reads one partition, so: ceil(M / 100) BatchGetItem for the records + M Queries for
+the branches (+ M for the tags), 16 in flight: ~1,010 requests per pass at 1,000 mirrors (~2,010
+with tags), each Query under 4 KB (1 RCU, consistent reads), in ~1,000/16 round trips of wall time.
 """
 
 from __future__ import annotations

@@ -49,9 +49,9 @@ hard-delete journal use it: an upload's entries are staged only with its journal
 ``end`` exclusive) in one call: entries come as ``(index of the range, entry)``, by range then key, in
 pages of ``page_size`` entries in total. It is what a reader of one record kind across many partitions
 uses (the mirror's branch heads of 1,000 repositories): PostgreSQL answers a page with one statement,
-SQLite with one hop to its thread, DynamoDB with one Query per range, up to 16 at a time (its
-partitions are the unit it queries). Every driver has it; :func:`lakefs_core.kv.ranges.scan_ranges`
-also serves a store without it (one scan per range).
+SQLite with one hop to its thread, DynamoDB with one ``BatchGetItem`` per 100 one-key ranges and one
+Query per other range, up to 16 at a time (its partitions are the unit it queries). Every driver
+has it; :func:`lakefs_core.kv.ranges.scan_ranges` also serves a store without it (one scan per range).
 
 Drivers: :mod:`.memory`, :mod:`.sql` (SQLite, PostgreSQL), :mod:`.dynamodb`; open one from a URL with
 :func:`lakefs_core.kv.open_kv`.

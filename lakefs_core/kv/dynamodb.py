@@ -106,10 +106,12 @@ from lakefs_core.kv._common import (
 from lakefs_core.kv.base import Expect, KeyRange, KVEntry, KVExpectation, KVItem
 
 RANGE_QUERIES = 16  # concurrent Queries of one scan_ranges call
+BATCH_GET_KEYS = 100  # keys of one BatchGetItem (DynamoDB's limit)
 
 if TYPE_CHECKING:
     from types_aiobotocore_dynamodb.client import DynamoDBClient
     from types_aiobotocore_dynamodb.type_defs import (
+        BatchGetItemOutputTypeDef,
         BatchWriteItemOutputTypeDef,
         PutItemInputTypeDef,
         QueryInputTypeDef,
@@ -595,17 +597,62 @@ class DynamoKVStore:
     async def scan_ranges(
         self, ranges: Sequence[KeyRange], *, page_size: int = 1000
     ) -> AsyncIterator[tuple[int, KVEntry]]:
-        """One Query per range (DynamoDB queries one partition at a time), ``RANGE_QUERIES`` at a
-        time; a chunk's entries are held until its ranges are read (a range is one page of up
-        to 1 MB unless it is bigger than that)."""
+        """By chunks of ``BATCH_GET_KEYS`` ranges: the one-key ranges of a chunk in one
+        ``BatchGetItem``, each other range one Query (DynamoDB queries one partition at a time),
+        ``RANGE_QUERIES`` in flight. A chunk's entries are held until it is read (a range is one
+        page of up to 1 MB unless it is bigger than that)."""
         todo = [r for r in check_ranges(ranges) if r[2] < r[3]]
         size = check_page_size(page_size)
-        for first in range(0, len(todo), RANGE_QUERIES):
-            chunk = todo[first : first + RANGE_QUERIES]
-            found = await asyncio.gather(*(self._range(p, s, e, size) for _, p, s, e in chunk))
-            for (index, *_), entries in zip(chunk, found, strict=True):
-                for entry in entries:
-                    yield index, entry
+        slots = asyncio.Semaphore(RANGE_QUERIES)
+
+        async def query(p: bytes, start: bytes, end: bytes) -> list[KVEntry]:
+            async with slots:
+                return await self._range(p, start, end, size)
+
+        for first in range(0, len(todo), BATCH_GET_KEYS):
+            chunk = todo[first : first + BATCH_GET_KEYS]
+            points = {(p, s) for _, p, s, e in chunk if e == s + b"\x00"}
+            wide = [(i, p, s, e) for i, p, s, e in chunk if e != s + b"\x00"]
+            got, found = await asyncio.gather(
+                self._batch_get(points), asyncio.gather(*(query(p, s, e) for _, p, s, e in wide))
+            )
+            by_index = dict(zip((r[0] for r in wide), found, strict=True))
+            for index, p, start, _ in chunk:
+                if index in by_index:
+                    for entry in by_index[index]:
+                        yield index, entry
+                elif (p, start) in got:
+                    yield index, KVEntry(start, got[(p, start)])
+
+    async def _batch_get(self, keys: set[tuple[bytes, bytes]]) -> dict[tuple[bytes, bytes], bytes]:
+        """One ``BatchGetItem`` (consistent reads) of at most 100 keys, re-sending unprocessed keys
+        with backoff; the values of the keys that exist."""
+        client = self._client
+        out: dict[tuple[bytes, bytes], bytes] = {}
+        pending: list[Any] = [self._key(p, k) for p, k in keys]
+        for attempt in range(self._attempts):
+            if not pending:
+                return out
+            if attempt:
+                cap = min(self._backoff_max, self._backoff_initial * 2**attempt)
+                await asyncio.sleep(random.uniform(0, cap))  # full jitter, as the retry loop uses
+
+            async def read(request: list[Any] = pending) -> BatchGetItemOutputTypeDef:
+                return await client.batch_get_item(
+                    RequestItems={self._table: {"Keys": request, "ConsistentRead": True}}
+                )
+
+            resp = await self._call(read, "read")
+            for item in resp.get("Responses", {}).get(self._table, []):
+                if VALUE_ATTR in item:
+                    key = (self._binary(item, PARTITION_ATTR), self._binary(item, KEY_ATTR))
+                    out[key] = self._binary(item, VALUE_ATTR)
+            pending = list(resp.get("UnprocessedKeys", {}).get(self._table, {}).get("Keys", []))
+        if not pending:
+            return out
+        raise TransientError(
+            f"{self._display}: {len(pending)} keys stayed unprocessed after {self._attempts} batch reads"
+        )
 
     async def _range(self, partition: bytes, start: bytes, end: bytes, size: int) -> list[KVEntry]:
         """Every entry with ``start <= key < end`` (BETWEEN is inclusive: ``end`` itself is dropped)."""

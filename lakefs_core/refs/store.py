@@ -161,6 +161,9 @@ def _claim(namespace: str, raw: bytes) -> NamespaceClaim:
     return NamespaceClaim(namespace, owner if isinstance(owner, str) else None, str(uid), raw)
 
 
+REFS_PAGE = 4096  # branch and tag records per page of RefStore.refs_of_many (~1 MB)
+
+
 @dataclass(frozen=True)
 class RepoRefs:
     """One repository's record and its branches (and tags), as :meth:`RefStore.refs_of_many` read them."""
@@ -203,7 +206,8 @@ class RefStore:
                 ranges.append(point_range(kvkeys.GRAVELER_PARTITION, kvkeys.repo_key(repo)))
                 named.append(repo)
         records: dict[str, Repository] = {}
-        async for index, entry in scan_ranges(self.kv, ranges):
+        # one page: a point range holds at most one entry, and the caller holds the names already
+        async for index, entry in scan_ranges(self.kv, ranges, page_size=len(ranges) + 1):
             with contextlib.suppress(CorruptDataError):
                 record = Repository.from_bytes(entry.value, _where(kvkeys.GRAVELER_PARTITION, entry.key))
                 if not record.in_deletion and record.id == named[index]:
@@ -213,7 +217,7 @@ class RefStore:
         ref_ranges = [prefix_range(records[r].partition, kind) for r in order for kind in kinds]
         found: dict[str, tuple[list[Branch], list[Tag]]] = {r: ([], []) for r in order}
         broken: set[str] = set()
-        async for index, entry in scan_ranges(self.kv, ref_ranges):
+        async for index, entry in scan_ranges(self.kv, ref_ranges, page_size=REFS_PAGE):
             repo, is_tag = order[index // len(kinds)], index % len(kinds) == 1
             where = _where(records[repo].partition, entry.key)
             try:
