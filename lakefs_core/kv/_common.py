@@ -179,6 +179,11 @@ def check_ranges(ranges: object) -> list[IndexedRange]:
         raise BadInputError(f"at most {MAX_RANGES} ranges per call", field="ranges")
     out: list[IndexedRange] = []
     for i, item in enumerate(ranges):
+        if type(item) is tuple and len(item) == 3:
+            p, start, end = item
+            if type(p) is bytes and p and type(start) is bytes and type(end) is bytes:
+                out.append((i, p, start, end))  # the common case, checked in C-level type tests
+                continue
         if not isinstance(item, tuple) or len(item) != 3:
             raise BadInputError("must be (partition, start, end) tuples", field="ranges")
         out.append((i, check_partition(item[0]), as_bytes(item[1], "start"), as_bytes(item[2], "end")))
