@@ -60,6 +60,7 @@ __all__ = [  # ``import *`` takes the fixture and every test
     "test_scan_pages_across_boundaries",
     "test_scan_ranges_bad_input_refused",
     "test_scan_ranges_by_range_then_key_across_pages",
+    "test_scan_ranges_many_ranges_in_order",
     "test_scan_six_keys_exact_pages",
     "test_scan_start_is_inclusive",
     "test_scan_tolerates_writes_between_pages",
@@ -355,6 +356,24 @@ async def test_scan_ranges_by_range_then_key_across_pages(kv: KVStore, page_size
     assert native == want == fallback
     assert [k for i, k, _ in want if i == 1] == [b"branches/x", b"branches/y", b"branches/y\x00"]
     assert [x async for x in scan_ranges(kv, [])] == []
+
+
+async def test_scan_ranges_many_ranges_in_order(kv: KVStore) -> None:
+    """More ranges than one batched request takes (DynamoDB: 100 keys a BatchGetItem), point and
+    prefix ranges interleaved, some keys missing: every entry once, by range index."""
+    n = 110
+    await kv.set_many([(b"p%d" % (i % 3), b"k%03d/%d" % (i, j), b"") for i in range(n) for j in (0, 1)])
+    ranges: list[KeyRange] = [
+        prefix_range(b"p%d" % (i % 3), b"k%03d/" % i)
+        if i % 10 == 0
+        else point_range(b"p%d" % (i % 3), b"k%03d/%d" % (i, i % 3))
+        for i in range(n)
+    ]
+    got = [(i, e.key) async for i, e in scan_ranges(kv, ranges)]
+    want = [
+        (i, b"k%03d/%d" % (i, j)) for i in range(n) for j in ((0, 1) if i % 10 == 0 else (i % 3,)) if j < 2
+    ]
+    assert got == want
 
 
 async def test_scan_ranges_bad_input_refused(kv: KVStore) -> None:
