@@ -569,17 +569,23 @@ class DynamoKVStore:
         p = check_partition(partition)
         begin = as_bytes(start, "start")
         size = check_page_size(page_size)
+        if begin:
+            condition, values = f"{PARTITION_ATTR} = :p AND {KEY_ATTR} >= :start", {":p": p, ":start": begin}
+        else:
+            condition, values = f"{PARTITION_ATTR} = :p", {":p": p}
+        async for entry in self._query(condition, values, size):
+            yield entry
+
+    async def _query(self, condition: str, values: dict[str, bytes], size: int) -> AsyncIterator[KVEntry]:
+        """The entries of a paged, consistent Query (``size`` items a page)."""
         client = self._client
         request: QueryInputTypeDef = {
             "TableName": self._table,
             "ConsistentRead": True,
             "Limit": size,
-            "KeyConditionExpression": f"{PARTITION_ATTR} = :p",
-            "ExpressionAttributeValues": {":p": _b(p)},
+            "KeyConditionExpression": condition,
+            "ExpressionAttributeValues": {name: _b(v) for name, v in values.items()},
         }
-        if begin:
-            request["KeyConditionExpression"] = f"{PARTITION_ATTR} = :p AND {KEY_ATTR} >= :start"
-            request["ExpressionAttributeValues"] = {":p": _b(p), ":start": _b(begin)}
 
         async def query() -> QueryOutputTypeDef:
             return await client.query(**request)
@@ -624,7 +630,7 @@ class DynamoKVStore:
                 elif (p, start) in got:
                     yield index, KVEntry(start, got[(p, start)])
 
-    async def _batch_get(self, keys: set[tuple[bytes, bytes]]) -> dict[tuple[bytes, bytes], bytes]:
+    async def _batch_get(self, keys: Iterable[tuple[bytes, bytes]]) -> dict[tuple[bytes, bytes], bytes]:
         """One ``BatchGetItem`` (consistent reads) of at most 100 keys, re-sending unprocessed keys
         with backoff; the values of the keys that exist."""
         client = self._client
@@ -647,7 +653,8 @@ class DynamoKVStore:
                 if VALUE_ATTR in item:
                     key = (self._binary(item, PARTITION_ATTR), self._binary(item, KEY_ATTR))
                     out[key] = self._binary(item, VALUE_ATTR)
-            pending = list(resp.get("UnprocessedKeys", {}).get(self._table, {}).get("Keys", []))
+            unprocessed: Mapping[str, Any] = resp.get("UnprocessedKeys", {}).get(self._table) or {}
+            pending = list(unprocessed.get("Keys", []))
         if not pending:
             return out
         raise TransientError(
@@ -656,30 +663,9 @@ class DynamoKVStore:
 
     async def _range(self, partition: bytes, start: bytes, end: bytes, size: int) -> list[KVEntry]:
         """Every entry with ``start <= key < end`` (BETWEEN is inclusive: ``end`` itself is dropped)."""
-        client = self._client
-        request: QueryInputTypeDef = {
-            "TableName": self._table,
-            "ConsistentRead": True,
-            "Limit": size,
-            "KeyConditionExpression": f"{PARTITION_ATTR} = :p AND {KEY_ATTR} BETWEEN :s AND :e",
-            "ExpressionAttributeValues": {":p": _b(partition), ":s": _b(start), ":e": _b(end)},
-        }
-
-        async def query() -> QueryOutputTypeDef:
-            return await client.query(**request)
-
-        out: list[KVEntry] = []
-        while True:
-            resp = await self._call(query, "read")
-            for item in resp.get("Items", []):
-                if VALUE_ATTR in item:
-                    key = self._binary(item, KEY_ATTR)
-                    if key < end:
-                        out.append(KVEntry(key, self._binary(item, VALUE_ATTR)))
-            last = resp.get("LastEvaluatedKey")
-            if not last:
-                return out
-            request["ExclusiveStartKey"] = last
+        condition = f"{PARTITION_ATTR} = :p AND {KEY_ATTR} BETWEEN :s AND :e"
+        values = {":p": partition, ":s": start, ":e": end}
+        return [entry async for entry in self._query(condition, values, size) if entry.key < end]
 
     async def close(self) -> None:
         if self._closed:
