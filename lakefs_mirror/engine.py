@@ -317,6 +317,8 @@ class MirrorEngine:
     def _note_lifecycle(self, mirror: MirrorRecord) -> None:
         """INFO when this daemon first works on a mirror, and when it sees it paused or resumed."""
         before = self._known.get(mirror.id)
+        if before is mirror:  # the same record as last pass (MirrorsDB reuses unchanged rows' records)
+            return
         extra = {"mirror": mirror.name, "repository": mirror.source_repo}
         if before is None:
             state = " (paused)" if mirror.paused else ""
