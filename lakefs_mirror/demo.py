@@ -225,7 +225,8 @@ def write_gc_config(root: Path) -> tuple[Path, int]:
         "access_keys": [{"access_key_id": KEY, "secret_access_key": SECRET}],
         "schedule": {"enabled": False},  # runs only when asked through the API in this demo
         "spark": {"mode": "lite"},  # the same mark functions without a JVM (make demo installs no Spark)
-        # Retention 'now' = the clock + 3 days, so a 1-day retention shows in seconds.
+        # The GC's clock (retention 'now', run ids, run times) = the clock + 3 days, so a 1-day
+        # retention shows in seconds.
         "clock_offset_seconds": GC_CLOCK_OFFSET_DAYS * 86400,
         "poll_interval_seconds": 0.5,
         "workdir": str(root / "gc-work"),

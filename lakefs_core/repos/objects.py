@@ -12,16 +12,19 @@ Every read of an object's entry or bytes (:meth:`Objects.stat`, :meth:`~Objects.
 :class:`~lakefs_core.errors.PurgedError` when an audited purge (:mod:`.purge`) names it, whether or
 not the bytes are still in the store (:mod:`.purge_markers`: in a repository that never purged this
 costs one KV read per process every half second; once it has purges, a marker lookup per read,
-shared by concurrent reads). Listings are not reads: a purged object's entry is still listed.
+shared by concurrent reads). Listings are not reads: a purged object's entry is still listed, and
+:meth:`Objects.describe` answers an entry with the id of the purge that destroyed its object (what
+``fs stat`` shows); reading the bytes is what refuses.
 
 With the repository's hard-delete journal on (:mod:`.journal`), upload writes the address's intent
 (``pending``) before the PUT and settles it (CAS to ``stored``) in the same atomic KV step that
 stages the entry (:class:`~lakefs_core.repos.staging_writes.Settle`); if the reconciler claimed the
 intent first (the upload outlived its pending timeout, however long it stalled and wherever), that
 step stores nothing and the upload fails with :class:`~lakefs_core.errors.ConflictError` (exit
-code 3, HTTP 409): never an entry whose object is being deleted. Upload is the only path that writes
-a data object into a namespace for an entry (a mirror copies committed objects of its source, which
-are not uploads), and it never reuses an address: keep both true, or journal the new path too.
+code 3, HTTP 409): never an entry whose object is being deleted. Upload and :meth:`Objects.copy`
+(which journals and stages its fresh address the same way) are the only paths that write a data
+object into a namespace for an entry (a mirror copies committed objects of its source, which are not
+uploads), and they never reuse an address: keep both true, or journal the new path too.
 
 :meth:`Objects.upload_many` is the batch form (``fs upload --recursive``): one repository and branch
 read per batch, bounded concurrent PUTs, the journal's intents and the batch's open record in one KV
@@ -47,6 +50,7 @@ from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 
 from lakefs_core.aio import bounded_each
+from lakefs_core.block import copy_object
 from lakefs_core.block._common import normalize_metadata
 from lakefs_core.block.base import BlockStore, ObjectInfo, PutItem
 from lakefs_core.errors import BadInputError, LakeFSError, NotFoundError, PurgedError, encode_utf8
@@ -68,6 +72,7 @@ MAX_LIST_AMOUNT = 10_000
 # and a local namespace syncs once per window. As big as a CLI batch: windows of 250 made four syncs
 # per batch and left writer threads idle at each window's end (5,000-file upload 0.855 -> 0.805 s).
 PUT_BATCH_WINDOW = 1000
+MAX_COPY_OBJECT = 5 << 30  # S3's CopyObject copies at most 5 GiB; a larger copy streams
 
 Body = bytes | AsyncIterable[bytes]
 
@@ -137,6 +142,19 @@ class ListPage:
     common_prefixes: list[str]
     has_more: bool
     next_after: str  # pass as ``after`` to continue
+
+
+@dataclass(frozen=True)
+class _Write:
+    """A write in progress to a fresh address: where, for which path, and its journal intent."""
+
+    repo: Repository
+    branch: str
+    key: bytes
+    relative: str
+    journal: Journal | None
+    intent: Intent | None
+    force: bool
 
 
 def _put_item(item: UploadItem, target: str) -> PutItem:
@@ -221,6 +239,35 @@ class Objects:
         ns = StorageNamespace.parse(repo.storage_namespace)
         return ns, await self.ctx.stores.namespace_store(ns)
 
+    async def _fresh_address(
+        self, repo: Repository, branch: str, key: bytes, force: bool
+    ) -> tuple[_Write, StorageNamespace, BlockStore]:
+        """A fresh address for a write of ``key`` to ``branch``, checked and journalled (its
+        ``pending`` intent) before any byte is written there."""
+        self.ctx.writable(repo, force)
+        await self.ctx.refs.get_branch(repo, branch)  # fail before writing bytes for an unknown branch
+        await protection.check(self.ctx, repo, branch, protection.Action.STAGING_WRITE)  # so too here
+        ns, store = await self._namespace(repo)
+        relative = self.slices.new_relative_address()
+        journal = Journal(self.ctx, repo) if await journal_enabled(self.ctx, repo) else None
+        intent = await journal.record_intent(relative, branch, key, self.ctx.clock()) if journal else None
+        return _Write(repo, branch, key, relative, journal, intent, force), ns, store
+
+    async def _stage_written(
+        self, write: _Write, info: ObjectInfo, metadata: Mapping[str, str] | None, what: str
+    ) -> ObjectStat:
+        """Stage the entry of the object written at ``write``'s address, settling its intent in the
+        same KV step."""
+        when = info.last_modified or self.ctx.clock()
+        record, stat = new_entry(write.key, write.relative, info, metadata, when)
+        settle: Settle | None = None
+        if write.journal is not None and write.intent is not None:
+            settle = write.journal.settle_single(write.intent, self.ctx.clock(), what)
+        await staging_writes.stage_entry(
+            self.ctx, write.repo.id, write.branch, record, force=write.force, settle=settle
+        )
+        return stat
+
     async def upload(
         self,
         repo_id: str,
@@ -233,25 +280,58 @@ class Objects:
         force: bool = False,
     ) -> ObjectStat:
         key = _new_path_bytes(path)
-        repo = await self.ctx.repository(repo_id)
-        self.ctx.writable(repo, force)
-        await self.ctx.refs.get_branch(repo, branch)  # fail before writing bytes for an unknown branch
-        await protection.check(self.ctx, repo, branch, protection.Action.STAGING_WRITE)  # so too here
-        ns, store = await self._namespace(repo)
-        relative = self.slices.new_relative_address()
-        journal = Journal(self.ctx, repo) if await journal_enabled(self.ctx, repo) else None
-        intent = await journal.record_intent(relative, branch, key, self.ctx.clock()) if journal else None
+        write, ns, store = await self._fresh_address(await self.ctx.repository(repo_id), branch, key, force)
         info = await store.put(
-            ns.key(relative), body, if_none_match=True, content_type=content_type, metadata=metadata
+            ns.key(write.relative), body, if_none_match=True, content_type=content_type, metadata=metadata
         )
-        record, stat = new_entry(key, relative, info, metadata, info.last_modified or self.ctx.clock())
         fault_point("upload:before-stage")  # stall tests: PUT done, neither settled nor staged yet
-        settle: Settle | None = None
-        if journal is not None and intent is not None:
-            what = f"upload of {path[:200]!r} to branch {branch!r}"
-            settle = journal.settle_single(intent, self.ctx.clock(), what)
-        await staging_writes.stage_entry(self.ctx, repo_id, branch, record, force=force, settle=settle)
-        return stat
+        return await self._stage_written(
+            write, info, metadata, f"upload of {path[:200]!r} to branch {branch!r}"
+        )
+
+    async def copy(
+        self,
+        src_repo_id: str,
+        source: ObjectStat,
+        repo_id: str,
+        branch: str,
+        path: str,
+        *,
+        content_type: str | None = None,
+        metadata: Mapping[str, str] | None = None,
+        force: bool = False,
+    ) -> ObjectStat:
+        """Stage ``path`` on ``branch`` for a copy of the object ``source`` describes (an entry of
+        ``src_repo_id``: its address, so a concurrent overwrite of its path never mixes two objects).
+        The block store copies the bytes to a FRESH address of this repository's namespace
+        (server-side within one S3 store, a file copy within a local one, streamed across stores),
+        journalled and staged as :meth:`upload` does: two entries never share an address, which
+        hard-delete and GC rely on. ``content_type``/``metadata`` default to the source's. Missing
+        source data is :class:`NotFoundError` caused by the store's; a purged source is
+        :class:`PurgedError`, checked before and again after the bytes are copied."""
+        key = _new_path_bytes(path)
+        src_repo = await self.ctx.repository(src_repo_id)
+        await self._refuse_purged(src_repo, source)
+        address_type = catalog_pb2.Entry.AddressType.Value(source.address_type)
+        src_uri, src_key = StorageNamespace.parse(src_repo.storage_namespace).address_key(
+            source.physical_address, address_type
+        )
+        src_store = await self.ctx.stores.block_store(src_uri)
+        write, ns, store = await self._fresh_address(await self.ctx.repository(repo_id), branch, key, force)
+        # S3's CopyObject is server-side but not create-only everywhere (some S3 implementations ignore
+        # its condition, so the store streams a create-only copy through this process instead); the
+        # address is fresh (80 random bits) and journalled, so an unconditional copy overwrites nothing.
+        server_side = src_store is store and store.uri.startswith("s3://") and source.size <= MAX_COPY_OBJECT
+        try:
+            target = ns.key(write.relative)
+            info = await copy_object(src_store, src_key, store, target, if_none_match=not server_side)
+        except NotFoundError as e:
+            await self._refuse_purged(src_repo, source)
+            raise NotFoundError(f"data of {source.path!r} is missing at {source.physical_address}") from e
+        await self._refuse_purged(src_repo, source)  # a purge begun meanwhile: stage no copy of it
+        info = replace(info, content_type=source.content_type if content_type is None else content_type)
+        meta = source.metadata if metadata is None else metadata
+        return await self._stage_written(write, info, meta, f"copy to {path[:200]!r} on branch {branch!r}")
 
     async def upload_many(
         self,
@@ -452,6 +532,14 @@ class Objects:
         await self._refuse_purged(repo, stat)
         return stat
 
+    async def describe(self, repo_id: str, ref: str, path: str) -> tuple[ObjectStat, str | None]:
+        """The object's entry and the audit id of the purge that destroyed its object (``None``:
+        not purged), for showing it (``fs stat``); reading its bytes still fails with
+        :class:`PurgedError`."""
+        repo = await self.ctx.repository(repo_id)
+        stat = ObjectStat.from_record(await reading.entry(self.ctx, repo, ref, _path_bytes(path)))
+        return stat, await self._purge_audit(repo, stat)
+
     async def purged(self, repo_id: str, stats: Sequence[ObjectStat]) -> dict[str, str]:
         """Path -> audit id of those of ``stats`` (a listing's page) whose object an audited purge
         destroyed: listings still list them, so a command can show them as purged. A repository
@@ -490,10 +578,14 @@ class Objects:
         its first delete (:mod:`.purge_markers`), so a read made after the markers are durable
         refuses. A read checked earlier either streams bytes not yet deleted (it ran before the
         purge) or finds them gone and checks again (``_stream``)."""
-        relative = _relative(repo, stat) if await self.markers.has_purges(repo) else None
-        audit = None if relative is None else await self.markers.audit_of(repo, relative)
+        audit = await self._purge_audit(repo, stat)
         if audit is not None:
             raise _purged(stat, audit)
+
+    async def _purge_audit(self, repo: Repository, stat: ObjectStat) -> str | None:
+        """The audit id of the purge whose marker names the object's address, if any."""
+        relative = _relative(repo, stat) if await self.markers.has_purges(repo) else None
+        return None if relative is None else await self.markers.audit_of(repo, relative)
 
     async def _checked_stream(
         self, repo: Repository, stat: ObjectStat, start: int, length: int | None

@@ -445,6 +445,8 @@ def test_missing_data_is_no_such_version_and_purged_is_object_purged(server: Ser
     (new,) = stored_files(server) - before
     new.unlink()
     assert code_of(lambda: s3.get_object(Bucket=REPO, Key="main/gone/data")) == "NoSuchVersion"
+    copy = {"Bucket": REPO, "Key": "main/gone/copy", "CopySource": f"{REPO}/main/gone/data"}
+    assert code_of(lambda: s3.copy_object(**copy)) == "NoSuchVersion"
 
     s3.put_object(Bucket=REPO, Key="main/gone/purged", Body=b"personal data")
 
