@@ -162,6 +162,7 @@ def _claim(namespace: str, raw: bytes) -> NamespaceClaim:
 
 
 REFS_PAGE = 4096  # branch and tag records per page of RefStore.refs_of_many (~1 MB)
+REFS_BATCH = 10_000  # repositories per batched read of RefStore.refs_of_many
 # refs_of_many leaves an unreadable record's repository out instead of raising: the record's name
 # would never be shown, so it is not formatted (2,000 decodes per mirror pass at 1,000 mirrors)
 _UNREPORTED = "kv"
@@ -202,9 +203,17 @@ class RefStore:
         """The branches (and, with ``tags``, the tags) of many repositories in two batched KV reads
         (:func:`lakefs_core.kv.ranges.scan_ranges`): their repository records, then the
         ``branches/`` (and ``tags/``) ranges of their partitions. A repository that is missing,
-        being deleted, misnamed or unreadable is left out (its own read says why)."""
+        being deleted, misnamed or unreadable is left out (its own read says why). Repositories
+        are read ``REFS_BATCH`` at a time (so two reads per that many)."""
+        unique = list(dict.fromkeys(repos))
+        out: dict[str, RepoRefs] = {}
+        for first in range(0, len(unique), REFS_BATCH):
+            out.update(await self._refs_of_batch(unique[first : first + REFS_BATCH], tags=tags))
+        return out
+
+    async def _refs_of_batch(self, repos: Sequence[str], *, tags: bool) -> dict[str, RepoRefs]:
         ranges, named = [], []
-        for repo in dict.fromkeys(repos):
+        for repo in repos:
             with contextlib.suppress(BadInputError):
                 ranges.append(point_range(kvkeys.GRAVELER_PARTITION, kvkeys.repo_key(repo)))
                 named.append(repo)
