@@ -5,6 +5,7 @@ source did not move are skipped, a changed one is visited and promoted in the sa
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from lakefs_core.namespace import StorageNamespace
 from lakefs_core.repos.graveler import Graveler
@@ -19,21 +20,27 @@ async def commit(g: Graveler, repo: str, tag: str) -> str:
     return (await g.commit(repo, "main", committer="t", message=tag)).id
 
 
+async def mirrored_repo(w: World, name: str, **settings: Any) -> None:
+    """Source repository ``name`` with one commit, mirrored into eu as ``<name>-m`` (active mode)."""
+    await w.src.create_repository(name, f"mem://fleet-src/{name}")
+    await commit(w.src, name, "first")
+    await w.db.create_mirror(
+        source_repo=name,
+        source_region="us",
+        name=f"{name}-m",
+        region="eu",
+        storage_namespace=StorageNamespace.parse(f"mem://fleet-dst/{name}").uri,
+        mode="active",
+        **settings,
+    )
+
+
 async def test_idle_pass_skips_settled_mirrors_and_visits_changed_ones(tmp_path: Path) -> None:
     now = [1000.0]
     async with open_world(tmp_path) as w:
         names = [f"repo-{i}" for i in range(4)]
         for name in names:
-            await w.src.create_repository(name, f"mem://fleet-src/{name}")
-            await commit(w.src, name, "first")
-            await w.db.create_mirror(
-                source_repo=name,
-                source_region="us",
-                name=f"{name}-m",
-                region="eu",
-                storage_namespace=StorageNamespace.parse(f"mem://fleet-dst/{name}").uri,
-                mode="active",
-            )
+            await mirrored_repo(w, name)
         engine = make_engine(w, now)
         first = await engine.step()
         assert first.mirrors == 4 and first.promotions == 4 and not first.errors
@@ -78,18 +85,7 @@ async def test_tags_wanted_branches_and_a_vanished_source_are_noticed(tmp_path: 
     now = [1000.0]
     async with open_world(tmp_path) as w:
         for name, tags in (("tagged", True), ("filtered", False), ("doomed", False)):
-            await w.src.create_repository(name, f"mem://fleet-src/{name}")
-            await commit(w.src, name, "first")
-            await w.db.create_mirror(
-                source_repo=name,
-                source_region="us",
-                name=f"{name}-m",
-                region="eu",
-                storage_namespace=StorageNamespace.parse(f"mem://fleet-dst/{name}").uri,
-                mode="active",
-                mirror_tags=tags,
-                branch_filter=["main", "rel-*"],
-            )
+            await mirrored_repo(w, name, mirror_tags=tags, branch_filter=["main", "rel-*"])
         engine = make_engine(w, now)
         assert (await engine.step()).promotions == 3
         now[0] += 1
