@@ -69,7 +69,7 @@ from lakefs_core.refs.model import (
     Tag,
 )
 from lakefs_core.refs.staging import StagingArea, tombstone
-from lakefs_core.refs.store import DeletedRepository, RefStore
+from lakefs_core.refs.store import DeletedRepository, RefStore, RepoRefs
 from lakefs_core.repos import (
     admin,
     branches,
@@ -138,6 +138,7 @@ __all__ = [
     "Journal",
     "PurgeRecord",
     "PurgeReport",
+    "RepoRefs",
     "Repository",
     "Resolved",
     "RunIds",
@@ -376,6 +377,11 @@ class Graveler:
         repo = await self.repository(repo_id)
         async for tag in self.refs.list_tags(repo):
             yield tag
+
+    async def refs_of_many(self, repo_ids: Sequence[str], *, tags: bool = False) -> dict[str, RepoRefs]:
+        """Many repositories' branches (and tags) in two batched KV reads; a repository that cannot
+        be read is left out (see :meth:`RefStore.refs_of_many`)."""
+        return await self.refs.refs_of_many(repo_ids, tags=tags)
 
     async def tag(self, repo_id: str, tag: str) -> Tag:
         repo = await self.repository(repo_id)
