@@ -18,6 +18,7 @@ from lakefs_core.repos.graveler import Graveler, StoreRegistry
 from lakefs_core.service.cli import run
 from lakefs_core.service.lease import kv_lease
 from lakefs_gc.cli.jobs import mark_cmd, parse_duration, sweep_cmd
+from tests.cli.helpers import run_probe
 from tests.gc.mark_support import MARK_NOW, Clock, build_repo, stored_objects
 from tests.gc.test_mark import deleted_set
 
@@ -102,3 +103,37 @@ def test_a_spark_master_that_cannot_name_one_is_refused_before_spark_starts(mast
             build()
     for fine in ("local[*]", "local[2]", "yarn", "spark://host:7077", "k8s://https://h:443"):
         assert check_master(fine) == fine
+
+
+_PROBE = """
+import json, sys
+from lakefs_gc.cli import main
+code = main(sys.argv[2:])
+with open(sys.argv[1], "w") as out:
+    json.dump({"code": code, "modules": sorted(sys.modules)}, out)
+"""
+
+
+async def test_a_lite_run_on_sqlite_imports_neither_sqlalchemy_nor_pandas(tmp_path: Path) -> None:
+    """``lakefs-gc mark --lite --sweep`` on the embedded default, in a fresh interpreter: its lease is
+    a KV record (SQLAlchemy is ~0.45 s of CPU to import) and its Parquet report is built from
+    buffers (``pa.array`` would import pandas, ~0.4 s), each a large share of a run that takes ~1 s."""
+    kv_url = f"sqlite:///{tmp_path / 'kv.sqlite3'}"
+    root = tmp_path / "ns"
+    kv = await open_kv(kv_url)
+    clock = Clock()
+    g = Graveler(kv, StoreRegistry(), clock=clock)
+    try:
+        await build_repo(g, clock, "repo1", f"local://{root}", local_root=str(root))
+    finally:
+        await g.stores.close()
+        await kv.close()
+    config = tmp_path / "core.yaml"
+    config.write_text(f"kv_url: {kv_url}\n")
+    now = MARK_NOW.isoformat().replace("+00:00", "Z")
+    argv = ["mark", "lakefs://repo1", "--lite", "--sweep", "--now", now, "--config", str(config)]
+    result = await asyncio.to_thread(run_probe, tmp_path, _PROBE, *argv)
+    assert result["code"] == 0
+    modules = set(result["modules"])
+    assert "lakefs_gc.mark.parquet" in modules and "lakefs_gc.sweep.sweep" in modules  # it ran both
+    assert not {m.split(".")[0] for m in modules} & {"sqlalchemy", "pandas"}
