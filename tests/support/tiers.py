@@ -74,7 +74,7 @@ TIERS: dict[str, Tier] = {
     "tests/journal/test_dynamodb_parts.py": "integration",
     "tests/gc/test_rules.py": "unit",
     "tests/gc/test_reports.py": "unit",
-    "tests/gc/test_parquet.py": "unit",
+    "tests/gc/test_parquet.py": "integration",  # its spark cases share a local Spark session
     # e2e: whole scenarios, minutes
     "tests/spark/": "e2e",  # the Spark data source: a local[2] session, spark-submit
     "tests/gc/test_gc_kill.py": "e2e",
