@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from lakefs_core.compute.partition import run_async
-from lakefs_core.errors import BadInputError, NotFoundError
+from lakefs_core.errors import BadInputError, ConflictError, NotFoundError
 from lakefs_core.format.records import ValueRecord
 from lakefs_core.repos.objects import ObjectStat
 from lakefs_core.repos.uri import LakeFSURI
@@ -166,6 +166,9 @@ async def plan_read(core_ref: CoreRef, uri: LakeFSURI, options: Mapping[str, str
             raise BadInputError(f"{uri.ref!r} is not a branch: only a branch has uncommitted changes",
                                 field="uncommitted")  # fmt: skip
         commit_id = resolved.commit.id
+        expected = options.get("expectedCommit")
+        if expected and expected != commit_id:  # snapshot(): the branch moved since it resolved it
+            raise ConflictError(f"{uri.ref!r} is now {commit_id}, not the expected {str(expected)[:64]}")
         # Committed data only from the pinned commit's ranges; staged changes through the branch.
         committed = None if uncommitted else resolved.commit.metarange_id
         files = await _list_files(core, uri.repo, uri.ref, uri.path, committed)
@@ -174,6 +177,12 @@ async def plan_read(core_ref: CoreRef, uri: LakeFSURI, options: Mapping[str, str
         core_ref, uri.repo, uri.ref, commit_id, uri.path, uncommitted, fmt, format_options,
         _columns(files), tuple(files),
     )  # fmt: skip
+
+
+async def resolve_commit(core_ref: CoreRef, uri: LakeFSURI) -> str:
+    """The commit id ``uri``'s ref names now (:func:`lakefs_core.spark.snapshot`'s first step)."""
+    async with core_ref.open() as core:
+        return (await core.graveler.resolve(await core.graveler.repository(uri.repo), uri.ref)).commit.id
 
 
 def split_bytes(files: Sequence[FileSpec], partition_bytes: int, min_partitions: int) -> int:
