@@ -423,3 +423,24 @@ def test_read_plan_uses_ranges_not_listing(lake: Lake) -> None:
         )
     )
     assert len(plan.files) == 50 and plan.commit_id == lake.head(repo)
+
+
+def test_run_async_never_reprs_its_result() -> None:
+    """A task's bytes come back through run_async: CPython 3.11's asyncio.run formatted its main
+    task (and the result) when it restored the SIGINT handler, a full repr of every byte read."""
+    import signal
+
+    from lakefs_core.compute.partition import run_async
+
+    formatted: list[int] = []
+
+    class Counted:
+        def __repr__(self) -> str:
+            formatted.append(1)
+            return "counted"
+
+    async def make() -> Counted:
+        return Counted()
+
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # as in a PySpark worker
+    assert isinstance(run_async(make), Counted) and formatted == []
