@@ -12,8 +12,9 @@ Planning (:func:`plan_read`, on the driver, once per DataFrame):
   ``spark.sql.python.filterPushdown.enabled``) equality filters on them prune files too. Names
   below the prefix starting with ``_`` or ``.`` (``_SUCCESS``, ``.crc``) are skipped as Spark does;
 - files are packed in path order into partitions of about ``partition_bytes``, fewer bytes when
-  that gives fewer than ``min_partitions`` partitions (:func:`split_bytes`, Spark's rule for its file
-  sources); a file larger than that is a partition of its own.
+  that gives fewer than ``min_partitions`` partitions (:func:`split_bytes` and :func:`pack`, Spark's
+  rule for its file sources: each file costs its size plus :data:`OPEN_COST_BYTES`); a file larger
+  than that is a partition of its own.
 
 A task (:func:`read_files`) opens the core from the configuration path, reads each object's bytes
 through :class:`~lakefs_core.repos.objects.Objects` (so a purged object answers
@@ -193,8 +194,11 @@ def split_bytes(files: Sequence[FileSpec], partition_bytes: int, min_partitions:
     return min(partition_bytes, max(OPEN_COST_BYTES, -(-total // max(min_partitions, 1))))
 
 
-def pack(files: Sequence[FileSpec], target_bytes: int) -> list[list[FileSpec]]:
-    """Files in path order into groups of about ``target_bytes`` (at least one file each)."""
+def pack(files: Sequence[FileSpec], target_bytes: int, open_cost: int = 0) -> list[list[FileSpec]]:
+    """Files in path order into groups of about ``target_bytes`` (at least one file each), each file
+    counting its size plus ``open_cost`` as Spark's file sources count it: :func:`split_bytes`'
+    target includes the open cost, so packing without it filled one partition with 7 of 8 files of
+    5 MB and left the other core one file."""
     groups: list[list[FileSpec]] = []
     size = 0
     for spec in files:
@@ -202,7 +206,7 @@ def pack(files: Sequence[FileSpec], target_bytes: int) -> list[list[FileSpec]]:
             groups.append([])
             size = 0
         groups[-1].append(spec)
-        size += spec.size
+        size += spec.size + open_cost
     return groups
 
 

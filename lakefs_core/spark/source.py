@@ -170,7 +170,7 @@ class LakeFSReader(DataSourceReader):
     def partitions(self) -> list[InputPartition]:
         files = read.prune(self.plan.files, self.wanted)
         target = read.split_bytes(files, self.partition_bytes, self.min_partitions)
-        return [FilesPartition(group) for group in read.pack(files, target)]
+        return [FilesPartition(group) for group in read.pack(files, target, read.OPEN_COST_BYTES)]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         files = partition.files if isinstance(partition, FilesPartition) else []

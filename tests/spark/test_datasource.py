@@ -22,7 +22,7 @@ from lakefs_core.spark import project_error, project_errors, snapshot
 from lakefs_core.spark import read as spark_read
 from lakefs_core.spark import write as spark_write
 from lakefs_core.spark.errors import one_line_errors
-from lakefs_core.spark.read import FileSpec, pack, partition_values, split_bytes
+from lakefs_core.spark.read import OPEN_COST_BYTES, FileSpec, pack, partition_values, split_bytes
 from tests.spark.conftest import Lake, parquet_bytes
 
 if TYPE_CHECKING:
@@ -59,6 +59,9 @@ def test_partition_values_and_packing() -> None:
     assert split_bytes(big, 128 * mib, 2) == 88 * mib  # two partitions' worth, open cost included
     assert split_bytes(big, 64 * mib, 2) == 64 * mib
     assert split_bytes(files[:1], 128 * mib, 2) == 4 * mib  # never below the open cost
+    # as Spark packs: each file costs its size and the open cost (8 files of 5 MiB: 4 and 4, not 7 and 1)
+    five = [FileSpec(f"h{i}", f"c{i}", "RELATIVE", 5 * mib) for i in range(8)]
+    assert [len(g) for g in pack(five, split_bytes(five, 128 * mib, 2), OPEN_COST_BYTES)] == [4, 4]
 
 
 # -- read -------------------------------------------------------------------------------------------
