@@ -445,5 +445,9 @@ def test_run_async_never_reprs_its_result() -> None:
     async def make() -> Counted:
         return Counted()
 
-    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # as in a PySpark worker
-    assert isinstance(run_async(make), Counted) and formatted == []
+    # A PySpark worker's handler (a SparkContext in this process installs its own)
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        assert isinstance(run_async(make), Counted) and formatted == []
+    finally:
+        signal.signal(signal.SIGINT, previous)
