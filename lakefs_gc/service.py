@@ -11,7 +11,9 @@ Contract:
 - **Leases**: a run or a reconciliation of a repository holds the KV lease ``gc/<repo>`` (the
   CLI's ``lakefs-gc mark``/``sweep`` take the same lease), renewed in the background; a lease lost
   mid-run cancels the run (a cancelled run deletes nothing more; a sweep resumes from its
-  checkpoint). Several daemons on one core therefore never work on one repository at once.
+  checkpoint) and counts as a FAILED run (``--once`` exits 1), whereas a scheduled run that finds
+  the lease held by another process is skipped (that process runs it). Several daemons on one core
+  therefore never work on one repository at once.
 - **Schedules**: a repository is due ``interval_seconds`` (with +/- ``jitter_fraction`` jitter,
   drawn per run) after its newest finished run, as the run files in its namespace tell (so a
   restarted daemon, or another daemon, does not repeat a run); a repository never collected is due
@@ -364,19 +366,22 @@ class GCService:
 
     async def _run(self, progress: RunProgress, *, scheduled: bool) -> None:
         repo_id = progress.request.repository
+        acquired = False
         try:
             async with self.holding(repo_id):
+                acquired = True
                 if scheduled and progress.request.mode != "sweep":
                     await self._recover(progress.request)
                 await self._execute(progress)
-        except ConflictError as e:
-            if scheduled:  # another daemon (or a CLI run) holds the repository: it runs it
+        except Exception as e:
+            if isinstance(e, ConflictError) and scheduled and not acquired:
+                # Another daemon (or a CLI run) holds the repository: it runs it.
                 log.info("%s: %s", repo_id, e)
                 self.registry.finished(progress, self.now(), e)
                 self.state(repo_id).next_run = None
                 return
-            self._failed(progress, "run", e)
-        except Exception as e:
+            # Anything else, a lease lost mid-run included, stopped the run before it did its job:
+            # a failure, never a skip (``--once`` must not exit 0 leaving the garbage in place).
             self._failed(progress, progress.phase if progress.phase in ("mark", "sweep") else "run", e)
         finally:
             self.metrics.in_progress.labels(repo_id).set(0)
@@ -392,6 +397,8 @@ class GCService:
         self.failed_runs += 1
         if progress.state != "failed":
             self.registry.finished(progress, self.now(), error)
+        else:  # recorded as "cancelled" by _execute; the cause (a lost lease) is known now
+            progress.error = f"{type(error).__name__}: {error}"
 
     async def _execute(self, progress: RunProgress) -> None:
         request = progress.request
