@@ -21,8 +21,9 @@ Contract:
 - **Crash recovery** (run state lives in the namespace, spec §3b): before a scheduled run, the
   newest run of the repository is looked at under the lease: a full run whose mark succeeded but
   whose sweep never finished is resumed (the sweep continues from its checkpoint after
-  re-verification); a run without ``summary.json`` was killed during its mark, deleted nothing, and
-  is abandoned (counted once as ``runs_total{phase="mark",outcome="abandoned"}``).
+  re-verification); a run without ``summary.json`` (or with a successful one but no KV run
+  record: killed between the two) was killed during its mark, deleted nothing, and is abandoned
+  (counted once as ``runs_total{phase="mark",outcome="abandoned"}``): it delays no new run.
 - **Unfinished purges**: every ``hard_delete.interval_seconds`` each repository's audited purges
   still ``deleting`` ``hard_delete.grace_seconds`` after their record was written (the purging
   process died) are completed, a bounded number per check (:meth:`GCService._maybe_finish_purges`).
@@ -328,20 +329,27 @@ class GCService:
         for run_id in (await list_run_ids(store, ns))[:20]:
             stored = await read_stored_run(store, ns, run_id)
             if stored.summary is None:
+                continue  # killed during its mark: abandoned, it deleted nothing
+            record = await self._record_state(repo.id, run_id) if stored.summary.success else "failed"
+            if record is None:
+                # A successful summary but no KV record: killed between the two. It deleted nothing
+                # and can never be swept (a sweep trusts only recorded files): abandoned as well,
+                # so it neither counts as a run nor delays the next one by an interval.
                 continue
             at = (stored.finished_at or run_id_time(run_id) or stored.summary.start_time).timestamp()
             if newest[0] is None:
-                newest = (at, run_id if stored.resumable and await self._sweepable(repo.id, run_id) else None)
+                # A refused run (record ``failed``) is never resumed: its sweep would be refused
+                # again every pass, and a new run is due after the interval.
+                newest = (at, run_id if stored.resumable and record == "complete" else None)
             if stored.succeeded:
                 self._restore_last_success(repo.id, at)
                 break
         return newest
 
-    async def _sweepable(self, repo_id: str, run_id: str) -> bool:
-        """Is the run's KV record ``complete``? A refused run (record ``failed``) or one without a
-        record is never resumed: its sweep would be refused again every pass, and a new run is due."""
+    async def _record_state(self, repo_id: str, run_id: str) -> str | None:
+        """The state of the run's KV record (``complete``, ``swept``, ``failed``); None without one."""
         found = await RunRecords(self.graveler, repo_id).read(run_id)
-        return found is not None and found[1].state == "complete"
+        return None if found is None else found[1].state
 
     def _restore_last_success(self, repo_id: str, at: float) -> None:
         gauge = self.metrics.last_success.labels(repo_id)
@@ -433,8 +441,9 @@ class GCService:
                  result.marked, result.deleted, result.rescued)  # fmt: skip
 
     async def _recover(self, request: RunRequest) -> None:
-        """Count runs killed during their mark (no ``summary.json``: nothing was deleted) as abandoned,
-        once each. Killed sweeps are resumed by :meth:`_maybe_schedule` before any new run."""
+        """Count runs killed during their mark (no ``summary.json``, or no KV record: nothing was
+        deleted) as abandoned, once each. Killed sweeps are resumed by :meth:`_maybe_schedule`
+        before any new run."""
         repo = await self.graveler.repository(request.repository)
         ns = StorageNamespace(repo.storage_namespace)
         store = await self.graveler.namespace_store(ns)
@@ -443,8 +452,10 @@ class GCService:
             if run_id == request.run_id or run_id in state.abandoned_seen:
                 continue
             stored: StoredRun = await read_stored_run(store, ns, run_id)
-            if stored.summary is not None:
-                return  # older runs were looked at when this one was started
+            if stored.summary is not None and (
+                not stored.summary.success or await self._record_state(request.repository, run_id) is not None
+            ):
+                return  # a finished mark: older runs were looked at when it was started
             if stored.manifest is not None:
                 state.abandoned_seen.add(run_id)
                 self.metrics.runs.labels(request.repository, "mark", "abandoned").inc()

@@ -248,6 +248,33 @@ async def test_a_killed_sweep_is_resumed_by_the_next_scheduled_run(
         await svc.close()
 
 
+async def test_a_mark_stopped_before_its_record_is_abandoned_not_counted_as_a_run(
+    repo: SqliteRepo, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Stopped between ``summary.json`` (success) and its KV run record, a mark can never be swept;
+    the next pass must start a new run at once, not wait ``interval_seconds`` (3600) as if a run
+    had happened, which left the garbage in place while ``--once`` exited 0."""
+    live, garbage = await repo.live_and_garbage()
+    svc = await _open(repo, tmp_path)
+    try:
+        monkeypatch.setenv("LAKEFS_GC_FAULT", "mark:before-record")
+        first = (await svc.step()).started_runs
+        await svc.drain()
+        assert len(first) == 1 and svc.failed_runs == 1
+        store = await repo.g.namespace_store(repo.built.ns)
+        assert await store.exists(RunLayout(repo.built.ns, first[0]).summary)  # the window was hit
+        monkeypatch.delenv("LAKEFS_GC_FAULT")
+        await asyncio.sleep(0.01)  # a new run id
+        second = (await svc.step()).started_runs
+        assert len(second) == 1 and second[0] != first[0], second
+        await svc.drain()
+        text = (await _call(svc, "GET", "/metrics", auth=None))[1]
+        assert _sample(text, "lakefs_gc_runs_total", repo="repo1", phase="mark", outcome="abandoned") == 1
+        assert not (await repo.stored()) & garbage and not live - await repo.stored()
+    finally:
+        await svc.close()
+
+
 async def test_a_refused_sweep_is_not_resumed_and_a_new_run_follows(
     repo: SqliteRepo, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -54,7 +54,8 @@ async def _assert_complete(repo: SqliteRepo, config: Path, live: set[str], garba
     stored = await repo.stored()
     assert not live - stored, "a live object was deleted"
     left = stored & garbage
-    assert not left, f"{len(left)} of {len(garbage)} garbage objects survived the completing run: {done.stderr[-3000:]}"
+    why = f"{len(left)} of {len(garbage)} garbage objects survived the completing run"
+    assert not left, f"{why}; its log: {done.stderr[-3000:]}"
 
 
 async def test_run_once_collects(tmp_path: Path) -> None:
