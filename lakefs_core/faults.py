@@ -1,6 +1,7 @@
 """Fault points for crash tests: ``<ENV>=<phase>:<point>[:<n>][:<how>]`` (``LAKEFS_GC_FAULT`` for the
 GC, ``LAKEFS_CORE_FAULT`` for the core: ``import:before-commit``, ``upload:before-stage``,
-``spark-write:before-commit``).
+``spark-write:before-commit``, ``multipart:before-record``: the S3 gateway between the store's
+multipart creation and its KV record).
 
 A run calls :func:`fault_point` at the places a crash matters; when the variable names that place
 (and, for counted points, ``n`` equals the count), the process fails there:

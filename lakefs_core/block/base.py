@@ -54,7 +54,9 @@ Contract every driver honours (checked by ``tests/block/test_contract.py``):
   upload answered) the object at the key, create-only when asked, with S3's multipart ETag (MD5 of
   the part MD5s, ``-<parts>``), and ``multipart_abort`` drops an upload (an unknown or finished
   one is not an error). Nothing is visible at the key before the completion; an unknown upload id
-  raises :class:`~lakefs_core.errors.NotFoundError`.
+  raises :class:`~lakefs_core.errors.NotFoundError`. ``multipart_uploads`` lists the store's open
+  uploads of keys under ``prefix`` (S3: ``ListMultipartUploads``; local: the reserved directory, the
+  whole store), whoever started them: what finds uploads a crash orphaned.
 - Transient backend failures surface as :class:`~lakefs_core.errors.TransientError` after the
   driver's own bounded retries; they never look like "not found".
 """
@@ -211,6 +213,17 @@ class StoredPart:
     checksum: str = ""
 
 
+@dataclass(frozen=True)
+class OpenUpload:
+    """One open multipart upload as the store itself knows it (:meth:`MultipartStore.multipart_uploads`):
+    its key ("" when the store cannot tell any more: a local upload whose creation died half-way),
+    the store's upload id, and when it was started or last written to (seconds since the epoch)."""
+
+    key: str
+    upload_id: str
+    initiated: float
+
+
 @runtime_checkable
 class MultipartStore(Protocol):
     """A block store that writes an object in parts without copying them (see the module docstring)."""
@@ -232,6 +245,8 @@ class MultipartStore(Protocol):
     ) -> ObjectInfo: ...
 
     async def multipart_abort(self, key: str, upload_id: str) -> None: ...
+
+    def multipart_uploads(self, prefix: str) -> AsyncIterator[OpenUpload]: ...
 
 
 @runtime_checkable

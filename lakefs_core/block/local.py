@@ -75,7 +75,7 @@ import contextlib
 import os
 import stat
 import threading
-from collections.abc import AsyncGenerator, AsyncIterable, Mapping, Sequence
+from collections.abc import AsyncGenerator, AsyncIterable, AsyncIterator, Mapping, Sequence
 from itertools import islice
 from pathlib import Path
 from types import TracebackType
@@ -107,6 +107,7 @@ from lakefs_core.block.base import (
     DeleteResult,
     KeyInfo,
     ObjectInfo,
+    OpenUpload,
     PutItem,
     StoredPart,
 )
@@ -765,8 +766,14 @@ class LocalBlockStore:
             _discard(temp)
 
     async def multipart_abort(self, key: str, upload_id: str) -> None:
-        self._parts(key)
+        if key:  # "": an upload whose creation died before recording its key (multipart_uploads)
+            self._parts(key)
         await _run(self._multipart.remove, upload_id)
+
+    async def multipart_uploads(self, prefix: str) -> AsyncIterator[OpenUpload]:
+        for upload in await _run(self._multipart.uploads):
+            if upload.key.startswith(prefix) or not upload.key:
+                yield upload
 
     async def close(self) -> None:
         self._closed = True

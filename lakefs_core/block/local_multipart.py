@@ -29,7 +29,8 @@ its length and becomes the object (the fast path); otherwise the parts are copie
 ``data`` and check, once they hold it, that the name still leads to their file; completion renames
 ``data`` away first and then takes the exclusive lock, so no write lands in a completed object.
 The object's ETag is S3's multipart ETag (MD5 of the part MD5s, ``-N``). Abort removes the
-upload's directory; a part still being written then writes into an unlinked file.
+upload's directory; a part still being written then writes into an unlinked file. :meth:`LocalMultipart.uploads`
+lists the upload directories (key, directory mtime), so a sweep finds the ones a crash orphaned.
 """
 
 from __future__ import annotations
@@ -46,7 +47,7 @@ import secrets
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from lakefs_core.block.base import StoredPart
+from lakefs_core.block.base import OpenUpload, StoredPart
 from lakefs_core.block.local_beneath import NOFOLLOW, Root, open_dir
 from lakefs_core.block.local_files import TempFile, map_oserror, write_all
 from lakefs_core.block.local_leftovers import TMP_PREFIX, temp_name
@@ -375,6 +376,45 @@ class LocalMultipart:
                 os.unlink(name, dir_fd=directory)
             raise
         return out
+
+    def uploads(self) -> list[OpenUpload]:
+        """The open uploads: one per directory of the reserved directory named as an upload id (any
+        other name is not ours and is left alone), with its key and its directory's mtime (a part
+        written touches it). A directory whose ``upload.json`` is missing or unreadable (its
+        creation died half-way) has the key ""."""
+        try:
+            root = self._tree.open()
+        except FileNotFoundError:
+            return []
+        try:
+            try:
+                mp = open_dir(root, [MP_DIR])
+            except (FileNotFoundError, NotADirectoryError):
+                return []
+            try:
+                return [u for name in os.listdir(mp) if _ID.fullmatch(name) and (u := self._open_upload(mp, name))]
+            finally:
+                os.close(mp)
+        finally:
+            os.close(root)
+
+    @staticmethod
+    def _open_upload(mp: int, upload_id: str) -> OpenUpload | None:
+        try:
+            directory = open_dir(mp, [upload_id])
+        except (FileNotFoundError, NotADirectoryError):
+            return None  # removed meanwhile, or not a directory: not an upload
+        try:
+            mtime = os.fstat(directory).st_mtime
+            raw = _read_small(directory, "upload.json")
+        finally:
+            os.close(directory)
+        try:
+            header = json.loads(raw) if raw is not None else None
+        except ValueError:
+            header = None
+        key = header.get("key") if isinstance(header, dict) else None
+        return OpenUpload(key if isinstance(key, str) else "", upload_id, mtime)
 
     def remove(self, upload_id: str) -> None:
         """Remove the upload's directory and everything in it (an unknown upload: nothing)."""

@@ -51,7 +51,7 @@ import heapq
 import logging
 import random
 import re
-from collections.abc import AsyncGenerator, AsyncIterable, Awaitable, Callable, Mapping, Sequence
+from collections.abc import AsyncGenerator, AsyncIterable, AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from contextlib import AsyncExitStack
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -90,6 +90,7 @@ from lakefs_core.block.base import (
     FailedKey,
     KeyInfo,
     ObjectInfo,
+    OpenUpload,
     PutItem,
     StoredPart,
 )
@@ -444,6 +445,9 @@ class S3BlockStore:
     async def multipart_abort(self, key: str, upload_id: str) -> None:
         check_key(key)
         await self._native().abort(key, upload_id)
+
+    def multipart_uploads(self, prefix: str) -> AsyncIterator[OpenUpload]:
+        return self._native().uploads(prefix)
 
     @staticmethod
     def _range(start: int, end: int | None) -> str | None:

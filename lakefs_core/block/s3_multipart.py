@@ -12,10 +12,12 @@ equals :func:`multipart_etag` of our parts. On any failure or cancellation the u
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
 import hashlib
 import logging
 import tempfile
+import zlib
 from collections.abc import (
     AsyncGenerator,
     AsyncIterable,
@@ -30,7 +32,7 @@ from typing import TYPE_CHECKING, Any, BinaryIO, Protocol, TypeVar
 
 from botocore.exceptions import ClientError
 
-from lakefs_core.block.base import ObjectInfo, StoredPart
+from lakefs_core.block.base import ObjectInfo, OpenUpload, StoredPart
 from lakefs_core.block.s3_errors import error_code, is_precondition
 from lakefs_core.block.s3_settings import MAX_PART, S3Settings
 from lakefs_core.errors import BadInputError, LakeFSError, NotFoundError
@@ -300,13 +302,19 @@ class NativeMultipart:
             raise BadInputError("part number 1-10,000, size up to 5 GiB", field="part")
         async with _buffered(body, size) as data:
             client = await self.client()
-            args = self._part_args(key, upload_id, number) | {"Body": data, "ContentLength": size}
-            if self._checksum:
-                args["ChecksumAlgorithm"] = "CRC32"
+            args = self._part_args(key, upload_id, number) | {"ContentLength": size}
+            if isinstance(data, bytes):
+                args["Body"] = data
+                if self._checksum:
+                    args["ChecksumAlgorithm"] = "CRC32"
+            else:  # digests made off the loop: botocore reads nothing of the file on the loop (https)
+                args |= {"Body": data.file, "ContentMD5": data.md5}
+                if self._checksum:
+                    args["ChecksumCRC32"] = data.crc32
 
             async def send() -> Any:
                 if not isinstance(data, bytes):
-                    await asyncio.to_thread(data.seek, 0)  # a retry sends the file again
+                    await asyncio.to_thread(data.file.seek, 0)  # a retry sends the file again
                 return await client.upload_part(**args)
 
             resp = await self.call(f"UploadPart {number}", key, send)
@@ -349,16 +357,66 @@ class NativeMultipart:
                 lambda: client.abort_multipart_upload(Bucket=self.bucket, Key=key, UploadId=upload_id),
             )
 
+    async def uploads(self, prefix: str) -> AsyncIterator[OpenUpload]:
+        """``ListMultipartUploads`` of keys under ``prefix``, page by page (a key outside it, from a
+        hostile or broken answer, is dropped)."""
+        client = await self.client()
+        args: dict[str, Any] = {"Bucket": self.bucket, "Prefix": prefix}
+        while True:
+            page_args = dict(args)
+            page = await self.call(
+                "ListMultipartUploads", prefix or None, lambda: client.list_multipart_uploads(**page_args)
+            )
+            for item in page.get("Uploads", []):
+                key, upload_id, initiated = item.get("Key"), item.get("UploadId"), item.get("Initiated")
+                if isinstance(key, str) and key.startswith(prefix) and upload_id and initiated is not None:
+                    yield OpenUpload(key, str(upload_id), initiated.timestamp())
+            if not page.get("IsTruncated"):
+                return
+            markers = {"KeyMarker": page.get("NextKeyMarker"), "UploadIdMarker": page.get("NextUploadIdMarker")}
+            if not markers["KeyMarker"] or all(args.get(k) == v for k, v in markers.items()):
+                return  # a listing that does not advance ends (as ListObjectsV2's): fewer found, none wrong
+            args |= {k: v for k, v in markers.items() if v}
+
 
 async def _empty() -> AsyncIterator[bytes]:
     return
     yield b""  # pragma: no cover (an async generator with nothing in it)
 
 
+@dataclass(frozen=True)
+class Spooled:
+    """A part spooled to a temporary file, with its digests (base64, as S3's headers want them)."""
+
+    file: BinaryIO
+    md5: str
+    crc32: str
+
+
+class _Digests:
+    """The MD5 and CRC32 of what is written through :meth:`write` (in a worker thread)."""
+
+    def __init__(self, file: BinaryIO) -> None:
+        self.file, self.md5, self.crc = file, hashlib.md5(usedforsecurity=False), 0
+
+    def write(self, chunk: bytes) -> None:
+        self.file.write(chunk)
+        self.md5.update(chunk)
+        self.crc = zlib.crc32(chunk, self.crc)
+
+    def spooled(self) -> Spooled:
+        self.file.seek(0)
+        b64 = base64.b64encode
+        return Spooled(self.file, b64(self.md5.digest()).decode(), b64(self.crc.to_bytes(4, "big")).decode())
+
+
 @contextlib.asynccontextmanager
-async def _buffered(body: AsyncIterable[bytes], size: int) -> AsyncIterator[bytes | BinaryIO]:
+async def _buffered(body: AsyncIterable[bytes], size: int) -> AsyncIterator[bytes | Spooled]:
     """The part's ``size`` bytes, exactly (:class:`BadInputError` otherwise): in memory up to
-    :data:`PART_BUFFER_BYTES`, else in a temporary file (removed on exit)."""
+    :data:`PART_BUFFER_BYTES`, else in a temporary file (removed on exit) written, read back and
+    digested in worker threads: botocore would otherwise read the whole file on the event loop to
+    checksum it (a part may be 5 GiB), so its MD5 and CRC32 are given to it (S3 verifies them) and,
+    on https, it then leaves the payload unsigned and aiohttp streams the file from a thread."""
     if size <= PART_BUFFER_BYTES:
         buf = bytearray()
         async for chunk in body:
@@ -371,15 +429,14 @@ async def _buffered(body: AsyncIterable[bytes], size: int) -> AsyncIterator[byte
         return
     spool = await asyncio.to_thread(tempfile.TemporaryFile)
     try:
-        written = 0
+        digests, written = _Digests(spool), 0
         async for chunk in body:
             written += len(chunk)
             if written > size:
                 raise BadInputError(f"the part is longer than its {size} bytes", field="body")
-            await asyncio.to_thread(spool.write, chunk)
+            await asyncio.to_thread(digests.write, chunk)
         if written != size:
             raise BadInputError(f"the part has {written} bytes, not {size}", field="body")
-        await asyncio.to_thread(spool.seek, 0)
-        yield spool
+        yield await asyncio.to_thread(digests.spooled)
     finally:
         await asyncio.to_thread(spool.close)

@@ -51,6 +51,7 @@ from aiohttp import web
 from lakefs_core import keys
 from lakefs_core.auth.s3perms import S3Operation, parse_copy_source
 from lakefs_core.block.base import BlockStore, MultipartStore, ObjectInfo, StoredPart
+from lakefs_core.faults import fault_point
 from lakefs_core.errors import CorruptDataError, LakeFSError, NotFoundError, PreconditionFailedError
 from lakefs_core.kv.base import Expect
 from lakefs_core.namespace import StorageNamespace
@@ -176,6 +177,7 @@ async def create(call: S3Call) -> web.StreamResponse:
         upload.store_upload = await store.multipart_create(
             ns.key(upload.address), content_type=upload.content_type, metadata=upload.metadata
         )
+        fault_point("multipart:before-record")  # a crash here orphans the store's upload: the sweep's
     key = kvkeys.multipart_upload_key(call.repo, upload_id)
     try:
         await call.ctx.core.kv.set_if(PARTITION, key, upload.encode(), Expect.ABSENT)
@@ -533,4 +535,43 @@ async def sweep_expired(ctx: ServerContext) -> int:
         ns, store = await _store(ctx, upload.namespace)
         await _forget(ctx, upload, upload_id, store, ns)
         aborted += 1
+    return aborted + await _sweep_orphans(ctx, deadline)
+
+
+async def _recorded_store_uploads(ctx: ServerContext) -> set[str]:
+    """The store upload ids every open upload's KV record names."""
+    named: set[str] = set()
+    async for entry in ctx.core.kv.scan(PARTITION, kvkeys.MULTIPART_UPLOADS_PREFIX):
+        if not entry.key.startswith(kvkeys.MULTIPART_UPLOADS_PREFIX):
+            break
+        named.add(Upload.decode(entry.value).store_upload)
+    return named
+
+
+async def _sweep_orphans(ctx: ServerContext, deadline: float) -> int:
+    """Abort the store uploads started before ``deadline`` that no KV record names: a crash between
+    the store's creation and the record's write left them (nothing else would ever abort them). Only
+    in a repository's namespace (S3: keys under its prefix; local: the store's reserved directory),
+    and only after re-reading the records right before each abort."""
+    namespaces: set[str] = set()
+    async for repo in ctx.graveler.list_repositories():
+        namespaces.add(repo.storage_namespace)
+    recorded = await _recorded_store_uploads(ctx)
+    aborted = 0
+    for namespace in sorted(namespaces):
+        ns, store = await _store(ctx, namespace)
+        if not isinstance(store, MultipartStore):
+            continue
+        prefix = ns.prefix + "/" if ns.prefix else ""
+        orphans = [
+            upload
+            async for upload in store.multipart_uploads(prefix)
+            if upload.initiated < deadline and upload.upload_id not in recorded
+        ]
+        for orphan in orphans:
+            if orphan.upload_id in await _recorded_store_uploads(ctx):
+                continue  # recorded meanwhile: the upload's, not ours
+            log.info("aborting orphaned multipart upload %s of %s", orphan.upload_id, namespace)
+            await store.multipart_abort(orphan.key, orphan.upload_id)
+            aborted += 1
     return aborted

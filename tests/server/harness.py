@@ -134,6 +134,7 @@ class Server:
     domain: str | None = None
     workers: int = 1
     extra: dict[str, Any] = field(default_factory=dict)
+    env: dict[str, str] = field(default_factory=dict)  # LAKEFS_* variables for the server (faults)
     process: subprocess.Popen[bytes] | None = None
     endpoint: str = ""
     admin: str = ""
@@ -161,7 +162,7 @@ class Server:
         scheme = "https" if self.tls else "http"
         self.endpoint = f"{scheme}://127.0.0.1:{s3_port}"
         self.admin = f"http://127.0.0.1:{admin_port}"
-        env = {k: v for k, v in os.environ.items() if not k.startswith("LAKEFS_")}
+        env = {k: v for k, v in os.environ.items() if not k.startswith("LAKEFS_")} | self.env
         self.log = (self.directory / "server.log").open("wb")
         self.process = subprocess.Popen(
             [str(BIN / "lakefs-server"), "run", "--config", str(self.config), "--workers", str(self.workers)],
