@@ -29,8 +29,9 @@ its length and becomes the object (the fast path); otherwise the parts are copie
 ``data`` and check, once they hold it, that the name still leads to their file; completion renames
 ``data`` away first and then takes the exclusive lock, so no write lands in a completed object.
 The object's ETag is S3's multipart ETag (MD5 of the part MD5s, ``-N``). Abort removes the
-upload's directory; a part still being written then writes into an unlinked file. :meth:`LocalMultipart.uploads`
-lists the upload directories (key, directory mtime), so a sweep finds the ones a crash orphaned.
+upload's directory; a part still being written then writes into an unlinked file.
+:meth:`LocalMultipart.uploads` lists the upload directories (key, directory mtime), so a sweep finds
+the ones a crash orphaned.
 """
 
 from __future__ import annotations
@@ -392,7 +393,9 @@ class LocalMultipart:
             except (FileNotFoundError, NotADirectoryError):
                 return []
             try:
-                return [u for name in os.listdir(mp) if _ID.fullmatch(name) and (u := self._open_upload(mp, name))]
+                return [
+                    u for name in os.listdir(mp) if _ID.fullmatch(name) and (u := self._open_upload(mp, name))
+                ]
             finally:
                 os.close(mp)
         finally:

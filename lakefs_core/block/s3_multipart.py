@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
+import functools
 import hashlib
 import logging
 import tempfile
@@ -363,9 +364,10 @@ class NativeMultipart:
         client = await self.client()
         args: dict[str, Any] = {"Bucket": self.bucket, "Prefix": prefix}
         while True:
-            page_args = dict(args)
             page = await self.call(
-                "ListMultipartUploads", prefix or None, lambda: client.list_multipart_uploads(**page_args)
+                "ListMultipartUploads",
+                prefix or None,
+                functools.partial(client.list_multipart_uploads, **args),
             )
             for item in page.get("Uploads", []):
                 key, upload_id, initiated = item.get("Key"), item.get("UploadId"), item.get("Initiated")
@@ -373,7 +375,10 @@ class NativeMultipart:
                     yield OpenUpload(key, str(upload_id), initiated.timestamp())
             if not page.get("IsTruncated"):
                 return
-            markers = {"KeyMarker": page.get("NextKeyMarker"), "UploadIdMarker": page.get("NextUploadIdMarker")}
+            markers = {
+                "KeyMarker": page.get("NextKeyMarker"),
+                "UploadIdMarker": page.get("NextUploadIdMarker"),
+            }
             if not markers["KeyMarker"] or all(args.get(k) == v for k, v in markers.items()):
                 return  # a listing that does not advance ends (as ListObjectsV2's): fewer found, none wrong
             args |= {k: v for k, v in markers.items() if v}

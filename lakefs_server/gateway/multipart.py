@@ -51,8 +51,8 @@ from aiohttp import web
 from lakefs_core import keys
 from lakefs_core.auth.s3perms import S3Operation, parse_copy_source
 from lakefs_core.block.base import BlockStore, MultipartStore, ObjectInfo, StoredPart
-from lakefs_core.faults import fault_point
 from lakefs_core.errors import CorruptDataError, LakeFSError, NotFoundError, PreconditionFailedError
+from lakefs_core.faults import fault_point
 from lakefs_core.kv.base import Expect
 from lakefs_core.namespace import StorageNamespace
 from lakefs_core.refs import kvkeys
