@@ -310,8 +310,8 @@ class NativeMultipart:
                     args["ChecksumAlgorithm"] = "CRC32"
             else:  # digests made off the loop: botocore reads nothing of the file on the loop (https)
                 args |= {"Body": data.file, "ContentMD5": data.md5}
-                if self._checksum:
-                    args["ChecksumCRC32"] = data.crc32
+                if self._checksum:  # the algorithm too: S3 then answers the part's checksum
+                    args |= {"ChecksumAlgorithm": "CRC32", "ChecksumCRC32": data.crc32}
 
             async def send() -> Any:
                 if not isinstance(data, bytes):

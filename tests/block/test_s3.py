@@ -2,11 +2,17 @@
 
 from __future__ import annotations
 
+import base64
 import hashlib
+import io
 import logging
 import random
+import tempfile
+import threading
+import zlib
 from collections.abc import AsyncIterator
 from contextlib import aclosing
+from typing import Any
 
 import pytest
 
@@ -337,4 +343,50 @@ async def test_native_multipart_spools_a_big_part_to_disk(
         last = await store.multipart_part("mp/spooled", upload, 2, body(), len(data))
         info = await store.multipart_complete("mp/spooled", upload, [first, last])
         assert first.etag == hashlib.md5(data).hexdigest() and info.etag.endswith("-2")
+        # the CRC32 made off the loop while spooling is the one S3 recorded (it checked it)
+        assert first.checksum == base64.b64encode(zlib.crc32(data).to_bytes(4, "big")).decode()
         assert await store.get("mp/spooled") == data + data
+
+
+class _Spool(io.BufferedRandom):
+    """A temporary file that counts the bytes read from it on the event loop's thread."""
+
+    on_loop = 0
+
+    def read(self, size: int | None = -1, /) -> bytes:
+        data = super().read(size)
+        if threading.current_thread() is threading.main_thread():
+            _Spool.on_loop += len(data)
+        return data
+
+
+async def test_a_spooled_part_is_not_read_on_the_event_loop(monkeypatch: pytest.MonkeyPatch) -> None:
+    """botocore checksums (and, unless given a checksum, signs) a file body synchronously; the part's
+    digests, made while spooling in a thread, spare it that: over https it reads nothing of the file
+    before the send (aiohttp then reads it in a thread). Stopped at the send: no server needed."""
+    from lakefs_core.block import s3_multipart
+
+    monkeypatch.setattr(s3_multipart, "PART_BUFFER_BYTES", 1 << 20)
+    make = tempfile.TemporaryFile
+
+    def spool() -> _Spool:
+        return _Spool(make(buffering=0))
+
+    monkeypatch.setattr(s3_multipart.tempfile, "TemporaryFile", spool)
+    data, sent = random.randbytes(3 << 20), []
+
+    def stop(request: Any, **_: Any) -> None:
+        sent.append(type(request.body))
+        raise BadInputError("stopped at the send")
+
+    async def body() -> AsyncIterator[bytes]:
+        yield data
+
+    _Spool.on_loop = 0
+    for checksum in ("when_supported", "when_required"):
+        settings = s3_settings("https://127.0.0.1:9", request_checksum_calculation=checksum)
+        async with S3BlockStore(BUCKET, settings=settings) as store:
+            (await store._client()).meta.events.register("before-send.s3.UploadPart", stop)
+            with pytest.raises(BadInputError, match="stopped"):
+                await store.multipart_part("mp/k", "upload", 1, body(), len(data))
+    assert sent == [_Spool, _Spool] and _Spool.on_loop == 0
