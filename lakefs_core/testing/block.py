@@ -675,7 +675,12 @@ async def test_multipart_parts_in_any_order_reupload_and_abort(store: BlockStore
     assert await listing(store) == ["mp/obj"]  # no part left anywhere a listing shows
     aborted = await mp.multipart_create("mp/aborted")
     await mp.multipart_part("mp/aborted", aborted, 1, chunks_of(b"x" * 10, 5), 10)
+    open_uploads = [u async for u in mp.multipart_uploads("mp/")]  # the store's own view of it
+    assert [(u.key, u.upload_id) for u in open_uploads] == [("mp/aborted", aborted)]
+    assert 0 < open_uploads[0].initiated <= time.time() + 3600  # (moto answers a fixed 2010 date)
+    assert [u async for u in mp.multipart_uploads("other/")] == []
     await mp.multipart_abort("mp/aborted", aborted)
+    assert [u async for u in mp.multipart_uploads("mp/")] == []
     await mp.multipart_abort("mp/aborted", aborted)  # an aborted upload: not an error
     assert await listing(store) == ["mp/obj"]
 
