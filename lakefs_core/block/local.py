@@ -136,7 +136,7 @@ from lakefs_core.block.local_leftovers import (
 )
 from lakefs_core.block.local_listing import READ_FLAGS, describe_in, walk_objects
 from lakefs_core.block.local_meta import SIDECAR_VERSION, EtagCache, Sidecars
-from lakefs_core.block.local_multipart import LocalMultipart
+from lakefs_core.block.local_multipart import MP_DIR, LocalMultipart
 from lakefs_core.block.local_threads import open_in_thread as _open_in_thread
 from lakefs_core.block.local_threads import pump as _pump
 from lakefs_core.block.local_threads import run as _run
@@ -771,7 +771,7 @@ class LocalBlockStore:
         await _run(self._multipart.remove, upload_id)
 
     async def multipart_uploads(self, prefix: str) -> AsyncIterator[OpenUpload]:
-        for upload in await _run(self._multipart.uploads):
+        for upload in await _run(self._multipart.uploads, self._where(MP_DIR)):
             if upload.key.startswith(prefix) or not upload.key:
                 yield upload
 

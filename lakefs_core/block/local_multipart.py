@@ -378,11 +378,17 @@ class LocalMultipart:
             raise
         return out
 
-    def uploads(self) -> list[OpenUpload]:
+    def uploads(self, where: str) -> list[OpenUpload]:
         """The open uploads: one per directory of the reserved directory named as an upload id (any
         other name is not ours and is left alone), with its key and its directory's mtime (a part
         written touches it). A directory whose ``upload.json`` is missing or unreadable (its
         creation died half-way) has the key ""."""
+        try:
+            return self._uploads()
+        except OSError as e:
+            raise map_oserror(e, where, reading=True) from e
+
+    def _uploads(self) -> list[OpenUpload]:
         try:
             root = self._tree.open()
         except FileNotFoundError:

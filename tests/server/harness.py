@@ -18,7 +18,7 @@ import subprocess
 import sys
 import time
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -244,6 +244,24 @@ def local_core(directory: Path) -> tuple[dict[str, Any], str]:
     """Core settings on SQLite with a local namespace root under ``directory``."""
     (directory / "data").mkdir(parents=True, exist_ok=True)
     return {"kv_url": f"sqlite:///{directory / 'kv.sqlite3'}"}, f"local://{directory / 'data' / 'repo'}"
+
+
+@contextlib.asynccontextmanager
+async def swept_context(server: Server, expiry: float) -> AsyncIterator[Any]:
+    """A :class:`~lakefs_server.context.ServerContext` on ``server``'s core and configuration, with
+    ``gateway.multipart_expiry_seconds`` set to ``expiry`` (for calling the daemon's sweep in-process)."""
+    from lakefs_server.config import load_server_config
+    from lakefs_server.context import ServerContext
+    from lakefs_server.metrics import ServerMetrics
+
+    loaded = load_server_config(server.config)
+    gateway = loaded.gateway.model_copy(update={"multipart_expiry_seconds": expiry})
+    config = loaded.model_copy(update={"gateway": gateway})
+    core = await open_core(CoreSettings.model_validate(server.core))
+    try:
+        yield ServerContext(config, core, AuthStore(core.kv), ServerMetrics("test"))
+    finally:
+        await core.aclose()
 
 
 @contextlib.contextmanager

@@ -25,7 +25,18 @@ import pytest
 from botocore.client import Config
 from botocore.exceptions import ClientError
 
-from tests.server.harness import ADMIN, DEVELOPER, REPO, REPO2, VIEWER, Keys, Server, local_core, running
+from tests.server.harness import (
+    ADMIN,
+    DEVELOPER,
+    REPO,
+    REPO2,
+    VIEWER,
+    Keys,
+    Server,
+    local_core,
+    running,
+    swept_context,
+)
 from tests.support.moto import MotoServer
 from tests.support.timing import scaled
 
@@ -401,24 +412,14 @@ def test_expired_multipart_uploads_are_swept(server: Server, s3: Any) -> None:
     local store's native upload) removed."""
     import asyncio
 
-    from lakefs_core.auth.store import AuthStore
-    from lakefs_core.settings import CoreSettings
-    from lakefs_core.wiring import open_core
-    from lakefs_server.config import load_server_config
-    from lakefs_server.context import ServerContext
     from lakefs_server.gateway.multipart import sweep_expired
-    from lakefs_server.metrics import ServerMetrics
 
     upload_id = s3.create_multipart_upload(Bucket=REPO, Key="main/mp/stale")["UploadId"]
     s3.upload_part(Bucket=REPO, Key="main/mp/stale", UploadId=upload_id, PartNumber=1, Body=b"stale")
-    loaded = load_server_config(server.config)
-    gateway = loaded.gateway.model_copy(update={"multipart_expiry_seconds": 1e-6})
-    config = loaded.model_copy(update={"gateway": gateway})
 
     async def sweep() -> tuple[int, int]:
-        core = await open_core(CoreSettings.model_validate(server.core))
-        try:
-            ctx = ServerContext(config, core, AuthStore(core.kv), ServerMetrics("test"))
+        async with swept_context(server, 1e-6) as ctx:
+            core = ctx.core
             repo = await core.graveler.repository(REPO)
             from lakefs_core.block.local import LocalBlockStore
             from lakefs_core.block.local_multipart import MP_DIR
@@ -436,8 +437,6 @@ def test_expired_multipart_uploads_are_swept(server: Server, s3: Any) -> None:
             assert "part-1" in before and not held.exists()
             assert not await store.exists(ns.key(record.address))
             return swept, len(before)
-        finally:
-            await core.aclose()
 
     swept, _ = asyncio.run(sweep())
     assert swept >= 1

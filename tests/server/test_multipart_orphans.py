@@ -19,18 +19,12 @@ import pytest
 from botocore.client import Config
 from botocore.exceptions import BotoCoreError, ClientError
 
-from lakefs_core.auth.store import AuthStore
 from lakefs_core.block.base import MultipartStore
 from lakefs_core.block.local_multipart import MP_DIR
 from lakefs_core.namespace import StorageNamespace
 from lakefs_core.refs import kvkeys
-from lakefs_core.settings import CoreSettings
-from lakefs_core.wiring import open_core
-from lakefs_server.config import load_server_config
-from lakefs_server.context import ServerContext
 from lakefs_server.gateway.multipart import PARTITION, Upload, sweep_expired
-from lakefs_server.metrics import ServerMetrics
-from tests.server.harness import ADMIN, REPO, Server, local_core, running
+from tests.server.harness import ADMIN, REPO, Server, local_core, running, swept_context
 from tests.support.moto import MotoServer
 
 KILL = {"LAKEFS_CORE_FAULT": "multipart:before-record:kill"}
@@ -86,12 +80,8 @@ def _crash_in_create(server: Server) -> None:
 async def _sweep(server: Server) -> tuple[int, list[str], list[str], str]:
     """Record a second (young) upload, then sweep with a tiny expiry: the number aborted, the store
     uploads before and after, and the recorded one's id."""
-    loaded = load_server_config(server.config)
-    gateway = loaded.gateway.model_copy(update={"multipart_expiry_seconds": 1e-6})
-    config = loaded.model_copy(update={"gateway": gateway})
-    core = await open_core(CoreSettings.model_validate(server.core))
-    try:
-        ctx = ServerContext(config, core, AuthStore(core.kv), ServerMetrics("test"))
+    async with swept_context(server, 1e-6) as ctx:
+        core = ctx.core
         repo = await core.graveler.repository(REPO)
         ns = StorageNamespace.parse(repo.storage_namespace)
         store = await core.graveler.namespace_store(ns)
@@ -106,8 +96,6 @@ async def _sweep(server: Server) -> tuple[int, list[str], list[str], str]:
         aborted = await sweep_expired(ctx)
         after = sorted([u.upload_id async for u in store.multipart_uploads(prefix)])
         return aborted, before, after, kept
-    finally:
-        await core.aclose()
 
 
 def test_an_upload_orphaned_by_a_kill_is_aborted_by_the_sweep(killed: tuple[Server, dict[str, Any]]) -> None:
