@@ -30,7 +30,11 @@ runs (as S3 does), then forgets the parts and the records. An upload abandoned b
 completion that died half-way, is aborted by the daemon's sweep once older than
 ``gateway.multipart_expiry_seconds``: the sweep re-reads the record right before deleting, and
 deletes only what the record names; the object of a completion that died before staging is the
-journal's to remove.
+journal's to remove. A crash between the store's creation and the record's write (fault point
+``multipart:before-record``) leaves a store upload no record names: the same sweep lists each
+repository namespace's store uploads (:meth:`~lakefs_core.block.base.MultipartStore.multipart_uploads`:
+S3 under the namespace's prefix, local its reserved directory) and aborts those older than the
+expiry that no record names, re-reading the records right before each abort.
 """
 
 from __future__ import annotations
