@@ -17,7 +17,9 @@ if compressed. Figures (same run, ratios ours / rclone):
   verification's CPU for the same bytes and payload mode (measured alone, in this process) over the
   server processes' CPU time for the upload.
 
-``python -m bench.bench_gateway [--clients 16] [--objects 2000] [--big-mib 256] [--keys 100000]``
+``python -m bench.bench_gateway [--clients 16] [--objects 2000] [--big-mib 256] [--keys 100000]
+[--only listing]`` (``--only listing``: the small objects, which stay staged, and the listings; no big
+object)
 """
 
 from __future__ import annotations
@@ -301,6 +303,7 @@ def main() -> None:
     parser.add_argument("--objects", type=int, default=2000)
     parser.add_argument("--big-mib", type=int, default=256)
     parser.add_argument("--keys", type=int, default=100_000)
+    parser.add_argument("--only", choices=["listing"], default=None)
     args = parser.parse_args()
     root = Path(tempfile.mkdtemp(prefix="bench-gateway-"))
     servers = Servers(root)
@@ -310,10 +313,21 @@ def main() -> None:
         for which, url in (("ours", servers.ours_url), ("rclone", servers.theirs_url)):
             put, get = small_objects(url, args.clients, args.objects)
             every, delimited = listing(url)
-            big = big_object(servers, which, url, args.big_mib)
+            big = big_object(servers, which, url, args.big_mib) if args.only is None else {}
             figures[which] = {"put_1k_per_s": put, "get_1k_per_s": get, "list_keys_per_s": every,
                               "list_delimited_s": delimited, **big}  # fmt: skip
         ours, theirs = figures["ours"], figures["rclone"]
+        if args.only == "listing":
+            report(
+                "gateway-listing",
+                machine=machine(),
+                args=vars(args),
+                ours=ours,
+                rclone=theirs,
+                ratio_list_every_key=ours["list_keys_per_s"] / theirs["list_keys_per_s"],
+                ratio_list_delimited=theirs["list_delimited_s"] / ours["list_delimited_s"],
+            )
+            return
         verify = verification_cpu(args.big_mib)
         report(
             "gateway",

@@ -148,6 +148,37 @@ class PureMetaRange:
     def __aiter__(self) -> AsyncIterator[ValueRecord]:
         return self.seek_ge(b"")
 
+    def cursor(self, start: bytes = b"", end: bytes | None = None) -> RangeCursor:
+        """A seekable cursor over the records in ``[start, end)`` (a ``RecordCursor``)."""
+        return RangeCursor(self, start, end)
+
+
+class RangeCursor:
+    """A metarange's records in ``[start, end)``, seekable forward: a seek past the record it
+    holds reopens the ordered read there (a bisect over the ranges and one table's blocks)."""
+
+    def __init__(self, metarange: PureMetaRange, start: bytes, end: bytes | None) -> None:
+        self._metarange, self._end = metarange, end
+        self._from = start
+        self._records: AsyncIterator[ValueRecord] | None = None
+        self._done = False
+
+    def seek_ge(self, key: bytes) -> None:
+        if key > self._from and not self._done:
+            self._from, self._records = key, None
+
+    async def next(self) -> ValueRecord | None:
+        if self._done:
+            return None
+        if self._records is None:
+            self._records = self._metarange.seek_ge(self._from)
+        record = await anext(self._records, None)
+        if record is None or (self._end is not None and record.key >= self._end):
+            self._done = True
+            return None
+        self._from = record.key + b"\x00"
+        return record
+
 
 if TYPE_CHECKING or FASTPATH is None:
     MetaRange = PureMetaRange

@@ -4,7 +4,8 @@ Table (default ``kvstore``, PAY_PER_REQUEST, created on demand and awaited until
 ``PartitionKey`` (B), range key ``ItemKey`` (B), value attribute ``ItemValue`` (B). All reads are
 ``ConsistentRead``. Conditional writes: ABSENT = ``attribute_not_exists(ItemValue)``, EXISTS =
 ``attribute_exists(ItemValue)``, equals = ``ItemValue = :pred``. Scan = ``Query`` on ``PartitionKey``
-(with ``ItemKey >= :start`` when a start key is given), ``Limit`` = page size, paged with
+(with ``ItemKey >= :start`` when a start key is given, ``BETWEEN :start AND :end`` or ``< :end``
+with an end key, whose own row is dropped), ``Limit`` = page size, paged with
 ``LastEvaluatedKey``; DynamoDB orders binary range keys bytewise (unsigned).
 
 ``set_many`` = ``BatchWriteItem`` of ``PutRequest`` items, 25 per request (DynamoDB's limit); the
@@ -93,6 +94,7 @@ from lakefs_core.errors import (
 )
 from lakefs_core.kv._common import (
     as_bytes,
+    check_end,
     check_expect,
     check_expectations,
     check_items,
@@ -491,8 +493,8 @@ class DynamoKVStore:
         return await self.get(partition, key)
 
     async def set_many_if(self, items: Iterable[KVItem], expected: Sequence[KVExpectation]) -> None:
-        checks = check_expectations(expected)
         batch = check_items(items)
+        checks = check_expectations(expected, batch)
         conditions = {(p, k): self._condition(exp) for p, k, exp in checks}
         actions: list[Any] = []
         for p, k, v in batch:
@@ -519,7 +521,9 @@ class DynamoKVStore:
         await self._call(transact, "cas")
 
     def _condition(self, exp: Expect) -> dict[str, Any]:
-        """The ``ConditionExpression`` (and its value) of an EXISTS or equals expectation."""
+        """The ``ConditionExpression`` (and its value) of an expectation."""
+        if exp.kind == "absent":  # only on a key the batch writes (checked): its Put's condition
+            return {"ConditionExpression": f"attribute_not_exists({VALUE_ATTR})"}
         if exp.kind == "exists":
             return {"ConditionExpression": f"attribute_exists({VALUE_ATTR})"}
         return {
@@ -559,11 +563,14 @@ class DynamoKVStore:
         await self._call(remove, "idempotent")
 
     async def scan(
-        self, partition: bytes, start: bytes = b"", *, page_size: int = 1000
+        self, partition: bytes, start: bytes = b"", *, end: bytes | None = None, page_size: int = 1000
     ) -> AsyncIterator[KVEntry]:
         p = check_partition(partition)
         begin = as_bytes(start, "start")
         size = check_page_size(page_size)
+        stop = check_end(end)
+        if stop is not None and stop <= begin:
+            return
         client = self._client
         request: QueryInputTypeDef = {
             "TableName": self._table,
@@ -572,9 +579,22 @@ class DynamoKVStore:
             "KeyConditionExpression": f"{PARTITION_ATTR} = :p",
             "ExpressionAttributeValues": {":p": _b(p)},
         }
-        if begin:
-            request["KeyConditionExpression"] = f"{PARTITION_ATTR} = :p AND {KEY_ATTR} >= :start"
-            request["ExpressionAttributeValues"] = {":p": _b(p), ":start": _b(begin)}
+        # One condition on the range key: BETWEEN is inclusive, so the end key itself is dropped
+        # below (an empty start cannot be a key value: "< :end" alone then).
+        values: dict[str, Any] = {":p": _b(p)}
+        if begin and stop is not None:
+            condition = f" AND {KEY_ATTR} BETWEEN :start AND :end"
+            values.update({":start": _b(begin), ":end": _b(stop)})
+        elif stop is not None:
+            condition = f" AND {KEY_ATTR} < :end"
+            values[":end"] = _b(stop)
+        elif begin:
+            condition = f" AND {KEY_ATTR} >= :start"
+            values[":start"] = _b(begin)
+        else:
+            condition = ""
+        request["KeyConditionExpression"] = f"{PARTITION_ATTR} = :p{condition}"
+        request["ExpressionAttributeValues"] = values
 
         async def query() -> QueryOutputTypeDef:
             return await client.query(**request)
@@ -583,7 +603,10 @@ class DynamoKVStore:
             resp = await self._call(query, "read")
             for item in resp.get("Items", []):
                 if VALUE_ATTR in item:
-                    yield KVEntry(self._binary(item, KEY_ATTR), self._binary(item, VALUE_ATTR))
+                    key = self._binary(item, KEY_ATTR)
+                    if key == stop:
+                        return  # BETWEEN's inclusive end: the last key it can read
+                    yield KVEntry(key, self._binary(item, VALUE_ATTR))
             last = resp.get("LastEvaluatedKey")
             if not last:
                 return

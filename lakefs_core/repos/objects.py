@@ -61,7 +61,8 @@ from lakefs_core.repos import protection, reading, staging_writes
 from lakefs_core.repos.context import HasContext
 from lakefs_core.repos.journal import Intent, Journal, journal_enabled, new_batch_id
 from lakefs_core.repos.purge_markers import MarkerReads, lookup_markers
-from lakefs_core.repos.staging_writes import Settle, check_new_path
+from lakefs_core.repos.reading import prefix_successor
+from lakefs_core.repos.staging_writes import Condition, Settle, check_new_path
 
 MAX_LIST_AMOUNT = 10_000
 # small bodies written per BlockStore.put_batch call by upload_many: progress is reported per window,
@@ -201,14 +202,6 @@ def _relative(repo: Repository, stat: ObjectStat) -> str | None:
         return None
 
 
-def prefix_successor(prefix: bytes) -> bytes | None:
-    """The smallest key greater than every key starting with ``prefix`` (None: no such key)."""
-    stripped = prefix.rstrip(b"\xff")
-    if not stripped:
-        return None
-    return stripped[:-1] + bytes([stripped[-1] + 1])
-
-
 class Objects:
     """Object operations of a :class:`~lakefs_core.repos.graveler.Graveler` (or of its context)."""
 
@@ -231,7 +224,13 @@ class Objects:
         content_type: str | None = None,
         metadata: Mapping[str, str] | None = None,
         force: bool = False,
+        condition: Condition | None = None,
     ) -> ObjectStat:
+        """Store ``body`` at a fresh address and stage its entry for ``path`` (see the module
+        docstring); with ``condition``, only if it holds for the path's current entry when the
+        entry is staged, in the same atomic KV step (``If-None-Match: *``, ``If-Match``: see
+        :mod:`~lakefs_core.repos.staging_writes`; a refused upload stages nothing, and its bytes
+        are left to the journal's reconciler or GC as a failed upload's are)."""
         key = _new_path_bytes(path)
         repo = await self.ctx.repository(repo_id)
         self.ctx.writable(repo, force)
@@ -250,7 +249,9 @@ class Objects:
         if journal is not None and intent is not None:
             what = f"upload of {path[:200]!r} to branch {branch!r}"
             settle = journal.settle_single(intent, self.ctx.clock(), what)
-        await staging_writes.stage_entry(self.ctx, repo_id, branch, record, force=force, settle=settle)
+        await staging_writes.stage_entry(
+            self.ctx, repo_id, branch, record, force=force, settle=settle, condition=condition
+        )
         return stat
 
     async def upload_many(
@@ -396,12 +397,14 @@ class Objects:
         content_type: str | None = None,
         metadata: Mapping[str, str] | None = None,
         force: bool = False,
+        condition: Condition | None = None,
     ) -> ObjectStat:
         """Stage ``path`` on ``branch`` for the object a client wrote at an address from
         :meth:`stage_address` (lakeFS's link): only a pending intent issued for this branch and path
         is accepted, the object must be there with ``size`` bytes (its ETag is the store's), and
         the entry is staged in the same conditional KV step that settles the intent (as
-        :meth:`upload` does; an intent the reconciler claimed first stages nothing)."""
+        :meth:`upload` does; an intent the reconciler claimed first stages nothing), only if
+        ``condition`` holds when given (as :meth:`upload`)."""
         key = _new_path_bytes(path)
         repo = await self.ctx.repository(repo_id)
         self.ctx.writable(repo, force)
@@ -424,7 +427,9 @@ class Objects:
         settle = journal.settle_single(
             intent, self.ctx.clock(), f"link of {path[:200]!r} to branch {branch!r}"
         )
-        await staging_writes.stage_entry(self.ctx, repo_id, branch, record, force=force, settle=settle)
+        await staging_writes.stage_entry(
+            self.ctx, repo_id, branch, record, force=force, settle=settle, condition=condition
+        )
         return stat
 
     async def presign_read(self, repo_id: str, stat: ObjectStat, *, expires_seconds: int) -> str | None:
@@ -610,34 +615,31 @@ class Objects:
         last = encode_utf8(after, "after")
         repo = await self.ctx.repository(repo_id)
         resolved = await self.ctx.resolve(repo, ref)  # once: every re-seek below reads one snapshot
+        if last:
+            start = last + b"\x00"
         if delim and last.endswith(delim) and last.startswith(pfx) and len(last) > len(pfx):
             # The cursor is a common prefix from the previous page: continue after all of it.
             successor = prefix_successor(last)
             if successor is None:
                 return ListPage([], [], False, "")
             start = successor
-        while True:
-            restart: bytes | None = None
-            async for record in reading.list_resolved(
-                self.ctx, repo, resolved, prefix=pfx, after=last, start=start
-            ):
-                if len(objects) + len(prefixes) == amount:
-                    return ListPage(objects, prefixes, True, last.decode("utf-8", "backslashreplace"))
-                cut = record.key.find(delim, len(pfx)) if delim else -1
-                if cut < 0:
-                    objects.append(ObjectStat.from_record(record))
-                    last = record.key
-                    continue
-                common = record.key[: cut + len(delim)]
-                prefixes.append(common.decode("utf-8", "backslashreplace"))
-                last = common
-                restart = prefix_successor(common)
+        cursor = await reading.entry_cursor(self.ctx, repo, resolved, prefix=pfx, start=start)
+        while (record := await cursor.next()) is not None:
+            if len(objects) + len(prefixes) == amount:
+                return ListPage(objects, prefixes, True, last.decode("utf-8", "backslashreplace"))
+            cut = record.key.find(delim, len(pfx)) if delim else -1
+            if cut < 0:
+                objects.append(ObjectStat.from_record(record))
+                last = record.key
+                continue
+            common = record.key[: cut + len(delim)]
+            prefixes.append(common.decode("utf-8", "backslashreplace"))
+            last = common
+            successor = prefix_successor(common)
+            if successor is None:
                 break
-            else:
-                return ListPage(objects, prefixes, False, "")
-            if restart is None:
-                return ListPage(objects, prefixes, False, "")
-            start = restart
+            cursor.seek_ge(successor)  # past every key under the common prefix
+        return ListPage(objects, prefixes, False, "")
 
 
 async def _answer(lookup: asyncio.Future[str | None]) -> str | None:

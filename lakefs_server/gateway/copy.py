@@ -67,7 +67,7 @@ async def copy_object(call: S3Call) -> web.StreamResponse:
         content_type, metadata = stat.content_type or None, dict(stat.metadata)
     else:
         content_type, metadata = call.signed.header("content-type"), user_metadata(call)
-    await check_write_conditions(call)
+    condition = await check_write_conditions(call)
 
     async def body() -> AsyncIterator[bytes]:
         try:
@@ -79,7 +79,13 @@ async def copy_object(call: S3Call) -> web.StreamResponse:
             raise S3Error("NoSuchVersion", "the source's data is missing from the store") from None
 
     copied = await call.ctx.objects.upload(
-        call.repo, call.ref, call.path, body(), content_type=content_type, metadata=metadata or None
+        call.repo,
+        call.ref,
+        call.path,
+        body(),
+        content_type=content_type,
+        metadata=metadata or None,
+        condition=condition,
     )
     result = [
         element("LastModified", iso8601(copied.last_modified)),

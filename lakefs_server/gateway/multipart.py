@@ -259,7 +259,7 @@ async def complete(call: S3Call) -> web.StreamResponse:
     upload_id = _upload_id(call)
     upload = await _upload(call, upload_id)
     parts = await _requested_parts(call, upload_id)
-    await check_write_conditions(call)
+    condition = await check_write_conditions(call)
     ns, store = await _store(call, upload.namespace)
     response = web.StreamResponse(status=200, headers={"Content-Type": "application/xml"})
     response.headers["x-amz-request-id"] = call.request_id
@@ -273,6 +273,7 @@ async def complete(call: S3Call) -> web.StreamResponse:
             _concatenated(store, ns, parts),
             content_type=upload.content_type,
             metadata=upload.metadata or None,
+            condition=condition,
         )
     )
     try:

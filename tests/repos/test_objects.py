@@ -5,7 +5,6 @@ from __future__ import annotations
 import hashlib
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta, timezone
-from typing import Any
 
 import pytest
 from hypothesis import given, settings
@@ -15,6 +14,7 @@ from lakefs_core.block.base import ObjectInfo
 from lakefs_core.errors import BadInputError, NotFoundError
 from lakefs_core.format.records import ValueRecord
 from lakefs_core.namespace import StorageNamespace
+from lakefs_core.refs.staging import FIRST_PAGE, StagedCursor
 from lakefs_core.repos import reading
 from lakefs_core.repos.graveler import Graveler
 from lakefs_core.repos.objects import ListPage, Objects, ObjectStat, new_entry, prefix_successor
@@ -256,19 +256,30 @@ async def test_list_delimiter_skips_prefixes_without_reading_them(
         await g.set_entry(repo, "main", record(f"big/{i:04d}x"))
     await g.set_entry(repo, "main", record("tail"))
     yielded = 0
-    list_resolved = reading.list_resolved
+    next_entry = reading.EntryCursor.next
+    staged_rows = 0
+    staged_read = StagedCursor._read
 
-    async def counting(*args: Any, **kwargs: Any) -> AsyncIterator[ValueRecord]:
-        """Counts the entries the listing reads (Objects lists through reading.list_resolved)."""
+    async def counting(self: reading.EntryCursor) -> ValueRecord | None:
+        """Counts the entries the listing reads (Objects lists through reading.EntryCursor)."""
         nonlocal yielded
-        async for r in list_resolved(*args, **kwargs):
-            yielded += 1
-            yield r
+        found = await next_entry(self)
+        yielded += found is not None
+        return found
 
-    monkeypatch.setattr(reading, "list_resolved", counting)
+    async def counting_rows(self: StagedCursor) -> None:
+        """Counts the KV rows the staging cursor reads."""
+        nonlocal staged_rows
+        await staged_read(self)
+        staged_rows += len(self._page)
+
+    monkeypatch.setattr(reading.EntryCursor, "next", counting)
+    monkeypatch.setattr(StagedCursor, "_read", counting_rows)
     page = await Objects(g).list(repo, "main", delimiter="/")
     assert page.common_prefixes == ["big/"] and [o.path for o in page.objects] == ["tail"]
     assert 0 < yielded <= 3
+    # a small first page, then a seek past big/ (not a page of 1,000 of its 300 staged keys)
+    assert 0 < staged_rows <= 2 * FIRST_PAGE
 
 
 async def test_list_on_a_branch_with_tombstones_across_pages(
