@@ -52,7 +52,13 @@ from lakefs_core.block.base import BlockStore, ObjectInfo, PutItem
 from lakefs_core.errors import BadInputError, LakeFSError, NotFoundError, PurgedError, encode_utf8
 from lakefs_core.faults import fault_point
 from lakefs_core.format.proto import catalog_pb2
-from lakefs_core.format.records import ADDRESS_RELATIVE, ValueRecord, decode_entry, make_entry
+from lakefs_core.format.records import (
+    ADDRESS_RELATIVE,
+    ValueRecord,
+    decode_entry,
+    entry_last_modified,
+    make_entry,
+)
 from lakefs_core.keys import SliceAllocator
 from lakefs_core.namespace import StorageNamespace
 from lakefs_core.refs.model import Repository
@@ -111,15 +117,16 @@ class ObjectStat:
         return cls(
             path=record.key.decode("utf-8", "backslashreplace"),
             physical_address=entry.address,
-            address_type=catalog_pb2.Entry.AddressType.Name(entry.address_type),
+            address_type=_ADDRESS_TYPE_NAMES[entry.address_type],  # checked by decode_entry
             size=entry.size,
             etag=entry.e_tag,
             content_type=entry.content_type,
-            metadata=dict(entry.metadata),
-            last_modified=(
-                entry.last_modified.ToDatetime(tzinfo=UTC) if entry.HasField("last_modified") else None
-            ),
+            metadata=dict(entry.metadata) if entry.metadata else {},
+            last_modified=entry_last_modified(entry),
         )
+
+
+_ADDRESS_TYPE_NAMES = {number: name for name, number in catalog_pb2.Entry.AddressType.items()}
 
 
 @dataclass(frozen=True)
