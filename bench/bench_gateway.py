@@ -317,28 +317,23 @@ def main() -> None:
             figures[which] = {"put_1k_per_s": put, "get_1k_per_s": get, "list_keys_per_s": every,
                               "list_delimited_s": delimited, **big}  # fmt: skip
         ours, theirs = figures["ours"], figures["rclone"]
+        common = {
+            "machine": machine(),
+            "args": vars(args),
+            "ours": ours,
+            "rclone": theirs,
+            "ratio_put_1k": ours["put_1k_per_s"] / theirs["put_1k_per_s"],
+            "ratio_get_1k": ours["get_1k_per_s"] / theirs["get_1k_per_s"],
+            "ratio_list_every_key": ours["list_keys_per_s"] / theirs["list_keys_per_s"],
+            "ratio_list_delimited": theirs["list_delimited_s"] / ours["list_delimited_s"],
+        }
         if args.only == "listing":
-            report(
-                "gateway-listing",
-                machine=machine(),
-                args=vars(args),
-                ours=ours,
-                rclone=theirs,
-                ratio_list_every_key=ours["list_keys_per_s"] / theirs["list_keys_per_s"],
-                ratio_list_delimited=theirs["list_delimited_s"] / ours["list_delimited_s"],
-            )
+            report("gateway-listing", **common)
             return
         verify = verification_cpu(args.big_mib)
         report(
             "gateway",
-            machine=machine(),
-            args=vars(args),
-            ours=ours,
-            rclone=theirs,
-            ratio_put_1k=ours["put_1k_per_s"] / theirs["put_1k_per_s"],
-            ratio_get_1k=ours["get_1k_per_s"] / theirs["get_1k_per_s"],
-            ratio_list_every_key=ours["list_keys_per_s"] / theirs["list_keys_per_s"],
-            ratio_list_delimited=theirs["list_delimited_s"] / ours["list_delimited_s"],
+            **common,
             ratio_big_put=ours["put_mb_s"] / theirs["put_mb_s"],
             ratio_big_get=ours["get_mb_s"] / theirs["get_mb_s"],
             verification_cpu_s=verify,

@@ -453,6 +453,19 @@ class Objects:
             return None
         return str(await presign(key, method="GET", expires_seconds=expires_seconds))
 
+    async def check_condition(self, repo_id: str, branch: str, path: str, condition: Condition) -> None:
+        """Apply a write's ``condition`` to the path's current entry on ``branch`` now (a refusal
+        before any byte is stored; the upload checks it again atomically with its staging)."""
+        try:
+            current: ValueRecord | None = await reading.get_entry(
+                self.ctx, repo_id, branch, _path_bytes(path)
+            )
+        except NotFoundError as e:
+            if type(e) is not NotFoundError:  # (a purged object's entry is an entry)
+                raise
+            current = None  # no entry (or no branch, which the upload then answers)
+        condition(current)
+
     async def stat(self, repo_id: str, ref: str, path: str) -> ObjectStat:
         """The object's entry; :class:`PurgedError` when an audited purge destroyed (or is
         destroying) its object."""

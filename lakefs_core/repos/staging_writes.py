@@ -299,12 +299,7 @@ async def _stage_conditional(
     with exhausted_as(f"branch {branch_id!r}: {key!r} kept changing during a conditional write"):
         async for attempt in cas_retrying(ctx.settings):
             with attempt:
-                branch, raw = await _branch_and_raw(ctx, repo, branch_id)
-                live = kvkeys.staging_partition(branch.staging_token)
-                try:
-                    live_raw: bytes | None = await ctx.kv.get(live, key)
-                except NotFoundError:
-                    live_raw = None
+                branch, raw, live, live_raw = await _branch_and_live(ctx, repo, branch_id, key)
                 if live_raw is None:
                     current = await reading.unstaged_entry(ctx, repo, branch, key)
                 else:
@@ -341,6 +336,19 @@ async def _stage_conditional(
     if refused is not None:
         raise refused
     ctx.write_cache.keep_live_token(repo, branch_id, branch.staging_token, time.monotonic())
+
+
+async def _branch_and_live(
+    ctx: RepoContext, repo: Repository, branch_id: str, key: bytes
+) -> tuple[Branch, bytes, bytes, bytes | None]:
+    """The branch (and its raw record), its live token's partition and what that token stages
+    for ``key`` (None: nothing): what a compare-and-swap of ``key`` expects."""
+    branch, raw = await _branch_and_raw(ctx, repo, branch_id)
+    live = kvkeys.staging_partition(branch.staging_token)
+    try:
+        return branch, raw, live, await ctx.kv.get(live, key)
+    except NotFoundError:
+        return branch, raw, live, None
 
 
 async def _landed(ctx: RepoContext, live: bytes, key: bytes, value: bytes, settle: Settle | None) -> bool:
@@ -434,12 +442,7 @@ async def restage_if_unchanged(
     with exhausted_as(f"branch {branch_id!r}: {key!r} kept changing during an update"):
         async for attempt in cas_retrying(ctx.settings):
             with attempt:
-                branch, raw = await _branch_and_raw(ctx, repo, branch_id)
-                live = kvkeys.staging_partition(branch.staging_token)
-                try:
-                    live_raw: bytes | None = await ctx.kv.get(live, key)
-                except NotFoundError:
-                    live_raw = None
+                branch, raw, live, live_raw = await _branch_and_live(ctx, repo, branch_id, key)
                 current = await reading.entry(ctx, repo, branch_id, key)
                 made = change(current)
                 encoded = encode_staged_entry(made)

@@ -32,7 +32,7 @@ from aiohttp import web
 
 from lakefs_core.auth.payload import body_verifier
 from lakefs_core.auth.s3perms import S3Operation
-from lakefs_core.errors import NotFoundError, encode_utf8
+from lakefs_core.errors import NotFoundError
 from lakefs_core.format.records import ValueRecord
 from lakefs_core.offloop import run_cpu
 from lakefs_core.repos.objects import ObjectStat
@@ -267,15 +267,7 @@ async def check_write_conditions(call: S3Call) -> Condition | None:
     if if_none is not None and if_none.strip() != "*":
         raise S3Error("NotImplemented", "If-None-Match on a write supports '*' only")
     condition = _write_condition(if_none, if_match)
-    try:
-        current: ValueRecord | None = await call.ctx.graveler.get_entry(
-            call.repo, call.ref, encode_utf8(call.path, "path")
-        )
-    except NotFoundError as e:
-        if type(e) is not NotFoundError:
-            raise
-        current = None
-    condition(current)
+    await call.ctx.objects.check_condition(call.repo, call.ref, call.path, condition)
     return condition
 
 

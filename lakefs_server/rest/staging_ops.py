@@ -26,7 +26,7 @@ from aiohttp import web
 from pydantic import Field
 
 from lakefs_core.auth import permissions as perms
-from lakefs_core.errors import BadInputError, NotFoundError, PreconditionFailedError, encode_utf8
+from lakefs_core.errors import BadInputError, PreconditionFailedError
 from lakefs_core.format.records import ValueRecord
 from lakefs_core.repos.objects import ObjectStat
 from lakefs_core.repos.staging_writes import Condition
@@ -88,15 +88,7 @@ async def preconditions(call: Call, repo_id: str, branch: str, path: str) -> Con
     if none_match is not None and none_match.strip() != "*":
         raise BadInputError("only If-None-Match: * is supported", field="If-None-Match")
     condition = write_condition(none_match, match)
-    try:
-        current: ValueRecord | None = await call.deps.graveler.get_entry(
-            repo_id, branch, encode_utf8(path, "path")
-        )
-    except NotFoundError as e:
-        if type(e) is not NotFoundError:
-            raise
-        current = None
-    condition(current)
+    await call.deps.objects.check_condition(repo_id, branch, path, condition)
     return condition
 
 
