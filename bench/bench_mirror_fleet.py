@@ -16,23 +16,32 @@ Figures (one JSON line each):
   <= 0.2 s CPU at 1,000 mirrors;
 - ``fleet_change_latency``: one repository among them gets a new commit; the wall time of the next
   pass, which promotes it (a change waits at most one poll interval plus this);
-- ``fleet_rss``: the process's resident set after all of it (``VmRSS``, and the peak ``VmHWM``).
+- ``fleet_rss``: the process's resident set after all of it (``VmRSS``, and the peak ``VmHWM``);
+- ``fleet_rss_full_cache``: the same after the presence cache was left as ``--cached-objects``
+  (10k) objects per mirror leave it (:func:`fill_presence`: at its bound of 1M keys), and the idle
+  pass then. The engine keeps nothing else per object: validating a commit streams its ranges, one
+  mirror at a time. Target <= 300 MB.
 
 Run: ``.venv/bin/python -m bench.bench_mirror_fleet [--mirrors 1000] [--objects 10] [--repeat 5]
-[--backend sqlite|postgres]``.
+[--backend sqlite|postgres] [--profile N]`` (``--profile``: cProfile of one more idle pass, its N
+costliest calls on stderr).
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import cProfile
+import pstats
 import statistics
+import sys
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
 from bench.common import machine, report
+from lakefs_core.keys import new_object_id, new_slice_id, relative_address
 from lakefs_core.kv import open_kv
 from lakefs_core.repos.graveler import Graveler
 from lakefs_core.repos.objects import Objects
@@ -40,7 +49,7 @@ from lakefs_core.repos.stores import StoreRegistry
 from lakefs_mirror.db import MirrorsDB
 from lakefs_mirror.engine import EngineSettings, MirrorEngine
 from lakefs_mirror.metrics import MirrorMetrics
-from lakefs_mirror.presence import PresenceCache
+from lakefs_mirror.presence import PresenceCache, namespace_key
 
 
 def rss() -> dict[str, int]:
@@ -68,6 +77,23 @@ async def timed_pass(e: MirrorEngine) -> tuple[float, float, Any]:
     wall, cpu = time.perf_counter(), time.process_time()
     rep = await e.step()
     return time.perf_counter() - wall, time.process_time() - cpu, rep
+
+
+async def fill_presence(dst: Graveler, presence: PresenceCache, args: argparse.Namespace) -> None:
+    """Leave the presence cache as ``--cached-objects`` validated objects per mirror would: those
+    are more keys than it holds (10k x 1,000 = 10M > its 1M bound), so it ends at its bound holding
+    the newest ones, i.e. the last mirrors' keys (``data/<slice>/<object id>``, one slice per 10k
+    objects, ids as lakeFS makes them). Marking only those is the same end state, in seconds instead
+    of the hours that replicating 10M objects took."""
+    budget = min(presence.max_objects, args.mirrors * args.cached_objects)
+    start = args.mirrors - -(-budget // args.cached_objects)
+    for i in range(max(0, start), args.mirrors):
+        repo = await dst.repository(f"repo-{i:05d}-m")
+        ns = namespace_key(repo.storage_namespace, repo.instance_uid)
+        for j in range(args.cached_objects):
+            if j % 10_000 == 0:
+                slice_id = new_slice_id(seq=(j // 10_000) % 1000)
+            presence.mark_present(ns, relative_address(slice_id, new_object_id()))
 
 
 async def run(args: argparse.Namespace, urls: dict[str, str]) -> None:
@@ -105,6 +131,12 @@ async def run(args: argparse.Namespace, urls: dict[str, str]) -> None:
         first_pass_cpu=round(first_cpu, 2),
     )
     idle = [await timed_pass(fleet) for _ in range(args.repeat)]
+    if args.profile:
+        profiler = cProfile.Profile()
+        profiler.enable()
+        await fleet.step()
+        profiler.disable()
+        pstats.Stats(profiler, stream=sys.stderr).sort_stats("cumulative").print_stats(args.profile)
     assert all(r.skipped == args.mirrors and r.mirrors == 0 for _, _, r in idle)
     assert all(r.active for _, _, r in idle)
     visiting = engine(src, dst, db, presence, 0.0)
@@ -139,6 +171,21 @@ async def run(args: argparse.Namespace, urls: dict[str, str]) -> None:
         visited=rep.mirrors,
     )
     report("fleet_rss", backend=args.backend, mirrors=args.mirrors, objects=args.objects, **rss())
+    await fill_presence(dst, presence, args)
+    idle_wall, idle_cpu, rep = await timed_pass(fleet)
+    assert rep.skipped == args.mirrors
+    report(
+        "fleet_rss_full_cache",
+        backend=args.backend,
+        mirrors=args.mirrors,
+        objects_per_mirror=args.cached_objects,
+        cached_objects=presence.present_count,
+        max_objects=presence.max_objects,
+        idle_wall_seconds=round(idle_wall, 3),
+        idle_cpu_seconds=round(idle_cpu, 3),
+        target_mb=300,
+        **rss(),
+    )
     await presence.close()
     await db.close()
     await src.kv.close()
@@ -151,6 +198,10 @@ def main() -> None:
     parser.add_argument("--objects", type=int, default=10)
     parser.add_argument("--repeat", type=int, default=5)
     parser.add_argument("--backend", choices=("sqlite", "postgres"), default="sqlite")
+    parser.add_argument(
+        "--cached-objects", type=int, default=10_000, help="per mirror (fleet_rss_full_cache)"
+    )
+    parser.add_argument("--profile", type=int, default=0, help="print the N costliest calls of one idle pass")
     args = parser.parse_args()
     report("machine", **machine())
     if args.backend == "sqlite":

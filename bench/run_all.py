@@ -16,6 +16,7 @@ BENCHES = {
     "bench.bench_mirror": ["--objects", "300", "--repeat", "3"],
     "bench.bench_mirror_fleet": ["--mirrors", "100", "--objects", "5", "--repeat", "3"],
     "bench.bench_auth": ["--mib", "16", "--repeat", "1"],
+    "bench.bench_copy": ["--objects", "2", "--mib", "4"],
 }
 
 

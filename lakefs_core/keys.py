@@ -13,7 +13,8 @@ joins them to the namespace's prefix in its store (``<ns>`` below; keys never st
 - lakeFS's GC rules ``<ns>/_lakefs/retention/gc/rules/config.json`` (:data:`GC_RULES_PATH`);
 - GC runs ``<ns>/_lakefs/retention/gc/unified/<run>/...`` (:func:`gc_run_path`, listed under
   :data:`GC_RUNS_DIR`) and their active commits ``<ns>/_lakefs/retention/gc/commits/run_id=<run>/commits.csv``
-  (:func:`gc_commits_path`); run ids come from :func:`new_run_id`.
+  (:func:`gc_commits_path`); run ids come from a :class:`RunIds` (one per clock; :func:`new_run_id`
+  is the wall clock's).
 
 :class:`AddressType` says how an entry's address is read (RELATIVE, FULL, the deprecated by-prefix).
 
@@ -270,8 +271,6 @@ _SLICE_ID = re.compile(r"[0-9a-v]{10}")
 _OBJECT_ID = re.compile(r"[0-9a-v]{26}")
 # Ours (new_run_id) and lakeFS's (UUIDs); a run id arrives in API paths, so it is checked before use.
 _RUN_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
-_run_id_lock = threading.Lock()
-_last_run_ms = [0]  # the newest run id's milliseconds in this process (under the lock)
 
 
 def slice_hour(slice_id: str) -> datetime:
@@ -303,21 +302,37 @@ def check_run_id(run_id: object) -> str:
     return run_id
 
 
-def new_run_id(now: datetime | None = None) -> str:
-    """A fresh GC run id: ``YYYYMMDDTHHMMSSmmmZ-<16 hex>`` (UTC, milliseconds, 64 random bits).
+class RunIds:
+    """A source of GC run ids: ``YYYYMMDDTHHMMSSmmmZ-<16 hex>`` (UTC, milliseconds, 64 random bits).
 
-    Ids sort by creation time (fixed width); within this process they strictly increase even when the
-    clock stands still or steps back (the millisecond part then moves one past the previous id's).
+    Ids sort by creation time (fixed width); from one source they strictly increase even when the
+    clock given stands still or steps back (the millisecond part then moves one past the previous
+    id's). Each clock has its own source (``lakefs_gc.clock.RunClock``: one per base clock and
+    offset), so a clock far from the wall clock (an offset, a test's) never drags the ids of another
+    clock along.
     """
-    if now is None:
-        now = datetime.now(UTC)
-    if not isinstance(now, datetime) or now.tzinfo is None or now.utcoffset() is None:
-        raise BadInputError("must be a timezone-aware datetime", field="now")
-    with _run_id_lock:
-        ms = max(int(now.timestamp() * 1000), _last_run_ms[0] + 1)
-        _last_run_ms[0] = ms
-    at = datetime.fromtimestamp(ms / 1000, UTC)
-    return f"{at:%Y%m%dT%H%M%S}{ms % 1000:03d}Z-{os.urandom(8).hex()}"
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._last_ms = 0  # the newest id's milliseconds (under the lock)
+
+    def new(self, now: datetime) -> str:
+        if not isinstance(now, datetime) or now.tzinfo is None or now.utcoffset() is None:
+            raise BadInputError("must be a timezone-aware datetime", field="now")
+        with self._lock:
+            ms = max(int(now.timestamp() * 1000), self._last_ms + 1)
+            self._last_ms = ms
+        at = datetime.fromtimestamp(ms / 1000, UTC)
+        return f"{at:%Y%m%dT%H%M%S}{ms % 1000:03d}Z-{os.urandom(8).hex()}"
+
+
+_wall_run_ids = RunIds()
+
+
+def new_run_id(now: datetime | None = None) -> str:
+    """A fresh GC run id from this process's default :class:`RunIds` (``now``: default the wall
+    clock). GC itself mints ids from its run clock (``lakefs_gc.clock.RunClock.new_run_id``)."""
+    return _wall_run_ids.new(datetime.now(UTC) if now is None else now)
 
 
 GC_RULES_PATH = f"{GC_DIR}/rules/config.json"

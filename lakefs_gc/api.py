@@ -38,7 +38,6 @@ from lakefs_core.repos.graveler import (
     Repository,
     StorageNamespace,
     check_run_id,
-    new_run_id,
     validate_repo_id,
 )
 from lakefs_core.service.http import (
@@ -51,6 +50,7 @@ from lakefs_core.service.http import (
     parse_model,
 )
 from lakefs_gc import api_models as m
+from lakefs_gc.clock import RunClock
 from lakefs_gc.config import GCConfig
 from lakefs_gc.metrics import GCMetrics
 from lakefs_gc.rules import delete_rules, load_rules, parse_rules_json, save_rules
@@ -93,7 +93,8 @@ class GCServiceView(Protocol):
 
     def now(self) -> datetime: ...
 
-    def retention_now(self) -> datetime | None: ...
+    @property
+    def clock(self) -> RunClock: ...
 
     def request_run(self, request: RunRequest) -> RunProgress: ...
 
@@ -210,13 +211,12 @@ async def create_run(request: web.Request) -> web.Response:
     else:
         if body.mark_id is not None:
             raise BadInputError("only a sweep names a mark", field="mark_id")
-        run_id = new_run_id()
+        run_id = svc.clock.new_run_id()
     min_age = body.min_age_seconds if body.min_age_seconds is not None else schedule.min_age_seconds
     run = RunRequest(
         repository=repo.id,
         mode=body.mode,
         run_id=run_id,
-        now=svc.retention_now(),
         dry_run=body.dry_run,
         min_age=timedelta(seconds=min_age),
         tags=body.tags or schedule.tags,

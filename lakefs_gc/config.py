@@ -43,7 +43,7 @@ the repositories of one region's core. Keys::
     poll_interval_seconds: 30         # how often the daemon looks for due work
     pass_timeout_seconds: 900         # a scheduling pass longer than this is hung (runs are not passes)
     workdir: null                     # private scratch directory (spills, the Spark child's files)
-    clock_offset_seconds: 0           # retention 'now' = the clock + this (demos and tests only)
+    clock_offset_seconds: 0           # every time of a run = the clock + this (demos and tests only)
     log_level: INFO
 
 Validation reports every problem at once (:class:`~lakefs_core.errors.ConfigError`, exit 9), each
@@ -67,6 +67,7 @@ from lakefs_core.config import ConfigReport, Problem, StrictModel, inspect_confi
 from lakefs_core.repos.journal import MIN_PENDING_TIMEOUT_SECONDS
 from lakefs_core.service.config import DaemonConfig, NonNegativeSeconds, PositiveSeconds, SqlUrl
 from lakefs_core.settings import CoreSettings, path_problems
+from lakefs_gc.clock import MAX_OFFSET_SECONDS
 
 __all__ = [
     "ENV_PREFIX",
@@ -181,7 +182,9 @@ class GCConfig(DaemonConfig):
     lease_ttl_seconds: PositiveSeconds = 120.0
     poll_interval_seconds: PositiveSeconds = 30.0
     workdir: Path | None = None
-    clock_offset_seconds: float = 0.0
+    clock_offset_seconds: float = Field(
+        default=0.0, ge=-MAX_OFFSET_SECONDS, le=MAX_OFFSET_SECONDS, allow_inf_nan=False
+    )
 
     @field_validator("core")
     @classmethod

@@ -82,10 +82,11 @@ class ReconcileOptions:
     max_intents: int = 100_000  # bounded work per pass
     staged_backoff_seconds: float = 600.0  # still-staged intents re-checked later (doubling, capped)
     dry_run: bool = False
-    now: datetime | None = None  # None: graveler.clock()
+    now: datetime | None = None  # fixed for the pass; None: ``clock``
     staged_backoff_cap_seconds: float = 6 * 3600.0
     clock_skew_seconds: float = DEFAULT_CLOCK_SKEW_SECONDS
     concurrency: int = 16  # intents decided at once (each decision is a few KV point reads)
+    clock: Callable[[], datetime] | None = None  # the GC run clock; None: graveler.clock
 
     def __post_init__(self) -> None:
         for name in ("grace_seconds", "pending_timeout_seconds", "staged_backoff_seconds"):
@@ -169,7 +170,8 @@ class _Pass:
         self.fixed_now = options.now
 
     def now(self) -> datetime:
-        return self.fixed_now or self.journal.now()
+        clock = self.options.clock or self.journal.now
+        return self.fixed_now or clock()
 
     async def decide(self, intent: Intent) -> Decision:
         o = self.options
@@ -443,7 +445,8 @@ async def reconcile_deleted_repositories(
 ) -> list[ReconcileReport]:
     """Purge the namespaces deleted repositories left, once due and unclaimed (module docstring).
     ``deleter_for(ns)`` makes the deleter of a namespace; ``None`` counts only (a dry run)."""
-    at = (options.now or graveler.clock()).timestamp()
+    clock = options.clock or graveler.clock
+    at = (options.now or clock()).timestamp()
     records = [r async for r in graveler.deleted_repositories()]  # forgotten while iterating
     reports: list[ReconcileReport] = []
     for record in records:

@@ -16,6 +16,7 @@ from typing import Any, Literal
 
 from lakefs_core.errors import BadInputError, CorruptDataError
 from lakefs_core.repos.graveler import Graveler, StorageNamespace
+from lakefs_gc.clock import RunClock
 from lakefs_gc.pins import PinSource, pinned_now
 from lakefs_gc.runs.layout import RunLayout
 from lakefs_gc.runs.reports import Summary, iso_instant, read_summary
@@ -48,6 +49,8 @@ class CoreRunExecutor:
     (:func:`lakefs_core.compute.child.run_spark_job`), which reads the core's settings from a private
     (0600) file written for it under ``workdir`` (its secrets never travel as job arguments).
     ``pins`` (mirror heads) are read by the daemon and passed to the child as commit ids.
+    ``clock`` is the run clock (default: the Graveler's, no offset): the mark and the sweep take
+    their times and run ids from it; a child gets its offset (and an explicit ``now``, if any).
     """
 
     core_settings: Any  # lakefs_core.settings.CoreSettings
@@ -59,6 +62,7 @@ class CoreRunExecutor:
     pins: PinSource | None = None
     workdir: Path | None = None
     job_timeout: float = 6 * 3600.0
+    clock: RunClock | None = None
 
     async def __call__(self, graveler: Graveler, request: RunRequest, progress: RunProgress) -> RunResult:
         result = RunResult(request.run_id)
@@ -69,6 +73,9 @@ class CoreRunExecutor:
             progress.phase = "sweep"
             await self._sweep(graveler, request, result)
         return result
+
+    def _clock(self, graveler: Graveler) -> RunClock:
+        return self.clock or RunClock(graveler.clock)
 
     async def _mark(self, graveler: Graveler, request: RunRequest, result: RunResult) -> None:
         if self.submit:
@@ -102,6 +109,7 @@ class CoreRunExecutor:
             run_id=request.run_id,
             partitions=self.partitions,
             workdir=self.workdir,
+            clock=self._clock(graveler),
         )
         try:
             marked = await run_mark(graveler, request.repository, executor, options=options, pins=self.pins)
@@ -125,8 +133,10 @@ class CoreRunExecutor:
             "mode": _mark_mode(request),
             "run_id": request.run_id,
             "pins": pins,
-            "now": iso_instant(request.now or graveler.clock()),
+            "clock_offset_seconds": self._clock(graveler).offset_seconds,
         }
+        if request.now is not None:
+            args["now"] = iso_instant(request.now)
         if self.partitions is not None:
             args["partitions"] = self.partitions
         if self.workdir is not None:
@@ -167,7 +177,7 @@ class CoreRunExecutor:
             request.repository,
             request.run_id,
             deleter=None if request.dry_run else store_deleter(store),
-            options=SweepOptions(dry_run=request.dry_run, workdir=self.workdir),
+            options=SweepOptions(dry_run=request.dry_run, workdir=self.workdir, clock=self._clock(graveler)),
             pins=self.pins,
         )
         result.sweep = report.model_dump(mode="json")

@@ -24,8 +24,12 @@ Contract:
 - **Unfinished purges**: every ``hard_delete.interval_seconds`` each repository's audited purges
   still ``deleting`` ``hard_delete.grace_seconds`` after their record was written (the purging
   process died) are completed, a bounded number per check (:meth:`GCService._maybe_finish_purges`).
-- Retention ``now`` is the core's clock plus ``clock_offset_seconds`` (demos show retention in
-  seconds with it); it is written into each run's ``run.json``.
+- **One clock** (:class:`~lakefs_gc.clock.RunClock`): the core's clock plus ``clock_offset_seconds``
+  (demos show retention in seconds with it) is the time of everything a run records (retention
+  ``now``, run ids, ``run.json``, ``summary.json``, the run record, ``sweep.json``), of the schedule
+  (compared with those times), of the API's run states and of ``last_success``. Leases are judged
+  on the real clock (other processes do not share the offset); the intervals between this
+  daemon's own checks are monotonic.
 """
 
 from __future__ import annotations
@@ -47,12 +51,13 @@ from aiohttp import web
 
 from lakefs_core.errors import ConflictError, LakeFSError, StartupError, TamperedError
 from lakefs_core.fileperm import make_private_dir
-from lakefs_core.repos.graveler import Graveler, Repository, StorageNamespace, new_run_id
+from lakefs_core.repos.graveler import Graveler, Repository, StorageNamespace
 from lakefs_core.repos.namespace_claims import NamespaceIndex
 from lakefs_core.service.daemon import DaemonLoop
 from lakefs_core.service.http import serve_api
 from lakefs_core.service.lease import kv_lease
 from lakefs_core.wiring import Core, open_core
+from lakefs_gc.clock import RunClock
 from lakefs_gc.config import GCConfig, config_startup_problems
 from lakefs_gc.metrics import GCMetrics
 from lakefs_gc.pins import PinSource
@@ -88,8 +93,8 @@ class PassReport:
 class RepoState:
     """What this daemon remembers of one repository between passes."""
 
-    next_run: float | None = None  # epoch seconds; None: read the namespace to decide
-    next_reconcile: float = 0.0
+    next_run: float | None = None  # Unix seconds on the run clock; None: read the namespace to decide
+    next_reconcile: float = 0.0  # monotonic seconds (as next_purge_check)
     last_reconcile: Any = None  # lakefs_gc.reconcile.ReconcileReport
     last_reconcile_at: datetime | None = None
     last_reconcile_error: str | None = None
@@ -116,7 +121,8 @@ class GCService:
         self.metrics = metrics or GCMetrics(config.region)
         self.pins = pins
         self._close_pins = close_pins
-        self.executor: RunExecutor = executor or _executor_for(config, pins)
+        self.clock = RunClock(self.graveler.clock, config.clock_offset_seconds)
+        self.executor: RunExecutor = executor or _executor_for(config, pins, self.clock)
         self.registry = RunRegistry()
         # Unique per process: two daemons on one host must never share a lease holder.
         self.holder = f"lakefs-gc@{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:12]}"
@@ -197,12 +203,8 @@ class GCService:
     # -- time --------------------------------------------------------------------------------------
 
     def now(self) -> datetime:
-        """Retention 'now': the core's clock plus ``clock_offset_seconds``."""
-        return self.graveler.clock() + timedelta(seconds=self.config.clock_offset_seconds)
-
-    def retention_now(self) -> datetime | None:
-        """The 'now' a run is given: None (the core's clock at run time) unless the clock is offset."""
-        return self.now() if self.config.clock_offset_seconds else None
+        """The run clock's now: the core's clock plus ``clock_offset_seconds``."""
+        return self.clock.now()
 
     # -- one pass ------------------------------------------------------------------------------
 
@@ -286,24 +288,25 @@ class GCService:
         if not schedule.enabled or repo.id in self._runs or not self._capacity():
             return
         state = self.state(repo.id)
-        if state.next_run is not None and state.next_run > time.time():
+        if state.next_run is not None and state.next_run > self.clock.timestamp():
             return
         # Due by this daemon's memory (or unknown): read the namespace, another daemon may have run
         # it, and a killed run's sweep must be finished first, whatever the interval says.
         last, resumable = await self._newest_runs(repo)
         jitter = schedule.interval_seconds * schedule.jitter_fraction
         if last is None:
-            state.next_run = time.time() + (random.uniform(0, jitter) if state.next_run is None else 0.0)
+            state.next_run = self.clock.timestamp() + (
+                random.uniform(0, jitter) if state.next_run is None else 0.0
+            )
         else:
             state.next_run = last + schedule.interval_seconds + random.uniform(-jitter, jitter)
         if resumable is not None:
             request = RunRequest(repository=repo.id, mode="sweep", run_id=resumable)
-        elif state.next_run <= time.time():
+        elif state.next_run <= self.clock.timestamp():
             request = RunRequest(
                 repository=repo.id,
                 mode=schedule.mode,
-                run_id=new_run_id(),
-                now=self.retention_now(),
+                run_id=self.clock.new_run_id(),
                 min_age=timedelta(seconds=schedule.min_age_seconds),
                 tags=schedule.tags,
             )
@@ -417,7 +420,7 @@ class GCService:
         if result.sweep is not None:
             m.runs.labels(repo_id, "sweep", "success").inc()
         m.runs.labels(repo_id, "run", "success").inc()
-        m.last_success.labels(repo_id).set(time.time())
+        m.last_success.labels(repo_id).set(self.clock.timestamp())
         self.registry.finished(progress, self.now(), None)
         log.info("GC run %s of %s finished: %d marked, %d deleted, %d rescued", request.run_id, repo_id,
                  result.marked, result.deleted, result.rescued)  # fmt: skip
@@ -496,9 +499,9 @@ class GCService:
         state = self.state(repo_id)
         if not hd.enabled or repo_id in self._reconciles or repo_id in self._runs:
             return
-        if state.next_reconcile > time.time():
+        if state.next_reconcile > time.monotonic():
             return
-        state.next_reconcile = time.time() + hd.interval_seconds
+        state.next_reconcile = time.monotonic() + hd.interval_seconds
         task = asyncio.create_task(self._reconcile(repo_id), name=f"gc-reconcile-{repo_id}")
         self._reconciles[repo_id] = task
         task.add_done_callback(self._forget_task(self._reconciles, repo_id))
@@ -530,9 +533,9 @@ class GCService:
         """Once per reconciliation interval: the namespaces deleted repositories left (their
         ``data/`` purged after the grace when no repository claims them), under one global lease."""
         hd = self.config.hard_delete
-        if not hd.enabled or DELETED_REPOS in self._reconciles or self._next_deleted_pass > time.time():
+        if not hd.enabled or DELETED_REPOS in self._reconciles or self._next_deleted_pass > time.monotonic():
             return
-        self._next_deleted_pass = time.time() + hd.interval_seconds
+        self._next_deleted_pass = time.monotonic() + hd.interval_seconds
         task = asyncio.create_task(self._purge_deleted(), name="gc-deleted-repositories")
         self._reconciles[DELETED_REPOS] = task
         task.add_done_callback(self._forget_task(self._reconciles, DELETED_REPOS))
@@ -547,7 +550,7 @@ class GCService:
         async def deleter_for(ns: StorageNamespace) -> Any:
             return store_deleter(await self.graveler.namespace_store(ns))
 
-        options = ReconcileOptions(grace_seconds=hd.grace_seconds, now=self.retention_now())
+        options = ReconcileOptions(grace_seconds=hd.grace_seconds, clock=self.clock)
         try:
             async with self.holding(DELETED_REPOS):
                 reports = await reconcile_deleted_repositories(
@@ -576,9 +579,9 @@ class GCService:
         once delete the same objects and settle it once (compare-and-swap)."""
         key = f"purges:{repo.id}"  # never a repository id (they have no ':')
         state = self.state(repo.id)
-        if key in self._reconciles or state.next_purge_check > time.time() or self._closed:
+        if key in self._reconciles or state.next_purge_check > time.monotonic() or self._closed:
             return
-        state.next_purge_check = time.time() + self.config.hard_delete.interval_seconds
+        state.next_purge_check = time.monotonic() + self.config.hard_delete.interval_seconds
         task = asyncio.create_task(self._finish_purges(repo.id), name=f"gc-purges-{repo.id}")
         self._reconciles[key] = task
         task.add_done_callback(self._forget_task(self._reconciles, key))
@@ -609,7 +612,7 @@ class GCService:
             grace_seconds=hd.grace_seconds,
             pending_timeout_seconds=hd.pending_timeout_seconds,
             max_intents=hd.max_intents_per_pass,
-            now=self.retention_now(),
+            clock=self.clock,
         )
         return await reconcile_repository(
             self.graveler,
@@ -631,7 +634,7 @@ class GCService:
             return index
 
 
-def _executor_for(config: GCConfig, pins: PinSource | None) -> CoreRunExecutor:
+def _executor_for(config: GCConfig, pins: PinSource | None, clock: RunClock) -> CoreRunExecutor:
     spark = config.spark
     return CoreRunExecutor(
         core_settings=config.core,
@@ -643,6 +646,7 @@ def _executor_for(config: GCConfig, pins: PinSource | None) -> CoreRunExecutor:
         pins=pins,
         workdir=config.workdir,
         job_timeout=spark.job_timeout_seconds,
+        clock=clock,
     )
 
 

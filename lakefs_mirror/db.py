@@ -197,6 +197,9 @@ class MirrorsDB:
         self._dialect = engine.dialect.name
         self._display = engine.url.render_as_string(hide_password=True)
         self._closed = False
+        # mirrors_for_region's rows as last decoded: a row unchanged since (the common case, every
+        # pass of a daemon) is not decoded again (JSON filter, three timestamps per mirror)
+        self._decoded: dict[tuple[object, ...], Mirror] = {}
 
     @classmethod
     async def open(
@@ -430,10 +433,14 @@ class MirrorsDB:
         promoted = select(p.c.mirror_id).where(p.c.mirror_id == t.c.id).exists()
         stmt = select(t).where(t.c.region == region, ~promoted).order_by(t.c.id)
 
-        async def op(conn: AsyncConnection) -> list[Mirror]:
-            return [mirror_from_row(r) for r in (await conn.execute(stmt)).mappings().all()]
+        async def op(conn: AsyncConnection) -> list[tuple[object, ...]]:
+            return [tuple(r) for r in (await conn.execute(stmt)).all()]
 
-        return await self._run(op, write=False)
+        rows = await self._run(op, write=False)
+        before, columns = self._decoded, [c.name for c in t.columns]
+        decoded = {r: before.get(r) or mirror_from_row(dict(zip(columns, r, strict=True))) for r in rows}
+        self._decoded = decoded  # only the latest rows: bounded by the mirrors that exist
+        return [decoded[r] for r in rows]
 
     async def mirror_named(self, region: str, name: str) -> Mirror | None:
         """The mirror whose destination repository is ``name`` in ``region``, if any."""

@@ -5,7 +5,10 @@ is one SQLite file both daemons share. The script starts one real ``lakefs-mirro
 creates a mirror with lakeFS's own curl command against the source region's API, switches it to
 ``active`` mode (local directories have no replication of their own), runs a short workload on the
 source (write, commit, change, commit) and waits until the mirror branch has caught up, printing the
-mirror status with curl. No server needs to be started by hand.
+mirror status with curl. Then retention GC on the source (the ``lakefs-gc`` daemon), and lakeFS's
+S3 gateway (``lakefs-server``) on it: the first admin's keys from ``lakefs-core auth setup``, an
+object written and listed with curl's own SigV4 signing, committed, read back by commit id. No
+server needs to be started by hand.
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ import argparse
 import asyncio
 import json
 import os
+import re
 import shlex
 import shutil
 import signal
@@ -101,6 +105,20 @@ def wait_healthy(port: int, proc: subprocess.Popen[bytes], timeout: float = 30) 
     raise SystemExit(f"daemon on port {port} did not become healthy")
 
 
+def start_daemon(
+    root: Path, name: str, module: str, config: Path, procs: list[subprocess.Popen[bytes]]
+) -> None:
+    """``python -m <module> run --config <config>`` in its own session, its log in ``daemon-<name>.log``."""
+    with (root / f"daemon-{name}.log").open("wb") as log:
+        procs.append(
+            subprocess.Popen(
+                [sys.executable, "-m", module, "run", "--config", str(config)],
+                stderr=log,
+                start_new_session=True,
+            )
+        )
+
+
 def region_core(root: Path, region: str) -> CoreSettings:
     """The core settings of ``region`` of the demo (what ``lakefs-core`` with that KV would open)."""
     return CoreSettings(kv_url=SecretStr(f"sqlite:///{root / region / 'kv.sqlite3'}"))
@@ -157,14 +175,7 @@ def tour(root: Path) -> None:
         say("start one lakefs-mirror daemon per region")
         for name, (path, port) in configs.items():
             print(f"$ lakefs-mirror run --config {path.name}   # {name}, API on 127.0.0.1:{port}")
-            with (root / f"daemon-{name}.log").open("wb") as log:
-                procs.append(
-                    subprocess.Popen(
-                        [sys.executable, "-m", "lakefs_mirror", "run", "--config", str(path)],
-                        stderr=log,
-                        start_new_session=True,
-                    )
-                )
+            start_daemon(root, name, "lakefs_mirror", path, procs)
         for (_, port), proc in zip(configs.values(), procs, strict=True):
             wait_healthy(port, proc)
         us = f"http://127.0.0.1:{configs['us-east'][1]}{API}/origin/mirrors"
@@ -193,8 +204,9 @@ def tour(root: Path) -> None:
         print(f"  events/day=3.csv -> {day3}")
 
         gc_tour(root, procs)
+        gateway_tour(root, procs)
     except BaseException:
-        for name in [*configs, "gc"]:
+        for name in [*configs, "gc", "server"]:
             if not (root / f"daemon-{name}.log").exists():
                 continue
             log_text = (root / f"daemon-{name}.log").read_text(errors="replace")
@@ -225,7 +237,8 @@ def write_gc_config(root: Path) -> tuple[Path, int]:
         "access_keys": [{"access_key_id": KEY, "secret_access_key": SECRET}],
         "schedule": {"enabled": False},  # runs only when asked through the API in this demo
         "spark": {"mode": "lite"},  # the same mark functions without a JVM (make demo installs no Spark)
-        # Retention 'now' = the clock + 3 days, so a 1-day retention shows in seconds.
+        # The GC's clock (retention 'now', run ids, run times) = the clock + 3 days, so a 1-day
+        # retention shows in seconds.
         "clock_offset_seconds": GC_CLOCK_OFFSET_DAYS * 86400,
         "poll_interval_seconds": 0.5,
         "workdir": str(root / "gc-work"),
@@ -253,14 +266,7 @@ def gc_tour(root: Path, procs: list[subprocess.Popen[bytes]]) -> None:
     path, port = write_gc_config(root)
     say(f"start the lakefs-gc daemon in us-east (its clock set {GC_CLOCK_OFFSET_DAYS} days ahead)")
     print(f"$ lakefs-gc run --config {path.name}   # API on 127.0.0.1:{port}")
-    with (root / "daemon-gc.log").open("wb") as log:
-        procs.append(
-            subprocess.Popen(
-                [sys.executable, "-m", "lakefs_gc.cli", "run", "--config", str(path)],
-                stderr=log,
-                start_new_session=True,
-            )
-        )
+    start_daemon(root, "gc", "lakefs_gc.cli", path, procs)
     wait_healthy(port, procs[-1])
     base = f"http://127.0.0.1:{port}"
     say("keep 1 day of history on every branch (lakeFS's gc_rules call), then a dry run")
@@ -278,6 +284,66 @@ def gc_tour(root: Path, procs: list[subprocess.Popen[bytes]]) -> None:
     print(json.dumps({"summary": swept["summary"], "sweep": swept["sweep"]}, indent=2))
     paths, day3 = asyncio.run(read_source(root))
     print(f"  the head still reads: {paths}; events/day=3.csv -> {day3}")
+
+
+ENCRYPT = "demo-encryption-secret"  # auth.encrypt.secret_key: secret access keys are encrypted with it
+
+
+def write_server_config(root: Path) -> tuple[Path, Path, int, int]:
+    """``lakefs-core``'s configuration (to set up the first admin) and ``lakefs-server``'s, on the
+    us-east KV store; the S3 port and the admin port."""
+    kv_url = f"sqlite:///{root / 'us-east' / 'kv.sqlite3'}"
+    core = root / "core-us-east.yaml"
+    core.write_text(yaml.safe_dump({"kv_url": kv_url, "auth": {"encrypt": {"secret_key": ENCRYPT}}}))
+    s3_port, admin_port = free_port(), free_port()
+    config = {
+        "core": {"kv_url": kv_url},
+        "auth": {"encrypt": {"secret_key": ENCRYPT}},
+        "gateway": {"listen": f"127.0.0.1:{s3_port}", "region": "us-east-1"},
+        "listen": f"127.0.0.1:{admin_port}",
+    }
+    path = root / "server.yaml"
+    path.write_text(yaml.safe_dump(config, sort_keys=False))
+    return core, path, s3_port, admin_port
+
+
+def s3_curl(keys: tuple[str, str], method: str, url: str, *, data: str | None = None) -> str:
+    """curl signing with SigV4 itself (``--aws-sigv4``): any S3 client works the same way. S3 wants
+    the payload's hash in ``x-amz-content-sha256``, which curl sends only when asked (and signs)."""
+    cmd = ["curl", "-sS", "-f", "--aws-sigv4", "aws:amz:us-east-1:s3", "-u", f"{keys[0]}:{keys[1]}"]
+    cmd += ["-H", "x-amz-content-sha256: UNSIGNED-PAYLOAD"]
+    cmd += ["-X", method, url] + (["--data-binary", data] if data is not None else [])
+    print(f"$ {shlex.join(cmd)}")
+    return subprocess.run(cmd, capture_output=True, text=True, check=True, timeout=30).stdout
+
+
+def gateway_tour(root: Path, procs: list[subprocess.Popen[bytes]]) -> None:
+    """lakeFS's S3 gateway on the source region: the first admin's keys, an object written and
+    listed over S3, committed with lakefs-core, read back by commit id."""
+    core, path, s3_port, admin_port = write_server_config(root)
+    say("set up the first admin (lakeFS's 'setup'): its keys are printed once")
+    cli = [sys.executable, "-m", "lakefs_core.cli", "--config", str(core)]
+    print(f"$ lakefs-core --config {core.name} auth setup --user demo-admin")
+    done = subprocess.run([*cli, "--json", "auth", "setup", "--user", "demo-admin"],
+                          capture_output=True, text=True, check=True, timeout=60)  # fmt: skip
+    answer = json.loads(done.stdout)
+    keys = (str(answer["access_key_id"]), str(answer["secret_access_key"]))
+    print(f"  access_key_id: {keys[0]}")
+    say("start lakefs-server (lakeFS's S3 gateway: bucket = repository, first key segment = ref)")
+    print(f"$ lakefs-server run --config {path.name}   # S3 on 127.0.0.1:{s3_port}")
+    start_daemon(root, "server", "lakefs_server.cli", path, procs)
+    wait_healthy(admin_port, procs[-1], timeout=90)  # the first start loads the S3 stack
+    s3 = f"http://127.0.0.1:{s3_port}/origin"
+    s3_curl(keys, "PUT", f"{s3}/main/events/day=6.csv", data="day 6: 60")
+    listing = s3_curl(keys, "GET", f"{s3}?list-type=2&prefix=main%2Fevents%2F")
+    print("  keys:", re.findall(r"<Key>([^<]*)</Key>", listing))
+    print(f"$ lakefs-core --config {core.name} commit lakefs://origin/main -m 'day 6 over S3'")
+    done = subprocess.run([*cli, "--json", "commit", "lakefs://origin/main", "-m", "day 6 over S3"],
+                          capture_output=True, text=True, check=True, timeout=60)  # fmt: skip
+    commit = str(json.loads(done.stdout)["id"])
+    print(f"  commit {commit[:16]}")
+    body = s3_curl(keys, "GET", f"{s3}/{commit}/events/day=6.csv")
+    print(f"  events/day=6.csv at {commit[:12]} -> {body.strip()}")
 
 
 async def read_source(root: Path) -> tuple[list[str], str]:

@@ -66,7 +66,7 @@ from lakefs_mirror.failover import FAILBACK_PREFIX
 from lakefs_mirror.gc_apply import apply_source_purges, apply_source_sweeps
 from lakefs_mirror.metrics import MirrorMetrics
 from lakefs_mirror.presence import PresenceCache, namespace_key
-from lakefs_mirror.quiet import Fingerprint, QuietMirrors, fingerprint
+from lakefs_mirror.quiet import Fingerprint, QuietMirrors, fingerprints
 from lakefs_mirror.validate import ValidationResult, Validator
 
 log = logging.getLogger(__name__)
@@ -218,6 +218,7 @@ class MirrorEngine:
         mirrors = await self.db.mirrors_for_region(self.region)
         self._drop_deleted(mirrors)
         full = self.quiet.start_pass()
+        fps = await self._fingerprints([m for m in mirrors if not m.paused])
         for mirror in mirrors:
             self.metrics.known_mirror(mirror.name, mirror.id, mirror.source_repo, mirror.source_region)
             self._note_lifecycle(mirror)
@@ -225,7 +226,7 @@ class MirrorEngine:
                 self.quiet.settle(mirror.id, None)
                 await self._observe_paused(mirror, report)
                 continue
-            fp = await self._fingerprint(mirror)
+            fp = fps.get(mirror.id)
             if not full and fp is not None and self.quiet.unchanged(mirror.id, fp):
                 report.skipped += 1
                 self._count_health(mirror, True)
@@ -254,16 +255,22 @@ class MirrorEngine:
         await self.presence.flush()
         return report
 
-    async def _fingerprint(self, mirror: MirrorRecord) -> Fingerprint | None:
-        """The mirror's source fingerprint (:mod:`lakefs_mirror.quiet`); None when it cannot be read
-        (the pass then visits the mirror and reports the error)."""
-        src = self.gravelers.get(mirror.source_region)
-        if src is None:
-            return None
-        try:
-            return await fingerprint(src, mirror)
-        except LakeFSError:
-            return None
+    async def _fingerprints(self, mirrors: list[MirrorRecord]) -> dict[str, Fingerprint]:
+        """The mirrors' source fingerprints (:mod:`lakefs_mirror.quiet`), batched per source region;
+        a mirror left out (its source cannot be read) is visited, and the visit reports the error."""
+        by_region: dict[str, list[MirrorRecord]] = {}
+        for mirror in mirrors:
+            by_region.setdefault(mirror.source_region, []).append(mirror)
+        out: dict[str, Fingerprint] = {}
+        for region, group in by_region.items():
+            src = self.gravelers.get(region)
+            if src is None:
+                continue
+            try:
+                out.update(await fingerprints(src, group))
+            except LakeFSError:
+                continue  # every mirror of the region is visited and reports the error
+        return out
 
     async def _mirror_pass(self, mirror: MirrorRecord, report: PassReport) -> bool:
         """Mirror one mirror (unless it waits out an error cooldown); returns whether it was healthy."""
@@ -301,13 +308,17 @@ class MirrorEngine:
             report.errors.append(f"mirror {mirror.id} (paused): {e}")
 
     def _count_health(self, mirror: MirrorRecord, healthy: bool) -> None:
-        failures = 0 if healthy else self._failures.get(mirror.id, 0) + 1
-        self._failures[mirror.id] = failures
-        self.metrics.consecutive_failures.labels(self.region, mirror.name).set(failures)
+        before = self._failures.get(mirror.id)
+        failures = 0 if healthy else (before or 0) + 1
+        if failures != before:  # an idle pass of a healthy fleet sets nothing (1,000 label lookups)
+            self._failures[mirror.id] = failures
+            self.metrics.consecutive_failures.labels(self.region, mirror.name).set(failures)
 
     def _note_lifecycle(self, mirror: MirrorRecord) -> None:
         """INFO when this daemon first works on a mirror, and when it sees it paused or resumed."""
         before = self._known.get(mirror.id)
+        if before is mirror:  # the same record as last pass (MirrorsDB reuses unchanged rows' records)
+            return
         extra = {"mirror": mirror.name, "repository": mirror.source_repo}
         if before is None:
             state = " (paused)" if mirror.paused else ""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import shlex
 import subprocess
 import sys
@@ -54,3 +55,6 @@ def test_mirror_demo_runs_two_daemons_and_catches_up(tmp_path: Path) -> None:
     assert argv[argv.index("-u") + 1] == "demo-access-key:demo-secret-key"
     assert json.loads(argv[argv.index("-d") + 1])["name"] == "origin-mirror"
     assert "/_health to answer 200" in text and "until the status says mirror branch main is at" in text
+    # issue 34: the S3 gateway step (curl signing SigV4 itself; committed, read back by commit id)
+    assert "--aws-sigv4" in text and "'main/events/day=6.csv'" in text
+    assert re.search(r"events/day=6\.csv at [0-9a-f]{12} -> day 6: 60", text), text[-2000:]

@@ -8,8 +8,14 @@ signs (``?acl``, ``?uploadId=...``, ``response-*``, ...; sorted, values decoded)
 carries ``x-amz-date``, S3 signs an empty Date line; botocore signs the Date header anyway: both are
 accepted (the time is inside the string to sign either way). The signature is HMAC-SHA1 with the
 secret, base64; compared in constant time. The request time (``x-amz-date``, else ``Date``; RFC 1123
-or ISO 8601 basic) must be within 15 minutes of now. Presigned V2 URLs (``?AWSAccessKeyId=``) are not
-supported (lakeFS does not support them either); they are refused, not ignored.
+or ISO 8601 basic) must be within 15 minutes of now.
+
+Presigned V2 URLs (``?AWSAccessKeyId=<key>&Expires=<unix time>&Signature=<base64>``, as botocore's
+``s3`` signature version, s3cmd's ``signurl`` and lakeFS's gateway make and accept them): the same
+string to sign with the ``Expires`` value in place of the Date line (the three parameters are not
+sub-resources, so they are not signed). Expired (``Expires`` before now) is ``AccessDenied``; an
+``Expires`` more than 7 days (and the clock skew) ahead is refused as SigV4 refuses a longer
+``X-Amz-Expires``: a V2 URL has no signing time, so the bound is on its end.
 """
 
 from __future__ import annotations
@@ -30,6 +36,7 @@ from lakefs_core.errors import AuthenticationError, BadRequestError
 __all__ = ["SUB_RESOURCES", "SigV2", "parse"]
 
 MAX_CLOCK_SKEW = 15 * 60
+MAX_PRESIGN_SECONDS = 7 * 24 * 3600  # as SigV4's X-Amz-Expires
 # What botocore's HmacV1Auth, lakeFS's gateway and minio-go sign of a query: S3's sub-resources.
 SUB_RESOURCES = frozenset(
     {
@@ -74,8 +81,9 @@ def canonical_resource(request: SignedRequest) -> str:
     return resource
 
 
-def strings_to_sign(request: SignedRequest) -> list[str]:
-    """The string to sign, and the variant with an empty Date line when x-amz-date is also present."""
+def strings_to_sign(request: SignedRequest, expires: str | None = None) -> list[str]:
+    """The string to sign, and the variant with an empty Date line when x-amz-date is also present
+    (a presigned URL's: its ``expires`` on the Date line)."""
 
     def joined(name: str) -> str:
         return ",".join(v.strip() for v in request.header_values(name))
@@ -85,8 +93,8 @@ def strings_to_sign(request: SignedRequest) -> list[str]:
         for name in sorted(n for n in request.header_names() if n.startswith("x-amz-"))
     )
     resource = canonical_resource(request)
-    dates = [joined("date")]
-    if request.header("x-amz-date") is not None and dates[0]:
+    dates = [joined("date")] if expires is None else [expires]
+    if expires is None and request.header("x-amz-date") is not None and dates[0]:
         dates.append("")
     return [
         f"{request.method}\n{joined('content-md5')}\n{joined('content-type')}\n{date}\n{amz}{resource}"
@@ -98,11 +106,13 @@ def strings_to_sign(request: SignedRequest) -> list[str]:
 class SigV2:
     access_key_id: str
     signature: bytes = field(repr=False)
+    expires: int | None = None  # a presigned URL's end (unix seconds)
 
     def verify(self, request: SignedRequest, secret: str, now: float) -> VerifiedRequest:
-        when = _request_time(request)
+        presigned = self.expires is not None
+        when = now if presigned else _request_time(request)
         matched = False
-        for text in strings_to_sign(request):
+        for text in strings_to_sign(request, None if self.expires is None else str(self.expires)):
             expected = hmac.new(
                 secret.encode(), text.encode("utf-8", "surrogateescape"), hashlib.sha1
             ).digest()
@@ -112,6 +122,16 @@ class SigV2:
                 "the request signature does not match (check the secret access key and signing method)",
                 s3_code="SignatureDoesNotMatch",
             )
+        if self.expires is not None:
+            if now > self.expires:
+                raise AuthenticationError("the presigned request has expired", s3_code="AccessDenied")
+            if self.expires - now > MAX_PRESIGN_SECONDS + MAX_CLOCK_SKEW:
+                raise BadRequestError(
+                    "a presigned URL may be valid for 7 days at most",
+                    s3_code="AuthorizationQueryParametersError",
+                    field="Expires",
+                )
+            return VerifiedRequest(self.access_key_id, version=2, payload=UNSIGNED_PAYLOAD, presigned=True)
         if abs(now - when) > MAX_CLOCK_SKEW:
             raise AuthenticationError(
                 "the difference between the request time and the server's time is too large",
@@ -124,13 +144,7 @@ def parse(request: SignedRequest) -> SigV2 | None:
     """The request's SigV2 header signature, or ``None`` if it carries none."""
     headers = request.header_values("authorization")
     if not headers:
-        if request.query("AWSAccessKeyId") is not None:
-            raise BadRequestError(
-                "presigned Signature Version 2 URLs are not supported; presign with Signature Version 4",
-                s3_code="InvalidRequest",
-                field="AWSAccessKeyId",
-            )
-        return None
+        return _presigned(request) if request.query("AWSAccessKeyId") is not None else None
     if len(headers) > 1 or not headers[0].startswith("AWS "):
         return None
     match = _HEADER.fullmatch(headers[0].strip())
@@ -138,14 +152,35 @@ def parse(request: SignedRequest) -> SigV2 | None:
         raise BadRequestError(
             "expected 'AWS <access key>:<signature>'", s3_code="InvalidArgument", field="Authorization"
         )
+    return SigV2(match.group(1), _signature(match.group(2), "Authorization"))
+
+
+def _signature(text: str, where: str) -> bytes:
     try:
-        signature = base64.b64decode(match.group(2), validate=True)
+        signature = base64.b64decode(text, validate=True)
     except binascii.Error:
-        raise BadRequestError(
-            "the signature is not base64", s3_code="InvalidArgument", field="Authorization"
-        ) from None
+        raise BadRequestError("the signature is not base64", s3_code="InvalidArgument", field=where) from None
     if len(signature) != hashlib.sha1().digest_size:
+        raise BadRequestError("the signature is not an HMAC-SHA1", s3_code="InvalidArgument", field=where)
+    return signature
+
+
+def _presigned(request: SignedRequest) -> SigV2:
+    values = {}
+    for name in ("AWSAccessKeyId", "Expires", "Signature"):
+        value = request.query(name)
+        if value is None:
+            raise BadRequestError("is missing", s3_code="AuthorizationQueryParametersError", field=name)
+        values[name] = value
+    if not keys.valid_access_key_id(values["AWSAccessKeyId"]):
+        raise BadRequestError("is not an access key id", s3_code="InvalidArgument", field="AWSAccessKeyId")
+    expires = values["Expires"]
+    if not expires.isdigit() or len(expires) > 12:
         raise BadRequestError(
-            "the signature is not an HMAC-SHA1", s3_code="InvalidArgument", field="Authorization"
+            "must be a time in seconds since the epoch",
+            s3_code="AuthorizationQueryParametersError",
+            field="Expires",
         )
-    return SigV2(match.group(1), signature)
+    if len(values["Signature"]) > 64:
+        raise BadRequestError("is too long", s3_code="InvalidArgument", field="Signature")
+    return SigV2(values["AWSAccessKeyId"], _signature(values["Signature"], "Signature"), int(expires))

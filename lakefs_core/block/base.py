@@ -45,6 +45,16 @@ Contract every driver honours (checked by ``tests/block/test_contract.py``):
   otherwise; not atomic on the local driver). Bad input (over 1,000 keys, a bad key) raises
   :class:`~lakefs_core.errors.BadInputError` before anything is deleted; a failure of the whole
   request that retrying cannot fix (access denied, no such bucket) raises as usual.
+- ``MultipartStore`` (optional: S3 and local) writes one object in numbered parts, as S3's
+  multipart upload: ``multipart_create`` names the final key (content type and metadata given
+  then), ``multipart_part`` stores part ``number`` (``size`` bytes exactly, else
+  :class:`~lakefs_core.errors.BadInputError` and the part is not stored; a part uploaded again
+  replaces the earlier one), ``multipart_copy_part`` stores a byte range of another object of the
+  store as a part, ``multipart_complete`` makes the listed parts (ascending, each with the ETag its
+  upload answered) the object at the key, create-only when asked, with S3's multipart ETag (MD5 of
+  the part MD5s, ``-<parts>``), and ``multipart_abort`` drops an upload (an unknown or finished
+  one is not an error). Nothing is visible at the key before the completion; an unknown upload id
+  raises :class:`~lakefs_core.errors.NotFoundError`.
 - Transient backend failures surface as :class:`~lakefs_core.errors.TransientError` after the
   driver's own bounded retries; they never look like "not found".
 """
@@ -188,6 +198,40 @@ class DeleteResult:
     failed: list[FailedKey] = field(default_factory=list)
     throttled: bool = False  # the backend asked us to slow down (S3 503 SlowDown and kin)
     retry_after: float | None = None  # seconds the backend asked us to wait, when it said
+
+
+@dataclass(frozen=True)
+class StoredPart:
+    """One stored part of a :class:`MultipartStore` upload: its number, ETag (hex MD5), size, and
+    the store's checksum of it when the store keeps one (S3's CRC32; given back at completion)."""
+
+    number: int
+    etag: str
+    size: int
+    checksum: str = ""
+
+
+@runtime_checkable
+class MultipartStore(Protocol):
+    """A block store that writes an object in parts without copying them (see the module docstring)."""
+
+    async def multipart_create(
+        self, key: str, *, content_type: str | None = None, metadata: Mapping[str, str] | None = None
+    ) -> str: ...
+
+    async def multipart_part(
+        self, key: str, upload_id: str, number: int, body: AsyncIterable[bytes], size: int
+    ) -> StoredPart: ...
+
+    async def multipart_copy_part(
+        self, key: str, upload_id: str, number: int, *, src_key: str, start: int, length: int
+    ) -> StoredPart: ...
+
+    async def multipart_complete(
+        self, key: str, upload_id: str, parts: Sequence[StoredPart], *, if_none_match: bool = False
+    ) -> ObjectInfo: ...
+
+    async def multipart_abort(self, key: str, upload_id: str) -> None: ...
 
 
 @runtime_checkable

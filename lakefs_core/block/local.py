@@ -62,7 +62,9 @@ live process of this host; see :mod:`~lakefs_core.block.local_leftovers`.
 ``fstatat`` and one ``unlinkat`` per deleted key in a directory opened once per batch (plus the
 sidecar's, where the key's sidecar directory exists), emptied directories pruned once per batch.
 
-All blocking file I/O runs in worker threads (``asyncio.to_thread``), streamed bodies chunk by chunk.
+All blocking file I/O runs in worker threads (:mod:`~lakefs_core.block.local_threads`), streamed
+bodies chunk by chunk, the write of one chunk overlapping the receipt of the next. Multipart
+uploads (:class:`~lakefs_core.block.base.MultipartStore`) are :mod:`~lakefs_core.block.local_multipart`'s.
 """
 
 from __future__ import annotations
@@ -73,11 +75,11 @@ import contextlib
 import os
 import stat
 import threading
-from collections.abc import AsyncGenerator, Callable, Mapping, Sequence
+from collections.abc import AsyncGenerator, AsyncIterable, Mapping, Sequence
 from itertools import islice
 from pathlib import Path
 from types import TracebackType
-from typing import Any, ParamSpec, TypeVar
+from typing import Any
 
 from lakefs_core.aio import bounded_each
 from lakefs_core.block._common import (
@@ -93,7 +95,6 @@ from lakefs_core.block._common import (
     check_put_batch,
     check_range,
     closed_error,
-    iter_body,
     load_body,
     normalize_content_type,
     normalize_metadata,
@@ -107,8 +108,9 @@ from lakefs_core.block.base import (
     KeyInfo,
     ObjectInfo,
     PutItem,
+    StoredPart,
 )
-from lakefs_core.block.local_batch import LOCALPUT, eligible, put_compiled
+from lakefs_core.block.local_batch import LOCALPUT, eligible, keep_for_sync, put_compiled
 from lakefs_core.block.local_beneath import Dirs, Root, lstat_in, open_file, symlink_error
 from lakefs_core.block.local_files import (
     IO_CHUNK,
@@ -133,45 +135,19 @@ from lakefs_core.block.local_leftovers import (
 )
 from lakefs_core.block.local_listing import READ_FLAGS, describe_in, walk_objects
 from lakefs_core.block.local_meta import SIDECAR_VERSION, EtagCache, Sidecars
+from lakefs_core.block.local_multipart import LocalMultipart
+from lakefs_core.block.local_threads import open_in_thread as _open_in_thread
+from lakefs_core.block.local_threads import pump as _pump
+from lakefs_core.block.local_threads import run as _run
 from lakefs_core.errors import BadInputError, LakeFSError, NotFoundError, TransientError
 
 __all__ = ["BARE_MAX_BYTES", "META_DIR", "TMP_PREFIX", "LocalBlockStore"]
 
-P = ParamSpec("P")
 _KEYS_PER_HOP = 2000  # list_keys entries per worker-thread hop: the hop costs more than a stat
 # put_batch objects per worker-thread hop: a hop costs about what writing a small object does
 _PUTS_PER_HOP = 32
 # Objects up to this size with default content type and no metadata have no sidecar (module doc).
 BARE_MAX_BYTES = 16 * 1024
-T = TypeVar("T")
-
-
-async def _run(fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
-    """Run ``fn`` in a worker thread. On cancellation, wait for the thread to finish before re-raising
-    (a thread cannot be interrupted), so cleanup code never races a still-running write."""
-    task = asyncio.ensure_future(asyncio.to_thread(fn, *args, **kwargs))
-    try:
-        return await asyncio.shield(task)
-    except asyncio.CancelledError:
-        if not task.done():
-            await asyncio.wait([task])
-        if not task.cancelled():
-            task.exception()  # retrieved: never reported as "exception was never retrieved"
-        raise
-
-
-async def _open_in_thread(fn: Callable[P, tuple[int, T]], *args: P.args, **kwargs: P.kwargs) -> tuple[int, T]:
-    """Like :func:`_run` for a function returning ``(fd, ...)``: a descriptor opened by a thread whose
-    caller was cancelled meanwhile is closed rather than leaked."""
-    task = asyncio.ensure_future(asyncio.to_thread(fn, *args, **kwargs))
-    try:
-        return await asyncio.shield(task)
-    except asyncio.CancelledError:
-        if not task.done():
-            await asyncio.wait([task])
-        if not task.cancelled() and task.exception() is None:
-            os.close(task.result()[0])
-        raise
 
 
 def _discard(temp: TempFile) -> None:
@@ -180,20 +156,6 @@ def _discard(temp: TempFile) -> None:
         temp.discard()
     finally:
         temp.dirs.close()
-
-
-def _keep_for_sync(dirs: Dirs, sync_fds: dict[int, int]) -> None:
-    """Keep a descriptor of each filesystem a hop wrote to (``sync_fds``: device -> descriptor,
-    shared by a batch's hops) until the batch's ``syncfs``."""
-    for fd in dirs.opened():
-        try:
-            device = os.fstat(fd).st_dev
-        except OSError:
-            continue
-        if device not in sync_fds:
-            kept = os.dup(fd)
-            if sync_fds.setdefault(device, kept) != kept:
-                os.close(kept)  # another hop kept one meanwhile
 
 
 class LocalBlockStore:
@@ -224,6 +186,7 @@ class LocalBlockStore:
         self._closed = False
         self._sidecars = Sidecars(fsync)
         self._etags = EtagCache()
+        self._multipart = LocalMultipart(self._tree, fsync)
         # create-only batched puts through unnamed files (block/_localput) until this system shows
         # it has none; hop threads may clear it at once, to the same value
         self._unnamed = True
@@ -315,13 +278,16 @@ class LocalBlockStore:
         content_type: str,
         metadata: Mapping[str, str],
         fsync: bool | None = None,
+        etag: str | None = None,
     ) -> ObjectInfo:
         """Finish the data file, stage its sidecar (none for a bare object), move both into place
-        (sync), each through the descriptors of ``temp.dirs``."""
+        (sync), each through the descriptors of ``temp.dirs``. ``etag``: the object's when it is
+        not the MD5 of what ``temp`` wrote (a multipart upload's)."""
         st = temp.finish()
-        etag = temp.md5.hexdigest()
+        bare = etag is None and st.st_size <= BARE_MAX_BYTES and content_type == DEFAULT_CONTENT_TYPE
+        etag = etag or temp.md5.hexdigest()
         dirs = temp.dirs
-        if st.st_size <= BARE_MAX_BYTES and content_type == DEFAULT_CONTENT_TYPE and not metadata:
+        if bare and not metadata:
             temp.commit(if_none_match)
             self._sidecars.drop_stale(dirs, parts, (st.st_dev, st.st_ino))  # an earlier one's
         else:
@@ -427,7 +393,7 @@ class LocalBlockStore:
                     fsync=fsync,
                 )
             if sync_fds is not None:
-                _keep_for_sync(dirs, sync_fds)
+                keep_for_sync(dirs, sync_fds)
 
     # -- deletes (sync) ---------------------------------------------------------------------------
 
@@ -529,15 +495,7 @@ class LocalBlockStore:
         temp = TempFile(Dirs(self._tree, create=True), parts, self._where(key), self._fsync)
         try:
             await _run(temp.open)
-            buf = bytearray()
-            async for chunk in iter_body(body):
-                buf += chunk
-                if len(buf) >= IO_CHUNK:
-                    data = bytes(buf)
-                    buf.clear()
-                    await _run(temp.write, data)
-            if buf:
-                await _run(temp.write, bytes(buf))
+            await _pump(body, temp.write)
             return await _run(
                 self._commit, temp, parts, key, if_none_match=if_none_match, content_type=ctype, metadata=meta
             )
@@ -748,6 +706,67 @@ class LocalBlockStore:
                 content_type=info.content_type,
                 metadata=info.metadata,
             )
+
+    # -- multipart (MultipartStore): lakefs_core/block/local_multipart.py -------------------------
+
+    async def multipart_create(
+        self, key: str, *, content_type: str | None = None, metadata: Mapping[str, str] | None = None
+    ) -> str:
+        self._parts(key)
+        ctype, meta = normalize_content_type(content_type), normalize_metadata(metadata)
+        return await _run(self._multipart.create, key, ctype, meta, self._where(key))
+
+    async def multipart_part(
+        self, key: str, upload_id: str, number: int, body: AsyncIterable[bytes], size: int
+    ) -> StoredPart:
+        self._parts(key)
+        writer = await _run(self._multipart.open_part, key, upload_id, number, size, self._where(key))
+        try:
+            await _pump(body, writer.write)
+            return await _run(writer.finish)
+        finally:
+            await _run(writer.discard)  # after finish: only closes
+
+    async def multipart_copy_part(
+        self, key: str, upload_id: str, number: int, *, src_key: str, start: int, length: int
+    ) -> StoredPart:
+        async with contextlib.aclosing(self.stream(src_key, start=start, length=length)) as chunks:
+            return await self.multipart_part(key, upload_id, number, chunks, length)
+
+    async def multipart_complete(
+        self, key: str, upload_id: str, parts: Sequence[StoredPart], *, if_none_match: bool = False
+    ) -> ObjectInfo:
+        key_parts = self._parts(key)
+        info = await _run(self._complete, key_parts, key, upload_id, parts, if_none_match)
+        await _run(self._multipart.remove, upload_id)
+        return info
+
+    def _complete(
+        self,
+        parts: Sequence[str],
+        key: str,
+        upload_id: str,
+        stored: Sequence[StoredPart],
+        if_none_match: bool,
+    ) -> ObjectInfo:
+        temp = TempFile(Dirs(self._tree, create=True), parts, self._where(key), self._fsync)
+        try:
+            sealed = self._multipart.seal_into(temp, key, upload_id, stored)
+            return self._commit(
+                temp,
+                parts,
+                key,
+                if_none_match=if_none_match,
+                content_type=normalize_content_type(sealed.content_type),
+                metadata=sealed.metadata,
+                etag=sealed.etag,
+            )
+        finally:
+            _discard(temp)
+
+    async def multipart_abort(self, key: str, upload_id: str) -> None:
+        self._parts(key)
+        await _run(self._multipart.remove, upload_id)
 
     async def close(self) -> None:
         self._closed = True

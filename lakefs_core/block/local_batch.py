@@ -145,3 +145,17 @@ def put_compiled(
         )
         written.append(Written(i, info, (dev, ino, size, mtime_ns), bool(has_sidecar)))
     return written, sorted(rest), bool(unnamed)
+
+
+def keep_for_sync(dirs: Dirs, sync_fds: dict[int, int]) -> None:
+    """Keep a descriptor of each filesystem a hop wrote to (``sync_fds``: device -> descriptor,
+    shared by a batch's hops) until the batch's ``syncfs``."""
+    for fd in dirs.opened():
+        try:
+            device = os.fstat(fd).st_dev
+        except OSError:
+            continue
+        if device not in sync_fds:
+            kept = os.dup(fd)
+            if sync_fds.setdefault(device, kept) != kept:
+                os.close(kept)  # another hop kept one meanwhile

@@ -239,6 +239,29 @@ class TempFile:
             return
         raise TransientError(f"{self.where}: directory kept disappearing while writing")
 
+    def adopt(self, src_dir: int, src_name: str, fd: int) -> None:
+        """Take the file ``src_name`` of directory ``src_dir`` (open as ``fd``, which this now
+        owns) as the temporary file: renamed beside the target, on the same filesystem, so no
+        byte is copied (a multipart upload's completed file)."""
+        for _ in range(RETRIES):
+            directory = self._directory()
+            tmp = temp_name()
+            try:
+                os.rename(src_name, tmp, src_dir_fd=src_dir, dst_dir_fd=directory)
+            except FileNotFoundError:
+                if lstat_in(src_dir, src_name) is None:
+                    os.close(fd)
+                    raise NotFoundError(f"{self.where}: the completed upload's file is gone") from None
+                self.dirs.forget(self.parent)  # pruned by a concurrent delete: make it again
+                continue
+            except OSError as e:
+                os.close(fd)
+                raise map_oserror(e, self.where, reading=False) from e
+            self.tmp, self.dir_fd, self.fd = tmp, directory, fd
+            return
+        os.close(fd)
+        raise TransientError(f"{self.where}: directory kept disappearing while writing")
+
     def write(self, data: bytes) -> None:
         assert self.fd is not None
         self.md5.update(data)

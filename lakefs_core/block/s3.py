@@ -51,7 +51,7 @@ import heapq
 import logging
 import random
 import re
-from collections.abc import AsyncGenerator, Awaitable, Callable, Mapping, Sequence
+from collections.abc import AsyncGenerator, AsyncIterable, Awaitable, Callable, Mapping, Sequence
 from contextlib import AsyncExitStack
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -91,6 +91,7 @@ from lakefs_core.block.base import (
     KeyInfo,
     ObjectInfo,
     PutItem,
+    StoredPart,
 )
 from lakefs_core.block.s3_errors import (
     ACCESS_CODES,
@@ -106,6 +107,7 @@ from lakefs_core.block.s3_errors import (
 from lakefs_core.block.s3_multipart import (
     MAX_PARTS,
     MultipartUpload,
+    NativeMultipart,
     multipart_etag,
     resolving_retries,
     strip_etag,
@@ -402,6 +404,46 @@ class S3BlockStore:
             call=self._call,
             stored_etag=self._stored_etag,
         )
+
+    # -- multipart (MultipartStore): s3_multipart.NativeMultipart --------------------------------
+
+    def _native(self) -> NativeMultipart:
+        self._check_open()
+        return NativeMultipart(self._bucket, self._settings, self._client, self._call, self._stored_etag)
+
+    async def multipart_create(
+        self, key: str, *, content_type: str | None = None, metadata: Mapping[str, str] | None = None
+    ) -> str:
+        check_key(key)
+        return await self._native().create(
+            key, normalize_content_type(content_type), normalize_metadata(metadata)
+        )
+
+    async def multipart_part(
+        self, key: str, upload_id: str, number: int, body: AsyncIterable[bytes], size: int
+    ) -> StoredPart:
+        check_key(key)
+        async with contextlib.aclosing(iter_body(body)) as chunks:
+            return await self._native().part(key, upload_id, number, chunks, size)
+
+    async def multipart_copy_part(
+        self, key: str, upload_id: str, number: int, *, src_key: str, start: int, length: int
+    ) -> StoredPart:
+        check_key(key)
+        check_key(src_key, field="src_key")
+        return await self._native().copy_part(
+            key, upload_id, number, src_key=src_key, start=start, length=length
+        )
+
+    async def multipart_complete(
+        self, key: str, upload_id: str, parts: Sequence[StoredPart], *, if_none_match: bool = False
+    ) -> ObjectInfo:
+        check_key(key)
+        return await self._native().complete(key, upload_id, parts, if_none_match)
+
+    async def multipart_abort(self, key: str, upload_id: str) -> None:
+        check_key(key)
+        await self._native().abort(key, upload_id)
 
     @staticmethod
     def _range(start: int, end: int | None) -> str | None:

@@ -15,13 +15,22 @@ import asyncio
 import contextlib
 import hashlib
 import logging
-from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Sequence
+import tempfile
+from collections.abc import (
+    AsyncGenerator,
+    AsyncIterable,
+    AsyncIterator,
+    Awaitable,
+    Callable,
+    Mapping,
+    Sequence,
+)
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, BinaryIO, Protocol, TypeVar
 
 from botocore.exceptions import ClientError
 
-from lakefs_core.block.base import ObjectInfo
+from lakefs_core.block.base import ObjectInfo, StoredPart
 from lakefs_core.block.s3_errors import error_code, is_precondition
 from lakefs_core.block.s3_settings import MAX_PART, S3Settings
 from lakefs_core.errors import BadInputError, LakeFSError, NotFoundError
@@ -246,3 +255,131 @@ class MultipartUpload:
             pass  # already completed or aborted
         except LakeFSError as e:
             log.warning("could not abort multipart upload of %s: %s", self.where, e)
+
+
+#: A part up to this size is buffered in memory before its ``UploadPart``; a larger one in a
+#: temporary file (a part may be 5 GiB: memory stays bounded).
+PART_BUFFER_BYTES = 64 << 20
+
+
+@dataclass(frozen=True)
+class NativeMultipart:
+    """The :class:`~lakefs_core.block.base.MultipartStore` operations of an S3 store: the client's
+    parts are S3 parts of the final key's upload, so completion copies nothing."""
+
+    bucket: str
+    settings: S3Settings
+    client: Callable[[], Awaitable[S3Client]]
+    call: S3Call
+    stored_etag: Callable[[str], Awaitable[str | None]]
+
+    @property
+    def _checksum(self) -> bool:
+        return self.settings.request_checksum_calculation == "when_supported"
+
+    async def create(self, key: str, ctype: str, meta: dict[str, str]) -> str:
+        client = await self.client()
+        args: dict[str, Any] = {"Bucket": self.bucket, "Key": key, "ContentType": ctype, "Metadata": meta}
+        if self._checksum:
+            args["ChecksumAlgorithm"] = "CRC32"
+        created = await self.call(
+            "CreateMultipartUpload", key, lambda: client.create_multipart_upload(**args)
+        )
+        return str(created["UploadId"])
+
+    def _part_args(self, key: str, upload_id: str, number: int) -> dict[str, Any]:
+        return {"Bucket": self.bucket, "Key": key, "UploadId": upload_id, "PartNumber": number}
+
+    def _stored(self, number: int, resp: Mapping[str, Any], size: int) -> StoredPart:
+        return StoredPart(number, strip_etag(resp["ETag"]), size, str(resp.get("ChecksumCRC32") or ""))
+
+    async def part(
+        self, key: str, upload_id: str, number: int, body: AsyncIterable[bytes], size: int
+    ) -> StoredPart:
+        if not 1 <= number <= MAX_PARTS or not 0 <= size <= MAX_PART:
+            raise BadInputError("part number 1-10,000, size up to 5 GiB", field="part")
+        async with _buffered(body, size) as data:
+            client = await self.client()
+            args = self._part_args(key, upload_id, number) | {"Body": data, "ContentLength": size}
+            if self._checksum:
+                args["ChecksumAlgorithm"] = "CRC32"
+
+            async def send() -> Any:
+                if not isinstance(data, bytes):
+                    await asyncio.to_thread(data.seek, 0)  # a retry sends the file again
+                return await client.upload_part(**args)
+
+            resp = await self.call(f"UploadPart {number}", key, send)
+        return self._stored(number, resp, size)
+
+    async def copy_part(
+        self, key: str, upload_id: str, number: int, *, src_key: str, start: int, length: int
+    ) -> StoredPart:
+        if length < 1:  # S3 refuses an empty copy range
+            return await self.part(key, upload_id, number, _empty(), 0)
+        client = await self.client()
+        args = self._part_args(key, upload_id, number) | {
+            "CopySource": {"Bucket": self.bucket, "Key": src_key},
+            "CopySourceRange": f"bytes={start}-{start + length - 1}",
+        }
+        resp = await self.call(f"UploadPartCopy {number}", key, lambda: client.upload_part_copy(**args))
+        return self._stored(number, resp["CopyPartResult"], length)
+
+    async def complete(
+        self, key: str, upload_id: str, parts: Sequence[StoredPart], if_none_match: bool
+    ) -> ObjectInfo:
+        listed: list[dict[str, Any]] = []
+        for p in parts:
+            item: dict[str, Any] = {"PartNumber": p.number, "ETag": f'"{p.etag}"'}
+            if p.checksum:
+                item["ChecksumCRC32"] = p.checksum
+            listed.append(item)
+        upload = MultipartUpload(
+            self.bucket, key, key, self.settings, self.client, self.call, self.stored_etag
+        )
+        etag = await upload._complete(await self.client(), upload_id, listed, if_none_match)
+        return ObjectInfo(key=key, size=sum(p.size for p in parts), etag=etag)
+
+    async def abort(self, key: str, upload_id: str) -> None:
+        client = await self.client()
+        with contextlib.suppress(NotFoundError):  # completed or aborted already
+            await self.call(
+                "AbortMultipartUpload",
+                key,
+                lambda: client.abort_multipart_upload(Bucket=self.bucket, Key=key, UploadId=upload_id),
+            )
+
+
+async def _empty() -> AsyncIterator[bytes]:
+    return
+    yield b""  # pragma: no cover (an async generator with nothing in it)
+
+
+@contextlib.asynccontextmanager
+async def _buffered(body: AsyncIterable[bytes], size: int) -> AsyncIterator[bytes | BinaryIO]:
+    """The part's ``size`` bytes, exactly (:class:`BadInputError` otherwise): in memory up to
+    :data:`PART_BUFFER_BYTES`, else in a temporary file (removed on exit)."""
+    if size <= PART_BUFFER_BYTES:
+        buf = bytearray()
+        async for chunk in body:
+            buf += chunk
+            if len(buf) > size:
+                raise BadInputError(f"the part is longer than its {size} bytes", field="body")
+        if len(buf) != size:
+            raise BadInputError(f"the part has {len(buf)} bytes, not {size}", field="body")
+        yield bytes(buf)
+        return
+    spool = await asyncio.to_thread(tempfile.TemporaryFile)
+    try:
+        written = 0
+        async for chunk in body:
+            written += len(chunk)
+            if written > size:
+                raise BadInputError(f"the part is longer than its {size} bytes", field="body")
+            await asyncio.to_thread(spool.write, chunk)
+        if written != size:
+            raise BadInputError(f"the part has {written} bytes, not {size}", field="body")
+        await asyncio.to_thread(spool.seek, 0)
+        yield spool
+    finally:
+        await asyncio.to_thread(spool.close)

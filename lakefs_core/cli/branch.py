@@ -139,14 +139,21 @@ def _commit_ref(text: str, branch_uri: LakeFSURI) -> str:
     show_default=True,
     help="For a merge commit: which parent's side to keep.",
 )
+@click.option("--allow-empty", is_flag=True, help="Commit the revert even when it changes nothing.")
 @json_option
-def revert_cmd(branch_uri: LakeFSURI, commit_ref: str, parent_number: int) -> None:
-    """Undo the changes of COMMIT_REF on the branch with a new commit."""
+def revert_cmd(branch_uri: LakeFSURI, commit_ref: str, parent_number: int, allow_empty: bool) -> None:
+    """Undo the changes of COMMIT_REF on the branch with a new commit (a revert that changes nothing
+    is refused unless --allow-empty, as lakectl's)."""
     ref = _commit_ref(commit_ref, branch_uri)
 
     async def op(s: Session) -> Commit:
         return await s.graveler.revert(
-            branch_uri.repo, branch_uri.ref, ref, committer=s.committer, parent_number=parent_number
+            branch_uri.repo,
+            branch_uri.ref,
+            ref,
+            committer=s.committer,
+            parent_number=parent_number,
+            allow_empty=allow_empty,
         )
 
     made = run_session(op)

@@ -294,13 +294,41 @@ def download_cmd(
 @click.argument("path", metavar="lakefs://<repository>/<ref>/<path>", type=PATH_URI)
 @json_option
 def stat_cmd(path: LakeFSURI) -> None:
-    """Show an object's metadata."""
+    """Show an object's metadata (a purged object's too, with its purge record)."""
 
-    async def op(s: Session) -> ObjectStat:
-        return await s.objects.stat(path.repo, path.ref, path.path)
+    async def op(s: Session) -> tuple[ObjectStat, dict[str, Any] | None]:
+        stat, audit = await s.objects.describe(path.repo, path.ref, path.path)
+        return stat, None if audit is None else await _purge_doc(s, path.repo, audit)
 
-    stat = run_session(op)
-    emit(object_doc(stat), lambda: print_stat(stat))
+    stat, purge = run_session(op)
+    doc = object_doc(stat)
+    if purge is not None:
+        doc["purged"], doc["purge"] = purge["audit_id"], purge
+
+    def human() -> None:
+        print_stat(stat)
+        if purge is not None:
+            click.echo(f"Purged: audit record {purge['audit_id']}")
+            for key, label in (
+                ("created_at", "Purged At"),
+                ("actor", "Purged By"),
+                ("reason", "Purge Reason"),
+            ):
+                if key in purge:
+                    click.echo(printable(f"{label}: {purge[key]}"))
+
+    emit(doc, human)
+
+
+async def _purge_doc(s: Session, repo: str, audit_id: str) -> dict[str, Any]:
+    """What ``fs stat`` shows of the purge ``audit_id``: its record without the address lists (as
+    ``lakefs-gc purges``), or the id alone when the record is not (or no longer) readable."""
+    try:
+        record = await s.graveler.purge_record(repo, audit_id)
+    except NotFoundError:
+        return {"audit_id": audit_id}
+    doc: dict[str, Any] = record.model_dump(mode="json", exclude={"addresses", "skipped_external"})
+    return doc
 
 
 @fs.command("update-metadata")

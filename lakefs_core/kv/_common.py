@@ -7,7 +7,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequen
 from typing import Any
 
 from lakefs_core.errors import BadInputError, LakeFSError, NotFoundError, PreconditionFailedError
-from lakefs_core.kv.base import Expect, KVEntry, KVExpectation, KVItem
+from lakefs_core.kv.base import Expect, KeyRange, KVEntry, KVExpectation, KVItem
 
 _KINDS = frozenset({"absent", "exists", "equals"})
 
@@ -175,6 +175,54 @@ async def paged_scan(
         if len(page) < size:
             return
         cursor, inclusive = page[-1].key, False
+
+
+# One range still to read: (index in the caller's ranges, partition, start, end).
+IndexedRange = tuple[int, bytes, bytes, bytes]
+# (ranges, size) -> up to ``size`` entries of the ranges, by range index then key
+RangePageReader = Callable[[Sequence[IndexedRange], int], Awaitable[list[tuple[int, KVEntry]]]]
+MAX_RANGES = 100_000  # ranges one scan_ranges call takes (bounded arguments, as every input)
+
+
+def check_ranges(ranges: object) -> list[IndexedRange]:
+    """Validate ``scan_ranges``' ranges: a sequence of ``(partition, start, end)`` with a non-empty
+    partition; an empty range (``end <= start``) is kept (it yields nothing)."""
+    if isinstance(ranges, (bytes, str)) or not isinstance(ranges, Sequence):
+        raise BadInputError("must be a sequence of (partition, start, end)", field="ranges")
+    if len(ranges) > MAX_RANGES:
+        raise BadInputError(f"at most {MAX_RANGES} ranges per call", field="ranges")
+    out: list[IndexedRange] = []
+    for i, item in enumerate(ranges):
+        if type(item) is tuple and len(item) == 3:
+            p, start, end = item
+            if type(p) is bytes and p and type(start) is bytes and type(end) is bytes:
+                out.append((i, p, start, end))  # the common case, checked in C-level type tests
+                continue
+        if not isinstance(item, tuple) or len(item) != 3:
+            raise BadInputError("must be (partition, start, end) tuples", field="ranges")
+        out.append((i, check_partition(item[0]), as_bytes(item[1], "start"), as_bytes(item[2], "end")))
+    return out
+
+
+async def paged_range_scan(
+    ranges: Sequence[KeyRange], page_size: int, read: RangePageReader
+) -> AsyncIterator[tuple[int, KVEntry]]:
+    """``RangeScans.scan_ranges`` by keyset pagination over (range index, key): pages of
+    ``page_size`` entries read by ``read(ranges left, size)``; after a full page the ranges before
+    the last entry's are dropped and that one resumes after its key. Nothing is held between pages."""
+    todo = [r for r in check_ranges(ranges) if r[2] < r[3]]
+    size = check_page_size(page_size)
+    while todo:
+        page = await read(todo, size)
+        for item in page:
+            yield item
+        if len(page) < size:
+            return
+        last_index, last = page[-1]
+        rest = [r for r in todo if r[0] > last_index]
+        current = next(r for r in todo if r[0] == last_index)
+        resume = last.key + b"\x00"  # the smallest key after the last one
+        todo = ([(last_index, current[1], resume, current[3])] if resume < current[3] else []) + rest
 
 
 class TransactionalBatches:

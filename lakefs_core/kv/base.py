@@ -51,6 +51,13 @@ hard-delete journal use it: an upload's entries are staged only with its journal
 :meth:`KVStore.scan` reads keys in ``[start, end)``, paged by ``page_size`` (the first page is the
 one query a short scan costs: a seeking reader asks for small first pages and stops early). An
 abandoned scan holds nothing.
+:meth:`RangeScans.scan_ranges` reads many key ranges ``(partition, start, end)`` (``start`` inclusive,
+``end`` exclusive) in one call: entries come as ``(index of the range, entry)``, by range then key, in
+pages of ``page_size`` entries in total. It is what a reader of one record kind across many partitions
+uses (the mirror's branch heads of 1,000 repositories): PostgreSQL answers a page with one statement,
+SQLite with one hop to its thread, DynamoDB with one ``BatchGetItem`` per 100 one-key ranges and one
+Query per other range, up to 16 at a time (its partitions are the unit it queries). Every driver
+has it; :func:`lakefs_core.kv.ranges.scan_ranges` also serves a store without it (one scan per range).
 
 Drivers: :mod:`.memory`, :mod:`.sql` (SQLite, PostgreSQL), :mod:`.dynamodb`; open one from a URL with
 :func:`lakefs_core.kv.open_kv`.
@@ -90,6 +97,9 @@ class KVEntry:
 
 KVItem = tuple[bytes, bytes, bytes]
 """One item of :meth:`KVStore.set_many`: ``(partition, key, value)``."""
+
+KeyRange = tuple[bytes, bytes, bytes]
+"""One range of :meth:`RangeScans.scan_ranges`: ``(partition, start, end)``, keys ``start <= key < end``."""
 
 KVExpectation = tuple[bytes, bytes, Expect]
 """One expectation of :meth:`KVStore.set_many_if`: ``(partition, key, Expect)`` (ABSENT: on a
@@ -134,3 +144,14 @@ class KVStore(Protocol):
         ...
 
     async def close(self) -> None: ...
+
+
+@runtime_checkable
+class RangeScans(Protocol):
+    """A store that reads many key ranges in one call (see the module doc)."""
+
+    def scan_ranges(
+        self, ranges: Sequence[KeyRange], *, page_size: int = 1000
+    ) -> AsyncIterator[tuple[int, KVEntry]]:
+        """``(index in ranges, entry)`` for every entry in every range, by range then key."""
+        ...

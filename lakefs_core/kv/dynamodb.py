@@ -101,14 +101,19 @@ from lakefs_core.kv._common import (
     check_key,
     check_page_size,
     check_partition,
+    check_ranges,
     closed_error,
     precondition_message,
 )
-from lakefs_core.kv.base import Expect, KVEntry, KVExpectation, KVItem
+from lakefs_core.kv.base import Expect, KeyRange, KVEntry, KVExpectation, KVItem
+
+RANGE_QUERIES = 16  # concurrent Queries of one scan_ranges call
+BATCH_GET_KEYS = 100  # keys of one BatchGetItem (DynamoDB's limit)
 
 if TYPE_CHECKING:
     from types_aiobotocore_dynamodb.client import DynamoDBClient
     from types_aiobotocore_dynamodb.type_defs import (
+        BatchGetItemOutputTypeDef,
         BatchWriteItemOutputTypeDef,
         PutItemInputTypeDef,
         QueryInputTypeDef,
@@ -571,30 +576,33 @@ class DynamoKVStore:
         stop = check_end(end)
         if stop is not None and stop <= begin:
             return
+        # One condition on the range key: BETWEEN is inclusive, so the end key itself is dropped
+        # (an empty start cannot be a key value: "< :end" alone then).
+        condition, values = f"{PARTITION_ATTR} = :p", {":p": p}
+        if begin and stop is not None:
+            condition += f" AND {KEY_ATTR} BETWEEN :start AND :end"
+            values.update({":start": begin, ":end": stop})
+        elif stop is not None:
+            condition += f" AND {KEY_ATTR} < :end"
+            values[":end"] = stop
+        elif begin:
+            condition += f" AND {KEY_ATTR} >= :start"
+            values[":start"] = begin
+        async for entry in self._query(condition, values, size):
+            if stop is not None and entry.key >= stop:
+                return
+            yield entry
+
+    async def _query(self, condition: str, values: dict[str, bytes], size: int) -> AsyncIterator[KVEntry]:
+        """The entries of a paged, consistent Query (``size`` items a page)."""
         client = self._client
         request: QueryInputTypeDef = {
             "TableName": self._table,
             "ConsistentRead": True,
             "Limit": size,
-            "KeyConditionExpression": f"{PARTITION_ATTR} = :p",
-            "ExpressionAttributeValues": {":p": _b(p)},
+            "KeyConditionExpression": condition,
+            "ExpressionAttributeValues": {name: _b(v) for name, v in values.items()},
         }
-        # One condition on the range key: BETWEEN is inclusive, so the end key itself is dropped
-        # below (an empty start cannot be a key value: "< :end" alone then).
-        values: dict[str, Any] = {":p": _b(p)}
-        if begin and stop is not None:
-            condition = f" AND {KEY_ATTR} BETWEEN :start AND :end"
-            values.update({":start": _b(begin), ":end": _b(stop)})
-        elif stop is not None:
-            condition = f" AND {KEY_ATTR} < :end"
-            values[":end"] = _b(stop)
-        elif begin:
-            condition = f" AND {KEY_ATTR} >= :start"
-            values[":start"] = _b(begin)
-        else:
-            condition = ""
-        request["KeyConditionExpression"] = f"{PARTITION_ATTR} = :p{condition}"
-        request["ExpressionAttributeValues"] = values
 
         async def query() -> QueryOutputTypeDef:
             return await client.query(**request)
@@ -603,14 +611,78 @@ class DynamoKVStore:
             resp = await self._call(query, "read")
             for item in resp.get("Items", []):
                 if VALUE_ATTR in item:
-                    key = self._binary(item, KEY_ATTR)
-                    if key == stop:
-                        return  # BETWEEN's inclusive end: the last key it can read
-                    yield KVEntry(key, self._binary(item, VALUE_ATTR))
+                    yield KVEntry(self._binary(item, KEY_ATTR), self._binary(item, VALUE_ATTR))
             last = resp.get("LastEvaluatedKey")
             if not last:
                 return
             request["ExclusiveStartKey"] = last
+
+    async def scan_ranges(
+        self, ranges: Sequence[KeyRange], *, page_size: int = 1000
+    ) -> AsyncIterator[tuple[int, KVEntry]]:
+        """By chunks of ``BATCH_GET_KEYS`` ranges: the one-key ranges of a chunk in one
+        ``BatchGetItem``, each other range one Query (DynamoDB queries one partition at a time),
+        ``RANGE_QUERIES`` in flight. A chunk's entries are held until it is read (a range is one
+        page of up to 1 MB unless it is bigger than that)."""
+        todo = [r for r in check_ranges(ranges) if r[2] < r[3]]
+        size = check_page_size(page_size)
+        slots = asyncio.Semaphore(RANGE_QUERIES)
+
+        async def query(p: bytes, start: bytes, end: bytes) -> list[KVEntry]:
+            async with slots:
+                return await self._range(p, start, end, size)
+
+        for first in range(0, len(todo), BATCH_GET_KEYS):
+            chunk = todo[first : first + BATCH_GET_KEYS]
+            points = {(p, s) for _, p, s, e in chunk if e == s + b"\x00"}
+            wide = [(i, p, s, e) for i, p, s, e in chunk if e != s + b"\x00"]
+            got, found = await asyncio.gather(
+                self._batch_get(points), asyncio.gather(*(query(p, s, e) for _, p, s, e in wide))
+            )
+            by_index = dict(zip((r[0] for r in wide), found, strict=True))
+            for index, p, start, _ in chunk:
+                if index in by_index:
+                    for entry in by_index[index]:
+                        yield index, entry
+                elif (p, start) in got:
+                    yield index, KVEntry(start, got[(p, start)])
+
+    async def _batch_get(self, keys: Iterable[tuple[bytes, bytes]]) -> dict[tuple[bytes, bytes], bytes]:
+        """One ``BatchGetItem`` (consistent reads) of at most 100 keys, re-sending unprocessed keys
+        with backoff; the values of the keys that exist."""
+        client = self._client
+        out: dict[tuple[bytes, bytes], bytes] = {}
+        pending: list[Any] = [self._key(p, k) for p, k in keys]
+        for attempt in range(self._attempts):
+            if not pending:
+                return out
+            if attempt:
+                cap = min(self._backoff_max, self._backoff_initial * 2**attempt)
+                await asyncio.sleep(random.uniform(0, cap))  # full jitter, as the retry loop uses
+
+            async def read(request: list[Any] = pending) -> BatchGetItemOutputTypeDef:
+                return await client.batch_get_item(
+                    RequestItems={self._table: {"Keys": request, "ConsistentRead": True}}
+                )
+
+            resp = await self._call(read, "read")
+            for item in resp.get("Responses", {}).get(self._table, []):
+                if VALUE_ATTR in item:
+                    key = (self._binary(item, PARTITION_ATTR), self._binary(item, KEY_ATTR))
+                    out[key] = self._binary(item, VALUE_ATTR)
+            unprocessed: Mapping[str, Any] = resp.get("UnprocessedKeys", {}).get(self._table) or {}
+            pending = list(unprocessed.get("Keys", []))
+        if not pending:
+            return out
+        raise TransientError(
+            f"{self._display}: {len(pending)} keys stayed unprocessed after {self._attempts} batch reads"
+        )
+
+    async def _range(self, partition: bytes, start: bytes, end: bytes, size: int) -> list[KVEntry]:
+        """Every entry with ``start <= key < end`` (BETWEEN is inclusive: ``end`` itself is dropped)."""
+        condition = f"{PARTITION_ATTR} = :p AND {KEY_ATTR} BETWEEN :s AND :e"
+        values = {":p": partition, ":s": start, ":e": end}
+        return [entry async for entry in self._query(condition, values, size) if entry.key < end]
 
     async def close(self) -> None:
         if self._closed:

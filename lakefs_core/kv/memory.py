@@ -21,6 +21,7 @@ from collections.abc import AsyncIterator, Iterable, Sequence
 
 from lakefs_core.errors import NotFoundError, PreconditionFailedError
 from lakefs_core.kv._common import (
+    IndexedRange,
     as_bytes,
     check_expect,
     check_expectations,
@@ -29,10 +30,11 @@ from lakefs_core.kv._common import (
     check_key,
     closed_error,
     holds,
+    paged_range_scan,
     paged_scan,
     precondition_message,
 )
-from lakefs_core.kv.base import Expect, KVEntry, KVExpectation, KVItem
+from lakefs_core.kv.base import Expect, KeyRange, KVEntry, KVExpectation, KVItem
 
 
 class _Partition:
@@ -175,6 +177,30 @@ class MemoryKVStore:
 
         async for entry in paged_scan(partition, start, page_size, read, end):
             yield entry
+
+    async def scan_ranges(
+        self, ranges: Sequence[KeyRange], *, page_size: int = 1000
+    ) -> AsyncIterator[tuple[int, KVEntry]]:
+        async def read(todo: Sequence[IndexedRange], size: int) -> list[tuple[int, KVEntry]]:
+            await asyncio.sleep(0)
+            self._check_open()
+            out: list[tuple[int, KVEntry]] = []
+            with self._lock:
+                for index, p, start, end in todo:
+                    part = self._partitions.get(p)
+                    if part is None:
+                        continue
+                    i, j = bisect.bisect_left(part.keys, start), bisect.bisect_left(part.keys, end)
+                    out.extend(
+                        (index, KVEntry(k, part.values[k]))
+                        for k in part.keys[i : min(j, i + size - len(out))]
+                    )
+                    if len(out) >= size:
+                        break
+            return out
+
+        async for item in paged_range_scan(ranges, page_size, read):
+            yield item
 
     async def close(self) -> None:
         self._closed = True

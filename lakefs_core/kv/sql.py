@@ -76,6 +76,7 @@ from lakefs_core.errors import (
 )
 from lakefs_core.kv import pg_copy
 from lakefs_core.kv._common import (
+    IndexedRange,
     TransactionalBatches,
     as_bytes,
     check_expect,
@@ -83,10 +84,11 @@ from lakefs_core.kv._common import (
     check_items,
     check_key,
     closed_error,
+    paged_range_scan,
     paged_scan,
     precondition_message,
 )
-from lakefs_core.kv.base import Expect, KVEntry, KVExpectation, KVItem
+from lakefs_core.kv.base import Expect, KeyRange, KVEntry, KVExpectation, KVItem
 from lakefs_core.kv.schemes import _SQLITE_SCHEMES, PG_SCHEMES
 from lakefs_core.redact import quote_sql_userinfo, redact_url
 
@@ -210,6 +212,13 @@ class _SQL:
             "ORDER BY key LIMIT $3"
         )
         self.page_from_to, self.page_after_to = bounded.format(">="), bounded.format(">")
+        # scan_ranges' page: each range an index range scan bounded by the page size (LATERAL)
+        self.ranges_page = (
+            "SELECT r.i, t.key, t.value "
+            "FROM unnest($1::int[], $2::bytea[], $3::bytea[], $4::bytea[]) AS r(i, p, s, e) "
+            f"CROSS JOIN LATERAL (SELECT key, value FROM {t} WHERE partition_key = r.p "
+            "AND key >= r.s AND key < r.e ORDER BY key LIMIT $5) AS t ORDER BY r.i, t.key LIMIT $5"
+        )
 
 
 def _partition_of(item: object) -> object:
@@ -637,6 +646,23 @@ class SQLKVStore(TransactionalBatches):
 
         async for entry in paged_scan(partition, start, page_size, read, end):
             yield entry
+
+    async def scan_ranges(
+        self, ranges: Sequence[KeyRange], *, page_size: int = 1000
+    ) -> AsyncIterator[tuple[int, KVEntry]]:
+        stmt = self._sql.ranges_page
+
+        async def read(todo: Sequence[IndexedRange], size: int) -> list[tuple[int, KVEntry]]:
+            columns = [list(c) for c in zip(*todo, strict=True)]
+
+            async def op(conn: asyncpg.Connection) -> list[tuple[int, KVEntry]]:
+                rows = await conn.fetch(stmt, *columns, size)
+                return [(row[0], KVEntry(row[1], row[2])) for row in rows]
+
+            return await self._run(op, write=False)
+
+        async for item in paged_range_scan(ranges, page_size, read):
+            yield item
 
     async def close(self) -> None:
         if self._closed:

@@ -72,6 +72,7 @@ BRANCHES_PREFIX = b"branches/"
 COMMITS_PREFIX = b"commits/"
 TAGS_PREFIX = b"tags/"
 SETTINGS_PREFIX = b"settings/"
+IMPORTS_PREFIX = b"imports/"
 PROTECTION_SETTING = "protected_branches"  # lakeFS's branch.ProtectionSettingKey
 NAMESPACES_PARTITION = b"lakefs-open-namespaces"
 IMPORT_SOURCES_PARTITION = b"lakefs-open-import-sources"
@@ -101,6 +102,11 @@ def settings_key(name: str) -> bytes:
     """``settings/<name>``: a repository-level setting, lakeFS's ``graveler.SettingsPath`` (its
     ``protected_branches``; the REST server's ``branch_protection`` and ``metadata``)."""
     return SETTINGS_PREFIX + _segment(name, "setting")
+
+
+def import_key(import_id: str) -> bytes:
+    """``imports/<id>``: an import's status, lakeFS's ``graveler.ImportsPath``."""
+    return IMPORTS_PREFIX + _segment(import_id, "import id")
 
 
 def new_staging_token(repo: str, branch: str) -> str:

@@ -31,6 +31,7 @@ from __future__ import annotations
 import heapq
 from collections.abc import Callable, Mapping
 from dataclasses import replace
+from datetime import datetime
 
 from lakefs_core.committed.apply import apply_changes
 from lakefs_core.committed.merge import merge as merge_metaranges
@@ -77,14 +78,16 @@ def child_commit(
     committer: str,
     message: str,
     metadata: Mapping[str, str],
+    date: datetime | None = None,
 ) -> Commit:
     """A new commit of ``metarange_id`` whose only parent is ``parent`` (a commit, a revert, a
-    cherry-pick, a commit of given entries), dated by the context's clock."""
+    cherry-pick, a commit of given entries), dated ``date`` (lakeFS's commit date override) or by
+    the context's clock."""
     return Commit.create(
         committer=committer,
         message=message,
         metarange_id=metarange_id,
-        creation_date=ctx.clock(),
+        creation_date=ctx.clock() if date is None else date,
         metadata=metadata,
         parents=(parent.id,),
         generation=parent.generation + 1,
@@ -101,6 +104,7 @@ async def _build_commit(
     message: str,
     metadata: Mapping[str, str],
     allow_empty: bool,
+    date: datetime | None,
 ) -> Commit:
     parent = await ctx.refs.get_commit(repo, parent_id)
     base = await ctx.metarange(repo, parent.metarange_id)
@@ -112,7 +116,7 @@ async def _build_commit(
         allow_empty=allow_empty,
     )
     commit = child_commit(
-        ctx, parent, result.metarange_id, committer=committer, message=message, metadata=metadata
+        ctx, parent, result.metarange_id, committer=committer, message=message, metadata=metadata, date=date
     )
     await ctx.refs.put_commit(repo, commit)
     return commit
@@ -140,7 +144,10 @@ async def commit(
     metadata: Mapping[str, str] | None = None,
     allow_empty: bool = False,
     force: bool = False,
+    date: datetime | None = None,
 ) -> Commit:
+    """Commit the branch's staged changes (see the module docstring); ``date`` overrides the
+    commit's creation date (lakeFS's ``date``: an aware datetime, whole seconds are kept)."""
     if not message:
         raise BadInputError("a commit needs a message", field="message")
     check_commit_text(committer, message, metadata)
@@ -176,6 +183,7 @@ async def commit(
                             message=message,
                             metadata=metadata or {},
                             allow_empty=allow_empty,
+                            date=date,
                         )
                     except NoChangesError:
                         # The owned tokens change nothing on this head (empty, or rewrites of
@@ -315,11 +323,15 @@ async def revert(
     committer: str,
     parent_number: int = 1,
     message: str | None = None,
+    metadata: Mapping[str, str] | None = None,
+    allow_empty: bool = False,
     force: bool = False,
 ) -> Commit:
     """Undo ``commit_ref``'s change (against its parent ``parent_number``) on the branch, in a new
-    commit: a three-way merge with the commit as base and its parent as source."""
-    check_commit_text(committer, message, None)
+    commit: a three-way merge with the commit as base and its parent as source. ``message`` and
+    ``metadata`` are the new commit's (lakeFS's commit overrides); without ``allow_empty`` a revert
+    that changes nothing on the head is :class:`NoChangesError`, as lakeFS's."""
+    check_commit_text(committer, message, metadata)
     repo = await ctx.repository(repo_id)
     ctx.writable(repo, force)
     target = (await ctx.resolve(repo, commit_ref)).commit
@@ -329,9 +341,14 @@ async def revert(
 
     def made(head: Commit, metarange_id: str) -> Commit:
         revert_message = message or f"Revert {target.id}"
-        return child_commit(ctx, head, metarange_id, committer=committer, message=revert_message, metadata={})
+        return child_commit(
+            ctx, head, metarange_id, committer=committer, message=revert_message, metadata=metadata or {}
+        )
 
-    return await _apply_change(ctx, repo, branch_id, doing="revert", sides=(target, parent), made=made)
+    sides = (target, parent)
+    return await _apply_change(
+        ctx, repo, branch_id, doing="revert", sides=sides, made=made, allow_empty=allow_empty
+    )
 
 
 async def cherry_pick(
@@ -342,13 +359,16 @@ async def cherry_pick(
     *,
     committer: str,
     parent_number: int | None = None,
+    message: str | None = None,
+    metadata: Mapping[str, str] | None = None,
     force: bool = False,
 ) -> Commit:
     """Apply ``commit_ref``'s change (against its parent ``parent_number``) to the branch in a new
     commit, as lakeFS's cherry-pick: a three-way merge with the parent as base and the commit as
-    source; the new commit keeps the original's message and metadata plus
-    ``cherry-pick-origin``/``cherry-pick-committer``. A merge commit needs ``parent_number``."""
-    check_commit_text(committer, None, None)
+    source; the new commit keeps the original's message and metadata (or ``message`` and
+    ``metadata``, lakeFS's commit overrides, when given) plus ``cherry-pick-origin`` /
+    ``cherry-pick-committer``. A merge commit needs ``parent_number``."""
+    check_commit_text(committer, message, metadata)
     repo = await ctx.repository(repo_id)
     ctx.writable(repo, force)
     target = (await ctx.resolve(repo, commit_ref)).commit
@@ -357,13 +377,13 @@ async def cherry_pick(
     base = await _parent(ctx, repo, target, parent_number or 1) if target.parents else None
 
     def made(head: Commit, metarange_id: str) -> Commit:
-        metadata = {
-            **target.metadata,
+        picked = {
+            **(target.metadata if metadata is None else metadata),
             "cherry-pick-origin": target.id,
             "cherry-pick-committer": target.committer,
         }
         return child_commit(
-            ctx, head, metarange_id, committer=committer, message=target.message, metadata=metadata
+            ctx, head, metarange_id, committer=committer, message=message or target.message, metadata=picked
         )
 
     return await _apply_change(ctx, repo, branch_id, doing="cherry-pick", sides=(base, target), made=made)
@@ -383,10 +403,14 @@ async def _apply_change(
     doing: str,
     sides: tuple[Commit | None, Commit],
     made: Callable[[Commit, str], Commit],
+    allow_empty: bool | None = None,
 ) -> Commit:
     """Merge the change from ``sides[0]`` (the base; None: the empty tree) to ``sides[1]`` into the
     branch head and commit it with ``made(head, metarange_id)``, moving the branch by
-    compare-and-swap (retried); the branch must have no uncommitted changes."""
+    compare-and-swap (retried); the branch must have no uncommitted changes. ``allow_empty`` (a
+    revert's, as lakeFS's): False refuses a change that leaves the head's tree as it is with
+    :class:`NoChangesError`, True commits it anyway; None (cherry-pick, as lakeFS's) refuses only a
+    source the head already holds."""
     base, source = sides
     with exhausted_as(f"branch {branch_id!r}: too many concurrent updates during {doing}"):
         async for attempt in cas_retrying(ctx.settings):
@@ -394,13 +418,20 @@ async def _apply_change(
                 branch, raw = await ctx.refs.get_branch(repo, branch_id)
                 await _ensure_clean(ctx, repo, branch)
                 head = await ctx.refs.get_commit(repo, branch.commit_id)
-                metarange_id = await _three_way(
-                    ctx,
-                    await ctx.metarange(repo, base.metarange_id if base is not None else ""),
-                    await ctx.metarange(repo, source.metarange_id),
-                    await ctx.metarange(repo, head.metarange_id),
-                    MergeStrategy.NONE,
-                )
+                try:
+                    metarange_id = await _three_way(
+                        ctx,
+                        await ctx.metarange(repo, base.metarange_id if base is not None else ""),
+                        await ctx.metarange(repo, source.metarange_id),
+                        await ctx.metarange(repo, head.metarange_id),
+                        MergeStrategy.NONE,
+                    )
+                except NoChangesError:
+                    if not allow_empty:
+                        raise
+                    metarange_id = head.metarange_id
+                if metarange_id == head.metarange_id and allow_empty is False:
+                    raise NoChangesError(f"{doing}: nothing changes on branch {branch_id!r}")
                 commit = made(head, metarange_id)
                 await ctx.refs.put_commit(repo, commit)
                 await ctx.refs.cas_branch(repo, replace(branch, commit_id=commit.id), raw)

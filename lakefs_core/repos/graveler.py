@@ -6,7 +6,9 @@ namespaces sees what it would see in a lakeFS installation.
 - Repository creation writes the first commit ("Repository created", empty metarange), then the
   default branch, then the repository record last (``SetIf`` absent): a crash leaves unreachable
   records in a fresh partition, never a half repository. Before that, the storage namespace is
-  claimed for it alone (:mod:`.namespace_claims`).
+  claimed for it alone (:mod:`.namespace_claims`). Creation, the read-only flag and deletion live
+  in :mod:`.repositories`; branch and tag changes in :mod:`.branches`; log and diffs in
+  :mod:`.history`.
 - Reads on a branch consult the live staging token, then the sealed tokens (newest first), then
   the committed metarange; a tombstone means "not found". ``ref@`` and ``~N``/``^N`` refs read
   committed data only.
@@ -16,8 +18,9 @@ namespaces sees what it would see in a lakeFS installation.
 - Read-only repositories (mirrors) refuse every write unless the caller passes ``force=True``.
 - The facade holds no state of its own: it builds a :class:`~lakefs_core.repos.context.RepoContext`
   (KV, refs, staging, block stores, settings, clock, the writers' caches) and delegates to the
-  helpers, which take that context and never import this module (``reading``, ``staging_writes``,
-  ``admin``, ``namespace_claims``, ``committing``, ``importing``, ``journal``, ``purge``;
+  helpers, which take that context and never import this module (``repositories``, ``branches``,
+  ``history``, ``reading``, ``staging_writes``, ``admin``, ``namespace_claims``, ``committing``,
+  ``importing``, ``journal``, ``purge``, ``protection``;
   :class:`~lakefs_core.repos.objects.Objects` takes the facade or its context).
 - Daemons use this facade for repositories: administrative compare-and-swap ref moves, verbatim
   commit copies and ancestry queries live in :mod:`.admin`; the model types, :class:`StorageNamespace`
@@ -31,21 +34,15 @@ hard-delete journal and retention GC's uncommitted seam in :mod:`.journal` (reac
 
 from __future__ import annotations
 
-import contextlib
-import uuid
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
-from dataclasses import replace
 from datetime import datetime
 from typing import TYPE_CHECKING
 
 from lakefs_core.block.base import BlockStore
-from lakefs_core.committed.diff import diff as diff_metaranges
 from lakefs_core.committed.metarange import MetaRange
-from lakefs_core.committed.model import DiffRecord, DiffType, MergeStrategy
+from lakefs_core.committed.model import DiffRecord, MergeStrategy
 from lakefs_core.committed.tables import TableStore
 from lakefs_core.errors import (
-    BadInputError,
-    ConflictError,
     NotFoundError,
 )
 from lakefs_core.format.records import ValueRecord
@@ -54,6 +51,7 @@ from lakefs_core.keys import (
     DUMMY_NAME,
     TABLES_DIR,
     AddressType,
+    RunIds,
     check_run_id,
     new_run_id,
     slice_hour,
@@ -61,9 +59,8 @@ from lakefs_core.keys import (
 )
 from lakefs_core.kv.base import Expect, KVStore
 from lakefs_core.namespace import StorageNamespace
-from lakefs_core.realpaths import real_namespace
 from lakefs_core.refs import kvkeys
-from lakefs_core.refs.ids import is_commit_id, validate_branch_id, validate_repo_id, validate_tag_id
+from lakefs_core.refs.ids import is_commit_id, validate_branch_id, validate_repo_id
 from lakefs_core.refs.model import (
     Branch,
     Commit,
@@ -72,8 +69,17 @@ from lakefs_core.refs.model import (
     Tag,
 )
 from lakefs_core.refs.staging import StagingArea, tombstone
-from lakefs_core.refs.store import DeletedRepository, RefStore, claim_value
-from lakefs_core.repos import admin, namespace_claims, protection, reading, staging_writes
+from lakefs_core.refs.store import DeletedRepository, RefStore, RepoRefs
+from lakefs_core.repos import (
+    admin,
+    branches,
+    history,
+    namespace_claims,
+    protection,
+    reading,
+    repositories,
+    staging_writes,
+)
 from lakefs_core.repos.context import GravelerSettings, RepoContext, Resolved, utcnow
 from lakefs_core.repos.journal import (
     DEFAULT_CLOCK_SKEW_SECONDS,
@@ -85,7 +91,7 @@ from lakefs_core.repos.journal import (
     journal_enabled,
 )
 from lakefs_core.repos.journal import staged_addresses as journal_staged_addresses
-from lakefs_core.repos.retry import cas_retrying, exhausted_as
+from lakefs_core.repos.repositories import INITIAL_COMMIT_MESSAGE
 from lakefs_core.repos.stores import StoreRegistry
 
 if TYPE_CHECKING:
@@ -118,6 +124,7 @@ __all__ = [
     "DATA_DIR",
     "DEFAULT_CLOCK_SKEW_SECONDS",
     "DUMMY_NAME",
+    "INITIAL_COMMIT_MESSAGE",
     "LAZY_MODULES",
     "TABLES_DIR",
     "AddressType",
@@ -131,8 +138,10 @@ __all__ = [
     "Journal",
     "PurgeRecord",
     "PurgeReport",
+    "RepoRefs",
     "Repository",
     "Resolved",
+    "RunIds",
     "StorageNamespace",
     "StoreRegistry",
     "Tag",
@@ -145,8 +154,6 @@ __all__ = [
     "validate_branch_id",
     "validate_repo_id",
 ]
-
-INITIAL_COMMIT_MESSAGE = "Repository created"
 
 
 class Graveler:
@@ -230,70 +237,18 @@ class Graveler:
         ``bare`` (lakeFS's CreateBareRepository, the target of a refs restore) writes the repository
         record alone: no commit, no branch (its default branch does not exist until one is restored),
         and, as lakeFS's plumbing call, no ``_lakefs/dummy`` marker; the namespace is still claimed."""
-        if bare and initial_commit is not None:
-            raise BadInputError("a bare repository has no initial commit", field="initial_commit")
-        if initial_commit is not None and (initial_commit.parents or initial_commit.metarange_id):
-            raise BadInputError("must be a root commit with an empty tree", field="initial_commit")
-        validate_repo_id(repo_id)
-        validate_branch_id(default_branch)
-        # Recorded and claimed at its real path: where a symlink leads, not how the path reads.
-        ns = (await real_namespace(storage_namespace)).check_repository_namespace()
-        try:
-            existing, _ = await self.refs.get_repository_raw(repo_id)
-        except NotFoundError:
-            pass
-        else:
-            state = " (being deleted)" if existing.in_deletion else ""
-            raise ConflictError(f"repository {repo_id!r} already exists{state}")
-        instance_uid = uuid.uuid4().hex
-        claim = await namespace_claims.claim(self.context, ns, repo_id, instance_uid)
-        try:
-            if claim_namespace and not bare:
-                await namespace_claims.write_marker(self.context, ns, repo_id, reuse=reuse_namespace)
-            repo = await self._create_records(
-                repo_id,
-                ns,
-                default_branch,
-                instance_uid=instance_uid,
-                read_only=read_only,
-                initial_commit=initial_commit,
-                bare=bare,
-                journal_on=self.settings.hard_delete_journal
-                if hard_delete_journal is None
-                else hard_delete_journal,
-            )
-        except BaseException:
-            await namespace_claims.settle(self.context, ns, repo_id, claim)
-            raise
-        await namespace_claims.settle(self.context, ns, repo_id, claim)
-        return repo
-
-    async def _create_records(
-        self,
-        repo_id: str,
-        ns: StorageNamespace,
-        default_branch: str,
-        *,
-        instance_uid: str,
-        read_only: bool,
-        initial_commit: Commit | None,
-        bare: bool,
-        journal_on: bool,
-    ) -> Repository:
-        now = self.clock()
-        repo = Repository(repo_id, ns.uri, default_branch, now, instance_uid, read_only=read_only)
-        if not bare:
-            first = initial_commit or Commit.create(
-                committer="", message=INITIAL_COMMIT_MESSAGE, metarange_id="", creation_date=now
-            )
-            await self.refs.put_commit(repo, first)
-            token = kvkeys.new_staging_token(repo_id, default_branch)
-            await self.refs.create_branch(repo, Branch(default_branch, first.id, token))
-        if journal_on:  # before the repository record: no upload can precede it
-            settings = GCSettings(True, since=0.0)
-            await self.kv.set(repo.partition, kvkeys.gc_settings_key(), settings.to_bytes())
-        await self.refs.create_repository(repo)
-        return repo
+        return await repositories.create_repository(
+            self.context,
+            repo_id,
+            storage_namespace,
+            default_branch,
+            read_only=read_only,
+            claim_namespace=claim_namespace,
+            initial_commit=initial_commit,
+            hard_delete_journal=hard_delete_journal,
+            reuse_namespace=reuse_namespace,
+            bare=bare,
+        )
 
     async def check_namespace_available(self, storage_namespace: str, repo_id: str) -> None:
         """Raise :class:`NamespaceConflictError` if a repository other than ``repo_id`` claims or uses
@@ -313,39 +268,13 @@ class Graveler:
         return self.refs.list_repositories()
 
     async def set_read_only(self, repo_id: str, read_only: bool) -> Repository:
-        with exhausted_as(f"repository {repo_id!r} kept changing"):
-            async for attempt in cas_retrying(self.settings):
-                with attempt:
-                    repo, raw = await self.refs.get_repository_raw(repo_id)
-                    updated = replace(repo, read_only=read_only)
-                    await self.refs.update_repository(updated, raw)
-        self.context.write_cache.forget_repository(repo_id)
-        return updated
+        return await repositories.set_read_only(self.context, repo_id, read_only)
 
     async def delete_repository(self, repo_id: str) -> None:
         """Mark the repository as being deleted, record its namespace in ``deleted-repos/`` (so its
         objects can be purged later instead of being orphaned), drop its staging and records, then its
         record, then release its storage namespace claim (the namespace's objects are left alone)."""
-        self.context.write_cache.forget_repository(repo_id)
-        repo, raw = await self.refs.get_repository_raw(repo_id)
-        if not repo.in_deletion:
-            marked = replace(repo, in_deletion=True)
-            await self.refs.update_repository(marked, raw)
-        await self.refs.record_deleted_repository(repo, self.clock())
-        async for branch in self.refs.list_branches(repo):
-            for token in (branch.staging_token, *branch.sealed_tokens):
-                await self.staging.drop(token)
-        keys = [e.key async for e in self.kv.scan(repo.partition)]
-        for key in keys:
-            await self.kv.delete(repo.partition, key)
-        await self.refs.delete_repository_record(repo_id)
-        # Last: the namespace stays claimed while any record of the repository exists. Only this
-        # instance's claim is released (a re-creation under the same id may have taken it over).
-        with contextlib.suppress(BadInputError):
-            canonical = StorageNamespace.parse(repo.storage_namespace).canonical
-            claim = await self.refs.get_namespace_claim(canonical)
-            if claim is not None and claim.raw == claim_value(repo.id, repo.instance_uid):
-                await self.refs.release_namespace_claim(canonical, claim.raw)
+        await repositories.delete_repository(self.context, repo_id)
 
     def writable(self, repo: Repository, force: bool) -> None:
         self.context.writable(repo, force)
@@ -378,13 +307,9 @@ class Graveler:
     ) -> Branch:
         """A new branch at ``source_ref``'s commit; ``hidden`` ones are left out of listings unless
         asked for (lakeFS's ephemeral transaction branches)."""
-        repo = await self.repository(repo_id)
-        self.writable(repo, force)
-        validate_branch_id(name)
-        source = await self.resolve(repo, source_ref)
-        branch = Branch(name, source.commit.id, kvkeys.new_staging_token(repo.id, name), hidden=hidden)
-        await self.refs.create_branch(repo, branch)
-        return branch
+        return await branches.create_branch(
+            self.context, repo_id, name, source_ref, force=force, hidden=hidden
+        )
 
     async def branch(self, repo_id: str, name: str) -> Branch:
         repo = await self.repository(repo_id)
@@ -396,40 +321,14 @@ class Graveler:
             yield branch
 
     async def delete_branch(self, repo_id: str, name: str, *, force: bool = False) -> None:
-        repo = await self.repository(repo_id)
-        self.writable(repo, force)
-        if name == repo.default_branch:
-            raise ConflictError(f"cannot delete the default branch {name!r} of repository {repo.id!r}")
-        branch, _ = await self.refs.get_branch(repo, name)
-        await self.refs.delete_branch(repo, name)
-        tokens = (branch.staging_token, *branch.sealed_tokens)
-        await self.refs.mark_for_cleanup(tokens, self.clock(), "discarded")
+        """Delete a branch (never the default one); its uncommitted changes are discarded."""
+        await branches.delete_branch(self.context, repo_id, name, force=force)
 
     async def reset_branch(
         self, repo_id: str, name: str, to_ref: str | None = None, *, force: bool = False
     ) -> Branch:
         """Drop uncommitted changes; with ``to_ref``, also move the branch to that commit."""
-        repo = await self.repository(repo_id)
-        self.writable(repo, force)
-        if to_ref is None:
-            await protection.check(self.context, repo, name, protection.Action.STAGING_WRITE)
-        else:
-            await protection.check_reset(self.context, repo, name)
-        target = (await self.resolve(repo, to_ref)).commit.id if to_ref is not None else None
-        with exhausted_as(f"branch {name!r} kept changing during reset"):
-            async for attempt in cas_retrying(self.settings):
-                with attempt:
-                    branch, raw = await self.refs.get_branch(repo, name)
-                    reset = replace(
-                        branch,
-                        staging_token=kvkeys.new_staging_token(repo.id, name),
-                        sealed_tokens=(),
-                        commit_id=target or branch.commit_id,
-                    )
-                    await self.refs.cas_branch(repo, reset, raw)
-        tokens = (branch.staging_token, *branch.sealed_tokens)
-        await self.refs.mark_for_cleanup(tokens, self.clock(), "discarded")
-        return reset
+        return await branches.reset_branch(self.context, repo_id, name, to_ref, force=force)
 
     async def reset_changes(
         self, repo_id: str, branch_id: str, path: bytes, *, prefix: bool, force: bool = False
@@ -469,22 +368,20 @@ class Graveler:
     # -- tags ------------------------------------------------------------------------------------------
 
     async def create_tag(self, repo_id: str, tag: str, ref: str, *, force: bool = False) -> Tag:
-        repo = await self.repository(repo_id)
-        self.writable(repo, force)
-        validate_tag_id(tag)
-        record = Tag(tag, (await self.resolve(repo, ref)).commit.id)
-        await self.refs.create_tag(repo, record)
-        return record
+        return await branches.create_tag(self.context, repo_id, tag, ref, force=force)
 
     async def delete_tag(self, repo_id: str, tag: str, *, force: bool = False) -> None:
-        repo = await self.repository(repo_id)
-        self.writable(repo, force)
-        await self.refs.delete_tag(repo, tag)
+        await branches.delete_tag(self.context, repo_id, tag, force=force)
 
     async def list_tags(self, repo_id: str) -> AsyncIterator[Tag]:
         repo = await self.repository(repo_id)
         async for tag in self.refs.list_tags(repo):
             yield tag
+
+    async def refs_of_many(self, repo_ids: Sequence[str], *, tags: bool = False) -> dict[str, RepoRefs]:
+        """Many repositories' branches (and tags) in two batched KV reads; a repository that cannot
+        be read is left out (see :meth:`RefStore.refs_of_many`)."""
+        return await self.refs.refs_of_many(repo_ids, tags=tags)
 
     async def tag(self, repo_id: str, tag: str) -> Tag:
         repo = await self.repository(repo_id)
@@ -596,17 +493,8 @@ class Graveler:
         self, repo_id: str, ref: str, *, amount: int | None = None, after: str | None = None
     ) -> AsyncIterator[Commit]:
         """First-parent history from ``ref``; ``after`` continues a page after that commit id."""
-        repo = await self.repository(repo_id)
-        commit: Commit | None = (await self.resolve(repo, ref)).commit
-        skipping = after is not None
-        n = 0
-        while commit is not None and (amount is None or n < amount):
-            if not skipping:
-                yield commit
-                n += 1
-            elif commit.id == after:
-                skipping = False
-            commit = await self.refs.get_commit(repo, commit.parents[0]) if commit.parents else None
+        async for commit in history.log(self.context, repo_id, ref, amount=amount, after=after):
+            yield commit
 
     async def commit_nodes(self, repo_id: str) -> AsyncIterator[CommitNode]:
         """Every commit of the repository (reachable or not, in KV key order), as slim graph nodes.
@@ -620,27 +508,13 @@ class Graveler:
 
     async def diff(self, repo_id: str, left_ref: str, right_ref: str) -> AsyncIterator[DiffRecord]:
         """Committed differences from ``left_ref`` to ``right_ref``."""
-        repo = await self.repository(repo_id)
-        left = await self.metarange(repo, (await self.resolve(repo, left_ref)).commit.metarange_id)
-        right = await self.metarange(repo, (await self.resolve(repo, right_ref)).commit.metarange_id)
-        async for record in diff_metaranges(left, right):
+        async for record in history.diff(self.context, repo_id, left_ref, right_ref):
             yield record
 
     async def diff_uncommitted(self, repo_id: str, branch_id: str) -> AsyncIterator[DiffRecord]:
         """Staged changes of a branch against its head commit."""
-        repo = await self.repository(repo_id)
-        branch, _ = await self.refs.get_branch(repo, branch_id)
-        head = await self.refs.get_commit(repo, branch.commit_id)
-        committed = await self.metarange(repo, head.metarange_id)
-        async for staged in self.staging.merged((branch.staging_token, *branch.sealed_tokens)):
-            old = await committed.get(staged.key)
-            if staged.is_tombstone:
-                if old is not None:
-                    yield DiffRecord(DiffType.REMOVED, staged.key, old, None)
-            elif old is None:
-                yield DiffRecord(DiffType.ADDED, staged.key, None, staged)
-            elif old.identity != staged.identity:
-                yield DiffRecord(DiffType.CHANGED, staged.key, old, staged)
+        async for record in history.diff_uncommitted(self.context, repo_id, branch_id):
+            yield record
 
     async def has_uncommitted(self, repo: Repository, branch: Branch) -> bool:
         return await self.context.has_uncommitted(repo, branch)
@@ -657,7 +531,9 @@ class Graveler:
         metadata: Mapping[str, str] | None = None,
         allow_empty: bool = False,
         force: bool = False,
+        date: datetime | None = None,
     ) -> Commit:
+        """Commit the branch's staged changes; ``date`` overrides the creation date (lakeFS's)."""
         from lakefs_core.repos import committing
 
         return await committing.commit(
@@ -669,6 +545,7 @@ class Graveler:
             metadata=metadata,
             allow_empty=allow_empty,
             force=force,
+            date=date,
         )
 
     async def commit_entries(
@@ -736,8 +613,11 @@ class Graveler:
         committer: str,
         parent_number: int = 1,
         message: str | None = None,
+        metadata: Mapping[str, str] | None = None,
+        allow_empty: bool = False,
         force: bool = False,
     ) -> Commit:
+        """Undo ``commit_ref``'s change on the branch in a new commit (see committing.revert)."""
         from lakefs_core.repos import committing
 
         return await committing.revert(
@@ -748,6 +628,8 @@ class Graveler:
             committer=committer,
             parent_number=parent_number,
             message=message,
+            metadata=metadata,
+            allow_empty=allow_empty,
             force=force,
         )
 
@@ -759,9 +641,12 @@ class Graveler:
         *,
         committer: str,
         parent_number: int | None = None,
+        message: str | None = None,
+        metadata: Mapping[str, str] | None = None,
         force: bool = False,
     ) -> Commit:
-        """Apply what ``commit_ref`` changed against its parent onto the branch as a new commit."""
+        """Apply what ``commit_ref`` changed against its parent onto the branch as a new commit
+        (``message``/``metadata``: lakeFS's commit overrides, see committing.cherry_pick)."""
         from lakefs_core.repos import committing
 
         return await committing.cherry_pick(
@@ -771,6 +656,8 @@ class Graveler:
             commit_ref,
             committer=committer,
             parent_number=parent_number,
+            message=message,
+            metadata=metadata,
             force=force,
         )
 

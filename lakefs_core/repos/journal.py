@@ -1,9 +1,11 @@
 """The hard-delete journal (GC spec §3c) and the uncommitted-address seam of retention GC (§3a step 3).
 
 Why it can work: an address here is always fresh and create-only (:meth:`Objects.upload` allocates a
-new ``data/<slice>/<id>`` and PUTs it with ``If-None-Match``), and no API copies or links an address
-into a second entry. So an uploaded address can only reach a commit through the staging token it was
-staged in, and its fate is decided by two point lookups instead of reference counts.
+new ``data/<slice>/<id>`` and PUTs it with ``If-None-Match``; a multipart upload's completion,
+:meth:`Objects.upload_written`, completes the store's upload of an address reserved when the
+upload was created, create-only too), and no API copies or links an address into a second entry.
+So an uploaded address can only reach a commit through the staging token it was staged in, and its
+fate is decided by two point lookups instead of reference counts.
 
 Records (key formats in :mod:`lakefs_core.refs.kvkeys`, all in the repository's partition; values are
 small JSON objects, parsed as hostile: bounded size, checked schema, :class:`CorruptDataError` naming

@@ -12,16 +12,19 @@ Every read of an object's entry or bytes (:meth:`Objects.stat`, :meth:`~Objects.
 :class:`~lakefs_core.errors.PurgedError` when an audited purge (:mod:`.purge`) names it, whether or
 not the bytes are still in the store (:mod:`.purge_markers`: in a repository that never purged this
 costs one KV read per process every half second; once it has purges, a marker lookup per read,
-shared by concurrent reads). Listings are not reads: a purged object's entry is still listed.
+shared by concurrent reads). Listings are not reads: a purged object's entry is still listed, and
+:meth:`Objects.describe` answers an entry with the id of the purge that destroyed its object (what
+``fs stat`` shows); reading the bytes is what refuses.
 
 With the repository's hard-delete journal on (:mod:`.journal`), upload writes the address's intent
 (``pending``) before the PUT and settles it (CAS to ``stored``) in the same atomic KV step that
 stages the entry (:class:`~lakefs_core.repos.staging_writes.Settle`); if the reconciler claimed the
 intent first (the upload outlived its pending timeout, however long it stalled and wherever), that
 step stores nothing and the upload fails with :class:`~lakefs_core.errors.ConflictError` (exit
-code 3, HTTP 409): never an entry whose object is being deleted. Upload is the only path that writes
-a data object into a namespace for an entry (a mirror copies committed objects of its source, which
-are not uploads), and it never reuses an address: keep both true, or journal the new path too.
+code 3, HTTP 409): never an entry whose object is being deleted. Upload and :meth:`Objects.copy`
+(which journals and stages its fresh address the same way) are the only paths that write a data
+object into a namespace for an entry (a mirror copies committed objects of its source, which are not
+uploads), and they never reuse an address: keep both true, or journal the new path too.
 
 :meth:`Objects.upload_many` is the batch form (``fs upload --recursive``): one repository and branch
 read per batch, bounded concurrent PUTs, the journal's intents and the batch's open record in one KV
@@ -47,9 +50,17 @@ from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 
 from lakefs_core.aio import bounded_each
+from lakefs_core.block import copy_object
 from lakefs_core.block._common import normalize_metadata
 from lakefs_core.block.base import BlockStore, ObjectInfo, PutItem
-from lakefs_core.errors import BadInputError, LakeFSError, NotFoundError, PurgedError, encode_utf8
+from lakefs_core.errors import (
+    BadInputError,
+    ConflictError,
+    LakeFSError,
+    NotFoundError,
+    PurgedError,
+    encode_utf8,
+)
 from lakefs_core.faults import fault_point
 from lakefs_core.format.proto import catalog_pb2
 from lakefs_core.format.records import (
@@ -75,6 +86,7 @@ MAX_LIST_AMOUNT = 10_000
 # and a local namespace syncs once per window. As big as a CLI batch: windows of 250 made four syncs
 # per batch and left writer threads idle at each window's end (5,000-file upload 0.855 -> 0.805 s).
 PUT_BATCH_WINDOW = 1000
+MAX_COPY_OBJECT = 5 << 30  # S3's CopyObject copies at most 5 GiB; a larger copy streams
 
 Body = bytes | AsyncIterable[bytes]
 
@@ -145,6 +157,19 @@ class ListPage:
     common_prefixes: list[str]
     has_more: bool
     next_after: str  # pass as ``after`` to continue
+
+
+@dataclass(frozen=True)
+class _Write:
+    """A write in progress to a fresh address: where, for which path, and its journal intent."""
+
+    repo: Repository
+    branch: str
+    key: bytes
+    relative: str
+    journal: Journal | None
+    intent: Intent | None
+    force: bool
 
 
 def _put_item(item: UploadItem, target: str) -> PutItem:
@@ -221,6 +246,55 @@ class Objects:
         ns = StorageNamespace.parse(repo.storage_namespace)
         return ns, await self.ctx.stores.namespace_store(ns)
 
+    async def _fresh_address(
+        self, repo: Repository, branch: str, key: bytes, force: bool, relative: str | None = None
+    ) -> tuple[_Write, StorageNamespace, BlockStore]:
+        """A fresh address for a write of ``key`` to ``branch``, checked and journalled (its
+        ``pending`` intent) before any byte is written there. ``relative``: the caller's reserved
+        address (a multipart upload's), whose intent an earlier attempt of the same write may have
+        left pending."""
+        self.ctx.writable(repo, force)
+        await self.ctx.refs.get_branch(repo, branch)  # fail before writing bytes for an unknown branch
+        await protection.check(self.ctx, repo, branch, protection.Action.STAGING_WRITE)  # so too here
+        ns, store = await self._namespace(repo)
+        journal = Journal(self.ctx, repo) if await journal_enabled(self.ctx, repo) else None
+        intent: Intent | None = None
+        if relative is None:
+            relative = self.slices.new_relative_address()
+            intent = await journal.record_intent(relative, branch, key, self.ctx.clock()) if journal else None
+        elif journal is not None:
+            intent = await _fresh_intent(journal, relative, branch, key, self.ctx.clock())
+        return _Write(repo, branch, key, relative, journal, intent, force), ns, store
+
+    async def _stage_written(
+        self,
+        write: _Write,
+        info: ObjectInfo,
+        metadata: Mapping[str, str] | None,
+        what: str,
+        condition: Condition | None = None,
+    ) -> ObjectStat:
+        """Stage the entry of the object written at ``write``'s address, settling its intent in the
+        same KV step, only if ``condition`` holds then for the path's current entry (when given:
+        ``If-None-Match: *``, ``If-Match``, see :mod:`~lakefs_core.repos.staging_writes`; a refused
+        write stages nothing, and its bytes are left to the journal's reconciler, or GC, as a
+        failed upload's are)."""
+        when = info.last_modified or self.ctx.clock()
+        record, stat = new_entry(write.key, write.relative, info, metadata, when)
+        settle: Settle | None = None
+        if write.journal is not None and write.intent is not None:
+            settle = write.journal.settle_single(write.intent, self.ctx.clock(), what)
+        await staging_writes.stage_entry(
+            self.ctx,
+            write.repo.id,
+            write.branch,
+            record,
+            force=write.force,
+            settle=settle,
+            condition=condition,
+        )
+        return stat
+
     async def upload(
         self,
         repo_id: str,
@@ -233,33 +307,121 @@ class Objects:
         force: bool = False,
         condition: Condition | None = None,
     ) -> ObjectStat:
-        """Store ``body`` at a fresh address and stage its entry for ``path`` (see the module
-        docstring); with ``condition``, only if it holds for the path's current entry when the
-        entry is staged, in the same atomic KV step (``If-None-Match: *``, ``If-Match``: see
-        :mod:`~lakefs_core.repos.staging_writes`; a refused upload stages nothing, and its bytes
-        are left to the journal's reconciler or GC as a failed upload's are)."""
+        """Store ``body`` at a fresh address and stage its entry for ``path``, only if
+        ``condition`` holds when the entry is staged (:meth:`_stage_written`)."""
+
+        async def put(store: BlockStore, target: str) -> ObjectInfo:
+            return await store.put(
+                target, body, if_none_match=True, content_type=content_type, metadata=metadata
+            )
+
+        return await self._write_and_stage(
+            repo_id,
+            branch,
+            path,
+            relative=None,
+            write=put,
+            metadata=metadata,
+            force=force,
+            condition=condition,
+        )
+
+    async def upload_written(
+        self,
+        repo_id: str,
+        branch: str,
+        path: str,
+        relative: str,
+        write: Callable[[BlockStore, str], Awaitable[ObjectInfo]],
+        *,
+        metadata: Mapping[str, str] | None = None,
+        force: bool = False,
+        condition: Condition | None = None,
+    ) -> ObjectStat:
+        """:meth:`upload` of an object the caller stores itself: ``write(store, key)`` creates it
+        at ``relative`` (an address from :attr:`slices` that nothing has written yet: a multipart
+        upload's final key, whose parts the store holds apart until this completes it). The
+        journal's intent is recorded right before ``write`` and settled with the staging, as for
+        any upload; a retry of the same write (an earlier attempt failed after recording it) takes
+        the intent it left while it is still pending for this branch and path."""
+        return await self._write_and_stage(
+            repo_id,
+            branch,
+            path,
+            relative=relative,
+            write=write,
+            metadata=metadata,
+            force=force,
+            condition=condition,
+        )
+
+    async def _write_and_stage(
+        self,
+        repo_id: str,
+        branch: str,
+        path: str,
+        *,
+        relative: str | None,
+        write: Callable[[BlockStore, str], Awaitable[ObjectInfo]],
+        metadata: Mapping[str, str] | None,
+        force: bool,
+        condition: Condition | None = None,
+    ) -> ObjectStat:
         key = _new_path_bytes(path)
-        repo = await self.ctx.repository(repo_id)
-        self.ctx.writable(repo, force)
-        await self.ctx.refs.get_branch(repo, branch)  # fail before writing bytes for an unknown branch
-        await protection.check(self.ctx, repo, branch, protection.Action.STAGING_WRITE)  # so too here
-        ns, store = await self._namespace(repo)
-        relative = self.slices.new_relative_address()
-        journal = Journal(self.ctx, repo) if await journal_enabled(self.ctx, repo) else None
-        intent = await journal.record_intent(relative, branch, key, self.ctx.clock()) if journal else None
-        info = await store.put(
-            ns.key(relative), body, if_none_match=True, content_type=content_type, metadata=metadata
+        target, ns, store = await self._fresh_address(
+            await self.ctx.repository(repo_id), branch, key, force, relative
         )
-        record, stat = new_entry(key, relative, info, metadata, info.last_modified or self.ctx.clock())
+        info = await write(store, ns.key(target.relative))
         fault_point("upload:before-stage")  # stall tests: PUT done, neither settled nor staged yet
-        settle: Settle | None = None
-        if journal is not None and intent is not None:
-            what = f"upload of {path[:200]!r} to branch {branch!r}"
-            settle = journal.settle_single(intent, self.ctx.clock(), what)
-        await staging_writes.stage_entry(
-            self.ctx, repo_id, branch, record, force=force, settle=settle, condition=condition
+        return await self._stage_written(
+            target, info, metadata, f"upload of {path[:200]!r} to branch {branch!r}", condition
         )
-        return stat
+
+    async def copy(
+        self,
+        src_repo_id: str,
+        source: ObjectStat,
+        repo_id: str,
+        branch: str,
+        path: str,
+        *,
+        content_type: str | None = None,
+        metadata: Mapping[str, str] | None = None,
+        force: bool = False,
+        condition: Condition | None = None,
+    ) -> ObjectStat:
+        """Stage ``path`` on ``branch`` for a copy of the object ``source`` describes (an entry of
+        ``src_repo_id``: its address, so a concurrent overwrite of its path never mixes two objects).
+        The block store copies the bytes to a FRESH address of this repository's namespace
+        (server-side within one S3 store, a file copy within a local one, streamed across stores),
+        journalled and staged as :meth:`upload` does: two entries never share an address, which
+        hard-delete and GC rely on. ``content_type``/``metadata`` default to the source's. Missing
+        source data is :class:`NotFoundError` caused by the store's; a purged source is
+        :class:`PurgedError`, checked before and again after the bytes are copied."""
+        key = _new_path_bytes(path)
+        src_repo = await self.ctx.repository(src_repo_id)
+        await self._refuse_purged(src_repo, source)
+        address_type = catalog_pb2.Entry.AddressType.Value(source.address_type)
+        src_uri, src_key = StorageNamespace.parse(src_repo.storage_namespace).address_key(
+            source.physical_address, address_type
+        )
+        src_store = await self.ctx.stores.block_store(src_uri)
+        write, ns, store = await self._fresh_address(await self.ctx.repository(repo_id), branch, key, force)
+        # S3's CopyObject is server-side but not create-only everywhere (some S3 implementations ignore
+        # its condition, so the store streams a create-only copy through this process instead); the
+        # address is fresh (80 random bits) and journalled, so an unconditional copy overwrites nothing.
+        server_side = src_store is store and store.uri.startswith("s3://") and source.size <= MAX_COPY_OBJECT
+        try:
+            target = ns.key(write.relative)
+            info = await copy_object(src_store, src_key, store, target, if_none_match=not server_side)
+        except NotFoundError as e:
+            await self._refuse_purged(src_repo, source)
+            raise NotFoundError(f"data of {source.path!r} is missing at {source.physical_address}") from e
+        await self._refuse_purged(src_repo, source)  # a purge begun meanwhile: stage no copy of it
+        info = replace(info, content_type=source.content_type if content_type is None else content_type)
+        meta = source.metadata if metadata is None else metadata
+        what = f"copy to {path[:200]!r} on branch {branch!r}"
+        return await self._stage_written(write, info, meta, what, condition)
 
     async def upload_many(
         self,
@@ -439,6 +601,16 @@ class Objects:
         )
         return stat
 
+    async def source_key(self, repo_id: str, stat: ObjectStat) -> tuple[BlockStore, str]:
+        """The store and key of the object ``stat`` describes, for a server-side copy of its bytes;
+        :class:`PurgedError` when an audited purge destroyed it (as :meth:`read_stat`)."""
+        repo = await staging_writes.repository_for_write(self.ctx, repo_id)
+        await self._refuse_purged(repo, stat)
+        ns = StorageNamespace.parse(repo.storage_namespace)
+        address_type = catalog_pb2.Entry.AddressType.Value(stat.address_type)
+        store_uri, key = ns.address_key(stat.physical_address, address_type)
+        return await self.ctx.stores.block_store(store_uri), key
+
     async def presign_read(self, repo_id: str, stat: ObjectStat, *, expires_seconds: int) -> str | None:
         """A URL reading ``stat``'s object directly from its store, or None when that store cannot
         presign (a local namespace). The purge check runs first, as for any read."""
@@ -476,6 +648,14 @@ class Objects:
         stat = ObjectStat.from_record(await reading.entry(self.ctx, repo, ref, _path_bytes(path)))
         await self._refuse_purged(repo, stat)
         return stat
+
+    async def describe(self, repo_id: str, ref: str, path: str) -> tuple[ObjectStat, str | None]:
+        """The object's entry and the audit id of the purge that destroyed its object (``None``:
+        not purged), for showing it (``fs stat``); reading its bytes still fails with
+        :class:`PurgedError`."""
+        repo = await self.ctx.repository(repo_id)
+        stat = ObjectStat.from_record(await reading.entry(self.ctx, repo, ref, _path_bytes(path)))
+        return stat, await self._purge_audit(repo, stat)
 
     async def purged(self, repo_id: str, stats: Sequence[ObjectStat]) -> dict[str, str]:
         """Path -> audit id of those of ``stats`` (a listing's page) whose object an audited purge
@@ -515,10 +695,14 @@ class Objects:
         its first delete (:mod:`.purge_markers`), so a read made after the markers are durable
         refuses. A read checked earlier either streams bytes not yet deleted (it ran before the
         purge) or finds them gone and checks again (``_stream``)."""
-        relative = _relative(repo, stat) if await self.markers.has_purges(repo) else None
-        audit = None if relative is None else await self.markers.audit_of(repo, relative)
+        audit = await self._purge_audit(repo, stat)
         if audit is not None:
             raise _purged(stat, audit)
+
+    async def _purge_audit(self, repo: Repository, stat: ObjectStat) -> str | None:
+        """The audit id of the purge whose marker names the object's address, if any."""
+        relative = _relative(repo, stat) if await self.markers.has_purges(repo) else None
+        return None if relative is None else await self.markers.audit_of(repo, relative)
 
     async def _checked_stream(
         self, repo: Repository, stat: ObjectStat, start: int, length: int | None
@@ -660,6 +844,17 @@ class Objects:
                 break
             cursor.seek_ge(successor)  # past every key under the common prefix
         return ListPage(objects, prefixes, False, "")
+
+
+async def _fresh_intent(journal: Journal, relative: str, branch: str, key: bytes, now: datetime) -> Intent:
+    """The pending intent for ``relative``: recorded now, or left by an earlier attempt of the same
+    write (only that one can have journalled a fresh address for this branch and key)."""
+    earlier = await journal.intent(relative)
+    if earlier is None:
+        return await journal.record_intent(relative, branch, key, now)
+    if earlier.state != "pending" or earlier.branch != branch or earlier.key != key:
+        raise ConflictError(f"address {relative} was journalled for another write, or claimed since")
+    return earlier
 
 
 async def _answer(lookup: asyncio.Future[str | None]) -> str | None:

@@ -46,6 +46,7 @@ from lakefs_core.block import (
     PutItem,
     copy_object,
 )
+from lakefs_core.block.base import MultipartStore
 from lakefs_core.errors import (
     BadInputError,
     ConflictError,
@@ -77,6 +78,8 @@ __all__ = [  # ``import *`` takes the fixture and every test
     "test_list_start_after",
     "test_metadata_and_content_type_round_trip",
     "test_missing_key_is_not_found",
+    "test_multipart_copy_part_and_bad_sizes",
+    "test_multipart_parts_in_any_order_reupload_and_abort",
     "test_overwrite_replaces",
     "test_put_batch_bytes_and_loaders",
     "test_put_batch_checks_everything_before_writing",
@@ -633,3 +636,63 @@ async def test_closed_store_refuses_work(store: BlockStore) -> None:
     with pytest.raises(LakeFSError):
         await listing(store)
     await store.close()  # idempotent
+
+
+# -- multipart (stores that are a MultipartStore) -----------------------------------------------------
+
+
+def _multipart(store: BlockStore) -> MultipartStore:
+    if not isinstance(store, MultipartStore):
+        pytest.skip("the store has no native multipart upload")
+    return store
+
+
+def _multipart_etag(parts: list[bytes]) -> str:
+    joined = b"".join(hashlib.md5(p).digest() for p in parts)
+    return f"{hashlib.md5(joined).hexdigest()}-{len(parts)}"
+
+
+async def test_multipart_parts_in_any_order_reupload_and_abort(store: BlockStore) -> None:
+    mp = _multipart(store)
+    parts = [random.randbytes(5 * MIB), random.randbytes(5 * MIB), b"tail"]
+    upload = await mp.multipart_create("mp/obj", content_type="text/x-parts", metadata={"k": "v"})
+    assert not await store.exists("mp/obj")  # nothing at the key before the completion
+    stored = {}
+    for number in (3, 1, 2):
+        stored[number] = await mp.multipart_part(
+            "mp/obj", upload, number, chunks_of(parts[number - 1], 300_000), len(parts[number - 1])
+        )
+    assert stored[1].etag == md5(parts[0]) and stored[3].size == 4
+    parts[1] = random.randbytes(5 * MIB)  # uploaded again: the last upload of a number wins
+    stored[2] = await mp.multipart_part("mp/obj", upload, 2, chunks_of(parts[1], MIB), 5 * MIB)
+    info = await mp.multipart_complete(
+        "mp/obj", upload, [stored[1], stored[2], stored[3]], if_none_match=True
+    )
+    assert info.etag == _multipart_etag(parts) and info.size == 10 * MIB + 4
+    assert await store.get("mp/obj") == b"".join(parts)
+    head = await store.head("mp/obj")
+    assert head.etag == info.etag and head.content_type == "text/x-parts" and head.metadata == {"k": "v"}
+    assert await listing(store) == ["mp/obj"]  # no part left anywhere a listing shows
+    aborted = await mp.multipart_create("mp/aborted")
+    await mp.multipart_part("mp/aborted", aborted, 1, chunks_of(b"x" * 10, 5), 10)
+    await mp.multipart_abort("mp/aborted", aborted)
+    await mp.multipart_abort("mp/aborted", aborted)  # an aborted upload: not an error
+    assert await listing(store) == ["mp/obj"]
+
+
+async def test_multipart_copy_part_and_bad_sizes(store: BlockStore) -> None:
+    mp = _multipart(store)
+    source = random.randbytes(6 * MIB)
+    await store.put("mp/source", source)
+    upload = await mp.multipart_create("mp/copied")
+    first = await mp.multipart_copy_part(
+        "mp/copied", upload, 1, src_key="mp/source", start=MIB, length=5 * MIB
+    )
+    assert first.etag == md5(source[MIB:]) and first.size == 5 * MIB
+    with pytest.raises(BadInputError):  # longer than declared: not stored
+        await mp.multipart_part("mp/copied", upload, 2, chunks_of(b"z" * 11, 4), 10)
+    with pytest.raises(BadInputError):  # shorter than declared
+        await mp.multipart_part("mp/copied", upload, 2, chunks_of(b"z" * 9, 4), 10)
+    second = await mp.multipart_part("mp/copied", upload, 2, chunks_of(b"z" * 10, 4), 10)
+    await mp.multipart_complete("mp/copied", upload, [first, second])
+    assert await store.get("mp/copied") == source[MIB:] + b"z" * 10

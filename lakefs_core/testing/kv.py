@@ -33,7 +33,8 @@ from lakefs_core.errors import (
     TransientError,
 )
 from lakefs_core.kv import Expect, KVEntry, KVStore
-from lakefs_core.kv.base import KVItem
+from lakefs_core.kv.base import KeyRange, KVItem
+from lakefs_core.kv.ranges import point_range, prefix_range, scan_ranges
 
 __all__ = [  # ``import *`` takes the fixture and every test
     "KVDriver",
@@ -58,6 +59,9 @@ __all__ = [  # ``import *`` takes the fixture and every test
     "test_scan_end_is_exclusive",
     "test_scan_is_bytewise_ascending",
     "test_scan_pages_across_boundaries",
+    "test_scan_ranges_bad_input_refused",
+    "test_scan_ranges_by_range_then_key_across_pages",
+    "test_scan_ranges_many_ranges_in_order",
     "test_scan_six_keys_exact_pages",
     "test_scan_start_is_inclusive",
     "test_scan_tolerates_writes_between_pages",
@@ -334,6 +338,73 @@ async def test_scan_empty_and_missing_partition(kv: KVStore) -> None:
     await kv.set(P, b"k", b"v")
     await kv.delete(P, b"k")
     assert await keys_of(kv) == []
+
+
+class _ScanOnly:
+    """The store seen through get and scan only: :func:`scan_ranges`' fallback."""
+
+    def __init__(self, kv: KVStore) -> None:
+        self.scan = kv.scan
+
+
+@pytest.mark.parametrize("page_size", [1, 2, 3, 1000])
+async def test_scan_ranges_by_range_then_key_across_pages(kv: KVStore, page_size: int) -> None:
+    stored = {
+        b"p": [b"a", b"branches/x", b"branches/y", b"branches/y\x00", b"branches0", b"commits/1", b"tags/t"],
+        b"pp": [b"branches/", b"branches/\xff", b"tags/"],
+        b"q": [b"\x00", b"k", b"\xff\xff"],
+    }
+    await kv.set_many([(p, k, p + b"=" + k) for p, keys in stored.items() for k in keys])
+    ranges: list[KeyRange] = [
+        prefix_range(b"pp", b"branches/"),
+        prefix_range(b"p", b"branches/"),
+        point_range(b"p", b"tags/t"),
+        point_range(b"p", b"tags/missing"),
+        (b"q", b"", b"\xff\xff\xff"),
+        (b"p", b"z", b"a"),  # empty: end before start
+        prefix_range(b"nobody-home", b"branches/"),
+        prefix_range(b"p", b"branches/"),  # twice: read twice
+    ]
+    want = [
+        (i, k, p + b"=" + k)
+        for i, (p, start, end) in enumerate(ranges)
+        for k in sorted(stored.get(p, []))
+        if start <= k < end
+    ]
+    native = [(i, e.key, e.value) async for i, e in scan_ranges(kv, ranges, page_size=page_size)]
+    fallback = [
+        (i, e.key, e.value)
+        async for i, e in scan_ranges(_ScanOnly(kv), ranges, page_size=page_size)  # type: ignore[arg-type]
+    ]
+    assert native == want == fallback
+    assert [k for i, k, _ in want if i == 1] == [b"branches/x", b"branches/y", b"branches/y\x00"]
+    assert [x async for x in scan_ranges(kv, [])] == []
+
+
+async def test_scan_ranges_many_ranges_in_order(kv: KVStore) -> None:
+    """More ranges than one batched request takes (DynamoDB: 100 keys a BatchGetItem), point and
+    prefix ranges interleaved, some keys missing: every entry once, by range index."""
+    n = 110
+    await kv.set_many([(b"p%d" % (i % 3), b"k%03d/%d" % (i, j), b"") for i in range(n) for j in (0, 1)])
+    ranges: list[KeyRange] = [
+        prefix_range(b"p%d" % (i % 3), b"k%03d/" % i)
+        if i % 10 == 0
+        else point_range(b"p%d" % (i % 3), b"k%03d/%d" % (i, i % 3))
+        for i in range(n)
+    ]
+    got = [(i, e.key) async for i, e in scan_ranges(kv, ranges)]
+    want = [
+        (i, b"k%03d/%d" % (i, j)) for i in range(n) for j in ((0, 1) if i % 10 == 0 else (i % 3,)) if j < 2
+    ]
+    assert got == want
+
+
+async def test_scan_ranges_bad_input_refused(kv: KVStore) -> None:
+    for bad in ([(b"", b"a", b"b")], [(b"p", b"a")], b"p", [(b"p", "a", b"b")]):
+        with pytest.raises(BadInputError):
+            _ = [x async for x in scan_ranges(kv, bad)]  # type: ignore[arg-type]
+    with pytest.raises(BadInputError):
+        _ = [x async for x in scan_ranges(kv, [(b"p", b"a", b"b")], page_size=0)]
 
 
 async def test_partitions_are_isolated(kv: KVStore) -> None:

@@ -30,8 +30,8 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import AsyncIterator, Mapping
-from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
+from dataclasses import dataclass, field, replace
+from datetime import datetime, timedelta
 from functools import partial
 from pathlib import Path
 from typing import Any, Literal
@@ -40,8 +40,9 @@ from lakefs_core.block.base import BlockStore
 from lakefs_core.compute.executor import Dataset, Executor
 from lakefs_core.compute.partition import StoreRef, WrittenPart, part_name, store_ref
 from lakefs_core.errors import BadInputError, LakeFSError, ReadOnlyError
-from lakefs_core.repos.graveler import Graveler, StorageNamespace, new_run_id
+from lakefs_core.repos.graveler import Graveler, StorageNamespace
 from lakefs_core.repos.namespace_claims import check_for_gc
+from lakefs_gc.clock import RunClock, check_offset
 from lakefs_gc.faults import fault_point
 from lakefs_gc.mark.active import TagsPolicy, compute_active
 from lakefs_gc.mark.committed import addresses_partition, range_ids_partition
@@ -64,8 +65,10 @@ _Digests = dict[str, FileDigest]
 
 @dataclass(frozen=True)
 class MarkOptions:
-    """``now``: retention "now" (default: the Graveler's clock); ``mode`` is recorded in ``run.json``
-    (a ``dry-run`` mark is never swept); ``partitions``: executor parallelism (default: its own)."""
+    """``now``: retention "now" (default: ``clock``'s now at the claim); ``clock``: the run's clock
+    (default: the Graveler's, no offset), the source of the run id, ``start_time`` and the record's
+    ``end_time``; ``mode`` is recorded in ``run.json`` (a ``dry-run`` mark is never swept);
+    ``partitions``: executor parallelism (default: its own)."""
 
     now: datetime | None = None
     min_age: timedelta = DEFAULT_MIN_AGE
@@ -74,6 +77,7 @@ class MarkOptions:
     run_id: str | None = None
     partitions: int | None = None
     workdir: Path | None = None  # the commit map's directory (default: the system temp dir)
+    clock: RunClock | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.min_age, timedelta) or self.min_age < timedelta(0):
@@ -171,22 +175,29 @@ async def _nonempty(ids: AsyncIterator[str]) -> AsyncIterator[str]:
 
 
 async def _claim(
-    graveler: Graveler, repo_id: str, options: MarkOptions, pins: PinSource | None, digests: _Digests
+    graveler: Graveler,
+    repo_id: str,
+    options: MarkOptions,
+    pins: PinSource | None,
+    digests: _Digests,
+    *,
+    clock: RunClock,
 ) -> tuple[StorageNamespace, RunLayout, RunManifest]:
     repo = await graveler.repository(repo_id)
     if repo.read_only:
         raise ReadOnlyError(f"repository {repo_id!r} is read-only (a mirror): GC never marks it")
     ns = StorageNamespace(repo.storage_namespace)
     store = await graveler.namespace_store(ns)
-    now = options.now or graveler.clock()
+    start = clock.now()
+    now = options.now or start
     rules = await load_rules(store, ns)
     pinned = await pinned_now(pins, repo_id)
-    run_id = options.run_id or new_run_id()
+    run_id = options.run_id or clock.new_run_id()
     manifest = RunManifest(
         run_id=run_id,
         repository=repo_id,
         mode=options.mode,
-        start_time=datetime.now(UTC),
+        start_time=start,
         now=now,
         cutoff_time=now - options.min_age,
         min_age_seconds=int(options.min_age.total_seconds()),
@@ -244,8 +255,9 @@ async def run_mark(
     """Mark repository ``repo_id``; returns the run's manifest and (successful) summary."""
     await check_for_gc(graveler, repo_id)  # its namespace still leads where recorded, overlapping none
     options = options or MarkOptions()
+    clock = options.clock or RunClock(graveler.clock)
     digests: _Digests = {}  # store key -> digest, of every file the driver writes
-    ns, layout, manifest = await _claim(graveler, repo_id, options, pins, digests)
+    ns, layout, manifest = await _claim(graveler, repo_id, options, pins, digests, clock=clock)
     fault_point("mark:claimed")
     store = await graveler.namespace_store(ns)
     try:
@@ -292,7 +304,7 @@ async def run_mark(
         repository=repo_id,
         state="complete",
         start_time=manifest.start_time,
-        end_time=datetime.now(UTC),
+        end_time=clock.now(),
         rules=manifest.rules,
         files=files,
     )
@@ -326,10 +338,14 @@ async def _write_failure(
 # -- the spark-submit job ------------------------------------------------------------------------
 
 JOB_NAME = "gc-mark"
-_JOB_KEYS = {"config", "repository", "now", "min_age_seconds", "tags", "mode", "run_id", "pins", "partitions"}
+_JOB_KEYS = {
+    "config", "repository", "now", "min_age_seconds", "tags", "mode", "run_id", "pins", "partitions",
+    "clock_offset_seconds",
+}  # fmt: skip
 
 
-def _job_options(args: Mapping[str, Any]) -> MarkOptions:
+def _job_options(args: Mapping[str, Any]) -> tuple[MarkOptions, float]:
+    """The mark's options and the run clock's offset (the clock itself needs the opened core)."""
     from lakefs_gc.runs.reports import parse_instant
 
     unknown = sorted(set(args) - _JOB_KEYS)
@@ -343,7 +359,8 @@ def _job_options(args: Mapping[str, Any]) -> MarkOptions:
         when = parse_instant(now) if now is not None else None
     except ValueError as e:
         raise BadInputError(str(e), field="now") from None
-    return MarkOptions(
+    offset = check_offset(args.get("clock_offset_seconds", 0.0))
+    options = MarkOptions(
         now=when,
         min_age=timedelta(seconds=min_age),
         tags_policy=args.get("tags", "pin"),
@@ -351,17 +368,19 @@ def _job_options(args: Mapping[str, Any]) -> MarkOptions:
         run_id=args.get("run_id"),
         partitions=args.get("partitions"),
     )
+    return options, offset
 
 
 def mark_job(executor: Executor, args: Mapping[str, Any]) -> dict[str, Any]:
     """Job ``gc-mark``: ``{"config": <core config file>, "repository": R, "now"?, "min_age_seconds"?,
-    "tags"?, "mode"?, "run_id"?, "pins"?: [commit ids read by the parent], "partitions"?}``. The
-    config file is a path (its secrets never travel as job arguments). Result: the summary fields."""
+    "tags"?, "mode"?, "run_id"?, "pins"?: [commit ids read by the parent], "partitions"?,
+    "clock_offset_seconds"?: the parent's run clock offset}``. The config file is a path (its secrets
+    never travel as job arguments). Result: the summary fields."""
     from lakefs_core.coreconfig import default_kv_url, load_core_config
     from lakefs_core.wiring import open_core
     from lakefs_gc.pins import StaticPins
 
-    options = _job_options(args)
+    options, offset = _job_options(args)
     config, repo = args.get("config"), args.get("repository")
     if not isinstance(config, str) or not isinstance(repo, str):
         raise BadInputError("config and repository must be strings", field="args")
@@ -370,7 +389,10 @@ def mark_job(executor: Executor, args: Mapping[str, Any]) -> dict[str, Any]:
 
     async def go() -> MarkResult:
         async with await open_core(settings, default_kv_url=default_kv_url()) as core:
-            return await run_mark(core.graveler, repo, executor, options=options, pins=pins)
+            clock = RunClock(core.graveler.clock, offset)  # the parent's clock: same base, same offset
+            return await run_mark(
+                core.graveler, repo, executor, options=replace(options, clock=clock), pins=pins
+            )
 
     result = asyncio.run(go())
     return {"job": JOB_NAME, "executor": executor.name, "repository": repo, **_summary_json(result.summary)}

@@ -4,9 +4,10 @@ Contract:
 
 - :class:`RunRequest` is one run to do: ``repository``, ``mode`` (``full``: mark then sweep;
   ``mark``; ``dry-run``: a mark that is never swept; ``sweep``: sweep the existing mark ``run_id``,
-  with ``dry_run`` only verifying and counting), ``run_id`` (a fresh :func:`lakefs_core.keys.new_run_id`
-  for a mark; the mark's id for a sweep), retention ``now`` (None: the core's clock), ``min_age``
-  and the ``tags`` policy.
+  with ``dry_run`` only verifying and counting), ``run_id`` (a fresh id of the run clock,
+  :meth:`lakefs_gc.clock.RunClock.new_run_id`, for a mark; the mark's id for a sweep), retention
+  ``now`` (None: the run clock's now when the mark claims the run), ``min_age`` and the ``tags``
+  policy.
 - :class:`RunExecutor` is the seam the daemon calls: ``await executor(graveler, request, progress)
   -> RunResult``. It raises a :class:`~lakefs_core.errors.LakeFSError` when the run fails, and sets
   ``progress.phase`` (``mark``/``sweep``) as it goes, so a failure is counted against its phase.
@@ -51,7 +52,7 @@ _OUR_RUN_ID = re.compile(r"(\d{8}T\d{6})(\d{3})Z-[0-9a-f]{16}")
 
 
 def run_id_time(run_id: str) -> datetime | None:
-    """When :func:`lakefs_core.keys.new_run_id` made ``run_id`` (None: not one of ours, e.g. lakeFS's)."""
+    """The run clock's time when ``run_id`` was made (None: not one of ours, e.g. lakeFS's)."""
     m = _OUR_RUN_ID.fullmatch(run_id)
     if m is None:
         return None

@@ -29,6 +29,7 @@
    between the two, or a planted file) is never trusted: the sweep runs again and replaces it.
 
 Dry run: the same verification and counting, nothing deleted, nothing written.
+``sweep.json``'s ``start_time`` and ``end_time`` come from ``SweepOptions.clock`` (:mod:`lakefs_gc.clock`).
 Fault points (:mod:`.faults`): ``sweep:verified``, ``sweep:batch:<n>``, ``sweep:before-report``.
 """
 
@@ -58,6 +59,7 @@ from lakefs_core.errors import (
 from lakefs_core.repos.graveler import DATA_DIR, TABLES_DIR, Graveler, StorageNamespace
 from lakefs_core.repos.namespace_claims import check_for_gc
 from lakefs_core.service.deleter import FailedKeysLog, KeyDeleter
+from lakefs_gc.clock import RunClock
 from lakefs_gc.faults import fault_point
 from lakefs_gc.pins import PinSource
 from lakefs_gc.runs.layout import RunLayout
@@ -97,6 +99,7 @@ class SweepOptions:
     checkpoint_every_batches: int = 10
     checkpoint_every_seconds: float = 10.0
     workdir: Path | None = None
+    clock: RunClock | None = None  # the run's clock (default: the Graveler's, no offset)
 
     def __post_init__(self) -> None:
         if not isinstance(self.batch_size, int) or not 1 <= self.batch_size <= MAX_BATCH:
@@ -417,7 +420,8 @@ async def _sweep(
     # A sweep.json while the record is still complete: a sweep killed between its report and its
     # record, or a planted file. Never trusted: the sweep runs (idempotent) and replaces it.
     replace = await store.exists(layout.sweep_report)
-    start = datetime.now(UTC)
+    clock = options.clock or RunClock(graveler.clock)
+    start = clock.now()
     state = Checkpoint(mark_id=mark_id)
     if not options.dry_run:
         state = await _read_checkpoint(store, layout, mark.record) or state
@@ -445,7 +449,7 @@ async def _sweep(
         repository=repo_id,
         dry_run=options.dry_run,
         start_time=_iso(start),
-        end_time=_iso(datetime.now(UTC)),
+        end_time=_iso(clock.now()),
         ranges_read=ranges_read,
     )
     fault_point("sweep:before-report")

@@ -1,17 +1,16 @@
 """CopyObject: same branch, across branches, across repositories; metadata COPY (default) or REPLACE.
 
 The source (``x-amz-copy-source: [/]<repo>/<ref>/<path>``, any ref) is read by its entry, so a
-concurrent overwrite of the source path never mixes two objects; its bytes stream into a new upload
-on the destination branch through :meth:`lakefs_core.repos.objects.Objects.upload` (the journal and
-staging, as a PUT): repositories on different stores copy too. The source's reads are checked like a
-GET (purged: ObjectPurged; data missing: NoSuchVersion). ``x-amz-copy-source-if-match`` /
-``-if-none-match`` / ``-if-modified-since`` / ``-if-unmodified-since`` are checked against the source;
-``If-None-Match: *`` / ``If-Match`` against the destination.
+concurrent overwrite of the source path never mixes two objects; the block store copies its bytes
+to a fresh address of the destination through :meth:`lakefs_core.repos.objects.Objects.copy`
+(server-side within one S3 store; journalled and staged as a PUT): repositories on different stores
+copy too. The source's reads are checked like a GET (purged: ObjectPurged; data missing:
+NoSuchVersion). ``x-amz-copy-source-if-match`` / ``-if-none-match`` / ``-if-modified-since`` /
+``-if-unmodified-since`` are checked against the source; ``If-None-Match: *`` / ``If-Match`` against
+the destination.
 """
 
 from __future__ import annotations
-
-from collections.abc import AsyncIterator
 
 from aiohttp import web
 
@@ -68,25 +67,22 @@ async def copy_object(call: S3Call) -> web.StreamResponse:
     else:
         content_type, metadata = call.signed.header("content-type"), user_metadata(call)
     condition = await check_write_conditions(call)
-
-    async def body() -> AsyncIterator[bytes]:
-        try:
-            async for chunk in call.ctx.objects.read_stat(source.repo, stat):
-                yield chunk
-        except NotFoundError as e:
-            if type(e) is not NotFoundError:
-                raise
-            raise S3Error("NoSuchVersion", "the source's data is missing from the store") from None
-
-    copied = await call.ctx.objects.upload(
-        call.repo,
-        call.ref,
-        call.path,
-        body(),
-        content_type=content_type,
-        metadata=metadata or None,
-        condition=condition,
-    )
+    try:
+        copied = await call.ctx.objects.copy(
+            source.repo,
+            stat,
+            call.repo,
+            call.ref,
+            call.path,
+            content_type=content_type or "",
+            metadata=metadata,
+            condition=condition,
+        )
+    except NotFoundError as e:
+        # Objects.copy names missing source data by the store's NotFoundError as its cause.
+        if type(e) is not NotFoundError or not isinstance(e.__cause__, NotFoundError):
+            raise
+        raise S3Error("NoSuchVersion", "the source's data is missing from the store") from None
     result = [
         element("LastModified", iso8601(copied.last_modified)),
         element("ETag", quoted_etag(copied.etag)),

@@ -50,6 +50,7 @@ STATUS = {
     "EntityTooSmall": 400,
     "EntityTooLarge": 400,
     "MalformedXML": 400,
+    "MissingContentLength": 411,
     "MalformedTrailerError": 400,
     "KeyTooLongError": 400,
     "BadRequest": 400,

@@ -4,24 +4,33 @@ sweep of expired uploads.
 
 State, shared by every instance through the KV store (:mod:`lakefs_core.refs.kvkeys`,
 partition ``lakefs-open-multipart``): one record per open upload (``uploads/<repo>/<upload>``:
-branch, path, content type, user metadata, namespace, creation time) and one per uploaded part
-(``parts/<upload>/<part>``: its object, ETag, size). A part's bytes are an immutable object in the
-repository's namespace, ``_lakefs/multipart/<upload>/<part>-<token>``
-(:func:`lakefs_core.keys.multipart_part_name`):
-written first (verified as it streams, like a PUT), then its record swapped in; the object a
-re-uploaded part replaces is deleted after the swap.
+branch, path, content type, user metadata, namespace, creation time, and for a native upload the
+object's address and the store's upload id) and one per uploaded part (``parts/<upload>/<part>``:
+its ETag, size, and where its bytes are).
+
+On a store with native multipart (:class:`~lakefs_core.block.base.MultipartStore`: S3 and local),
+creation reserves the object's fresh address (``data/<slice>/<id>``) and opens the store's upload of
+it: every part goes straight into that upload (S3: ``UploadPart``, a part copy within the store
+``UploadPartCopy``; local: written in place into the file that becomes the object) and completion
+is the store's (``CompleteMultipartUpload``; a rename): no byte is written twice. The completion
+runs through :meth:`lakefs_core.repos.objects.Objects.upload_written`: the hard-delete journal's
+intent for the address is recorded before the store completes, and the entry is staged with its
+settle, as for a PUT. Nothing is at the address before the completion; an aborted or expired
+upload is aborted in the store.
+
+On other stores (memory) a part's bytes are an immutable object in the repository's namespace,
+``_lakefs/multipart/<upload>/<part>-<token>`` (:func:`lakefs_core.keys.multipart_part_name`),
+written first (verified as it streams, like a PUT), then its record swapped in (the object a
+re-uploaded part replaces is deleted after the swap), and completion streams the parts in order
+into ONE upload through :meth:`lakefs_core.repos.objects.Objects.upload` (written twice).
 
 Complete checks the part list (ascending numbers, known parts with matching ETags, every part but
-the last at least 5 MiB, as S3), then streams the parts in order into ONE upload through
-:meth:`lakefs_core.repos.objects.Objects.upload` (the hard-delete journal and staging, as a PUT),
-keeping the client's connection alive with whitespace while it runs (as S3 does), then deletes the
-part objects and the records. An upload abandoned by its client, or a completion that died half-way,
-is aborted by the daemon's sweep once older than ``gateway.multipart_expiry_seconds``: the sweep
-re-reads the record right before deleting, and deletes only what the record names; the staged
-object of a completion that died before staging is the journal's to remove.
-
-A part costs its bytes twice at completion (written as a part, read and written again as the
-object): portable across stores; S3's server-side composition is not used.
+the last at least 5 MiB, as S3), keeping the client's connection alive with whitespace while it
+runs (as S3 does), then forgets the parts and the records. An upload abandoned by its client, or a
+completion that died half-way, is aborted by the daemon's sweep once older than
+``gateway.multipart_expiry_seconds``: the sweep re-reads the record right before deleting, and
+deletes only what the record names; the object of a completion that died before staging is the
+journal's to remove.
 """
 
 from __future__ import annotations
@@ -33,7 +42,7 @@ import logging
 import secrets
 import time
 from collections.abc import AsyncIterator
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any
 
@@ -41,11 +50,13 @@ from aiohttp import web
 
 from lakefs_core import keys
 from lakefs_core.auth.s3perms import S3Operation, parse_copy_source
-from lakefs_core.block.base import BlockStore
+from lakefs_core.block.base import BlockStore, MultipartStore, ObjectInfo, StoredPart
 from lakefs_core.errors import CorruptDataError, LakeFSError, NotFoundError, PreconditionFailedError
 from lakefs_core.kv.base import Expect
 from lakefs_core.namespace import StorageNamespace
 from lakefs_core.refs import kvkeys
+from lakefs_core.repos.objects import ObjectStat
+from lakefs_core.repos.staging_writes import Condition
 from lakefs_server.context import ServerContext
 from lakefs_server.gateway.common import quoted_etag, repository, require_branch, user_metadata
 from lakefs_server.gateway.errors import S3Error, from_lakefs_error
@@ -73,6 +84,8 @@ class Upload:
     content_type: str | None = None
     metadata: dict[str, str] = field(default_factory=dict)
     user: str = ""
+    address: str = ""  # a native upload's object address (relative to the namespace)
+    store_upload: str = ""  # and the store's upload id ("": parts are objects of their own)
 
     def encode(self) -> bytes:
         return json.dumps(asdict(self), sort_keys=True).encode()
@@ -93,6 +106,7 @@ class Part:
     etag: str
     size: int
     modified: float
+    checksum: str = ""  # the store's, of a native part
 
     def encode(self) -> bytes:
         return json.dumps(asdict(self), sort_keys=True).encode()
@@ -157,8 +171,19 @@ async def create(call: S3Call) -> web.StreamResponse:
         user_metadata(call),
         call.username,
     )
+    ns, store = await _store(call, repo.storage_namespace)
+    if isinstance(store, MultipartStore):
+        upload.address = call.ctx.objects.slices.new_relative_address()
+        upload.store_upload = await store.multipart_create(
+            ns.key(upload.address), content_type=upload.content_type, metadata=upload.metadata
+        )
     key = kvkeys.multipart_upload_key(call.repo, upload_id)
-    await call.ctx.core.kv.set_if(PARTITION, key, upload.encode(), Expect.ABSENT)
+    try:
+        await call.ctx.core.kv.set_if(PARTITION, key, upload.encode(), Expect.ABSENT)
+    except BaseException:
+        if isinstance(store, MultipartStore) and upload.store_upload:  # nothing will name it: drop it
+            await asyncio.shield(store.multipart_abort(ns.key(upload.address), upload.store_upload))
+        raise
     parts = [
         element("Bucket", call.repo),
         element("Key", call.target.key or ""),
@@ -174,13 +199,53 @@ def _part_number(call: S3Call) -> int:
     return int(raw)
 
 
-async def _copy_body(call: S3Call) -> AsyncIterator[bytes]:
+async def _copy_source(call: S3Call) -> tuple[str, ObjectStat, int, int]:
+    """The copied object's repository and stat, and the copied range's start and length."""
     source = parse_copy_source(call.signed.header("x-amz-copy-source") or "")
     stat = await stat_object(call, source.repo, source.ref, source.path)
     span = parse_range(call.signed.header("x-amz-copy-source-range"), stat.size)
     start, length = (0, stat.size) if span is None else (span[0], span[1] - span[0] + 1)
-    async for chunk in call.ctx.objects.read_stat(source.repo, stat, start=start, length=length):
-        yield chunk
+    return source.repo, stat, start, length
+
+
+def _body_length(call: S3Call) -> int:
+    """The part's declared length (the decoded length of an aws-chunked body)."""
+    decoded = call.signed.header("x-amz-decoded-content-length")
+    if decoded is not None and decoded.isdigit():
+        return int(decoded)
+    if call.request.content_length is None:
+        raise S3Error("MissingContentLength", "an uploaded part must declare its length")
+    return call.request.content_length
+
+
+async def _store_part(
+    call: S3Call, upload: Upload, upload_id: str, number: int, copy: bool
+) -> tuple[StoredPart, str, dict[str, str]]:
+    """Store the part's bytes: its stored form, its object's address ("" for a native part),
+    and the verified checksums of an uploaded body."""
+    ns, store = await _store(call, upload.namespace)
+    verified: dict[str, str] = {}
+    body: AsyncIterator[bytes]
+    if copy:
+        repo, stat, start, length = await _copy_source(call)
+        if isinstance(store, MultipartStore) and upload.store_upload:
+            source_store, source_key = await call.ctx.objects.source_key(repo, stat)
+            if source_store.uri == store.uri:  # the store copies the range itself (S3: UploadPartCopy)
+                key = ns.key(upload.address)
+                copied = await store.multipart_copy_part(
+                    key, upload.store_upload, number, src_key=source_key, start=start, length=length
+                )
+                return copied, "", verified
+        body = call.ctx.objects.read_stat(repo, stat, start=start, length=length)
+    else:
+        length = _body_length(call)
+        body, verified = await body_stream(call)
+    if isinstance(store, MultipartStore) and upload.store_upload:
+        stored = await store.multipart_part(ns.key(upload.address), upload.store_upload, number, body, length)
+        return stored, "", verified
+    address = keys.multipart_part_name(upload_id, number, secrets.token_hex(8))
+    info = await store.put(ns.key(address), body, if_none_match=True)
+    return StoredPart(number, info.etag, info.size), address, verified
 
 
 @register(S3Operation.UPLOAD_PART, S3Operation.UPLOAD_PART_COPY)
@@ -189,14 +254,9 @@ async def upload_part(call: S3Call) -> web.StreamResponse:
     upload = await _upload(call, upload_id)
     ns, store = await _store(call, upload.namespace)
     copy = call.operation is S3Operation.UPLOAD_PART_COPY
-    verified: dict[str, str] = {}
-    if copy:
-        body = _copy_body(call)
-    else:
-        body, verified = await body_stream(call)
-    address = keys.multipart_part_name(upload_id, number, secrets.token_hex(8))
-    info = await store.put(ns.key(address), body, if_none_match=True)
-    part = Part(number, address, info.etag, info.size, time.time())
+    stored, address, verified = await _store_part(call, upload, upload_id, number, copy)
+    info = stored
+    part = Part(number, address, stored.etag, stored.size, time.time(), stored.checksum)
     key = kvkeys.multipart_part_key(upload_id, number)
     kv = call.ctx.core.kv
     try:
@@ -208,9 +268,10 @@ async def upload_part(call: S3Call) -> web.StreamResponse:
         expected = Expect.ABSENT if raw is None else Expect.equals(raw)
         await kv.set_if(PARTITION, key, part.encode(), expected)
     except PreconditionFailedError:
-        await store.delete(ns.key(address))
+        if address:
+            await store.delete(ns.key(address))
         raise S3Error("OperationAborted", "the part was uploaded again concurrently; retry") from None
-    if previous is not None and previous.address != address:
+    if previous is not None and previous.address and previous.address != address:
         await store.delete(ns.key(previous.address))
     if copy:
         result = [
@@ -254,6 +315,45 @@ async def _concatenated(store: BlockStore, ns: StorageNamespace, parts: list[Par
             yield chunk
 
 
+async def _completion(
+    ctx: ServerContext,
+    upload: Upload,
+    store: BlockStore,
+    ns: StorageNamespace,
+    parts: list[Part],
+    *,
+    condition: Condition | None,
+) -> ObjectStat:
+    """Make the parts the object and stage it (only if ``condition`` then holds: the request's
+    ``If-None-Match: *``): the store's own completion for a native upload (journalled before it
+    runs), else one upload of the concatenated parts."""
+    if not (isinstance(store, MultipartStore) and upload.store_upload):
+        return await ctx.objects.upload(
+            upload.repo,
+            upload.branch,
+            upload.path,
+            _concatenated(store, ns, parts),
+            content_type=upload.content_type,
+            metadata=upload.metadata or None,
+            condition=condition,
+        )
+    native, stored = store, [StoredPart(p.number, p.etag, p.size, p.checksum) for p in parts]
+
+    async def complete(_: BlockStore, key: str) -> ObjectInfo:
+        info = await native.multipart_complete(key, upload.store_upload, stored, if_none_match=True)
+        return replace(info, content_type=info.content_type or upload.content_type)
+
+    return await ctx.objects.upload_written(
+        upload.repo,
+        upload.branch,
+        upload.path,
+        upload.address,
+        complete,
+        metadata=upload.metadata or None,
+        condition=condition,
+    )
+
+
 @register(S3Operation.COMPLETE_MULTIPART_UPLOAD)
 async def complete(call: S3Call) -> web.StreamResponse:
     upload_id = _upload_id(call)
@@ -265,17 +365,7 @@ async def complete(call: S3Call) -> web.StreamResponse:
     response.headers["x-amz-request-id"] = call.request_id
     await response.prepare(call.request)
     await response.write(b'<?xml version="1.0" encoding="UTF-8"?>\n')
-    task = asyncio.ensure_future(
-        call.ctx.objects.upload(
-            upload.repo,
-            upload.branch,
-            upload.path,
-            _concatenated(store, ns, parts),
-            content_type=upload.content_type,
-            metadata=upload.metadata or None,
-            condition=condition,
-        )
-    )
+    task = asyncio.ensure_future(_completion(call.ctx, upload, store, ns, parts, condition=condition))
     try:
         while True:
             done, _ = await asyncio.wait({task}, timeout=KEEPALIVE_SECONDS)
@@ -299,7 +389,7 @@ async def complete(call: S3Call) -> web.StreamResponse:
     finally:
         if not task.done():
             task.cancel()
-    await _forget(call.ctx, upload, upload_id, store, ns)
+    await _forget(call.ctx, upload, upload_id, store, ns, completed=True)
     body = (
         '<CompleteMultipartUploadResult xmlns="http://s3.amazonaws.com/doc/2006-03-01/">'
         + element("Location", f"/{call.repo}/{call.target.key or ''}")
@@ -324,13 +414,22 @@ def _error_xml(code: str, message: str, request_id: str) -> bytes:
 
 
 async def _forget(
-    ctx: ServerContext, upload: Upload, upload_id: str, store: BlockStore, ns: StorageNamespace
+    ctx: ServerContext,
+    upload: Upload,
+    upload_id: str,
+    store: BlockStore,
+    ns: StorageNamespace,
+    *,
+    completed: bool = False,
 ) -> None:
-    """Delete the part objects, the part records, then the upload record (last: a sweep finds a
-    half-forgotten upload by it)."""
+    """Delete the part objects (or abort the store's upload, unless ``completed``), the part
+    records, then the upload record (last: a sweep finds a half-forgotten upload by it)."""
     parts = [part async for part in _parts(ctx, upload_id)]
-    if parts:
-        await store.delete_many([ns.key(part.address) for part in parts])
+    if isinstance(store, MultipartStore) and upload.store_upload and not completed:
+        await store.multipart_abort(ns.key(upload.address), upload.store_upload)
+    own = [ns.key(part.address) for part in parts if part.address]
+    if own:
+        await store.delete_many(own)
     kv = ctx.core.kv
     for part in parts:
         await kv.delete(PARTITION, kvkeys.multipart_part_key(upload_id, part.number))

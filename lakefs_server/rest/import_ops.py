@@ -1,98 +1,136 @@
 """Import (start, status, cancel) on top of the core's import
-(:meth:`~lakefs_core.repos.graveler.Graveler.import_objects`).
+(:meth:`~lakefs_core.repos.graveler.Graveler.import_objects`), its status in the KV
+(:mod:`lakefs_core.repos.import_status`, lakeFS's ``imports/<id>`` records).
 
-``POST .../import`` starts the import as a task of this server process and answers 202 with its id;
-``GET .../import?id=`` reports it (lakeFS's ``ImportStatus``); ``DELETE .../import?id=`` cancels it
-(an import cancelled before its branch compare-and-swap leaves no commit). Differences from lakeFS:
-each path must be a ``common_prefix``; several paths are imported one after another, a commit
-each; the commit's metadata is not recorded; the status lives in the process that runs the import
-(behind a load balancer, ask the same instance), for an hour after it ends.
+``POST .../import`` stores a running status, starts the import as a task of this server process
+and answers 202 with its id; ``GET .../import?id=`` reports it (lakeFS's ``ImportStatus``) and
+``DELETE .../import?id=`` cancels it, both from any server process sharing the KV (``--workers N``,
+several instances): the running process refreshes the status every second, sees the cancel there
+and stops the import (an import stopped before its branch compare-and-swap leaves no commit; one
+whose commit landed first reports its commit). A status whose process died is reported failed a
+minute after its last refresh. Differences from lakeFS: each path must be a ``common_prefix``;
+several paths are imported one after another, a commit each; the commit's metadata is not recorded.
 """
 
 from __future__ import annotations
 
 import asyncio
-import time
-import uuid
-from dataclasses import dataclass, field
-from datetime import UTC, datetime
+import contextlib
+from dataclasses import replace
 from typing import Any, Final
 
 from aiohttp import web
 
 from lakefs_core.auth import permissions as perms
 from lakefs_core.errors import BadInputError, LakeFSError, NotFoundError
-from lakefs_core.refs.model import Commit
-from lakefs_server.rest.app import Call, RestDeps
+from lakefs_core.repos.import_status import CANCELED, HEARTBEAT_SECONDS, ImportStatus, ImportStatuses
+from lakefs_server.rest.app import Call
 from lakefs_server.rest.models import ImportCreation, body, commit_json
 from lakefs_server.rest.wire import message_of
 
-KEEP_SECONDS: Final = 3600
-MAX_RUNNING: Final = 100
+MAX_RUNNING: Final = 100  # imports one server process runs at once
 
 
-@dataclass
-class ImportTask:
-    id: str
-    repo: str
-    branch: str
-    task: asyncio.Task[None] | None = None
-    completed: bool = False
-    ingested: int = 0
-    commit: Commit | None = None
-    metarange_id: str = ""
-    error: str | None = None
-    updated: float = field(default_factory=time.time)
-    ended: float | None = None
-
-    def to_json(self) -> dict[str, Any]:
-        status: dict[str, Any] = {
-            "completed": self.completed,
-            "update_time": datetime.fromtimestamp(self.updated, UTC).isoformat(),
-            "ingested_objects": self.ingested,
-        }
-        if self.metarange_id:
-            status["metarange_id"] = self.metarange_id
-        if self.commit is not None:
-            status["commit"] = commit_json(self.commit)
-        if self.error is not None:
-            status["error"] = {"message": self.error}
-        return status
+def status_json(status: ImportStatus) -> dict[str, Any]:
+    answer: dict[str, Any] = {
+        "completed": status.completed,
+        "update_time": status.updated_at.isoformat(),
+        "ingested_objects": status.progress,
+    }
+    if status.metarange_id:
+        answer["metarange_id"] = status.metarange_id
+    if status.commit is not None:
+        answer["commit"] = commit_json(status.commit)
+    if status.error:
+        answer["error"] = {"message": status.error}
+    return answer
 
 
-def _tasks(deps: RestDeps) -> dict[str, ImportTask]:
-    tasks = deps.imports
-    now = time.time()
-    for key in [
-        k for k, t in tasks.items() if isinstance(t, ImportTask) and t.ended and now - t.ended > KEEP_SECONDS
-    ]:
-        del tasks[key]
-    return tasks
+class ImportRun:
+    """One import this process runs: what it reached so far, written to the KV by its watcher."""
+
+    def __init__(self, statuses: ImportStatuses, repo: str, branch: str, status: ImportStatus) -> None:
+        self.statuses, self.repo, self.branch = statuses, repo, branch
+        self.status = status
+        self.task: asyncio.Task[None] | None = None
+
+    async def heartbeat(self) -> bool:
+        """Refresh the stored status with this run's progress; False when someone canceled it."""
+
+        def refreshed(stored: ImportStatus) -> ImportStatus | None:
+            if not stored.running:
+                return None
+            return replace(stored, progress=self.status.progress, metarange_id=self.status.metarange_id)
+
+        return (await self.statuses.update(self.repo, self.status.id, refreshed)).running
+
+    async def finish(self) -> None:
+        """Store the outcome: a commit that landed wins over a cancel that came too late."""
+        final = replace(self.status, completed=True)
+
+        def ended(stored: ImportStatus) -> ImportStatus:
+            if stored.error == CANCELED and final.commit is None:
+                return replace(final, error=CANCELED)
+            return final
+
+        await self.statuses.update(self.repo, self.status.id, ended)
 
 
-async def _run(call: Call, job: ImportTask, spec: ImportCreation) -> None:
+async def _import(call: Call, run: ImportRun, spec: ImportCreation) -> None:
     try:
         for location in spec.paths:
             result = await call.deps.graveler.import_objects(
-                job.repo,
-                job.branch,
+                run.repo,
+                run.branch,
                 location.destination,
                 location.path,
                 committer=call.username,
                 message=spec.commit.message,
             )
-            job.ingested += result.entries
-            job.metarange_id = result.metarange_id
-            job.commit = await call.deps.graveler.get_commit_by_id(job.repo, result.commit_id)
-            job.updated = time.time()
+            commit = await call.deps.graveler.get_commit_by_id(run.repo, result.commit_id)
+            run.status = replace(
+                run.status,
+                progress=run.status.progress + result.entries,
+                metarange_id=result.metarange_id,
+                commit=commit,
+            )
     except asyncio.CancelledError:
-        job.error = "import canceled"
+        run.status = replace(run.status, error=CANCELED)
         raise
     except LakeFSError as e:
-        job.error = message_of(e)
+        run.status = replace(run.status, error=message_of(e))
+    except Exception as e:  # a bug: the status must not read as a success (the app logs the rest)
+        run.status = replace(run.status, error=f"import failed: internal error ({type(e).__name__})")
+        raise
+
+
+async def _heartbeat(run: ImportRun) -> bool:
+    try:
+        return await run.heartbeat()
+    except LakeFSError:
+        # A KV hiccup must not kill the import: the next refresh tries again (readers see the
+        # status stale only if refreshes keep failing for a minute).
+        return True
+
+
+async def _run(call: Call, run: ImportRun, spec: ImportCreation) -> None:
+    """The import, with a watcher refreshing its status and stopping it when canceled elsewhere."""
+    work = asyncio.ensure_future(_import(call, run, spec))
+    try:
+        while not work.done():
+            await asyncio.wait({work}, timeout=HEARTBEAT_SECONDS)
+            if not work.done() and not await _heartbeat(run):
+                work.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await work
     finally:
-        job.completed = True
-        job.updated = job.ended = time.time()
+        if not work.done():  # this task itself was cancelled (the server stopping)
+            work.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await work
+        with contextlib.suppress(LakeFSError):  # unreachable KV: readers see it stale
+            await asyncio.shield(run.finish())
+        call.deps.imports.pop(run.status.id, None)
 
 
 async def import_start(call: Call) -> web.StreamResponse:
@@ -110,40 +148,39 @@ async def import_start(call: Call) -> web.StreamResponse:
         raise BadInputError("at least one path", field="paths")
     await call.authorize(perms.AllOf(tuple(nodes)))
     await call.deps.graveler.branch(repo_id, branch)
-    tasks = _tasks(call.deps)
-    if sum(1 for t in tasks.values() if isinstance(t, ImportTask) and not t.completed) >= MAX_RUNNING:
+    running = call.deps.imports
+    if len(running) >= MAX_RUNNING:
         raise BadInputError("too many imports running", field="paths")
-    job = ImportTask(uuid.uuid4().hex, repo_id, branch)
-    job.task = asyncio.get_running_loop().create_task(_run(call, job, spec))
-    tasks[job.id] = job
-    return web.json_response({"id": job.id}, status=202)
+    statuses = ImportStatuses(call.deps.graveler)
+    await statuses.expire(repo_id)
+    run = ImportRun(statuses, repo_id, branch, await statuses.create(repo_id))
+    running[run.status.id] = run
+    run.task = asyncio.get_running_loop().create_task(_run(call, run, spec))
+    return web.json_response({"id": run.status.id}, status=202)
 
 
-def _job(call: Call) -> ImportTask:
-    job = _tasks(call.deps).get(call.request.query.get("id", ""))
-    if (
-        not isinstance(job, ImportTask)
-        or job.repo != call.param("repository")
-        or job.branch != call.param("branch")
-    ):
+def _import_id(call: Call) -> str:
+    import_id = call.request.query.get("id", "")
+    if not import_id or len(import_id) > 64 or not import_id.isalnum():
         raise NotFoundError("import not found")
-    return job
+    return import_id
 
 
 async def import_status(call: Call) -> web.StreamResponse:
     repo_id, branch = call.param("repository"), call.param("branch")
     await call.authorize(perms.Permission(perms.READ_BRANCH, perms.branch_arn(repo_id, branch)))
-    return web.json_response(_job(call).to_json())
+    status = await ImportStatuses(call.deps.graveler).get(repo_id, _import_id(call))
+    return web.json_response(status_json(status))
 
 
 async def import_cancel(call: Call) -> web.StreamResponse:
     repo_id, branch = call.param("repository"), call.param("branch")
     await call.authorize(perms.Permission(perms.IMPORT_CANCEL, perms.branch_arn(repo_id, branch)))
-    job = _job(call)
-    if job.completed:
-        raise BadInputError("the import has already completed", field="id")
-    if job.task is not None:
-        job.task.cancel()
+    import_id = _import_id(call)
+    await ImportStatuses(call.deps.graveler).cancel(repo_id, import_id)
+    run = call.deps.imports.get(import_id)
+    if isinstance(run, ImportRun) and run.task is not None:
+        run.task.cancel()  # ours: stop now rather than at the next refresh
     return web.Response(status=204)
 
 

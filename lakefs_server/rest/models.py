@@ -47,10 +47,14 @@ class TagCreation(RequestBody):
     force: bool = False
 
 
+# lakeFS's commit ``date`` (unix seconds) is stored as a protobuf Timestamp: years 1 to 9999.
+MIN_COMMIT_DATE, MAX_COMMIT_DATE = -62_135_596_800, 253_402_300_799
+
+
 class CommitCreation(RequestBody):
     message: str = Field(max_length=1 << 20)
     metadata: dict[str, str] = Field(default_factory=dict)
-    date: int | None = None
+    date: int | None = Field(default=None, ge=MIN_COMMIT_DATE, le=MAX_COMMIT_DATE, strict=True)
     allow_empty: bool = False
     force: bool = False
 
@@ -70,21 +74,35 @@ class ResetCreation(RequestBody):
     force: bool = False
 
 
+class CommitOverrides(RequestBody):
+    """lakeFS's ``commit_overrides`` of a revert or cherry-pick: a non-empty message replaces the
+    commit's, metadata (when present) replaces its metadata."""
+
+    message: str | None = Field(default=None, max_length=1 << 20)
+    metadata: dict[str, str] | None = None
+
+
 class RevertCreation(RequestBody):
     ref: str = Field(max_length=1024)
     parent_number: int = 0
     force: bool = False
     allow_empty: bool = False
+    commit_overrides: CommitOverrides = Field(default_factory=CommitOverrides)
 
 
 class CherryPickCreation(RequestBody):
     ref: str = Field(max_length=1024)
     parent_number: int | None = None
     force: bool = False
+    commit_overrides: CommitOverrides = Field(default_factory=CommitOverrides)
 
 
 class PathList(RequestBody):
     paths: list[str] = Field(max_length=1000)
+
+
+class UserMetadataUpdate(RequestBody):
+    set: dict[str, str] = Field(max_length=1000)
 
 
 class ObjectCopyCreation(RequestBody):

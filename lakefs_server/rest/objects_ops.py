@@ -28,7 +28,14 @@ from lakefs_core.errors import BadInputError, LakeFSError, encode_utf8
 from lakefs_core.repos.objects import ObjectStat
 from lakefs_core.repos.staging_writes import Condition
 from lakefs_server.rest.app import Call
-from lakefs_server.rest.models import ObjectCopyCreation, PathList, body, object_json, prefix_json
+from lakefs_server.rest.models import (
+    ObjectCopyCreation,
+    PathList,
+    UserMetadataUpdate,
+    body,
+    object_json,
+    prefix_json,
+)
 from lakefs_server.rest.staging_ops import EXPIRES, preconditions, presigned_read
 from lakefs_server.rest.wire import amount_of, message_of, page, query_bool, status_of
 
@@ -322,17 +329,34 @@ async def copy_object(call: Call) -> web.StreamResponse:
         )
     )
     source = await call.deps.objects.stat(repo_id, src_ref, spec.src_path)
-    chunks = call.deps.objects.read_stat(repo_id, source)
-    stat = await call.deps.objects.upload(
-        repo_id,
-        branch,
-        dest,
-        chunks,
-        content_type=source.content_type or None,
-        metadata=source.metadata,
-        force=spec.force,
-    )
+    # A full copy through the block store to a fresh address, also when ``shallow`` asks lakeFS to
+    # share the source's: one address per entry is what hard-delete and GC rely on.
+    stat = await call.deps.objects.copy(repo_id, source, repo_id, branch, dest, force=spec.force)
     return web.json_response(object_json(await _namespace(call), stat), status=201)
+
+
+async def update_user_metadata(call: Call) -> web.StreamResponse:
+    """lakeFS's updateObjectUserMetadata: the object's user metadata replaced by ``set`` (204, as
+    lakeFS's controller answers)."""
+    path = _path(call)
+    await call.authorize(_object_node(perms.WRITE_OBJECT, call, path))
+    spec = await body(call.request, UserMetadataUpdate)
+    if sum(len(k) + len(v) for k, v in spec.set.items()) > MAX_META:
+        raise BadInputError(f"user metadata over {MAX_META} bytes", field="set")
+    repo_id, branch = call.param("repository"), call.param("branch")
+    await call.deps.objects.update_metadata(
+        repo_id, branch, path, spec.set, force=query_bool(call.request, "force")
+    )
+    return web.Response(status=204)
+
+
+async def underlying_properties(call: Call) -> web.StreamResponse:
+    """lakeFS's getUnderlyingProperties: the object's storage class, null for the store's default
+    (uploads here always use the default class)."""
+    path = _path(call)
+    await call.authorize(_object_node(perms.READ_OBJECT, call, path))
+    await call.deps.objects.stat(call.param("repository"), call.param("ref"), path)
+    return web.json_response({"storage_class": None})
 
 
 R = "/repositories/{repository}"
@@ -345,4 +369,6 @@ ROUTES = [
     ("DELETE", R + "/branches/{branch}/objects", delete_object),
     ("POST", R + "/branches/{branch}/objects/delete", delete_objects),
     ("POST", R + "/branches/{branch}/objects/copy", copy_object),
+    ("PUT", R + "/branches/{branch}/objects/stat/user_metadata", update_user_metadata),
+    ("GET", R + "/refs/{ref}/objects/underlyingProperties", underlying_properties),
 ]

@@ -9,6 +9,7 @@ into its protected ``main``).
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
+from datetime import UTC, datetime
 from typing import Any
 
 from aiohttp import web
@@ -136,12 +137,16 @@ async def revert_branch(call: Call) -> web.StreamResponse:
     spec = await body(call.request, RevertCreation)
     repo_id = call.param("repository")
     await refuse_dirty(call.deps.graveler, repo_id, name)
+    overrides = spec.commit_overrides
     await call.deps.graveler.revert(
         repo_id,
         name,
         spec.ref,
         committer=call.username,
         parent_number=spec.parent_number or 1,
+        message=overrides.message or f"Revert {spec.ref}",  # lakeFS names the ref as given
+        metadata=overrides.metadata,
+        allow_empty=spec.allow_empty,
         force=spec.force,
     )
     return web.Response(status=204)
@@ -156,7 +161,14 @@ async def cherry_pick(call: Call) -> web.StreamResponse:
     repo_id = call.param("repository")
     await refuse_dirty(call.deps.graveler, repo_id, name)
     commit = await call.deps.graveler.cherry_pick(
-        repo_id, name, spec.ref, committer=call.username, parent_number=spec.parent_number, force=spec.force
+        repo_id,
+        name,
+        spec.ref,
+        committer=call.username,
+        parent_number=spec.parent_number,
+        message=spec.commit_overrides.message,
+        metadata=spec.commit_overrides.metadata,
+        force=spec.force,
     )
     return web.json_response(commit_json(commit), status=201)
 
@@ -171,8 +183,6 @@ async def commit(call: Call) -> web.StreamResponse:
         raise BadInputError("commit from a source metarange is not served here", field="source_metarange")
     spec = await body(call.request, CommitCreation)
     repo_id = call.param("repository")
-    if spec.date is not None:
-        raise BadInputError("a commit date override is not served here", field="date")
     created = await call.deps.graveler.commit(
         repo_id,
         name,
@@ -181,6 +191,7 @@ async def commit(call: Call) -> web.StreamResponse:
         metadata=spec.metadata,
         allow_empty=spec.allow_empty,
         force=spec.force,
+        date=None if spec.date is None else datetime.fromtimestamp(spec.date, UTC),
     )
     return web.json_response(commit_json(created), status=201)
 

@@ -56,9 +56,14 @@ async def create_repository(call: Call) -> web.StreamResponse:
     bare = query_bool(call.request, "bare")
     graveler = call.deps.graveler
     repo = await graveler.create_repository(
-        spec.name, spec.storage_namespace, spec.default_branch or "main", read_only=spec.read_only
+        spec.name, spec.storage_namespace, spec.default_branch or "main", read_only=spec.read_only, bare=bare
     )
-    if spec.sample_data and not bare:
+    if bare:
+        # lakeFS's plumbing answer (the target of a refs restore): no sample data, no read_only field.
+        answer = repository_json(repo)
+        del answer["read_only"]
+        return web.json_response(answer, status=201)
+    if spec.sample_data:
         from lakefs_server.rest import sample
 
         await sample.populate(call.deps, repo, call.username)

@@ -1,5 +1,5 @@
 """SigV2 header verification (lakefs_core.auth.sigv2): AWS's documented examples, botocore's
-``HmacV1Auth`` over generated requests, tampering, the time window and refused presigned V2 URLs."""
+``HmacV1Auth`` over generated requests, tampering, the time window and presigned V2 URLs."""
 
 from __future__ import annotations
 
@@ -121,9 +121,34 @@ def test_empty_date_line_when_x_amz_date_is_also_sent() -> None:
     parse_signature(request).verify(request, SECRET, time.time())  # type: ignore[union-attr]
 
 
-def test_presigned_v2_is_refused_and_malformed_headers_are_bad_input() -> None:
-    with pytest.raises(BadRequestError, match="not supported"):
-        parse_signature(SignedRequest("GET", "/r/b/k", "AWSAccessKeyId=AKIAJX&Expires=1&Signature=x"))
+def test_presigned_v2_documented_example_and_bounds() -> None:
+    """AWS's query-string authentication example (virtual-host bucket johnsmith), then its
+    expiry, the 7-day bound, tampering and malformed parameters."""
+    query = f"AWSAccessKeyId={DOC_KEY}&Expires=1175139620&Signature=NpgCjnDzrM%2BWFzoENXmpNDUsSn8%3D"
+    request = SignedRequest("GET", "/photos/puppy.jpg", query, bucket="johnsmith")
+    signature = parse_signature(request)
+    assert signature is not None and signature.access_key_id == DOC_KEY
+    assert signature.verify(request, DOC_SECRET, 1175139620 - 60).presigned
+    with pytest.raises(AuthenticationError) as expired:
+        signature.verify(request, DOC_SECRET, 1175139620 + 1)
+    assert expired.value.s3_code == "AccessDenied"
+    with pytest.raises(BadRequestError):
+        signature.verify(request, DOC_SECRET, 1175139620 - 8 * 86400)
+    tampered = SignedRequest("GET", "/photos/kitten.jpg", query, bucket="johnsmith")
+    with pytest.raises(AuthenticationError) as mismatch:
+        parse_signature(tampered).verify(tampered, DOC_SECRET, 1175139620 - 60)  # type: ignore[union-attr]
+    assert mismatch.value.s3_code == "SignatureDoesNotMatch"
+    for bad in (
+        "AWSAccessKeyId=AKIAJX&Expires=1&Signature=x",
+        f"AWSAccessKeyId={DOC_KEY}&Expires=soon&Signature=NpgCjnDzrM%2BWFzoENXmpNDUsSn8%3D",
+        f"AWSAccessKeyId={DOC_KEY}&Signature=NpgCjnDzrM%2BWFzoENXmpNDUsSn8%3D",
+        f"AWSAccessKeyId={DOC_KEY}&Expires=1&Expires=2&Signature=NpgCjnDzrM%2BWFzoENXmpNDUsSn8%3D",
+    ):
+        with pytest.raises(BadRequestError):
+            parse_signature(SignedRequest("GET", "/r/b/k", bad))
+
+
+def test_malformed_headers_are_bad_input() -> None:
     for header in (
         "AWS nocolon",
         "AWS k:",

@@ -55,6 +55,12 @@ def _kill_mid_upload(root: Path) -> dict[str, Path]:
         assert proc.stdout is not None
         started = {proc.stdout.readline().strip(), proc.stdout.readline().strip()}
         assert started == {"old", "fresh"}
+        deadline = time.monotonic() + scaled(10)  # the store writes a chunk while asking for the next
+        while time.monotonic() < deadline and not (
+            len(list((root / "data").glob(".lakefs-tmp-*"))) == 2
+            and all(p.stat().st_size >= 3 << 20 for p in (root / "data").glob(".lakefs-tmp-*"))
+        ):
+            time.sleep(0.05)
         os.kill(proc.pid, signal.SIGKILL)
         proc.wait(timeout=scaled(10))
     finally:

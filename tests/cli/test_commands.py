@@ -23,6 +23,7 @@ import pytest
 from lakefs_core.block.local import LocalBlockStore
 from lakefs_core.cli import fs as fs_module
 from lakefs_core.coreconfig import default_kv_url
+from lakefs_core.errors import NoChangesError
 from lakefs_core.kv import open_kv
 from lakefs_core.refs.staging import StagingArea
 from lakefs_core.refs.store import RefStore
@@ -148,6 +149,9 @@ def test_rm_recursive_reset_revert_and_delete(run: InProcess, demo: Path) -> Non
     assert run("fs", "cat", "lakefs://demo/main/a.txt").ok().raw == b"a\n"
     again = run("branch", "revert", "lakefs://demo/main", "lakefs://demo/main", "--json").json()
     assert again["parents"] == [reverted["id"]]
+    empty = run("commit", "lakefs://demo/main", "-m", "nothing", "--allow-empty", "--json").json()
+    run("branch", "revert", "lakefs://demo/main", empty["id"]).failed(NoChangesError.exit_code, "nothing")
+    run("branch", "revert", "lakefs://demo/main", empty["id"], "--allow-empty").ok()
 
     run("branch", "create", "lakefs://demo/tmp", "-s", "lakefs://demo/main").ok()
     run("fs", "rm", "lakefs://demo/tmp/dir/b.txt").ok()

@@ -3,10 +3,11 @@ object: exit 17, the message naming the audit record.
 
 Issue 32, item 8, as real processes: ``s.csv`` committed three times, ``purge --all-history --yes``
 SIGKILLed at its second object delete (``LAKEFS_CORE_FAULT=purge:delete:2:kill``). Before any re-run,
-every targeted version answers "purged" (exit 17, naming the record) through ``fs cat``, ``fs stat``
-and ``fs download``, although two of the three objects are still in the store; the re-run completes
-the SAME audit record (one record in ``lakefs-gc purges``, done, every object gone). On SQLite + a
-local namespace and on PostgreSQL + S3 (moto)."""
+every targeted version answers "purged" (exit 17, naming the record) through ``fs cat`` and
+``fs download`` (``fs stat`` shows the entry with the unfinished record), although two of the three
+objects are still in the store; the re-run completes the SAME audit record (one record in
+``lakefs-gc purges``, done, every object gone). On SQLite + a local namespace and on PostgreSQL + S3
+(moto)."""
 
 from __future__ import annotations
 
@@ -49,8 +50,9 @@ def test_cli_purge_and_cat_exit_17(tmp_path: Path, run: InProcess) -> None:
 
 
 def test_purged_objects_are_shown_in_ls_and_skipped_by_download(tmp_path: Path, run: InProcess) -> None:
-    """Issue 38: ``fs ls`` marks a purged object (text and --json, naming the audit record);
-    ``fs download -r`` stops at it (exit 17) unless ``--skip-purged``, which skips and counts it."""
+    """Issue 38: ``fs ls`` marks a purged object (text and --json, naming the audit record), ``fs
+    stat`` prints its entry with the purge record (exit 0) while ``fs cat`` fails (17); ``fs
+    download -r`` stops at it (exit 17) unless ``--skip-purged``, which skips and counts it."""
     run("repo", "create", "lakefs://rp4", f"local://{tmp_path / 'ns4'}").ok()
     tree = tmp_path / "tree"
     tree.mkdir()
@@ -65,6 +67,16 @@ def test_purged_objects_are_shown_in_ls_and_skipped_by_download(tmp_path: Path, 
     assert [line.endswith(f"(purged: audit record {audit})") for line in lines] == [True, False], lines
     listed = {r["path"]: r for r in run.json("fs", "ls", "-r", "lakefs://rp4/main/")["results"]}
     assert listed["d/gone.txt"]["purged"] == audit and "purged" not in listed["d/keep.txt"]
+    # fs stat shows the entry with its purge record (exit 0); reading the bytes still fails (17)
+    text = run("fs", "stat", "lakefs://rp4/main/d/gone.txt").ok().out
+    assert "Path: d/gone.txt" in text and f"Purged: audit record {audit}" in text, text
+    assert "Purge Reason: erase" in text and "Purged By: " in text and "Purged At: " in text, text
+    stat = run.json("fs", "stat", "lakefs://rp4/main/d/gone.txt")
+    assert stat["path"] == "d/gone.txt" and stat["size_bytes"] == 6 and stat["purged"] == audit
+    assert stat["purge"]["audit_id"] == audit and stat["purge"]["reason"] == "erase"
+    assert "addresses" not in stat["purge"] and stat["purge"]["state"] == "done"
+    assert "purged" not in run.json("fs", "stat", "lakefs://rp4/main/d/keep.txt")
+    run("fs", "cat", "lakefs://rp4/main/d/gone.txt").failed(17, audit)
     run("fs", "download", "-r", "lakefs://rp4/main/d/", str(tmp_path / "out1")).failed(17, audit)
     result = run("fs", "download", "-r", "--skip-purged", "lakefs://rp4/main/d/", str(tmp_path / "out2"))
     assert result.ok().err.strip() == "lakefs-core: skipped 1 purged object(s)"
@@ -172,8 +184,8 @@ def test_a_purge_killed_mid_way_is_purged_and_completed_by_a_rerun(
     named = {m.group(1) for m in (re.search(r"audit record ([\w-]+)", line) for line in lines) if m}
     assert len(named) == 1, lines
     audit = named.pop()
-    for ref in refs:
-        cli("fs", "stat", f"lakefs://{repo}/{ref}/s.csv").failed(17, "purged", audit)
+    for ref in refs:  # shown with the (unfinished) purge record, not refused
+        assert cli.json("fs", "stat", f"lakefs://{repo}/{ref}/s.csv")["purge"]["state"] == "deleting"
     cli("fs", "download", f"lakefs://{repo}/main~1/s.csv", str(tmp_path / "out.csv")).failed(17, audit)
     assert not (tmp_path / "out.csv").exists()
     [rec] = json.loads(cli.gc("purges", f"lakefs://{repo}").raw)["results"]

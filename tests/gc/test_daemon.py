@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import base64
 from collections.abc import AsyncIterator
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +17,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from lakefs_core.service.lease import kv_lease
 from lakefs_gc.config import GCConfig
 from lakefs_gc.runs.layout import RunLayout
+from lakefs_gc.runs.runs import run_id_time
 from lakefs_gc.service import GCService
 from tests.gc.daemon_support import AUTH, SqliteRepo, gc_config, sqlite_repo
 from tests.gc.test_mark import deleted_set
@@ -124,7 +126,16 @@ async def test_runs_through_the_api(repo: SqliteRepo, tmp_path: Path) -> None:
         status, text = await _call(svc, "GET", "/metrics", auth=None)
         assert _sample(text, "lakefs_gc_objects_deleted_total", repo="repo1") == len(garbage)
         assert _sample(text, "lakefs_gc_runs_total", repo="repo1", phase="sweep", outcome="success") == 1
-        assert _sample(text, "lakefs_gc_last_success_timestamp_seconds", repo="repo1", region="default") > 0
+        # One clock (issue 38): every time of the run carries the daemon's 2-day clock offset.
+        wall = datetime.now(UTC)
+        times = [done[k] for k in ("requested_at", "started_at", "finished_at")]
+        times += [done["summary"]["start_time"], done["sweep"]["start_time"], done["sweep"]["end_time"]]
+        ahead = [datetime.fromisoformat(t.replace("Z", "+00:00")) - wall for t in times]
+        assert all(timedelta(days=1) < d < timedelta(days=3) for d in ahead), (times, wall)
+        at = run_id_time(run["run_id"])
+        assert at is not None and at - wall > timedelta(days=1)
+        last = _sample(text, "lakefs_gc_last_success_timestamp_seconds", repo="repo1", region="default")
+        assert last > (wall + timedelta(days=1)).timestamp()
     finally:
         await svc.close()
 

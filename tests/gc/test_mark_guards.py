@@ -161,7 +161,7 @@ def test_negative_min_age_is_refused() -> None:
 
 def test_job_args_default_to_the_safe_min_age() -> None:
     """``gc-mark`` job arguments without ``min_age_seconds`` mean the default 24 h, not zero."""
-    assert _job_options({}).min_age == DEFAULT_MIN_AGE == timedelta(hours=24)
-    assert _job_options({"min_age_seconds": 60}).min_age == timedelta(seconds=60)
+    assert _job_options({})[0].min_age == DEFAULT_MIN_AGE == timedelta(hours=24)
+    assert _job_options({"min_age_seconds": 60})[0].min_age == timedelta(seconds=60)
     with pytest.raises(BadInputError):
         _job_options({"min_age_seconds": -1})

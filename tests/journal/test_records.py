@@ -280,14 +280,18 @@ def _set_entry_calls() -> list[tuple[str, str, str]]:
 
 def test_only_upload_stages_an_address_everything_else_stages_tombstones() -> None:
     """No API copies or links an address into a second entry: the only staging of a value is
-    ``Objects.upload``'s, of the fresh address it just PUT create-only. Checking every set_entry
-    against every entry of the repository would need an address index (a KV read per write and a
+    ``Objects.upload``'s (also a multipart completion's, through ``upload_written``) and
+    ``Objects.copy``'s, of the fresh address they just wrote. Checking every
+    set_entry against every entry of the repository would need an address index (a KV read per write and a
     write per entry), so the invariant is kept structurally and this test guards it: a new caller
     must either stage tombstones or journal its address (spec §3c, "invariant for future APIs")."""
     calls = _set_entry_calls()
     values = {(m, f, a) for m, f, a in calls if not a.startswith("tombstone(")}
     assert values == {
-        ("lakefs_core/repos/objects.py", "upload", "record"),
+        # upload's and copy's shared staging, of the fresh address _fresh_address journalled and the
+        # write just filled (a PUT create-only, a multipart
+        # completion of the address reserved at its creation, or the block store's copy)
+        ("lakefs_core/repos/objects.py", "_stage_written", "record"),
         # presigned staging: the address was journalled (pending) when stage_address issued it, and
         # link settles that intent once, for the branch and path it was issued for
         ("lakefs_core/repos/objects.py", "link", "record"),

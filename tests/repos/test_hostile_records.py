@@ -45,3 +45,34 @@ async def test_table_block_bound_is_a_setting_of_both_daemon_and_cli() -> None:
     config = CoreConfig(kv_url=SecretStr("memory://"), table_max_block_bytes=3 << 20)
     async with open_session(config) as session:
         assert session.graveler.stores.table_cache.max_block_bytes == 3 << 20
+
+
+async def test_refs_of_many_reads_what_the_single_reads_read_and_leaves_out_the_unreadable(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The batched branch and tag read (the mirror's fingerprints) equals list_branches/list_tags per
+    repository; a missing or misnamed repository, or one with a corrupt branch record, is left out
+    (its own read says why), never an exception for the whole batch."""
+    from lakefs_core.kv.memory import MemoryKVStore
+    from lakefs_core.refs import kvkeys
+    from lakefs_core.repos.graveler import Graveler
+    from lakefs_core.repos.stores import StoreRegistry
+
+    g = Graveler(MemoryKVStore(), StoreRegistry())
+    for name in ("aaa", "bbb", "broken"):
+        await g.create_repository(name, f"mem://refs-many/{name}")
+    await g.create_branch("aaa", "dev", "main")
+    await g.create_tag("aaa", "v1", "main")
+    broken = await g.repository("broken")
+    await g.kv.set(broken.partition, kvkeys.branch_key("zz"), b"\xff not a protobuf")
+    got = await g.refs_of_many(["bbb", "aaa", "nobody", "Bad/Name", "broken", "aaa"], tags=True)
+    assert sorted(got) == ["aaa", "bbb"]
+    for name in ("aaa", "bbb"):
+        assert list(got[name].branches) == [x async for x in g.list_branches(name)]
+        assert list(got[name].tags) == [x async for x in g.list_tags(name)]
+    assert [t.id for t in got["aaa"].tags] == ["v1"]
+    assert (await g.refs_of_many(["aaa"], tags=False))["aaa"].tags == ()
+    from lakefs_core.refs import store
+
+    monkeypatch.setattr(store, "REFS_BATCH", 2)  # batches of two repositories: the same answer
+    assert await g.refs_of_many(["bbb", "aaa", "nobody", "Bad/Name", "broken", "aaa"], tags=True) == got

@@ -1,10 +1,12 @@
 """The facade operations lakeFS's REST API needed: cherry-pick, merge base of two refs, dropping a
-path's uncommitted changes (exact or prefix; model-based), repository settings (compare-and-swap)
-and hidden branches."""
+path's uncommitted changes (exact or prefix; model-based), repository settings (compare-and-swap),
+hidden branches, copies to fresh journalled addresses and import statuses in the KV."""
 
 from __future__ import annotations
 
 import asyncio
+from dataclasses import replace
+from datetime import UTC, datetime, timedelta
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -20,6 +22,7 @@ from lakefs_core.errors import (
 )
 from lakefs_core.kv.memory import MemoryKVStore
 from lakefs_core.repos.graveler import Graveler
+from lakefs_core.repos.import_status import CANCELED, STOPPED, ImportStatuses
 from lakefs_core.repos.objects import Objects
 from lakefs_core.repos.stores import StoreRegistry
 from tests.repos.support import collect, mem_namespace, new_graveler, record, unique
@@ -190,3 +193,65 @@ async def test_link_after_the_reconciler_claimed_stages_nothing(g: Graveler) -> 
     with pytest.raises(BadInputError, match="no longer pending"):
         await objects.link(repo, "main", "p", staged.full_address, size=3)
     assert await collect(g.list_entries(repo, "main")) == []
+
+
+async def test_copy_journals_a_fresh_address(g: Graveler) -> None:
+    """Objects.copy writes the bytes to a fresh address, journalled (pending before the copy,
+    stored with the staged entry) as an upload's, across repositories too; a purged source or
+    missing source data copies nothing."""
+    objects = Objects(g)
+    repo, other = unique(), unique()
+    await g.create_repository(repo, mem_namespace(), hard_delete_journal=True)
+    await g.create_repository(other, mem_namespace(), hard_delete_journal=True)
+    src = await objects.upload(repo, "main", "src", b"bytes", content_type="x/y", metadata={"a": "b"})
+    for target in (repo, other):
+        copied = await objects.copy(repo, src, target, "main", "dst")
+        assert copied.physical_address != src.physical_address
+        assert (copied.etag, copied.content_type, copied.metadata) == (src.etag, "x/y", {"a": "b"})
+        assert await objects.read_all(target, "main", "dst") == b"bytes"
+        intent = await (await g.journal(target)).intent(copied.physical_address)
+        assert intent is not None and intent.state == "stored" and intent.key == b"dst"
+    replaced = await objects.copy(repo, src, repo, "main", "dst2", content_type="", metadata={})
+    assert (replaced.content_type, replaced.metadata) == ("", {})
+    ns, store = await objects._namespace(await g.repository(repo))
+    await store.delete(ns.key(src.physical_address))
+    with pytest.raises(NotFoundError, match="missing") as missing:
+        await objects.copy(repo, src, repo, "main", "dst3")
+    assert isinstance(missing.value.__cause__, NotFoundError)
+    assert [e.key for e in await collect(g.list_entries(repo, "main"))] == [b"dst", b"dst2", b"src"]
+
+
+async def test_import_statuses_shared_through_the_kv() -> None:
+    """An import's status written by one process is read and cancelled by another (two facades on
+    one KV); the running side sees the cancel at its next refresh; a status no process refreshes is
+    failed after a minute; a day later it is deleted."""
+    now = [datetime(2026, 1, 1, tzinfo=UTC)]
+    kv = MemoryKVStore()
+    runner, other = (ImportStatuses(new_graveler(kv, clock=lambda: now[0])) for _ in range(2))
+    repo = unique()
+    g = new_graveler(kv, clock=lambda: now[0])
+    await g.create_repository(repo, mem_namespace())
+    head = await g.get_commit(repo, "main")
+    started = await runner.create(repo)
+    assert (await other.get(repo, started.id)).running
+    await runner.update(repo, started.id, lambda s: replace(s, progress=5, commit=head, metarange_id="m"))
+    seen = await other.get(repo, started.id)
+    assert (seen.progress, seen.commit, seen.metarange_id) == (5, head, "m") and seen.running
+    assert (await other.cancel(repo, started.id)).error == CANCELED
+    refreshed = await runner.update(repo, started.id, lambda s: s if s.running else None)
+    assert not refreshed.running and refreshed.error == CANCELED  # the runner stops its import
+    with pytest.raises(ConflictError):
+        await other.cancel(repo, started.id)
+    orphan = await runner.create(repo)  # its process dies: nothing refreshes it
+    now[0] += timedelta(seconds=61)
+    assert (await other.get(repo, orphan.id)).error == STOPPED
+    with pytest.raises(ConflictError):
+        await other.cancel(repo, orphan.id)
+    fresh = await runner.create(repo)
+    now[0] += timedelta(hours=24) - timedelta(seconds=1)
+    assert await other.expire(repo) == 2
+    with pytest.raises(NotFoundError):
+        await other.get(repo, started.id)
+    assert (await other.get(repo, fresh.id)).id == fresh.id
+    with pytest.raises(BadInputError):
+        await other.get(repo, "a/b")

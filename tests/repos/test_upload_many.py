@@ -453,7 +453,8 @@ def test_only_batch_upload_stages_values_in_batches() -> None:
     """The journal's invariant (tests/journal: only uploads stage values, each of a fresh address it
     just PUT) covers the batch path too: the only ``set_entries`` call with values is
     ``Objects.upload_many``'s, and ``stage_entry`` is reached only through ``Graveler.set_entry``
-    and ``Objects.upload``/``delete`` (tests/journal checks what each of them stages)."""
+    and ``Objects.upload``/``upload_written``/``copy`` (their shared ``_stage_written``)/``delete``
+    (tests/journal checks what each of them stages)."""
     import ast
 
     root = Path(__file__).resolve().parents[2]
@@ -479,9 +480,11 @@ def test_only_batch_upload_stages_values_in_batches() -> None:
     }
     assert sorted(stage_calls) == [
         ("lakefs_core/repos/graveler.py", "set_entry"),
+        # the value upload (or a multipart completion) just wrote, or copy just copied, to the fresh
+        # address _fresh_address journalled
+        ("lakefs_core/repos/objects.py", "_stage_written"),
         ("lakefs_core/repos/objects.py", "delete"),  # a tombstone
         ("lakefs_core/repos/objects.py", "link"),  # the address stage_address journalled, settled once
-        ("lakefs_core/repos/objects.py", "upload"),  # the value it just PUT
     ]
 
 

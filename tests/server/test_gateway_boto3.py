@@ -295,7 +295,7 @@ def test_when_required_checksums_and_presigned_urls(server: Server) -> None:
         server,
         request_checksum_calculation="when_required",
         response_checksum_validation="when_required",
-        signature_version="s3v4",  # boto3 presigns with SigV2 otherwise, which the gateway refuses
+        signature_version="s3v4",  # boto3 presigns with SigV2 otherwise (tested below)
     )
     s3.put_object(Bucket=REPO, Key="main/wr/obj", Body=b"when required")
     assert s3.get_object(Bucket=REPO, Key="main/wr/obj")["Body"].read() == b"when required"
@@ -324,6 +324,42 @@ def test_when_required_checksums_and_presigned_urls(server: Server) -> None:
     assert refused.value.code in (400, 403)
     refused.value.close()
     s3.close()
+    v2 = client(server, signature_version="s3")  # botocore's SigV2 query signing
+    put_v2 = v2.generate_presigned_url(
+        "put_object", Params={"Bucket": REPO, "Key": "main/wr/v2"}, ExpiresIn=300
+    )
+    assert "AWSAccessKeyId=" in put_v2 and "Signature=" in put_v2
+    request = urllib.request.Request(
+        put_v2, data=b"presigned v2", method="PUT", headers={"Content-Type": "application/octet-stream"}
+    )
+    with pytest.raises(urllib.error.HTTPError) as unsigned_type:  # the content type is signed
+        urllib.request.urlopen(request, timeout=scaled(10), context=context)
+    assert unsigned_type.value.code == 403
+    unsigned_type.value.close()
+    put_v2 = v2.generate_presigned_url(
+        "put_object",
+        Params={"Bucket": REPO, "Key": "main/wr/v2", "ContentType": "application/octet-stream"},
+        ExpiresIn=300,
+    )
+    request = urllib.request.Request(
+        put_v2, data=b"presigned v2", method="PUT", headers={"Content-Type": "application/octet-stream"}
+    )
+    with urllib.request.urlopen(request, timeout=scaled(10), context=context) as answer:
+        assert answer.status == 200
+    get_v2 = v2.generate_presigned_url(
+        "get_object", Params={"Bucket": REPO, "Key": "main/wr/v2"}, ExpiresIn=300
+    )
+    with urllib.request.urlopen(get_v2, timeout=scaled(10), context=context) as answer:
+        assert answer.read() == b"presigned v2"
+    for expires_in in (-60, 8 * 86400):  # expired; longer than 7 days
+        bad = v2.generate_presigned_url(
+            "get_object", Params={"Bucket": REPO, "Key": "main/wr/v2"}, ExpiresIn=expires_in
+        )
+        with pytest.raises(urllib.error.HTTPError) as refused:
+            urllib.request.urlopen(bad, timeout=scaled(10), context=context)
+        assert refused.value.code in (400, 403)
+        refused.value.close()
+    v2.close()
 
 
 MiB = 1024 * 1024
@@ -393,7 +429,8 @@ def test_multipart_upload_copy_list_abort_and_complete(server: Server, s3: Any) 
 
 @local_only
 def test_expired_multipart_uploads_are_swept(server: Server, s3: Any) -> None:
-    """The daemon's step: an upload older than the expiry is aborted, its part objects deleted."""
+    """The daemon's step: an upload older than the expiry is aborted, its parts (held by the
+    local store's native upload) removed."""
     import asyncio
 
     from lakefs_core.auth.store import AuthStore
@@ -415,15 +452,21 @@ def test_expired_multipart_uploads_are_swept(server: Server, s3: Any) -> None:
         try:
             ctx = ServerContext(config, core, AuthStore(core.kv), ServerMetrics("test"))
             repo = await core.graveler.repository(REPO)
+            from lakefs_core.block.local import LocalBlockStore
+            from lakefs_core.block.local_multipart import MP_DIR
             from lakefs_core.namespace import StorageNamespace
+            from lakefs_core.refs import kvkeys
+            from lakefs_server.gateway.multipart import PARTITION, Upload
 
             ns = StorageNamespace.parse(repo.storage_namespace)
             store = await core.graveler.namespace_store(ns)
-            prefix = ns.key(f"_lakefs/multipart/{upload_id}/")
-            before = [k async for k in store.list_keys(prefix)]
+            record = Upload.decode(await core.kv.get(PARTITION, kvkeys.multipart_upload_key(REPO, upload_id)))
+            assert isinstance(store, LocalBlockStore) and record.store_upload and record.address
+            held = store.real_root / MP_DIR / record.store_upload
+            before = sorted(p.name for p in held.iterdir())
             swept = await sweep_expired(ctx)
-            after = [k async for k in store.list_keys(prefix)]
-            assert len(before) == 1 and after == []
+            assert "part-1" in before and not held.exists()
+            assert not await store.exists(ns.key(record.address))
             return swept, len(before)
         finally:
             await core.aclose()
@@ -477,6 +520,8 @@ def test_missing_data_is_no_such_version_and_purged_is_object_purged(server: Ser
     (new,) = stored_files(server) - before
     new.unlink()
     assert code_of(lambda: s3.get_object(Bucket=REPO, Key="main/gone/data")) == "NoSuchVersion"
+    copy = {"Bucket": REPO, "Key": "main/gone/copy", "CopySource": f"{REPO}/main/gone/data"}
+    assert code_of(lambda: s3.copy_object(**copy)) == "NoSuchVersion"
 
     s3.put_object(Bucket=REPO, Key="main/gone/purged", Body=b"personal data")
 
@@ -506,3 +551,83 @@ def test_missing_data_is_no_such_version_and_purged_is_object_purged(server: Ser
         time.sleep(0.2)
     assert e.value.response["Error"]["Code"] == "ObjectPurged"
     assert e.value.response["Error"].get("PurgeRecord") == audit_id
+
+
+def _signed_trailer_put(
+    server: Server, key: str, data: bytes, crc32: bytes, *, forge: bool = False
+) -> tuple[int, bytes]:
+    """PUT ``data`` as ``STREAMING-AWS4-HMAC-SHA256-PAYLOAD-TRAILER`` (botocore never sends it):
+    the seed signed by botocore's SigV4Auth, the chunk and trailer signatures computed here from
+    AWS's description, independently of lakefs_core.auth; ``crc32`` is the trailer's checksum;
+    ``forge`` signs the trailer with a wrong key."""
+    import hmac
+    import http.client
+    from urllib.parse import urlsplit
+
+    from botocore.auth import SigV4Auth
+    from botocore.awsrequest import AWSRequest
+    from botocore.credentials import Credentials
+
+    url = f"{server.endpoint}/{REPO}/{key}"
+    trailer = f"x-amz-checksum-crc32:{base64.b64encode(crc32).decode()}"
+    headers = {
+        "X-Amz-Content-SHA256": "STREAMING-AWS4-HMAC-SHA256-PAYLOAD-TRAILER",
+        "Content-Encoding": "aws-chunked",
+        "X-Amz-Trailer": "x-amz-checksum-crc32",
+        "X-Amz-Decoded-Content-Length": str(len(data)),
+    }
+    request = AWSRequest(method="PUT", url=url, headers=headers)
+    SigV4Auth(Credentials(ADMIN.access_key_id, ADMIN.secret_access_key), "s3", "us-east-1").add_auth(request)
+    amz_date = request.headers["X-Amz-Date"]
+    scope = f"{amz_date[:8]}/us-east-1/s3/aws4_request"
+    previous = request.headers["Authorization"].rpartition("Signature=")[2]
+    signing = f"AWS4{ADMIN.secret_access_key}".encode()
+    for part in (amz_date[:8], "us-east-1", "s3", "aws4_request"):
+        signing = hmac.new(signing, part.encode(), hashlib.sha256).digest()
+
+    def sign(text: str) -> str:
+        return hmac.new(signing, text.encode(), hashlib.sha256).hexdigest()
+
+    empty = hashlib.sha256(b"").hexdigest()
+    body = bytearray()
+    for chunk in [data[i : i + 65536] for i in range(0, len(data), 65536)] + [b""]:
+        digest = hashlib.sha256(chunk).hexdigest()
+        previous = sign(f"AWS4-HMAC-SHA256-PAYLOAD\n{amz_date}\n{scope}\n{previous}\n{empty}\n{digest}")
+        body += f"{len(chunk):x};chunk-signature={previous}\r\n".encode() + chunk
+        body += b"\r\n" if chunk else b""
+    trailer_hash = hashlib.sha256(f"{trailer}\n".encode()).hexdigest()
+    trailer_signature = sign(f"AWS4-HMAC-SHA256-TRAILER\n{amz_date}\n{scope}\n{previous}\n{trailer_hash}")
+    if forge:
+        trailer_signature = hashlib.sha256(trailer_signature.encode()).hexdigest()
+    body += f"{trailer}\r\nx-amz-trailer-signature:{trailer_signature}\r\n\r\n".encode()
+    parsed = urlsplit(url)
+    connection = http.client.HTTPConnection(parsed.hostname or "", parsed.port, timeout=scaled(10))
+    try:
+        connection.request("PUT", parsed.path, body=bytes(body), headers=dict(request.headers.items()))
+        answer = connection.getresponse()
+        return answer.status, answer.read()
+    finally:
+        connection.close()
+
+
+@local_only
+def test_signed_trailer_upload_through_the_server(server: Server, s3: Any) -> None:
+    """The signed-trailer form end to end: a good CRC32 trailer stores the object; a correctly
+    signed trailer whose checksum is not the body's is refused with nothing staged or stored."""
+    import zlib
+
+    data = bytes(range(256)) * 700  # 175 KiB: three chunks
+    good = zlib.crc32(data).to_bytes(4, "big")
+    status, _ = _signed_trailer_put(server, "main/trailer/ok", data, good)
+    assert status == 200
+    assert s3.get_object(Bucket=REPO, Key="main/trailer/ok")["Body"].read() == data
+    before = stored_files(server)
+    status, answer = _signed_trailer_put(
+        server, "main/trailer/bad", data, (zlib.crc32(data) ^ 1).to_bytes(4, "big")
+    )
+    assert status == 400 and b"<Code>BadDigest</Code>" in answer, answer
+    status, answer = _signed_trailer_put(server, "main/trailer/forged", data, good, forge=True)
+    assert status == 403 and b"<Code>SignatureDoesNotMatch</Code>" in answer, answer
+    for key in ("main/trailer/bad", "main/trailer/forged"):
+        assert code_of(lambda key=key: s3.head_object(Bucket=REPO, Key=key)) == "404"
+    assert stored_files(server) == before

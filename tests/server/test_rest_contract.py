@@ -271,8 +271,11 @@ def test_commits_log_diff_merge(server: RestServer, client: lakefs_sdk.ApiClient
     upload(client, repo, "main", "x/1", b"m", tmp=tmp_path)
     commits.commit(repo, "main", lakefs_sdk.CommitCreation(message="m"))
     assert status(lambda: refs.merge_into_branch(repo, "feature", "main")) == 409
-    refs.merge_into_branch(repo, "feature", "main", merge=lakefs_sdk.Merge(strategy="source-wins"))
+    wins = lakefs_sdk.Merge(strategy="source-wins", message="theirs", metadata={"why": "conflict"})
+    refs.merge_into_branch(repo, "feature", "main", merge=wins)
     assert lakefs_sdk.ObjectsApi(client).get_object(repo, "main", "x/1") == b"f"
+    merge_commit = commits.get_commit(repo, "main")  # the merge commit's message and metadata, as lakeFS
+    assert merge_commit.message == "theirs" and merge_commit.metadata["why"] == "conflict"
 
 
 def test_tags_revert_cherry_pick_reset(
@@ -464,3 +467,113 @@ def test_presigned_staging(server: RestServer, client: lakefs_sdk.ApiClient) -> 
     obj = lakefs.Repository(repo, client=high).branch("main").object("high/level")
     obj.upload(b"through a presigned URL", pre_sign=True)
     assert obj.reader(pre_sign=True).read() == b"through a presigned URL"
+
+
+def test_commit_date_and_overrides(server: RestServer, client: lakefs_sdk.ApiClient, tmp_path: Path) -> None:
+    repo = new_repo(server, client)
+    commits, branches = lakefs_sdk.CommitsApi(client), lakefs_sdk.BranchesApi(client)
+    upload(client, repo, "main", "f", b"1", tmp=tmp_path)
+    dated = commits.commit(repo, "main", lakefs_sdk.CommitCreation(message="dated", date=1_000_000_000))
+    assert dated.creation_date == 1_000_000_000
+    assert commits.get_commit(repo, dated.id).creation_date == 1_000_000_000
+    for bad in (-(10**12), 10**13, "soon", 1.5):  # outside a protobuf Timestamp, or not unix seconds
+        raw = urllib3.PoolManager().request(
+            "POST", f"{server.api}/repositories/{repo}/branches/main/commits",
+            body=f'{{"message": "m", "allow_empty": true, "date": {json_value(bad)}}}',
+            headers={**urllib3.make_headers(basic_auth=f"{ACCESS_KEY}:{SECRET_KEY}"),
+                     "Content-Type": "application/json"},
+        )  # fmt: skip
+        assert raw.status == 400 and "date" in raw.json()["message"], (bad, raw.data)
+    upload(client, repo, "main", "f", b"2", tmp=tmp_path)
+    two = commits.commit(repo, "main", lakefs_sdk.CommitCreation(message="two", metadata={"k": "v"}))
+    overrides = lakefs_sdk.CommitOverrides(message="undo two", metadata={"why": "test"})
+    revert = lakefs_sdk.RevertCreation(ref=two.id, parent_number=0, commit_overrides=overrides)
+    branches.revert_branch(repo, "main", revert)
+    reverted = commits.get_commit(repo, "main")
+    assert (reverted.message, reverted.metadata) == ("undo two", {"why": "test"})
+    branches.revert_branch(repo, "main", lakefs_sdk.RevertCreation(ref="main", parent_number=0))
+    assert commits.get_commit(repo, "main").message == "Revert main"  # lakeFS names the ref as given
+    # reverting a commit that changed nothing: 400 unless allow_empty, as lakeFS
+    empty = commits.commit(repo, "main", lakefs_sdk.CommitCreation(message="empty", allow_empty=True))
+    again = lakefs_sdk.RevertCreation(ref=empty.id, parent_number=0)
+    assert status(lambda: branches.revert_branch(repo, "main", again)) == 400
+    again.allow_empty = True
+    branches.revert_branch(repo, "main", again)
+    assert commits.get_commit(repo, "main").parents == [empty.id]
+    branches.create_branch(repo, lakefs_sdk.BranchCreation(name="pick", source=dated.id))
+    pick = lakefs_sdk.CherryPickCreation(ref=two.id, commit_overrides=lakefs_sdk.CommitOverrides(message="m"))
+    picked = branches.cherry_pick(repo, "pick", pick)
+    assert picked.message == "m" and picked.metadata == {
+        "k": "v", "cherry-pick-origin": two.id, "cherry-pick-committer": two.committer,
+    }  # fmt: skip
+
+
+def json_value(value: object) -> str:
+    import json
+
+    return json.dumps(value)
+
+
+def test_bare_repository(server: RestServer, client: lakefs_sdk.ApiClient) -> None:
+    repos = lakefs_sdk.RepositoriesApi(client)
+    name = f"bare-{uuid.uuid4().hex[:8]}"
+    creation = lakefs_sdk.RepositoryCreation(
+        name=name, storage_namespace=server.namespace(name), sample_data=True
+    )
+    made = repos.create_repository(creation, bare=True)
+    assert made.id == name and made.default_branch == "main" and made.read_only is None
+    branches = lakefs_sdk.BranchesApi(client)
+    assert branches.list_branches(name).results == []
+    assert status(lambda: branches.get_branch(name, "main")) == 404
+    assert status(lambda: repos.create_repository(creation, bare=True)) == 409
+    repos.delete_repository(name)
+
+
+def test_copy_object_to_a_fresh_address(
+    server: RestServer, client: lakefs_sdk.ApiClient, tmp_path: Path
+) -> None:
+    repo = new_repo(server, client)
+    objects = lakefs_sdk.ObjectsApi(client)
+    data = bytes(range(256)) * 4096  # 1 MiB
+    f = tmp_path / "src"
+    f.write_bytes(data)
+    source = objects.upload_object(repo, "main", "src", content=str(f), _headers={"x-lakefs-meta-a": "b"})
+    lakefs_sdk.CommitsApi(client).commit(repo, "main", lakefs_sdk.CommitCreation(message="src"))
+    lakefs_sdk.BranchesApi(client).create_branch(repo, lakefs_sdk.BranchCreation(name="dev", source="main"))
+    objects.delete_object(repo, "main", "src")  # the copy reads the ref's entry, not main's
+    copies = [
+        objects.copy_object(repo, "dev", "c1", lakefs_sdk.ObjectCopyCreation(src_path="src")),
+        objects.copy_object(repo, "main", "c2", lakefs_sdk.ObjectCopyCreation(src_path="src", src_ref="dev")),
+        objects.copy_object(
+            repo, "main", "c3", lakefs_sdk.ObjectCopyCreation(src_path="src", src_ref="dev", shallow=True)
+        ),
+    ]
+    addresses = {source.physical_address} | {c.physical_address for c in copies}
+    assert len(addresses) == 4  # never a shared address, shallow or not (hard-delete and GC rely on it)
+    for c, branch in zip(copies, ("dev", "main", "main"), strict=True):
+        assert c.size_bytes == len(data) and c.metadata == {"a": "b"} and c.checksum == source.checksum
+        assert objects.get_object(repo, branch, c.path) == data
+    missing = lakefs_sdk.ObjectCopyCreation(src_path="nope")
+    assert status(lambda: objects.copy_object(repo, "main", "c4", missing)) == 404
+
+
+def test_user_metadata_update_and_underlying_properties(
+    server: RestServer, client: lakefs_sdk.ApiClient, tmp_path: Path
+) -> None:
+    repo = new_repo(server, client)
+    objects = lakefs_sdk.ObjectsApi(client)
+    before = upload(client, repo, "main", "m", b"meta", tmp=tmp_path)
+    objects.update_object_user_metadata(
+        repo, "main", "m", lakefs_sdk.UpdateObjectUserMetadata(set={"owner": "me", "k": "v"})
+    )
+    after = objects.stat_object(repo, "main", "m", user_metadata=True)
+    assert after.metadata == {"owner": "me", "k": "v"}
+    assert (after.physical_address, after.checksum) == (before.physical_address, before.checksum)
+    objects.update_object_user_metadata(repo, "main", "m", lakefs_sdk.UpdateObjectUserMetadata(set={}))
+    assert objects.stat_object(repo, "main", "m", user_metadata=True).metadata == {}
+    update = lakefs_sdk.UpdateObjectUserMetadata(set={"a": "b"})
+    assert status(lambda: objects.update_object_user_metadata(repo, "main", "nope", update)) == 404
+    huge = lakefs_sdk.UpdateObjectUserMetadata(set={"k": "v" * 5000})
+    assert status(lambda: objects.update_object_user_metadata(repo, "main", "m", huge)) == 400
+    assert objects.get_underlying_properties(repo, "main", "m").storage_class is None
+    assert status(lambda: objects.get_underlying_properties(repo, "main", "nope")) == 404

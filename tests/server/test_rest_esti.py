@@ -23,6 +23,7 @@ from lakefs_sdk.exceptions import ApiException
 
 from lakefs_core.auth.crypt import SecretStore
 from lakefs_core.auth.store import AuthStore
+from lakefs_core.repos.import_status import ImportStatuses
 from lakefs_core.settings import CoreSettings
 from lakefs_core.wiring import open_core
 from lakefs_server.rest import routes
@@ -249,9 +250,47 @@ def test_import(api: Api, repo: str, client: lakefs_sdk.ApiClient, tmp_path: Pat
     assert status.commit is not None and status.commit.message == "import"
     assert api.paths(repo, MAIN) == ["imported/sub/0.csv", "imported/sub/1.csv", "imported/sub/2.csv"]
     assert status_of(lambda: imports.import_status(repo, MAIN, "nope")) == 404
-    assert status_of(lambda: imports.import_cancel(repo, MAIN, started)) == 400  # already done
+    assert status_of(lambda: imports.import_cancel(repo, MAIN, started)) == 409  # already done, as lakeFS
     status = wait_import(imports, repo, start_import(imports, repo, f"local://{tmp_path}/missing/", "x/"))
     assert status.error is not None
+
+
+def test_import_status_from_every_worker(tmp_path: Path) -> None:
+    """The status lives in the KV: with ``--workers 2`` sharing the port, every new connection
+    (either process) reports the import and cancels it; a running import whose process is elsewhere
+    (a status record only, as another instance would leave it) is cancelled from here."""
+    with rest_server(tmp_path / "server", workers=2) as two:
+        source = tmp_path / "source"
+        source.mkdir()
+        (source / "f.csv").write_bytes(b"a\n")
+
+        def fresh() -> lakefs_sdk.ImportApi:  # a new connection: either worker may take it
+            cfg = lakefs_sdk.Configuration(host=two.api, username=ACCESS_KEY, password=SECRET_KEY)
+            return lakefs_sdk.ImportApi(lakefs_sdk.ApiClient(cfg))
+
+        repo = f"workers-{uuid.uuid4().hex[:8]}"
+        creation = lakefs_sdk.RepositoryCreation(name=repo, storage_namespace=two.namespace(repo))
+        lakefs_sdk.RepositoriesApi(fresh().api_client).create_repository(creation)
+        started = start_import(fresh(), repo, f"local://{source}/", "in/")
+        done = wait_import(fresh(), repo, started)
+        assert done.error is None and done.ingested_objects == 1
+        for _ in range(12):
+            assert fresh().import_status(repo, MAIN, started).commit == done.commit
+            assert status_of(lambda: fresh().import_cancel(repo, MAIN, started)) == 409
+
+        async def elsewhere() -> str:
+            core = await open_core(CoreSettings.model_validate(two.process.core))
+            try:
+                return (await ImportStatuses(core.graveler).create(repo)).id
+            finally:
+                await core.aclose()
+
+        running = asyncio.run(elsewhere())
+        assert fresh().import_status(repo, MAIN, running).completed is False
+        fresh().import_cancel(repo, MAIN, running)
+        for _ in range(4):
+            status = fresh().import_status(repo, MAIN, running)
+            assert status.error is not None and status.error.message == "Canceled"
 
 
 def test_presign_not_offered(server: RestServer, api: Api, repo: str, client: lakefs_sdk.ApiClient) -> None:
@@ -325,6 +364,7 @@ BODIES: dict[str, object] = {
     "merge": {},
     "delete_objects": {"paths": ["a", "b"]},
     "copy_object": {"src_path": "p"},
+    "update_user_metadata": {"set": {"a": "b"}},
     "import_start": {
         "paths": [{"type": "common_prefix", "path": "local:///tmp/x/", "destination": "x/"}],
         "commit": {"message": "m"},

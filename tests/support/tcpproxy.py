@@ -75,6 +75,11 @@ class TcpProxy:
             with contextlib.suppress(OSError):
                 await c_writer.wait_closed()
             return
+        except BaseException:
+            # cancelled while connecting upstream (the loop ends with this handler pending): the
+            # accepted socket would otherwise be collected open ("unclosed transport")
+            c_writer.close()
+            raise
         pair = _Pair(c_writer, s_writer)
         if self._closed:  # closed while connecting upstream: nobody would ever close this pair
             await pair.close()

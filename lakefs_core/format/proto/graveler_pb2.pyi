@@ -138,3 +138,21 @@ class BranchProtectionRules(_message.Message):
     BRANCH_PATTERN_TO_BLOCKED_ACTIONS_FIELD_NUMBER: _ClassVar[int]
     branch_pattern_to_blocked_actions: _containers.MessageMap[str, BranchProtectionBlockedActions]
     def __init__(self, branch_pattern_to_blocked_actions: _Optional[_Mapping[str, BranchProtectionBlockedActions]] = ...) -> None: ...
+
+class ImportStatusData(_message.Message):
+    __slots__ = ("id", "completed", "updated_at", "progress", "metarange_id", "commit", "error")
+    ID_FIELD_NUMBER: _ClassVar[int]
+    COMPLETED_FIELD_NUMBER: _ClassVar[int]
+    UPDATED_AT_FIELD_NUMBER: _ClassVar[int]
+    PROGRESS_FIELD_NUMBER: _ClassVar[int]
+    METARANGE_ID_FIELD_NUMBER: _ClassVar[int]
+    COMMIT_FIELD_NUMBER: _ClassVar[int]
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    id: str
+    completed: bool
+    updated_at: _timestamp_pb2.Timestamp
+    progress: int
+    metarange_id: str
+    commit: CommitData
+    error: str
+    def __init__(self, id: _Optional[str] = ..., completed: _Optional[bool] = ..., updated_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., progress: _Optional[int] = ..., metarange_id: _Optional[str] = ..., commit: _Optional[_Union[CommitData, _Mapping]] = ..., error: _Optional[str] = ...) -> None: ...
