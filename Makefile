@@ -47,10 +47,19 @@ demo-core: venv-run
 TEST_WORKERS ?= 2
 PYTEST := $(BIN)/python -m pytest -q --durations=20 $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder)
 
+# The project's own bytecode first: the editable install leaves it to the first import, and with
+# PYTHONDONTWRITEBYTECODE set (CI) every process a test starts (hundreds of lakefs-gc, lakefs-core
+# and daemon processes) compiled the ~110 modules it imports again, ~0.23 s of CPU each (a lite
+# `lakefs-gc mark` 1.0 -> 0.77 s). compileall writes whatever that variable says and skips what is
+# up to date (~1.5 s of CPU on a fresh clone).
+BYTECODE := $(BIN)/python -m compileall -q -j 0 lakefs_core lakefs_mirror lakefs_gc lakefs_server tests
+
 test: venv
+	$(BYTECODE)
 	$(PYTEST)
 
 test-fast: venv
+	$(BYTECODE)
 	$(PYTEST) -m "not e2e and not slow and not spark"
 
 lint: venv

@@ -1,7 +1,8 @@
 """The GC's fault points for crash tests: ``LAKEFS_GC_FAULT=<phase>:<point>[:<n>][:raise|exit|kill]``.
 
 The mechanism is the core's (:mod:`lakefs_core.faults`); this module only names the GC's variable.
-Points: ``mark:claimed``, ``mark:before-summary``, ``sweep:verified``, ``sweep:batch:<n>`` (after the
+Points: ``mark:claimed``, ``mark:before-summary``, ``mark:before-record`` (``summary.json`` written,
+the KV run record not yet), ``sweep:verified``, ``sweep:batch:<n>`` (after the
 n-th batch's delete, before its checkpoint), ``sweep:before-report``. Unset (production): a dict
 lookup per call, nothing else.
 """

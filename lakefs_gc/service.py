@@ -11,7 +11,9 @@ Contract:
 - **Leases**: a run or a reconciliation of a repository holds the KV lease ``gc/<repo>`` (the
   CLI's ``lakefs-gc mark``/``sweep`` take the same lease), renewed in the background; a lease lost
   mid-run cancels the run (a cancelled run deletes nothing more; a sweep resumes from its
-  checkpoint). Several daemons on one core therefore never work on one repository at once.
+  checkpoint) and counts as a FAILED run (``--once`` exits 1), whereas a scheduled run that finds
+  the lease held by another process is skipped (that process runs it). Several daemons on one core
+  therefore never work on one repository at once.
 - **Schedules**: a repository is due ``interval_seconds`` (with +/- ``jitter_fraction`` jitter,
   drawn per run) after its newest finished run, as the run files in its namespace tell (so a
   restarted daemon, or another daemon, does not repeat a run); a repository never collected is due
@@ -19,8 +21,9 @@ Contract:
 - **Crash recovery** (run state lives in the namespace, spec §3b): before a scheduled run, the
   newest run of the repository is looked at under the lease: a full run whose mark succeeded but
   whose sweep never finished is resumed (the sweep continues from its checkpoint after
-  re-verification); a run without ``summary.json`` was killed during its mark, deleted nothing, and
-  is abandoned (counted once as ``runs_total{phase="mark",outcome="abandoned"}``).
+  re-verification); a run without ``summary.json`` (or with a successful one but no KV run
+  record: killed between the two) was killed during its mark, deleted nothing, and is abandoned
+  (counted once as ``runs_total{phase="mark",outcome="abandoned"}``): it delays no new run.
 - **Unfinished purges**: every ``hard_delete.interval_seconds`` each repository's audited purges
   still ``deleting`` ``hard_delete.grace_seconds`` after their record was written (the purging
   process died) are completed, a bounded number per check (:meth:`GCService._maybe_finish_purges`).
@@ -326,20 +329,27 @@ class GCService:
         for run_id in (await list_run_ids(store, ns))[:20]:
             stored = await read_stored_run(store, ns, run_id)
             if stored.summary is None:
+                continue  # killed during its mark: abandoned, it deleted nothing
+            record = await self._record_state(repo.id, run_id) if stored.summary.success else "failed"
+            if record is None:
+                # A successful summary but no KV record: killed between the two. It deleted nothing
+                # and can never be swept (a sweep trusts only recorded files): abandoned as well,
+                # so it neither counts as a run nor delays the next one by an interval.
                 continue
             at = (stored.finished_at or run_id_time(run_id) or stored.summary.start_time).timestamp()
             if newest[0] is None:
-                newest = (at, run_id if stored.resumable and await self._sweepable(repo.id, run_id) else None)
+                # A refused run (record ``failed``) is never resumed: its sweep would be refused
+                # again every pass, and a new run is due after the interval.
+                newest = (at, run_id if stored.resumable and record == "complete" else None)
             if stored.succeeded:
                 self._restore_last_success(repo.id, at)
                 break
         return newest
 
-    async def _sweepable(self, repo_id: str, run_id: str) -> bool:
-        """Is the run's KV record ``complete``? A refused run (record ``failed``) or one without a
-        record is never resumed: its sweep would be refused again every pass, and a new run is due."""
+    async def _record_state(self, repo_id: str, run_id: str) -> str | None:
+        """The state of the run's KV record (``complete``, ``swept``, ``failed``); None without one."""
         found = await RunRecords(self.graveler, repo_id).read(run_id)
-        return found is not None and found[1].state == "complete"
+        return None if found is None else found[1].state
 
     def _restore_last_success(self, repo_id: str, at: float) -> None:
         gauge = self.metrics.last_success.labels(repo_id)
@@ -364,19 +374,22 @@ class GCService:
 
     async def _run(self, progress: RunProgress, *, scheduled: bool) -> None:
         repo_id = progress.request.repository
+        acquired = False
         try:
             async with self.holding(repo_id):
+                acquired = True
                 if scheduled and progress.request.mode != "sweep":
                     await self._recover(progress.request)
                 await self._execute(progress)
-        except ConflictError as e:
-            if scheduled:  # another daemon (or a CLI run) holds the repository: it runs it
+        except Exception as e:
+            if isinstance(e, ConflictError) and scheduled and not acquired:
+                # Another daemon (or a CLI run) holds the repository: it runs it.
                 log.info("%s: %s", repo_id, e)
                 self.registry.finished(progress, self.now(), e)
                 self.state(repo_id).next_run = None
                 return
-            self._failed(progress, "run", e)
-        except Exception as e:
+            # Anything else, a lease lost mid-run included, stopped the run before it did its job:
+            # a failure, never a skip (``--once`` must not exit 0 leaving the garbage in place).
             self._failed(progress, progress.phase if progress.phase in ("mark", "sweep") else "run", e)
         finally:
             self.metrics.in_progress.labels(repo_id).set(0)
@@ -392,6 +405,8 @@ class GCService:
         self.failed_runs += 1
         if progress.state != "failed":
             self.registry.finished(progress, self.now(), error)
+        else:  # recorded as "cancelled" by _execute; the cause (a lost lease) is known now
+            progress.error = f"{type(error).__name__}: {error}"
 
     async def _execute(self, progress: RunProgress) -> None:
         request = progress.request
@@ -426,8 +441,9 @@ class GCService:
                  result.marked, result.deleted, result.rescued)  # fmt: skip
 
     async def _recover(self, request: RunRequest) -> None:
-        """Count runs killed during their mark (no ``summary.json``: nothing was deleted) as abandoned,
-        once each. Killed sweeps are resumed by :meth:`_maybe_schedule` before any new run."""
+        """Count runs killed during their mark (no ``summary.json``, or no KV record: nothing was
+        deleted) as abandoned, once each. Killed sweeps are resumed by :meth:`_maybe_schedule`
+        before any new run."""
         repo = await self.graveler.repository(request.repository)
         ns = StorageNamespace(repo.storage_namespace)
         store = await self.graveler.namespace_store(ns)
@@ -436,8 +452,10 @@ class GCService:
             if run_id == request.run_id or run_id in state.abandoned_seen:
                 continue
             stored: StoredRun = await read_stored_run(store, ns, run_id)
-            if stored.summary is not None:
-                return  # older runs were looked at when this one was started
+            if stored.summary is not None and (
+                not stored.summary.success or await self._record_state(request.repository, run_id) is not None
+            ):
+                return  # a finished mark: older runs were looked at when it was started
             if stored.manifest is not None:
                 state.abandoned_seen.add(run_id)
                 self.metrics.runs.labels(request.repository, "mark", "abandoned").inc()

@@ -28,7 +28,7 @@ differences between the two databases) and returned as aware UTC :class:`~dateti
 
 Atomicity: every write is ONE transaction (:func:`lakefs_core.sqlengine.run_transaction`) whose first
 statement is a write (so SQLite never has to upgrade a read lock, which could fail at once under
-contention). The region leases are :class:`lakefs_core.service.lease.SQLLease` over the ``leases`` table
+contention). The region leases are :class:`lakefs_core.service.sql_lease.SQLLease` over the ``leases`` table
 (:meth:`MirrorsDB.region_lease`; :meth:`MirrorsDB.try_acquire`, :meth:`MirrorsDB.renew`,
 :meth:`MirrorsDB.release` and :meth:`MirrorsDB.lease` delegate to it): single conditional
 statements, so at most one contender holds a region's lease at any instant, an expired lease can be
@@ -65,7 +65,8 @@ from lakefs_core.errors import (
 )
 from lakefs_core.realpaths import real_locations
 from lakefs_core.repos.graveler import StorageNamespace
-from lakefs_core.service.lease import DEFAULT_TTL, SQLLease
+from lakefs_core.service.lease import DEFAULT_TTL
+from lakefs_core.service.sql_lease import SQLLease
 from lakefs_core.sqlengine import (
     create_sql_engine,
     db_reason,
@@ -721,7 +722,7 @@ class MirrorsDB:
 
     # -- leases -------------------------------------------------------------------------------------
     #
-    # Thin delegates to lakefs_core.service.lease.SQLLease over the ``leases`` table (keyed by region).
+    # Thin delegates to lakefs_core.service.sql_lease.SQLLease over the ``leases`` table (keyed by region).
 
     def region_lease(
         self, region: str, holder: str, ttl: float = DEFAULT_TTL, *, extra: Mapping[str, str] | None = None
@@ -735,7 +736,7 @@ class MirrorsDB:
         self, region: str, holder: str, ttl: float, now: datetime | float | None = None
     ) -> bool:
         """Take (or extend) the lease of ``region`` for ``holder`` until ``now + ttl``
-        (:meth:`lakefs_core.service.lease.SQLLease.try_acquire`)."""
+        (:meth:`lakefs_core.service.sql_lease.SQLLease.try_acquire`)."""
         self._check_open()
         return await self.region_lease(region, holder, ttl).try_acquire(now)
 

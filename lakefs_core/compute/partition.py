@@ -141,17 +141,25 @@ def _loop_running() -> bool:
 
 def run_async(make: Callable[[], Awaitable[T]]) -> T:
     """Run ``make()`` to completion on a private event loop (one per call: call it once per partition)."""
+    box: list[T] = []
 
-    async def main() -> T:
-        return await make()
+    async def main() -> None:
+        # The result is kept out of the main task: on CPython 3.11, asyncio.run in the main thread
+        # ends by comparing signal.getsignal(SIGINT), which fails to turn its handler (a partial
+        # holding the main task) into an enum and formats the error with repr(task), and with it
+        # repr(result): a partition's bytes cost a full repr (about twice the CPU of parsing them;
+        # PySpark's workers run tasks in their main thread with the default SIGINT handler).
+        box.append(await make())
 
     if not _loop_running():
-        return asyncio.run(main())
+        asyncio.run(main())
+        return box[0]
     done: Future[T] = Future()
 
     def target() -> None:
         try:
-            done.set_result(asyncio.run(main()))
+            asyncio.run(main())
+            done.set_result(box[0])
         except BaseException as e:  # handed to the waiting caller, who re-raises it
             done.set_exception(e)
 

@@ -4,7 +4,8 @@
   the start-up heap freeze;
 - :mod:`.systemd`: ``Type=notify`` readiness, watchdog and stopping notifications;
 - :mod:`.logfmt`: text or JSON-lines logging;
-- :mod:`.lease`: leases in the KV store or a SQL database (one active worker per name);
+- :mod:`.lease`: leases in the KV store (one active worker per name), and :mod:`.sql_lease` in a SQL
+  database (its own module: a KV lease's users never import SQLAlchemy);
 - :mod:`.http`: the HTTP API platform (app builder, auth, metrics, health, OpenAPI, hostile bodies);
 - :mod:`.deleter` and :mod:`.limiter`: the bulk deleter with its AIMD rate limiter, shared by GC's
   sweep, the hard-delete reconciler and the mirror's application of GC sweeps.

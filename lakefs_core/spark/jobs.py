@@ -4,7 +4,9 @@ through the data sources, as ``python -m lakefs_core.compute.job`` or ``spark-su
 Arguments (JSON, hostile): ``source`` (``lakefs://repo/ref/prefix/``), ``dest``
 (``lakefs://repo/branch/prefix/``), optional ``config`` (the configuration file's path), ``format``
 (default parquet), ``mode`` (``append`` or ``overwrite``), ``message``. Result: the destination's
-new head commit and the files under the destination prefix.
+new head commit and the files under the destination prefix. A failure of a task or of the
+planning is the project's typed error (:func:`~lakefs_core.spark.errors.project_errors`), so the
+job's exit code is that error's.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from typing import Any
 from lakefs_core.compute.executor import Executor
 from lakefs_core.errors import BadInputError, StartupError
 from lakefs_core.repos.uri import Kind, parse_uri
+from lakefs_core.spark.errors import project_errors
 from lakefs_core.spark.options import CoreRef, file_format
 
 JOB_NAME = "spark-copy"
@@ -49,9 +52,10 @@ def copy_job(executor: Executor, args: Mapping[str, Any]) -> dict[str, Any]:
     register(session)
     config = args.get("config")
     options = {"format": fmt} | ({"config": str(config)} if config else {})
-    df = session.read.format("lakefs").options(**options).load(source)
     message = str(args.get("message") or f"spark-copy from {source}")
-    df.write.format("lakefs").options(**options).option("message", message).mode(mode).save(dest)
+    with project_errors():  # the project's error (and the CLI's exit code), not Spark's wrapper
+        df = session.read.format("lakefs").options(**options).load(source)
+        df.write.format("lakefs").options(**options).option("message", message).mode(mode).save(dest)
     core = CoreRef(str(config) if config else None)
 
     async def written() -> tuple[str, int]:

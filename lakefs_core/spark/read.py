@@ -12,8 +12,9 @@ Planning (:func:`plan_read`, on the driver, once per DataFrame):
   ``spark.sql.python.filterPushdown.enabled``) equality filters on them prune files too. Names
   below the prefix starting with ``_`` or ``.`` (``_SUCCESS``, ``.crc``) are skipped as Spark does;
 - files are packed in path order into partitions of about ``partition_bytes``, fewer bytes when
-  that gives fewer than ``min_partitions`` partitions (:func:`split_bytes`, Spark's rule for its file
-  sources); a file larger than that is a partition of its own.
+  that gives fewer than ``min_partitions`` partitions (:func:`split_bytes` and :func:`pack`, Spark's
+  rule for its file sources: each file costs its size plus :data:`OPEN_COST_BYTES`); a file larger
+  than that is a partition of its own.
 
 A task (:func:`read_files`) opens the core from the configuration path, reads each object's bytes
 through :class:`~lakefs_core.repos.objects.Objects` (so a purged object answers
@@ -32,7 +33,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from lakefs_core.compute.partition import run_async
-from lakefs_core.errors import BadInputError, NotFoundError
+from lakefs_core.errors import BadInputError, ConflictError, NotFoundError
 from lakefs_core.format.records import ValueRecord
 from lakefs_core.repos.objects import ObjectStat
 from lakefs_core.repos.uri import LakeFSURI
@@ -166,6 +167,9 @@ async def plan_read(core_ref: CoreRef, uri: LakeFSURI, options: Mapping[str, str
             raise BadInputError(f"{uri.ref!r} is not a branch: only a branch has uncommitted changes",
                                 field="uncommitted")  # fmt: skip
         commit_id = resolved.commit.id
+        expected = options.get("expectedCommit")
+        if expected and expected != commit_id:  # snapshot(): the branch moved since it resolved it
+            raise ConflictError(f"{uri.ref!r} is now {commit_id}, not the expected {str(expected)[:64]}")
         # Committed data only from the pinned commit's ranges; staged changes through the branch.
         committed = None if uncommitted else resolved.commit.metarange_id
         files = await _list_files(core, uri.repo, uri.ref, uri.path, committed)
@@ -176,6 +180,12 @@ async def plan_read(core_ref: CoreRef, uri: LakeFSURI, options: Mapping[str, str
     )  # fmt: skip
 
 
+async def resolve_commit(core_ref: CoreRef, uri: LakeFSURI) -> str:
+    """The commit id ``uri``'s ref names now (:func:`lakefs_core.spark.snapshot`'s first step)."""
+    async with core_ref.open() as core:
+        return (await core.graveler.resolve(await core.graveler.repository(uri.repo), uri.ref)).commit.id
+
+
 def split_bytes(files: Sequence[FileSpec], partition_bytes: int, min_partitions: int) -> int:
     """Spark's own rule for file sources: at most ``partition_bytes`` per partition, but small enough
     to give ``min_partitions`` partitions (every core busy), and never below the cost of opening a
@@ -184,8 +194,11 @@ def split_bytes(files: Sequence[FileSpec], partition_bytes: int, min_partitions:
     return min(partition_bytes, max(OPEN_COST_BYTES, -(-total // max(min_partitions, 1))))
 
 
-def pack(files: Sequence[FileSpec], target_bytes: int) -> list[list[FileSpec]]:
-    """Files in path order into groups of about ``target_bytes`` (at least one file each)."""
+def pack(files: Sequence[FileSpec], target_bytes: int, open_cost: int = 0) -> list[list[FileSpec]]:
+    """Files in path order into groups of about ``target_bytes`` (at least one file each), each file
+    counting its size plus ``open_cost`` as Spark's file sources count it: :func:`split_bytes`'
+    target includes the open cost, so packing without it filled one partition with 7 of 8 files of
+    5 MB and left the other core one file."""
     groups: list[list[FileSpec]] = []
     size = 0
     for spec in files:
@@ -193,7 +206,7 @@ def pack(files: Sequence[FileSpec], target_bytes: int) -> list[list[FileSpec]]:
             groups.append([])
             size = 0
         groups[-1].append(spec)
-        size += spec.size
+        size += spec.size + open_cost
     return groups
 
 

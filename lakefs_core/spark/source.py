@@ -15,7 +15,7 @@ import asyncio
 import os
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa  # type: ignore[import-untyped]
 from pyspark.sql.datasource import (
@@ -32,9 +32,11 @@ from pyspark.sql.datasource import (
 from pyspark.sql.pandas.types import from_arrow_schema, to_arrow_schema
 from pyspark.sql.types import StructType
 
-from lakefs_core.errors import BadInputError
+from lakefs_core.compute.partition import run_async
+from lakefs_core.errors import BadInputError, ConflictError
 from lakefs_core.repos.uri import Kind
 from lakefs_core.spark import changes, read, write
+from lakefs_core.spark.errors import one_line_errors, project_errors
 from lakefs_core.spark.options import (
     DEFAULT_FILE_BYTES,
     DEFAULT_PARTITION_BYTES,
@@ -48,8 +50,60 @@ from lakefs_core.spark.options import (
     source_uri,
 )
 
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
 SOURCE_NAME = "lakefs"
 CHANGES_NAME = "lakefs-changes"
+
+
+SNAPSHOT_ATTEMPTS = 3  # snapshot(uncommitted): the branch may move between resolving and planning
+
+
+def snapshot(
+    spark: SparkSession, uri: str, schema: StructType | str | None = None, **options: object
+) -> DataFrame:
+    """``spark.read.format("lakefs").load(uri)`` whose plan shows the commit it reads.
+
+    PySpark prints a Python data source's scan as ``BatchScan <format name>[columns] (Python)``: the
+    name the reader was looked up by, nothing the source returns. So the ref is resolved HERE, in the
+    caller's process, and the DataFrame is read through an alias of the source named
+    ``lakefs@<commit id>`` (``lakefs@<commit id>+uncommitted`` with ``uncommitted``), registered once
+    per name; the path given to it names the commit itself (with ``uncommitted``, the branch, and
+    option ``expectedCommit`` refuses a branch that moved in between: resolved again, up to
+    :data:`SNAPSHOT_ATTEMPTS` times). Errors are the project's (:func:`.errors.project_errors`).
+    """
+    opts = {k: str(v) for k, v in options.items()}
+    parsed = source_uri(opts | {"path": uri})
+    core = CoreRef(config_path(opts))
+    staged = flag(opts, "uncommitted")
+    for attempt in range(SNAPSHOT_ATTEMPTS):
+        commit_id = run_async(lambda: read.resolve_commit(core, parsed))
+        name = f"{SOURCE_NAME}@{commit_id}" + ("+uncommitted" if staged else "")
+        _register_alias(spark, name)
+        path = uri if staged else f"lakefs://{parsed.repo}/{commit_id}/{parsed.path}"
+        reader = spark.read.format(name).options(**opts).option("expectedCommit", commit_id)
+        if schema is not None:
+            reader = reader.schema(schema)
+        try:
+            with project_errors():
+                return reader.load(path)
+        except ConflictError:
+            if attempt + 1 == SNAPSHOT_ATTEMPTS:
+                raise
+    raise AssertionError("unreachable")
+
+
+def _register_alias(spark: SparkSession, name: str) -> None:
+    """Register ``LakeFSDataSource`` under ``name`` unless this session has it (every alias reads as
+    the source does: only the name differs, so a case-insensitive clash of names is harmless)."""
+    try:
+        if spark._jsparkSession.sessionState().dataSourceManager().dataSourceExists(name):
+            return
+    except Exception:  # Spark Connect, another JVM: registering again is harmless
+        pass
+    alias = type("LakeFSSnapshotSource", (LakeFSDataSource,), {"name": classmethod(lambda cls: name)})
+    spark.dataSource.register(alias)
 
 
 class FilesPartition(InputPartition):
@@ -74,16 +128,20 @@ class LakeFSDataSource(DataSource):
         """The read's snapshot: the ref resolved once, the files listed from its ranges."""
         if self._plan is None:
             uri = source_uri(self.options)
-            self._plan = asyncio.run(read.plan_read(self.core, uri, self.options, file_format(self.options)))
+            with one_line_errors():
+                planned = read.plan_read(self.core, uri, self.options, file_format(self.options))
+                self._plan = asyncio.run(planned)
         return self._plan
 
     def schema(self) -> StructType:
-        return from_arrow_schema(read.infer_schema(self.plan()))
+        with one_line_errors():
+            return from_arrow_schema(read.infer_schema(self.plan()))
 
     def reader(self, schema: StructType) -> DataSourceReader:
         pruning = flag(self.options, "filterPushdown")
         return (LakeFSPruningReader if pruning else LakeFSReader)(self.plan(), schema, self.options)
 
+    @one_line_errors()
     def writer(self, schema: StructType, overwrite: bool) -> DataSourceArrowWriter:
         uri = source_uri(self.options)
         asyncio.run(write.check_target(self.core, uri))  # refused before any task runs
@@ -112,11 +170,12 @@ class LakeFSReader(DataSourceReader):
     def partitions(self) -> list[InputPartition]:
         files = read.prune(self.plan.files, self.wanted)
         target = read.split_bytes(files, self.partition_bytes, self.min_partitions)
-        return [FilesPartition(group) for group in read.pack(files, target)]
+        return [FilesPartition(group) for group in read.pack(files, target, read.OPEN_COST_BYTES)]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         files = partition.files if isinstance(partition, FilesPartition) else []
-        yield from read.read_files(self.plan, files, self.arrow_schema)
+        with one_line_errors():
+            yield from read.read_files(self.plan, files, self.arrow_schema)
 
 
 class LakeFSPruningReader(LakeFSReader):
@@ -144,13 +203,17 @@ class LakeFSWriter(DataSourceArrowWriter):
     def __init__(self, plan: write.WritePlan) -> None:
         self.plan = plan
 
+    @one_line_errors()
     def write(self, iterator: Iterator[pa.RecordBatch]) -> FilesWritten:
         from pyspark import TaskContext
 
         context = TaskContext.get()
         partition = context.partitionId() if context is not None else 0
-        return FilesWritten(write.write_task(self.plan, partition, iterator))
+        # The job's ids are local properties of its tasks; the driver's commit worker cannot see them.
+        ids = {k: context.getLocalProperty(k) for k in write.SPARK_IDS} if context is not None else {}
+        return FilesWritten(write.write_task(self.plan, partition, iterator, ids))
 
+    @one_line_errors()
     def commit(self, messages: list[WriterCommitMessage | None]) -> None:
         write.commit_job(self.plan, [m.files for m in messages if isinstance(m, FilesWritten)])
 
@@ -183,6 +246,7 @@ class LakeFSChangesDataSource(DataSource):
     def schema(self) -> str:
         return changes.SCHEMA_DDL
 
+    @one_line_errors()
     def reader(self, schema: StructType) -> DataSourceReader:
         start = self.options.get("startingCommit") or None
         end = self.options.get("endingCommit") or self.uri.ref
@@ -205,7 +269,8 @@ class ChangesReader(DataSourceReader):
 
     def read(self, partition: InputPartition) -> Iterator[tuple[object, ...]]:
         if isinstance(partition, CommitPartition):
-            yield from changes.change_rows(self.core, self.repo, partition.step)
+            with one_line_errors():
+                yield from changes.change_rows(self.core, self.repo, partition.step)
 
 
 class ChangesStreamReader(DataSourceStreamReader):
@@ -228,7 +293,8 @@ class ChangesStreamReader(DataSourceStreamReader):
 
     def read(self, partition: InputPartition) -> Iterator[tuple[object, ...]]:
         if isinstance(partition, CommitPartition):
-            yield from changes.change_rows(self.core, self.repo, partition.step)
+            with one_line_errors():
+                yield from changes.change_rows(self.core, self.repo, partition.step)
 
     def commit(self, end: dict[str, Any]) -> None:
         """Nothing to release: offsets are commit ids, kept by the query's checkpoint."""

@@ -12,6 +12,11 @@
   one commit on the branch head (:meth:`~lakefs_core.repos.graveler.Graveler.commit_entries`),
   retried on a moved head; ``overwrite`` removes the prefix's other entries in the same commit.
   A job that fails commits nothing.
+
+Spark's application and query ids reach the commit through the tasks: the driver's commit runs in a
+Python worker that sees neither (no task context, no Spark variable in its environment), but each
+task sees its job's local properties (``spark.app.id``, ``spark.sql.execution.query.id``,
+``spark.sql.execution.id``) and returns them with its files (:data:`SPARK_IDS`).
 """
 
 from __future__ import annotations
@@ -58,12 +63,29 @@ class WritePlan:
     job: str = field(default_factory=lambda: uuid.uuid4().hex)
 
 
+# Spark's local property -> the commit metadata key recording it (what a task sees of its job).
+SPARK_IDS = {
+    "spark.app.id": "lakefs_spark.app_id",
+    "spark.sql.execution.query.id": "lakefs_spark.query_id",  # PySpark 4.1+: a UUID per query
+    "spark.sql.execution.id": "lakefs_spark.execution_id",  # the SQL tab's execution number
+}
+MAX_ID = 200  # a local property is the job's own input: bounded before it enters a commit
+
+
 @dataclass(frozen=True)
 class TaskFiles:
-    """What one successful task attempt wrote: entries (key, identity, data) and journal batches."""
+    """What one successful task attempt wrote: entries (key, identity, data), journal batches, and
+    the Spark ids the task saw (commit metadata key, value)."""
 
     records: tuple[tuple[bytes, bytes, bytes], ...]
     batches: tuple[tuple[str, float], ...]
+    spark_ids: tuple[tuple[str, str], ...] = ()
+
+
+def spark_ids(properties: Mapping[str, str | None]) -> tuple[tuple[str, str], ...]:
+    """The commit metadata for Spark's ids among a task's local properties (absent ones skipped)."""
+    found = ((SPARK_IDS[k], properties.get(k)) for k in SPARK_IDS)
+    return tuple((key, str(value)[:MAX_ID]) for key, value in found if value)
 
 
 async def check_target(core_ref: CoreRef, uri: LakeFSURI) -> None:
@@ -153,10 +175,16 @@ async def _store(
     return record, batch
 
 
-def write_task(plan: WritePlan, partition: int, batches: Iterator[pa.RecordBatch]) -> TaskFiles:
+def write_task(
+    plan: WritePlan,
+    partition: int,
+    batches: Iterator[pa.RecordBatch],
+    ids: Mapping[str, str | None] | None = None,
+) -> TaskFiles:
     """A task attempt: its rows as files at fresh addresses (see the module). ``partition`` names
     the files (``part-<partition>-<job>-c<n>``): a retried or speculative attempt writes the same
-    names at other addresses, and only one attempt's entries are committed."""
+    names at other addresses, and only one attempt's entries are committed. ``ids``: the task's
+    local properties (:func:`spark_ids`)."""
     loop = asyncio.new_event_loop()
     records: list[tuple[bytes, bytes, bytes]] = []
     journal: list[tuple[str, float]] = []
@@ -174,14 +202,16 @@ def write_task(plan: WritePlan, partition: int, batches: Iterator[pa.RecordBatch
             loop.run_until_complete(stack.aclose())
     finally:
         loop.close()
-    return TaskFiles(tuple(records), tuple(journal))
+    return TaskFiles(tuple(records), tuple(journal), spark_ids(ids or {}))
 
 
 def commit_job(plan: WritePlan, tasks: list[TaskFiles], extra: Mapping[str, str] | None = None) -> Commit:
-    """The driver: one commit of every task's entries (see the module)."""
+    """The driver: one commit of every task's entries (see the module). The metadata: the job's id,
+    the Spark ids its tasks saw (every task of a job sees the same), then the user's."""
     records = [ValueRecord(*r) for t in tasks for r in t.records]
     batches = [b for t in tasks for b in t.batches]
-    metadata: dict[str, Any] = {"lakefs_spark.job": plan.job, **plan.metadata, **(extra or {})}
+    seen = {key: value for t in reversed(tasks) for key, value in t.spark_ids}
+    metadata: dict[str, Any] = {"lakefs_spark.job": plan.job, **seen, **plan.metadata, **(extra or {})}
 
     async def commit() -> Commit:
         fault_point("spark-write:before-commit")  # crash tests: every task wrote, nothing committed

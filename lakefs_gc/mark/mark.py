@@ -298,6 +298,7 @@ async def run_mark(
     )
     await write_summary(store, layout.summary, summary)
     digests[layout.summary] = digest_of(summary.to_bytes())
+    fault_point("mark:before-record")
     files = {ns_relative(ns, key): digest for key, digest in digests.items()} | counts.digests
     record = RunRecord(
         run_id=manifest.run_id,

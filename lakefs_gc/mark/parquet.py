@@ -14,8 +14,11 @@ Contract:
   ``<relative_dir>/part-<i>.snappy.parquet``. The name depends only on the partition index, so a
   retried task overwrites its own part; the store's put is atomic. An empty partition writes a
   valid file with zero rows (so a reader infers the schema even when nothing is deleted).
-- Memory is bounded: rows go to a local temporary file in row groups of :data:`ROW_GROUP` and the
-  file is streamed to the store in 1 MiB chunks.
+- Memory is bounded: rows go to a local temporary file in batches of at most :data:`ROW_GROUP` rows
+  and :data:`BATCH_BYTES` bytes, and the file is streamed to the store in 1 MiB chunks.
+- pandas is never imported: ``pa.array``/``pa.table`` import it (when installed) to ask whether
+  their input is a DataFrame, a second of start-up for every ``lakefs-gc mark`` process; a batch is
+  built from its UTF-8 buffers instead (:func:`_string_array`).
 - :func:`write_success_marker` is the driver's last step, after every part is written (Spark's job
   commit); the run's real commit point stays ``summary.json``.
 - Values are the namespace-relative addresses of ``deleted.text/``: the same set, line for line.
@@ -25,6 +28,7 @@ from __future__ import annotations
 
 import os
 import tempfile
+from array import array
 from collections.abc import AsyncIterator, Iterable, Iterator
 from typing import Any
 
@@ -41,6 +45,7 @@ SCHEMA: Any = pa.schema([pa.field(COLUMN, pa.string(), nullable=True)])  # Spark
 SUFFIX = ".snappy.parquet"  # Spark's naming: codec, then format
 SUCCESS = "_SUCCESS"
 ROW_GROUP = 65_536  # rows per batch handed to the writer (bounded memory per partition)
+BATCH_BYTES = 64 << 20  # UTF-8 bytes per batch: bounded memory, and int32 offsets never overflow
 CHUNK = 1 << 20  # bytes per streamed put chunk
 
 
@@ -55,21 +60,41 @@ def _relative_dir(relative_dir: str) -> str:
     return relative_dir.strip("/")
 
 
+def _string_array(encoded: list[bytes]) -> Any:
+    """A ``string`` column of the UTF-8 values ``encoded``, from its offsets and data buffers."""
+    offsets = array("i", [0])  # Arrow's string offsets are int32
+    end = 0
+    for value in encoded:
+        end += len(value)
+        offsets.append(end)
+    return pa.StringArray.from_buffers(len(encoded), pa.py_buffer(offsets), pa.py_buffer(b"".join(encoded)))
+
+
+def _batch(encoded: list[bytes]) -> Any:
+    return pa.Table.from_arrays([_string_array(encoded)], schema=SCHEMA)
+
+
 def _write_local(path: str, addresses: Iterable[str]) -> int:
     """Write ``addresses`` to a local Parquet file; returns the number of rows."""
     count = 0
-    batch: list[str] = []
+    batch: list[bytes] = []
+    size = 0
     with pq.ParquetWriter(path, SCHEMA, compression="snappy") as writer:
         for address in addresses:
             if not isinstance(address, str) or not address:
                 raise BadInputError(f"{address!r} is not an address", field="address")
-            batch.append(address)
-            if len(batch) >= ROW_GROUP:
-                writer.write_table(pa.table({COLUMN: pa.array(batch, pa.string())}, schema=SCHEMA))
+            try:
+                value = address.encode()
+            except UnicodeEncodeError as e:  # a lone surrogate: not a string Parquet can hold
+                raise BadInputError(f"{address!r} is not valid UTF-8", field="address") from e
+            batch.append(value)
+            size += len(value)
+            if len(batch) >= ROW_GROUP or size >= BATCH_BYTES:
+                writer.write_table(_batch(batch))
                 count += len(batch)
-                batch = []
+                batch, size = [], 0
         if batch or count == 0:  # an empty part still holds the schema
-            writer.write_table(pa.table({COLUMN: pa.array(batch, pa.string())}, schema=SCHEMA))
+            writer.write_table(_batch(batch))
             count += len(batch)
     return count
 

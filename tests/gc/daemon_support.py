@@ -7,6 +7,7 @@ and the garbage equals their oracle's.
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -16,6 +17,7 @@ import yaml
 from lakefs_core.kv import open_kv
 from lakefs_core.kv.base import KVStore
 from lakefs_core.repos.graveler import Graveler, StoreRegistry
+from lakefs_core.service.lease import kv_lease
 from tests.gc.mark_support import Built, Clock, build_repo, live_addresses, oracle_garbage, stored_objects
 
 OFFSET_SECONDS = 2 * 86400.0
@@ -38,6 +40,15 @@ class SqliteRepo:
     async def stored(self) -> set[str]:
         store = await self.g.namespace_store(self.built.ns)
         return set(await stored_objects(store, self.built.ns))
+
+    async def expire_dead_lease(self, repo: str = "repo1") -> None:
+        """The lease ``gc/<repo>`` of a GC process the test KILLED, as it is once its TTL has passed:
+        a contender takes it at a 'now' past any TTL the tests configure (the expiry rule
+        decides) and releases it. Waiting out a real TTL instead would make the next run's
+        success depend on how fast a loaded machine runs (a short TTL is lost mid-run)."""
+        lease = kv_lease(self.kv, f"gc/{repo}", "kill-test", 60)
+        assert await lease.try_acquire(time.time() + 3600), "the killed process's lease did not expire"
+        await lease.release()
 
     async def live_and_garbage(self) -> tuple[set[str], set[str]]:
         store = await self.g.namespace_store(self.built.ns)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import time
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -14,10 +15,12 @@ import aiohttp
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from lakefs_core.errors import ConflictError
+from lakefs_core.repos.graveler import Graveler
 from lakefs_core.service.lease import kv_lease
 from lakefs_gc.config import GCConfig
 from lakefs_gc.runs.layout import RunLayout
-from lakefs_gc.runs.runs import run_id_time
+from lakefs_gc.runs.runs import RunExecutor, RunProgress, RunRequest, RunResult, run_id_time
 from lakefs_gc.service import GCService
 from tests.gc.daemon_support import AUTH, SqliteRepo, gc_config, sqlite_repo
 from tests.gc.test_mark import deleted_set
@@ -35,9 +38,11 @@ async def repo(tmp_path: Path) -> AsyncIterator[SqliteRepo]:
         await r.close()
 
 
-async def _open(repo: SqliteRepo, tmp_path: Path, **overrides: Any) -> GCService:
+async def _open(
+    repo: SqliteRepo, tmp_path: Path, *, executor: RunExecutor | None = None, **overrides: Any
+) -> GCService:
     config = GCConfig.model_validate(gc_config(repo.kv_url, tmp_path / "work", **overrides))
-    return await GCService.open(config)
+    return await GCService.open(config, executor=executor)
 
 
 async def _call(
@@ -178,6 +183,34 @@ async def test_a_second_daemon_is_kept_out_by_the_lease(repo: SqliteRepo, tmp_pa
         await svc.close()
 
 
+async def test_a_lease_lost_mid_run_fails_the_run(repo: SqliteRepo, tmp_path: Path) -> None:
+    """A scheduled run whose lease another process takes over while it works is stopped and counted
+    as FAILED: ``--once`` (``step_and_wait``) must not report success for a run that did not do its
+    job. (Finding the lease held BEFORE the run starts is a skip: the holder runs it, see above.)"""
+    _, garbage = await repo.live_and_garbage()
+
+    async def taken_over(graveler: Graveler, request: RunRequest, progress: RunProgress) -> RunResult:
+        # Another daemon takes the lease once it has expired (a 'now' past its TTL: this daemon
+        # stalled), then this run keeps working until its renewer finds the lease gone.
+        other = kv_lease(repo.kv, "gc/repo1", "another-daemon", 60)
+        assert await other.try_acquire(time.time() + 3600)
+        await asyncio.Event().wait()
+        raise AssertionError("the run outlived the loss of its lease")
+
+    svc = await _open(repo, tmp_path, lease_ttl_seconds=0.3, executor=taken_over)
+    try:
+        with pytest.raises(ConflictError, match="1 run"):
+            await svc.step_and_wait()
+        assert svc.failed_runs == 1
+        (run,) = svc.registry.of_repository("repo1")
+        assert run.state == "failed" and "lost the GC lease" in (run.error or "")
+        text = (await _call(svc, "GET", "/metrics", auth=None))[1]
+        assert _sample(text, "lakefs_gc_runs_total", repo="repo1", phase="run", outcome="failure") == 1
+        assert await repo.stored() >= garbage  # stopped before any delete
+    finally:
+        await svc.close()
+
+
 async def test_read_only_repository_is_never_collected(repo: SqliteRepo, tmp_path: Path) -> None:
     await repo.g.set_read_only("repo1", True)
     svc = await _open(repo, tmp_path)
@@ -210,6 +243,33 @@ async def test_a_killed_sweep_is_resumed_by_the_next_scheduled_run(
         await svc.drain()
         _, run = await _call(svc, "GET", f"{RUNS}/{first}")
         assert run["state"] == "swept", run
+        assert not (await repo.stored()) & garbage and not live - await repo.stored()
+    finally:
+        await svc.close()
+
+
+async def test_a_mark_stopped_before_its_record_is_abandoned_not_counted_as_a_run(
+    repo: SqliteRepo, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Stopped between ``summary.json`` (success) and its KV run record, a mark can never be swept;
+    the next pass must start a new run at once, not wait ``interval_seconds`` (3600) as if a run
+    had happened, which left the garbage in place while ``--once`` exited 0."""
+    live, garbage = await repo.live_and_garbage()
+    svc = await _open(repo, tmp_path)
+    try:
+        monkeypatch.setenv("LAKEFS_GC_FAULT", "mark:before-record")
+        first = (await svc.step()).started_runs
+        await svc.drain()
+        assert len(first) == 1 and svc.failed_runs == 1
+        store = await repo.g.namespace_store(repo.built.ns)
+        assert await store.exists(RunLayout(repo.built.ns, first[0]).summary)  # the window was hit
+        monkeypatch.delenv("LAKEFS_GC_FAULT")
+        await asyncio.sleep(0.01)  # a new run id
+        second = (await svc.step()).started_runs
+        assert len(second) == 1 and second[0] != first[0], second
+        await svc.drain()
+        text = (await _call(svc, "GET", "/metrics", auth=None))[1]
+        assert _sample(text, "lakefs_gc_runs_total", repo="repo1", phase="mark", outcome="abandoned") == 1
         assert not (await repo.stored()) & garbage and not live - await repo.stored()
     finally:
         await svc.close()

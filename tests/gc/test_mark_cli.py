@@ -4,7 +4,9 @@ sweep-only command refusing an unknown mark, and the lease refusing a second run
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import click
@@ -14,11 +16,13 @@ from lakefs_core.compute.child import build_command
 from lakefs_core.compute.session import check_master, spark_session
 from lakefs_core.errors import BadInputError
 from lakefs_core.kv import open_kv
+from lakefs_core.kv.base import KVStore
 from lakefs_core.repos.graveler import Graveler, StoreRegistry
 from lakefs_core.service.cli import run
 from lakefs_core.service.lease import kv_lease
 from lakefs_gc.cli.jobs import mark_cmd, parse_duration, sweep_cmd
-from tests.gc.mark_support import MARK_NOW, Clock, build_repo, stored_objects
+from tests.cli.helpers import run_probe
+from tests.gc.mark_support import MARK_NOW, Built, Clock, build_repo, stored_objects
 from tests.gc.test_mark import deleted_set
 
 
@@ -31,7 +35,9 @@ gc.add_command(mark_cmd)
 gc.add_command(sweep_cmd)
 
 
-async def test_cli_mark_sweep(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+@contextlib.asynccontextmanager
+async def sqlite_repo(tmp_path: Path) -> AsyncIterator[tuple[Graveler, KVStore, Built, Path]]:
+    """``build_repo``'s repository on a SQLite KV and a local namespace, with its core config file."""
     kv_url = f"sqlite:///{tmp_path / 'kv.sqlite3'}"
     root = tmp_path / "ns"
     kv = await open_kv(kv_url)
@@ -41,6 +47,14 @@ async def test_cli_mark_sweep(tmp_path: Path, capsys: pytest.CaptureFixture[str]
         built = await build_repo(g, clock, "repo1", f"local://{root}", local_root=str(root))
         config = tmp_path / "core.yaml"
         config.write_text(f"kv_url: {kv_url}\n")
+        yield g, kv, built, config
+    finally:
+        await g.stores.close()
+        await kv.close()
+
+
+async def test_cli_mark_sweep(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    async with sqlite_repo(tmp_path) as (g, kv, built, config):
         now = MARK_NOW.isoformat().replace("+00:00", "Z")
         common = ["--config", str(config)]
         capsys.readouterr()
@@ -67,9 +81,6 @@ async def test_cli_mark_sweep(tmp_path: Path, capsys: pytest.CaptureFixture[str]
         assert await lease.try_acquire()
         args = ["mark", "lakefs://repo1", "--lite", "--now", now, *common]
         assert await asyncio.to_thread(run, gc, args, "t") == 3
-    finally:
-        await g.stores.close()
-        await kv.close()
 
 
 def test_parse_duration() -> None:
@@ -102,3 +113,27 @@ def test_a_spark_master_that_cannot_name_one_is_refused_before_spark_starts(mast
             build()
     for fine in ("local[*]", "local[2]", "yarn", "spark://host:7077", "k8s://https://h:443"):
         assert check_master(fine) == fine
+
+
+_PROBE = """
+import json, sys
+from lakefs_gc.cli import main
+code = main(sys.argv[2:])
+with open(sys.argv[1], "w") as out:
+    json.dump({"code": code, "modules": sorted(sys.modules)}, out)
+"""
+
+
+async def test_a_lite_run_on_sqlite_imports_neither_sqlalchemy_nor_pandas(tmp_path: Path) -> None:
+    """``lakefs-gc mark --lite --sweep`` on the embedded default, in a fresh interpreter: its lease is
+    a KV record (SQLAlchemy is ~0.45 s of CPU to import) and its Parquet report is built from
+    buffers (``pa.array`` would import pandas, ~0.4 s), each a large share of a run that takes ~1 s."""
+    async with sqlite_repo(tmp_path) as (*_, config):
+        pass  # built and closed: the command opens the KV itself
+    now = MARK_NOW.isoformat().replace("+00:00", "Z")
+    argv = ["mark", "lakefs://repo1", "--lite", "--sweep", "--now", now, "--config", str(config)]
+    result = await asyncio.to_thread(run_probe, tmp_path, _PROBE, *argv)
+    assert result["code"] == 0
+    modules = set(result["modules"])
+    assert "lakefs_gc.mark.parquet" in modules and "lakefs_gc.sweep.sweep" in modules  # it ran both
+    assert not {m.split(".")[0] for m in modules} & {"sqlalchemy", "pandas"}

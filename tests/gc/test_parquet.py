@@ -4,6 +4,8 @@ read back the way a lakeFS user does (``spark.read.parquet`` on the directory) a
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -19,6 +21,7 @@ from lakefs_gc.mark.mark import run_mark
 from lakefs_gc.mark.parquet import ROW_GROUP, parquet_part_name, write_parquet_part
 from tests.gc.conftest import MakeNamespace
 from tests.gc.test_mark import Env, deleted_set, expected, options
+from tests.support.timing import scaled
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -116,6 +119,28 @@ def test_bad_rows_and_directories_refused(tmp_path: Path) -> None:
     ref = StoreRef(f"local://{tmp_path / 'ns'}")
     with pytest.raises(BadInputError, match="not an address"):
         write_parquet_part(ref, "run/deleted", 0, iter(["data/a", ""]))
+    with pytest.raises(BadInputError, match="not valid UTF-8"):
+        write_parquet_part(ref, "run/deleted", 0, iter(["data/a", "data/\udc80"]))
     with pytest.raises(BadInputError, match="relative path"):
         write_parquet_part(ref, "/", 0, iter(["data/a"]))
     assert not (tmp_path / "ns" / "run" / "deleted").exists()  # a failed part leaves nothing
+
+
+def test_parts_hold_any_utf8_and_never_import_pandas(tmp_path: Path) -> None:
+    """The batch is built from its buffers (multi-byte values, empty parts) and, in a fresh
+    interpreter, writing a part leaves pandas unimported (``pa.array`` would import it: a second of
+    every ``lakefs-gc mark`` process's start-up)."""
+    lines = ["data/ü/ß", "data/日本/語", "data/a", "data/😀"]
+    script = (
+        "import sys; from lakefs_core.compute.partition import StoreRef; "
+        "from lakefs_gc.mark.parquet import write_parquet_part; "
+        f"ref = StoreRef('local://{tmp_path / 'ns'}'); "
+        f"assert write_parquet_part(ref, 'run/deleted', 0, iter({lines!r})) == {len(lines)}; "
+        "assert write_parquet_part(ref, 'run/empty', 0, iter([])) == 0; "
+        "assert 'pandas' not in sys.modules, 'pandas was imported'"
+    )
+    argv = [sys.executable, "-c", script]
+    done = subprocess.run(argv, check=False, capture_output=True, text=True, timeout=scaled(60))
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert read_with_pyarrow(tmp_path / "ns/run/deleted") == lines
+    assert read_with_pyarrow(tmp_path / "ns/run/empty") == []

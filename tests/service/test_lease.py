@@ -22,7 +22,8 @@ from sqlalchemy.schema import CreateTable, DropTable
 from lakefs_core.errors import CorruptDataError
 from lakefs_core.kv import KVStore, open_kv
 from lakefs_core.refs import kvkeys
-from lakefs_core.service.lease import KVLease, Lease, SQLLease, kv_lease, lease_table
+from lakefs_core.service.lease import KVLease, Lease, kv_lease
+from lakefs_core.service.sql_lease import SQLLease, lease_table
 from lakefs_core.sqlengine import create_sql_engine, normalize_sql_url
 from lakefs_core.testing.lease import *  # noqa: F403 (the contract's tests)
 from lakefs_core.testing.lease import LeaseBackend, kv_backend

@@ -10,10 +10,19 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from lakefs_core.errors import BadInputError, ReadOnlyError
+from lakefs_core.errors import (
+    BadInputError,
+    ConflictError,
+    LakeFSError,
+    NotFoundError,
+    PurgedError,
+    ReadOnlyError,
+)
+from lakefs_core.spark import project_error, project_errors, snapshot
 from lakefs_core.spark import read as spark_read
 from lakefs_core.spark import write as spark_write
-from lakefs_core.spark.read import FileSpec, pack, partition_values, split_bytes
+from lakefs_core.spark.errors import one_line_errors
+from lakefs_core.spark.read import OPEN_COST_BYTES, FileSpec, pack, partition_values, split_bytes
 from tests.spark.conftest import Lake, parquet_bytes
 
 if TYPE_CHECKING:
@@ -50,6 +59,9 @@ def test_partition_values_and_packing() -> None:
     assert split_bytes(big, 128 * mib, 2) == 88 * mib  # two partitions' worth, open cost included
     assert split_bytes(big, 64 * mib, 2) == 64 * mib
     assert split_bytes(files[:1], 128 * mib, 2) == 4 * mib  # never below the open cost
+    # as Spark packs: each file costs its size and the open cost (8 files of 5 MiB: 4 and 4, not 7 and 1)
+    five = [FileSpec(f"h{i}", f"c{i}", "RELATIVE", 5 * mib) for i in range(8)]
+    assert [len(g) for g in pack(five, split_bytes(five, 128 * mib, 2), OPEN_COST_BYTES)] == [4, 4]
 
 
 # -- read -------------------------------------------------------------------------------------------
@@ -107,6 +119,52 @@ def test_cast_that_does_not_fit_fails_naming_file(spark: SparkSession, lake: Lak
         df.collect()
 
 
+def test_snapshot_plan_shows_the_commit(
+    spark: SparkSession, lake: Lake, capsys: pytest.CaptureFixture[str]
+) -> None:
+    repo = lake.new_repo()
+    first = lake.upload(repo, {"t/a.parquet": parquet_bytes({"id": [1]})})
+    df = snapshot(spark, f"lakefs://{repo}/main/t/", config=lake.config)
+    second = lake.upload(repo, {"t/b.parquet": parquet_bytes({"id": [2]})})  # the branch moves
+    lake.upload(repo, {"t/c.parquet": parquet_bytes({"id": [3]})}, commit=False)
+    staged = snapshot(spark, f"lakefs://{repo}/main/t/", "id long", config=lake.config, uncommitted=True)
+    df.explain()
+    staged.explain()
+    plans = capsys.readouterr().out
+    assert f"BatchScan lakefs@{first}[id#" in plans and f"BatchScan lakefs@{second}+uncommitted[id#" in plans
+    assert rows(df, "id") == [(1,)] and rows(staged, "id") == [(1,), (2,), (3,)]
+    with pytest.raises(NotFoundError, match="nope"):  # the project's error, not Spark's AnalysisException
+        snapshot(spark, f"lakefs://{repo}/nope/t/", config=lake.config)
+    with pytest.raises(ConflictError, match=f"is now {second}, not the expected {first}"), project_errors():
+        load(spark, lake, f"lakefs://{repo}/main/t/", expectedCommit=first)
+
+
+def test_copy_job_fails_with_the_projects_error(spark: SparkSession, lake: Lake) -> None:
+    from lakefs_core.compute.executor import SparkExecutor
+    from lakefs_core.spark.jobs import copy_job
+
+    repo = lake.new_repo()
+    args = {"source": f"lakefs://{repo}/v9/src/", "dest": f"lakefs://{repo}/main/dst/", "config": lake.config}
+    with pytest.raises(NotFoundError, match="v9"):  # planning fails in a worker: the job re-raises it
+        copy_job(SparkExecutor(spark), args)
+
+
+def test_project_error_from_spark_text_and_one_line() -> None:
+    text = (
+        "An exception was thrown from the Python worker:\nTraceback (most recent call last):\n"
+        '  File "read.py", line 9, in read\n    raise BadInputError(...)\n'
+        "lakefs_core.errors.BadInputError: format: 't/x.csv' is not readable as csv: bad\n SQLSTATE: 38000\n"
+    )
+    found = project_error(RuntimeError(text))
+    assert type(found) is BadInputError and str(found) == "format: 't/x.csv' is not readable as csv: bad"
+    assert found.field is None
+    assert project_error(RuntimeError("lakefs_core.errors.Exception: x\nos.error: y")) is None
+    assert project_error(RuntimeError("x", "y")) is None
+    with pytest.raises(NotFoundError) as caught, one_line_errors():
+        raise NotFoundError("CSV parse error:\n  row 3\r\nhas 2 columns")
+    assert str(caught.value) == "CSV parse error: | row 3 | has 2 columns"
+
+
 def test_snapshot_isolation_and_uncommitted(spark: SparkSession, lake: Lake) -> None:
     repo = lake.new_repo()
     lake.upload(repo, {"t/a.parquet": parquet_bytes({"id": [1]})})
@@ -127,8 +185,13 @@ def test_missing_object_fails_with_the_projects_error(spark: SparkSession, lake:
     for path in (lake.root / "ns" / repo / "data").rglob("*"):
         if path.is_file():
             path.unlink()
-    with pytest.raises(Exception, match=rf"NotFoundError: lakefs://{repo}/t/a.parquet \(address data/"):
+    missing = rf"NotFoundError: lakefs://{repo}/t/a.parquet \(address data/"
+    with pytest.raises(Exception, match=missing) as caught:
         df.collect()
+    # Spark's PythonException carries the error as text; project_error recovers class and message
+    recovered = project_error(caught.value)
+    assert type(recovered) is NotFoundError and not isinstance(caught.value, LakeFSError)
+    assert str(recovered).startswith(f"lakefs://{repo}/t/a.parquet (address data/")
 
     purged_repo = lake.new_repo()
     lake.upload(purged_repo, {"u/b.parquet": parquet_bytes({"id": [2]})})
@@ -140,8 +203,11 @@ def test_missing_object_fails_with_the_projects_error(spark: SparkSession, lake:
         )
 
     lake.run(purge)
-    with pytest.raises(Exception, match=rf"PurgedError: lakefs://{purged_repo}/u/b.parquet \(address data/"):
+    gone = rf"^lakefs://{purged_repo}/u/b.parquet \(address data/"
+    with pytest.raises(PurgedError, match=gone) as purged_error, project_errors():
         purged.collect()
+    assert purged_error.value.audit_id is None  # the fields do not travel in Spark's text
+    assert purged_error.value.__cause__ is not None
 
 
 # -- write ------------------------------------------------------------------------------------------
@@ -166,6 +232,10 @@ def test_write_round_trip_append_overwrite_and_one_commit(spark: SparkSession, l
     log = lake.log(repo)
     assert len(log) == before + 3  # one commit per job
     assert log[0].message == "load json" and log[0].metadata["run"] == "json"
+    # Spark's ids, recorded from what the tasks saw (the driver's commit worker sees neither)
+    assert log[0].metadata["lakefs_spark.app_id"] == spark.sparkContext.applicationId
+    assert len(log[0].metadata["lakefs_spark.query_id"]) == 36  # a UUID per query
+    assert log[0].metadata["lakefs_spark.query_id"] != log[1].metadata["lakefs_spark.query_id"]
     assert "other/x" not in lake.paths(repo, log[0].id)  # the staged change stays staged
     assert "other/x" in lake.paths(repo, "main")
     # overwrite replaces the prefix's entries in one commit
@@ -356,3 +426,28 @@ def test_read_plan_uses_ranges_not_listing(lake: Lake) -> None:
         )
     )
     assert len(plan.files) == 50 and plan.commit_id == lake.head(repo)
+
+
+def test_run_async_never_reprs_its_result() -> None:
+    """A task's bytes come back through run_async: CPython 3.11's asyncio.run formatted its main
+    task (and the result) when it restored the SIGINT handler, a full repr of every byte read."""
+    import signal
+
+    from lakefs_core.compute.partition import run_async
+
+    formatted: list[int] = []
+
+    class Counted:
+        def __repr__(self) -> str:
+            formatted.append(1)
+            return "counted"
+
+    async def make() -> Counted:
+        return Counted()
+
+    # A PySpark worker's handler (a SparkContext in this process installs its own)
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        assert isinstance(run_async(make), Counted) and formatted == []
+    finally:
+        signal.signal(signal.SIGINT, previous)

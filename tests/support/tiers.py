@@ -65,10 +65,16 @@ TIERS: dict[str, Tier] = {
     "tests/format/test_fastpath.py": "integration",  # both writers in a subprocess
     "tests/repos/test_import.py": "integration",  # moto
     "tests/repos/test_import_guards.py": "integration",
+    # unit-prefixed files that drive PostgreSQL, DynamoDB or S3 on moto (over their budget as unit:
+    # test_concurrency.py 28 s, test_purge_reads.py 25 s in CI's run)
+    "tests/repos/test_concurrency.py": "integration",
+    "tests/repos/test_purge_reads.py": "integration",
+    "tests/repos/test_namespaces.py": "integration",
+    "tests/auth/test_store.py": "integration",
     "tests/journal/test_dynamodb_parts.py": "integration",
     "tests/gc/test_rules.py": "unit",
     "tests/gc/test_reports.py": "unit",
-    "tests/gc/test_parquet.py": "unit",
+    "tests/gc/test_parquet.py": "integration",  # its spark cases share a local Spark session
     # e2e: whole scenarios, minutes
     "tests/spark/": "e2e",  # the Spark data source: a local[2] session, spark-submit
     "tests/gc/test_gc_kill.py": "e2e",
