@@ -18,7 +18,8 @@ if compressed. Figures (same run, ratios ours / rclone):
   server processes' CPU time for the upload.
 
 ``python -m bench.bench_gateway [--clients 16] [--objects 2000] [--big-mib 256] [--keys 100000]``;
-``--only-big --big-mib 1024`` runs the big object alone, at the issue's size (a few minutes).
+``--only-big --big-mib 1024`` runs the big object alone, at the issue's size (a few minutes);
+``--only-listing`` the small objects (which stay staged) and the listings, no big object.
 """
 
 from __future__ import annotations
@@ -302,10 +303,16 @@ def main() -> None:
     parser.add_argument("--objects", type=int, default=2000)
     parser.add_argument("--big-mib", type=int, default=256)
     parser.add_argument("--keys", type=int, default=100_000)
-    parser.add_argument(
+    only = parser.add_mutually_exclusive_group()
+    only.add_argument(
         "--only-big",
         action="store_true",
         help="the big multipart PUT and GET only (no small objects, no listing)",
+    )
+    only.add_argument(
+        "--only-listing",
+        action="store_true",
+        help="the small objects (which stay staged) and the listings only (no big object)",
     )
     args = parser.parse_args()
     if args.only_big:
@@ -316,7 +323,7 @@ def main() -> None:
         servers.start(args.keys)
         figures: dict[str, Any] = {}
         for which, url in (("ours", servers.ours_url), ("rclone", servers.theirs_url)):
-            big = big_object(servers, which, url, args.big_mib)
+            big = {} if args.only_listing else big_object(servers, which, url, args.big_mib)
             if args.only_big:
                 figures[which] = big
                 continue
@@ -325,22 +332,21 @@ def main() -> None:
             figures[which] = {"put_1k_per_s": put, "get_1k_per_s": get, "list_keys_per_s": every,
                               "list_delimited_s": delimited, **big}  # fmt: skip
         ours, theirs = figures["ours"], figures["rclone"]
-        verify = verification_cpu(args.big_mib)
-        small: dict[str, float] = {}
+        common: dict[str, Any] = {"machine": machine(), "args": vars(args), "ours": ours, "rclone": theirs}
         if not args.only_big:
-            small = {
+            common |= {
                 "ratio_put_1k": ours["put_1k_per_s"] / theirs["put_1k_per_s"],
                 "ratio_get_1k": ours["get_1k_per_s"] / theirs["get_1k_per_s"],
                 "ratio_list_every_key": ours["list_keys_per_s"] / theirs["list_keys_per_s"],
                 "ratio_list_delimited": theirs["list_delimited_s"] / ours["list_delimited_s"],
             }
+        if args.only_listing:
+            report("gateway-listing", **common)
+            return
+        verify = verification_cpu(args.big_mib)
         report(
             "gateway-big" if args.only_big else "gateway",
-            machine=machine(),
-            args=vars(args),
-            ours=ours,
-            rclone=theirs,
-            **small,
+            **common,
             ratio_big_put=ours["put_mb_s"] / theirs["put_mb_s"],
             ratio_big_get=ours["get_mb_s"] / theirs["get_mb_s"],
             verification_cpu_s=verify,

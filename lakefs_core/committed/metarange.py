@@ -148,6 +148,49 @@ class PureMetaRange:
     def __aiter__(self) -> AsyncIterator[ValueRecord]:
         return self.seek_ge(b"")
 
+    def cursor(self, start: bytes = b"", end: bytes | None = None) -> RangeCursor:
+        """A seekable cursor over the records in ``[start, end)`` (a ``RecordCursor``)."""
+        return RangeCursor(self, start, end)
+
+
+class RangeCursor:
+    """A metarange's records in ``[start, end)``, seekable forward: a seek past the record it
+    holds reopens the ordered read there (a bisect over the ranges, one over the table's blocks,
+    the block a lookup would read). It reads one range's table at a time through a plain iterator,
+    so a seek drops nothing that needs closing (an abandoned async generator costs the event loop
+    a task to close it)."""
+
+    def __init__(self, metarange: PureMetaRange, start: bytes, end: bytes | None) -> None:
+        self._metarange, self._end = metarange, end
+        self._from = start
+        self._records: Iterator[ValueRecord] | None = None
+        self._range = -1  # the range ``_records`` reads
+        self._done = False
+
+    def seek_ge(self, key: bytes) -> None:
+        if key > self._from and not self._done:
+            self._from, self._records = key, None
+
+    async def next(self) -> ValueRecord | None:
+        mr = self._metarange
+        while not self._done:
+            if self._records is None:
+                i = bisect_left(mr._max_keys, self._from)
+                if i == len(mr.ranges) or (self._end is not None and mr.ranges[i].min_key >= self._end):
+                    break
+                first = self._from if self._from > mr.ranges[i].min_key else None
+                self._records, self._range = _records(await mr._reader(i), mr._names[i], first), i
+            record = next(self._records, None)
+            if record is None:  # the range's end: the next one starts after its last key
+                self._from, self._records = mr.ranges[self._range].max_key + b"\x00", None
+                continue
+            if self._end is not None and record.key >= self._end:
+                break
+            self._from = record.key + b"\x00"
+            return record
+        self._done = True
+        return None
+
 
 if TYPE_CHECKING or FASTPATH is None:
     MetaRange = PureMetaRange

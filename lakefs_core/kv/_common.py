@@ -43,22 +43,27 @@ def check_expect(expected: object) -> Expect:
     return expected
 
 
-def check_expectations(expected: object) -> list[KVExpectation]:
+def check_expectations(expected: object, batch: Sequence[KVItem]) -> list[KVExpectation]:
     """Validate :meth:`~lakefs_core.kv.base.KVStore.set_many_if`'s expectations: a sequence of
-    ``(partition, key, Expect.EXISTS | Expect.equals)``, at most one per key."""
+    ``(partition, key, Expect)``, at most one per key, ``Expect.ABSENT`` only on a key ``batch``
+    (the checked items) writes."""
     if isinstance(expected, (bytes, str)) or not isinstance(expected, Sequence):
         raise BadInputError("must be a sequence of (partition, key, Expect)", field="expected")
     out: list[KVExpectation] = []
     seen: set[tuple[bytes, bytes]] = set()
+    written: set[tuple[bytes, bytes]] | None = None
     for item in expected:
         if not isinstance(item, tuple) or len(item) != 3:
             raise BadInputError("must be (partition, key, Expect) tuples", field="expected")
         p, k = check_key(item[0], item[1])
         exp = check_expect(item[2])
         if exp.kind == "absent":
-            raise BadInputError(
-                "a conditional batch expects existing keys (EXISTS or equals)", field="expected"
-            )
+            if written is None:
+                written = {(bp, bk) for bp, bk, _ in batch}
+            if (p, k) not in written:
+                raise BadInputError(
+                    "a conditional batch expects a key absent only where it writes it", field="expected"
+                )
         if (p, k) in seen:
             raise BadInputError("one expectation per key", field="expected")
         seen.add((p, k))
@@ -139,23 +144,32 @@ def check_items(items: Iterable[object]) -> list[KVItem]:
     return list(last.values())
 
 
-# (partition, cursor, inclusive, size) -> up to ``size`` entries of the partition from the cursor on
-PageReader = Callable[[bytes, bytes, bool, int], Awaitable[list[KVEntry]]]
+# (partition, cursor, inclusive, end, size) -> up to ``size`` entries of the partition from the
+# cursor on, below ``end`` (None: no bound)
+PageReader = Callable[[bytes, bytes, bool, bytes | None, int], Awaitable[list[KVEntry]]]
+
+
+def check_end(end: object) -> bytes | None:
+    """A scan's ``end`` (exclusive) as bytes, or None for no bound."""
+    return None if end is None else as_bytes(end, "end")
 
 
 async def paged_scan(
-    partition: bytes, start: bytes, page_size: int, read: PageReader
+    partition: bytes, start: bytes, page_size: int, read: PageReader, end: bytes | None = None
 ) -> AsyncIterator[KVEntry]:
     """``KVStore.scan`` by keyset pagination: the arguments checked, then pages of ``page_size``
-    read by ``read(partition, cursor, inclusive, size)`` (keys ``>= cursor`` on the first page,
-    ``> last key`` after it, ascending) until a short page. Nothing is held between pages, so an
-    abandoned scan leaks nothing."""
+    read by ``read(partition, cursor, inclusive, end, size)`` (keys ``>= cursor`` on the first
+    page, ``> last key`` after it, ``< end``, ascending) until a short page. An empty range reads
+    nothing. Nothing is held between pages, so an abandoned scan leaks nothing."""
     p = check_partition(partition)
     cursor = as_bytes(start, "start")
     size = check_page_size(page_size)
+    stop = check_end(end)
+    if stop is not None and stop <= cursor:
+        return
     inclusive = True
     while True:
-        page = await read(p, cursor, inclusive, size)
+        page = await read(p, cursor, inclusive, stop, size)
         for entry in page:
             yield entry
         if len(page) < size:
@@ -249,4 +263,8 @@ class TransactionalBatches:
         return found
 
     async def set_many_if(self, items: Iterable[KVItem], expected: Sequence[KVExpectation]) -> None:
-        await self._write_items(items, None, check_expectations(expected))
+        if any(type(e) is tuple and len(e) == 3 and e[2] == Expect.ABSENT for e in expected):
+            batch = check_items(items)  # an absent key must be one the batch writes: taken whole
+            await self._write_items(batch, None, check_expectations(expected, batch))
+            return
+        await self._write_items(items, None, check_expectations(expected, ()))

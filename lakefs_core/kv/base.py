@@ -39,12 +39,18 @@ write to an expected key is ordered between the check and the batch (SQL: one tr
 locks the expected rows ``FOR SHARE`` on PostgreSQL, under SQLite's write lock; memory: one lock;
 DynamoDB: one ``TransactWriteItems``). An expected key may be written by the batch too (a
 compare-and-swap riding with it). Expectations are ``Expect.EXISTS`` or ``Expect.equals``, at most
-one per key: PostgreSQL cannot lock a row that does not exist, so ``Expect.ABSENT`` is refused.
+one per key, and ``Expect.ABSENT`` only on a key the batch writes (an insert-if-absent riding with
+it: PostgreSQL cannot lock a row that does not exist, so it inserts the row first in the
+transaction, and a concurrent inserter waits for ours; an absent key the batch does not write is
+refused). Conditional staging writes (``If-None-Match: *``) use it.
 :attr:`KVStore.max_conditional_items` is how many items plus expectations on keys the batch does
 not write one call takes (None: no limit; DynamoDB's transactions take 100); a bigger call is
 :class:`~lakefs_core.errors.BadInputError` before anything is sent. Staging writers of the
 hard-delete journal use it: an upload's entries are staged only with its journal intent settled.
 
+:meth:`KVStore.scan` reads keys in ``[start, end)``, paged by ``page_size`` (the first page is the
+one query a short scan costs: a seeking reader asks for small first pages and stops early). An
+abandoned scan holds nothing.
 :meth:`RangeScans.scan_ranges` reads many key ranges ``(partition, start, end)`` (``start`` inclusive,
 ``end`` exclusive) in one call: entries come as ``(index of the range, entry)``, by range then key, in
 pages of ``page_size`` entries in total. It is what a reader of one record kind across many partitions
@@ -96,7 +102,8 @@ KeyRange = tuple[bytes, bytes, bytes]
 """One range of :meth:`RangeScans.scan_ranges`: ``(partition, start, end)``, keys ``start <= key < end``."""
 
 KVExpectation = tuple[bytes, bytes, Expect]
-"""One expectation of :meth:`KVStore.set_many_if`: ``(partition, key, Expect.EXISTS | equals)``."""
+"""One expectation of :meth:`KVStore.set_many_if`: ``(partition, key, Expect)`` (ABSENT: on a
+written key only)."""
 
 
 @runtime_checkable
@@ -128,8 +135,12 @@ class KVStore(Protocol):
 
     async def delete(self, partition: bytes, key: bytes) -> None: ...
 
-    def scan(self, partition: bytes, start: bytes = b"", *, page_size: int = 1000) -> AsyncIterator[KVEntry]:
-        """Entries with key >= ``start`` in ascending order, fetched ``page_size`` at a time."""
+    def scan(
+        self, partition: bytes, start: bytes = b"", *, end: bytes | None = None, page_size: int = 1000
+    ) -> AsyncIterator[KVEntry]:
+        """Entries with ``start <= key < end`` (no ``end``: to the partition's last key) in ascending
+        order, fetched ``page_size`` at a time: a page never reads a row at or past ``end``, so a
+        bounded scan costs what it returns (a listing under a prefix, a seek past a directory)."""
         ...
 
     async def close(self) -> None: ...

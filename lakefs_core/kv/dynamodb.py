@@ -4,7 +4,8 @@ Table (default ``kvstore``, PAY_PER_REQUEST, created on demand and awaited until
 ``PartitionKey`` (B), range key ``ItemKey`` (B), value attribute ``ItemValue`` (B). All reads are
 ``ConsistentRead``. Conditional writes: ABSENT = ``attribute_not_exists(ItemValue)``, EXISTS =
 ``attribute_exists(ItemValue)``, equals = ``ItemValue = :pred``. Scan = ``Query`` on ``PartitionKey``
-(with ``ItemKey >= :start`` when a start key is given), ``Limit`` = page size, paged with
+(with ``ItemKey >= :start`` when a start key is given, ``BETWEEN :start AND :end`` or ``< :end``
+with an end key, whose own row is dropped), ``Limit`` = page size, paged with
 ``LastEvaluatedKey``; DynamoDB orders binary range keys bytewise (unsigned).
 
 ``set_many`` = ``BatchWriteItem`` of ``PutRequest`` items, 25 per request (DynamoDB's limit); the
@@ -93,6 +94,7 @@ from lakefs_core.errors import (
 )
 from lakefs_core.kv._common import (
     as_bytes,
+    check_end,
     check_expect,
     check_expectations,
     check_items,
@@ -496,8 +498,8 @@ class DynamoKVStore:
         return await self.get(partition, key)
 
     async def set_many_if(self, items: Iterable[KVItem], expected: Sequence[KVExpectation]) -> None:
-        checks = check_expectations(expected)
         batch = check_items(items)
+        checks = check_expectations(expected, batch)
         conditions = {(p, k): self._condition(exp) for p, k, exp in checks}
         actions: list[Any] = []
         for p, k, v in batch:
@@ -524,7 +526,9 @@ class DynamoKVStore:
         await self._call(transact, "cas")
 
     def _condition(self, exp: Expect) -> dict[str, Any]:
-        """The ``ConditionExpression`` (and its value) of an EXISTS or equals expectation."""
+        """The ``ConditionExpression`` (and its value) of an expectation."""
+        if exp.kind == "absent":  # only on a key the batch writes (checked): its Put's condition
+            return {"ConditionExpression": f"attribute_not_exists({VALUE_ATTR})"}
         if exp.kind == "exists":
             return {"ConditionExpression": f"attribute_exists({VALUE_ATTR})"}
         return {
@@ -564,16 +568,29 @@ class DynamoKVStore:
         await self._call(remove, "idempotent")
 
     async def scan(
-        self, partition: bytes, start: bytes = b"", *, page_size: int = 1000
+        self, partition: bytes, start: bytes = b"", *, end: bytes | None = None, page_size: int = 1000
     ) -> AsyncIterator[KVEntry]:
         p = check_partition(partition)
         begin = as_bytes(start, "start")
         size = check_page_size(page_size)
-        if begin:
-            condition, values = f"{PARTITION_ATTR} = :p AND {KEY_ATTR} >= :start", {":p": p, ":start": begin}
-        else:
-            condition, values = f"{PARTITION_ATTR} = :p", {":p": p}
+        stop = check_end(end)
+        if stop is not None and stop <= begin:
+            return
+        # One condition on the range key: BETWEEN is inclusive, so the end key itself is dropped
+        # (an empty start cannot be a key value: "< :end" alone then).
+        condition, values = f"{PARTITION_ATTR} = :p", {":p": p}
+        if begin and stop is not None:
+            condition += f" AND {KEY_ATTR} BETWEEN :start AND :end"
+            values.update({":start": begin, ":end": stop})
+        elif stop is not None:
+            condition += f" AND {KEY_ATTR} < :end"
+            values[":end"] = stop
+        elif begin:
+            condition += f" AND {KEY_ATTR} >= :start"
+            values[":start"] = begin
         async for entry in self._query(condition, values, size):
+            if stop is not None and entry.key >= stop:
+                return
             yield entry
 
     async def _query(self, condition: str, values: dict[str, bytes], size: int) -> AsyncIterator[KVEntry]:

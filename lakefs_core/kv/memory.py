@@ -132,8 +132,8 @@ class MemoryKVStore:
         return value
 
     async def set_many_if(self, items: Iterable[KVItem], expected: Sequence[KVExpectation]) -> None:
-        checks = check_expectations(expected)
         batch = check_items(items)
+        checks = check_expectations(expected, batch)
         await asyncio.sleep(0)
         self._check_open()
         with self._lock:  # one lock: the checks and the batch are one step for every other caller
@@ -159,19 +159,23 @@ class MemoryKVStore:
                     del self._partitions[p]
 
     async def scan(
-        self, partition: bytes, start: bytes = b"", *, page_size: int = 1000
+        self, partition: bytes, start: bytes = b"", *, end: bytes | None = None, page_size: int = 1000
     ) -> AsyncIterator[KVEntry]:
-        async def read(p: bytes, cursor: bytes, inclusive: bool, size: int) -> list[KVEntry]:
+        async def read(
+            p: bytes, cursor: bytes, inclusive: bool, stop: bytes | None, size: int
+        ) -> list[KVEntry]:
             await asyncio.sleep(0)
             self._check_open()
             with self._lock:
                 part = self._partitions.get(p)
                 if part is None:
                     return []
-                i = (bisect.bisect_left if inclusive else bisect.bisect_right)(part.keys, cursor)
-                return [KVEntry(key, part.values[key]) for key in part.keys[i : i + size]]
+                keys = part.keys
+                i = (bisect.bisect_left if inclusive else bisect.bisect_right)(keys, cursor)
+                j = i + size if stop is None else min(i + size, bisect.bisect_left(keys, stop, lo=i))
+                return [KVEntry(key, part.values[key]) for key in keys[i:j]]
 
-        async for entry in paged_scan(partition, start, page_size, read):
+        async for entry in paged_scan(partition, start, page_size, read, end):
             yield entry
 
     async def scan_ranges(

@@ -207,6 +207,11 @@ class _SQL:
         self.delete = f"DELETE FROM {t} WHERE partition_key = $1 AND key = $2"
         page = f"SELECT key, value FROM {t} WHERE partition_key = $1 AND key {{}} $2 ORDER BY key LIMIT $3"
         self.page_from, self.page_after = page.format(">="), page.format(">")
+        bounded = (
+            f"SELECT key, value FROM {t} WHERE partition_key = $1 AND key {{}} $2 AND key < $4 "
+            "ORDER BY key LIMIT $3"
+        )
+        self.page_from_to, self.page_after_to = bounded.format(">="), bounded.format(">")
         # scan_ranges' page: each range an index range scan bounded by the page size (LATERAL)
         self.ranges_page = (
             "SELECT r.i, t.key, t.value "
@@ -438,10 +443,20 @@ class SQLKVStore(TransactionalBatches):
         not hold (raised inside the transaction, which is rolled back)."""
         if not expected:
             return
+        present = [e for e in expected if e[2].kind != "absent"]
+        for p, k, exp in expected:
+            # A missing row cannot be locked: insert it (empty; the batch writes its value in this
+            # transaction) or meet the row another transaction holds, whose commit makes ours find
+            # it (a rollback: ours inserts it).
+            insert = self._sql.insert_absent
+            if exp.kind == "absent" and _rowcount(await conn.execute(insert, p, k, b"")) != 1:
+                raise PreconditionFailedError(precondition_message(exp))
+        if not present:
+            return
         rows = await conn.fetch(
-            self._sql.get_many_for_share, [p for p, _, _ in expected], [k for _, k, _ in expected]
+            self._sql.get_many_for_share, [p for p, _, _ in present], [k for _, k, _ in present]
         )
-        check_held({(bytes(r[0]), bytes(r[1])): bytes(r[2]) for r in rows}, expected)
+        check_held({(bytes(r[0]), bytes(r[1])): bytes(r[2]) for r in rows}, present)
 
     async def _write_batch(
         self, batch: list[KVItem], read: tuple[bytes, bytes] | None, expected: Sequence[KVExpectation] = ()
@@ -471,7 +486,11 @@ class SQLKVStore(TransactionalBatches):
         else:
             for item in batch:
                 groups.setdefault(item[0], []).append(item)
-        copy = {partition: self._copy_first(partition, len(items)) for partition, items in groups.items()}
+        checked = {p for p, _, _ in expected}  # their rows exist (or were just inserted): no COPY
+        copy = {
+            partition: partition not in checked and self._copy_first(partition, len(items))
+            for partition, items in groups.items()
+        }
 
         async def op(conn: asyncpg.Connection) -> bytes | None:
             async with conn.transaction():
@@ -607,19 +626,25 @@ class SQLKVStore(TransactionalBatches):
         await self._run(op, write=True)
 
     async def scan(
-        self, partition: bytes, start: bytes = b"", *, page_size: int = 1000
+        self, partition: bytes, start: bytes = b"", *, end: bytes | None = None, page_size: int = 1000
     ) -> AsyncIterator[KVEntry]:
         sql = self._sql
 
-        async def read(p: bytes, cursor: bytes, inclusive: bool, size: int) -> list[KVEntry]:
-            stmt = sql.page_from if inclusive else sql.page_after
+        async def read(
+            p: bytes, cursor: bytes, inclusive: bool, stop: bytes | None, size: int
+        ) -> list[KVEntry]:
+            args: tuple[bytes | int, ...]
+            if stop is None:
+                stmt, args = (sql.page_from if inclusive else sql.page_after), (p, cursor, size)
+            else:
+                stmt, args = (sql.page_from_to if inclusive else sql.page_after_to), (p, cursor, size, stop)
 
             async def op(conn: asyncpg.Connection) -> list[KVEntry]:
-                return [KVEntry(row[0], row[1]) for row in await conn.fetch(stmt, p, cursor, size)]
+                return [KVEntry(row[0], row[1]) for row in await conn.fetch(stmt, *args)]
 
             return await self._run(op, write=False)
 
-        async for entry in paged_scan(partition, start, page_size, read):
+        async for entry in paged_scan(partition, start, page_size, read, end):
             yield entry
 
     async def scan_ranges(

@@ -135,6 +135,8 @@ class _Statements:
     delete: str
     scan_from: str
     scan_after: str
+    scan_from_to: str
+    scan_after_to: str
     scan_range: str
 
     @classmethod
@@ -142,6 +144,10 @@ class _Statements:
         where = "WHERE partition_key = ? AND key = ?"
         columns = f"{table} (partition_key, key, value) VALUES (?, ?, ?)"
         scan = f"SELECT key, value FROM {table} WHERE partition_key = ? AND key {{}} ? ORDER BY key LIMIT ?"
+        bounded = (
+            f"SELECT key, value FROM {table} WHERE partition_key = ? AND key {{}} ? AND key < ? "
+            "ORDER BY key LIMIT ?"
+        )
         return cls(
             create=(
                 f"\nCREATE TABLE IF NOT EXISTS {table} (\n\tpartition_key BLOB NOT NULL, \n"
@@ -156,6 +162,8 @@ class _Statements:
             delete=f"DELETE FROM {table} {where}",
             scan_from=scan.format(">="),
             scan_after=scan.format(">"),
+            scan_from_to=bounded.format(">="),
+            scan_after_to=bounded.format(">"),
             scan_range=(
                 f"SELECT key, value FROM {table} WHERE partition_key = ? AND key >= ? AND key < ? "
                 "ORDER BY key LIMIT ?"
@@ -410,19 +418,27 @@ class SQLiteKVStore(TransactionalBatches):
         await self._run(write, write=True)
 
     async def scan(
-        self, partition: bytes, start: bytes = b"", *, page_size: int = 1000
+        self, partition: bytes, start: bytes = b"", *, end: bytes | None = None, page_size: int = 1000
     ) -> AsyncIterator[KVEntry]:
-        scan_from, scan_after = self._sql.scan_from, self._sql.scan_after
+        stmts = self._sql
 
-        async def read(p: bytes, cursor: bytes, inclusive: bool, size: int) -> list[KVEntry]:
-            sql, params = (scan_from if inclusive else scan_after), (p, cursor, size)
+        async def read(
+            p: bytes, cursor: bytes, inclusive: bool, stop: bytes | None, size: int
+        ) -> list[KVEntry]:
+            sql: str
+            params: tuple[bytes | int, ...]
+            if stop is None:
+                sql, params = (stmts.scan_from if inclusive else stmts.scan_after), (p, cursor, size)
+            else:
+                sql = stmts.scan_from_to if inclusive else stmts.scan_after_to
+                params = (p, cursor, stop, size)
 
             def page(db: sqlite3.Connection) -> list[KVEntry]:
                 return [KVEntry(bytes(k), bytes(v)) for k, v in db.execute(sql, params).fetchall()]
 
             return await self._run(page, write=False)
 
-        async for entry in paged_scan(partition, start, page_size, read):
+        async for entry in paged_scan(partition, start, page_size, read, end):
             yield entry
 
     async def scan_ranges(

@@ -4,18 +4,31 @@ A tombstone is a record with empty identity and empty data (:attr:`ValueRecord.i
 Reading a branch consults the live token, then each sealed token (newest first), then the committed
 metarange; :func:`merged_changes` produces the sorted change stream of several tokens (newest token
 wins on equal keys) that a commit applies. Tokens are dropped by deleting their whole partition.
+
+Listings read through seekable cursors (lakeFS's iterators with ``SeekGE``): :class:`StagedCursor`
+reads one token's records in ``[start, end)`` in pages that start small after a seek and double
+while read in order (up to ``page_size``), and answers a seek inside what it has read, or past the
+end of a range it read to its end, without a KV call; :class:`MergedCursor` merges cursors (the
+left-most wins on equal keys) and seeks every one of them. A listing with a delimiter seeks past
+each common prefix: its cost is one small read per source and directory, not a page.
 """
 
 from __future__ import annotations
 
+import contextlib
 import heapq
+from bisect import bisect_left
 from collections.abc import AsyncIterator, Sequence
+from typing import Protocol
 
 from lakefs_core.committed.model import Change
 from lakefs_core.errors import NotFoundError
 from lakefs_core.format.records import ValueRecord, decode_staged_entry, encode_staged_entry
-from lakefs_core.kv.base import KVStore
+from lakefs_core.kv.base import KVEntry, KVStore
 from lakefs_core.refs import kvkeys
+
+#: The first page a cursor reads after a seek (it doubles while the cursor reads in order).
+FIRST_PAGE = 16
 
 
 def tombstone(key: bytes) -> ValueRecord:
@@ -64,10 +77,111 @@ class StagingArea:
                 return found
         return None
 
+    def cursor(self, token: str, start: bytes = b"", end: bytes | None = None) -> StagedCursor:
+        """A seekable cursor over ``token``'s records in ``[start, end)``."""
+        return StagedCursor(self.kv, token, start, end)
+
     async def merged(self, tokens: Sequence[str], start: bytes = b"") -> AsyncIterator[ValueRecord]:
         """Records of all ``tokens`` in key order; on equal keys the earliest token wins."""
         async for record in merge_sorted([self.scan(t, start) for t in tokens]):
             yield record
+
+
+class RecordCursor(Protocol):
+    """A key-ordered source of records that can skip ahead (lakeFS's ``SeekGE``)."""
+
+    async def next(self) -> ValueRecord | None:
+        """The next record, or None at the end."""
+        ...
+
+    def seek_ge(self, key: bytes) -> None:
+        """Make :meth:`next` answer the first record with a key >= ``key``; only moves forward
+        (a key at or before the cursor's position changes nothing)."""
+        ...
+
+
+class StagedCursor:
+    """One staging token's records in ``[start, end)`` (see the module docstring)."""
+
+    def __init__(
+        self, kv: KVStore, token: str, start: bytes, end: bytes | None, page_size: int = 1000
+    ) -> None:
+        self._kv, self._token, self._end, self._max = kv, token, end, page_size
+        self._partition = kvkeys.staging_partition(token)
+        self._page: list[KVEntry] = []
+        self._keys: list[bytes] = []
+        self._i = 0
+        self._from = start  # where the next read starts (inclusive)
+        self._size = FIRST_PAGE
+        self._to_end = False  # the last read reached ``end``: nothing is left after the page
+
+    def seek_ge(self, key: bytes) -> None:
+        if self._i < len(self._keys) and key <= self._keys[-1]:
+            self._i = bisect_left(self._keys, key, self._i)  # inside the page read
+        elif self._to_end or key <= self._from:
+            self._i = len(self._keys)  # past the page: nothing more, or the next read starts there
+        else:
+            self._page, self._keys, self._i = [], [], 0
+            self._from, self._size = key, FIRST_PAGE
+
+    async def next(self) -> ValueRecord | None:
+        if self._i == len(self._page):
+            if self._to_end:
+                return None
+            await self._read()
+            if not self._page:
+                return None
+        entry = self._page[self._i]
+        self._i += 1
+        return decode_staged_entry(entry.value, file=f"kv:{self._token}")
+
+    async def _read(self) -> None:
+        size = self._size
+        page: list[KVEntry] = []
+        scan = self._kv.scan(self._partition, self._from, end=self._end, page_size=size)
+        async with contextlib.aclosing(scan) as entries:  # type: ignore[type-var]
+            async for entry in entries:
+                page.append(entry)
+                if len(page) == size:
+                    break
+        self._page, self._keys, self._i = page, [e.key for e in page], 0
+        self._to_end = len(page) < size
+        if page:
+            self._from = page[-1].key + b"\x00"  # the smallest key after the page's last
+        self._size = min(size * 2, self._max)
+
+
+class MergedCursor:
+    """Cursors merged in key order; on equal keys the left-most cursor's record wins."""
+
+    def __init__(self, sources: Sequence[RecordCursor]) -> None:
+        self._sources = list(sources)
+        self._heads: list[ValueRecord | None] = [None] * len(sources)
+        self._stale = list(range(len(sources)))  # heads to read before the next answer
+
+    def seek_ge(self, key: bytes) -> None:
+        for i, head in enumerate(self._heads):
+            if i in self._stale:
+                self._sources[i].seek_ge(key)
+            elif head is not None and head.key < key:  # (None: that source is at its end)
+                self._sources[i].seek_ge(key)
+                self._stale.append(i)
+                self._heads[i] = None
+
+    async def next(self) -> ValueRecord | None:
+        for i in self._stale:
+            self._heads[i] = await self._sources[i].next()
+        self._stale.clear()
+        best: ValueRecord | None = None
+        for head in self._heads:
+            if head is not None and (best is None or head.key < best.key):
+                best = head
+        if best is None:
+            return None
+        for i, head in enumerate(self._heads):
+            if head is not None and head.key == best.key:  # the winner, and the records it shadows
+                self._stale.append(i)
+        return best
 
 
 async def merge_sorted(sources: Sequence[AsyncIterator[ValueRecord]]) -> AsyncIterator[ValueRecord]:

@@ -63,7 +63,13 @@ from lakefs_core.errors import (
 )
 from lakefs_core.faults import fault_point
 from lakefs_core.format.proto import catalog_pb2
-from lakefs_core.format.records import ADDRESS_RELATIVE, ValueRecord, decode_entry, make_entry
+from lakefs_core.format.records import (
+    ADDRESS_RELATIVE,
+    ValueRecord,
+    decode_entry,
+    entry_last_modified,
+    make_entry,
+)
 from lakefs_core.keys import SliceAllocator
 from lakefs_core.namespace import StorageNamespace
 from lakefs_core.refs.model import Repository
@@ -72,7 +78,8 @@ from lakefs_core.repos import protection, reading, staging_writes
 from lakefs_core.repos.context import HasContext
 from lakefs_core.repos.journal import Intent, Journal, journal_enabled, new_batch_id
 from lakefs_core.repos.purge_markers import MarkerReads, lookup_markers
-from lakefs_core.repos.staging_writes import Settle, check_new_path
+from lakefs_core.repos.reading import prefix_successor
+from lakefs_core.repos.staging_writes import Condition, Settle, check_new_path
 
 MAX_LIST_AMOUNT = 10_000
 # small bodies written per BlockStore.put_batch call by upload_many: progress is reported per window,
@@ -122,15 +129,16 @@ class ObjectStat:
         return cls(
             path=record.key.decode("utf-8", "backslashreplace"),
             physical_address=entry.address,
-            address_type=catalog_pb2.Entry.AddressType.Name(entry.address_type),
+            address_type=_ADDRESS_TYPE_NAMES[entry.address_type],  # checked by decode_entry
             size=entry.size,
             etag=entry.e_tag,
             content_type=entry.content_type,
-            metadata=dict(entry.metadata),
-            last_modified=(
-                entry.last_modified.ToDatetime(tzinfo=UTC) if entry.HasField("last_modified") else None
-            ),
+            metadata=dict(entry.metadata) if entry.metadata else {},
+            last_modified=entry_last_modified(entry),
         )
+
+
+_ADDRESS_TYPE_NAMES = {number: name for name, number in catalog_pb2.Entry.AddressType.items()}
 
 
 @dataclass(frozen=True)
@@ -226,14 +234,6 @@ def _relative(repo: Repository, stat: ObjectStat) -> str | None:
         return None
 
 
-def prefix_successor(prefix: bytes) -> bytes | None:
-    """The smallest key greater than every key starting with ``prefix`` (None: no such key)."""
-    stripped = prefix.rstrip(b"\xff")
-    if not stripped:
-        return None
-    return stripped[:-1] + bytes([stripped[-1] + 1])
-
-
 class Objects:
     """Object operations of a :class:`~lakefs_core.repos.graveler.Graveler` (or of its context)."""
 
@@ -267,17 +267,31 @@ class Objects:
         return _Write(repo, branch, key, relative, journal, intent, force), ns, store
 
     async def _stage_written(
-        self, write: _Write, info: ObjectInfo, metadata: Mapping[str, str] | None, what: str
+        self,
+        write: _Write,
+        info: ObjectInfo,
+        metadata: Mapping[str, str] | None,
+        what: str,
+        condition: Condition | None = None,
     ) -> ObjectStat:
         """Stage the entry of the object written at ``write``'s address, settling its intent in the
-        same KV step."""
+        same KV step, only if ``condition`` holds then for the path's current entry (when given:
+        ``If-None-Match: *``, ``If-Match``, see :mod:`~lakefs_core.repos.staging_writes`; a refused
+        write stages nothing, and its bytes are left to the journal's reconciler, or GC, as a
+        failed upload's are)."""
         when = info.last_modified or self.ctx.clock()
         record, stat = new_entry(write.key, write.relative, info, metadata, when)
         settle: Settle | None = None
         if write.journal is not None and write.intent is not None:
             settle = write.journal.settle_single(write.intent, self.ctx.clock(), what)
         await staging_writes.stage_entry(
-            self.ctx, write.repo.id, write.branch, record, force=write.force, settle=settle
+            self.ctx,
+            write.repo.id,
+            write.branch,
+            record,
+            force=write.force,
+            settle=settle,
+            condition=condition,
         )
         return stat
 
@@ -291,14 +305,25 @@ class Objects:
         content_type: str | None = None,
         metadata: Mapping[str, str] | None = None,
         force: bool = False,
+        condition: Condition | None = None,
     ) -> ObjectStat:
+        """Store ``body`` at a fresh address and stage its entry for ``path``, only if
+        ``condition`` holds when the entry is staged (:meth:`_stage_written`)."""
+
         async def put(store: BlockStore, target: str) -> ObjectInfo:
             return await store.put(
                 target, body, if_none_match=True, content_type=content_type, metadata=metadata
             )
 
         return await self._write_and_stage(
-            repo_id, branch, path, relative=None, write=put, metadata=metadata, force=force
+            repo_id,
+            branch,
+            path,
+            relative=None,
+            write=put,
+            metadata=metadata,
+            force=force,
+            condition=condition,
         )
 
     async def upload_written(
@@ -311,6 +336,7 @@ class Objects:
         *,
         metadata: Mapping[str, str] | None = None,
         force: bool = False,
+        condition: Condition | None = None,
     ) -> ObjectStat:
         """:meth:`upload` of an object the caller stores itself: ``write(store, key)`` creates it
         at ``relative`` (an address from :attr:`slices` that nothing has written yet: a multipart
@@ -319,7 +345,14 @@ class Objects:
         any upload; a retry of the same write (an earlier attempt failed after recording it) takes
         the intent it left while it is still pending for this branch and path."""
         return await self._write_and_stage(
-            repo_id, branch, path, relative=relative, write=write, metadata=metadata, force=force
+            repo_id,
+            branch,
+            path,
+            relative=relative,
+            write=write,
+            metadata=metadata,
+            force=force,
+            condition=condition,
         )
 
     async def _write_and_stage(
@@ -332,6 +365,7 @@ class Objects:
         write: Callable[[BlockStore, str], Awaitable[ObjectInfo]],
         metadata: Mapping[str, str] | None,
         force: bool,
+        condition: Condition | None = None,
     ) -> ObjectStat:
         key = _new_path_bytes(path)
         target, ns, store = await self._fresh_address(
@@ -340,7 +374,7 @@ class Objects:
         info = await write(store, ns.key(target.relative))
         fault_point("upload:before-stage")  # stall tests: PUT done, neither settled nor staged yet
         return await self._stage_written(
-            target, info, metadata, f"upload of {path[:200]!r} to branch {branch!r}"
+            target, info, metadata, f"upload of {path[:200]!r} to branch {branch!r}", condition
         )
 
     async def copy(
@@ -354,6 +388,7 @@ class Objects:
         content_type: str | None = None,
         metadata: Mapping[str, str] | None = None,
         force: bool = False,
+        condition: Condition | None = None,
     ) -> ObjectStat:
         """Stage ``path`` on ``branch`` for a copy of the object ``source`` describes (an entry of
         ``src_repo_id``: its address, so a concurrent overwrite of its path never mixes two objects).
@@ -385,7 +420,8 @@ class Objects:
         await self._refuse_purged(src_repo, source)  # a purge begun meanwhile: stage no copy of it
         info = replace(info, content_type=source.content_type if content_type is None else content_type)
         meta = source.metadata if metadata is None else metadata
-        return await self._stage_written(write, info, meta, f"copy to {path[:200]!r} on branch {branch!r}")
+        what = f"copy to {path[:200]!r} on branch {branch!r}"
+        return await self._stage_written(write, info, meta, what, condition)
 
     async def upload_many(
         self,
@@ -530,12 +566,14 @@ class Objects:
         content_type: str | None = None,
         metadata: Mapping[str, str] | None = None,
         force: bool = False,
+        condition: Condition | None = None,
     ) -> ObjectStat:
         """Stage ``path`` on ``branch`` for the object a client wrote at an address from
         :meth:`stage_address` (lakeFS's link): only a pending intent issued for this branch and path
         is accepted, the object must be there with ``size`` bytes (its ETag is the store's), and
         the entry is staged in the same conditional KV step that settles the intent (as
-        :meth:`upload` does; an intent the reconciler claimed first stages nothing)."""
+        :meth:`upload` does; an intent the reconciler claimed first stages nothing), only if
+        ``condition`` holds when given (as :meth:`upload`)."""
         key = _new_path_bytes(path)
         repo = await self.ctx.repository(repo_id)
         self.ctx.writable(repo, force)
@@ -558,7 +596,9 @@ class Objects:
         settle = journal.settle_single(
             intent, self.ctx.clock(), f"link of {path[:200]!r} to branch {branch!r}"
         )
-        await staging_writes.stage_entry(self.ctx, repo_id, branch, record, force=force, settle=settle)
+        await staging_writes.stage_entry(
+            self.ctx, repo_id, branch, record, force=force, settle=settle, condition=condition
+        )
         return stat
 
     async def source_key(self, repo_id: str, stat: ObjectStat) -> tuple[BlockStore, str]:
@@ -584,6 +624,19 @@ class Objects:
         if presign is None:
             return None
         return str(await presign(key, method="GET", expires_seconds=expires_seconds))
+
+    async def check_condition(self, repo_id: str, branch: str, path: str, condition: Condition) -> None:
+        """Apply a write's ``condition`` to the path's current entry on ``branch`` now (a refusal
+        before any byte is stored; the upload checks it again atomically with its staging)."""
+        try:
+            current: ValueRecord | None = await reading.get_entry(
+                self.ctx, repo_id, branch, _path_bytes(path)
+            )
+        except NotFoundError as e:
+            if type(e) is not NotFoundError:  # (a purged object's entry is an entry)
+                raise
+            current = None  # no entry (or no branch, which the upload then answers)
+        condition(current)
 
     async def stat(self, repo_id: str, ref: str, path: str) -> ObjectStat:
         """The object's entry; :class:`PurgedError` when an audited purge destroyed (or is
@@ -766,34 +819,31 @@ class Objects:
         last = encode_utf8(after, "after")
         repo = await self.ctx.repository(repo_id)
         resolved = await self.ctx.resolve(repo, ref)  # once: every re-seek below reads one snapshot
+        if last:
+            start = last + b"\x00"
         if delim and last.endswith(delim) and last.startswith(pfx) and len(last) > len(pfx):
             # The cursor is a common prefix from the previous page: continue after all of it.
             successor = prefix_successor(last)
             if successor is None:
                 return ListPage([], [], False, "")
             start = successor
-        while True:
-            restart: bytes | None = None
-            async for record in reading.list_resolved(
-                self.ctx, repo, resolved, prefix=pfx, after=last, start=start
-            ):
-                if len(objects) + len(prefixes) == amount:
-                    return ListPage(objects, prefixes, True, last.decode("utf-8", "backslashreplace"))
-                cut = record.key.find(delim, len(pfx)) if delim else -1
-                if cut < 0:
-                    objects.append(ObjectStat.from_record(record))
-                    last = record.key
-                    continue
-                common = record.key[: cut + len(delim)]
-                prefixes.append(common.decode("utf-8", "backslashreplace"))
-                last = common
-                restart = prefix_successor(common)
+        cursor = await reading.entry_cursor(self.ctx, repo, resolved, prefix=pfx, start=start)
+        while (record := await cursor.next()) is not None:
+            if len(objects) + len(prefixes) == amount:
+                return ListPage(objects, prefixes, True, last.decode("utf-8", "backslashreplace"))
+            cut = record.key.find(delim, len(pfx)) if delim else -1
+            if cut < 0:
+                objects.append(ObjectStat.from_record(record))
+                last = record.key
+                continue
+            common = record.key[: cut + len(delim)]
+            prefixes.append(common.decode("utf-8", "backslashreplace"))
+            last = common
+            successor = prefix_successor(common)
+            if successor is None:
                 break
-            else:
-                return ListPage(objects, prefixes, False, "")
-            if restart is None:
-                return ListPage(objects, prefixes, False, "")
-            start = restart
+            cursor.seek_ge(successor)  # past every key under the common prefix
+        return ListPage(objects, prefixes, False, "")
 
 
 async def _fresh_intent(journal: Journal, relative: str, branch: str, key: bytes, now: datetime) -> Intent:

@@ -11,11 +11,20 @@ from collections.abc import AsyncIterator
 
 from lakefs_core.errors import NotFoundError
 from lakefs_core.format.records import ValueRecord
-from lakefs_core.refs.model import Repository
-from lakefs_core.refs.staging import merge_sorted
+from lakefs_core.refs.model import Branch, Repository
+from lakefs_core.refs.staging import MergedCursor
 from lakefs_core.repos.context import RepoContext, Resolved
 
-__all__ = ["entry", "get_entry", "list_entries", "list_resolved"]
+__all__ = [
+    "EntryCursor",
+    "entry",
+    "entry_cursor",
+    "get_entry",
+    "list_entries",
+    "list_resolved",
+    "prefix_successor",
+    "unstaged_entry",
+]
 
 
 async def get_entry(ctx: RepoContext, repo_id: str, ref: str, key: bytes) -> ValueRecord:
@@ -36,6 +45,18 @@ async def entry(ctx: RepoContext, repo: Repository, ref: str, key: bytes) -> Val
     return found
 
 
+async def unstaged_entry(
+    ctx: RepoContext, repo: Repository, branch: Branch, key: bytes
+) -> ValueRecord | None:
+    """``key``'s entry on ``branch`` below its live token: the sealed tokens (newest first), then
+    the branch's commit; None when it has none (or a tombstone hides it)."""
+    sealed = await ctx.staging.lookup(branch.sealed_tokens, key) if branch.sealed_tokens else None
+    if sealed is not None:
+        return None if sealed.is_tombstone else sealed
+    commit = await ctx.refs.get_commit(repo, branch.commit_id)
+    return await (await ctx.metarange(repo, commit.metarange_id)).get(key)
+
+
 async def list_entries(
     ctx: RepoContext, repo_id: str, ref: str, *, prefix: bytes = b"", after: bytes = b"", start: bytes = b""
 ) -> AsyncIterator[ValueRecord]:
@@ -48,6 +69,47 @@ async def list_entries(
         yield record
 
 
+def prefix_successor(prefix: bytes) -> bytes | None:
+    """The smallest key greater than every key starting with ``prefix`` (None: no such key)."""
+    stripped = prefix.rstrip(b"\xff")
+    if not stripped:
+        return None
+    return stripped[:-1] + bytes([stripped[-1] + 1])
+
+
+class EntryCursor:
+    """A ref's entries under a prefix in key order, staging over committed, tombstones hidden,
+    seekable forward (:meth:`seek_ge`): every source is read only below the prefix's successor, and
+    a seek costs each source a small read at most (:mod:`lakefs_core.refs.staging`)."""
+
+    def __init__(self, merged: MergedCursor) -> None:
+        self._merged = merged
+
+    def seek_ge(self, key: bytes) -> None:
+        self._merged.seek_ge(key)
+
+    async def next(self) -> ValueRecord | None:
+        while (record := await self._merged.next()) is not None:
+            if not record.is_tombstone:
+                return record
+        return None
+
+    async def __aiter__(self) -> AsyncIterator[ValueRecord]:
+        while (record := await self.next()) is not None:
+            yield record
+
+
+async def entry_cursor(
+    ctx: RepoContext, repo: Repository, resolved: Resolved, *, prefix: bytes = b"", start: bytes = b""
+) -> EntryCursor:
+    """An :class:`EntryCursor` of a ref already resolved, from ``start`` on: a listing that seeks
+    (past each common prefix) reads one snapshot of the ref."""
+    start, end = max(prefix, start), prefix_successor(prefix) if prefix else None
+    committed = await ctx.metarange(repo, resolved.commit.metarange_id)
+    staged = [ctx.staging.cursor(t, start, end) for t in resolved.tokens]
+    return EntryCursor(MergedCursor([*staged, committed.cursor(start, end)]))
+
+
 async def list_resolved(
     ctx: RepoContext,
     repo: Repository,
@@ -57,13 +119,7 @@ async def list_resolved(
     after: bytes = b"",
     start: bytes = b"",
 ) -> AsyncIterator[ValueRecord]:
-    """:func:`list_entries` of a ref already resolved: a listing that seeks several times (past each
-    common prefix) reads one snapshot of the ref and resolves it once."""
-    start = max(prefix, start, after + b"\x00" if after else b"")
-    committed = await ctx.metarange(repo, resolved.commit.metarange_id)
-    sources = [ctx.staging.scan(t, start) for t in resolved.tokens] + [committed.seek_ge(start)]
-    async for record in merge_sorted(sources):
-        if not record.key.startswith(prefix):
-            break
-        if not record.is_tombstone:
-            yield record
+    """:func:`list_entries` of a ref already resolved."""
+    start = max(start, after + b"\x00" if after else b"")
+    async for record in await entry_cursor(ctx, repo, resolved, prefix=prefix, start=start):
+        yield record

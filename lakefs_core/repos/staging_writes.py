@@ -30,6 +30,16 @@ every KV driver alike: 1,024 bytes is DynamoDB's limit on a sort key, so a longe
 SQL and fail on DynamoDB. Tombstones are exempt: an existing longer key (written by lakeFS on SQL)
 can still be deleted.
 
+A conditional write (``condition``: S3's ``If-None-Match: *`` and ``If-Match``, lakeFS's
+``Set`` with a condition) checks the path's current entry and stages the record in ONE conditional
+KV step (:func:`_stage_conditional`): the current entry is the live token's value when it stages
+the key, else the sealed tokens' and then the branch's commit's (as lakeFS's ``handleUpdate`` reads
+it), and the step expects the live token's key exactly as read (absent when it was) and the branch
+record as read (so the sealed tokens and the commit are the ones the check read), with the journal's
+settle when given. Of writers racing on one path, each one's check sees the state its write
+replaces: exactly one ``If-None-Match: *`` upload of a new path wins, the others are refused and
+stage nothing.
+
 :func:`restage_if_unchanged` stages a new record for a key only if the key's staged value in the
 live token and the branch record are still what was read (one conditional KV batch, retried on a
 change): ``fs update-metadata`` rewrites an entry this way, so an upload landing meanwhile is never
@@ -61,7 +71,7 @@ from lakefs_core.errors import (
     TooManyRetriesError,
     TransientError,
 )
-from lakefs_core.format.records import ValueRecord, encode_staged_entry
+from lakefs_core.format.records import ValueRecord, decode_staged_entry, encode_staged_entry
 from lakefs_core.kv.base import Expect, KVItem
 from lakefs_core.refs import kvkeys
 from lakefs_core.refs.model import Branch, Repository
@@ -69,6 +79,11 @@ from lakefs_core.refs.staging import tombstone
 from lakefs_core.repos import protection, reading
 from lakefs_core.repos.context import RepoContext
 from lakefs_core.repos.retry import cas_retrying, exhausted_as
+
+Condition = Callable[[ValueRecord | None], None]
+"""A write's precondition on the path's current entry on the branch (None: it has none): it raises
+to refuse the write (:class:`~lakefs_core.errors.PreconditionFailedError` or the caller's own
+error, raised as is; nothing is staged)."""
 
 
 @dataclass(frozen=True)
@@ -149,9 +164,11 @@ async def stage_entry(
     *,
     force: bool = False,
     settle: Settle | None = None,
+    condition: Condition | None = None,
 ) -> None:
     """Stage one record (two KV operations in the common case: the write and the re-read), with
-    ``settle`` in the same atomic step when given (see the module docstring)."""
+    ``settle`` in the same atomic step when given, only if ``condition`` holds for the path's
+    current entry when given (see the module docstring)."""
     if not record.key:
         raise BadInputError("must not be empty", field="path")
     if record.identity:  # a value, not a tombstone
@@ -159,6 +176,9 @@ async def stage_entry(
     repo = await repository_for_write(ctx, repo_id)
     ctx.writable(repo, force)
     await protection.check(ctx, repo, branch_id, protection.Action.STAGING_WRITE)
+    if condition is not None:
+        await _stage_conditional(ctx, repo, branch_id, record, settle=settle, condition=condition)
+        return
     if settle is not None:
         await _stage_settled(ctx, repo, branch_id, [record], settle)
         return
@@ -261,6 +281,85 @@ async def _stage_settled(
     ctx.write_cache.keep_live_token(repo, branch_id, branch.staging_token, time.monotonic())
 
 
+async def _stage_conditional(
+    ctx: RepoContext,
+    repo: Repository,
+    branch_id: str,
+    record: ValueRecord,
+    *,
+    settle: Settle | None,
+    condition: Condition,
+) -> None:
+    """``record`` staged iff ``condition`` holds for the path's current entry, in one conditional
+    KV batch with ``settle`` (see the module docstring); a change to the live key, the branch or
+    the settle key between the read and the batch reads again and checks again."""
+    key, value = record.key, encode_staged_entry(record)
+    branch_key = kvkeys.branch_key(branch_id)
+    refused: Exception | None = None
+    with exhausted_as(f"branch {branch_id!r}: {key!r} kept changing during a conditional write"):
+        async for attempt in cas_retrying(ctx.settings):
+            with attempt:
+                branch, raw, live, live_raw = await _branch_and_live(ctx, repo, branch_id, key)
+                if live_raw is None:
+                    current = await reading.unstaged_entry(ctx, repo, branch, key)
+                else:
+                    staged = decode_staged_entry(live_raw, file=f"kv:{branch.staging_token}")
+                    current = None if staged.is_tombstone else staged
+                try:
+                    condition(current)
+                except Exception as e:  # the caller's refusal: raised below, never retried
+                    refused = e
+                    break
+                items: list[KVItem] = [(live, key, value)]
+                expected = [
+                    (live, key, Expect.ABSENT if live_raw is None else Expect.equals(live_raw)),
+                    (repo.partition, branch_key, Expect.equals(raw)),
+                ]
+                if settle is not None:
+                    items.append((settle.partition, settle.key, settle.value))
+                    expected.append((settle.partition, settle.key, Expect.equals(settle.expected)))
+                try:
+                    await ctx.kv.set_many_if(items, expected)
+                except TransientError:
+                    # Outcome unknown: our own settle value, or our own record (a fresh address:
+                    # nobody else stages these bytes), proves it landed; else it stays unknown.
+                    if await _landed(ctx, live, key, value, settle):
+                        break
+                    raise
+                except PreconditionFailedError:
+                    if settle is not None and await _lost(ctx, settle):
+                        raise ConflictError(
+                            f"{settle.what} lost to the hard-delete reconciler: its journal record "
+                            "was claimed before the upload could stage it; nothing was staged"
+                        ) from None
+                    raise  # the key or the branch changed: read and check again
+    if refused is not None:
+        raise refused
+    ctx.write_cache.keep_live_token(repo, branch_id, branch.staging_token, time.monotonic())
+
+
+async def _branch_and_live(
+    ctx: RepoContext, repo: Repository, branch_id: str, key: bytes
+) -> tuple[Branch, bytes, bytes, bytes | None]:
+    """The branch (and its raw record), its live token's partition and what that token stages
+    for ``key`` (None: nothing): what a compare-and-swap of ``key`` expects."""
+    branch, raw = await _branch_and_raw(ctx, repo, branch_id)
+    live = kvkeys.staging_partition(branch.staging_token)
+    try:
+        return branch, raw, live, await ctx.kv.get(live, key)
+    except NotFoundError:
+        return branch, raw, live, None
+
+
+async def _landed(ctx: RepoContext, live: bytes, key: bytes, value: bytes, settle: Settle | None) -> bool:
+    if settle is not None:
+        return await _settled(ctx, settle)
+    try:
+        return await ctx.kv.get(live, key) == value
+    except NotFoundError:
+        return False
+
+
 async def _settled(ctx: RepoContext, settle: Settle) -> bool:
     """Whether the settle key holds the upload's own settled value (its write landed)."""
     try:
@@ -343,12 +442,7 @@ async def restage_if_unchanged(
     with exhausted_as(f"branch {branch_id!r}: {key!r} kept changing during an update"):
         async for attempt in cas_retrying(ctx.settings):
             with attempt:
-                branch, raw = await _branch_and_raw(ctx, repo, branch_id)
-                live = kvkeys.staging_partition(branch.staging_token)
-                try:
-                    live_raw: bytes | None = await ctx.kv.get(live, key)
-                except NotFoundError:
-                    live_raw = None
+                branch, raw, live, live_raw = await _branch_and_live(ctx, repo, branch_id, key)
                 current = await reading.entry(ctx, repo, branch_id, key)
                 made = change(current)
                 encoded = encode_staged_entry(made)

@@ -56,6 +56,7 @@ __all__ = [  # ``import *`` takes the fixture and every test
     "test_partitions_are_isolated",
     "test_precondition_failure_is_a_conflict_not_retryable",
     "test_scan_empty_and_missing_partition",
+    "test_scan_end_is_exclusive",
     "test_scan_is_bytewise_ascending",
     "test_scan_pages_across_boundaries",
     "test_scan_ranges_bad_input_refused",
@@ -70,6 +71,7 @@ __all__ = [  # ``import *`` takes the fixture and every test
     "test_set_if_exists",
     "test_set_many_bad_item_rejected_before_anything_is_written",
     "test_set_many_empty_batch_and_generator",
+    "test_set_many_if_absent_inserts_once",
     "test_set_many_if_and_a_cas_on_its_expected_key_exactly_one_wins",
     "test_set_many_if_bad_expectations_refused_before_anything_is_written",
     "test_set_many_if_stores_nothing_when_one_expectation_fails",
@@ -111,9 +113,9 @@ async def collect(it: AsyncIterator[KVEntry]) -> list[KVEntry]:
 
 
 async def keys_of(
-    kv: KVStore, partition: bytes = P, start: bytes = b"", page_size: int = 1000
+    kv: KVStore, partition: bytes = P, start: bytes = b"", page_size: int = 1000, end: bytes | None = None
 ) -> list[bytes]:
-    return [e.key for e in await collect(kv.scan(partition, start, page_size=page_size))]
+    return [e.key for e in await collect(kv.scan(partition, start, end=end, page_size=page_size))]
 
 
 # -- point operations ---------------------------------------------------------------------------
@@ -308,6 +310,27 @@ async def test_scan_six_keys_exact_pages(kv: KVStore) -> None:
     assert await keys_of(kv, page_size=2) == keys
     assert await keys_of(kv, page_size=3) == keys
     assert await keys_of(kv, page_size=6) == keys
+
+
+async def test_scan_end_is_exclusive(kv: KVStore) -> None:
+    for key in ORDER_KEYS:
+        await kv.set(P, key, b"v")
+    await kv.set(b"next", b"a", b"v")  # another partition: never read
+    ordered = sorted(ORDER_KEYS)
+    for start, end, sizes in [
+        (b"", b"a", (2, 1000)),
+        (b"a", b"a\xff", (2, 3)),  # pages that end before and at the bound
+        (b"a\x00", b"ab\x00", (1000,)),
+        (b"b", b"\xff\x00", (1000,)),
+        (b"", b"\x00", (1000,)),
+    ]:
+        wanted = [k for k in ordered if start <= k < end]
+        for page_size in sizes:
+            assert await keys_of(kv, start=start, end=end, page_size=page_size) == wanted, (start, end)
+    assert await keys_of(kv, start=b"b", end=b"b") == []
+    assert await keys_of(kv, start=b"b", end=b"a") == []
+    with pytest.raises(BadInputError):
+        await keys_of(kv, end="b")  # type: ignore[arg-type]
 
 
 async def test_scan_empty_and_missing_partition(kv: KVStore) -> None:
@@ -740,6 +763,39 @@ async def test_set_many_if_bad_expectations_refused_before_anything_is_written(k
     with pytest.raises(BadInputError):
         await kv.set_many_if([(P, b"ok", b"1"), (P, b"", b"bad")], [(b"refs", b"k", Expect.EXISTS)])
     assert await keys_of(kv) == []
+
+
+async def test_set_many_if_absent_inserts_once(kv: KVStore) -> None:
+    """``Expect.ABSENT`` on a key the batch writes: an insert-if-absent riding with the batch, with
+    the other expectations; of concurrent batches inserting one key, exactly one wins per round."""
+    await kv.set(b"refs", b"branch", b"b1")
+    items = [(P, b"new", b"1"), (b"refs", b"intent", b"stored")]
+    await kv.set_many_if(items, [(P, b"new", Expect.ABSENT), (b"refs", b"branch", Expect.equals(b"b1"))])
+    assert await kv.get(P, b"new") == b"1" and await kv.get(b"refs", b"intent") == b"stored"
+    with pytest.raises(PreconditionFailedError):
+        await kv.set_many_if([(P, b"new", b"2"), (P, b"other", b"x")], [(P, b"new", Expect.ABSENT)])
+    with pytest.raises(PreconditionFailedError):  # the absent key is fine, the branch is not
+        await kv.set_many_if(
+            [(P, b"n2", b"2")],
+            [
+                (P, b"n2", Expect.ABSENT),
+                (b"refs", b"branch", Expect.EXISTS),
+                (b"refs", b"gone", Expect.EXISTS),
+            ],
+        )
+    assert await keys_of(kv) == [b"new"] and await kv.get(P, b"new") == b"1"
+    for r in range(8):
+        key = b"race-%02d" % r
+
+        async def insert(value: bytes, key: bytes = key) -> bytes | None:
+            try:
+                await kv.set_many_if([(P, key, value)], [(P, key, Expect.ABSENT)])
+            except PreconditionFailedError:
+                return None
+            return value
+
+        won = [v for v in await asyncio.gather(*(insert(b"w%d" % i) for i in range(3))) if v is not None]
+        assert len(won) == 1 and await kv.get(P, key) == won[0]
 
 
 async def test_set_many_if_and_a_cas_on_its_expected_key_exactly_one_wins(kv: KVStore) -> None:

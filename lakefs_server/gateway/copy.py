@@ -66,8 +66,7 @@ async def copy_object(call: S3Call) -> web.StreamResponse:
         content_type, metadata = stat.content_type or None, dict(stat.metadata)
     else:
         content_type, metadata = call.signed.header("content-type"), user_metadata(call)
-    await check_write_conditions(call)
-
+    condition = await check_write_conditions(call)
     try:
         copied = await call.ctx.objects.copy(
             source.repo,
@@ -77,6 +76,7 @@ async def copy_object(call: S3Call) -> web.StreamResponse:
             call.path,
             content_type=content_type or "",
             metadata=metadata,
+            condition=condition,
         )
     except NotFoundError as e:
         # Objects.copy names missing source data by the store's NotFoundError as its cause.

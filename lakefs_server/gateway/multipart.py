@@ -61,6 +61,7 @@ from lakefs_core.kv.base import Expect
 from lakefs_core.namespace import StorageNamespace
 from lakefs_core.refs import kvkeys
 from lakefs_core.repos.objects import ObjectStat
+from lakefs_core.repos.staging_writes import Condition
 from lakefs_server.context import ServerContext
 from lakefs_server.gateway.common import quoted_etag, repository, require_branch, user_metadata
 from lakefs_server.gateway.errors import S3Error, from_lakefs_error
@@ -321,10 +322,17 @@ async def _concatenated(store: BlockStore, ns: StorageNamespace, parts: list[Par
 
 
 async def _completion(
-    ctx: ServerContext, upload: Upload, store: BlockStore, ns: StorageNamespace, parts: list[Part]
+    ctx: ServerContext,
+    upload: Upload,
+    store: BlockStore,
+    ns: StorageNamespace,
+    parts: list[Part],
+    *,
+    condition: Condition | None,
 ) -> ObjectStat:
-    """Make the parts the object and stage it: the store's own completion for a native upload
-    (journalled before it runs), else one upload of the concatenated parts."""
+    """Make the parts the object and stage it (only if ``condition`` then holds: the request's
+    ``If-None-Match: *``): the store's own completion for a native upload (journalled before it
+    runs), else one upload of the concatenated parts."""
     if not (isinstance(store, MultipartStore) and upload.store_upload):
         return await ctx.objects.upload(
             upload.repo,
@@ -333,6 +341,7 @@ async def _completion(
             _concatenated(store, ns, parts),
             content_type=upload.content_type,
             metadata=upload.metadata or None,
+            condition=condition,
         )
     native, stored = store, [StoredPart(p.number, p.etag, p.size, p.checksum) for p in parts]
 
@@ -341,7 +350,13 @@ async def _completion(
         return replace(info, content_type=info.content_type or upload.content_type)
 
     return await ctx.objects.upload_written(
-        upload.repo, upload.branch, upload.path, upload.address, complete, metadata=upload.metadata or None
+        upload.repo,
+        upload.branch,
+        upload.path,
+        upload.address,
+        complete,
+        metadata=upload.metadata or None,
+        condition=condition,
     )
 
 
@@ -350,13 +365,13 @@ async def complete(call: S3Call) -> web.StreamResponse:
     upload_id = _upload_id(call)
     upload = await _upload(call, upload_id)
     parts = await _requested_parts(call, upload_id)
-    await check_write_conditions(call)
+    condition = await check_write_conditions(call)
     ns, store = await _store(call, upload.namespace)
     response = web.StreamResponse(status=200, headers={"Content-Type": "application/xml"})
     response.headers["x-amz-request-id"] = call.request_id
     await response.prepare(call.request)
     await response.write(b'<?xml version="1.0" encoding="UTF-8"?>\n')
-    task = asyncio.ensure_future(_completion(call.ctx, upload, store, ns, parts))
+    task = asyncio.ensure_future(_completion(call.ctx, upload, store, ns, parts, condition=condition))
     try:
         while True:
             done, _ = await asyncio.wait({task}, timeout=KEEPALIVE_SECONDS)

@@ -14,8 +14,10 @@ If-Unmodified-Since, in RFC 9110's order), ``response-*`` overrides, and verifie
   store commits the object, so a mismatch stores nothing and stages nothing; the upload goes
   through :meth:`lakefs_core.repos.objects.Objects.upload`, whose hard-delete journal intent lets
   the reconciler remove whatever a failed upload left. ``If-None-Match: *`` and ``If-Match: <etag>``
-  are checked against the branch's current entry right before the upload (not atomically with the
-  staging: a concurrent writer between the check and the staging wins, as with lakeFS's gateway).
+  are checked against the branch's current entry before the upload (a cheap early refusal) and
+  again atomically with the staging (:mod:`lakefs_core.repos.staging_writes`' conditional write,
+  stricter than lakeFS's gateway, which checks before only): of concurrent conditional PUTs of one
+  path exactly one wins, the others answer PreconditionFailed (412) and stage nothing.
 - DeleteObject: 204 whether or not the object existed (S3's answer).
 """
 
@@ -31,8 +33,10 @@ from aiohttp import web
 from lakefs_core.auth.payload import body_verifier
 from lakefs_core.auth.s3perms import S3Operation
 from lakefs_core.errors import NotFoundError
+from lakefs_core.format.records import ValueRecord
 from lakefs_core.offloop import run_cpu
 from lakefs_core.repos.objects import ObjectStat
+from lakefs_core.repos.staging_writes import Condition
 from lakefs_server.gateway.common import (
     http_date,
     parse_http_date,
@@ -232,27 +236,39 @@ async def body_stream(call: S3Call) -> tuple[AsyncIterator[bytes], dict[str, str
     return stream(), verified
 
 
-async def check_write_conditions(call: S3Call) -> None:
-    """``If-None-Match: *`` / ``If-Match`` of a write, against the branch's current entry."""
+def _write_condition(if_none: str | None, if_match: str | None) -> Condition:
+    """The check of ``If-None-Match: *`` / ``If-Match`` on the path's current entry (None: none),
+    raising the S3 error a refused write answers."""
+
+    def check(current: ValueRecord | None) -> None:
+        if if_none is not None and current is not None:
+            raise S3Error(
+                "PreconditionFailed", "the object exists (If-None-Match: *)", Condition="If-None-Match"
+            )
+        if if_match is not None:
+            if current is None:
+                raise S3Error("NoSuchKey", "If-Match names an object that does not exist")
+            if not etag_matches(if_match, ObjectStat.from_record(current).etag):
+                raise S3Error(
+                    "PreconditionFailed", "If-Match does not match the object's ETag", Condition="If-Match"
+                )
+
+    return check
+
+
+async def check_write_conditions(call: S3Call) -> Condition | None:
+    """``If-None-Match: *`` / ``If-Match`` of a write, checked now against the branch's current
+    entry (a refusal before any byte is stored); the condition to stage the upload with, so that it
+    holds when the entry is staged too (None: the write has none)."""
     if_none = call.signed.header("if-none-match")
     if_match = call.signed.header("if-match")
     if if_none is None and if_match is None:
-        return
+        return None
     if if_none is not None and if_none.strip() != "*":
         raise S3Error("NotImplemented", "If-None-Match on a write supports '*' only")
-    try:
-        current: ObjectStat | None = await call.ctx.objects.stat(call.repo, call.ref, call.path)
-    except NotFoundError:
-        current = None
-    if if_none is not None and current is not None:
-        raise S3Error("PreconditionFailed", "the object exists (If-None-Match: *)", Condition="If-None-Match")
-    if if_match is not None:
-        if current is None:
-            raise S3Error("NoSuchKey", "If-Match names an object that does not exist")
-        if not etag_matches(if_match, current.etag):
-            raise S3Error(
-                "PreconditionFailed", "If-Match does not match the object's ETag", Condition="If-Match"
-            )
+    condition = _write_condition(if_none, if_match)
+    await call.ctx.objects.check_condition(call.repo, call.ref, call.path, condition)
+    return condition
 
 
 @register(S3Operation.PUT_OBJECT)
@@ -267,11 +283,17 @@ async def put_object(call: S3Call) -> web.StreamResponse:
     if not path:
         raise S3Error("InvalidArgument", "the key names no object path within the branch")
     metadata = user_metadata(call)
-    await check_write_conditions(call)
+    condition = await check_write_conditions(call)
     stream, verified = await body_stream(call)
     content_type = call.signed.header("content-type")
     stat = await call.ctx.objects.upload(
-        call.repo, call.ref, path, stream, content_type=content_type, metadata=metadata or None
+        call.repo,
+        call.ref,
+        path,
+        stream,
+        content_type=content_type,
+        metadata=metadata or None,
+        condition=condition,
     )
     headers = {"ETag": quoted_etag(stat.etag)}
     headers.update({k: v for k, v in verified.items() if k.startswith("x-amz-checksum-")})

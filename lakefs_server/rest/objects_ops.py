@@ -3,8 +3,9 @@ delete many, copy (lakeFS's object operations).
 
 - Upload streams the body into :meth:`~lakefs_core.repos.objects.Objects.upload` (never held whole);
   ``x-lakefs-meta-<name>`` headers become user metadata; ``If-None-Match: *`` refuses an existing
-  path with 412 (checked before the upload; a racing writer of the same path may still win, as in
-  lakeFS without a conditional staging write).
+  path and ``If-Match: <etag>`` another object with 412, checked before the upload and again
+  atomically with the staging (the facade's conditional write): of racing conditional uploads of
+  one path exactly one wins.
 - Get answers one byte range (``Range: bytes=a-b``, ``a-``, ``-n``) with 206 and ``Content-Range``,
   416 with ``Content-Range: bytes */size`` when the range starts past the end; the bytes stream in
   chunks (flat memory for any size).
@@ -23,8 +24,9 @@ from typing import Any, Final
 from aiohttp import BodyPartReader, web
 
 from lakefs_core.auth import permissions as perms
-from lakefs_core.errors import BadInputError, LakeFSError, NotFoundError, PreconditionFailedError, encode_utf8
+from lakefs_core.errors import BadInputError, LakeFSError, encode_utf8
 from lakefs_core.repos.objects import ObjectStat
+from lakefs_core.repos.staging_writes import Condition
 from lakefs_server.rest.app import Call
 from lakefs_server.rest.models import (
     ObjectCopyCreation,
@@ -34,7 +36,7 @@ from lakefs_server.rest.models import (
     object_json,
     prefix_json,
 )
-from lakefs_server.rest.staging_ops import EXPIRES, presigned_read
+from lakefs_server.rest.staging_ops import EXPIRES, preconditions, presigned_read
 from lakefs_server.rest.wire import amount_of, message_of, page, query_bool, status_of
 
 log = logging.getLogger(__name__)
@@ -91,11 +93,13 @@ async def upload_object(call: Call) -> web.StreamResponse:
     if call.request.query.get("storageClass"):
         raise BadInputError("storage classes are not served here", field="storageClass")
     force = query_bool(call.request, "force")
-    await _preconditions(call, repo_id, branch, path)
+    condition = await preconditions(call, repo_id, branch, path)
     metadata = _user_metadata(call)
     content_type = call.request.headers.get("Content-Type")
     if content_type is not None and content_type.startswith("multipart/form-data"):
-        stat = await _upload_form(call, repo_id, branch, path, metadata=metadata, force=force)
+        stat = await _upload_form(
+            call, repo_id, branch, path, metadata=metadata, force=force, condition=condition
+        )
     else:
         stat = await call.deps.objects.upload(
             repo_id,
@@ -105,33 +109,20 @@ async def upload_object(call: Call) -> web.StreamResponse:
             content_type=content_type or "application/octet-stream",
             metadata=metadata,
             force=force,
+            condition=condition,
         )
     return web.json_response(object_json(await _namespace(call), stat), status=201)
 
 
-async def _preconditions(call: Call, repo_id: str, branch: str, path: str) -> None:
-    """``If-None-Match: *`` (the path must not exist) and ``If-Match: <etag>`` (it must hold that
-    object), checked before the upload: a writer racing on the same path may still land first."""
-    headers = call.request.headers
-    none_match, match = headers.get("If-None-Match"), headers.get("If-Match")
-    if none_match is None and match is None:
-        return
-    if none_match is not None and none_match.strip() != "*":
-        raise BadInputError("only If-None-Match: * is supported", field="If-None-Match")
-    try:
-        current = await call.deps.objects.stat(repo_id, branch, path)
-    except NotFoundError:
-        if match is not None:
-            raise PreconditionFailedError("path does not exist") from None
-        return
-    if none_match is not None:
-        raise PreconditionFailedError("path already exists")
-    if match is not None and match.strip().strip('"') != current.etag.strip('"'):
-        raise PreconditionFailedError("the object's ETag does not match If-Match")
-
-
 async def _upload_form(
-    call: Call, repo_id: str, branch: str, path: str, *, metadata: dict[str, str], force: bool
+    call: Call,
+    repo_id: str,
+    branch: str,
+    path: str,
+    *,
+    metadata: dict[str, str],
+    force: bool,
+    condition: Condition | None,
 ) -> ObjectStat:
     reader = await call.request.multipart()
     while True:
@@ -148,6 +139,7 @@ async def _upload_form(
                 content_type=content_type,
                 metadata=metadata,
                 force=force,
+                condition=condition,
             )
         if isinstance(part, BodyPartReader):
             await part.release()

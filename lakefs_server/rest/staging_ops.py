@@ -5,7 +5,9 @@
   as an upload's (:meth:`~lakefs_core.repos.objects.Objects.stage_address`), with a presigned PUT
   URL when ``presign=true``;
 - ``PUT .../staging/backing?path=`` links it: only an address issued for that branch and path, still
-  pending, holding ``size_bytes`` bytes, is staged (the ETag is the store's). Differences from lakeFS:
+  pending, holding ``size_bytes`` bytes, is staged (the ETag is the store's); ``If-None-Match: *``
+  and ``If-Match`` are checked atomically with the staging (:func:`preconditions`, shared with the
+  upload). Differences from lakeFS:
   addresses outside the namespace are refused; the repository needs its hard-delete journal (the
   journal's intent is what proves an address was issued here);
 - ``presign=true`` on ``getObject`` answers 302 to a presigned GET, on ``statObject`` puts the URL in
@@ -24,8 +26,10 @@ from aiohttp import web
 from pydantic import Field
 
 from lakefs_core.auth import permissions as perms
-from lakefs_core.errors import BadInputError, NotFoundError, PreconditionFailedError
+from lakefs_core.errors import BadInputError, PreconditionFailedError
+from lakefs_core.format.records import ValueRecord
 from lakefs_core.repos.objects import ObjectStat
+from lakefs_core.repos.staging_writes import Condition
 from lakefs_server.rest.app import Call
 from lakefs_server.rest.models import RequestBody, body, object_json
 from lakefs_server.rest.wire import query_bool
@@ -57,6 +61,37 @@ def _write_node(call: Call, path: str) -> perms.Permission:
     return perms.Permission(perms.WRITE_OBJECT, perms.object_arn(call.param("repository"), path))
 
 
+def write_condition(none_match: str | None, match: str | None) -> Condition:
+    """``If-None-Match: *`` (the path must not exist) and ``If-Match: <etag>`` (it must hold that
+    object) as a check of the path's current entry (None: none), lakeFS's 412 messages."""
+
+    def check(current: ValueRecord | None) -> None:
+        if current is None:
+            if match is not None:
+                raise PreconditionFailedError("path does not exist")
+            return
+        if none_match is not None:
+            raise PreconditionFailedError("path already exists")
+        if match is not None and match.strip().strip('"') != ObjectStat.from_record(current).etag.strip('"'):
+            raise PreconditionFailedError("the object's ETag does not match If-Match")
+
+    return check
+
+
+async def preconditions(call: Call, repo_id: str, branch: str, path: str) -> Condition | None:
+    """The request's write condition (:func:`write_condition`; None: it has none), checked now
+    against the branch (a refusal before the upload) and to be checked again by the staging."""
+    headers = call.request.headers
+    none_match, match = headers.get("If-None-Match"), headers.get("If-Match")
+    if none_match is None and match is None:
+        return None
+    if none_match is not None and none_match.strip() != "*":
+        raise BadInputError("only If-None-Match: * is supported", field="If-None-Match")
+    condition = write_condition(none_match, match)
+    await call.deps.objects.check_condition(repo_id, branch, path, condition)
+    return condition
+
+
 async def get_physical_address(call: Call) -> web.StreamResponse:
     path = _path(call)
     await call.authorize(_write_node(call, path))
@@ -77,13 +112,7 @@ async def link_physical_address(call: Call) -> web.StreamResponse:
     await call.authorize(_write_node(call, path))
     repo_id, branch = call.param("repository"), call.param("branch")
     spec = await body(call.request, StagingMetadata)
-    if call.request.headers.get("If-None-Match", "").strip() == "*":
-        try:
-            await call.deps.objects.stat(repo_id, branch, path)
-        except NotFoundError:
-            pass
-        else:
-            raise PreconditionFailedError("path already exists")
+    condition = await preconditions(call, repo_id, branch, path)
     stat = await call.deps.objects.link(
         repo_id,
         branch,
@@ -93,6 +122,7 @@ async def link_physical_address(call: Call) -> web.StreamResponse:
         content_type=spec.content_type,
         metadata=spec.user_metadata,
         force=spec.force,
+        condition=condition,
     )
     repo = await call.deps.graveler.recent_repository(repo_id)
     return web.json_response(object_json(repo.storage_namespace, stat))

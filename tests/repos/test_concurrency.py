@@ -97,10 +97,10 @@ class JitterKV:
         await self.inner.delete(partition, key)
 
     async def scan(
-        self, partition: bytes, start: bytes = b"", *, page_size: int = 1000
+        self, partition: bytes, start: bytes = b"", *, end: bytes | None = None, page_size: int = 1000
     ) -> AsyncIterator[KVEntry]:
         await self._pause()
-        async for entry in self.inner.scan(partition, start, page_size=page_size):
+        async for entry in self.inner.scan(partition, start, end=end, page_size=page_size):
             yield entry
 
     async def close(self) -> None:

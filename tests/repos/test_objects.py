@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta, timezone
-from typing import Any
 
 import pytest
 from hypothesis import given, settings
@@ -14,11 +14,15 @@ from hypothesis import strategies as st
 from lakefs_core.block.base import ObjectInfo
 from lakefs_core.errors import BadInputError, NotFoundError
 from lakefs_core.format.records import ValueRecord
+from lakefs_core.format.splitter import SplitPolicy
+from lakefs_core.kv.memory import MemoryKVStore
 from lakefs_core.namespace import StorageNamespace
+from lakefs_core.refs.staging import FIRST_PAGE, StagedCursor
 from lakefs_core.repos import reading
 from lakefs_core.repos.graveler import Graveler
 from lakefs_core.repos.objects import ListPage, Objects, ObjectStat, new_entry, prefix_successor
-from tests.repos.support import record
+from lakefs_core.repos.stores import StoreRegistry
+from tests.repos.support import fast_settings, mem_namespace, record, unique
 from tests.support.profiles import examples
 
 
@@ -256,19 +260,30 @@ async def test_list_delimiter_skips_prefixes_without_reading_them(
         await g.set_entry(repo, "main", record(f"big/{i:04d}x"))
     await g.set_entry(repo, "main", record("tail"))
     yielded = 0
-    list_resolved = reading.list_resolved
+    next_entry = reading.EntryCursor.next
+    staged_rows = 0
+    staged_read = StagedCursor._read
 
-    async def counting(*args: Any, **kwargs: Any) -> AsyncIterator[ValueRecord]:
-        """Counts the entries the listing reads (Objects lists through reading.list_resolved)."""
+    async def counting(self: reading.EntryCursor) -> ValueRecord | None:
+        """Counts the entries the listing reads (Objects lists through reading.EntryCursor)."""
         nonlocal yielded
-        async for r in list_resolved(*args, **kwargs):
-            yielded += 1
-            yield r
+        found = await next_entry(self)
+        yielded += found is not None
+        return found
 
-    monkeypatch.setattr(reading, "list_resolved", counting)
+    async def counting_rows(self: StagedCursor) -> None:
+        """Counts the KV rows the staging cursor reads."""
+        nonlocal staged_rows
+        await staged_read(self)
+        staged_rows += len(self._page)
+
+    monkeypatch.setattr(reading.EntryCursor, "next", counting)
+    monkeypatch.setattr(StagedCursor, "_read", counting_rows)
     page = await Objects(g).list(repo, "main", delimiter="/")
     assert page.common_prefixes == ["big/"] and [o.path for o in page.objects] == ["tail"]
     assert 0 < yielded <= 3
+    # a small first page, then a seek past big/ (not a page of 1,000 of its 300 staged keys)
+    assert 0 < staged_rows <= 2 * FIRST_PAGE
 
 
 async def test_list_on_a_branch_with_tombstones_across_pages(
@@ -318,3 +333,63 @@ def test_the_stat_of_a_new_entry_is_what_decoding_it_gives(
     assert stat.last_modified is not None and decoded.last_modified is not None
     assert stat.last_modified.tzinfo == decoded.last_modified.tzinfo == UTC
     assert stat.last_modified.isoformat() == decoded.last_modified.isoformat()
+
+
+_list_keys = st.text("ab/", min_size=1, max_size=3)
+
+
+@settings(max_examples=examples(0.5), deadline=None)
+@given(
+    keys=st.tuples(
+        st.sets(_list_keys, max_size=30), st.sets(_list_keys, max_size=30), st.sets(_list_keys, max_size=8)
+    ),
+    prefix=st.sampled_from(["", "a", "a/", "b/", "/"]),
+    delimiter=st.sampled_from(["", "/", "b"]),
+    amount=st.integers(1, 7),
+)
+def test_listing_pages_agree_with_a_model(
+    keys: tuple[set[str], set[str], set[str]], prefix: str, delimiter: str, amount: int
+) -> None:
+    """Committed, staged and deleted keys over one another, every prefix, delimiter and page size:
+    the pages of ``Objects.list`` (seeking cursors over the staging token and the commit) are the
+    model's listing, cut into pages."""
+    committed, staged, deleted = keys
+    visible = sorted((committed | staged) - deleted)
+    expected: list[tuple[str, bool]] = []  # (path or common prefix, is a common prefix), in order
+    for key in visible:
+        if not key.startswith(prefix):
+            continue
+        cut = key.find(delimiter, len(prefix)) if delimiter else -1
+        item = (key, False) if cut < 0 else (key[: cut + len(delimiter)], True)
+        if not expected or expected[-1] != item:
+            expected.append(item)
+
+    async def run() -> list[tuple[str, bool]]:
+        kv = MemoryKVStore()
+        # ranges of a few records: the committed cursor seeks across range boundaries
+        small = SplitPolicy(min_range_size_bytes=0, max_range_size_bytes=400, range_raggedness_entries=3)
+        g = Graveler(kv, StoreRegistry(), fast_settings(split_policy=small))
+        repo = unique()
+        await g.create_repository(repo, mem_namespace())
+        if committed:
+            await g.set_entries(repo, "main", [record(k) for k in sorted(committed)])
+            await g.commit(repo, "main", committer="t", message="m")
+        if staged:
+            await g.set_entries(repo, "main", [record(k, "staged") for k in sorted(staged)])
+        if deleted:
+            await g.delete_entries(repo, "main", [k.encode() for k in sorted(deleted)])
+        listed: list[tuple[str, bool]] = []
+        after = ""
+        while True:
+            page = await Objects(g).list(
+                repo, "main", prefix=prefix, delimiter=delimiter, after=after, amount=amount
+            )
+            assert len(page.objects) + len(page.common_prefixes) <= amount
+            items = [(o.path, False) for o in page.objects] + [(p, True) for p in page.common_prefixes]
+            listed.extend(sorted(items))
+            if not page.has_more:
+                await kv.close()
+                return listed
+            after = page.next_after
+
+    assert asyncio.run(run()) == expected

@@ -213,9 +213,9 @@ async def test_purged_addresses_costs_one_read_without_purges_and_one_scan_for_l
         calls["get"] += 1
         return await real_get(partition, key)
 
-    def scan(partition: bytes, start: bytes = b"", *, page_size: int = 1000):  # type: ignore[no-untyped-def]
+    def scan(partition: bytes, start: bytes = b"", *, end: bytes | None = None, page_size: int = 1000):  # type: ignore[no-untyped-def]
         calls["scan"] += 1
-        return real_scan(partition, start, page_size=page_size)
+        return real_scan(partition, start, end=end, page_size=page_size)
 
     monkeypatch.setattr(kv, "get", get)
     monkeypatch.setattr(kv, "scan", scan)

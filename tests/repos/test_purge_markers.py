@@ -177,8 +177,10 @@ class HeldKV:
                 self.reading.set()
                 await self.release.wait()
 
-    def scan(self, partition: bytes, start: bytes = b"", *, page_size: int = 1000) -> AsyncIterator[KVEntry]:
-        return self.inner.scan(partition, start, page_size=page_size)
+    def scan(
+        self, partition: bytes, start: bytes = b"", *, end: bytes | None = None, page_size: int = 1000
+    ) -> AsyncIterator[KVEntry]:
+        return self.inner.scan(partition, start, end=end, page_size=page_size)
 
 
 class CountingKV:
@@ -226,10 +228,12 @@ class CountingKV:
         self.calls.append("delete")
         await self.inner.delete(partition, key)
 
-    def scan(self, partition: bytes, start: bytes = b"", *, page_size: int = 1000) -> AsyncIterator[KVEntry]:
+    def scan(
+        self, partition: bytes, start: bytes = b"", *, end: bytes | None = None, page_size: int = 1000
+    ) -> AsyncIterator[KVEntry]:
         purge_probe = start.startswith(kvkeys.PURGES_ANNOUNCED_KEY)
         self.calls.append("scan:purged" if purge_probe else "scan")
-        return self.inner.scan(partition, start, page_size=page_size)
+        return self.inner.scan(partition, start, end=end, page_size=page_size)
 
     async def close(self) -> None:
         await self.inner.close()

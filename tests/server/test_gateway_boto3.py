@@ -17,6 +17,7 @@ import io
 import urllib.error
 import urllib.request
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -144,6 +145,37 @@ def test_put_get_head_with_metadata_range_and_conditionals(s3: Any) -> None:
         "PreconditionFailed"
     )
     s3.put_object(Bucket=REPO, Key="main/a/new.txt", Body=b"x", IfNoneMatch="*")
+
+
+def test_racing_conditional_puts_exactly_one_wins(server: Server, s3: Any) -> None:
+    """PUTs with ``If-None-Match: *`` (then ``If-Match`` on the winner's ETag) of one key at once, each
+    on its own connection: checked atomically with the staging, exactly one wins, the others answer
+    PreconditionFailed and stage nothing."""
+    racers = [client(server) for _ in range(4)]
+
+    def race(tag: str, **condition: str) -> list[int]:
+        def one(i: int) -> int | None:
+            try:
+                racers[i].put_object(
+                    Bucket=REPO, Key="main/race/key", Body=f"{tag}-{i}".encode(), **condition
+                )
+            except ClientError as e:
+                assert e.response["Error"]["Code"] == "PreconditionFailed"
+                return None
+            return i
+
+        with ThreadPoolExecutor(len(racers)) as pool:
+            return [i for i in pool.map(one, range(len(racers))) if i is not None]
+
+    [first] = race("new", IfNoneMatch="*")
+    got = s3.get_object(Bucket=REPO, Key="main/race/key")
+    assert got["Body"].read() == f"new-{first}".encode()
+    [second] = race("match", IfMatch=got["ETag"])
+    assert s3.get_object(Bucket=REPO, Key="main/race/key")["Body"].read() == f"match-{second}".encode()
+    listed = s3.list_objects_v2(Bucket=REPO, Prefix="main/race/")
+    assert [o["Key"] for o in listed["Contents"]] == ["main/race/key"]
+    for racer in racers:
+        racer.close()
 
 
 @local_only

@@ -7,6 +7,7 @@ import itertools
 import time
 import uuid
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import boto3
@@ -352,6 +353,36 @@ def test_objects(server: RestServer, client: lakefs_sdk.ApiClient, tmp_path: Pat
     assert status(lambda: objects.get_object(repo, "no-such-branch", "dir/a.bin")) == 404
     too_many = lakefs_sdk.PathList.construct(paths=[f"p{i}" for i in range(1001)])
     assert status(lambda: objects.delete_objects(repo, "main", too_many)) == 400
+
+
+def test_racing_conditional_uploads_exactly_one_wins(
+    server: RestServer, client: lakefs_sdk.ApiClient, tmp_path: Path
+) -> None:
+    """Uploads with ``If-None-Match: *`` (then ``If-Match`` on the winner's ETag) of one path at once,
+    each on its own connection: the condition holds atomically with the staging, so exactly one
+    wins and the others answer 412 with nothing staged."""
+    repo = new_repo(server, client)
+    cfg = client.configuration
+
+    def race(tag: str, **condition: str) -> list[int]:
+        def one(i: int) -> int | None:
+            f = tmp_path / f"{tag}-{i}"
+            f.write_bytes(f"{tag}-{i}".encode())
+            api = lakefs_sdk.ObjectsApi(lakefs_sdk.ApiClient(cfg))
+            code = status(lambda: api.upload_object(repo, "main", "raced", content=str(f), **condition))
+            assert code in (201, 200, 412), code
+            return i if code != 412 else None
+
+        with ThreadPoolExecutor(4) as pool:
+            return [i for i in pool.map(one, range(4)) if i is not None]
+
+    objects = lakefs_sdk.ObjectsApi(client)
+    [first] = race("new", if_none_match="*")
+    assert objects.get_object(repo, "main", "raced") == f"new-{first}".encode()
+    etag = objects.stat_object(repo, "main", "raced").checksum
+    [second] = race("match", if_match=etag)
+    assert objects.get_object(repo, "main", "raced") == f"match-{second}".encode()
+    assert [o.path for o in objects.list_objects(repo, "main").results] == ["raced"]
 
 
 def test_protected_branch(server: RestServer, client: lakefs_sdk.ApiClient, tmp_path: Path) -> None:

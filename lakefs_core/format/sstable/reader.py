@@ -9,7 +9,8 @@ Data blocks are decoded lazily into parallel lists of user keys and values. Up t
 ``block_cache_blocks`` decoded blocks are kept per reader (first-in first-out), and the records of
 all cached blocks are also indexed in one dict, so a warm point lookup is a single hash probe; a
 miss costs a bisect over the separators and one over the block. Scans read through the cache but
-do not fill it, so a full pass does not evict the blocks point lookups rely on. Safe to share
+do not fill it, so a full pass does not evict the blocks point lookups rely on; the one block a
+``seek_ge`` lands in is cached as a lookup's (seeks are lookups: a listing's skips). Safe to share
 between threads: the file is immutable and the miss path is serialised by a lock.
 
 Records are user keys (the 8-byte internal-key trailer stripped) with the value of the newest
@@ -425,14 +426,19 @@ class TableReader:
         return (k for k, _ in self._scan(0, None))
 
     def seek_ge(self, user_key: bytes) -> Iterator[tuple[bytes, bytes]]:
-        """Records with key ``>= user_key``, in key order."""
+        """Records with key ``>= user_key``, in key order. The block the seek lands in is read
+        through the cache and kept as a point lookup's is (a listing seeks past every directory: a
+        repeated one decodes each block once); the blocks after it are read as a scan's."""
         return self._scan(bisect_left(self._seps, user_key), user_key)
 
     def _scan(self, first: int, start: bytes | None) -> Iterator[tuple[bytes, bytes]]:
         prev_last: bytes | None = None  # last key of the previous block
         entries = 0
         for b in range(first, self._nblocks):
-            keys, vals, count = self._peek(b)
+            if b == first and start is not None:
+                keys, vals, count = self._blocks[b] or self._load(b)
+            else:
+                keys, vals, count = self._peek(b)
             entries += count
             j = bisect_left(keys, start) if start is not None and b == first else 0
             # A key whose versions straddle two blocks: the newer one (already seen) wins.
