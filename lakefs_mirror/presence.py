@@ -11,8 +11,8 @@ incarnation):
 - **present**: a bounded set of ``(namespace, relative key)`` facts known to exist in the destination
   (``data/<slice>/<id>`` for data objects, ``_lakefs/<id>`` for tables). A hit saves a HEAD/LIST.
   Each fact is held as one int: the namespace's number above a 128-bit keyed BLAKE2b digest of the
-  key (salted with 16 random bytes per cache, kept in the snapshot), ~90 bytes per fact, so the
-  default bound of 1,000,000 facts is ~90 MB. It is a two-generation LRU: hits and new facts go to
+  key (salted with 16 random bytes per cache, kept in the snapshot), ~105 bytes per fact, so the
+  default bound of 1,000,000 facts is ~105 MB. It is a two-generation LRU: hits and new facts go to
   the young generation (a hit in the old one moves the fact there); when the young one holds half
   the bound it becomes the old one and the previous old one is evicted whole. So the cache never
   holds more than ``max_objects`` facts and a fact survives at least ``max_objects // 2`` newer facts
@@ -200,7 +200,7 @@ class PresenceCache:
         self.clock = clock
         self.stats = PresenceStats()
         # positive object facts, one int each (:meth:`_pkey`), in two generations of plain dicts
-        # (insertion-ordered, ~90 bytes a fact; an OrderedDict's links would add ~60 more)
+        # (insertion-ordered, ~105 bytes a fact measured; an OrderedDict adds ~60 more)
         self._salt = os.urandom(_SALT_BYTES)
         self._young: dict[int, None] = {}
         self._old: dict[int, None] = {}
@@ -475,11 +475,15 @@ class PresenceCache:
             if not self._dirty and self.path.exists():
                 return
             self._dirty = False
-            # Snapshot in the loop thread, oldest (LRU) first; memory stores' facts stay in memory.
-            present = [f for f in map(self._split, (*self._old, *self._young)) if _durable(f[0])]
+            # Snapshot in the loop thread, oldest (LRU) first: references to the facts' ints (8 bytes
+            # a fact), split into rows by the worker thread; memory stores' facts stay in memory.
+            facts = [*self._old, *self._young]
+            names = [ns if _durable(ns) else None for ns in self._ns_names]
             validated = [k for k in self._validated if _durable(k[0])]
             try:
-                await asyncio.to_thread(_write_snapshot, self.path, self._salt, present, validated)
+                await asyncio.to_thread(
+                    _write_snapshot, self.path, self._salt, _Facts(facts, names), validated
+                )
             except BaseException:
                 self._dirty = True
                 raise
@@ -490,11 +494,6 @@ class PresenceCache:
         number = self._ns_number(namespace, create=True)
         assert number is not None
         return (number << _DIGEST_BITS) | int.from_bytes(digest, "big")
-
-    def _split(self, k: int) -> Digested:
-        """The ``(namespace, digest)`` of a fact, for the snapshot."""
-        digest = (k & ((1 << _DIGEST_BITS) - 1)).to_bytes(_DIGEST_BYTES, "big")
-        return self._ns_names[k >> _DIGEST_BITS], digest
 
     async def close(self) -> None:
         """Flush (when backed by a file). Idempotent."""
@@ -554,7 +553,24 @@ def _snapshot_digest(salt: bytes, value: object) -> bytes:
     raise ValueError(f"a presence fact is neither a key nor a {_DIGEST_BYTES}-byte digest")
 
 
-def _write_snapshot(path: Path, salt: bytes, present: list[Digested], validated: list[Key]) -> None:
+@dataclass(frozen=True)
+class _Facts:
+    """Positive facts to persist: their ints (oldest first) and the namespace of each number (None:
+    not persisted)."""
+
+    ints: list[int]
+    names: list[str | None]
+
+    def rows(self, ids: dict[str, int]) -> Iterable[tuple[int, bytes]]:
+        """``(namespace id, digest)`` rows, one at a time (no second copy of the facts in memory)."""
+        mask = (1 << _DIGEST_BITS) - 1
+        for k in self.ints:
+            name = self.names[k >> _DIGEST_BITS]
+            if name is not None:
+                yield ids[name], (k & mask).to_bytes(_DIGEST_BYTES, "big")
+
+
+def _write_snapshot(path: Path, salt: bytes, present: _Facts | list[Digested], validated: list[Key]) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp_name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     os.close(fd)
@@ -568,18 +584,18 @@ def _write_snapshot(path: Path, salt: bytes, present: list[Digested], validated:
             con.execute("CREATE TABLE namespaces (id INTEGER PRIMARY KEY, uri TEXT NOT NULL UNIQUE)")
             con.execute("CREATE TABLE objects (ns INTEGER NOT NULL, digest BLOB NOT NULL)")
             con.execute("CREATE TABLE tables (ns INTEGER NOT NULL, id TEXT NOT NULL)")
+            if isinstance(present, list):  # explicit rows (tests write files of any content)
+                present = _Facts(*_as_ints(present))
             ids: dict[str, int] = {}
-            for ns, _ in (*present, *validated):
-                if ns not in ids:
+            for ns in (*present.names, *(ns for ns, _ in validated)):
+                if ns is not None and ns not in ids:
                     ids[ns] = len(ids) + 1
             with con:
                 con.execute("INSERT INTO meta (salt) VALUES (?)", (salt,))
                 con.executemany(
                     "INSERT INTO namespaces (id, uri) VALUES (?, ?)", [(i, u) for u, i in ids.items()]
                 )
-                con.executemany(
-                    "INSERT INTO objects (ns, digest) VALUES (?, ?)", ((ids[ns], d) for ns, d in present)
-                )
+                con.executemany("INSERT INTO objects (ns, digest) VALUES (?, ?)", present.rows(ids))
                 con.executemany(
                     "INSERT INTO tables (ns, id) VALUES (?, ?)", ((ids[ns], t) for ns, t in validated)
                 )
@@ -596,3 +612,13 @@ def _write_snapshot(path: Path, salt: bytes, present: list[Digested], validated:
             os.fsync(dir_fd)
         finally:
             os.close(dir_fd)
+
+
+def _as_ints(rows: list[Digested]) -> tuple[list[int], list[str | None]]:
+    """``(namespace, digest)`` rows as :class:`_Facts`' ints and names."""
+    names: dict[str, int] = {}
+    ints = []
+    for ns, digest in rows:
+        number = names.setdefault(ns, len(names))
+        ints.append((number << _DIGEST_BITS) | int.from_bytes(digest, "big"))
+    return ints, [*names]
