@@ -457,7 +457,7 @@ class PresenceCache:
             self._dirty = True  # the next flush replaces it
             return
         self._salt = salt
-        facts = [self._fact(ns, d) for ns, d in present if _durable(ns)]
+        facts = self._adopt(present)
         # the newest half in the young generation, the rest (at most the other half) in the old one
         split = max(0, len(facts) - self._young_cap)
         self._old = dict.fromkeys(facts[:split])
@@ -489,11 +489,22 @@ class PresenceCache:
                 raise
             self.stats.flushes += 1
 
-    def _fact(self, namespace: str, digest: bytes) -> int:
-        """The int of a fact read back from a snapshot (see :meth:`_pkey`)."""
-        number = self._ns_number(namespace, create=True)
-        assert number is not None
-        return (number << _DIGEST_BITS) | int.from_bytes(digest, "big")
+    def _adopt(self, facts: _Facts) -> list[int]:
+        """Facts read from a snapshot, renumbered to this cache's namespace numbers (a no-op for a
+        fresh cache); memory stores' facts dropped."""
+        remap = [
+            self._ns_number(ns, create=True) if ns is not None and _durable(ns) else None
+            for ns in facts.names
+        ]
+        if all(r == j for j, r in enumerate(remap)):
+            return facts.ints
+        mask = (1 << _DIGEST_BITS) - 1
+        out = []
+        for k in facts.ints:
+            number = remap[k >> _DIGEST_BITS]
+            if number is not None:
+                out.append((number << _DIGEST_BITS) | (k & mask))
+        return out
 
     async def close(self) -> None:
         """Flush (when backed by a file). Idempotent."""
@@ -508,9 +519,10 @@ class PresenceCache:
 
 def _read_snapshot(
     path: Path, max_objects: int, max_tables: int, salt: bytes
-) -> tuple[bytes, list[Digested], list[Key]]:
+) -> tuple[bytes, _Facts, list[Key]]:
     """The file's salt, newest ``max_objects`` facts and ``max_tables`` tables (oldest first). A
-    schema-2 file holds keys in clear: they are digested with ``salt``, which is returned."""
+    schema-2 file holds keys in clear: they are digested with ``salt``, which is returned. Rows are
+    read one at a time (a fact costs its int, not a row's tuple, bytes and str)."""
     if not path.is_file():
         raise FileNotFoundError(str(path))
     con = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True)
@@ -526,22 +538,27 @@ def _read_snapshot(
             if row is None or not isinstance(row[0], bytes) or len(row[0]) != _SALT_BYTES:
                 raise ValueError("the presence cache has no valid salt")
             salt = row[0]
+        names: list[str | None] = []
+        number_of: dict[int, int] = {}  # the file's namespace id -> its number here
+        for ns_id, uri in con.execute("SELECT id, uri FROM namespaces"):
+            number_of[ns_id] = len(names)
+            names.append(str(uri))
         # rowid order is LRU order (oldest first): keep the newest entries that fit the bounds.
-        present = con.execute(
-            f"SELECT n.uri, o.{column} FROM objects o JOIN namespaces n ON n.id = o.ns "
-            "ORDER BY o.rowid DESC LIMIT ?",
-            (max_objects,),
-        ).fetchall()
+        ints: list[int] = []
+        rows = con.execute(f"SELECT ns, {column} FROM objects ORDER BY rowid DESC LIMIT ?", (max_objects,))
+        for ns_id, value in rows:
+            number = number_of.get(ns_id)
+            if number is not None:  # a fact of no namespace is no fact
+                ints.append((number << _DIGEST_BITS) | int.from_bytes(_snapshot_digest(salt, value), "big"))
         validated = con.execute(
             "SELECT n.uri, t.id FROM tables t JOIN namespaces n ON n.id = t.ns ORDER BY t.rowid DESC LIMIT ?",
             (max_tables,),
         ).fetchall()
     finally:
         con.close()
-    present.reverse()
+    ints.reverse()
     validated.reverse()
-    facts = [(str(ns), _snapshot_digest(salt, value)) for ns, value in present]
-    return salt, facts, [(str(a), str(b)) for a, b in validated]
+    return salt, _Facts(ints, names), [(str(a), str(b)) for a, b in validated]
 
 
 def _snapshot_digest(salt: bytes, value: object) -> bytes:
