@@ -257,3 +257,19 @@ async def test_snapshot_with_a_bad_digest_is_ignored(tmp_path: Path) -> None:
     con.close()
     again = await PresenceCache.open(path)
     assert again.present_count == 0 and not again.is_present(NS, "data/s/a")
+
+
+async def test_load_renumbers_namespaces_the_cache_already_knows(tmp_path: Path) -> None:
+    """Facts are ints carrying a namespace number: a file read into a cache that numbered other
+    namespaces first must land on that cache's numbers, not the file's."""
+    path = tmp_path / "presence.sqlite3"
+    writer = PresenceCache(path)
+    writer.mark_present(NS, "data/s/a")
+    writer.mark_present(OTHER, "data/s/b")
+    await writer.close()
+    reader = PresenceCache(path)
+    reader.mark_present(OTHER, "data/s/x")  # OTHER is number 0 here, NS number 1
+    await reader.load()
+    assert reader.is_present(NS, "data/s/a") and reader.is_present(OTHER, "data/s/b")
+    assert not reader.is_present(NS, "data/s/b") and not reader.is_present(OTHER, "data/s/a")
+    assert not reader.is_present(OTHER, "data/s/x")  # load replaces the positive facts
