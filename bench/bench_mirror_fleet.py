@@ -81,17 +81,22 @@ async def timed_pass(e: MirrorEngine) -> tuple[float, float, Any]:
 
 async def fill_presence(dst: Graveler, presence: PresenceCache, args: argparse.Namespace) -> None:
     """Leave the presence cache as ``--cached-objects`` validated objects per mirror would: those
-    are more keys than it holds (10k x 1,000 = 10M > its 1M bound), so it ends at its bound holding
-    the newest ones, i.e. the last mirrors' keys (``data/<slice>/<object id>``, one slice per 10k
-    objects, ids as lakeFS makes them). Marking only those is the same end state, in seconds instead
-    of the hours that replicating 10M objects took."""
-    budget = min(presence.max_objects, args.mirrors * args.cached_objects)
+    are more keys than it holds (10k x 1,000 = 10M > its 1M bound), so it ends holding the newest
+    ones, i.e. the last mirrors' keys (``data/<slice>/<object id>``, one slice per 10k objects, ids
+    as lakeFS makes them). Marking exactly its bound's worth of them is that state at its largest
+    (both generations full: after more keys the cache holds between half the bound and the bound),
+    in seconds instead of the hours that replicating 10M objects took."""
+    # up to the bound exactly, counting the facts the passes before left (one more would start a
+    # new generation and evict half)
+    budget = max(0, min(presence.max_objects, args.mirrors * args.cached_objects) - presence.present_count)
     start = args.mirrors - -(-budget // args.cached_objects)
     for i in range(max(0, start), args.mirrors):
         repo = await dst.repository(f"repo-{i:05d}-m")
         ns = namespace_key(repo.storage_namespace, repo.instance_uid)
-        for j in range(args.cached_objects):
-            if j % 10_000 == 0:
+        part = budget % args.cached_objects if i == start else 0  # the first mirror's share
+        lo = args.cached_objects - part if part else 0
+        for j in range(lo, args.cached_objects):
+            if j % 10_000 == 0 or j == lo:
                 slice_id = new_slice_id(seq=(j // 10_000) % 1000)
             presence.mark_present(ns, relative_address(slice_id, new_object_id()))
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from lakefs_core.errors import BadInputError
-from lakefs_mirror.presence import PresenceCache
+from lakefs_mirror.presence import PresenceCache, _digest
 
 NS = "s3://dest-bucket/repo"
 OTHER = "s3://other-bucket/repo"  # durable: memory stores are never persisted
@@ -27,11 +27,11 @@ class FakeClock:
 
 
 def test_positive_lru_is_bounded_and_touched_by_hits() -> None:
-    cache = PresenceCache(max_objects=3)
-    for key in ("data/s/a", "data/s/b", "data/s/c"):
+    cache = PresenceCache(max_objects=4)  # two generations of 2
+    for key in ("data/s/a", "data/s/b", "data/s/c"):  # c starts a generation: a, b are the old one
         cache.mark_present(NS, key)
-    assert cache.is_present(NS, "data/s/a")  # touch: "b" is now the least recently used
-    cache.mark_present(NS, "data/s/d")
+    assert cache.is_present(NS, "data/s/a")  # touch: "a" moves to the young generation
+    cache.mark_present(NS, "data/s/d")  # young full (c, a): the old one ("b") is evicted
     assert cache.present_count == 3
     assert not cache.is_present(NS, "data/s/b")
     assert all(cache.is_present(NS, k) for k in ("data/s/a", "data/s/c", "data/s/d"))
@@ -40,6 +40,18 @@ def test_positive_lru_is_bounded_and_touched_by_hits() -> None:
     assert cache.stats.object_misses == 1
     # facts are per namespace
     assert not cache.is_present(OTHER, "data/s/a")
+
+
+@pytest.mark.parametrize("bound", [1, 2, 3, 7, 10])
+def test_positive_bound_holds_and_recent_facts_survive(bound: int) -> None:
+    """Never more than ``max_objects`` facts; the newest ``max_objects // 2`` always held."""
+    cache = PresenceCache(max_objects=bound)
+    for i in range(50):
+        cache.mark_present(NS, f"data/s/{i}")
+        assert cache.present_count <= bound
+        recent = range(max(0, i + 1 - max(1, bound // 2)), i + 1)
+        assert all(cache.is_present(NS, f"data/s/{j}") for j in recent)
+    assert cache.stats.object_evictions == 50 - cache.present_count
 
 
 def test_validated_tables_are_bounded_and_counted() -> None:
@@ -148,10 +160,12 @@ async def test_reload_keeps_the_most_recently_used_within_bounds(tmp_path: Path)
         cache.mark_present(NS, f"data/s/{i}")
     assert cache.is_present(NS, "data/s/0")  # touch: 0 is now the most recent
     await cache.flush()
-    small = await PresenceCache.open(path, max_objects=3)
-    assert small.present_count == 3
+    small = await PresenceCache.open(path, max_objects=6)
+    assert small.present_count == 6
+    # the newest half is the young generation (a hit there moves nothing between generations)
     assert all(small.is_present(NS, f"data/s/{i}") for i in (0, 9, 8))
-    assert not small.is_present(NS, "data/s/7")
+    assert not small.is_present(NS, "data/s/4")
+    assert small.stats.object_evictions == 0
 
 
 async def test_flush_replaces_the_file_atomically(tmp_path: Path) -> None:
@@ -167,9 +181,11 @@ async def test_flush_replaces_the_file_atomically(tmp_path: Path) -> None:
     await cache.flush()  # nothing changed: nothing written
     assert cache.stats.flushes == flushes
     with sqlite3.connect(path) as con:
-        rows = con.execute("SELECT key FROM objects ORDER BY rowid").fetchall()
+        rows = con.execute("SELECT digest FROM objects ORDER BY rowid").fetchall()
+        (salt,) = con.execute("SELECT salt FROM meta").fetchone()
     con.close()
-    assert rows == [("data/s/a",), ("data/s/b",)]
+    # digests only, never the keys; oldest first
+    assert rows == [(_digest(salt, "data/s/a"),), (_digest(salt, "data/s/b"),)]
 
 
 async def test_unreadable_file_is_ignored_then_replaced(
@@ -202,3 +218,58 @@ async def test_memory_only_cache_never_touches_disk(tmp_path: Path) -> None:
     await cache.flush()
     await cache.close()
     assert not any(tmp_path.iterdir())  # noqa: ASYNC240 (a test's own tmp dir)
+
+
+async def test_schema_2_snapshot_is_read_and_digested(tmp_path: Path) -> None:
+    """A file of the previous schema (keys in clear) still loads; the next flush writes schema 3."""
+    path = tmp_path / "presence.sqlite3"
+    with sqlite3.connect(path) as con:
+        con.execute("PRAGMA application_id = 1279675728")
+        con.execute("PRAGMA user_version = 2")
+        con.execute("CREATE TABLE namespaces (id INTEGER PRIMARY KEY, uri TEXT NOT NULL UNIQUE)")
+        con.execute("CREATE TABLE objects (ns INTEGER NOT NULL, key TEXT NOT NULL)")
+        con.execute("CREATE TABLE tables (ns INTEGER NOT NULL, id TEXT NOT NULL)")
+        con.execute("INSERT INTO namespaces VALUES (1, ?)", (NS,))
+        con.executemany("INSERT INTO objects VALUES (1, ?)", [("data/s/a",), ("data/s/b",)])
+        con.execute("INSERT INTO tables VALUES (1, ?)", ("r" * 64,))
+    con.close()
+    cache = await PresenceCache.open(path)
+    assert cache.stats.loaded_objects == 2
+    assert cache.is_present(NS, "data/s/a") and cache.is_present(NS, "data/s/b")
+    assert not cache.is_present(NS, "data/s/c") and cache.is_validated(NS, "r" * 64)
+    cache.mark_present(NS, "data/s/c")
+    await cache.close()
+    again = await PresenceCache.open(path)
+    assert all(again.is_present(NS, f"data/s/{k}") for k in "abc")
+    assert not again.is_present(NS, "data/s/d")
+    with sqlite3.connect(path) as con:
+        assert con.execute("PRAGMA user_version").fetchone() == (3,)
+    con.close()
+
+
+async def test_snapshot_with_a_bad_digest_is_ignored(tmp_path: Path) -> None:
+    path = tmp_path / "presence.sqlite3"
+    cache = PresenceCache(path)
+    cache.mark_present(NS, "data/s/a")
+    await cache.flush()
+    with sqlite3.connect(path) as con:
+        con.execute("UPDATE objects SET digest = x'00'")
+    con.close()
+    again = await PresenceCache.open(path)
+    assert again.present_count == 0 and not again.is_present(NS, "data/s/a")
+
+
+async def test_load_renumbers_namespaces_the_cache_already_knows(tmp_path: Path) -> None:
+    """Facts are ints carrying a namespace number: a file read into a cache that numbered other
+    namespaces first must land on that cache's numbers, not the file's."""
+    path = tmp_path / "presence.sqlite3"
+    writer = PresenceCache(path)
+    writer.mark_present(NS, "data/s/a")
+    writer.mark_present(OTHER, "data/s/b")
+    await writer.close()
+    reader = PresenceCache(path)
+    reader.mark_present(OTHER, "data/s/x")  # OTHER is number 0 here, NS number 1
+    await reader.load()
+    assert reader.is_present(NS, "data/s/a") and reader.is_present(OTHER, "data/s/b")
+    assert not reader.is_present(NS, "data/s/b") and not reader.is_present(OTHER, "data/s/a")
+    assert not reader.is_present(OTHER, "data/s/x")  # load replaces the positive facts

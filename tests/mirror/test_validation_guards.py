@@ -17,7 +17,7 @@ from lakefs_core.committed.tables import TableCache, TableStore
 from lakefs_core.errors import BadInputError
 from lakefs_mirror import validate
 from lakefs_mirror.db import MirrorsDB
-from lakefs_mirror.presence import PresenceCache, _write_snapshot, namespace_key
+from lakefs_mirror.presence import PresenceCache, _digest, _write_snapshot, namespace_key
 from tests.mirror.test_api import Server, call, create_body, server
 from tests.mirror.test_db import db, db_url, make
 from tests.mirror.test_presence_incarnations import DURABLE, MEMORY
@@ -109,14 +109,16 @@ async def test_memory_store_facts_in_an_older_file_are_not_loaded(tmp_path: Path
     """A snapshot written before the non-durable rule (or by another version) may hold facts about a
     ``mem://`` namespace: loading must skip them, objects and validated tables alike."""
     path = tmp_path / "presence.sqlite3"
-    facts = [(MEMORY, "data/s/a"), (namespace_key(MEMORY, "a" * 32), "data/s/a"), (DURABLE, "data/s/a")]
-    tables = [(ns, "b" * 64) for ns, _ in facts]
-    _write_snapshot(path, facts, tables)
+    salt = bytes(16)
+    namespaces = [MEMORY, namespace_key(MEMORY, "a" * 32), DURABLE]
+    facts = [(ns, _digest(salt, "data/s/a")) for ns in namespaces]
+    tables = [(ns, "b" * 64) for ns in namespaces]
+    _write_snapshot(path, salt, facts, tables)
 
     cache = await PresenceCache.open(path)
     assert (cache.stats.loaded_objects, cache.stats.loaded_tables) == (1, 1)
     assert cache.is_present(DURABLE, "data/s/a") and cache.is_validated(DURABLE, "b" * 64)
-    for ns, _ in facts[:2]:
+    for ns in namespaces[:2]:
         assert not cache.is_present(ns, "data/s/a")
         assert not cache.is_validated(ns, "b" * 64)
 
