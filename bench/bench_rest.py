@@ -9,7 +9,8 @@ harness's users, in a temporary directory:
    - S3 gateway: boto3 ``upload_file`` / ``download_file`` of the same files (the part-1 listener);
    - direct: ``lakefs-core fs upload --recursive`` of the same directory (a CLI process on the same
      KV store; no server in the path), for the upload only.
-   Objects/s of each, and the REST/gateway ratio. Target: REST within 0.7x of the gateway.
+   Objects/s of each, the REST/gateway ratio, and the server's CPU per object (``/proc``: less noisy
+   than wall time on a shared machine). Target: REST within 0.7x of the gateway.
 2. ``ls``: ``--list`` objects (imported, one commit) listed whole: lakefs-spec ``ls`` of the prefix
    (pages of 1,000) against boto3's ``list_objects_v2`` paginator; objects/s and the ratio.
 3. ``stream``: a ``--big-mib`` object (1 GiB by default, written by ``fs upload``) read whole by a
@@ -46,6 +47,12 @@ def rss_mib(pid: int) -> float:
     return 0.0
 
 
+def server_cpu(pid: int) -> float:
+    """The server process's user + system CPU seconds so far (all its threads)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def make_files(directory: Path, count: int, size: int) -> list[Path]:
     directory.mkdir(parents=True)
     files = []
@@ -77,11 +84,16 @@ def put_get(server: Server, core: dict[str, str], tmp: Path, count: int) -> None
     out.mkdir()
     rates: dict[str, float] = {}
 
+    cpu_ms: dict[str, float] = {}
+    assert server.process is not None
+    pid = server.process.pid
+
     def timed(name: str, fn) -> None:  # type: ignore[no-untyped-def]
-        t0 = time.perf_counter()
+        c0, t0 = server_cpu(pid), time.perf_counter()
         for f in files:
             fn(f)
         rates[name] = count / (time.perf_counter() - t0)
+        cpu_ms[name] = (server_cpu(pid) - c0) / count * 1000
 
     timed("rest_put", lambda f: fs.put_file(str(f), f"lakefs://{REPO}/main/rest/{f.name}"))
     timed("rest_get", lambda f: fs.get_file(f"lakefs://{REPO}/main/rest/{f.name}", str(out / f.name)))
@@ -101,6 +113,7 @@ def put_get(server: Server, core: dict[str, str], tmp: Path, count: int) -> None
         put_ratio_rest_to_gateway=round(rates["rest_put"] / rates["s3_put"], 3),
         get_ratio_rest_to_gateway=round(rates["rest_get"] / rates["s3_get"], 3),
         put_ratio_rest_to_direct=round(rates["rest_put"] / rates["direct_put"], 3),
+        server_cpu_ms_per_object={k: round(v, 2) for k, v in cpu_ms.items()},
     )
 
 

@@ -23,12 +23,19 @@ no repository may be created over them while it lives.
 
 A deleted repository leaves ``deleted-repos/<repo>-<uid>`` = ``{"ns": <namespace>, "t": <unix s>}`` so
 the objects of its namespace can be purged later instead of being orphaned.
+
+Commit records read are kept in a bounded LRU (:data:`COMMIT_CACHE_SIZE`, as lakeFS's
+``graveler.commit_cache``): a commit id is content-addressed and its record is never rewritten, and
+the key includes the repository's partition (id and instance uid), so a deleted and re-created
+repository never sees its predecessor's commits. Every branch, tag and repository read still goes
+to the KV store.
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
+from collections import OrderedDict
 from collections.abc import AsyncIterator, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -72,6 +79,7 @@ RELEASED_CLAIM = b'{"released":true}'
 CleanupReason = Literal["committed", "discarded"]
 CLEANUP_REASONS: frozenset[str] = frozenset(("committed", "discarded"))
 MAX_GC_RECORD = 4096  # bytes: our JSON records are far smaller; anything bigger is hostile
+COMMIT_CACHE_SIZE = 4096  # commit records kept per RefStore (~1-2 MB); lakeFS keeps 50,000 for 3 s
 
 
 @dataclass(frozen=True)
@@ -182,6 +190,13 @@ class RefStore:
 
     def __init__(self, kv: KVStore) -> None:
         self.kv = kv
+        self._commits: OrderedDict[tuple[bytes, str], Commit] = OrderedDict()
+
+    def _cached_commit(self, repo: Repository, commit: Commit) -> Commit:
+        self._commits[(repo.partition, commit.id)] = commit
+        if len(self._commits) > COMMIT_CACHE_SIZE:
+            self._commits.popitem(last=False)
+        return commit
 
     # -- repositories -------------------------------------------------------------------------
 
@@ -403,12 +418,19 @@ class RefStore:
                 raise CorruptDataError(msg, file=where) from None
 
     async def get_commit(self, repo: Repository, commit_id: str) -> Commit:
+        hit = self._commits.get((repo.partition, commit_id))
+        if hit is not None:
+            self._commits.move_to_end((repo.partition, commit_id))
+            return hit
         key = kvkeys.commit_key(commit_id)
         try:
             raw = await self.kv.get(repo.partition, key)
         except NotFoundError as e:
             raise NotFoundError(f"commit {commit_id!r} not found in repository {repo.id!r}") from e
-        return Commit.from_bytes(raw, _where(repo.partition, key))
+        commit = Commit.from_bytes(raw, _where(repo.partition, key))
+        if commit.id != commit_id:  # a record stored under another id: never cached
+            return commit
+        return self._cached_commit(repo, commit)
 
     async def has_commit(self, repo: Repository, commit_id: str) -> bool:
         try:

@@ -641,7 +641,10 @@ class Objects:
     async def stat(self, repo_id: str, ref: str, path: str) -> ObjectStat:
         """The object's entry; :class:`PurgedError` when an audited purge destroyed (or is
         destroying) its object."""
-        repo = await self.ctx.repository(repo_id)
+        # The repository record as writers see it (at most write_cache_seconds old, dropped at once
+        # when this process deletes the repository or changes read-only): the branch and entry
+        # reads below are fresh, and a stat is answered per request by the REST API's clients.
+        repo = await staging_writes.repository_for_write(self.ctx, repo_id)
         return await self._stat(repo, ref, path)
 
     async def _stat(self, repo: Repository, ref: str, path: str) -> ObjectStat:
@@ -817,7 +820,7 @@ class Objects:
         prefixes: list[str] = []
         start = b""
         last = encode_utf8(after, "after")
-        repo = await self.ctx.repository(repo_id)
+        repo = await staging_writes.repository_for_write(self.ctx, repo_id)  # as stat
         resolved = await self.ctx.resolve(repo, ref)  # once: every re-seek below reads one snapshot
         if last:
             start = last + b"\x00"

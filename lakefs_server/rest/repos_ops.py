@@ -73,7 +73,10 @@ async def create_repository(call: Call) -> web.StreamResponse:
 async def get_repository(call: Call) -> web.StreamResponse:
     repo_id = call.param("repository")
     await call.authorize(perms.Permission(perms.READ_REPOSITORY, perms.repo_arn(repo_id)))
-    return web.json_response(repository_json(await call.deps.graveler.repository(repo_id)))
+    # As lakeFS's repository cache (5 s there): the record writers use, at most write_cache_seconds
+    # old and dropped at once when this process deletes the repository or changes read-only.
+    # lakefs-spec reads it before every upload.
+    return web.json_response(repository_json(await call.deps.graveler.recent_repository(repo_id)))
 
 
 async def delete_repository(call: Call) -> web.StreamResponse:

@@ -559,6 +559,32 @@ async def test_branch_name_wins_over_tag(g: Graveler, repo: str) -> None:
     assert (await g.get_commit(repo, "same")).id == c1
 
 
+# -- commit records cache ----------------------------------------------------------------------------
+
+
+async def test_cached_commits_stay_in_their_repository_instance(
+    g: Graveler, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr("lakefs_core.refs.store.COMMIT_CACHE_SIZE", 2)
+    first = unique()
+    await g.create_repository(first, mem_namespace())
+    ids = [
+        (await g.commit(first, "main", committer="t", message=f"c{i}", allow_empty=True)).id for i in range(3)
+    ]
+    for commit_id in ids:
+        assert (await g.get_commit(first, commit_id)).id == commit_id
+    assert len(g.refs._commits) == 2  # bounded
+    # The same id elsewhere (another repository, or the same one deleted and re-created): not found.
+    other = unique()
+    await g.create_repository(other, mem_namespace())
+    with pytest.raises(NotFoundError):
+        await g.get_commit(other, ids[-1])
+    await g.delete_repository(first)
+    await g.create_repository(first, mem_namespace())
+    with pytest.raises(NotFoundError):
+        await g.get_commit(first, ids[-1])
+
+
 # -- log --------------------------------------------------------------------------------------------------
 
 
