@@ -34,7 +34,7 @@ M = TypeVar("M", bound=BaseModel)
 class StrictModel(BaseModel):
     """Base for configuration models: unknown keys are errors, values are not coerced loosely."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, defer_build=True)
 
     def config_problems(self) -> list[tuple[str, str]]:
         """Semantic problems spanning several keys, as ``(key path, message)`` (none by default).

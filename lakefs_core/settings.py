@@ -103,7 +103,7 @@ class S3Config(StrictModel):
 
     endpoint_url: str | None = None
     region: str | None = None
-    credentials: Credentials = EnvCredentials()
+    credentials: Credentials = EnvCredentials.model_construct()
     addressing_style: Literal["auto", "path", "virtual"] | None = None
     max_attempts: int = Field(default=5, ge=1, le=100)
     connect_timeout: float = Field(default=10.0, ge=0)
@@ -195,7 +195,7 @@ class CoreSettings(StrictModel):
     """What opening the core of one region takes (see the module docstring and ``open_core``)."""
 
     kv_url: SecretStr | None = None
-    s3: S3Config = S3Config()
+    s3: S3Config = S3Config.model_construct()
     cache_dir: Path | None = None
     cache_max_bytes: int = Field(default=1 << 30, gt=0)
     table_cache_bytes: int = Field(default=256 << 20, ge=1 << 20)
@@ -278,4 +278,4 @@ class AuthEncryptConfig(StrictModel):
 class AuthConfig(StrictModel):
     """``auth``: lakeFS's auth settings that the CLI and the servers share."""
 
-    encrypt: AuthEncryptConfig = AuthEncryptConfig()
+    encrypt: AuthEncryptConfig = AuthEncryptConfig.model_construct()

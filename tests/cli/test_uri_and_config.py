@@ -92,6 +92,21 @@ def test_defaults_come_from_the_user_dirs(tmp_path: Path, monkeypatch: pytest.Mo
     assert user_config_file() == tmp_path / "home/config/lakefs-core/config.yaml"
 
 
+def test_the_unvalidated_default_is_the_validated_one(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # No file and no LAKEFS_CORE__ override: the schema's defaults, built without validation (start-up)
+    set_user_env(monkeypatch, tmp_path)
+    lean = load_core_config(None, env={"LAKEFS_CORE_CONFIG_X": "1", "HOME": "/"})
+    assert lean == CoreConfig.model_validate({}) == load_config(CoreConfig, None)
+    assert lean.model_dump() == CoreConfig.model_validate({}).model_dump()
+    assert lean.s3.settings() == S3Config.model_validate({}).settings()
+    # an override or a file still goes through validation
+    with pytest.raises(ConfigError):
+        load_core_config(None, env={"LAKEFS_CORE__UPLOAD_CONCURRENCY": "0"})
+    (tmp_path / "c.yaml").write_text("upload_concurrency: 0\n")
+    with pytest.raises(ConfigError):
+        load_core_config(tmp_path / "c.yaml", env={})
+
+
 def test_file_env_and_secrets(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     set_user_env(monkeypatch, tmp_path / "home")
     user_file = user_config_file()
