@@ -57,10 +57,18 @@ import os
 from collections.abc import Mapping
 from pathlib import Path
 
-import platformdirs
 from pydantic import Field
 
 from lakefs_core.config import load_config
+from lakefs_core.defaults import (
+    APP_NAME,
+    ENV_PREFIX,
+    config_file,
+    default_kv_url,
+    is_embedded_default,
+    user_config_file,
+    user_data_dir,
+)
 from lakefs_core.settings import AuthConfig, CoreSettings, S3Config
 
 __all__ = [
@@ -73,9 +81,6 @@ __all__ = [
     "user_config_file",
     "user_data_dir",
 ]
-
-APP_NAME = "lakefs-core"
-ENV_PREFIX = "LAKEFS_CORE"
 
 
 class CoreConfig(CoreSettings):
@@ -103,28 +108,11 @@ class CoreConfig(CoreSettings):
             return APP_NAME
 
 
-def user_data_dir() -> Path:
-    return Path(platformdirs.user_data_dir(APP_NAME, appauthor=False))
-
-
-def user_config_file() -> Path:
-    return Path(platformdirs.user_config_dir(APP_NAME, appauthor=False)) / "config.yaml"
-
-
-def default_kv_url() -> str:
-    """The embedded default KV store: SQLite in the user data directory."""
-    return f"sqlite:///{user_data_dir() / 'kv.sqlite3'}"
-
-
 def load_core_config(path: Path | None, env: Mapping[str, str] | None = None) -> CoreConfig:
     """Load the configuration file (explicit, else the user's if present) plus env overrides."""
-    if path is None:
-        candidate = user_config_file()
-        path = candidate if candidate.is_file() else None
     env = os.environ if env is None else env
-    marker = ENV_PREFIX + "__"
-    if path is None and not any(name.upper().startswith(marker) for name in env):
-        # Nothing to validate (the embedded default): the schema's own defaults, without building
-        # the validators (deferred, see StrictModel), ~0.1 s of every command's start-up.
+    if is_embedded_default(path, env):
+        # Nothing to validate: the schema's own defaults, without building the validators
+        # (deferred, see StrictModel). The CLI's session does not even get here (AppState.options).
         return CoreConfig.model_construct()
-    return load_config(CoreConfig, path, env=env, env_prefix=ENV_PREFIX)
+    return load_config(CoreConfig, config_file(path), env=env, env_prefix=ENV_PREFIX)

@@ -38,6 +38,7 @@ from pydantic import AfterValidator, Field, SecretStr, field_validator, model_va
 
 from lakefs_core.block.s3_settings import MAX_PART, MIB, MIN_PART, S3Settings
 from lakefs_core.config import StrictModel
+from lakefs_core.defaults import DEFAULTS, CoreOptions
 from lakefs_core.errors import BadInputError
 from lakefs_core.redact import redact_url
 
@@ -55,9 +56,8 @@ __all__ = [
     "sqlite_dir_problem",
 ]
 
-# The same literal as lakefs_core.block.local_leftovers.DEFAULT_TMP_GRACE_SECONDS (a test checks
-# they agree); not imported, to keep the block drivers out of a CLI's start-up.
-DEFAULT_TEMP_SWEEP_GRACE_SECONDS = 3600.0
+# lakefs_core.block.local_leftovers.DEFAULT_TMP_GRACE_SECONDS (a test checks they agree)
+DEFAULT_TEMP_SWEEP_GRACE_SECONDS = DEFAULTS.temp_sweep_grace_seconds
 
 
 def _non_empty_secret(value: SecretStr) -> SecretStr:
@@ -197,21 +197,34 @@ class CoreSettings(StrictModel):
     kv_url: SecretStr | None = None
     s3: S3Config = S3Config.model_construct()
     cache_dir: Path | None = None
-    cache_max_bytes: int = Field(default=1 << 30, gt=0)
-    table_cache_bytes: int = Field(default=256 << 20, ge=1 << 20)
-    # Largest table block accepted when reading ranges/metaranges (hostile-file bound; lakeFS's
-    # ranges are at most 20 MiB by default). A literal, not the reader's constant, to keep the
-    # format layer out of CLI start-up; a test checks they agree.
-    table_max_block_bytes: int = Field(default=64 << 20, ge=1 << 20, le=1 << 31)
+    cache_max_bytes: int = Field(default=DEFAULTS.cache_max_bytes, gt=0)
+    table_cache_bytes: int = Field(default=DEFAULTS.table_cache_bytes, ge=1 << 20)
+    # Largest table block accepted when reading ranges/metaranges (see CoreOptions).
+    table_max_block_bytes: int = Field(default=DEFAULTS.table_max_block_bytes, ge=1 << 20, le=1 << 31)
     # Leftover .lakefs-tmp-* files of local namespaces older than this are swept (writers killed
     # mid-write); a writer stalled longer than this on another host loses its temporary file.
     temp_sweep_grace_seconds: float = Field(default=DEFAULT_TEMP_SWEEP_GRACE_SECONDS, ge=0)
-    commit_attempts: int = Field(default=20, ge=1)
-    cleanup_grace_seconds: float = Field(default=30.0, ge=0)
+    commit_attempts: int = Field(default=DEFAULTS.commit_attempts, ge=1)
+    cleanup_grace_seconds: float = Field(default=DEFAULTS.cleanup_grace_seconds, ge=0)
     # Repositories created through this core journal their uploads and consumed staging tokens, so
     # the GC daemon's hard-delete reconciler can remove uncommitted garbage within minutes (issue 11).
     # Turn it off for a KV store that a real lakeFS also writes to: lakeFS's commits leave no journal.
-    hard_delete_journal: bool = True
+    hard_delete_journal: bool = DEFAULTS.hard_delete_journal
+
+    def options(self, s3_key: str = "s3") -> CoreOptions:
+        """The plain values that open the core (S3 credentials of a profile resolved here)."""
+        return CoreOptions(
+            kv_url=self.kv_url.get_secret_value() or None if self.kv_url is not None else None,
+            s3=self.s3.settings(s3_key),
+            cache_dir=self.cache_dir,
+            cache_max_bytes=self.cache_max_bytes,
+            table_cache_bytes=self.table_cache_bytes,
+            table_max_block_bytes=self.table_max_block_bytes,
+            temp_sweep_grace_seconds=self.temp_sweep_grace_seconds,
+            commit_attempts=self.commit_attempts,
+            cleanup_grace_seconds=self.cleanup_grace_seconds,
+            hard_delete_journal=self.hard_delete_journal,
+        )
 
 
 def sqlite_dir_problem(url: str) -> str | None:

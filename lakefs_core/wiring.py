@@ -28,21 +28,22 @@ from dataclasses import dataclass, field
 from types import TracebackType
 from typing import TYPE_CHECKING
 
+from lakefs_core.defaults import CoreOptions
 from lakefs_core.errors import BadInputError, StartupError
-from lakefs_core.settings import CoreSettings, sqlite_dir_problem
 
 if TYPE_CHECKING:
     from lakefs_core.committed.tables import TableCache
     from lakefs_core.kv.base import KVStore
     from lakefs_core.repos.graveler import Graveler
     from lakefs_core.repos.objects import Objects
+    from lakefs_core.settings import CoreSettings
 
 
 @dataclass
 class Core:
     """One region's opened core. Close it with :meth:`aclose` (or use it as an async context)."""
 
-    settings: CoreSettings
+    settings: CoreOptions
     kv: KVStore
     graveler: Graveler
     objects: Objects
@@ -66,10 +67,12 @@ class Core:
         await self.aclose()
 
 
-def kv_url_of(settings: CoreSettings, *, default_kv_url: str | None = None, kv_key: str = "kv_url") -> str:
+def kv_url_of(settings: CoreOptions, *, default_kv_url: str | None = None, kv_key: str = "kv_url") -> str:
     """The KV URL to open (see the module docstring); raises without ever showing the URL."""
-    if settings.kv_url is not None and settings.kv_url.get_secret_value():
-        url = settings.kv_url.get_secret_value()
+    if settings.kv_url:
+        from lakefs_core.settings import sqlite_dir_problem
+
+        url = settings.kv_url
         problem = sqlite_dir_problem(url)
         if problem is not None:
             raise StartupError(problem, key=kv_key)
@@ -79,7 +82,7 @@ def kv_url_of(settings: CoreSettings, *, default_kv_url: str | None = None, kv_k
     return default_kv_url
 
 
-def build_table_cache(settings: CoreSettings) -> TableCache:
+def build_table_cache(settings: CoreSettings | CoreOptions) -> TableCache:
     from lakefs_core.committed.tables import DiskCache, TableCache
 
     disk = DiskCache(settings.cache_dir, settings.cache_max_bytes) if settings.cache_dir is not None else None
@@ -89,7 +92,7 @@ def build_table_cache(settings: CoreSettings) -> TableCache:
 
 
 async def open_core(
-    settings: CoreSettings,
+    config: CoreSettings | CoreOptions,
     *,
     default_kv_url: str | None = None,
     table_cache: TableCache | None = None,
@@ -105,8 +108,9 @@ async def open_core(
     from lakefs_core.repos.graveler import Graveler, GravelerSettings, StoreRegistry
     from lakefs_core.repos.objects import Objects
 
+    settings = config if isinstance(config, CoreOptions) else config.options(s3_key)
     url = kv_url_of(settings, default_kv_url=default_kv_url, kv_key=kv_key)
-    s3 = settings.s3.settings(s3_key)
+    s3 = settings.s3
     cache = table_cache if table_cache is not None else build_table_cache(settings)
     kv = await open_kv(url)
     try:

@@ -18,13 +18,14 @@ from typing import TYPE_CHECKING, TypeVar
 
 import click
 
-from lakefs_core.cli.state import app_state
-from lakefs_core.coreconfig import APP_NAME, CoreConfig, default_kv_url
+from lakefs_core.cli.state import AppState, app_state
+from lakefs_core.defaults import APP_NAME, default_kv_url
 from lakefs_core.errors import BadInputError, LakeFSError, NotFoundError, StorageFullError
 from lakefs_core.service import collector
 from lakefs_core.service.cli import DEBUG_ENV, out_of_space
 
 if TYPE_CHECKING:
+    from lakefs_core.coreconfig import CoreConfig
     from lakefs_core.repos.graveler import Graveler
     from lakefs_core.repos.objects import Objects
 
@@ -50,9 +51,13 @@ def local_path_error(e: OSError, path: Path | str, field: str, *, doing: str = "
 
 @dataclass
 class Session:
-    config: CoreConfig
     graveler: Graveler
     objects: Objects
+    load_config: Callable[[], CoreConfig]  # on first use: a listing never needs the schema
+
+    @property
+    def config(self) -> CoreConfig:
+        return self.load_config()
 
     @property
     def committer(self) -> str:
@@ -77,26 +82,32 @@ class Session:
 
 
 @asynccontextmanager
-async def open_session(config: CoreConfig) -> AsyncIterator[Session]:
+async def open_session(source: CoreConfig | AppState) -> AsyncIterator[Session]:
     """Open the core (:func:`lakefs_core.wiring.open_core`: KV, block stores, caches); close on exit.
 
-    An unset ``kv_url`` is the embedded default (created on first use); an explicit SQLite URL whose
-    directory does not exist is a StartupError naming ``kv_url``.
+    ``source`` is a loaded configuration or the command's state, whose configuration is then loaded
+    only if the command asks for it (:meth:`AppState.options`). An unset ``kv_url`` is the embedded
+    default (created on first use); an explicit SQLite URL whose directory does not exist is a
+    StartupError naming ``kv_url``.
     """
     with collector.start_up():  # the core's modules and engine are start-up objects
         from lakefs_core.wiring import open_core
 
-        core = await open_core(config, default_kv_url=default_kv_url())
+        if isinstance(source, AppState):
+            options, load_config = source.options(), source.config
+        else:
+            options, load_config = source.options(), lambda: source
+        core = await open_core(options, default_kv_url=default_kv_url())
     async with core:
-        yield Session(config, core.graveler, core.objects)
+        yield Session(core.graveler, core.objects, load_config)
 
 
 def run_session(fn: Callable[[Session], Awaitable[T]]) -> T:
     """Run ``fn`` in a fresh event loop with an open session; unexpected errors become one line."""
-    config = app_state().config()
+    state = app_state()
 
     async def main() -> T:
-        async with open_session(config) as session:
+        async with open_session(state) as session:
             return await fn(session)
 
     try:

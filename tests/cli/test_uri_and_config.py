@@ -14,6 +14,7 @@ from lakefs_core.block.local import LocalBlockStore
 from lakefs_core.cli.output import human_bytes
 from lakefs_core.config import load_config, load_raw, validate
 from lakefs_core.coreconfig import CoreConfig, default_kv_url, load_core_config, user_config_file
+from lakefs_core.defaults import DEFAULTS
 from lakefs_core.errors import BadInputError, ConfigError, StartupError
 from lakefs_core.repos.uri import Kind, LakeFSURI, parse_uri
 from lakefs_core.service.cli import run
@@ -92,13 +93,17 @@ def test_defaults_come_from_the_user_dirs(tmp_path: Path, monkeypatch: pytest.Mo
     assert user_config_file() == tmp_path / "home/config/lakefs-core/config.yaml"
 
 
-def test_the_unvalidated_default_is_the_validated_one(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_unvalidated_default_is_the_validated_one(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     # No file and no LAKEFS_CORE__ override: the schema's defaults, built without validation (start-up)
     set_user_env(monkeypatch, tmp_path)
     lean = load_core_config(None, env={"LAKEFS_CORE_CONFIG_X": "1", "HOME": "/"})
     assert lean == CoreConfig.model_validate({}) == load_config(CoreConfig, None)
     assert lean.model_dump() == CoreConfig.model_validate({}).model_dump()
     assert lean.s3.settings() == S3Config.model_validate({}).settings()
+    # and the plain values a session opens with on the embedded default are the schema's
+    assert DEFAULTS == CoreConfig.model_validate({}).options() == CoreSettings().options()
     # an override or a file still goes through validation
     with pytest.raises(ConfigError):
         load_core_config(None, env={"LAKEFS_CORE__UPLOAD_CONCURRENCY": "0"})
