@@ -40,9 +40,12 @@ class World:
     clock: Callable[[], datetime] | None = None  # the engines' wall clock (lease expiry); None: real
 
     def engine(self, holder: str = "a", **settings: float) -> MirrorEngine:
+        # The engine reads the source region as a daemon does, from another process: a Graveler of
+        # its own over the source KV (its commit cache holds only what it read and verified itself,
+        # never what the writers of this test cached before a record was tampered with).
         return MirrorEngine(
             region="eu",
-            gravelers={"us": self.src, "eu": self.dst},
+            gravelers={"us": Graveler(self.src.kv, self.src.stores), "eu": self.dst},
             db=self.db,
             presence=self.presence,
             metrics=MirrorMetrics(region="eu"),
