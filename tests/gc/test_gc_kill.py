@@ -205,6 +205,10 @@ async def _resume_finished_marks(s: Setup, scenario: Scenario) -> None:
             continue
         argv = [CLI, "sweep", "lakefs://repo1", "--mark-id", run_dir.name, "--config", str(s.config)]
         code, _, err = await run_cli(argv)
+        if code == 18 and "has no run record in the KV" in err:
+            # killed between its summary and its KV run record: files without a record are never
+            # trusted (issue 32), so this mark is abandoned unswept and the completing run marks again
+            continue
         assert code == 0, f"resume sweep of {run_dir.name}: exit {code}: {err[-2000:]}"
         assert (run_dir / "sweep.json").exists()
         _check_safe(s, f"after resuming {run_dir.name}")

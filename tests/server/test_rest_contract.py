@@ -21,6 +21,7 @@ from tests.server.harness import DEVELOPER, ENCRYPT_SECRET, VIEWER, Keys
 from tests.server.rest_harness import ACCESS_KEY, SECRET_KEY, RestServer, rest_server
 from tests.support.moto import ACCESS_KEY as MOTO_KEY
 from tests.support.moto import SECRET_KEY as MOTO_SECRET
+from tests.support.pg import create_database, drop_database
 
 _names = itertools.count()
 
@@ -32,7 +33,11 @@ def server(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFact
         with rest_server(tmp) as s:
             yield s
         return
-    pg = request.getfixturevalue("pg_database")
+    request.getfixturevalue("pg_database")  # skips locally / fails in CI when unreachable
+    # A database of its own: the session's is shared by every module of this worker, and another
+    # module (the CLI's auth tests) may already have set its installation up.
+    pg = create_database()
+    request.addfinalizer(lambda: drop_database(pg))
     moto = request.getfixturevalue("moto_regions").get("us-east-1")
     bucket = f"rest-{uuid.uuid4().hex[:12]}"
     boto3.client("s3", **moto.client_kwargs()).create_bucket(Bucket=bucket)
