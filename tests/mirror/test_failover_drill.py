@@ -57,7 +57,9 @@ pytestmark = [
         "ignore:Exception ignored in.*_SelectorTransport.__del__:pytest.PytestUnraisableExceptionWarning"
     ),
     # the same socket collected before its transport (seen once at -n 3): still only the cut region's
-    pytest.mark.filterwarnings("ignore:Exception ignored in: <socket.socket:pytest.PytestUnraisableExceptionWarning"),
+    pytest.mark.filterwarnings(
+        "ignore:Exception ignored in: <socket.socket:pytest.PytestUnraisableExceptionWarning"
+    ),
 ]
 
 A, B = "us-east-1", "eu-west-1"
