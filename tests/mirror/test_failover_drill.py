@@ -58,7 +58,7 @@ pytestmark = [
     ),
     # the same socket collected before its transport (seen once at -n 3): still only the cut region's
     pytest.mark.filterwarnings(
-        "ignore:Exception ignored in: <socket.socket:pytest.PytestUnraisableExceptionWarning"
+        "ignore:Exception ignored in. <socket.socket:pytest.PytestUnraisableExceptionWarning"
     ),
 ]
 
