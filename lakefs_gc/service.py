@@ -52,7 +52,7 @@ from typing import Any
 
 from aiohttp import web
 
-from lakefs_core.errors import ConflictError, LakeFSError, StartupError, TamperedError
+from lakefs_core.errors import ConflictError, LakeFSError, NamespaceConflictError, StartupError, TamperedError
 from lakefs_core.fileperm import make_private_dir
 from lakefs_core.repos.graveler import Graveler, Repository, StorageNamespace
 from lakefs_core.repos.namespace_claims import NamespaceIndex
@@ -402,6 +402,8 @@ class GCService:
         self.metrics.runs.labels(repo_id, phase, "failure").inc()
         if isinstance(error, TamperedError):
             self.metrics.refusals.labels(repo_id, error.reason).inc()
+        elif isinstance(error, NamespaceConflictError):  # GC refuses the namespace: nothing deleted
+            self.metrics.refusals.labels(repo_id, "namespace").inc()
         self.failed_runs += 1
         if progress.state != "failed":
             self.registry.finished(progress, self.now(), error)

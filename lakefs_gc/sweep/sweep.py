@@ -28,7 +28,9 @@
    ``sweep/failed.text``. A ``sweep.json`` found while the record is still ``complete`` (a crash
    between the two, or a planted file) is never trusted: the sweep runs again and replaces it.
 
-Dry run: the same verification and counting, nothing deleted, nothing written.
+Dry run: the same verification and counting, nothing deleted, nothing written to the namespace, and
+the record never moved to ``swept`` nor given a checkpoint; a refusal marks it ``failed`` as a real
+sweep's does (the files were found tampered with, whoever looked).
 ``sweep.json``'s ``start_time`` and ``end_time`` come from ``SweepOptions.clock`` (:mod:`lakefs_gc.clock`).
 Fault points (:mod:`.faults`): ``sweep:verified``, ``sweep:batch:<n>``, ``sweep:before-report``.
 """
@@ -377,7 +379,7 @@ async def run_sweep(
 ) -> SweepReport:
     """Sweep mark ``mark_id`` (see the module docstring). ``deleter`` may be ``None`` only for a
     dry run. Returns the report (already written, unless dry run). A refusal
-    (:class:`~lakefs_core.errors.TamperedError`) marks the run's record failed."""
+    (:class:`~lakefs_core.errors.TamperedError`) marks the run's record failed, in a dry run too."""
     options = options or SweepOptions()
     if deleter is None and not options.dry_run:
         raise BadInputError("a sweep that deletes needs a deleter", field="deleter")
@@ -387,8 +389,10 @@ async def run_sweep(
     try:
         return await _sweep(graveler, repo_id, mark_id, deleter=deleter, options=options, pins=pins)
     except TamperedError as e:
-        if not options.dry_run:
-            await mark_failed(graveler, repo_id, await RunRecords(graveler, repo_id).read(mark_id), e)
+        # A dry run records the refusal too: what it found is a fact about the run's files, not an
+        # action, and a record left ``complete`` would go on telling the API, the scheduler and the
+        # mirrors that a run known to be tampered with may be swept.
+        await mark_failed(graveler, repo_id, await RunRecords(graveler, repo_id).read(mark_id), e)
         raise
 
 
