@@ -92,7 +92,8 @@ async def test_dry_run_deletes_nothing(env: Env) -> None:
         await run_sweep(env.g, b.repo, mark_id, deleter=None, options=SweepOptions(dry_run=True))
     assert refused.value.reason == "digest"
     failed = await records.read(mark_id)
-    assert failed is not None and failed[1].state == "failed" and (failed[1].reason or "").startswith("digest")
+    assert failed is not None and failed[1].state == "failed"
+    assert (failed[1].reason or "").startswith("digest")
     assert await stored_objects(store, b.ns) == before
     with pytest.raises(TamperedError, match="not complete"):
         await sweep(env, mark_id)
