@@ -43,7 +43,7 @@ from lakefs_gc.runs.record import Digester, RunRecord, RunRecords, digest_of, fi
 from lakefs_gc.runs.reports import read_manifest, read_summary
 from lakefs_gc.runs.runs import MAX_SWEEP_REPORT_BYTES, list_run_ids, parse_sweep_report
 from lakefs_gc.sweep.sweep import check_address
-from lakefs_gc.sweep.verify import check_digest, expected, parsed_as_recorded, verify_parts
+from lakefs_gc.sweep.verify import check_digest, expected, parsed_as_recorded, read_as_recorded, verify_parts
 
 __all__ = ["PIN_SOURCES_GROUP", "FinishedRun", "PinSource", "SweptRun", "finished_runs"]
 
@@ -133,15 +133,7 @@ async def _swept(
     key = layout.sweep_report
     want = record.sweep_files.get(ns_relative(ns, key))
     file = file_name(store, key)
-    if want is None:
-        raise TamperedError("the run record lists no sweep report", reason="missing-file", file=file)
-    try:
-        raw = await store.get(key, length=MAX_SWEEP_REPORT_BYTES + 1)
-    except NotFoundError:
-        raise TamperedError(
-            "recorded in the run record but absent", reason="missing-file", file=file
-        ) from None
-    check_digest(digest_of(raw), want, file)
+    raw = await read_as_recorded(store, key, want, limit=MAX_SWEEP_REPORT_BYTES)
     sweep = parse_sweep_report(raw, file=file)
     if sweep.mark_id != layout.run_id:
         raise CorruptDataError(f"sweep.json names mark {sweep.mark_id}", file=file)

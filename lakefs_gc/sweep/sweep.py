@@ -80,6 +80,7 @@ from lakefs_gc.sweep.verify import (
     expected,
     mark_failed,
     parsed_as_recorded,
+    read_as_recorded,
     read_verified,
     trusted_record,
     verify_parts,
@@ -385,7 +386,7 @@ async def run_sweep(
         raise BadInputError("a sweep that deletes needs a deleter", field="deleter")
     found = await RunRecords(graveler, repo_id).read(mark_id)
     if found is not None and found[1].state == "swept":
-        return await _already_swept(graveler, repo_id, mark_id)  # a re-sweep deletes nothing (I3)
+        return await _already_swept(graveler, repo_id, found[1])  # a re-sweep deletes nothing (I3)
     try:
         return await _sweep(graveler, repo_id, mark_id, deleter=deleter, options=options, pins=pins)
     except TamperedError as e:
@@ -396,12 +397,16 @@ async def run_sweep(
         raise
 
 
-async def _already_swept(graveler: Graveler, repo_id: str, mark_id: str) -> SweepReport:
+async def _already_swept(graveler: Graveler, repo_id: str, record: RunRecord) -> SweepReport:
+    """The swept run's report, as the record lists it (the answer, never a file anyone wrote)."""
     repo = await graveler.repository(repo_id)
+    mark_id = record.run_id
     layout = RunLayout(StorageNamespace(repo.storage_namespace), mark_id)
     store = await graveler.namespace_store(layout.ns)
-    done = await _read_state(store, layout.sweep_report, SweepReport)
-    if done is None or done.mark_id != mark_id:
+    want = record.sweep_files.get(ns_relative(layout.ns, layout.sweep_report))
+    raw = await read_as_recorded(store, layout.sweep_report, want, limit=MAX_STATE_BYTES)
+    done = _parse_state(raw, SweepReport, file_name(store, layout.sweep_report))
+    if done.mark_id != mark_id:
         raise CorruptDataError("the run record says swept, the sweep report is absent or of another mark",
                                file=file_name(store, layout.sweep_report))  # fmt: skip
     return done
