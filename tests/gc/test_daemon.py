@@ -6,6 +6,8 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
+import os
+import shutil
 import time
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
@@ -191,6 +193,34 @@ async def test_the_api_and_the_schedule_believe_the_kv_not_the_files(
         svc.state("repo1").next_run = None  # due by memory: the schedule reads the runs again
         assert (await svc.step()).started_runs == []  # the last real run is recent; nothing resumed
         assert svc.failed_runs == 0
+    finally:
+        await svc.close()
+
+
+async def test_a_namespace_refused_is_counted_as_a_refusal(repo: SqliteRepo, tmp_path: Path) -> None:
+    """The namespace check's refusal (exit 15) is a refusal GC alerts on, like a tampered run."""
+    _, garbage = await repo.live_and_garbage()
+    assert garbage
+    root = Path(repo.built.ns.uri.removeprefix("local://"))
+    elsewhere = tmp_path / "elsewhere"
+
+    def swap() -> None:
+        root.rename(tmp_path / "moved-away")
+        shutil.copytree(tmp_path / "moved-away", elsewhere, symlinks=True)
+        os.symlink(elsewhere, root)  # the namespace now leads elsewhere than recorded
+
+    def files() -> list[str]:
+        return sorted(str(p.relative_to(elsewhere)) for p in elsewhere.rglob("*") if p.is_file())
+
+    await asyncio.to_thread(swap)
+    before = await asyncio.to_thread(files)
+    svc = await _open(repo, tmp_path)
+    try:
+        await _call(svc, "POST", RUNS, json={"mode": "full"})
+        await svc.drain()
+        assert svc.failed_runs == 1 and await asyncio.to_thread(files) == before  # nothing written or deleted
+        text = (await _call(svc, "GET", "/metrics", auth=None))[1]
+        assert _sample(text, "lakefs_gc_sweep_refusals_total", repo="repo1", reason="namespace") == 1
     finally:
         await svc.close()
 
