@@ -54,6 +54,7 @@ from lakefs_gc.clock import RunClock
 from lakefs_gc.config import GCConfig
 from lakefs_gc.metrics import GCMetrics
 from lakefs_gc.rules import delete_rules, load_rules, parse_rules_json, save_rules
+from lakefs_gc.runs.record import RunRecords
 from lakefs_gc.runs.runs import RunProgress, RunRegistry, RunRequest, StoredRun, list_run_ids, read_stored_run
 
 
@@ -251,7 +252,10 @@ async def list_runs(request: web.Request) -> web.Response:
     repo, ns, store = await _store(request)
     query = parse_model(m.ListQuery, dict(request.query))
     memory = {p.request.run_id: p for p in svc.registry.of_repository(repo.id)}
-    ids = await list_run_ids(store, ns)
+    # Every run the KV has a record of (its directory may be gone), and every run directory (lakeFS's
+    # runs, runs without a record: shown as incomplete).
+    recorded = await RunRecords(svc.graveler, repo.id).run_ids()
+    ids = sorted(set(await list_run_ids(store, ns)) | set(recorded), reverse=True)
     results: list[m.Run] = []
     for progress in memory.values():
         if progress.request.run_id not in ids and progress.request.mode != "sweep":

@@ -65,6 +65,7 @@ from lakefs_gc.config import GCConfig, config_startup_problems
 from lakefs_gc.metrics import GCMetrics
 from lakefs_gc.pins import PinSource
 from lakefs_gc.runner import CoreRunExecutor
+from lakefs_gc.runs.record import RunRecords
 from lakefs_gc.runs.runs import (
     RunExecutor,
     RunProgress,
@@ -325,7 +326,9 @@ class GCService:
         ns = StorageNamespace(repo.storage_namespace)
         store = await self.graveler.namespace_store(ns)
         newest: tuple[float | None, str | None] = (None, None)
-        for run_id in (await list_run_ids(store, ns))[:20]:
+        # The runs the KV has records of: directories planted in the namespace (with ids of any
+        # time) can neither push the real runs out of this window nor pose as one.
+        for run_id in (await RunRecords(self.graveler, repo.id).run_ids())[:20]:
             stored = await read_stored_run(self.graveler, repo.id, store, ns, run_id)
             if stored.record is None:
                 # No KV record: killed during its mark or before its record (it deleted nothing and

@@ -25,6 +25,8 @@ Contract:
   pointer's SHA-256. A record of many files (a mark on many partitions) therefore never meets the
   item limit; one over :data:`MAX_RECORD_BYTES` is refused with
   :class:`~lakefs_core.errors.BadInputError` before anything is written, never stored truncated.
+- :meth:`RunRecords.run_ids`: the runs the KV has records of, newest first (the daemon's schedule
+  and the runs API list them, so directories planted in the namespace cannot push them out).
 - :class:`Digester` streams a digest (bounded memory); :func:`digesting` passes chunks through it
   while they are written, :func:`file_digest` reads a stored file once.
 """
@@ -43,6 +45,7 @@ from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr, Validat
 from lakefs_core.block.base import BlockStore
 from lakefs_core.errors import BadInputError, CorruptDataError, NotFoundError, PreconditionFailedError
 from lakefs_core.kv.base import Expect
+from lakefs_core.kv.ranges import prefix_end
 from lakefs_core.refs import kvkeys
 from lakefs_core.repos.graveler import Graveler
 from lakefs_gc.rules import GCRules
@@ -144,6 +147,17 @@ class RunRecords:
         if record.run_id != run_id or record.repository != self._repo:
             raise CorruptDataError(f"the record names {record.repository!r} run {record.run_id}", file=where)
         return pointer, record
+
+    async def run_ids(self) -> list[str]:
+        """The ids of every run the KV has a record of, newest first (the run ids sort by time):
+        the trusted list of runs, which files planted in the namespace cannot lengthen or hide."""
+        partition = await self._partition()
+        start = kvkeys.GC_RUNS_PREFIX
+        found = [
+            item.key[len(start) :].decode()
+            async for item in self._g.kv.scan(partition, start, end=prefix_end(start))
+        ]
+        return sorted(found, reverse=True)
 
     async def _rest(self, partition: bytes, pointer: str, first: bytes, where: str) -> bytes:
         """The whole record from its first chunk: the next chunks while the last one read is full

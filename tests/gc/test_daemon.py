@@ -190,6 +190,12 @@ async def test_the_api_and_the_schedule_believe_the_kv_not_the_files(
             (marked, "marked"),
             (swept, "swept"),
         ]
+        # Twenty more forged directories, newer than every real run, cannot push the real runs out
+        # of what the schedule looks at (it lists the runs the KV has records of).
+        for _ in range(20):
+            fake = svc.clock.new_run_id()
+            body = json.dumps({**manifest, "run_id": fake, "mode": "full"}).encode()
+            await store.put(RunLayout(repo.built.ns, fake).manifest, body)
         svc.state("repo1").next_run = None  # due by memory: the schedule reads the runs again
         assert (await svc.step()).started_runs == []  # the last real run is recent; nothing resumed
         assert svc.failed_runs == 0
