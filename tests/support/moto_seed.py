@@ -29,7 +29,9 @@ def _routing_header(region: str) -> dict[str, str]:
     return {"Authorization": f"AWS4-HMAC-SHA256 Credential={scope}, SignedHeaders=host, Signature=0"}
 
 
-async def seed_objects(server: MotoServer, bucket: str, keys: Iterable[str], body: bytes | None = None) -> None:
+async def seed_objects(
+    server: MotoServer, bucket: str, keys: Iterable[str], body: bytes | None = None
+) -> None:
     """PUT every key of ``keys`` into ``bucket`` (which must exist) on ``server``; the body is
     ``body``, or the key's own bytes when ``None``. Raises ``AssertionError`` naming the first
     key moto refused."""
