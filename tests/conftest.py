@@ -12,7 +12,7 @@ Suite-wide policy (docs/development.md): the hypothesis profiles (tests/support/
 ``HYPOTHESIS_PROFILE``), the time factor every limit scales with (tests/support/timing.py,
 ``LAKEFS_TEST_TIME_FACTOR``: pytest-timeout's limit too), and the tiers ``unit`` / ``integration`` /
 ``e2e`` applied from a table with a per-file time budget checked at session end
-(tests/support/tiers.py).
+(tests/support/tiers.py), and the order the files run in, longest first (``run_order``).
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ register_profiles()  # before pytest's hypothesis plugin applies --hypothesis-pr
 # pytest keeps a test module's assertion-rewritten code in __pycache__ only where bytecode may be
 # written. With PYTHONDONTWRITEBYTECODE set (CI's machines, the project's sandboxes) every pytest
 # process (each xdist worker, each run) parsed, rewrote and compiled all ~210 test modules again:
-# most of a collection's CPU (31 s cold against 12.6 s cached, one process, 2 loaded cores). This
+# most of a collection's CPU (29.6 s cold against 13.3 s cached, one process, 2 loaded cores). This
 # process writes that cache from here on (test modules and conftests, git-ignored); the processes the
 # tests start keep the environment's setting.
 sys.dont_write_bytecode = False
