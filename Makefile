@@ -42,8 +42,9 @@ demo-core: venv-run
 	$(BIN)/python -m lakefs_core.demo
 
 # Tests run in TEST_WORKERS pytest-xdist processes, a test file per worker at a time (its module
-# fixtures stay in one process), in collection order, which starts with the files that take minutes
-# (tests/conftest.py, SLOW_FILES_FIRST); TEST_WORKERS=0 runs them in this process.
+# fixtures stay in one process), in collection order, longest first: the files that take minutes
+# (tests/conftest.py, SLOW_FILES_FIRST), then the e2e, integration and unit tiers, so the run ends on
+# files of seconds with both workers busy; TEST_WORKERS=0 runs them in this process.
 TEST_WORKERS ?= 2
 PYTEST := $(BIN)/python -m pytest -q --durations=20 $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder)
 

@@ -12,7 +12,7 @@ Suite-wide policy (docs/development.md): the hypothesis profiles (tests/support/
 ``HYPOTHESIS_PROFILE``), the time factor every limit scales with (tests/support/timing.py,
 ``LAKEFS_TEST_TIME_FACTOR``: pytest-timeout's limit too), and the tiers ``unit`` / ``integration`` /
 ``e2e`` applied from a table with a per-file time budget checked at session end
-(tests/support/tiers.py).
+(tests/support/tiers.py), and the order the files run in, longest first (``run_order``).
 """
 
 from __future__ import annotations
@@ -29,10 +29,18 @@ from tests.support.env import skip_or_fail
 from tests.support.moto import ACCESS_KEY, SECRET_KEY, MotoRegions, MotoServer
 from tests.support.pg import PgDatabase, create_database, drop_database, unreachable_reason
 from tests.support.profiles import register_profiles
-from tests.support.tiers import BudgetCheck, apply_tier_markers
+from tests.support.tiers import BudgetCheck, Tier, apply_tier_markers, tier_of
 from tests.support.timing import scaled
 
 register_profiles()  # before pytest's hypothesis plugin applies --hypothesis-profile
+
+# pytest keeps a test module's assertion-rewritten code in __pycache__ only where bytecode may be
+# written. With PYTHONDONTWRITEBYTECODE set (CI's machines, the project's sandboxes) every pytest
+# process (each xdist worker, each run) parsed, rewrote and compiled all ~210 test modules again:
+# most of a collection's CPU (29.6 s cold against 13.3 s cached, one process, 2 loaded cores). This
+# process writes that cache from here on (test modules and conftests, git-ignored); the processes the
+# tests start keep the environment's setting.
+sys.dont_write_bytecode = False
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 SHARED = REPO_ROOT.parent / "shared"
@@ -52,10 +60,12 @@ os.environ.pop("AWS_PROFILE", None)
 os.environ.setdefault("SPARK_SUBMIT_OPTS", "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC")
 
 
-# The test files that take minutes, longest first (CI's --durations). They are collected first, and
-# `make test` keeps that order for pytest-xdist (--no-loadscope-reorder; by default it sends the files
-# with the most tests first, which left these few-test files to the end, with one worker running
-# them for minutes after the other had finished everything else).
+# The order the files run in: `make test` keeps the collection order for pytest-xdist
+# (--no-loadscope-reorder; by default it sends the files with the most tests first, which left the
+# few-test files that take minutes to the end, one worker running them for minutes after the other had
+# finished everything else). Longest first, so the run ends on files of seconds and both workers finish
+# together: the files below (CI's --durations), then the rest of the e2e tier, then integration, then
+# unit (tests/support/tiers.py), each in its directory order.
 SLOW_FILES_FIRST = (
     "tests/gc/test_gc_kill.py",
     "tests/gc/test_gc_model.py",
@@ -99,9 +109,19 @@ def default_timeout(config: pytest.Config) -> float:
     return float(config.getini("timeout") if value is None else value or 0)
 
 
+_TIER_ORDER: dict[Tier, int] = {"e2e": 0, "integration": 1, "unit": 2}
+_SLOW_RANK = {path: i for i, path in enumerate(SLOW_FILES_FIRST)}
+
+
+def run_order(path: str) -> tuple[int, int]:
+    """Where the test file ``path`` runs: SLOW_FILES_FIRST in its order, then e2e, integration, unit."""
+    if path in _SLOW_RANK:
+        return (0, _SLOW_RANK[path])
+    return (1 + _TIER_ORDER[tier_of(path)], 0)
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    rank = {path: i for i, path in enumerate(SLOW_FILES_FIRST)}
-    items.sort(key=lambda item: rank.get(item.nodeid.split("::", 1)[0], len(rank)))  # stable
+    items.sort(key=lambda item: run_order(item.nodeid.split("::", 1)[0]))  # stable: directory order within
     apply_tier_markers(items)
     default = default_timeout(config)
     for item in items:  # every per-test limit times the time factor (prepended: the closest marker)
