@@ -105,16 +105,22 @@ async def _build_commit(
     metadata: Mapping[str, str],
     allow_empty: bool,
     date: datetime | None,
-) -> Commit:
+) -> Commit | None:
+    """The commit of ``tokens`` on ``parent_id``, stored; None when they change nothing there
+    (empty, or rewrites of committed values): the caller unseals them anyway, or every such
+    attempt would leave one more sealed token behind and the branch would look dirty forever."""
     parent = await ctx.refs.get_commit(repo, parent_id)
     base = await ctx.metarange(repo, parent.metarange_id)
-    result = await apply_changes(
-        base.tables,
-        base,
-        merged_changes(ctx.staging, tokens),
-        policy=ctx.settings.split_policy,
-        allow_empty=allow_empty,
-    )
+    try:
+        result = await apply_changes(
+            base.tables,
+            base,
+            merged_changes(ctx.staging, tokens),
+            policy=ctx.settings.split_policy,
+            allow_empty=allow_empty,
+        )
+    except NoChangesError:
+        return None
     commit = child_commit(
         ctx, parent, result.metarange_id, committer=committer, message=message, metadata=metadata, date=date
     )
@@ -164,7 +170,7 @@ async def commit(
                 if not mine:
                     return await _committed_meanwhile(ctx, repo, branch_id, branch.commit_id, sealed_on)
                 if built is None or built[0] != (branch.commit_id, mine):
-                    made = await _build_or_none(
+                    made = await _build_commit(
                         ctx,
                         repo,
                         branch.commit_id,
@@ -223,37 +229,6 @@ async def _committed_meanwhile(
         raise NoChangesError(f"branch {branch_id!r} has no effective uncommitted changes")
     # A concurrent commit published our tokens: our writes are in it.
     return await ctx.refs.get_commit(repo, head)
-
-
-async def _build_or_none(
-    ctx: RepoContext,
-    repo: Repository,
-    parent: str,
-    tokens: tuple[str, ...],
-    *,
-    committer: str,
-    message: str,
-    metadata: Mapping[str, str],
-    allow_empty: bool,
-    date: datetime | None,
-) -> Commit | None:
-    """:func:`_build_commit` of ``tokens`` on ``parent``, or None when they change nothing there
-    (empty, or rewrites of committed values): the caller unseals them anyway, or every such
-    attempt would leave one more sealed token behind and the branch would look dirty forever."""
-    try:
-        return await _build_commit(
-            ctx,
-            repo,
-            parent,
-            tokens,
-            committer=committer,
-            message=message,
-            metadata=metadata,
-            allow_empty=allow_empty,
-            date=date,
-        )
-    except NoChangesError:
-        return None
 
 
 async def _record_consumed(
