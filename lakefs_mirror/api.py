@@ -538,6 +538,14 @@ def _by_id_routes() -> list[Route]:
             path_params=m.MirrorPath,
             errors=(404,),
         ),
+        *_failover_routes(),
+    ]
+
+
+def _failover_routes() -> list[Route]:
+    """The routes acting on one mirror's mirroring: promote, fail back, resync."""
+    one = _ONE
+    return [
         Route(
             "POST",
             f"{one}/promote",

@@ -23,6 +23,7 @@ any region; local ones at their real paths) within the inserting transaction: SQ
 insert comes first), PostgreSQL creations take one transaction-scoped advisory lock, so of concurrent
 creations on overlapping namespaces exactly one commits. (A canonical-namespace column with a unique index
 would need an ``ALTER TABLE`` migration of existing databases; the serialised check covers equality too.)
+The check is :mod:`lakefs_mirror.db_namespaces`'s.
 Times are stored as integer microseconds since the Unix epoch (exact round trips, no time-zone handling
 differences between the two databases) and returned as aware UTC :class:`~datetime.datetime`.
 
@@ -56,15 +57,12 @@ from sqlalchemy.schema import CreateTable
 
 from lakefs_core.errors import (
     BadInputError,
-    ConflictError,
     LakeFSError,
     NotFoundError,
     PreconditionFailedError,
     TransientError,
     UnreachableError,
 )
-from lakefs_core.realpaths import real_locations
-from lakefs_core.repos.graveler import StorageNamespace
 from lakefs_core.service.lease import DEFAULT_TTL
 from lakefs_core.service.sql_lease import SQLLease
 from lakefs_core.sqlengine import (
@@ -75,7 +73,13 @@ from lakefs_core.sqlengine import (
     translate_db_error,
     upsert_insert,
 )
+from lakefs_mirror.db_namespaces import (
+    CREATE_LOCK_KEY,
+    FieldConflictError,
+    refuse_overlapping_namespace,
+)
 from lakefs_mirror.db_schema import (
+    MAX_ERROR_TEXT,
     MAX_REF_NAME,
     gc_applied_table,
     leases_table,
@@ -86,6 +90,7 @@ from lakefs_mirror.db_schema import (
     promotions_table,
     schema_meta,
     status_from_row,
+    status_row,
     status_table,
     to_us,
 )
@@ -132,59 +137,7 @@ __all__ = [
 
 T = TypeVar("T")
 
-MAX_ERROR_TEXT = 4000  # last_error is truncated to this many characters
 UPDATABLE_FIELDS = frozenset({"branch_filter", "paused", "mode", "mirror_tags"})
-
-
-class FieldConflictError(ConflictError):
-    """A unique constraint refused a write; ``field`` names the input that collided."""
-
-    def __init__(self, message: str, *, field: str) -> None:
-        self.field = field
-        super().__init__(f"{field}: {message}")
-
-
-# pg_advisory_xact_lock key serialising mirror creations ("LFMIRROR" as a 64-bit integer).
-_CREATE_LOCK_KEY = 0x4C464D4952524F52
-
-
-async def _refuse_overlapping_namespace(conn: AsyncConnection, mirror_id: str, namespace: str) -> None:
-    """Raise (rolling the insert back) if another mirror's namespace equals, encloses or lies inside
-    ``namespace``. Local namespaces are compared at their REAL paths (:mod:`lakefs_core.realpaths`:
-    a symlink or ``..`` spelling of another mirror's directory overlaps it); a stored namespace
-    whose real path cannot be known counts as overlapping. Namespaces that do not parse (rows
-    written by other tools) overlap nothing."""
-    rows = (
-        await conn.execute(
-            select(
-                mirrors_table.c.id,
-                mirrors_table.c.name,
-                mirrors_table.c.region,
-                mirrors_table.c.storage_namespace,
-            ).where(mirrors_table.c.id != mirror_id)
-        )
-    ).all()
-    resolved = await real_locations([namespace, *(r[3] for r in rows)])
-    if isinstance(resolved[0], StorageNamespace):
-        mine = resolved[0]
-    else:
-        try:
-            mine = StorageNamespace.parse(namespace)
-        except BadInputError:
-            return
-    for (other_id, name, region, other_ns), real in zip(rows, resolved[1:], strict=True):
-        try:
-            other = StorageNamespace.parse(other_ns)
-        except BadInputError:
-            continue
-        unknown = isinstance(real, BadInputError)
-        if unknown or mine.overlaps(real if isinstance(real, StorageNamespace) else other):
-            how = "may overlap (its real path is unknown)" if unknown else "overlaps"
-            raise FieldConflictError(
-                f"storage namespace {mine.uri} {how} {other.uri}, the namespace of mirror {other_id} "
-                f"({region}/{name}); mirrors need separate namespaces",
-                field="storage_namespace",
-            )
 
 
 # -- the database -------------------------------------------------------------------------------------
@@ -334,14 +287,7 @@ class MirrorsDB:
         check_choice(mode, MIRROR_MODES, "mode")
         check_bool(paused, "paused")
         check_bool(mirror_tags, "mirror_tags")
-        for field, value, limit in (
-            ("source_repo", source_repo, 63),
-            ("source_region", source_region, 63),
-            ("name", name, 63),
-            ("region", region, 63),
-            ("storage_namespace", storage_namespace, 4096),
-        ):
-            check_text(value, field, limit)
+        _check_names(source_repo, source_region, name, region, storage_namespace)
         ident = mirror_id if mirror_id is not None else new_mirror_id()
         check_text(ident, "id", 64)
         at = now_us(now)
@@ -367,19 +313,12 @@ class MirrorsDB:
             if self._dialect == "postgresql":
                 # Serialise creations: under READ COMMITTED the overlap check below then sees every
                 # mirror committed before ours (SQLite serialises writers by itself).
-                await conn.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": _CREATE_LOCK_KEY})
+                await conn.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": CREATE_LOCK_KEY})
             await conn.execute(stmt)
-            await _refuse_overlapping_namespace(conn, ident, storage_namespace)
+            await refuse_overlapping_namespace(conn, ident, storage_namespace)
 
         def conflict(e: IntegrityError) -> LakeFSError:
-            low = db_reason(e).lower()
-            if "mirrors_region_name_key" in low or "mirrors.region" in low:
-                return FieldConflictError(
-                    f"region {region!r} already has a mirror named {name!r}", field="name"
-                )
-            if "mirrors_pkey" in low or "mirrors.id" in low:
-                return FieldConflictError(f"mirror id {ident!r} is already used", field="id")
-            return FieldConflictError("the mirror conflicts with an existing one", field="name")
+            return _create_conflict(e, region=region, name=name, ident=ident)
 
         await self._run(op, write=True, on_integrity=conflict)
         return mirror_from_row(row)
@@ -657,25 +596,7 @@ class MirrorsDB:
             value = getattr(status, field)
             if isinstance(value, bool) or not isinstance(value, int) or value < 0:
                 raise BadInputError("must be an integer >= 0", field=field)
-        row = {
-            "mirror_id": status.mirror_id,
-            "kind": status.kind,
-            "branch": status.branch,
-            "source_head": status.source_head,
-            "mirror_head": status.mirror_head,
-            "candidate": status.candidate,
-            "missing_objects": status.missing_objects,
-            "missing_ranges": status.missing_ranges,
-            "external_objects": status.external_objects,
-            "lag_seconds": status.lag_seconds,
-            "last_promotion_at": None
-            if status.last_promotion_at is None
-            else to_us(status.last_promotion_at),
-            "last_checked_at": None if status.last_checked_at is None else to_us(status.last_checked_at),
-            "last_error": (
-                None if status.last_error is None else status.last_error.replace("\0", "\\0")[:MAX_ERROR_TEXT]
-            ),
-        }
+        row = status_row(status)
         ins = self._insert(status_table).values(**row)
         t = status_table
         keys = ("mirror_id", "kind", "branch")
@@ -814,3 +735,27 @@ class MirrorsDB:
             return {str(r) for (r,) in (await conn.execute(stmt)).all()}
 
         return await self._run(op, write=False)
+
+
+def _check_names(
+    source_repo: str, source_region: str, name: str, region: str, storage_namespace: str
+) -> None:
+    """The text fields of a new mirror: strings within their columns' lengths."""
+    for field, value, limit in (
+        ("source_repo", source_repo, 63),
+        ("source_region", source_region, 63),
+        ("name", name, 63),
+        ("region", region, 63),
+        ("storage_namespace", storage_namespace, 4096),
+    ):
+        check_text(value, field, limit)
+
+
+def _create_conflict(e: IntegrityError, *, region: str, name: str, ident: str) -> LakeFSError:
+    """The field a mirror's insert collided on, from the database's unique violation."""
+    low = db_reason(e).lower()
+    if "mirrors_region_name_key" in low or "mirrors.region" in low:
+        return FieldConflictError(f"region {region!r} already has a mirror named {name!r}", field="name")
+    if "mirrors_pkey" in low or "mirrors.id" in low:
+        return FieldConflictError(f"mirror id {ident!r} is already used", field="id")
+    return FieldConflictError("the mirror conflicts with an existing one", field="name")

@@ -34,6 +34,7 @@ from lakefs_core.errors import BadInputError
 from lakefs_mirror.records import Mirror, MirrorMode, MirrorStatus, Promotion, StatusKind
 
 MAX_REF_NAME = 512  # branch or tag name in mirror_status
+MAX_ERROR_TEXT = 4000  # last_error (and a promotion's note) is truncated to this many characters
 
 schema_meta = MetaData()
 
@@ -197,3 +198,25 @@ def status_from_row(row: Mapping[Any, Any]) -> MirrorStatus:
         last_checked_at=from_us(row["last_checked_at"]),
         last_error=row["last_error"],
     )
+
+
+def status_row(status: MirrorStatus) -> dict[str, Any]:
+    """The ``mirror_status`` row of ``status`` (its fields already checked): times in microseconds,
+    the error text without NULs and truncated to :data:`MAX_ERROR_TEXT`."""
+    return {
+        "mirror_id": status.mirror_id,
+        "kind": status.kind,
+        "branch": status.branch,
+        "source_head": status.source_head,
+        "mirror_head": status.mirror_head,
+        "candidate": status.candidate,
+        "missing_objects": status.missing_objects,
+        "missing_ranges": status.missing_ranges,
+        "external_objects": status.external_objects,
+        "lag_seconds": status.lag_seconds,
+        "last_promotion_at": None if status.last_promotion_at is None else to_us(status.last_promotion_at),
+        "last_checked_at": None if status.last_checked_at is None else to_us(status.last_checked_at),
+        "last_error": (
+            None if status.last_error is None else status.last_error.replace("\0", "\\0")[:MAX_ERROR_TEXT]
+        ),
+    }

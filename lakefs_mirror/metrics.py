@@ -44,6 +44,8 @@ from lakefs_core.errors import (
 from lakefs_core.service.http.metrics import RegionRegistry
 
 PREFIX = "lakefs_mirror"
+_PER_BRANCH = ("region", "mirror", "branch")
+_PER_MIRROR = ("region", "mirror")
 
 # Error class -> ``kind`` label of ``lakefs_mirror_pass_errors_total``; the most specific class in
 # an error's MRO wins (UnreachableError before TransientError), anything else is "other".
@@ -77,75 +79,14 @@ class MirrorMetrics:
         self.region = region
         self.registry = registry or RegionRegistry(region)
         r = self.registry
-        per_branch = ["region", "mirror", "branch"]
-        per_mirror = ["region", "mirror"]
         self.info = Gauge(
             f"{PREFIX}_info",
             "1 per mirror this daemon mirrors into its region: the mirror's id and source, by name.",
             ["region", "mirror", "id", "source_repository", "source_region"],
             registry=r,
         )
-        self.freshness_lag = Gauge(
-            f"{PREFIX}_freshness_lag_seconds",
-            "Age of the oldest source commit not yet on the mirror branch (0 when up to date).",
-            per_branch,
-            registry=r,
-        )
-        self.commits_pending = Gauge(
-            f"{PREFIX}_commits_pending",
-            "First-parent source commits not yet on the mirror branch.",
-            per_branch,
-            registry=r,
-        )
-        self.missing_objects = Gauge(
-            f"{PREFIX}_missing_objects",
-            "Data objects of the candidate commit not yet present in the mirror namespace.",
-            per_branch,
-            registry=r,
-        )
-        self.missing_ranges = Gauge(
-            f"{PREFIX}_missing_ranges",
-            "Ranges (and metarange) of the candidate commit not yet present in the mirror namespace.",
-            per_branch,
-            registry=r,
-        )
-        self.validation_duration = Histogram(
-            f"{PREFIX}_validation_duration_seconds",
-            "Time to validate one candidate commit in the mirror namespace.",
-            per_mirror,
-            buckets=(0.005, 0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300),
-            registry=r,
-        )
-        self.promotions = Counter(
-            f"{PREFIX}_promotions_total",
-            "Mirror branch (or tag) heads moved to a validated commit.",
-            per_branch,
-            registry=r,
-        )
-        self.commits_copied = Counter(
-            f"{PREFIX}_commits_copied_total",
-            "Commit records copied verbatim from the source repository.",
-            per_mirror,
-            registry=r,
-        )
-        self.copy_bytes = Counter(
-            f"{PREFIX}_copy_bytes_total",
-            "Bytes copied by the daemon itself (active mode).",
-            per_mirror,
-            registry=r,
-        )
-        self.pass_errors = Counter(
-            f"{PREFIX}_pass_errors_total",
-            "Errors met while mirroring (the mirror as a whole, or one of its branches or tags), by kind.",
-            ["region", "mirror", "kind"],
-            registry=r,
-        )
-        self.consecutive_failures = Gauge(
-            f"{PREFIX}_consecutive_failures",
-            "Passes in a row in which this mirror met an error (0 after a pass without one).",
-            per_mirror,
-            registry=r,
-        )
+        self._init_branch_metrics(r)
+        self._init_activity_metrics(r)
         self._per_mirror: tuple[MetricWrapperBase, ...] = (
             self.info,
             self.freshness_lag,
@@ -161,6 +102,73 @@ class MirrorMetrics:
         )
         self._init_region_metrics(r)
         self._known: dict[str, tuple[str, str, str]] = {}  # mirror name -> info labels after it
+
+    def _init_branch_metrics(self, r: CollectorRegistry) -> None:
+        """Per-branch progress: how far each mirror branch is behind its source."""
+        self.freshness_lag = Gauge(
+            f"{PREFIX}_freshness_lag_seconds",
+            "Age of the oldest source commit not yet on the mirror branch (0 when up to date).",
+            _PER_BRANCH,
+            registry=r,
+        )
+        self.commits_pending = Gauge(
+            f"{PREFIX}_commits_pending",
+            "First-parent source commits not yet on the mirror branch.",
+            _PER_BRANCH,
+            registry=r,
+        )
+        self.missing_objects = Gauge(
+            f"{PREFIX}_missing_objects",
+            "Data objects of the candidate commit not yet present in the mirror namespace.",
+            _PER_BRANCH,
+            registry=r,
+        )
+        self.missing_ranges = Gauge(
+            f"{PREFIX}_missing_ranges",
+            "Ranges (and metarange) of the candidate commit not yet present in the mirror namespace.",
+            _PER_BRANCH,
+            registry=r,
+        )
+
+    def _init_activity_metrics(self, r: CollectorRegistry) -> None:
+        """Per-mirror (and per-branch promotion) work done and errors met."""
+        self.validation_duration = Histogram(
+            f"{PREFIX}_validation_duration_seconds",
+            "Time to validate one candidate commit in the mirror namespace.",
+            _PER_MIRROR,
+            buckets=(0.005, 0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300),
+            registry=r,
+        )
+        self.promotions = Counter(
+            f"{PREFIX}_promotions_total",
+            "Mirror branch (or tag) heads moved to a validated commit.",
+            _PER_BRANCH,
+            registry=r,
+        )
+        self.commits_copied = Counter(
+            f"{PREFIX}_commits_copied_total",
+            "Commit records copied verbatim from the source repository.",
+            _PER_MIRROR,
+            registry=r,
+        )
+        self.copy_bytes = Counter(
+            f"{PREFIX}_copy_bytes_total",
+            "Bytes copied by the daemon itself (active mode).",
+            _PER_MIRROR,
+            registry=r,
+        )
+        self.pass_errors = Counter(
+            f"{PREFIX}_pass_errors_total",
+            "Errors met while mirroring (the mirror as a whole, or one of its branches or tags), by kind.",
+            ["region", "mirror", "kind"],
+            registry=r,
+        )
+        self.consecutive_failures = Gauge(
+            f"{PREFIX}_consecutive_failures",
+            "Passes in a row in which this mirror met an error (0 after a pass without one).",
+            _PER_MIRROR,
+            registry=r,
+        )
 
     def _init_region_metrics(self, r: CollectorRegistry) -> None:
         """Per-region series, bound to this daemon's region (so they exist, at 0, from the start)."""

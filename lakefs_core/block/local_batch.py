@@ -31,7 +31,7 @@ import hashlib
 import os
 import sys
 from collections.abc import Callable, Sequence
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from lakefs_core.block._common import DEFAULT_CONTENT_TYPE, CheckedPut
 from lakefs_core.block.base import ObjectInfo, SourceFile
@@ -128,6 +128,19 @@ def put_compiled(
     outcomes, unnamed = LOCALPUT.put_files(
         sources, datas, sizes, tmps, dir_fds, names, meta_fds, CREATE_FLAGS, exclusive, unnamed
     )
+    written = _written(items, taken, outcomes, where, rest)
+    return written, sorted(rest), bool(unnamed)
+
+
+def _written(
+    items: Sequence[CheckedPut],
+    taken: Sequence[int],
+    outcomes: Sequence[tuple[Any, ...]],
+    where: Callable[[str], str],
+    rest: list[int],
+) -> list[Written]:
+    """What the extension wrote of ``items[i]`` for each ``i`` in ``taken`` (its ``outcomes``, in
+    that order); the indices it left to the pure path are appended to ``rest``."""
     written: list[Written] = []
     for i, (status, err, data, dev, ino, size, mtime_ns, has_sidecar) in zip(taken, outcomes, strict=True):
         if status == FALLBACK:
@@ -144,7 +157,7 @@ def put_compiled(
             metadata={},
         )
         written.append(Written(i, info, (dev, ino, size, mtime_ns), bool(has_sidecar)))
-    return written, sorted(rest), bool(unnamed)
+    return written
 
 
 def keep_for_sync(dirs: Dirs, sync_fds: dict[int, int]) -> None:

@@ -513,25 +513,9 @@ class S3BlockStore:
         failures = 0
         rechunk = Rechunker(chunk_size)
 
-        async def open_at(offset: int, pinned: str | None) -> Any:
-            args: dict[str, Any] = {"Bucket": self._bucket, "Key": key}
-            rng = self._range(offset, end)
-            if rng is not None:
-                args["Range"] = rng
-            if pinned is not None:
-                args["IfMatch"] = pinned
-            try:
-                return await client.get_object(**args)
-            except ClientError as e:
-                if error_code(e) == "InvalidRange":
-                    return None
-                if pinned is not None and is_precondition(e):
-                    raise ConflictError(f"{self._where(key)}: object replaced while being read") from e
-                raise
-
         while end is None or pos < end:
-            offset, pinned = pos, etag
-            resp = await self._call("GetObject", key, functools.partial(open_at, offset, pinned))
+            get = functools.partial(self._get_at, client, key, pos, end, etag)  # from here, this ETag
+            resp = await self._call("GetObject", key, get)
             if resp is None:
                 break
             if etag is None:
@@ -565,6 +549,25 @@ class S3BlockStore:
         tail = rechunk.flush()
         if tail:
             yield tail
+
+    async def _get_at(self, client: Any, key: str, offset: int, end: int | None, pinned: str | None) -> Any:
+        """GetObject of ``key`` from ``offset`` (to ``end``; None: to its end), only while its ETag is
+        still ``pinned`` when given (a replaced object is :class:`ConflictError`); None for a range
+        that starts past the object's end. One attempt: :meth:`stream` retries it."""
+        args: dict[str, Any] = {"Bucket": self._bucket, "Key": key}
+        rng = self._range(offset, end)
+        if rng is not None:
+            args["Range"] = rng
+        if pinned is not None:
+            args["IfMatch"] = pinned
+        try:
+            return await client.get_object(**args)
+        except ClientError as e:
+            if error_code(e) == "InvalidRange":
+                return None
+            if pinned is not None and is_precondition(e):
+                raise ConflictError(f"{self._where(key)}: object replaced while being read") from e
+            raise
 
     async def head(self, key: str) -> ObjectInfo:
         check_key(key)

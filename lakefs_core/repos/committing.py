@@ -105,16 +105,22 @@ async def _build_commit(
     metadata: Mapping[str, str],
     allow_empty: bool,
     date: datetime | None,
-) -> Commit:
+) -> Commit | None:
+    """The commit of ``tokens`` on ``parent_id``, stored; None when they change nothing there
+    (empty, or rewrites of committed values): the caller unseals them anyway, or every such
+    attempt would leave one more sealed token behind and the branch would look dirty forever."""
     parent = await ctx.refs.get_commit(repo, parent_id)
     base = await ctx.metarange(repo, parent.metarange_id)
-    result = await apply_changes(
-        base.tables,
-        base,
-        merged_changes(ctx.staging, tokens),
-        policy=ctx.settings.split_policy,
-        allow_empty=allow_empty,
-    )
+    try:
+        result = await apply_changes(
+            base.tables,
+            base,
+            merged_changes(ctx.staging, tokens),
+            policy=ctx.settings.split_policy,
+            allow_empty=allow_empty,
+        )
+    except NoChangesError:
+        return None
     commit = child_commit(
         ctx, parent, result.metarange_id, committer=committer, message=message, metadata=metadata, date=date
     )
@@ -151,12 +157,7 @@ async def commit(
     if not message:
         raise BadInputError("a commit needs a message", field="message")
     check_commit_text(committer, message, metadata)
-    repo = await ctx.repository(repo_id)
-    ctx.writable(repo, force)
-    await protection.check(ctx, repo, branch_id, protection.Action.COMMIT)
-    current, _ = await ctx.refs.get_branch(repo, branch_id)
-    if not allow_empty and not await ctx.has_uncommitted(repo, current):
-        raise NoChangesError(f"branch {branch_id!r} has no uncommitted changes")
+    repo = await _committable(ctx, repo_id, branch_id, allow_empty=allow_empty, force=force)
     branch, raw, owned = await _rotate(ctx, repo, branch_id)
     sealed_on = branch.commit_id
     built: tuple[tuple[str, tuple[str, ...]], Commit | None] | None = None
@@ -167,29 +168,19 @@ async def commit(
             with attempt:
                 mine = tuple(t for t in branch.sealed_tokens if t in owned)
                 if not mine:
-                    if branch.commit_id == sealed_on:  # unsealed as no-ops by a concurrent commit
-                        raise NoChangesError(f"branch {branch_id!r} has no effective uncommitted changes")
-                    # A concurrent commit published our tokens: our writes are in it.
-                    return await ctx.refs.get_commit(repo, branch.commit_id)
+                    return await _committed_meanwhile(ctx, repo, branch_id, branch.commit_id, sealed_on)
                 if built is None or built[0] != (branch.commit_id, mine):
-                    made: Commit | None
-                    try:
-                        made = await _build_commit(
-                            ctx,
-                            repo,
-                            branch.commit_id,
-                            mine,
-                            committer=committer,
-                            message=message,
-                            metadata=metadata or {},
-                            allow_empty=allow_empty,
-                            date=date,
-                        )
-                    except NoChangesError:
-                        # The owned tokens change nothing on this head (empty, or rewrites of
-                        # committed values): unseal them anyway, or every such attempt would leave
-                        # one more sealed token behind and the branch would look dirty forever.
-                        made = None
+                    made = await _build_commit(
+                        ctx,
+                        repo,
+                        branch.commit_id,
+                        mine,
+                        committer=committer,
+                        message=message,
+                        metadata=metadata or {},
+                        allow_empty=allow_empty,
+                        date=date,
+                    )
                     built = ((branch.commit_id, mine), made)
                 new_commit = built[1]
                 target = new_commit.id if new_commit is not None else branch.commit_id
@@ -197,11 +188,8 @@ async def commit(
                     await _record_consumed(ctx, repo, branch_id, mine, target)
                     recorded.add((target, mine))
                 rest = tuple(t for t in branch.sealed_tokens if t not in owned)
+                published = replace(branch, commit_id=target, sealed_tokens=rest)  # target: head if no commit
                 try:
-                    if new_commit is None:
-                        published = replace(branch, sealed_tokens=rest)
-                    else:
-                        published = replace(branch, commit_id=new_commit.id, sealed_tokens=rest)
                     await ctx.refs.cas_branch(repo, published, raw)
                 except PreconditionFailedError:
                     branch, raw = await ctx.refs.get_branch(repo, branch_id)
@@ -210,6 +198,37 @@ async def commit(
     if new_commit is None:
         raise NoChangesError(f"branch {branch_id!r} has no effective uncommitted changes")
     return new_commit
+
+
+async def _committable(
+    ctx: RepoContext,
+    repo_id: str,
+    branch_id: str,
+    *,
+    allow_empty: bool,
+    force: bool,
+) -> Repository:
+    """The repository, once a commit of ``branch_id`` may start: a writable repository, the
+    branch's protection, and (unless ``allow_empty``) changes staged on the branch."""
+    repo = await ctx.repository(repo_id)
+    ctx.writable(repo, force)
+    await protection.check(ctx, repo, branch_id, protection.Action.COMMIT)
+    current, _ = await ctx.refs.get_branch(repo, branch_id)
+    if not allow_empty and not await ctx.has_uncommitted(repo, current):
+        raise NoChangesError(f"branch {branch_id!r} has no uncommitted changes")
+    return repo
+
+
+async def _committed_meanwhile(
+    ctx: RepoContext, repo: Repository, branch_id: str, head: str, sealed_on: str
+) -> Commit:
+    """The commit a concurrent commit made of our sealed tokens (none of them is on the branch any
+    more): the branch's ``head``, unless it is still ``sealed_on`` (the tokens were unsealed as
+    no-ops: :class:`NoChangesError`)."""
+    if head == sealed_on:  # unsealed as no-ops by a concurrent commit
+        raise NoChangesError(f"branch {branch_id!r} has no effective uncommitted changes")
+    # A concurrent commit published our tokens: our writes are in it.
+    return await ctx.refs.get_commit(repo, head)
 
 
 async def _record_consumed(

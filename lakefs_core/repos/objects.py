@@ -30,7 +30,9 @@ uploads), and they never reuse an address: keep both true, or journal the new pa
 read per batch, bounded concurrent PUTs, the journal's intents and the batch's open record in one KV
 batch before them, and every staged entry with the batch's settle in one conditional KV batch after
 them (on a KV store whose conditional batches are bounded, DynamoDB's 100 items, the batch is
-journalled and settled in parts of that size, each all or nothing).
+journalled and settled in parts of that size, each all or nothing; the PUTs and the parts are
+:mod:`.object_batches`'s). The values these operations take and return (:class:`ObjectStat`,
+:class:`UploadItem`, ...) are defined in :mod:`.object_values` and imported from here.
 """
 
 from __future__ import annotations
@@ -46,13 +48,12 @@ from collections.abc import (
     Mapping,
     Sequence,
 )
-from dataclasses import dataclass, field, replace
-from datetime import UTC, datetime
+from dataclasses import dataclass, replace
+from datetime import datetime
 
-from lakefs_core.aio import bounded_each
 from lakefs_core.block import copy_object
 from lakefs_core.block._common import normalize_metadata
-from lakefs_core.block.base import BlockStore, ObjectInfo, PutItem
+from lakefs_core.block.base import BlockStore, ObjectInfo
 from lakefs_core.errors import (
     BadInputError,
     ConflictError,
@@ -64,10 +65,8 @@ from lakefs_core.errors import (
 from lakefs_core.faults import fault_point
 from lakefs_core.format.proto import catalog_pb2
 from lakefs_core.format.records import (
-    ADDRESS_RELATIVE,
     ValueRecord,
     decode_entry,
-    entry_last_modified,
     make_entry,
 )
 from lakefs_core.keys import SliceAllocator
@@ -76,87 +75,37 @@ from lakefs_core.refs.model import Repository
 from lakefs_core.refs.staging import tombstone
 from lakefs_core.repos import protection, reading, staging_writes
 from lakefs_core.repos.context import HasContext
-from lakefs_core.repos.journal import Intent, Journal, journal_enabled, new_batch_id
+from lakefs_core.repos.journal import Intent, Journal, journal_enabled
+from lakefs_core.repos.object_batches import PUT_BATCH_WINDOW, journal_parts, put_all, record_intents
+from lakefs_core.repos.object_values import (
+    BlockingBody,
+    Body,
+    ListPage,
+    ObjectStat,
+    StagedAddress,
+    UploadItem,
+    new_entry,
+)
 from lakefs_core.repos.purge_markers import MarkerReads, lookup_markers
 from lakefs_core.repos.reading import prefix_successor
 from lakefs_core.repos.staging_writes import Condition, Settle, check_new_path
 
+__all__ = [  # the values are defined in .object_values; this is their public import path
+    "MAX_LIST_AMOUNT",
+    "PUT_BATCH_WINDOW",
+    "BlockingBody",
+    "Body",
+    "ListPage",
+    "ObjectStat",
+    "Objects",
+    "StagedAddress",
+    "UploadItem",
+    "new_entry",
+    "prefix_successor",
+]
+
 MAX_LIST_AMOUNT = 10_000
-# small bodies written per BlockStore.put_batch call by upload_many: progress is reported per window,
-# and a local namespace syncs once per window. As big as a CLI batch: windows of 250 made four syncs
-# per batch and left writer threads idle at each window's end (5,000-file upload 0.855 -> 0.805 s).
-PUT_BATCH_WINDOW = 1000
 MAX_COPY_OBJECT = 5 << 30  # S3's CopyObject copies at most 5 GiB; a larger copy streams
-
-Body = bytes | AsyncIterable[bytes]
-
-
-@dataclass(frozen=True)
-class BlockingBody:
-    """A small body read whole by a blocking callable (a local file's ``read_bytes``), called in a
-    worker thread only when its object is written: the store writes such items in batches
-    (:meth:`~lakefs_core.block.base.BlockStore.put_batch`), one thread hop and one sync per batch
-    on a local namespace. The callable raises its own typed error."""
-
-    read: Callable[[], bytes]
-
-
-@dataclass(frozen=True)
-class UploadItem:
-    """One object of :meth:`Objects.upload_many`; ``body`` may be a coroutine function opening it
-    only when its PUT starts, or a :class:`BlockingBody` (so a batch never holds every body at once)."""
-
-    path: str
-    body: Body | BlockingBody | Callable[[], Awaitable[Body]]
-    content_type: str | None = None
-    metadata: Mapping[str, str] | None = None
-
-
-@dataclass(frozen=True)
-class ObjectStat:
-    path: str
-    physical_address: str
-    address_type: str  # RELATIVE | FULL
-    size: int
-    etag: str
-    content_type: str
-    metadata: Mapping[str, str] = field(default_factory=dict)
-    last_modified: datetime | None = None
-
-    @classmethod
-    def from_record(cls, record: ValueRecord) -> ObjectStat:
-        entry = decode_entry(record.data)
-        return cls(
-            path=record.key.decode("utf-8", "backslashreplace"),
-            physical_address=entry.address,
-            address_type=_ADDRESS_TYPE_NAMES[entry.address_type],  # checked by decode_entry
-            size=entry.size,
-            etag=entry.e_tag,
-            content_type=entry.content_type,
-            metadata=dict(entry.metadata) if entry.metadata else {},
-            last_modified=entry_last_modified(entry),
-        )
-
-
-_ADDRESS_TYPE_NAMES = {number: name for name, number in catalog_pb2.Entry.AddressType.items()}
-
-
-@dataclass(frozen=True)
-class StagedAddress:
-    """An address issued for a client to write itself (:meth:`Objects.stage_address`)."""
-
-    relative: str
-    full_address: str
-    store: BlockStore
-    key: str  # the store key of ``relative``
-
-
-@dataclass(frozen=True)
-class ListPage:
-    objects: list[ObjectStat]
-    common_prefixes: list[str]
-    has_more: bool
-    next_after: str  # pass as ``after`` to continue
 
 
 @dataclass(frozen=True)
@@ -170,45 +119,6 @@ class _Write:
     journal: Journal | None
     intent: Intent | None
     force: bool
-
-
-def _put_item(item: UploadItem, target: str) -> PutItem:
-    body: bytes | Callable[[], bytes]
-    if isinstance(item.body, BlockingBody):
-        body = item.body.read
-    else:
-        assert isinstance(item.body, bytes)  # upload_many sends only these two kinds here
-        body = item.body
-    return PutItem(target, body, content_type=item.content_type, metadata=item.metadata)
-
-
-def new_entry(
-    key: bytes, relative: str, info: ObjectInfo, metadata: Mapping[str, str] | None, when: datetime
-) -> tuple[ValueRecord, ObjectStat]:
-    """The staged record of an object just stored at ``relative``, and what
-    :meth:`ObjectStat.from_record` would return for it, built from the same fields instead of
-    decoding the entry again (a decode and a pure-Python timestamp conversion per uploaded object)."""
-    content_type = info.content_type or ""
-    identity, data = make_entry(  # copies the metadata it is given
-        relative,
-        info.size,
-        info.etag,
-        last_modified=when,
-        metadata=metadata,
-        content_type=content_type,
-        address_type=ADDRESS_RELATIVE,
-    )
-    stat = ObjectStat(
-        path=key.decode("utf-8", "backslashreplace"),
-        physical_address=relative,
-        address_type="RELATIVE",
-        size=info.size,
-        etag=info.etag,
-        content_type=content_type,
-        metadata=dict(metadata or {}),
-        last_modified=when.astimezone(UTC),  # the entry keeps the instant; from_record reads it as UTC
-    )
-    return ValueRecord(key, identity, data), stat
 
 
 def _path_bytes(path: str) -> bytes:
@@ -460,18 +370,14 @@ class Objects:
         ns, store = await self._namespace(repo)
         addresses = self.slices.new_relative_addresses(len(items))
         journal = Journal(self.ctx, repo) if await journal_enabled(self.ctx, repo) else None
-        parts = self._journal_parts(len(items), journal is not None)
+        parts = journal_parts(self.ctx.kv.max_conditional_items, len(items), journal is not None)
         intents: list[Intent] = []
         if journal is not None:
             now = self.ctx.clock().timestamp()
-            for part in parts:
-                batch = new_batch_id()
-                intents += await journal.record_intents(
-                    [Intent(addresses[i], branch, keys[i], now, batch=batch) for i in part]
-                )
+            intents = await record_intents(journal, parts, addresses, keys, branch=branch, now=now)
         targets = [ns.key(address) for address in addresses]
         async with write_gate or contextlib.nullcontext():
-            infos = await self._put_all(store, items, targets, concurrency, on_stored)
+            infos = await put_all(store, items, targets, concurrency, on_stored)
         if write_gate is not None:
             await asyncio.sleep(0)  # the next batch's PUTs start before this batch's entries are built
         built = [
@@ -487,49 +393,6 @@ class Objects:
             records = [built[i][0] for i in part]
             await staging_writes.set_entries(self.ctx, repo_id, branch, records, force=force, settle=settle)
         return [stat for _, stat in built]
-
-    def _journal_parts(self, count: int, journal: bool) -> list[range]:
-        """The parts a batch of ``count`` is journalled and staged in: one, unless the KV store's
-        conditional batches hold fewer than its entries plus the settle and branch expectations."""
-        limit = self.ctx.kv.max_conditional_items
-        size = count if not journal or limit is None else max(1, limit - 2)
-        return [range(start, min(start + size, count)) for start in range(0, count, max(size, 1))]
-
-    async def _put_all(
-        self,
-        store: BlockStore,
-        items: Sequence[UploadItem],
-        targets: Sequence[str],
-        concurrency: int,
-        on_stored: Callable[[UploadItem, ObjectInfo], None] | None,
-    ) -> list[ObjectInfo]:
-        infos: list[ObjectInfo | None] = [None] * len(items)
-        small = [i for i, item in enumerate(items) if isinstance(item.body, bytes | BlockingBody)]
-        for start in range(0, len(small), PUT_BATCH_WINDOW):
-            window = small[start : start + PUT_BATCH_WINDOW]
-            stored = await store.put_batch(
-                [_put_item(items[i], targets[i]) for i in window],
-                if_none_match=True,
-                concurrency=concurrency,
-            )
-            for i, info in zip(window, stored, strict=True):
-                infos[i] = info
-                if on_stored is not None:
-                    on_stored(items[i], info)
-        rest = [i for i, info in enumerate(infos) if info is None]  # streamed or opened lazily
-
-        async def one(i: int) -> None:
-            item = items[i]
-            assert not isinstance(item.body, bytes | BlockingBody)  # written by put_batch above
-            body = item.body if isinstance(item.body, AsyncIterable) else await item.body()
-            info = infos[i] = await store.put(
-                targets[i], body, if_none_match=True, content_type=item.content_type, metadata=item.metadata
-            )
-            if on_stored is not None:
-                on_stored(item, info)
-
-        await bounded_each(rest, concurrency, one)
-        return [info for info in infos if info is not None]
 
     # -- presigned staging: the client PUTs the bytes itself, then links them --------------------
 

@@ -1,6 +1,7 @@
 """The contract suites of the core's seams, shipped so that a third-party driver runs them.
 
-- :mod:`.kv`: the :class:`~lakefs_core.kv.base.KVStore` contract (fixture ``kv_driver``);
+- :mod:`.kv`: the :class:`~lakefs_core.kv.base.KVStore` contract (fixture ``kv_driver``; its tests
+  are defined in :mod:`.kv_scans` and :mod:`.kv_batches`, and gathered by :mod:`.kv`);
 - :mod:`.block`: the :class:`~lakefs_core.block.base.BlockStore` contract (fixtures ``store`` and,
   for a store with S3's multipart ETags or file-path keys, ``block_traits``);
 - :mod:`.lease`: the lease contract (fixture ``backend``; :func:`.lease.kv_backend` makes one from a

@@ -244,6 +244,31 @@ async def _driver_steps(
         return uncommitted, active.num_active, active.num_commits - active.num_active
 
 
+async def _plan(
+    store: BlockStore,
+    ns: StorageNamespace,
+    layout: RunLayout,
+    ref: StoreRef,
+    items: list[str],
+    *,
+    cutoff: datetime,
+    partitions: int,
+) -> _Plan:
+    """The executor phase's plan: list the slices ``items`` of ``ref``, and read the parts the
+    driver steps wrote under ``layout``."""
+    return _Plan(
+        ref=ref,
+        cutoff_ts=cutoff.timestamp(),
+        items=items,
+        metarange_parts=await list_parts(store, layout.metaranges),
+        uncommitted_parts=await list_parts(store, layout.uncommitted),
+        ranges_dir=ns_relative(ns, layout.ranges),
+        deleted_dir=ns_relative(ns, layout.deleted_text),
+        partitions=partitions,
+        parquet_dir=ns_relative(ns, layout.deleted_parquet),
+    )
+
+
 async def run_mark(
     graveler: Graveler,
     repo_id: str,
@@ -266,17 +291,8 @@ async def run_mark(
         )
         ref = store_ref(graveler.stores.s3, ns)
         items, first_slice = await asyncio.to_thread(plan_slices, ref, manifest.cutoff_time)
-        plan = _Plan(
-            ref=ref,
-            cutoff_ts=manifest.cutoff_time.timestamp(),
-            items=items,
-            metarange_parts=await list_parts(store, layout.metaranges),
-            uncommitted_parts=await list_parts(store, layout.uncommitted),
-            ranges_dir=ns_relative(ns, layout.ranges),
-            deleted_dir=ns_relative(ns, layout.deleted_text),
-            partitions=options.partitions or executor.default_parallelism,
-            parquet_dir=ns_relative(ns, layout.deleted_parquet),
-        )
+        partitions = options.partitions or executor.default_parallelism
+        plan = await _plan(store, ns, layout, ref, items, cutoff=manifest.cutoff_time, partitions=partitions)
         counts = await asyncio.to_thread(executor_phase, executor, plan)
         await write_success_marker(store, ns, manifest.run_id)
         fault_point("mark:before-summary")
@@ -300,21 +316,33 @@ async def run_mark(
     digests[layout.summary] = digest_of(summary.to_bytes())
     fault_point("mark:before-record")
     files = {ns_relative(ns, key): digest for key, digest in digests.items()} | counts.digests
-    record = RunRecord(
-        run_id=manifest.run_id,
-        repository=repo_id,
-        state="complete",
-        start_time=manifest.start_time,
-        end_time=clock.now(),
-        rules=manifest.rules,
-        files=files,
-    )
-    await RunRecords(graveler, repo_id).write(record, replacing=None)
+    await _record_complete(graveler, repo_id, manifest, files, end_time=clock.now())
     log.info(
         "marked %s run %s: %d candidates, %d to delete, %d active commits, %d ranges",
         repo_id, manifest.run_id, counts.listed, counts.deleted, active, counts.ranges_read,
     )  # fmt: skip
     return MarkResult(repo_id, ns.uri, manifest.run_id, manifest, summary)
+
+
+async def _record_complete(
+    graveler: Graveler,
+    repo_id: str,
+    manifest: RunManifest,
+    files: _Digests,
+    *,
+    end_time: datetime,
+) -> None:
+    """Write the run's record, complete (a new record: a run is recorded once), naming its files."""
+    record = RunRecord(
+        run_id=manifest.run_id,
+        repository=repo_id,
+        state="complete",
+        start_time=manifest.start_time,
+        end_time=end_time,
+        rules=manifest.rules,
+        files=files,
+    )
+    await RunRecords(graveler, repo_id).write(record, replacing=None)
 
 
 async def _write_failure(

@@ -412,6 +412,21 @@ async def _already_swept(graveler: Graveler, repo_id: str, record: RunRecord) ->
     return done
 
 
+async def _start_state(
+    store: BlockStore, layout: RunLayout, record: RunRecord, mark_id: str, *, dry_run: bool
+) -> Checkpoint:
+    """Where the sweep of ``mark_id`` starts: its checkpoint (never for a dry run), else the start;
+    a checkpoint of another mark is :class:`CorruptDataError`."""
+    state = Checkpoint(mark_id=mark_id)
+    if not dry_run:
+        state = await _read_checkpoint(store, layout, record) or state
+    if state.mark_id != mark_id:
+        raise CorruptDataError(
+            f"checkpoint names mark {state.mark_id}", file=file_name(store, layout.checkpoint)
+        )
+    return state
+
+
 async def _sweep(
     graveler: Graveler,
     repo_id: str,
@@ -431,13 +446,7 @@ async def _sweep(
     replace = await store.exists(layout.sweep_report)
     clock = options.clock or RunClock(graveler.clock)
     start = clock.now()
-    state = Checkpoint(mark_id=mark_id)
-    if not options.dry_run:
-        state = await _read_checkpoint(store, layout, mark.record) or state
-    if state.mark_id != mark_id:
-        raise CorruptDataError(
-            f"checkpoint names mark {state.mark_id}", file=file_name(store, layout.checkpoint)
-        )
+    state = await _start_state(store, layout, mark.record, mark_id, dry_run=options.dry_run)
     parts = await verify_parts(store, layout.ns, mark.record, layout.deleted_text, digests=True)
     for directory in (layout.uncommitted, layout.metaranges):
         await verify_parts(store, layout.ns, mark.record, directory, digests=True)
