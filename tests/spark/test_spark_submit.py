@@ -65,10 +65,12 @@ async def test_spark_submit_copy_and_a_killed_job(lake: Lake) -> None:
     head = lake.head(repo)
 
     # killed mid-write: the driver's commit stalls (SIGSTOP), the job's process group is killed
+    # (kill_grace 2 s: the process stopped at the fault point never acts on SIGTERM, so the default
+    # 10 s were always spent waiting for it before the SIGKILL)
     killed = {**args, "dest": f"lakefs://{repo}/main/killed/"}
     job = asyncio.ensure_future(
         run_spark_job(JOB_NAME, killed, master="local[2]", timeout=scaled(240), launcher="spark-submit",
-                      env={FAULT_ENV: "spark-write:before-commit:stop"})
+                      env={FAULT_ENV: "spark-write:before-commit:stop"}, kill_grace=2)
     )  # fmt: skip
     try:
         # until the driver stalls at its commit with every task's files journalled: the cheap /proc
