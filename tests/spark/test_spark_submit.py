@@ -18,6 +18,7 @@ from lakefs_core.faults import ENV as FAULT_ENV
 from lakefs_core.spark.jobs import JOB_NAME
 from tests.spark.conftest import Lake, parquet_bytes
 from tests.support.env import require_tool
+from tests.support.timing import scaled
 
 if TYPE_CHECKING:
     from lakefs_core.wiring import Core
@@ -53,7 +54,7 @@ async def test_spark_submit_copy_and_a_killed_job(lake: Lake) -> None:
     # change the result; the copies themselves are test_datasource's speculative-attempts test
     speculative = {"spark.speculation": "true", "spark.speculation.multiplier": "1"}
     result = await run_spark_job(
-        JOB_NAME, args, master="local[2]", timeout=240, launcher="spark-submit", conf=speculative
+        JOB_NAME, args, master="local[2]", timeout=scaled(240), launcher="spark-submit", conf=speculative
     )
     assert (
         result["commit"] == lake.head(repo) and result["files"] == len(lake.paths(repo, "main", "dst/")) >= 1
@@ -64,16 +65,19 @@ async def test_spark_submit_copy_and_a_killed_job(lake: Lake) -> None:
     head = lake.head(repo)
 
     # killed mid-write: the driver's commit stalls (SIGSTOP), the job's process group is killed
+    # (kill_grace 2 s: the process stopped at the fault point never acts on SIGTERM, so the default
+    # 10 s were always spent waiting for it before the SIGKILL)
     killed = {**args, "dest": f"lakefs://{repo}/main/killed/"}
     job = asyncio.ensure_future(
-        run_spark_job(JOB_NAME, killed, master="local[2]", timeout=240, launcher="spark-submit",
-                      env={FAULT_ENV: "spark-write:before-commit:stop"})
+        run_spark_job(JOB_NAME, killed, master="local[2]", timeout=scaled(240), launcher="spark-submit",
+                      env={FAULT_ENV: "spark-write:before-commit:stop"}, kill_grace=2)
     )  # fmt: skip
     try:
-        for _ in range(2400):  # until every task's files are journalled
+        # until the driver stalls at its commit with every task's files journalled: the cheap /proc
+        # scan first, the journal (a core opened, every intent decided) only once it is stopped
+        for _ in range(int(scaled(2400))):  # 0.1 s each
             await asyncio.sleep(0.1)
-            fresh = set(await _journal(lake, repo)) - copied
-            if fresh and _stopped_worker():
+            if _stopped_worker() and set(await _journal(lake, repo)) - copied:
                 break
         else:
             pytest.fail("the job never reached its commit")
