@@ -54,6 +54,7 @@ from lakefs_gc.clock import RunClock
 from lakefs_gc.config import GCConfig
 from lakefs_gc.metrics import GCMetrics
 from lakefs_gc.rules import delete_rules, load_rules, parse_rules_json, save_rules
+from lakefs_gc.runs.record import RunRecords
 from lakefs_gc.runs.runs import RunProgress, RunRegistry, RunRequest, StoredRun, list_run_ids, read_stored_run
 
 
@@ -172,7 +173,10 @@ def _run_model(repo_id: str, stored: StoredRun | None, progress: RunProgress | N
     run_id = stored.run_id if stored is not None else progress.request.run_id  # type: ignore[union-attr]
     run = m.Run(repository=repo_id, run_id=run_id, state="incomplete")
     if stored is not None:
-        run.state = stored.state
+        run.state = stored.state  # from the run's KV record, never from its files
+        if stored.record is not None:
+            run.record = stored.record.state
+            run.error = stored.record.reason
         if stored.manifest is not None:
             run.mode, run.mark_id = stored.manifest.mode, stored.manifest.mark_id
             run.started_at = stored.manifest.start_time
@@ -187,7 +191,7 @@ def _run_model(repo_id: str, stored: StoredRun | None, progress: RunProgress | N
         run.requested_at = progress.requested_at
         run.started_at = run.started_at or progress.started_at
         run.finished_at = progress.finished_at or run.finished_at
-        run.error = progress.error
+        run.error = progress.error or run.error
         if progress.state in ("queued", "running", "failed") or stored is None:
             run.state = progress.state
         run.phase = progress.phase
@@ -206,7 +210,7 @@ async def create_run(request: web.Request) -> web.Response:
     if body.mode == "sweep":
         if body.mark_id is None:
             raise BadInputError("a sweep names the mark it sweeps", field="mark_id")
-        await _check_sweepable(store, ns, check_run_id(body.mark_id))
+        await _check_sweepable(svc, repo.id, store, ns, check_run_id(body.mark_id))
         run_id = body.mark_id
     else:
         if body.mark_id is not None:
@@ -226,12 +230,19 @@ async def create_run(request: web.Request) -> web.Response:
     return _json(_run_model(repo.id, None, progress), status=202)
 
 
-async def _check_sweepable(store: Any, ns: StorageNamespace, mark_id: str) -> None:
-    stored = await read_stored_run(store, ns, mark_id)
-    if stored.manifest is None and stored.summary is None:
+async def _check_sweepable(
+    svc: GCServiceView, repo_id: str, store: Any, ns: StorageNamespace, mark_id: str
+) -> None:
+    """Refuse early what the sweep would refuse, from the run's KV record (the sweep itself checks
+    again, and every file, before any delete)."""
+    stored = await read_stored_run(svc.graveler, repo_id, store, ns, mark_id)
+    if stored.record is None and not stored.has_files:
         raise NotFoundError(f"no GC run {mark_id!r} in this repository")
-    if stored.state in ("failed", "incomplete"):
-        raise ConflictError(f"mark {mark_id!r} is {stored.state}: it can never be swept")
+    if stored.record is None:
+        raise ConflictError(f"mark {mark_id!r} has no run record in the KV (unfinished or abandoned): "
+                            "it can never be swept")  # fmt: skip
+    if stored.state == "failed":
+        raise ConflictError(f"mark {mark_id!r} is failed: it can never be swept")
     if stored.manifest is not None and stored.manifest.mode == "dry-run":
         raise ConflictError(f"mark {mark_id!r} was a dry run: it can never be swept")
 
@@ -241,13 +252,17 @@ async def list_runs(request: web.Request) -> web.Response:
     repo, ns, store = await _store(request)
     query = parse_model(m.ListQuery, dict(request.query))
     memory = {p.request.run_id: p for p in svc.registry.of_repository(repo.id)}
-    ids = await list_run_ids(store, ns)
+    # Every run the KV has a record of (its directory may be gone), and every run directory (lakeFS's
+    # runs, runs without a record: shown as incomplete).
+    recorded = await RunRecords(svc.graveler, repo.id).run_ids()
+    ids = sorted(set(await list_run_ids(store, ns)) | set(recorded), reverse=True)
     results: list[m.Run] = []
     for progress in memory.values():
         if progress.request.run_id not in ids and progress.request.mode != "sweep":
             results.append(_run_model(repo.id, None, progress))
     for run_id in ids[: query.amount]:
-        results.append(_run_model(repo.id, await read_stored_run(store, ns, run_id), memory.get(run_id)))
+        stored = await read_stored_run(svc.graveler, repo.id, store, ns, run_id)
+        results.append(_run_model(repo.id, stored, memory.get(run_id)))
     return _json(m.RunList(results=results[: query.amount]))
 
 
@@ -261,8 +276,8 @@ async def get_run(request: web.Request) -> web.Response:
         raise BadInputError(f"{run_id!r} is not a GC run id", field="run_id") from None
     found = svc.registry.find(repo.id, run_id)
     progress = found[-1] if found else None
-    stored = await read_stored_run(store, ns, run_id)
-    if stored.manifest is None and stored.summary is None and stored.sweep is None:
+    stored = await read_stored_run(svc.graveler, repo.id, store, ns, run_id)
+    if stored.record is None and not stored.has_files and not stored.errors:
         if progress is None:
             raise NotFoundError(f"no GC run {run_id!r} in repository {repo.id!r}")
         return _json(_run_model(repo.id, None, progress))

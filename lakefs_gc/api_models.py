@@ -70,12 +70,15 @@ class RunCreation(_In):
 
 
 class Run(_Out):
-    """A run as this daemon knows it: its files in the namespace merged with its in-memory state."""
+    """A run as this daemon knows it: its KV record (``state``, ``record``: the record's own state,
+    None without one), the files in the namespace that match the record (``summary``, ``sweep``;
+    the others named in ``file_errors``), merged with its in-memory state."""
 
     repository: str
     run_id: str
     mode: str | None = None
     state: Literal["queued", "running", "incomplete", "failed", "marked", "swept"]
+    record: Literal["complete", "swept", "failed"] | None = None
     phase: str | None = None
     mark_id: str | None = None
     requested_at: datetime | None = None

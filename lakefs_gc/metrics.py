@@ -15,9 +15,11 @@ Contract:
 Retention GC: ``runs_total{repo,phase,outcome}``, ``last_success_timestamp_seconds{repo}``,
 ``objects_{listed,marked,deleted}_total{repo}``, ``delete_failures_total{repo}``,
 ``sweep_throttled_total{repo}``, ``reverify_rescued_total{repo}``, ``pinned_commits{repo}``,
-``run_in_progress{repo}``, ``sweep_refusals_total{repo,reason}`` (a sweep refused a run whose files
-do not match its KV record: ``reason`` is one of :data:`lakefs_gc.sweep.verify.REASONS`, a fixed
-set). Hard delete: ``hd_candidates{repo}`` (intents due at the last pass),
+``run_in_progress{repo}``, ``sweep_refusals_total{repo,reason}`` (GC refused to act on a run or a
+namespace: ``reason`` is one of :data:`REFUSAL_REASONS`, a fixed set: the sweep's
+:data:`lakefs_gc.sweep.verify.REASONS`, a run whose files do not match its KV record, plus
+``namespace``, a namespace that no longer leads where recorded or overlaps another, in any phase).
+Hard delete: ``hd_candidates{repo}`` (intents due at the last pass),
 ``hd_deleted_total{repo}``, ``hd_rescued_total{repo}`` (found live at the re-check),
 ``hd_oldest_candidate_age_seconds{repo}``, ``hd_passes_total{repo,outcome}``, ``purges_total{repo}``,
 ``purged_objects_total{repo}``. The loop: ``consecutive_errors``.
@@ -36,6 +38,7 @@ from lakefs_gc.sweep.verify import REASONS
 PREFIX = "lakefs_gc"
 PHASES = ("mark", "sweep", "run")
 OUTCOMES = ("success", "failure", "abandoned")
+REFUSAL_REASONS = (*REASONS, "namespace")
 
 
 class GCMetrics:
@@ -60,7 +63,7 @@ class GCMetrics:
         self.pinned = gauge("pinned_commits", "Commits pinned by mirrors at the last mark.")
         self.refusals = counter(
             "sweep_refusals",
-            "Sweeps refused: the run's files do not match its KV record.",
+            "Runs GC refused to act on: files not matching the KV record, or the namespace.",
             ("repo", "reason"),
         )
         self.in_progress = gauge("run_in_progress", "1 while a GC run of the repository is running here.")
@@ -90,7 +93,7 @@ class GCMetrics:
             c.labels(repo)
         for outcome in ("success", "failure"):
             self.hd_passes.labels(repo, outcome)
-        for reason in REASONS:
+        for reason in REFUSAL_REASONS:
             self.refusals.labels(repo, reason)
         self.in_progress.labels(repo).set(0)
 
@@ -110,7 +113,7 @@ class GCMetrics:
             self._remove(m, repo)
         for outcome in ("success", "failure"):
             self._remove(self.hd_passes, repo, outcome)
-        for reason in REASONS:
+        for reason in REFUSAL_REASONS:
             self._remove(self.refusals, repo, reason)
 
     @staticmethod

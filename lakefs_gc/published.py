@@ -20,10 +20,11 @@ The mirror (``lakefs_mirror``) meets GC here and nowhere else (import-linter enf
 Everything is read as the sweep reads it: ``sweep.json``, ``summary.json``, ``run.json`` bounded
 and strictly parsed, ``sweep.json``, ``sweep/failed.text`` and every ``deleted.text`` part checked
 against the digests of the run record (the parts before the first batch is handed out, and again
-as each is read), the sweep report checked to name its own mark, every deleted address checked to
-be a data object of the namespace (never ``_lakefs/``) before a batch is handed out. A corrupt file
-raises :class:`~lakefs_core.errors.CorruptDataError` naming it, a file that does not match the
-record :class:`~lakefs_core.errors.TamperedError`; nothing is skipped.
+as each is read), a recorded run's ``run.json`` too before its mode is believed, the sweep report
+checked to name its own mark, every deleted address checked to be a data object of the namespace
+(never ``_lakefs/``) before a batch is handed out. A corrupt file raises
+:class:`~lakefs_core.errors.CorruptDataError` naming it, a file that does not match the record
+:class:`~lakefs_core.errors.TamperedError`; nothing is skipped.
 """
 
 from __future__ import annotations
@@ -40,10 +41,17 @@ from lakefs_gc.pins import PIN_SOURCES_GROUP, PinSource
 from lakefs_gc.runs.layout import RunLayout
 from lakefs_gc.runs.parts import file_name, ns_relative, read_lines
 from lakefs_gc.runs.record import Digester, RunRecord, RunRecords, digest_of, file_digest
-from lakefs_gc.runs.reports import read_manifest, read_summary
+from lakefs_gc.runs.reports import MAX_MANIFEST_BYTES, parse_manifest, read_manifest, read_summary
 from lakefs_gc.runs.runs import MAX_SWEEP_REPORT_BYTES, list_run_ids, parse_sweep_report
 from lakefs_gc.sweep.sweep import check_address
-from lakefs_gc.sweep.verify import check_digest, expected, parsed_as_recorded, verify_parts
+from lakefs_gc.sweep.verify import (
+    check_digest,
+    expected,
+    parsed_as_recorded,
+    read_as_recorded,
+    read_verified,
+    verify_parts,
+)
 
 __all__ = ["PIN_SOURCES_GROUP", "FinishedRun", "PinSource", "SweptRun", "finished_runs"]
 
@@ -122,7 +130,7 @@ async def finished_runs(
             swept = await _swept(store, ns, layout, found[1])
             if swept is not None:
                 yield FinishedRun(run_id, swept)
-        elif state == "failed" or await _never_swept(store, layout):
+        elif state == "failed" or await _never_swept(store, layout, None if found is None else found[1]):
             yield FinishedRun(run_id, None)
 
 
@@ -133,15 +141,7 @@ async def _swept(
     key = layout.sweep_report
     want = record.sweep_files.get(ns_relative(ns, key))
     file = file_name(store, key)
-    if want is None:
-        raise TamperedError("the run record lists no sweep report", reason="missing-file", file=file)
-    try:
-        raw = await store.get(key, length=MAX_SWEEP_REPORT_BYTES + 1)
-    except NotFoundError:
-        raise TamperedError(
-            "recorded in the run record but absent", reason="missing-file", file=file
-        ) from None
-    check_digest(digest_of(raw), want, file)
+    raw = await read_as_recorded(store, key, want, limit=MAX_SWEEP_REPORT_BYTES)
     sweep = parse_sweep_report(raw, file=file)
     if sweep.mark_id != layout.run_id:
         raise CorruptDataError(f"sweep.json names mark {sweep.mark_id}", file=file)
@@ -150,8 +150,13 @@ async def _swept(
     return SweptRun(store, ns, layout.run_id, sweep.rescued, record)
 
 
-async def _never_swept(store: BlockStore, layout: RunLayout) -> bool:
-    """A failed mark or a dry-run mark: the sweep refuses both, for good."""
+async def _never_swept(store: BlockStore, layout: RunLayout, record: RunRecord | None) -> bool:
+    """A failed mark or a dry-run mark: the sweep refuses both, for good. A recorded run's mode is
+    read from its ``run.json`` as recorded (a planted one cannot make a sweepable mark look like a
+    dry run); a run without a record (a failed mark of a version that recorded none) from its files."""
+    if record is not None:
+        raw = await read_verified(store, layout.ns, record, layout.manifest, limit=MAX_MANIFEST_BYTES)
+        return parse_manifest(raw, file=file_name(store, layout.manifest)).mode == "dry-run"
     summary = await read_summary(store, layout.summary)
     if summary is not None and not summary.success:
         return True

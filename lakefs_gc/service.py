@@ -52,7 +52,7 @@ from typing import Any
 
 from aiohttp import web
 
-from lakefs_core.errors import ConflictError, LakeFSError, StartupError, TamperedError
+from lakefs_core.errors import ConflictError, LakeFSError, NamespaceConflictError, StartupError, TamperedError
 from lakefs_core.fileperm import make_private_dir
 from lakefs_core.repos.graveler import Graveler, Repository, StorageNamespace
 from lakefs_core.repos.namespace_claims import NamespaceIndex
@@ -326,30 +326,25 @@ class GCService:
         ns = StorageNamespace(repo.storage_namespace)
         store = await self.graveler.namespace_store(ns)
         newest: tuple[float | None, str | None] = (None, None)
-        for run_id in (await list_run_ids(store, ns))[:20]:
-            stored = await read_stored_run(store, ns, run_id)
-            if stored.summary is None:
-                continue  # killed during its mark: abandoned, it deleted nothing
-            record = await self._record_state(repo.id, run_id) if stored.summary.success else "failed"
-            if record is None:
-                # A successful summary but no KV record: killed between the two. It deleted nothing
-                # and can never be swept (a sweep trusts only recorded files): abandoned as well,
-                # so it neither counts as a run nor delays the next one by an interval.
+        # The runs the KV has records of: directories planted in the namespace (with ids of any
+        # time) can neither push the real runs out of this window nor pose as one.
+        for run_id in (await RunRecords(self.graveler, repo.id).run_ids())[:20]:
+            stored = await read_stored_run(self.graveler, repo.id, store, ns, run_id)
+            if stored.record is None:
+                # No KV record: killed during its mark or before its record (it deleted nothing and
+                # can never be swept), or files someone else wrote: neither counts as a run nor
+                # delays the next one by an interval, whatever the files say.
                 continue
-            at = (stored.finished_at or run_id_time(run_id) or stored.summary.start_time).timestamp()
+            at = (stored.finished_at or run_id_time(run_id) or stored.record.start_time).timestamp()
             if newest[0] is None:
-                # A refused run (record ``failed``) is never resumed: its sweep would be refused
-                # again every pass, and a new run is due after the interval.
-                newest = (at, run_id if stored.resumable and record == "complete" else None)
+                # A failed run (its mark failed, or its sweep was refused) is never resumed: a
+                # refused sweep would be refused again every pass, and a new run is due after the
+                # interval. ``resumable`` needs a ``complete`` record and a full mark's run.json.
+                newest = (at, run_id if stored.resumable else None)
             if stored.succeeded:
                 self._restore_last_success(repo.id, at)
                 break
         return newest
-
-    async def _record_state(self, repo_id: str, run_id: str) -> str | None:
-        """The state of the run's KV record (``complete``, ``swept``, ``failed``); None without one."""
-        found = await RunRecords(self.graveler, repo_id).read(run_id)
-        return None if found is None else found[1].state
 
     def _restore_last_success(self, repo_id: str, at: float) -> None:
         gauge = self.metrics.last_success.labels(repo_id)
@@ -402,6 +397,8 @@ class GCService:
         self.metrics.runs.labels(repo_id, phase, "failure").inc()
         if isinstance(error, TamperedError):
             self.metrics.refusals.labels(repo_id, error.reason).inc()
+        elif isinstance(error, NamespaceConflictError):  # GC refuses the namespace: nothing deleted
+            self.metrics.refusals.labels(repo_id, "namespace").inc()
         self.failed_runs += 1
         if progress.state != "failed":
             self.registry.finished(progress, self.now(), error)
@@ -451,10 +448,8 @@ class GCService:
         for run_id in (await list_run_ids(store, ns))[:5]:
             if run_id == request.run_id or run_id in state.abandoned_seen:
                 continue
-            stored: StoredRun = await read_stored_run(store, ns, run_id)
-            if stored.summary is not None and (
-                not stored.summary.success or await self._record_state(request.repository, run_id) is not None
-            ):
+            stored: StoredRun = await read_stored_run(self.graveler, request.repository, store, ns, run_id)
+            if stored.record is not None:
                 return  # a finished mark: older runs were looked at when it was started
             if stored.manifest is not None:
                 state.abandoned_seen.add(run_id)

@@ -17,7 +17,7 @@
 | token consumed by a commit (ours) | ``<repo>-<uid>`` | ``gc-consumed/<branch>/<token>/<commit>`` |
 | batch upload settled (ours, hard-delete journal) | ``<repo>-<uid>`` | ``gc-settled/<batch id>`` |
 | GC run record, pointer (ours) | ``<repo>-<uid>`` | ``gc-runs/<run id>`` |
-| GC run record, immutable (ours) | ``<repo>-<uid>`` | ``gc-run-records/<sha-256 of the record>`` |
+| GC run record, immutable (ours) | ``<repo>-<uid>`` | ``gc-run-records/<sha-256 of the record>[/<chunk>]`` |
 | audit record of a purge (ours) | ``<repo>-<uid>`` | ``purges/<audit id>`` |
 | address a purge destroyed (ours) | ``<repo>-<uid>`` | ``purged/<relative address>`` |
 | the repository has purges (ours) | ``<repo>-<uid>`` | ``purged`` |
@@ -344,9 +344,13 @@ def gc_run_key(run_id: str) -> bytes:
     return GC_RUNS_PREFIX + _segment(run_id, "run_id")
 
 
-def gc_run_record_key(digest: str) -> bytes:
+def gc_run_record_key(digest: str, chunk: int = 0) -> bytes:
     """``gc-run-records/<sha-256>`` in the repository's partition: one immutable GC run record,
-    keyed by the SHA-256 of its bytes (written create-only before the pointer names it)."""
+    keyed by the SHA-256 of its bytes (written create-only before the pointer names it); a record
+    longer than one KV value continues at ``gc-run-records/<sha-256>/<chunk>`` (chunk >= 1)."""
     if len(digest) != 64 or any(c not in "0123456789abcdef" for c in digest):
         raise BadInputError("must be a SHA-256 in lowercase hex", field="digest")
-    return GC_RUN_RECORDS_PREFIX + digest.encode()
+    if chunk < 0:
+        raise BadInputError("must be >= 0", field="chunk")
+    key = GC_RUN_RECORDS_PREFIX + digest.encode()
+    return key if chunk == 0 else key + b"/%d" % chunk

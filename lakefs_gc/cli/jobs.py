@@ -256,8 +256,8 @@ async def _known_mark(core: Any, repo: str, mark_id: str) -> Any:
     except BadInputError:
         raise BadInputError(f"{mark_id!r} is not a GC run id", field="--mark-id") from None
     ns = StorageNamespace((await core.graveler.repository(repo)).storage_namespace)
-    stored = await read_stored_run(await core.graveler.namespace_store(ns), ns, mark_id)
-    if stored.manifest is None and stored.summary is None and stored.sweep is None and not stored.errors:
+    stored = await read_stored_run(core.graveler, repo, await core.graveler.namespace_store(ns), ns, mark_id)
+    if stored.record is None and not stored.has_files and not stored.errors:
         raise NotFoundError(
             f"no such mark {mark_id!r} in repository {repo!r} (`lakefs-gc mark` prints its run_id)"
         )

@@ -281,7 +281,7 @@ async def run_mark(
         await write_success_marker(store, ns, manifest.run_id)
         fault_point("mark:before-summary")
     except LakeFSError as e:
-        await _write_failure(store, layout, manifest, e)
+        await _write_failure(graveler, store, layout, manifest, e, digests=digests, end=clock.now())
         raise
     summary = Summary(
         run_id=manifest.run_id,
@@ -318,10 +318,19 @@ async def run_mark(
 
 
 async def _write_failure(
-    store: BlockStore, layout: RunLayout, manifest: RunManifest, error: LakeFSError
+    graveler: Graveler,
+    store: BlockStore,
+    layout: RunLayout,
+    manifest: RunManifest,
+    error: LakeFSError,
+    *,
+    digests: _Digests,
+    end: datetime,
 ) -> None:
-    """Record ``success=false`` so the run shows as failed (sweep-only refuses it). The original
-    error is what the caller sees; a second failure here is attached to it as a note."""
+    """Record ``success=false`` (lakeFS's shape), then a ``failed`` run record in the KV: the
+    record is what the API and the scheduler believe (a summary anyone could have written is not),
+    and a sweep refuses it. The original error is what the caller sees; a second failure here is
+    attached to it as a note."""
     summary = Summary(
         run_id=manifest.run_id,
         success=False,
@@ -332,8 +341,23 @@ async def _write_failure(
     )
     try:
         await write_summary(store, layout.summary, summary)
+        digests = {**digests, layout.summary: digest_of(summary.to_bytes())}
     except LakeFSError as second:
         error.add_note(f"the failed run's summary could not be written either: {second}")
+    record = RunRecord(
+        run_id=manifest.run_id,
+        repository=manifest.repository,
+        state="failed",
+        reason=f"mark: {type(error).__name__}: {error}"[:1000],
+        start_time=manifest.start_time,
+        end_time=end,
+        rules=manifest.rules,
+        files={ns_relative(layout.ns, key): digest for key, digest in digests.items()},
+    )
+    try:
+        await RunRecords(graveler, manifest.repository).write(record, replacing=None)
+    except LakeFSError as second:
+        error.add_note(f"the failed run's KV record could not be written either: {second}")
 
 
 # -- the spark-submit job ------------------------------------------------------------------------

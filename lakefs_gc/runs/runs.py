@@ -13,13 +13,18 @@ Contract:
   ``progress.phase`` (``mark``/``sweep``) as it goes, so a failure is counted against its phase.
   :class:`lakefs_gc.runner.CoreRunExecutor` is the real one (the mark on the configured Spark
   executor, in-process or as a child process, then the sweep).
-- :class:`RunRegistry` answers the runs of a repository. What a run did is read from the namespace
-  (``unified/<run>/run.json``, ``summary.json``, ``sweep.json``: every file hostile, bounded, parsed
-  strictly), merged with this daemon's in-memory state of the runs it was asked for through the API
-  (``queued``) or is running. A run's ``state``: ``queued``, ``running``, ``incomplete`` (no summary:
-  running on another daemon, or abandoned by a crash: nothing was deleted), ``failed``
-  (``success=false``, or this daemon saw it fail), ``marked`` (a successful mark not swept),
-  ``swept``. The queue is in memory: a restart forgets queued requests (the API says so).
+- :class:`RunRegistry` answers the runs of a repository, merged with this daemon's in-memory state
+  of the runs it was asked for through the API (``queued``) or is running. The queue is in memory:
+  a restart forgets queued requests (the API says so).
+- :func:`read_stored_run`: what a run did. Its ``state`` comes from its run record in the KV
+  (:mod:`lakefs_gc.runs.record`), never from the namespace, where anyone with access to the bucket
+  can write: ``marked`` (record ``complete``: a mark that may be swept), ``swept``, ``failed``, and
+  ``incomplete`` without a record (running on another daemon, killed before its record, not ours:
+  lakeFS's runs; nothing can be swept from it). The files (``run.json``, ``summary.json``,
+  ``sweep.json``) are detail only, each bounded, parsed strictly, naming this run (and repository),
+  and, when the run has a record, shown only if its SHA-256 is the record's; anything else is left
+  out and named in ``errors``. The scheduler's decisions (resume a sweep, when the last run was)
+  read the same verified view.
 """
 
 from __future__ import annotations
@@ -29,9 +34,10 @@ import collections
 import json
 import logging
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from typing import Any, Literal, Protocol
+from typing import Any, Literal, Protocol, TypeVar
 
 from pydantic import BaseModel, ConfigDict, StrictBool, StrictInt, StrictStr, ValidationError
 
@@ -39,7 +45,16 @@ from lakefs_core.block.base import BlockStore, CommonPrefix
 from lakefs_core.errors import BadInputError, ConflictError, CorruptDataError, NotFoundError
 from lakefs_core.repos.graveler import Graveler, StorageNamespace, check_run_id
 from lakefs_gc.runs.layout import RunLayout
-from lakefs_gc.runs.reports import RunManifest, Summary, read_manifest, read_summary
+from lakefs_gc.runs.parts import file_name, ns_relative
+from lakefs_gc.runs.record import FileDigest, RunRecord, RunRecords, digest_of
+from lakefs_gc.runs.reports import (
+    MAX_MANIFEST_BYTES,
+    MAX_SUMMARY_BYTES,
+    RunManifest,
+    Summary,
+    parse_manifest,
+    parse_summary,
+)
 
 log = logging.getLogger(__name__)
 
@@ -157,31 +172,38 @@ def parse_sweep_report(raw: bytes, *, file: str) -> SweepDoc:
         raise CorruptDataError(f"invalid sweep report: {type(e).__name__}", file=file) from None
 
 
+_STATE_OF_RECORD: dict[str, RunState] = {"complete": "marked", "swept": "swept", "failed": "failed"}
+
+
+_Doc = TypeVar("_Doc", RunManifest, Summary, SweepDoc)
+
+
 @dataclass
 class StoredRun:
-    """One run as its files in the namespace tell it."""
+    """One run: its KV record (the state) and the files that match it (detail)."""
 
     run_id: str
-    manifest: RunManifest | None = None  # None: lakeFS's own runs have no run.json
+    record: RunRecord | None = None  # None: the KV has no record of the run
+    manifest: RunManifest | None = None  # None: absent (lakeFS's own runs), or not as recorded
     summary: Summary | None = None
     sweep: SweepDoc | None = None
-    errors: list[str] = field(default_factory=list)  # files that did not parse (named)
+    errors: list[str] = field(default_factory=list)  # files (or a record) left out, named
+
+    @property
+    def has_files(self) -> bool:
+        return self.manifest is not None or self.summary is not None or self.sweep is not None
 
     @property
     def state(self) -> RunState:
-        if self.summary is None:
-            return "incomplete"
-        if not self.summary.success:
-            return "failed"
-        return "swept" if self.sweep is not None and not self.sweep.dry_run else "marked"
+        return "incomplete" if self.record is None else _STATE_OF_RECORD[self.record.state]
 
     @property
     def succeeded(self) -> bool:
-        """Did the run do what its mode asked (a full run: swept)?"""
+        """Did the run do what its mode asked (a full run: swept)? A mode not vouched for by the
+        record (``run.json`` absent or not as recorded) is not taken as success."""
         if self.state == "swept":
             return True
-        mode = self.manifest.mode if self.manifest is not None else "mark"
-        return self.state == "marked" and mode != "full"
+        return self.state == "marked" and self.manifest is not None and self.manifest.mode != "full"
 
     @property
     def resumable(self) -> bool:
@@ -213,25 +235,73 @@ async def list_run_ids(store: BlockStore, ns: StorageNamespace) -> list[str]:
     return sorted(found, reverse=True)
 
 
-async def read_stored_run(store: BlockStore, ns: StorageNamespace, run_id: str) -> StoredRun:
-    """The run's files; a corrupt one is reported in ``errors`` (named), never guessed at."""
+async def read_stored_run(
+    graveler: Graveler, repo_id: str, store: BlockStore, ns: StorageNamespace, run_id: str
+) -> StoredRun:
+    """The run's KV record and the files that match it (see the module docstring); whatever is
+    left out is named in ``errors``, never guessed at."""
     layout = RunLayout(ns, run_id)
     run = StoredRun(run_id)
     try:
-        run.manifest = await read_manifest(store, layout.manifest)
-    except NotFoundError:
-        pass
-    except CorruptDataError as e:
+        found = await RunRecords(graveler, repo_id).read(run_id)
+    except CorruptDataError as e:  # the KV's own bytes are wrong: nothing is vouched for
         run.errors.append(str(e))
-    try:
-        run.summary = await read_summary(store, layout.summary)
-    except CorruptDataError as e:
-        run.errors.append(str(e))
-    try:
-        run.sweep = await read_sweep_report(store, layout.sweep_report)
-    except CorruptDataError as e:
-        run.errors.append(str(e))
+        found = None
+    run.record = None if found is None else found[1]
+    recorded = None if run.record is None else run.record.files
+    manifest = await _detail(
+        run, store, ns, layout.manifest, limit=MAX_MANIFEST_BYTES, parse=parse_manifest, recorded=recorded
+    )
+    if manifest is not None and (manifest.run_id != run_id or manifest.repository != repo_id):
+        run.errors.append(f"{file_name(store, layout.manifest)}: names {manifest.repository!r} run "
+                          f"{manifest.run_id}: left out")  # fmt: skip
+    else:
+        run.manifest = manifest
+    summary = await _detail(
+        run, store, ns, layout.summary, limit=MAX_SUMMARY_BYTES, parse=parse_summary, recorded=recorded
+    )
+    if summary is not None and summary.run_id != run_id:
+        run.errors.append(f"{file_name(store, layout.summary)}: names run {summary.run_id}: left out")
+    else:
+        run.summary = summary
+    swept = None if run.record is None else run.record.sweep_files
+    limit = MAX_SWEEP_REPORT_BYTES
+    sweep = await _detail(
+        run, store, ns, layout.sweep_report, limit=limit, parse=parse_sweep_report, recorded=swept
+    )
+    if sweep is not None and sweep.mark_id != run_id:
+        run.errors.append(f"{file_name(store, layout.sweep_report)}: names mark {sweep.mark_id}: left out")
+    else:
+        run.sweep = sweep
     return run
+
+
+async def _detail(
+    run: StoredRun,
+    store: BlockStore,
+    ns: StorageNamespace,
+    key: str,
+    *,
+    limit: int,
+    parse: Callable[..., _Doc],
+    recorded: dict[str, FileDigest] | None,
+) -> _Doc | None:
+    """One of the run's small files, parsed: None when absent, and when it cannot be shown (named
+    in ``run.errors``): too large or malformed, or, for a run with a record, not as recorded.
+    ``recorded`` None: the run has no record, its files vouch for nothing and are shown as found."""
+    name = file_name(store, key)
+    try:
+        raw = await store.get(key, length=limit + 1)
+    except NotFoundError:
+        return None
+    if recorded is not None and recorded.get(ns_relative(ns, key)) != digest_of(raw):
+        run.errors.append(f"{name}: not the file the run's KV record lists: left out")
+        return None
+    try:
+        return parse(raw, file=name)
+    except CorruptDataError as e:
+        run.errors.append(str(e))
+        return None
 
 
 # -- the registry -----------------------------------------------------------------------------------

@@ -28,7 +28,9 @@
    ``sweep/failed.text``. A ``sweep.json`` found while the record is still ``complete`` (a crash
    between the two, or a planted file) is never trusted: the sweep runs again and replaces it.
 
-Dry run: the same verification and counting, nothing deleted, nothing written.
+Dry run: the same verification and counting, nothing deleted, nothing written to the namespace, and
+the record never moved to ``swept`` nor given a checkpoint; a refusal marks it ``failed`` as a real
+sweep's does (the files were found tampered with, whoever looked).
 ``sweep.json``'s ``start_time`` and ``end_time`` come from ``SweepOptions.clock`` (:mod:`lakefs_gc.clock`).
 Fault points (:mod:`.faults`): ``sweep:verified``, ``sweep:batch:<n>``, ``sweep:before-report``.
 """
@@ -78,6 +80,7 @@ from lakefs_gc.sweep.verify import (
     expected,
     mark_failed,
     parsed_as_recorded,
+    read_as_recorded,
     read_verified,
     trusted_record,
     verify_parts,
@@ -377,27 +380,33 @@ async def run_sweep(
 ) -> SweepReport:
     """Sweep mark ``mark_id`` (see the module docstring). ``deleter`` may be ``None`` only for a
     dry run. Returns the report (already written, unless dry run). A refusal
-    (:class:`~lakefs_core.errors.TamperedError`) marks the run's record failed."""
+    (:class:`~lakefs_core.errors.TamperedError`) marks the run's record failed, in a dry run too."""
     options = options or SweepOptions()
     if deleter is None and not options.dry_run:
         raise BadInputError("a sweep that deletes needs a deleter", field="deleter")
     found = await RunRecords(graveler, repo_id).read(mark_id)
     if found is not None and found[1].state == "swept":
-        return await _already_swept(graveler, repo_id, mark_id)  # a re-sweep deletes nothing (I3)
+        return await _already_swept(graveler, repo_id, found[1])  # a re-sweep deletes nothing (I3)
     try:
         return await _sweep(graveler, repo_id, mark_id, deleter=deleter, options=options, pins=pins)
     except TamperedError as e:
-        if not options.dry_run:
-            await mark_failed(graveler, repo_id, await RunRecords(graveler, repo_id).read(mark_id), e)
+        # A dry run records the refusal too: what it found is a fact about the run's files, not an
+        # action, and a record left ``complete`` would go on telling the API, the scheduler and the
+        # mirrors that a run known to be tampered with may be swept.
+        await mark_failed(graveler, repo_id, await RunRecords(graveler, repo_id).read(mark_id), e)
         raise
 
 
-async def _already_swept(graveler: Graveler, repo_id: str, mark_id: str) -> SweepReport:
+async def _already_swept(graveler: Graveler, repo_id: str, record: RunRecord) -> SweepReport:
+    """The swept run's report, as the record lists it (the answer, never a file anyone wrote)."""
     repo = await graveler.repository(repo_id)
+    mark_id = record.run_id
     layout = RunLayout(StorageNamespace(repo.storage_namespace), mark_id)
     store = await graveler.namespace_store(layout.ns)
-    done = await _read_state(store, layout.sweep_report, SweepReport)
-    if done is None or done.mark_id != mark_id:
+    want = record.sweep_files.get(ns_relative(layout.ns, layout.sweep_report))
+    raw = await read_as_recorded(store, layout.sweep_report, want, limit=MAX_STATE_BYTES)
+    done = _parse_state(raw, SweepReport, file_name(store, layout.sweep_report))
+    if done.mark_id != mark_id:
         raise CorruptDataError("the run record says swept, the sweep report is absent or of another mark",
                                file=file_name(store, layout.sweep_report))  # fmt: skip
     return done

@@ -98,7 +98,15 @@ async def read_verified(
     store: BlockStore, ns: StorageNamespace, record: RunRecord, key: str, *, limit: int
 ) -> bytes:
     """A small file's bytes (at most ``limit + 1`` read), checked against the record."""
-    want = expected(record, ns, store, key)
+    return await read_as_recorded(store, key, expected(record, ns, store, key), limit=limit)
+
+
+async def read_as_recorded(store: BlockStore, key: str, want: FileDigest | None, *, limit: int) -> bytes:
+    """A small file's bytes (at most ``limit + 1`` read) whose digest must be ``want`` (None: the
+    record lists no such file, ``missing-file``)."""
+    if want is None:
+        raise TamperedError("the run record lists no such file", reason="missing-file",
+                            file=file_name(store, key))  # fmt: skip
     try:
         raw = await store.get(key, length=limit + 1)
     except NotFoundError:

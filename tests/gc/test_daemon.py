@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import json
+import os
+import shutil
 import time
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
@@ -141,6 +144,89 @@ async def test_runs_through_the_api(repo: SqliteRepo, tmp_path: Path) -> None:
         assert at is not None and at - wall > timedelta(days=1)
         last = _sample(text, "lakefs_gc_last_success_timestamp_seconds", repo="repo1", region="default")
         assert last > (wall + timedelta(days=1)).timestamp()
+    finally:
+        await svc.close()
+
+
+async def test_the_api_and_the_schedule_believe_the_kv_not_the_files(
+    repo: SqliteRepo, tmp_path: Path
+) -> None:
+    """Anyone with access to the bucket can write a run's files; the state the API answers and the
+    schedule acts on comes from the run's KV record, the files are detail shown only when the record
+    vouches for them."""
+    _, garbage = await repo.live_and_garbage()
+    svc = await _open(repo, tmp_path)
+    store = await repo.g.namespace_store(repo.built.ns)
+    try:
+        swept = (await _call(svc, "POST", RUNS, json={"mode": "full"}))[1]["run_id"]
+        await svc.drain()
+        marked = (await _call(svc, "POST", RUNS, json={"mode": "mark"}))[1]["run_id"]
+        await svc.drain()
+        # The swept run's report edited: still swept (the record says so), the report left out.
+        report = RunLayout(repo.built.ns, swept).sweep_report
+        await store.put(report, (await store.get(report)).replace(b'"deleted":', b'"deleted":1000,"x":'))
+        status, done = await _call(svc, "GET", f"{RUNS}/{swept}")
+        assert status == 200 and (done["state"], done["record"], done["sweep"]) == ("swept", "swept", None)
+        assert any("sweep.json" in e and "KV record" in e for e in done["file_errors"]), done
+        # A sweep report planted beside a mark: still marked, never swept by a file.
+        planted = json.dumps({"mark_id": marked, "deleted": len(garbage)}).encode()
+        await store.put(RunLayout(repo.built.ns, marked).sweep_report, planted)
+        done = (await _call(svc, "GET", f"{RUNS}/{marked}"))[1]
+        assert (done["state"], done["record"], done["sweep"]) == ("marked", "complete", None)
+        # A whole run forged, newer than both: a full mark that "succeeded" and a sweep report. It
+        # has no record: incomplete, never resumed by the schedule, never taken as the last run.
+        forged = svc.clock.new_run_id()
+        layout = RunLayout(repo.built.ns, forged)
+        manifest = json.loads(await store.get(RunLayout(repo.built.ns, marked).manifest))
+        await store.put(layout.manifest, json.dumps({**manifest, "run_id": forged, "mode": "full"}).encode())
+        summary = json.loads(await store.get(RunLayout(repo.built.ns, marked).summary))
+        await store.put(layout.summary, json.dumps({**summary, "run_id": forged}).encode())
+        done = (await _call(svc, "GET", f"{RUNS}/{forged}"))[1]
+        assert (done["state"], done["record"]) == ("incomplete", None)
+        assert (await _call(svc, "POST", RUNS, json={"mode": "sweep", "mark_id": forged}))[0] == 409
+        listing = (await _call(svc, "GET", RUNS))[1]["results"]
+        assert [(r["run_id"], r["state"]) for r in listing] == [
+            (forged, "incomplete"),
+            (marked, "marked"),
+            (swept, "swept"),
+        ]
+        # Twenty more forged directories, newer than every real run, cannot push the real runs out
+        # of what the schedule looks at (it lists the runs the KV has records of).
+        for _ in range(20):
+            fake = svc.clock.new_run_id()
+            body = json.dumps({**manifest, "run_id": fake, "mode": "full"}).encode()
+            await store.put(RunLayout(repo.built.ns, fake).manifest, body)
+        svc.state("repo1").next_run = None  # due by memory: the schedule reads the runs again
+        assert (await svc.step()).started_runs == []  # the last real run is recent; nothing resumed
+        assert svc.failed_runs == 0
+    finally:
+        await svc.close()
+
+
+async def test_a_namespace_refused_is_counted_as_a_refusal(repo: SqliteRepo, tmp_path: Path) -> None:
+    """The namespace check's refusal (exit 15) is a refusal GC alerts on, like a tampered run."""
+    _, garbage = await repo.live_and_garbage()
+    assert garbage
+    root = Path(repo.built.ns.uri.removeprefix("local://"))
+    elsewhere = tmp_path / "elsewhere"
+
+    def swap() -> None:
+        root.rename(tmp_path / "moved-away")
+        shutil.copytree(tmp_path / "moved-away", elsewhere, symlinks=True)
+        os.symlink(elsewhere, root)  # the namespace now leads elsewhere than recorded
+
+    def files() -> list[str]:
+        return sorted(str(p.relative_to(elsewhere)) for p in elsewhere.rglob("*") if p.is_file())
+
+    await asyncio.to_thread(swap)
+    before = await asyncio.to_thread(files)
+    svc = await _open(repo, tmp_path)
+    try:
+        await _call(svc, "POST", RUNS, json={"mode": "full"})
+        await svc.drain()
+        assert svc.failed_runs == 1 and await asyncio.to_thread(files) == before  # nothing written or deleted
+        text = (await _call(svc, "GET", "/metrics", auth=None))[1]
+        assert _sample(text, "lakefs_gc_sweep_refusals_total", repo="repo1", reason="namespace") == 1
     finally:
         await svc.close()
 

@@ -32,6 +32,7 @@ TESTS = DIR / "lakefs-gc-rules.test.yml"
 ALERTS = {
     "LakeFSGCNoSuccessfulRun",
     "LakeFSGCDeleteFailures",
+    "LakeFSGCSweepRefused",
     "LakeFSGCHardDeleteBacklog",
     "LakeFSGCHardDeleteFailing",
     "LakeFSGCPassesFailing",

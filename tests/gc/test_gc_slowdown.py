@@ -21,13 +21,13 @@ from lakefs_core.keys import new_object_id, new_slice_id
 from lakefs_core.kv.memory import MemoryKVStore
 from lakefs_core.repos.graveler import Graveler, StoreRegistry
 from lakefs_core.service.deleter import store_deleter
-from lakefs_core.testing.block import put_all
 from lakefs_gc.mark.mark import run_mark
 from lakefs_gc.sweep.sweep import SweepOptions, SweepReport, run_sweep
 from tests.block.conftest import create_bucket, s3_settings
 from tests.gc.mark_support import REAL_NOW, Built, Clock, Env, build_repo, stored_objects
 from tests.gc.test_mark import deleted_set, expected, options
 from tests.support.moto import MotoServer
+from tests.support.moto_seed import seed_objects
 from tests.support.s3proxy import ThrottlingProxy
 
 EXTRA_GARBAGE = 2990  # with build_repo's few: <= 3,000 keys, three full-ish batches
@@ -55,13 +55,10 @@ async def s3_repo(moto: Callable[[str], MotoServer], tmp_path: Path) -> AsyncIte
             store = await g.namespace_store(built.ns)
             old_slice = new_slice_id(REAL_NOW - timedelta(days=10))
             keys = [built.ns.data_key(old_slice, new_object_id()) for _ in range(EXTRA_GARBAGE)]
-            # Straight to moto: the throttling proxy (in this process) is for the GC run, and
-            # relaying 3,000 setup PUTs through it cost more CPU than the run itself.
-            direct = StoreRegistry(s3=s3_settings(server.endpoint))
-            try:
-                await put_all(await direct.namespace_store(built.ns), keys, parallel=32)
-            finally:
-                await direct.close()
+            # Straight to moto, by plain PUTs: the throttling proxy (in this process) is for the GC
+            # run, and relaying 3,000 setup PUTs through it, or signing them with botocore, cost
+            # more CPU than the run itself (tests/support/moto_seed.py).
+            await seed_objects(server, "gc-bucket", keys)
             live, garbage = await expected(Env(g, clock, built, tmp_path), ["c3", "d", "c1"])
             before = set(await stored_objects(store, built.ns))
             assert len(garbage) > EXTRA_GARBAGE and len(garbage) <= 3000

@@ -15,7 +15,8 @@ from lakefs_core.repos.graveler import Graveler
 from lakefs_gc.mark.mark import MarkOptions, MarkResult, run_mark
 from lakefs_gc.pins import StaticPins
 from lakefs_gc.runs.layout import RunLayout
-from lakefs_gc.runs.parts import list_parts, read_lines
+from lakefs_gc.runs.parts import list_parts, ns_relative, read_lines
+from lakefs_gc.runs.record import RunRecords
 from lakefs_gc.runs.reports import Summary, read_commits_csv, read_manifest, read_summary
 from tests.gc.mark_support import (
     MARK_NOW,
@@ -152,6 +153,10 @@ async def test_bad_range_stops_the_run_naming_the_file(env: Env, how: str) -> No
     store = await env.g.namespace_store(env.built.ns)
     runs = [k async for k in _summaries(store, env)]
     assert len(runs) == 1 and runs[0].success is False  # recorded as failed, never sweepable
+    # ... and so says its KV record, which the API and the scheduler believe (not the summary).
+    found = await RunRecords(env.g, env.built.repo).read(runs[0].run_id)
+    assert found is not None and found[1].state == "failed" and key in (found[1].reason or "")
+    assert ns_relative(env.built.ns, RunLayout(env.built.ns, runs[0].run_id).summary) in found[1].files
 
 
 async def _summaries(store: BlockStore, env: Env) -> AsyncIterator[Summary]:

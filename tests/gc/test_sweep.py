@@ -6,13 +6,14 @@ from __future__ import annotations
 
 import pytest
 
-from lakefs_core.errors import ConflictError, CorruptDataError, NotFoundError
+from lakefs_core.errors import ConflictError, CorruptDataError, NotFoundError, TamperedError
 from lakefs_core.repos.objects import Objects
 from lakefs_core.service.deleter import store_deleter
 from lakefs_gc.faults import ENV, InjectedFault
 from lakefs_gc.mark.mark import run_mark
 from lakefs_gc.rules import GCRules, delete_rules, save_rules
 from lakefs_gc.runs.layout import RunLayout
+from lakefs_gc.runs.record import RunRecords
 from lakefs_gc.sweep.sweep import SweepOptions, SweepReport, run_sweep
 from tests.gc.mark_support import stored_objects
 from tests.gc.test_mark import Env, deleted_set, options
@@ -71,6 +72,7 @@ async def test_dry_run_deletes_nothing(env: Env) -> None:
     store = await env.g.namespace_store(b.ns)
     mark_id = await mark(env)
     before = await stored_objects(store, b.ns)
+    recorded = await RunRecords(env.g, b.repo).read(mark_id)
     report = await run_sweep(env.g, b.repo, mark_id, deleter=None, options=SweepOptions(dry_run=True))
     assert (
         report.dry_run
@@ -79,6 +81,22 @@ async def test_dry_run_deletes_nothing(env: Env) -> None:
     )
     assert await stored_objects(store, b.ns) == before
     assert not await store.exists(RunLayout(b.ns, mark_id).sweep_report)
+    # The record is left exactly as the mark wrote it: not swept, no checkpoint.
+    records = RunRecords(env.g, b.repo)
+    assert await records.read(mark_id) == recorded
+    # A dry run that finds the files tampered with records the refusal as a real sweep does: the
+    # run is failed for good (the API, the scheduler and the mirrors read that), nothing deleted.
+    part = f"{RunLayout(b.ns, mark_id).deleted_text}/part-00000"
+    await store.put(part, await store.get(part) + b"data/planted/object\n")
+    with pytest.raises(TamperedError) as refused:
+        await run_sweep(env.g, b.repo, mark_id, deleter=None, options=SweepOptions(dry_run=True))
+    assert refused.value.reason == "digest"
+    failed = await records.read(mark_id)
+    assert failed is not None and failed[1].state == "failed"
+    assert (failed[1].reason or "").startswith("digest")
+    assert await stored_objects(store, b.ns) == before
+    with pytest.raises(TamperedError, match="not complete"):
+        await sweep(env, mark_id)
     # A dry-run MARK is never swept for real.
     dry = await mark(env, mode="dry-run")
     with pytest.raises(ConflictError):
