@@ -16,6 +16,7 @@ import hashlib
 import io
 import urllib.error
 import urllib.request
+import uuid
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -38,7 +39,6 @@ from tests.server.harness import (
     running,
     swept_context,
 )
-from tests.support.moto import MotoServer
 from tests.support.timing import scaled
 
 
@@ -53,11 +53,12 @@ def server(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFact
     request.getfixturevalue("pg_database")  # skips locally / fails in CI when unreachable
     from tests.support.pg import create_database, drop_database
 
-    moto = MotoServer("us-east-1")
-    moto.start(directory)
+    # The worker's moto server (a bucket of this module's own), not one started for the module
+    moto = request.getfixturevalue("moto_regions").get("us-east-1")
+    bucket = f"lake-{uuid.uuid4().hex[:12]}"
     db = create_database()
     try:
-        boto3.client("s3", **moto.client_kwargs()).create_bucket(Bucket="lake")
+        boto3.client("s3", **moto.client_kwargs()).create_bucket(Bucket=bucket)
         core = {
             "kv_url": db.url,
             "s3": {
@@ -65,20 +66,15 @@ def server(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFact
                 "region": "us-east-1",
                 "credentials": {
                     "source": "static",
-                    **{k: v for k, v in moto.client_kwargs().items() if k.startswith("aws_")},
+                    "access_key_id": moto.client_kwargs()["aws_access_key_id"],
+                    "secret_access_key": moto.client_kwargs()["aws_secret_access_key"],
                 },
             },
         }
-        core["s3"]["credentials"] = {
-            "source": "static",
-            "access_key_id": moto.client_kwargs()["aws_access_key_id"],
-            "secret_access_key": moto.client_kwargs()["aws_secret_access_key"],
-        }
-        with running(directory, core, "s3://lake/repo", tls=True) as server:
+        with running(directory, core, f"s3://{bucket}/repo", tls=True) as server:
             yield server
     finally:
         drop_database(db)
-        moto.stop()
 
 
 # Tests of the gateway's own logic (keys, listings, authorisation, deletes, the sweep) run on the first

@@ -53,6 +53,9 @@ class Client:
     write: Callable[[Keys, str, bytes], None]  # (keys, "<ref>/<path>", body); raises on refusal
     read: Callable[[str], bytes]  # "<ref>/<path>"
     list_dir: Callable[[str], list[str]]  # "<ref>/<dir>/" -> names directly below, "/" suffix for dirs
+    # (keys, local directory, "<ref>/<dir>"): the directory's files in one command (the command-line
+    # clients: one process start for a tree); None: one ``write`` a file
+    write_tree: Callable[[Keys, Path, str], None] | None = None
 
 
 def run(
@@ -102,7 +105,10 @@ def rclone_client(server: Server, tmp: Path) -> Client:
     def list_dir(prefix: str) -> list[str]:
         return rclone(server, ADMIN, "lsf", f"lk:{REPO}/{prefix}").stdout.decode().split()
 
-    return Client("rclone", write, read, list_dir)
+    def write_tree(keys: Keys, source: Path, prefix: str) -> None:
+        rclone(server, keys, "copy", str(source), f"lk:{REPO}/{prefix}")
+
+    return Client("rclone", write, read, list_dir, write_tree)
 
 
 # -- awscli (the machine's) ----------------------------------------------------------------------------
@@ -143,12 +149,15 @@ def aws_client(server: Server, tmp: Path) -> Client:
     def aws(keys: Keys, *args: str) -> bytes:
         return run([binary, "--endpoint-url", server.endpoint, *args], aws_env(server, keys, tmp)).stdout
 
+    def write_tree(keys: Keys, source: Path, prefix: str) -> None:
+        aws(keys, "s3", "sync", str(source), f"s3://{REPO}/{prefix}/")
+
     def write(keys: Keys, key: str, body: bytes) -> None:
         # `s3 sync` of a directory holding the one file (cp's code path is sync's, per file)
         source = tmp / f"aws-src-{uuid.uuid4().hex}"
         source.mkdir()
         (source / key.rpartition("/")[2]).write_bytes(body)
-        aws(keys, "s3", "sync", str(source), f"s3://{REPO}/{key.rpartition('/')[0]}/")
+        write_tree(keys, source, key.rpartition("/")[0])
 
     def read(key: str) -> bytes:
         return aws(ADMIN, "s3", "cp", f"s3://{REPO}/{key}", "-")
@@ -157,7 +166,7 @@ def aws_client(server: Server, tmp: Path) -> Client:
         lines = aws(ADMIN, "s3", "ls", f"s3://{REPO}/{prefix}").decode().splitlines()
         return [line.split()[-1] for line in lines if line.strip()]
 
-    return Client("awscli", write, read, list_dir)
+    return Client("awscli", write, read, list_dir, write_tree)
 
 
 # -- s3fs, pyarrow, polars, minio, s3cmd ---------------------------------------------------------------
@@ -302,7 +311,10 @@ def s3cmd_client(server: Server, tmp: Path, version: int) -> Client:
             line.split()[-1].rstrip("/").rpartition("/")[2] + ("/" if "DIR" in line else "") for line in lines
         ]
 
-    return Client(f"s3cmd-v{version}", write, read, list_dir)
+    def write_tree(keys: Keys, source: Path, prefix: str) -> None:
+        s3cmd(keys, "put", "--recursive", f"{source}/", f"s3://{REPO}/{prefix}/")
+
+    return Client(f"s3cmd-v{version}", write, read, list_dir, write_tree)
 
 
 CLIENTS = ["rclone", "awscli", "s3fs", "pyarrow", "minio", "s3cmd-v2", "s3cmd-v4"]
@@ -325,14 +337,22 @@ def make_client(name: str, server: Server, tmp: Path) -> Client:
 @pytest.fixture(scope="module")
 def written(server: Server, tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
     """Every client writes ``main/<client>/small`` and ``main/<client>/sub/big`` (6 MiB: in two parts
-    by the clients in MULTIPART, a small one by the others), the clients at once; then one commit
-    with ``lakefs-core`` and the tag ``v1``."""
+    by the clients in MULTIPART, a small one by the others; the command-line clients both files in
+    one command), the clients at once; then one commit with ``lakefs-core`` and the tag ``v1``."""
     tmp = tmp_path_factory.mktemp("client-files")
 
     def write_all(name: str) -> None:
         client = make_client(name, server, tmp / name)
-        client.write(ADMIN, f"main/{name}/small", name.encode())
-        client.write(ADMIN, f"main/{name}/sub/big", BIG if name in MULTIPART else b"big")
+        big = BIG if name in MULTIPART else b"big"
+        if client.write_tree is None:
+            client.write(ADMIN, f"main/{name}/small", name.encode())
+            client.write(ADMIN, f"main/{name}/sub/big", big)
+            return
+        tree = tmp / name / "tree"
+        (tree / "sub").mkdir(parents=True)
+        (tree / "small").write_bytes(name.encode())
+        (tree / "sub" / "big").write_bytes(big)
+        client.write_tree(ADMIN, tree, f"main/{name}")
 
     names = [n for n in CLIENTS if n != "awscli" or shutil.which("aws") is not None]
     for name in names:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import os
 import time
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -33,33 +34,30 @@ KILL = {"LAKEFS_CORE_FAULT": "multipart:before-record:kill"}
 @pytest.fixture(params=["local", "s3"])
 def killed(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[Server, dict[str, Any]]]:
     """A server that dies (SIGKILL) inside its first CreateMultipartUpload; and the moto client
-    arguments (S3 only)."""
+    arguments with the bucket ``bucket`` (S3 only: the worker's moto server, a bucket of the test's own)."""
     if request.param == "local":
         core, namespace = local_core(tmp_path)
         with running(tmp_path, core, namespace, env=KILL) as server:
             yield server, {}
         return
-    moto = MotoServer("us-east-1")
-    moto.start(tmp_path)
-    try:
-        kwargs = moto.client_kwargs()
-        boto3.client("s3", **kwargs).create_bucket(Bucket="lake")
-        core = {
-            "kv_url": f"sqlite:///{tmp_path / 'kv.sqlite3'}",
-            "s3": {
-                "endpoint_url": moto.endpoint,
-                "region": "us-east-1",
-                "credentials": {
-                    "source": "static",
-                    "access_key_id": kwargs["aws_access_key_id"],
-                    "secret_access_key": kwargs["aws_secret_access_key"],
-                },
+    moto: MotoServer = request.getfixturevalue("moto_regions").get("us-east-1")
+    kwargs = moto.client_kwargs()
+    bucket = f"lake-{uuid.uuid4().hex[:12]}"
+    boto3.client("s3", **kwargs).create_bucket(Bucket=bucket)
+    core = {
+        "kv_url": f"sqlite:///{tmp_path / 'kv.sqlite3'}",
+        "s3": {
+            "endpoint_url": moto.endpoint,
+            "region": "us-east-1",
+            "credentials": {
+                "source": "static",
+                "access_key_id": kwargs["aws_access_key_id"],
+                "secret_access_key": kwargs["aws_secret_access_key"],
             },
-        }
-        with running(tmp_path, core, "s3://lake/repo", env=KILL) as server:
-            yield server, kwargs
-    finally:
-        moto.stop()
+        },
+    }
+    with running(tmp_path, core, f"s3://{bucket}/repo", env=KILL) as server:
+        yield server, {**kwargs, "bucket": bucket}
 
 
 def _crash_in_create(server: Server) -> None:
@@ -103,8 +101,9 @@ def test_an_upload_orphaned_by_a_kill_is_aborted_by_the_sweep(killed: tuple[Serv
     _crash_in_create(server)
     outside: list[str] = []
     if moto:  # an upload in the bucket outside the namespace: not the sweep's
-        raw = boto3.client("s3", **moto)
-        outside.append(raw.create_multipart_upload(Bucket="lake", Key="other/x")["UploadId"])
+        bucket, kwargs = moto["bucket"], {k: v for k, v in moto.items() if k != "bucket"}
+        raw = boto3.client("s3", **kwargs)
+        outside.append(raw.create_multipart_upload(Bucket=bucket, Key="other/x")["UploadId"])
     else:  # a directory of the reserved one not named as an upload: not the sweep's
         mp = server.directory / "data" / "repo" / MP_DIR
         (mp / "not-an-upload").mkdir(parents=True)
@@ -114,7 +113,7 @@ def test_an_upload_orphaned_by_a_kill_is_aborted_by_the_sweep(killed: tuple[Serv
     assert len(orphans) == 1, before
     assert aborted == 1 and after == [kept]
     if moto:
-        listed = boto3.client("s3", **moto).list_multipart_uploads(Bucket="lake", Prefix="other/")
+        listed = raw.list_multipart_uploads(Bucket=bucket, Prefix="other/")
         assert [u["UploadId"] for u in listed.get("Uploads", [])] == outside
     else:
         assert (server.directory / "data" / "repo" / MP_DIR / "not-an-upload").is_dir()
