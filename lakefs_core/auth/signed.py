@@ -3,9 +3,9 @@
 :class:`SignedRequest` is built by the HTTP layer from what it received, untouched: the method, the
 RAW path (percent-encoded as sent, no query; the gateway takes object keys from it too, so ``//``,
 ``%2F``, ``+`` and unicode keys are signed as they travel), the raw query string and the header
-pairs in order (repeated names allowed). The query string is parsed once per request, when first asked
-(the gateway asks for a dozen parameters of one request). Nothing here does I/O; every function is pure and safe on
-hostile input: sizes are bounded, failures are one typed error
+pairs in order (repeated names allowed). The query string is parsed once per request, when first
+asked (the gateway asks for a dozen parameters of one request). Nothing here does I/O; every
+function is pure and safe on hostile input: sizes are bounded, failures are one typed error
 (:class:`~lakefs_core.errors.BadRequestError` for a malformed request,
 :class:`~lakefs_core.errors.AuthenticationError` for a refused one), and no message repeats a
 secret, a signature or a header value that could hold one.
