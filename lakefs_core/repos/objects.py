@@ -87,6 +87,9 @@ MAX_LIST_AMOUNT = 10_000
 # per batch and left writer threads idle at each window's end (5,000-file upload 0.855 -> 0.805 s).
 PUT_BATCH_WINDOW = 1000
 MAX_COPY_OBJECT = 5 << 30  # S3's CopyObject copies at most 5 GiB; a larger copy streams
+# reads of at most this many bytes are one BlockStore.get (a stream's chunk: the same memory), not a
+# stream: a local store's stream costs two worker-thread hops (open, read), a get one
+SMALL_READ_BYTES = 1 << 20
 
 Body = bytes | AsyncIterable[bytes]
 
@@ -750,9 +753,15 @@ class Objects:
         address_type = catalog_pb2.Entry.AddressType.Value(stat.address_type)
         store_uri, key = ns.address_key(stat.physical_address, address_type)
         store = await self.ctx.stores.block_store(store_uri)
+        remaining = stat.size - start if length is None else length
         try:
-            async for chunk in store.stream(key, start=start, length=length):
-                yield chunk
+            if 0 < remaining <= SMALL_READ_BYTES:  # one store call: a local store's one thread hop, not two
+                data = await store.get(key, start=start, length=length)
+                if data:
+                    yield data
+            else:
+                async for chunk in store.stream(key, start=start, length=length):
+                    yield chunk
         except NotFoundError as e:
             # Missing on purpose? A purge that started after the lookup left a marker (HTTP 410).
             await self._refuse_purged(repo, stat)
