@@ -17,7 +17,11 @@ if compressed. Figures (same run, ratios ours / rclone):
   verification's CPU for the same bytes and payload mode (measured alone, in this process) over the
   server processes' CPU time for the upload.
 
-``python -m bench.bench_gateway [--clients 16] [--objects 2000] [--big-mib 256] [--keys 100000]``;
+With ``--tls`` both servers serve HTTPS with a self-signed certificate (``openssl``), boto3
+trusting it: over HTTPS boto3 sends no payload hash (``UNSIGNED-PAYLOAD`` and a CRC32 trailer), so
+the verification share is then CRC32's alone, the bound of what the HTTP figure's SHA-256 adds.
+
+``python -m bench.bench_gateway [--clients 16] [--objects 2000] [--big-mib 256] [--keys 100000] [--tls]``;
 ``--only-big --big-mib 1024`` runs the big object alone, at the issue's size (a few minutes);
 ``--only-listing`` the small objects (which stay staged) and the listings, no big object.
 """
@@ -31,6 +35,7 @@ import os
 import shutil
 import signal
 import socket
+import ssl
 import subprocess
 import sys
 import tempfile
@@ -60,13 +65,16 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def wait_http(url: str, proc: subprocess.Popen[bytes], ok: Callable[[int], bool]) -> None:
+def wait_http(
+    url: str, proc: subprocess.Popen[bytes], ok: Callable[[int], bool], ca_bundle: str | None = None
+) -> None:
+    context = ssl.create_default_context(cafile=ca_bundle) if ca_bundle else None
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
         if proc.poll() is not None:
             raise RuntimeError(f"{proc.args!r} exited {proc.returncode}")
         try:
-            with urllib.request.urlopen(url, timeout=2) as answer:
+            with urllib.request.urlopen(url, timeout=2, context=context) as answer:
                 if ok(answer.status):
                     return
         except urllib.error.HTTPError as e:
@@ -103,14 +111,28 @@ async def seed(root: Path, keys: int) -> None:
         await core.aclose()
 
 
+def self_signed(root: Path) -> tuple[Path, Path]:
+    """A self-signed certificate for 127.0.0.1 and its key (``openssl``), as PEM files."""
+    cert, key = root / "cert.pem", root / "key.pem"
+    subprocess.run(
+        ["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1",
+         "-nodes", "-days", "1", "-subj", "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1",
+         "-keyout", str(key), "-out", str(cert)],
+        check=True, capture_output=True,
+    )  # fmt: skip
+    return cert, key
+
+
 class Servers:
-    """lakefs-server and rclone serve s3, started side by side."""
+    """lakefs-server and rclone serve s3, started side by side (HTTPS with ``tls``)."""
 
     ours: subprocess.Popen[bytes] | None = None
     theirs: subprocess.Popen[bytes] | None = None
+    ca_bundle: str | None = None
 
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, tls: bool = False) -> None:
         self.root = root
+        self.tls = tls
 
     def start(self, keys: int) -> None:
         root = self.root
@@ -118,10 +140,18 @@ class Servers:
         asyncio.run(seed(root / "lakefs", keys))
         cores = os.cpu_count() or 2
         s3_port, admin_port = free_port(), free_port()
+        gateway: dict[str, Any] = {"listen": f"127.0.0.1:{s3_port}"}
+        tls_args: list[str] = []
+        if self.tls:
+            cert, key = self_signed(root)
+            gateway["tls"] = {"cert_file": str(cert), "key_file": str(key)}
+            tls_args = ["--cert", str(cert), "--key", str(key)]
+            self.ca_bundle = str(cert)
+        scheme = "https" if self.tls else "http"
         config = {
             "core": {"kv_url": f"sqlite:///{root / 'lakefs' / 'kv.sqlite3'}"},
             "auth": {"encrypt": {"secret_key": ENCRYPT}},
-            "gateway": {"listen": f"127.0.0.1:{s3_port}"},
+            "gateway": gateway,
             "listen": f"127.0.0.1:{admin_port}",
             "log_level": "WARNING",
         }
@@ -133,7 +163,7 @@ class Servers:
             env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
         )  # fmt: skip
         wait_http(f"http://127.0.0.1:{admin_port}/_ready", self.ours, lambda s: s == 200)
-        self.ours_url = f"http://127.0.0.1:{s3_port}"
+        self.ours_url = f"{scheme}://127.0.0.1:{s3_port}"
         data = root / "rclone"
         (data / "repo" / "main").mkdir(parents=True)
         per_dir = keys // 100
@@ -146,11 +176,11 @@ class Servers:
         rclone = shutil.which("rclone", path=str(BIN)) or "rclone"
         self.theirs = subprocess.Popen(
             [rclone, "serve", "s3", "--auth-key", f"{ACCESS},{SECRET}", "--addr", f"127.0.0.1:{rport}",
-             "--config", "/dev/null", str(data)],
+             "--config", "/dev/null", *tls_args, str(data)],
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
         )  # fmt: skip
-        wait_http(f"http://127.0.0.1:{rport}/", self.theirs, lambda s: s in (200, 400, 403))
-        self.theirs_url = f"http://127.0.0.1:{rport}"
+        self.theirs_url = f"{scheme}://127.0.0.1:{rport}"
+        wait_http(self.theirs_url + "/", self.theirs, lambda s: s in (200, 400, 403), self.ca_bundle)
 
     def pids(self, which: str) -> list[int]:
         """The server's processes (ours: the parent and its workers)."""
@@ -198,13 +228,14 @@ class Servers:
                     os.killpg(proc.pid, signal.SIGKILL)
 
 
-def client(url: str, clients: int) -> Any:
+def client(url: str, clients: int, ca_bundle: str | None = None) -> Any:
     config = Config(
         s3={"addressing_style": "path"}, max_pool_connections=clients + 4, retries={"max_attempts": 2}
     )
     return boto3.client(
         "s3",
         endpoint_url=url,
+        verify=ca_bundle,
         region_name="us-east-1",
         aws_access_key_id=ACCESS,
         aws_secret_access_key=SECRET,
@@ -212,8 +243,8 @@ def client(url: str, clients: int) -> Any:
     )
 
 
-def small_objects(url: str, clients: int, objects: int) -> tuple[float, float]:
-    s3 = client(url, clients)
+def small_objects(url: str, clients: int, objects: int, ca_bundle: str | None) -> tuple[float, float]:
+    s3 = client(url, clients, ca_bundle)
     body = os.urandom(1024)
     keys = [f"main/small/{i:06d}" for i in range(objects)]
 
@@ -229,7 +260,7 @@ def small_objects(url: str, clients: int, objects: int) -> tuple[float, float]:
 
 
 def big_object(servers: Servers, which: str, url: str, mib: int) -> dict[str, float]:
-    s3 = client(url, 8)
+    s3 = client(url, 8, servers.ca_bundle)
     data = os.urandom(mib * MiB)
     transfer = TransferConfig(multipart_threshold=16 * MiB, multipart_chunksize=16 * MiB, max_concurrency=4)
     cpu = servers.cpu_seconds(which)
@@ -250,10 +281,10 @@ def big_object(servers: Servers, which: str, url: str, mib: int) -> dict[str, fl
     }
 
 
-def listing(url: str) -> tuple[float, float]:
+def listing(url: str, ca_bundle: str | None) -> tuple[float, float]:
     """Every key paginated (keys/s, best of 2) and the delimited directories (seconds, best of 5),
     after one warm-up of each (every worker's caches)."""
-    s3 = client(url, 4)
+    s3 = client(url, 4, ca_bundle)
 
     def every() -> float:
         started = time.perf_counter()
@@ -272,9 +303,10 @@ def listing(url: str) -> tuple[float, float]:
     return max(every() for _ in range(2)), min(delimited() for _ in range(5))
 
 
-def verification_cpu(mib: int) -> float:
+def verification_cpu(mib: int, tls: bool = False) -> float:
     """CPU seconds to verify ``mib`` MiB as boto3 sends a multipart part over HTTP (a signed SHA-256
-    payload hash plus a CRC32 checksum header)."""
+    payload hash plus a CRC32 checksum header), or over HTTPS (``tls``: no payload hash, the CRC32
+    alone; boto3 sends it as a trailer, whose framing costs nothing per byte)."""
     import base64
     import hashlib
     import zlib
@@ -285,7 +317,8 @@ def verification_cpu(mib: int) -> float:
     part = os.urandom(16 * MiB)
     crc = base64.b64encode(zlib.crc32(part).to_bytes(4, "big")).decode()
     request = SignedRequest("PUT", "/repo/main/big", "", (("x-amz-checksum-crc32", crc),))
-    verified = VerifiedRequest(ACCESS, 4, hashlib.sha256(part).hexdigest())
+    payload = "UNSIGNED-PAYLOAD" if tls else hashlib.sha256(part).hexdigest()
+    verified = VerifiedRequest(ACCESS, 4, payload)
     started = time.process_time()
     for _ in range(mib // 16):
         verifier = body_verifier(verified, request)
@@ -303,6 +336,7 @@ def main() -> None:
     parser.add_argument("--objects", type=int, default=2000)
     parser.add_argument("--big-mib", type=int, default=256)
     parser.add_argument("--keys", type=int, default=100_000)
+    parser.add_argument("--tls", action="store_true", help="both servers over HTTPS (self-signed)")
     only = parser.add_mutually_exclusive_group()
     only.add_argument(
         "--only-big",
@@ -318,17 +352,28 @@ def main() -> None:
     if args.only_big:
         args.keys = 100
     root = Path(tempfile.mkdtemp(prefix="bench-gateway-"))
-    servers = Servers(root)
+    servers = Servers(root, tls=args.tls)
     try:
         servers.start(args.keys)
         figures: dict[str, Any] = {}
         for which, url in (("ours", servers.ours_url), ("rclone", servers.theirs_url)):
-            big = {} if args.only_listing else big_object(servers, which, url, args.big_mib)
+            try:
+                big = {} if args.only_listing else big_object(servers, which, url, args.big_mib)
+            except Exception as e:  # rclone serve s3 refuses boto3's chunked HTTPS uploads (411)
+                if which == "ours" or not args.tls:
+                    raise
+                print(f"rclone: the big object failed over HTTPS: {e}", file=sys.stderr)
+                big = {
+                    "put_mb_s": float("nan"),
+                    "get_mb_s": float("nan"),
+                    "put_cpu_s": 0.0,
+                    "peak_rss_mb": 0.0,
+                }
             if args.only_big:
                 figures[which] = big
                 continue
-            put, get = small_objects(url, args.clients, args.objects)
-            every, delimited = listing(url)
+            put, get = small_objects(url, args.clients, args.objects, servers.ca_bundle)
+            every, delimited = listing(url, servers.ca_bundle)
             figures[which] = {"put_1k_per_s": put, "get_1k_per_s": get, "list_keys_per_s": every,
                               "list_delimited_s": delimited, **big}  # fmt: skip
         ours, theirs = figures["ours"], figures["rclone"]
@@ -343,7 +388,7 @@ def main() -> None:
         if args.only_listing:
             report("gateway-listing", **common)
             return
-        verify = verification_cpu(args.big_mib)
+        verify = verification_cpu(args.big_mib, tls=args.tls)
         report(
             "gateway-big" if args.only_big else "gateway",
             **common,

@@ -3,8 +3,9 @@
 :class:`SignedRequest` is built by the HTTP layer from what it received, untouched: the method, the
 RAW path (percent-encoded as sent, no query; the gateway takes object keys from it too, so ``//``,
 ``%2F``, ``+`` and unicode keys are signed as they travel), the raw query string and the header
-pairs in order (repeated names allowed). Nothing here does I/O; every function is pure and safe on
-hostile input: sizes are bounded, failures are one typed error
+pairs in order (repeated names allowed). The query string is parsed once per request, when first
+asked (the gateway asks for a dozen parameters of one request). Nothing here does I/O; every
+function is pure and safe on hostile input: sizes are bounded, failures are one typed error
 (:class:`~lakefs_core.errors.BadRequestError` for a malformed request,
 :class:`~lakefs_core.errors.AuthenticationError` for a refused one), and no message repeats a
 secret, a signature or a header value that could hold one.
@@ -13,6 +14,7 @@ secret, a signature or a header value that could hold one.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import cached_property
 from urllib.parse import quote_from_bytes, unquote_to_bytes
 
 from lakefs_core.errors import BadRequestError
@@ -80,8 +82,14 @@ class SignedRequest:
     def query_pairs(self) -> list[tuple[bytes, bytes, bool]]:
         """``(name, value, has '=')`` of every query parameter, percent-decoded to bytes (``+`` is kept
         as itself: S3 clients encode a space as ``%20``)."""
+        return list(self._pairs)
+
+    @cached_property
+    def _pairs(self) -> tuple[tuple[bytes, bytes, bool], ...]:
+        # (cached_property writes the instance's __dict__, which a frozen dataclass allows; a raise
+        # is not cached, so a bad query string fails every time it is read)
         if not self.raw_query:
-            return []
+            return ()
         pairs = []
         for piece in self.raw_query.split("&"):
             if not piece:
@@ -90,15 +98,26 @@ class SignedRequest:
             pairs.append((unquote_to_bytes(name), unquote_to_bytes(value), bool(eq)))
             if len(pairs) > MAX_QUERY_PARAMS:
                 raise BadRequestError("too many query parameters", field="query")
-        return pairs
+        return tuple(pairs)
+
+    @cached_property
+    def _by_name(self) -> dict[bytes, list[bytes]]:
+        found: dict[bytes, list[bytes]] = {}
+        for name, value, _ in self._pairs:
+            found.setdefault(name, []).append(value)
+        return found
+
+    def has_query(self, name: str) -> bool:
+        """Whether query parameter ``name`` (exact case) is present, with or without a value."""
+        return name.encode() in self._by_name
 
     def query(self, name: str) -> str | None:
         """The single value of query parameter ``name`` (exact case); two of them are bad input."""
-        found = [v for n, v, _ in self.query_pairs() if n == name.encode()]
-        if len(found) > 1:
-            raise BadRequestError(f"query parameter {name} is given twice", field=name)
+        found = self._by_name.get(name.encode())
         if not found:
             return None
+        if len(found) > 1:
+            raise BadRequestError(f"query parameter {name} is given twice", field=name)
         try:
             return found[0].decode()
         except UnicodeDecodeError:

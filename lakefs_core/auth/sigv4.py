@@ -18,8 +18,14 @@ up); :meth:`SigV4.verify` recomputes it with the secret and checks the time wind
   scope's date; a header-signed request is accepted within 15 minutes of now either way
   (``RequestTimeTooSkewed``); a presigned one from 15 minutes before its time until its
   ``X-Amz-Expires`` (at most 7 days: 604800 s) ran out (``AccessDenied``: expired);
-- signatures are compared in constant time (:func:`hmac.compare_digest`), computed for every
-  candidate canonical form.
+- signatures are compared in constant time (:func:`hmac.compare_digest`); the candidate canonical
+  forms are tried in order until one matches (which form a client signed is no secret).
+
+Per-request cost: the signing key (four HMACs) depends only on the secret and the credential scope,
+so :func:`signing_key` keeps the last :data:`SIGNING_KEYS_CACHED` it derived (the same key signs a
+client's every request of a day); the request time is parsed without ``strptime``. Neither changes
+what is accepted: the signature is recomputed for every request, with the secret the credential
+lookup answered for it (a revoked or changed secret fails at once, whatever is cached here).
 
 Chunk and trailer signatures of streamed bodies (:func:`chunk_signature`, :func:`trailer_signature`)
 chain from the request's signature; :mod:`lakefs_core.auth.payload` verifies them.
@@ -27,12 +33,14 @@ chain from the request's signature; :mod:`lakefs_core.auth.payload` verifies the
 
 from __future__ import annotations
 
+import calendar
 import hashlib
 import hmac
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import datetime
+from functools import lru_cache
 from urllib.parse import unquote_to_bytes
 
 from lakefs_core.auth import keys
@@ -82,8 +90,13 @@ def _hmac(key: bytes, msg: str) -> bytes:
     return hmac.new(key, msg.encode(), hashlib.sha256).digest()
 
 
+SIGNING_KEYS_CACHED = 256
+
+
+@lru_cache(maxsize=SIGNING_KEYS_CACHED)
 def signing_key(secret: str, date: str, region: str, service: str) -> bytes:
-    """``kSigning``: the HMAC chain of ``"AWS4" + secret``, date, region, service, ``aws4_request``."""
+    """``kSigning``: the HMAC chain of ``"AWS4" + secret``, date, region, service, ``aws4_request``
+    (remembered per argument tuple, see the module)."""
     k = _hmac(("AWS4" + secret).encode(), date)
     return _hmac(_hmac(_hmac(k, region), service), "aws4_request")
 
@@ -155,6 +168,10 @@ class SigV4:
 
     def canonical_requests(self, request: SignedRequest, payload: str) -> list[str]:
         """Every canonical request this signature may have been computed over (see the module)."""
+        return list(self._candidates(request, payload))
+
+    def _candidates(self, request: SignedRequest, payload: str) -> Iterator[str]:
+        """:meth:`canonical_requests` lazily, the form S3 clients sign first."""
         pairs = request.query_pairs()
         if self.presigned:
             pairs = [p for p in pairs if p[0] != b"X-Amz-Signature"]
@@ -163,23 +180,23 @@ class SigV4:
             queries.append(_canonical_query(pairs, True))
         headers = self._canonical_headers(request)
         signed = ";".join(self.signed_headers)
-        return [
-            "\n".join((request.method, uri, query, headers, signed, payload))
-            for uri in _canonical_uris(request.raw_path)
-            for query in queries
-        ]
+        for uri in _canonical_uris(request.raw_path):
+            for query in queries:
+                yield "\n".join((request.method, uri, query, headers, signed, payload))
 
     def verify(self, request: SignedRequest, secret: str, now: float) -> VerifiedRequest:
         """Check the signature with ``secret`` and the time window at ``now`` (Unix seconds)."""
         payload = _payload_hash(request, self.presigned)
         key = signing_key(secret, self.date, self.region, self.service)
         matched: str | None = None
-        for canonical in self.canonical_requests(request, payload):
+        given = self.signature.lower().encode()
+        for canonical in self._candidates(request, payload):
             digest = hashlib.sha256(canonical.encode("utf-8", "surrogateescape")).hexdigest()
             to_sign = "\n".join((ALGORITHM, self.amz_date, self.scope, digest))
             expected = hmac.new(key, to_sign.encode(), hashlib.sha256).hexdigest()
-            if hmac.compare_digest(expected.encode(), self.signature.lower().encode()):
+            if hmac.compare_digest(expected.encode(), given):
                 matched = expected
+                break
         if matched is None:
             raise AuthenticationError(
                 "the request signature does not match (check the secret access key and signing method)",
@@ -196,7 +213,7 @@ class SigV4:
         )
 
     def _check_time(self, now: float) -> None:
-        when = datetime.strptime(self.amz_date, "%Y%m%dT%H%M%SZ").replace(tzinfo=UTC).timestamp()
+        when = _epoch(self.amz_date)
         if self.presigned:
             if when - now > MAX_CLOCK_SKEW:
                 raise AuthenticationError("the presigned request is not valid yet", s3_code="AccessDenied")
@@ -258,13 +275,33 @@ def _check_unsigned(request: SignedRequest, signed: Sequence[str]) -> None:
             )
 
 
+def _fields(value: str) -> tuple[int, int, int, int, int, int]:
+    """The six fields of ``YYYYMMDDTHHMMSSZ`` (already matched by ``_DATE``), checked as ``datetime``
+    checks them (``strptime`` cost ten times more, per request)."""
+    fields = (
+        int(value[:4]),
+        int(value[4:6]),
+        int(value[6:8]),
+        int(value[9:11]),
+        int(value[11:13]),
+        int(value[13:15]),
+    )
+    datetime(*fields)  # ValueError for a day, hour, minute or second out of range
+    return fields
+
+
+def _epoch(value: str) -> float:
+    """Unix seconds of an ISO 8601 basic UTC time ``YYYYMMDDTHHMMSSZ``."""
+    return float(calendar.timegm(_fields(value)))
+
+
 def _amz_date(value: str | None, date: str, where: str) -> str:
     if value is None:
         raise BadRequestError("the request has no X-Amz-Date or Date", s3_code="AccessDenied", field=where)
     if not _DATE.fullmatch(value):
         raise BadRequestError("must be an ISO 8601 basic time (YYYYMMDDTHHMMSSZ)", field=where)
     try:
-        datetime.strptime(value, "%Y%m%dT%H%M%SZ")
+        _fields(value)
     except ValueError:
         raise BadRequestError("is not a valid time", field=where) from None
     if value[:8] != date:

@@ -17,7 +17,10 @@ Contract:
   them, and they came back to life), re-checking before each removal that the name is still free.
 - Looking a credential up by access key id scans the users (lakeFS's layout has no index by key):
   ``O(users)`` reads. :class:`AuthStore` can cache credentials and effective policies for
-  ``cache_seconds`` (a daemon's per-instance cache; the CLI never caches).
+  ``cache_seconds`` (a daemon's per-instance cache; the CLI never caches): a change made through the
+  same store (a key deleted, a policy detached) clears the cache at once; one made by another
+  process (another server instance, ``lakefs-core auth``) is seen within ``cache_seconds``, so a
+  revoked key stops working everywhere within that bound.
 - Secrets are encrypted with the :class:`~lakefs_core.auth.crypt.SecretStore` (lakeFS's format);
   decrypted only for authentication and creation, never listed, never in a message.
 """
@@ -66,15 +69,17 @@ _MAX_CACHED = 10_000
 
 
 class _TTLCache:
-    """A small per-process cache of lookups (credentials, effective policies); ``ttl`` 0 disables it."""
+    """A small per-process cache of lookups (credentials, effective policies); ``ttl`` 0 disables it.
+    ``clock`` is monotonic seconds."""
 
-    def __init__(self, ttl: float) -> None:
+    def __init__(self, ttl: float, clock: Callable[[], float] = time.monotonic) -> None:
         self.ttl = ttl
+        self._clock = clock
         self._items: dict[str, tuple[float, object]] = {}
 
     def get(self, key: str) -> object | None:
         hit = self._items.get(key)
-        if hit is None or hit[0] < time.monotonic():
+        if hit is None or hit[0] < self._clock():
             return None
         return hit[1]
 
@@ -83,7 +88,7 @@ class _TTLCache:
             return
         if len(self._items) >= _MAX_CACHED:
             self._items.clear()
-        self._items[key] = (time.monotonic() + self.ttl, value)
+        self._items[key] = (self._clock() + self.ttl, value)
 
     def clear(self) -> None:
         self._items.clear()
@@ -91,13 +96,21 @@ class _TTLCache:
 
 class AuthStore:
     """lakeFS's KV auth service (see the module). ``secrets`` is needed only to create credentials and
-    to read secrets back (authentication); ``cache_seconds`` > 0 caches credentials and policies."""
+    to read secrets back (authentication); ``cache_seconds`` > 0 caches credentials and policies
+    (``clock``: the cache's monotonic seconds)."""
 
-    def __init__(self, kv: KVStore, secrets: SecretStore | None = None, *, cache_seconds: float = 0) -> None:
+    def __init__(
+        self,
+        kv: KVStore,
+        secrets: SecretStore | None = None,
+        *,
+        cache_seconds: float = 0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.kv = kv
         self._secrets = secrets
-        self._credentials = _TTLCache(cache_seconds)
-        self._policies = _TTLCache(cache_seconds)
+        self._credentials = _TTLCache(cache_seconds, clock)
+        self._policies = _TTLCache(cache_seconds, clock)
 
     # -- primitives ------------------------------------------------------------------------------------
 

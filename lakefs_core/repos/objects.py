@@ -106,6 +106,9 @@ __all__ = [  # the values are defined in .object_values; this is their public im
 
 MAX_LIST_AMOUNT = 10_000
 MAX_COPY_OBJECT = 5 << 30  # S3's CopyObject copies at most 5 GiB; a larger copy streams
+# reads of at most this many bytes are one BlockStore.get (a stream's chunk: the same memory), not a
+# stream: a local store's stream costs two worker-thread hops (open, read), a get one
+SMALL_READ_BYTES = 1 << 20
 
 
 @dataclass(frozen=True)
@@ -613,9 +616,15 @@ class Objects:
         address_type = catalog_pb2.Entry.AddressType.Value(stat.address_type)
         store_uri, key = ns.address_key(stat.physical_address, address_type)
         store = await self.ctx.stores.block_store(store_uri)
+        remaining = stat.size - start if length is None else length
         try:
-            async for chunk in store.stream(key, start=start, length=length):
-                yield chunk
+            if 0 < remaining <= SMALL_READ_BYTES:  # one store call: a local store's one thread hop, not two
+                data = await store.get(key, start=start, length=length)
+                if data:
+                    yield data
+            else:
+                async for chunk in store.stream(key, start=start, length=length):
+                    yield chunk
         except NotFoundError as e:
             # Missing on purpose? A purge that started after the lookup left a marker (HTTP 410).
             await self._refuse_purged(repo, stat)

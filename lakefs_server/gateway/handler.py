@@ -88,7 +88,7 @@ class S3Call:
         return self.signed.query(name)
 
     def has_query(self, name: str) -> bool:
-        return any(n == name.encode() for n, _, _ in self.signed.query_pairs())
+        return self.signed.has_query(name)
 
 
 Operation = Callable[[S3Call], Awaitable[web.StreamResponse]]
@@ -106,16 +106,25 @@ def register(*operations: S3Operation) -> Callable[[Operation], Operation]:
     return wrap
 
 
+_SIGNED = "lakefs_server.signed"  # the request's key for its SignedRequest (built once per request)
+
+
 def signed_request(request: web.Request, host_bucket: str | None) -> SignedRequest:
-    """The request as its signature sees it: method, RAW path and query, headers in order."""
+    """The request as its signature sees it: method, RAW path and query, headers in order (built
+    once per request: the router's decision and the handler read the same one)."""
+    found = request.get(_SIGNED)
+    if isinstance(found, SignedRequest) and found.bucket == host_bucket:
+        return found
     raw_path, _, raw_query = request.raw_path.partition("?")
-    return SignedRequest(
+    signed = SignedRequest(
         request.method,
         raw_path,
         raw_query,
-        tuple((k, v) for k, v in request.headers.items()),
+        tuple(request.headers.items()),
         bucket=host_bucket,
     )
+    request[_SIGNED] = signed
+    return signed
 
 
 def classify(method: str, target: Target, signed: SignedRequest) -> S3Operation:

@@ -54,7 +54,7 @@ __all__ = ["body_stream", "check_write_conditions", "etag_matches", "parse_range
 
 _RANGE = re.compile(r"bytes=(\d*)-(\d*)")
 READ_CHUNK = 1 << 20
-OFFLOAD_BYTES = 256 << 10  # body pieces at least this big are verified in the CPU pool
+OFFLOAD_BYTES = 256 << 10  # body pieces gathered to this size are verified in the CPU pool
 _OVERRIDES = {
     "response-content-type": "Content-Type",
     "response-content-language": "Content-Language",
@@ -217,17 +217,32 @@ async def get_object_tagging(call: S3Call) -> web.StreamResponse:
 async def body_stream(call: S3Call) -> tuple[AsyncIterator[bytes], dict[str, str]]:
     """The request body's object bytes, verified as they stream; the dict is filled with the
     verified checksums (by header name) once the stream ended without error. The stream raises
-    before its end when anything does not match, so a store writing it never commits it."""
+    before its end when anything does not match, so a store writing it never commits it.
+
+    The verification (SHA-256, MD5, CRCs, chunk signatures: they release the GIL) runs in the CPU
+    pool on pieces of at least ``OFFLOAD_BYTES``: the socket hands aiohttp's reader at most about
+    128 KiB at a time, so the received pieces are gathered first (a body's last piece, under
+    ``OFFLOAD_BYTES``, and small bodies are verified on the loop: a hop costs more than they do)."""
     verifier = body_verifier(call.verified, call.signed)
     verified: dict[str, str] = {}
     metrics = call.ctx.metrics
 
     async def stream() -> AsyncIterator[bytes]:
+        pending: list[bytes] = []
+        size = 0
         async for chunk in call.request.content.iter_chunked(READ_CHUNK):
-            # hashing a big piece (SHA-256, MD5, CRCs release the GIL) runs off the event loop
-            data = (
-                await run_cpu(verifier.feed, chunk) if len(chunk) >= OFFLOAD_BYTES else verifier.feed(chunk)
-            )
+            pending.append(chunk)
+            size += len(chunk)
+            if size < OFFLOAD_BYTES:
+                continue
+            piece = pending[0] if len(pending) == 1 else b"".join(pending)
+            pending, size = [], 0
+            data = await run_cpu(verifier.feed, piece)
+            if data:
+                metrics.received.inc(len(data))
+                yield data
+        if pending:
+            data = verifier.feed(b"".join(pending))
             if data:
                 metrics.received.inc(len(data))
                 yield data

@@ -428,14 +428,16 @@ class TableReader:
     def seek_ge(self, user_key: bytes) -> Iterator[tuple[bytes, bytes]]:
         """Records with key ``>= user_key``, in key order. The block the seek lands in is read
         through the cache and kept as a point lookup's is (a listing seeks past every directory: a
-        repeated one decodes each block once); the blocks after it are read as a scan's."""
+        repeated one decodes each block once); the blocks after it are read as a scan's. A scan from
+        the table's start keeps its first block the same way (a listing whose prefix sorts before
+        the range's first key starts there)."""
         return self._scan(bisect_left(self._seps, user_key), user_key)
 
     def _scan(self, first: int, start: bytes | None) -> Iterator[tuple[bytes, bytes]]:
         prev_last: bytes | None = None  # last key of the previous block
         entries = 0
         for b in range(first, self._nblocks):
-            if b == first and start is not None:
+            if b == first:  # (a listing's first block, from a seek or the table's start: kept)
                 keys, vals, count = self._blocks[b] or self._load(b)
             else:
                 keys, vals, count = self._peek(b)
