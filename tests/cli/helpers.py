@@ -124,20 +124,24 @@ class Mixed:
 
     For a run whose every command also runs as a real process elsewhere (the embedded scenario); the
     in-process calls see this process's environment (:func:`set_user_env`) and working directory,
-    which must match ``processes``'. Output is captured as bytes; every result joins ``history``.
+    which must match ``processes``'. A command given ``stdin`` runs as a process too. Output is
+    captured as bytes; every result joins ``history``.
     """
 
     processes: Cli
     capsys: pytest.CaptureFixture[bytes]
     history: list[Result] = field(default_factory=list)
 
-    def __call__(self, *args: str) -> Result:
-        self.capsys.readouterr()
-        code = main(list(args))
-        captured = self.capsys.readouterr()
-        result = Result(tuple(args), code, captured.out, captured.err.decode(errors="replace"))
-        assert "Traceback" not in result.err, result.err
-        assert "ResourceWarning" not in result.err and "Unclosed" not in result.err, result.err
+    def __call__(self, *args: str, stdin: bytes | None = None) -> Result:
+        if stdin is not None:  # a command reading stdin runs as a process, its input piped in
+            result = self.processes(*args, stdin=stdin)
+        else:
+            self.capsys.readouterr()
+            code = main(list(args))
+            captured = self.capsys.readouterr()
+            result = Result(tuple(args), code, captured.out, captured.err.decode(errors="replace"))
+            assert "Traceback" not in result.err, result.err
+            assert "ResourceWarning" not in result.err and "Unclosed" not in result.err, result.err
         self.history.append(result)
         return result
 
