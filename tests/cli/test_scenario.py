@@ -26,7 +26,7 @@ import boto3  # type: ignore[import-untyped]
 import pytest
 
 from lakefs_core.cli.sst import inspect_table
-from tests.cli.helpers import Cli, Mixed, set_user_env, table_files, user_env, write_tree
+from tests.cli.helpers import Cli, InProcess, Mixed, set_user_env, table_files, user_env, write_tree
 from tests.support.env import require_tool
 from tests.support.moto import ACCESS_KEY, SECRET_KEY, MotoServer
 from tests.support.timing import scaled
@@ -236,14 +236,15 @@ def test_scenario_s3_and_dynamodb(
         s3.close()
 
 
-def test_concurrent_cli_commits_on_one_sqlite_store(tmp_path: Path) -> None:
+def test_concurrent_cli_commits_on_one_sqlite_store(run: InProcess, tmp_path: Path) -> None:
     """Two processes each upload then commit, two rounds, at the same time, on one branch.
 
     ``--allow-empty``: a writer's upload may already have been committed by the other writer's
-    commit (it takes every staged change), leaving it nothing to commit.
+    commit (it takes every staged change), leaving it nothing to commit. The repository is created
+    and read back in-process (``run``, the same user): only the writers need to be processes.
     """
     cli = Cli(user_env(tmp_path / "home"), cwd=tmp_path)
-    cli("repo", "create", "lakefs://race", f"local://{tmp_path / 'ns'}").ok()
+    run("repo", "create", "lakefs://race", f"local://{tmp_path / 'ns'}").ok()
     for name in ("a", "b"):
         (tmp_path / f"{name}.txt").write_text(f"from {name}\n")
     failures: list[str] = []
@@ -267,14 +268,12 @@ def test_concurrent_cli_commits_on_one_sqlite_store(tmp_path: Path) -> None:
         t.join()
     assert failures == []
 
-    log, listing = cli.many(
-        ["log", "lakefs://race/main", "--json"], ["fs", "ls", "lakefs://race/main/", "-r", "--json"]
-    )
-    history = log.json()["results"]
+    history = run.json("log", "lakefs://race/main")["results"]
     # Up to four commits on top of "Repository created": a commit whose staged changes were all
     # published by the other process's concurrent commit returns that commit instead of a new one.
     assert 1 + ROUNDS <= len(history) <= 1 + 2 * ROUNDS and history[-1]["message"] == "Repository created"
     for newer, older in itertools.pairwise(history):
         assert newer["parents"] == [older["id"]]  # linear: one parent each, the next entry
     assert {c["message"] for c in history[:-1]} <= {f"{n} {i}" for n in "ab" for i in range(ROUNDS)}
-    assert [o["path"] for o in listing.json()["results"]] == [f"{n}/{i}" for n in "ab" for i in range(ROUNDS)]
+    listing = run.json("fs", "ls", "lakefs://race/main/", "-r")["results"]
+    assert [o["path"] for o in listing] == [f"{n}/{i}" for n in "ab" for i in range(ROUNDS)]
