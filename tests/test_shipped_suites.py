@@ -10,6 +10,7 @@ import subprocess
 import sys
 import textwrap
 from pathlib import Path
+from xml.etree import ElementTree
 
 import pytest
 
@@ -76,9 +77,13 @@ def test_a_third_party_module_runs_a_shipped_suite(tmp_path: Path, suite: str) -
     module.write_text(textwrap.dedent(THIRD_PARTY[suite]))
     shipped = importlib.import_module(f"lakefs_core.testing.{suite}")
     functions = [name for name in shipped.__all__ if name.startswith("test_")]
-    collected = _pytest(tmp_path, module, "--collect-only")
-    tests = sum(1 for line in collected.stdout.splitlines() if "::test_" in line)
-    assert tests >= len(functions) > 0, collected.stdout[-2000:]  # every test of the suite, at least once
-    proc = _pytest(tmp_path, module)
+    # One pytest process collects and runs: its JUnit report counts what it collected and how each ended.
+    proc = _pytest(tmp_path, module, "--junitxml", str(tmp_path / "report.xml"))
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
+    report = ElementTree.parse(tmp_path / "report.xml").find("testsuite")
+    assert report is not None
+    counts = {k: int(report.get(k, "-1")) for k in ("tests", "failures", "errors", "skipped")}
+    tests = counts["tests"]
+    assert tests >= len(functions) > 0, proc.stdout[-2000:]  # every test of the suite, at least once
+    assert counts == {"tests": tests, "failures": 0, "errors": 0, "skipped": 0}, counts  # all passed
     assert proc.stdout.splitlines()[-1].startswith(f"{tests} passed"), proc.stdout[-500:]

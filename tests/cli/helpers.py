@@ -117,6 +117,43 @@ class InProcess:
         return self(*args, "--json").json()
 
 
+@dataclass
+class Mixed:
+    """A scenario's sequential commands in-process, its concurrent ones (:meth:`many`) as real
+    processes: several processes on one store at once stay real, the rest spend no interpreter start.
+
+    For a run whose every command also runs as a real process elsewhere (the embedded scenario); the
+    in-process calls see this process's environment (:func:`set_user_env`) and working directory,
+    which must match ``processes``'. A command given ``stdin`` runs as a process too. Output is
+    captured as bytes; every result joins ``history``.
+    """
+
+    processes: Cli
+    capsys: pytest.CaptureFixture[bytes]
+    history: list[Result] = field(default_factory=list)
+
+    def __call__(self, *args: str, stdin: bytes | None = None) -> Result:
+        if stdin is not None:  # a command reading stdin runs as a process, its input piped in
+            result = self.processes(*args, stdin=stdin)
+        else:
+            self.capsys.readouterr()
+            code = main(list(args))
+            captured = self.capsys.readouterr()
+            result = Result(tuple(args), code, captured.out, captured.err.decode(errors="replace"))
+            assert "Traceback" not in result.err, result.err
+            assert "ResourceWarning" not in result.err and "Unclosed" not in result.err, result.err
+        self.history.append(result)
+        return result
+
+    def many(self, *commands: Sequence[str]) -> list[Result]:
+        results = self.processes.many(*commands)
+        self.history.extend(results)
+        return results
+
+    def json(self, *args: str) -> Any:
+        return self(*args, "--json").json()
+
+
 def run_probe(tmp_path: Path, script: str, *args: str, **env: str) -> dict[str, Any]:
     """Run ``script`` in a fresh interpreter with this checkout first on the path, as a user whose
     home is under ``tmp_path`` (``env`` added); the script gets a report file as ``sys.argv[1]``

@@ -1,12 +1,13 @@
 """``fs download`` never writes through a symbolic link below its destination (issue 32, item 7).
 
-Real CLI processes. A link planted below DEST (to a directory outside it, to a file outside it, or
-dangling) at every level a key's path crosses is refused with one line naming the link (exit 9,
-BadInputError) and nothing outside DEST is created, modified or deleted (the tree outside is
-compared entry by entry). On c5cbe05, ``download -r`` made its temporary file and renamed it
-through ``DEST/sub -> /outside``, writing ``/outside/a.txt``. A DEST given as a link is the user's
-own choice: resolved once, as ``cp`` would, and written below its target; links below DEST that no
-key crosses do not matter.
+Real CLI processes for the downloads (the repository they read is set up in-process: ``repo create``
+and ``upload -r`` run as processes in test_scenario.py). A link planted below DEST (to a directory
+outside it, to a file outside it, or dangling) at every level a key's path crosses is refused with
+one line naming the link (exit 9, BadInputError) and nothing outside DEST is created, modified or
+deleted (the tree outside is compared entry by entry). On c5cbe05, ``download -r`` made its
+temporary file and renamed it through ``DEST/sub -> /outside``, writing ``/outside/a.txt``. A DEST
+given as a link is the user's own choice: resolved once, as ``cp`` would, and written below its
+target; links below DEST that no key crosses do not matter.
 """
 
 from __future__ import annotations
@@ -17,18 +18,17 @@ from pathlib import Path
 import pytest
 
 from tests.block.test_local_symlinks import snapshot
-from tests.cli.helpers import Cli, user_env, write_tree
+from tests.cli.helpers import Cli, InProcess, user_env, write_tree
 
 FILES = {"sub/a.txt": b"a", "sub/deep/b.txt": b"bb", "top.txt": b"top"}
 
 
 @pytest.fixture
-def cli(tmp_path: Path) -> Cli:
-    cli = Cli(user_env(tmp_path / "home"), cwd=tmp_path)
-    cli("repo", "create", "lakefs://dlr", f"local://{tmp_path / 'ns'}").ok()
+def cli(run: InProcess, tmp_path: Path) -> Cli:
+    run("repo", "create", "lakefs://dlr", f"local://{tmp_path / 'ns'}").ok()  # the same user as below
     write_tree(tmp_path / "src", FILES)
-    cli("fs", "upload", "-r", "lakefs://dlr/main/", "--source", str(tmp_path / "src")).ok()
-    return cli
+    run("fs", "upload", "-r", "lakefs://dlr/main/", "--source", str(tmp_path / "src")).ok()
+    return Cli(user_env(tmp_path / "home"), cwd=tmp_path)
 
 
 def outside_tree(tmp_path: Path) -> Path:

@@ -443,13 +443,12 @@ def test_upload_tree_refuses_unusable_names_before_uploading(
     assert run.json("fs", "ls", "-r", f"{repo}/")["results"] == []  # nothing was staged
 
 
-def test_a_closed_stdout_ends_quietly_with_141(tmp_path: Path) -> None:
+def test_a_closed_stdout_ends_quietly_with_141(run: InProcess, tmp_path: Path) -> None:
     """`lakefs-core fs ls -r ... | head -1`: the reader goes away; exit 141 as a native tool's
     SIGPIPE death reads in a shell, with nothing on stderr (no traceback, no 'unexpected')."""
-    env = user_env(tmp_path / "home")
+    env = user_env(tmp_path / "home")  # ``run``'s user: the repository is created in-process
     cmd = [sys.executable, "-m", "lakefs_core.cli"]
-    create = [*cmd, "repo", "create", "lakefs://pipe", f"local://{tmp_path / 'ns'}"]
-    subprocess.run(create, env=env, check=True, capture_output=True)
+    run("repo", "create", "lakefs://pipe", f"local://{tmp_path / 'ns'}").ok()
     with subprocess.Popen(
         [*cmd, "log", "lakefs://pipe/main"], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE
     ) as proc:
@@ -462,18 +461,15 @@ def test_a_closed_stdout_ends_quietly_with_141(tmp_path: Path) -> None:
 @pytest.mark.skipif(
     not (os.path.exists("/dev/full") and stat.S_ISCHR(os.stat("/dev/full").st_mode)), reason="no /dev/full"
 )
-def test_a_full_stdout_is_a_storage_full_error(tmp_path: Path) -> None:
+def test_a_full_stdout_is_a_storage_full_error(run: InProcess, tmp_path: Path) -> None:
     """Output redirected to a full disk (`/dev/full`): one line naming the output and exit 14, as
     any other out-of-space error, for a session's command (`fs cat`, text and --json), one
     without a session (`--version`) and the help text; never 'unexpected OSError'."""
-    env = user_env(tmp_path / "home")
+    env = user_env(tmp_path / "home")  # ``run``'s user: the object is put in-process
     cmd = [sys.executable, "-m", "lakefs_core.cli"]
     src = write_tree(tmp_path / "src", {"f": os.urandom(300_000)})
-    subprocess.run(
-        [*cmd, "repo", "create", "lakefs://full", f"local://{tmp_path / 'ns'}"], env=env, check=True
-    )
-    put = [*cmd, "fs", "upload", "lakefs://full/main/f", "--source", str(src / "f")]
-    subprocess.run(put, env=env, check=True, capture_output=True)
+    run("repo", "create", "lakefs://full", f"local://{tmp_path / 'ns'}").ok()
+    run("fs", "upload", "lakefs://full/main/f", "--source", str(src / "f")).ok()
     for args in (
         ["fs", "cat", "lakefs://full/main/f"],
         ["--json", "fs", "cat", "lakefs://full/main/f"],
@@ -559,7 +555,7 @@ def test_human_output_escapes_control_characters_in_keys(run: InProcess, repo: s
     assert "\x1b" not in deleted
 
 
-def test_upload_progress_bar_on_a_terminal_only(tmp_path: Path) -> None:
+def test_upload_progress_bar_on_a_terminal_only(run: InProcess, tmp_path: Path) -> None:
     """With stderr on a terminal, `upload -r` draws a progress bar; with --no-progress (or without a
     terminal) it draws nothing and never loads tqdm (the startup-imports test checks that)."""
     import fcntl
@@ -570,10 +566,9 @@ def test_upload_progress_bar_on_a_terminal_only(tmp_path: Path) -> None:
     from tests.cli.helpers import REPO
 
     src = write_tree(tmp_path / "src", {f"f{i}.txt": b"x" * 100 for i in range(3)})
-    env = user_env(tmp_path / "home", PYTHONPATH=str(REPO))
+    env = user_env(tmp_path / "home", PYTHONPATH=str(REPO))  # ``run``'s user, who creates the repo
     cmd = [sys.executable, "-m", "lakefs_core.cli"]
-    namespace = f"local://{tmp_path / 'ns'}"
-    subprocess.run([*cmd, "repo", "create", "lakefs://bar", namespace], env=env, check=True)
+    run("repo", "create", "lakefs://bar", f"local://{tmp_path / 'ns'}").ok()
 
     def upload(dest: str, *flags: str) -> str:
         primary, secondary = pty.openpty()

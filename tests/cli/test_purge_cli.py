@@ -7,7 +7,8 @@ every targeted version answers "purged" (exit 17, naming the record) through ``f
 ``fs download`` (``fs stat`` shows the entry with the unfinished record), although two of the three
 objects are still in the store; the re-run completes the SAME audit record (one record in
 ``lakefs-gc purges``, done, every object gone). On SQLite + a local namespace and on PostgreSQL + S3
-(moto)."""
+(moto). The three commits the purge starts from are made in-process (``run``'s
+``InProcess``, the same user and settings): the processes are the purge and what reads after it."""
 
 from __future__ import annotations
 
@@ -23,7 +24,7 @@ import boto3
 import pytest
 
 from lakefs_gc.cli import main as gc_main
-from tests.cli.helpers import Cli, InProcess, Result, user_env
+from tests.cli.helpers import Cli, InProcess, Result, set_user_env, user_env
 from tests.support.moto import ACCESS_KEY, SECRET_KEY, MotoServer
 from tests.support.pg import PgDatabase
 
@@ -125,13 +126,16 @@ class GcCli(Cli):
         return result
 
 
-def _sqlite_local(tmp_path: Path, request: pytest.FixtureRequest) -> tuple[GcCli, str, Callable[[str], bool]]:
+# A backend: the user's settings (environment variables), the namespace, whether an address exists.
+Backend = tuple[dict[str, str], str, Callable[[str], bool]]
+
+
+def _sqlite_local(tmp_path: Path, request: pytest.FixtureRequest) -> Backend:
     ns = tmp_path / "ns"
-    cli = GcCli(user_env(tmp_path / "home"), cwd=tmp_path)
-    return cli, f"local://{ns}", lambda address: (ns / address).exists()
+    return {}, f"local://{ns}", lambda address: (ns / address).exists()
 
 
-def _postgres_s3(tmp_path: Path, request: pytest.FixtureRequest) -> tuple[GcCli, str, Callable[[str], bool]]:
+def _postgres_s3(tmp_path: Path, request: pytest.FixtureRequest) -> Backend:
     db: PgDatabase = request.getfixturevalue("pg_database")
     moto: Callable[[str], MotoServer] = request.getfixturevalue("moto")
     server = moto("us-east-1")
@@ -146,14 +150,14 @@ def _postgres_s3(tmp_path: Path, request: pytest.FixtureRequest) -> tuple[GcCli,
         f"  access_key_id: {ACCESS_KEY}\n"
         f"  secret_access_key: {SECRET_KEY}\n"
     )
-    env = user_env(tmp_path / "home", LAKEFS_CORE_CONFIG=str(config), LAKEFS_CORE__KV_URL=db.url)
+    settings = {"LAKEFS_CORE_CONFIG": str(config), "LAKEFS_CORE__KV_URL": db.url}
     prefix = f"ns-{uuid.uuid4().hex[:8]}"
 
     def exists(address: str) -> bool:
         listed = s3.list_objects_v2(Bucket="purge-bucket", Prefix=f"{prefix}/{address}")
         return any(o["Key"] == f"{prefix}/{address}" for o in listed.get("Contents", []))
 
-    return GcCli(env, cwd=tmp_path), f"s3://purge-bucket/{prefix}", exists
+    return settings, f"s3://purge-bucket/{prefix}", exists
 
 
 BACKENDS = {"sqlite-local": _sqlite_local, "postgres-s3": _postgres_s3}
@@ -161,18 +165,26 @@ BACKENDS = {"sqlite-local": _sqlite_local, "postgres-s3": _postgres_s3}
 
 @pytest.mark.parametrize("backend", sorted(BACKENDS))
 def test_a_purge_killed_mid_way_is_purged_and_completed_by_a_rerun(
-    backend: str, tmp_path: Path, request: pytest.FixtureRequest
+    backend: str,
+    tmp_path: Path,
+    request: pytest.FixtureRequest,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
-    cli, namespace, exists = BACKENDS[backend](tmp_path, request)
+    settings, namespace, exists = BACKENDS[backend](tmp_path, request)
+    cli = GcCli(user_env(tmp_path / "home", **settings), cwd=tmp_path)
+    set_user_env(monkeypatch, tmp_path / "home", **settings)  # the in-process set-up: the same user
+    monkeypatch.chdir(tmp_path)
+    setup = InProcess(capsys)
     repo = f"rp{uuid.uuid4().hex[:8]}"  # the PostgreSQL database is the session's
-    cli("repo", "create", f"lakefs://{repo}", namespace).ok()
+    setup("repo", "create", f"lakefs://{repo}", namespace).ok()
     for version in (1, 2, 3):
         (tmp_path / "s.csv").write_text(f"ssn,version {version}\n")
-        cli("fs", "upload", f"lakefs://{repo}/main/s.csv", "--source", str(tmp_path / "s.csv")).ok()
-        cli("commit", f"lakefs://{repo}/main", "-m", f"version {version}").ok()
+        setup("fs", "upload", f"lakefs://{repo}/main/s.csv", "--source", str(tmp_path / "s.csv")).ok()
+        setup("commit", f"lakefs://{repo}/main", "-m", f"version {version}").ok()
     target = f"lakefs://{repo}/main/s.csv"
     refs = ("main", "main~1", "main~2")
-    addresses = [cli.json("fs", "stat", f"lakefs://{repo}/{ref}/s.csv")["physical_address"] for ref in refs]
+    addresses = [setup.json("fs", "stat", f"lakefs://{repo}/{ref}/s.csv")["physical_address"] for ref in refs]
 
     killed = cli.gc(
         "purge", target, "--all-history", "--reason", "r", "--yes", LAKEFS_CORE_FAULT="purge:delete:2:kill"

@@ -2,9 +2,13 @@
 
 One scenario (create, recursive upload, commit, branch, change + delete, diffs, commit, merge, tag,
 reading old versions, log, ls) runs on the embedded default (no configuration: SQLite in the user
-data dir, a ``local://`` namespace) and on S3 + DynamoDB (moto). The files the CLI's commits wrote
-are then read by ``lakefs-core sst inspect`` and by RocksDB's ``sst_dump``. Two CLI processes
-uploading and committing at once on one SQLite store both succeed and history stays linear.
+data dir, a ``local://`` namespace), every command a real process, and on S3 + DynamoDB (moto),
+where its concurrent steps (two writers on a branch, five readers) are real processes and its
+sequential commands, already run as processes on the embedded default, run in-process
+(:class:`~tests.cli.helpers.Mixed`: each process there spent ~1.6 s of CPU importing the AWS SDK).
+The files the CLI's commits wrote are then read by ``lakefs-core sst inspect`` and by RocksDB's
+``sst_dump``. Two CLI processes uploading and committing at once on one SQLite store both succeed
+and history stays linear.
 """
 
 from __future__ import annotations
@@ -22,7 +26,7 @@ import boto3  # type: ignore[import-untyped]
 import pytest
 
 from lakefs_core.cli.sst import inspect_table
-from tests.cli.helpers import Cli, table_files, user_env, write_tree
+from tests.cli.helpers import Cli, InProcess, Mixed, set_user_env, table_files, user_env, write_tree
 from tests.support.env import require_tool
 from tests.support.moto import ACCESS_KEY, SECRET_KEY, MotoServer
 from tests.support.timing import scaled
@@ -44,7 +48,7 @@ EXPECTED_DIFF = [
 
 @dataclass
 class Outcome:
-    cli: Cli
+    cli: Cli | Mixed
     initial: str
     imported: str
     changed: str
@@ -56,7 +60,7 @@ def _diff(doc: dict[str, Any]) -> list[dict[str, Any]]:
     return [{k: d[k] for k in ("type", "path", "size_bytes")} for d in doc["results"]]
 
 
-def run_scenario(cli: Cli, namespace: str, work: Path) -> Outcome:
+def run_scenario(cli: Cli | Mixed, namespace: str, work: Path) -> Outcome:
     src = write_tree(work / "src", FILES)
     write_tree(work / "change", {"a.txt": b"ALPHA!\n", "new.txt": b"new\n"})
 
@@ -194,7 +198,12 @@ def test_tables_readable_by_sst_inspect_and_sst_dump(
         assert [bytes.fromhex(r.split("'")[1]).decode() for r in rows] == expected
 
 
-def test_scenario_s3_and_dynamodb(moto: Callable[[str], MotoServer], tmp_path: Path) -> None:
+def test_scenario_s3_and_dynamodb(
+    moto: Callable[[str], MotoServer],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsysbinary: pytest.CaptureFixture[bytes],
+) -> None:
     server = moto("us-east-1")
     s3 = boto3.client("s3", **server.client_kwargs())
     try:
@@ -208,12 +217,13 @@ def test_scenario_s3_and_dynamodb(moto: Callable[[str], MotoServer], tmp_path: P
             f"  secret_access_key: {SECRET_KEY}\n"
             "committer: tester\n"
         )
-        env = user_env(
-            tmp_path / "home",
-            LAKEFS_CORE_CONFIG=str(config),
-            LAKEFS_CORE__KV_URL=f"dynamodb://kvstore?region=us-east-1&endpoint={server.endpoint}",
-        )
-        cli = Cli(env, cwd=tmp_path)
+        settings = {
+            "LAKEFS_CORE_CONFIG": str(config),
+            "LAKEFS_CORE__KV_URL": f"dynamodb://kvstore?region=us-east-1&endpoint={server.endpoint}",
+        }
+        set_user_env(monkeypatch, tmp_path / "home", **settings)
+        monkeypatch.chdir(tmp_path)
+        cli = Mixed(Cli(user_env(tmp_path / "home", **settings), cwd=tmp_path), capsysbinary)
         outcome = run_scenario(cli, "s3://bucket/repo", tmp_path)
         assert not (tmp_path / "home" / "data").exists()  # the embedded default was not used
         keys = [o["Key"] for o in s3.list_objects_v2(Bucket="bucket", Prefix="repo/")["Contents"]]
@@ -226,14 +236,15 @@ def test_scenario_s3_and_dynamodb(moto: Callable[[str], MotoServer], tmp_path: P
         s3.close()
 
 
-def test_concurrent_cli_commits_on_one_sqlite_store(tmp_path: Path) -> None:
+def test_concurrent_cli_commits_on_one_sqlite_store(run: InProcess, tmp_path: Path) -> None:
     """Two processes each upload then commit, two rounds, at the same time, on one branch.
 
     ``--allow-empty``: a writer's upload may already have been committed by the other writer's
-    commit (it takes every staged change), leaving it nothing to commit.
+    commit (it takes every staged change), leaving it nothing to commit. The repository is created
+    and read back in-process (``run``, the same user): only the writers need to be processes.
     """
     cli = Cli(user_env(tmp_path / "home"), cwd=tmp_path)
-    cli("repo", "create", "lakefs://race", f"local://{tmp_path / 'ns'}").ok()
+    run("repo", "create", "lakefs://race", f"local://{tmp_path / 'ns'}").ok()
     for name in ("a", "b"):
         (tmp_path / f"{name}.txt").write_text(f"from {name}\n")
     failures: list[str] = []
@@ -257,14 +268,12 @@ def test_concurrent_cli_commits_on_one_sqlite_store(tmp_path: Path) -> None:
         t.join()
     assert failures == []
 
-    log, listing = cli.many(
-        ["log", "lakefs://race/main", "--json"], ["fs", "ls", "lakefs://race/main/", "-r", "--json"]
-    )
-    history = log.json()["results"]
+    history = run.json("log", "lakefs://race/main")["results"]
     # Up to four commits on top of "Repository created": a commit whose staged changes were all
     # published by the other process's concurrent commit returns that commit instead of a new one.
     assert 1 + ROUNDS <= len(history) <= 1 + 2 * ROUNDS and history[-1]["message"] == "Repository created"
     for newer, older in itertools.pairwise(history):
         assert newer["parents"] == [older["id"]]  # linear: one parent each, the next entry
     assert {c["message"] for c in history[:-1]} <= {f"{n} {i}" for n in "ab" for i in range(ROUNDS)}
-    assert [o["path"] for o in listing.json()["results"]] == [f"{n}/{i}" for n in "ab" for i in range(ROUNDS)]
+    listing = run.json("fs", "ls", "lakefs://race/main/", "-r")["results"]
+    assert [o["path"] for o in listing] == [f"{n}/{i}" for n in "ab" for i in range(ROUNDS)]
