@@ -47,6 +47,7 @@ from lakefs_mirror.db import MirrorStatus
 from lakefs_mirror.service import MirrorService
 from tests.mirror.replication import ReplicationSimulator, commit_keys, list_namespace, missing_keys
 from tests.support.moto import ACCESS_KEY, SECRET_KEY, MotoServer
+from tests.support.timing import scaled
 
 log = logging.getLogger(__name__)
 
@@ -202,7 +203,9 @@ class World:
         within: float = 20.0,
         interval: float = 0.05,
     ) -> int:
-        """Run passes (checking every new head) until ``until()`` or for ``passes`` passes."""
+        """Run passes (checking every new head) until ``until()`` or for ``passes`` passes; ``within``
+        bounds a hang, so it scales with the suite's time factor."""
+        within = scaled(within)
         deadline = time.monotonic() + within
         done = 0
         while True:
@@ -515,7 +518,7 @@ async def test_active_mode_grace_runs_from_when_the_candidate_was_first_incomple
     one level per round. Their grace runs from when the CANDIDATE was first found incomplete, not
     from when each key was first seen: the mirror promotes one grace period after that, not three
     (regression: each level used to wait a grace period of its own)."""
-    grace = 2.0
+    grace = 3.0  # the passes' own time (up to ~4.5 s seen on a loaded machine) must stay under 2 graces
     async with open_world(moto, tmp_path, dynamo=False, active_copy_grace_seconds=grace) as (w, _):
         await w.add_mirror(mode="active")
         await w.run_engine(passes=1)
