@@ -20,10 +20,18 @@ from lakefs_core.testing.kv import collect, kv
 from tests.block.conftest import proxy, s3_server
 from tests.block.faults import Fault, FaultProxy, is_method
 from tests.block.test_s3 import proxied
-from tests.kv.test_contract import kv_driver, kv_url
+from tests.kv.test_contract import dynamodb_session, kv_driver, kv_url
 from tests.kv.test_dynamodb_faults import ScriptedClient, client_error, reset_after_send, scripted
 
-__all__ = ["kv", "kv_driver", "kv_url", "proxy", "s3_server", "scripted"]  # fixtures, re-exported for pytest
+__all__ = [
+    "dynamodb_session",
+    "kv",
+    "kv_driver",
+    "kv_url",
+    "proxy",
+    "s3_server",
+    "scripted",
+]  # fixtures, re-exported for pytest
 
 P = b"partition"
 Scripted = tuple[DynamoKVStore, ScriptedClient]

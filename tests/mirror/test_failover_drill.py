@@ -147,7 +147,11 @@ async def test_failover_and_failback_drill(moto: Callable[[str], MotoServer], tm
     b_conf = MirrorConfig.model_validate(config_dict(B, regions, db_path, "127.0.0.1:0"))
 
     # The writer of region A (its own KV and store connections, through the proxy).
-    a_registry = StoreRegistry(s3=replace(s3_settings(a), endpoint_url=a_end, max_attempts=2))
+    # Its requests in flight when region A is cut wait at most read_timeout (botocore's default 60 s
+    # once outlived the drill's 60 s wait for the writer): the writer sees the outage within seconds.
+    a_registry = StoreRegistry(
+        s3=replace(s3_settings(a), endpoint_url=a_end, max_attempts=2, connect_timeout=5, read_timeout=10)
+    )
     b_registry = StoreRegistry(s3=s3_settings(b))
     a_kvstore = await open_kv(a_kv)
     src = Graveler(a_kvstore, a_registry)
