@@ -249,30 +249,20 @@ async def read_stored_run(
         found = None
     run.record = None if found is None else found[1]
     recorded = None if run.record is None else run.record.files
-    manifest = await _detail(
-        run, store, ns, layout.manifest, limit=MAX_MANIFEST_BYTES, parse=parse_manifest, recorded=recorded
-    )
-    if manifest is not None and (manifest.run_id != run_id or manifest.repository != repo_id):
-        run.errors.append(f"{file_name(store, layout.manifest)}: names {manifest.repository!r} run "
-                          f"{manifest.run_id}: left out")  # fmt: skip
-    else:
-        run.manifest = manifest
-    summary = await _detail(
-        run, store, ns, layout.summary, limit=MAX_SUMMARY_BYTES, parse=parse_summary, recorded=recorded
-    )
-    if summary is not None and summary.run_id != run_id:
-        run.errors.append(f"{file_name(store, layout.summary)}: names run {summary.run_id}: left out")
-    else:
-        run.summary = summary
-    swept = None if run.record is None else run.record.sweep_files
-    limit = MAX_SWEEP_REPORT_BYTES
-    sweep = await _detail(
-        run, store, ns, layout.sweep_report, limit=limit, parse=parse_sweep_report, recorded=swept
-    )
-    if sweep is not None and sweep.mark_id != run_id:
-        run.errors.append(f"{file_name(store, layout.sweep_report)}: names mark {sweep.mark_id}: left out")
-    else:
-        run.sweep = sweep
+    run.manifest = await _detail(
+        run, store, ns, layout.manifest, limit=MAX_MANIFEST_BYTES, parse=parse_manifest, recorded=recorded,
+        foreign=lambda m: None if (m.run_id, m.repository) == (run_id, repo_id)
+        else f"names {m.repository!r} run {m.run_id}",
+    )  # fmt: skip
+    run.summary = await _detail(
+        run, store, ns, layout.summary, limit=MAX_SUMMARY_BYTES, parse=parse_summary, recorded=recorded,
+        foreign=lambda m: None if m.run_id == run_id else f"names run {m.run_id}",
+    )  # fmt: skip
+    run.sweep = await _detail(
+        run, store, ns, layout.sweep_report, limit=MAX_SWEEP_REPORT_BYTES, parse=parse_sweep_report,
+        recorded=None if run.record is None else run.record.sweep_files,
+        foreign=lambda m: None if m.mark_id == run_id else f"names mark {m.mark_id}",
+    )  # fmt: skip
     return run
 
 
@@ -285,9 +275,11 @@ async def _detail(
     limit: int,
     parse: Callable[..., _Doc],
     recorded: dict[str, FileDigest] | None,
+    foreign: Callable[[_Doc], str | None],
 ) -> _Doc | None:
     """One of the run's small files, parsed: None when absent, and when it cannot be shown (named
-    in ``run.errors``): too large or malformed, or, for a run with a record, not as recorded.
+    in ``run.errors``): too large or malformed, for a run with a record not as recorded, or naming
+    another run (``foreign`` says how, else None).
     ``recorded`` None: the run has no record, its files vouch for nothing and are shown as found."""
     name = file_name(store, key)
     try:
@@ -298,10 +290,14 @@ async def _detail(
         run.errors.append(f"{name}: not the file the run's KV record lists: left out")
         return None
     try:
-        return parse(raw, file=name)
+        doc = parse(raw, file=name)
     except CorruptDataError as e:
         run.errors.append(str(e))
         return None
+    if (how := foreign(doc)) is not None:
+        run.errors.append(f"{name}: {how}: left out")
+        return None
+    return doc
 
 
 # -- the registry -----------------------------------------------------------------------------------
