@@ -37,8 +37,7 @@ def is_aws_signed(request: SignedRequest) -> bool:
     auth = request.header("authorization") or ""
     if auth.startswith(("AWS4", "AWS ")) or request.header("x-amz-signature"):
         return True
-    names = {name for name, _, _ in request.query_pairs()}
-    return b"X-Amz-Credential" in names or b"AWSAccessKeyId" in names
+    return request.has_query("X-Amz-Credential") or request.has_query("AWSAccessKeyId")
 
 
 def parse_signature(request: SignedRequest) -> RequestSignature | None:

@@ -166,12 +166,9 @@ class SigV4:
             for name in self.signed_headers
         )
 
-    def canonical_requests(self, request: SignedRequest, payload: str) -> list[str]:
-        """Every canonical request this signature may have been computed over (see the module)."""
-        return list(self._candidates(request, payload))
-
-    def _candidates(self, request: SignedRequest, payload: str) -> Iterator[str]:
-        """:meth:`canonical_requests` lazily, the form S3 clients sign first."""
+    def canonical_requests(self, request: SignedRequest, payload: str) -> Iterator[str]:
+        """Every canonical request this signature may have been computed over (see the module),
+        lazily, the form S3 clients sign first."""
         pairs = request.query_pairs()
         if self.presigned:
             pairs = [p for p in pairs if p[0] != b"X-Amz-Signature"]
@@ -190,7 +187,7 @@ class SigV4:
         key = signing_key(secret, self.date, self.region, self.service)
         matched: str | None = None
         given = self.signature.lower().encode()
-        for canonical in self._candidates(request, payload):
+        for canonical in self.canonical_requests(request, payload):
             digest = hashlib.sha256(canonical.encode("utf-8", "surrogateescape")).hexdigest()
             to_sign = "\n".join((ALGORITHM, self.amz_date, self.scope, digest))
             expected = hmac.new(key, to_sign.encode(), hashlib.sha256).hexdigest()
