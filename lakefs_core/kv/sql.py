@@ -57,7 +57,7 @@ import asyncio
 import contextlib
 import functools
 from collections import Counter, OrderedDict
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Container, Iterable, Sequence
 from itertools import chain, islice
 from typing import TypeVar
 from urllib.parse import urlsplit
@@ -182,13 +182,16 @@ class _SQL:
         )
         self.get = f"SELECT value FROM {t} WHERE partition_key = $1 AND key = $2"
         self.get_for_share = self.get + " FOR SHARE"
-        # set_many_if's expected rows, locked until the commit (a row written later in the same
-        # transaction is upgraded from our own share lock: no other transaction holds one on it)
-        self.get_many_for_share = (
+        # set_many_if's expected rows, locked until the commit: FOR UPDATE (in key order) those the
+        # batch writes, FOR SHARE the others. A share lock upgraded by the write deadlocks when two
+        # batches racing on one key both hold it; update locks queue them instead, and the second
+        # then reads the first one's committed value (its expectation fails, as it should).
+        expected_rows = (
             f"SELECT t.partition_key, t.key, t.value FROM {t} AS t "
             "JOIN unnest($1::bytea[], $2::bytea[]) AS c(p, k) ON t.partition_key = c.p AND t.key = c.k "
-            "FOR SHARE OF t"
         )
+        self.get_many_for_share = expected_rows + "FOR SHARE OF t"
+        self.get_many_for_update = expected_rows + "ORDER BY t.partition_key, t.key FOR UPDATE OF t"
         self.upsert = (
             f"INSERT INTO {t} (partition_key, key, value) VALUES ($1, $2, $3) "
             "ON CONFLICT (partition_key, key) DO UPDATE SET value = excluded.value"
@@ -437,10 +440,16 @@ class SQLKVStore(TransactionalBatches):
 
         await self._run(op, write=True)
 
-    async def _check(self, conn: asyncpg.Connection, expected: Sequence[KVExpectation]) -> None:
-        """Lock the expected rows ``FOR SHARE`` (until the commit: no other transaction changes
-        them before this one ends) and check them; :class:`PreconditionFailedError` when one does
-        not hold (raised inside the transaction, which is rolled back)."""
+    async def _check(
+        self,
+        conn: asyncpg.Connection,
+        expected: Sequence[KVExpectation],
+        written: Container[tuple[bytes, bytes]],
+    ) -> None:
+        """Lock the expected rows until the commit (no other transaction changes them before this
+        one ends): ``FOR UPDATE`` those in ``written`` (the batch's keys; see :class:`_Statements`),
+        ``FOR SHARE`` the others; and check them. :class:`PreconditionFailedError` when one does not
+        hold (raised inside the transaction, which is rolled back)."""
         if not expected:
             return
         present = [e for e in expected if e[2].kind != "absent"]
@@ -451,12 +460,15 @@ class SQLKVStore(TransactionalBatches):
             insert = self._sql.insert_absent
             if exp.kind == "absent" and _rowcount(await conn.execute(insert, p, k, b"")) != 1:
                 raise PreconditionFailedError(precondition_message(exp))
-        if not present:
-            return
-        rows = await conn.fetch(
-            self._sql.get_many_for_share, [p for p, _, _ in present], [k for _, k, _ in present]
-        )
-        check_held({(bytes(r[0]), bytes(r[1])): bytes(r[2]) for r in rows}, present)
+        rows: dict[tuple[bytes, bytes], bytes] = {}
+        for sql, locked in (
+            (self._sql.get_many_for_update, [e for e in present if (e[0], e[1]) in written]),
+            (self._sql.get_many_for_share, [e for e in present if (e[0], e[1]) not in written]),
+        ):
+            if locked:
+                found = await conn.fetch(sql, [p for p, _, _ in locked], [k for _, k, _ in locked])
+                rows.update({(bytes(r[0]), bytes(r[1])): bytes(r[2]) for r in found})
+        check_held(rows, present)
 
     async def _write_batch(
         self, batch: list[KVItem], read: tuple[bytes, bytes] | None, expected: Sequence[KVExpectation] = ()
@@ -487,6 +499,7 @@ class SQLKVStore(TransactionalBatches):
             for item in batch:
                 groups.setdefault(item[0], []).append(item)
         checked = {p for p, _, _ in expected}  # their rows exist (or were just inserted): no COPY
+        written = {(p, k) for p, k, _ in batch} if expected else set()
         copy = {
             partition: partition not in checked and self._copy_first(partition, len(items))
             for partition, items in groups.items()
@@ -494,7 +507,7 @@ class SQLKVStore(TransactionalBatches):
 
         async def op(conn: asyncpg.Connection) -> bytes | None:
             async with conn.transaction():
-                await self._check(conn, expected)
+                await self._check(conn, expected, written)
                 for partition, items in groups.items():
                     if copy[partition]:
                         if not await pg_copy.copy_rows(conn, items, table=self._table):
@@ -548,7 +561,7 @@ class SQLKVStore(TransactionalBatches):
         expected: Sequence[KVExpectation],
         conn: asyncpg.Connection,
     ) -> bytes | None:
-        """One transaction: the expectations checked, the COPY of ``stream``, its held-back items
+        """One transaction: the COPY of ``stream``, the expectations checked, its held-back items
         upserted, the read ``FOR SHARE`` (as in :meth:`_write_batch`). :class:`_CopyRefused`
         when the COPY met an existing key or a key given twice (the transaction is rolled back:
         nothing of the batch stays).
@@ -560,11 +573,13 @@ class SQLKVStore(TransactionalBatches):
         value: bytes | None = None
         try:
             async with conn.transaction():
-                await self._check(conn, expected)
+                # The COPY first: only then are the keys the batch writes known, and it writes none
+                # of the expected ones (their partitions are held back to be upserted after the check).
                 if not await stream.copy(conn, table=self._table):
                     raise _CopyRefused("the batch's COPY met an existing or repeated key")  # rolled back
-                if stream.held:
-                    held = check_items(stream.held)  # a key given twice keeps its last value
+                held = check_items(stream.held)  # a key given twice keeps its last value
+                await self._check(conn, expected, {(p, k) for p, k, _ in held})
+                if held:
                     for partition, count in Counter(item[0] for item in held).items():
                         self._copy_first(partition, count)  # one batch of its streak, when not small
                     await self._upsert(conn, held)

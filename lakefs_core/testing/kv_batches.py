@@ -312,6 +312,32 @@ async def test_set_many_if_and_a_cas_on_its_expected_key_exactly_one_wins(kv: KV
     assert sum(wins.values()) == 30
 
 
+async def test_set_many_if_racing_on_a_key_they_write_exactly_one_wins(kv: KVStore) -> None:
+    """Conditional batches racing to replace one key's value (each expects the value it read and a
+    shared key it does not write, as conditional staging expects the branch record): exactly one
+    wins; the others fail with PreconditionFailedError, never a transient error (a lock upgrade
+    deadlock on a SQL store would be one), and store nothing."""
+    await kv.set(b"refs", b"branch", b"b1")
+    for r in range(8):
+        key = b"cas-race-%02d" % r
+        await kv.set(P, key, b"old")
+
+        async def replace(value: bytes, key: bytes = key) -> bytes | None:
+            try:
+                await kv.set_many_if(
+                    [(P, key, value), (P, key + b"/" + value, b"x")],
+                    [(P, key, Expect.equals(b"old")), (b"refs", b"branch", Expect.equals(b"b1"))],
+                )
+            except PreconditionFailedError:
+                return None
+            return value
+
+        won = [v for v in await asyncio.gather(*(replace(b"w%d" % i) for i in range(4))) if v is not None]
+        assert len(won) == 1 and await kv.get(P, key) == won[0]
+        side = [e.key async for e in kv.scan(P, key + b"/") if e.key.startswith(key + b"/")]
+        assert side == [key + b"/" + won[0]]
+
+
 async def test_set_many_if_takes_up_to_its_limit_and_refuses_more(kv: KVStore) -> None:
     await kv.set(b"refs", b"branch", b"b1")
     expected = [(b"refs", b"branch", Expect.equals(b"b1"))]
