@@ -37,6 +37,9 @@ the repositories of one region's core. Keys::
       interval_seconds: 300
       grace_seconds: 3600             # overwritten/deleted uploads stay readable this long
       pending_timeout_seconds: 86400  # an upload not staged by then fails and is garbage (>= 3600)
+      staged_backoff_seconds: 600     # a due intent still staged is looked at again this long after
+                                      # (doubling per look, up to 6 h): its object, overwritten or
+                                      # deleted meanwhile, is removed that much after the grace
       max_intents_per_pass: 100000
     max_concurrent_runs: 1            # GC runs at once (each holds its repository's lease)
     lease_ttl_seconds: 120
@@ -145,9 +148,10 @@ class HardDeleteConfig(StrictModel):
     interval_seconds: PositiveSeconds = 300.0
     grace_seconds: NonNegativeSeconds = 3600.0
     pending_timeout_seconds: NonNegativeSeconds = 86400.0
+    staged_backoff_seconds: NonNegativeSeconds = 600.0
     max_intents_per_pass: int = Field(default=100_000, ge=1)
 
-    @field_validator("grace_seconds", "pending_timeout_seconds")
+    @field_validator("grace_seconds", "pending_timeout_seconds", "staged_backoff_seconds")
     @classmethod
     def _finite(cls, value: float) -> float:
         if not math.isfinite(value):

@@ -624,6 +624,7 @@ class GCService:
         options = ReconcileOptions(
             grace_seconds=hd.grace_seconds,
             pending_timeout_seconds=hd.pending_timeout_seconds,
+            staged_backoff_seconds=hd.staged_backoff_seconds,
             max_intents=hd.max_intents_per_pass,
             clock=self.clock,
         )

@@ -423,6 +423,31 @@ async def test_reconciler_removes_uncommitted_garbage(repo: SqliteRepo, tmp_path
         await svc.close()
 
 
+async def test_a_staged_object_overwritten_after_its_check_waits_out_the_staged_backoff(
+    repo: SqliteRepo, tmp_path: Path
+) -> None:
+    """``hard_delete.staged_backoff_seconds`` reaches the reconciler: an intent found staged is looked at
+    again that long after (0 here: the next pass), so its object, overwritten since, goes then; at the
+    default 600 s it stayed (a writers test whose uploads stayed staged past the grace on a loaded
+    machine waited minutes for it)."""
+    from lakefs_core.repos.objects import Objects
+
+    g = repo.g
+    await g.create_repository("hd2", f"local://{tmp_path / 'hd2'}", hard_delete_journal=True)
+    objects = Objects(g)
+    first = (await objects.upload("hd2", "main", "a", b"a v1")).physical_address
+    hd = {"enabled": True, "grace_seconds": 0, "staged_backoff_seconds": 0}
+    svc = await _open(repo, tmp_path, hard_delete=hd, schedule={"enabled": False})
+    try:
+        assert (await svc.reconcile_once("hd2")).staged == 1
+        await objects.upload("hd2", "main", "a", b"a v2")  # the first address is garbage now
+        assert (await svc.reconcile_once("hd2")).deleted == 1
+        assert not (tmp_path / "hd2" / first).exists()
+        assert await objects.read_all("hd2", "main", "a") == b"a v2"
+    finally:
+        await svc.close()
+
+
 async def test_purge_routes(repo: SqliteRepo, tmp_path: Path) -> None:
     from lakefs_core.errors import PurgedError
     from lakefs_core.repos.objects import Objects

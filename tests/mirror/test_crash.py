@@ -143,7 +143,7 @@ class Daemon:
                     out["promotions"] += sample.value
         return out
 
-    async def wait_healthy(self, http: aiohttp.ClientSession, within: float = 30.0) -> None:
+    async def wait_healthy(self, http: aiohttp.ClientSession, within: float = scaled(60)) -> None:
         deadline = time.monotonic() + within
         while time.monotonic() < deadline:
             if not self.alive:
@@ -156,6 +156,8 @@ class Daemon:
         raise AssertionError(f"{self.name} did not become healthy: {self.log_tail()}")
 
     async def wait_active(self, http: aiohttp.ClientSession, within: float) -> None:
+        """Until this daemon holds the lease; ``within`` (scaled here) bounds a daemon that never takes it."""
+        within = scaled(within)
         deadline = time.monotonic() + within
         while time.monotonic() < deadline:
             m = await self.metrics(http)
@@ -350,7 +352,7 @@ async def background(
     log.info("writer: %d commits; replication: %s", rig.commits, sim.stats)
 
 
-async def catch_up(rig: Rig, daemon: Daemon, within: float = 30.0) -> str:
+async def catch_up(rig: Rig, daemon: Daemon, within: float = scaled(60)) -> str:
     head = await rig.source_head()
     deadline = time.monotonic() + within
     while await rig.mirror_head() != head:
@@ -390,20 +392,20 @@ async def test_kill9_during_validation_and_promotion_keeps_the_invariant(tmp_pat
                 for n in range(KILLS):
                     daemon.start()
                     await daemon.wait_healthy(http)
-                    await daemon.wait_active(http, within=10)  # the killed one's lease must expire first
+                    await daemon.wait_active(http, within=30)  # the killed one's lease must expire first
                     if n % 2 == 0:
                         await asyncio.sleep(rng.uniform(0.05, 1.0))
                     else:
                         r.moved.clear()
                         with contextlib.suppress(TimeoutError):
-                            await asyncio.wait_for(r.moved.wait(), 5)
+                            await asyncio.wait_for(r.moved.wait(), scaled(20))
                         after_promotion += r.moved.is_set()
                     assert daemon.kill() == -signal.SIGKILL
                     await r.check(f"after kill {n + 1}")
                 # Let the writer stop, then a daemon runs undisturbed to the end.
             daemon.start()
             await daemon.wait_healthy(http)
-            await daemon.wait_active(http, within=10)  # also: its SIGTERM handler is installed by now
+            await daemon.wait_active(http, within=30)  # also: its SIGTERM handler is installed by now
             await catch_up(r, daemon)
             assert daemon.kill(signal.SIGTERM) == 0, daemon.log_tail()
         finally:
@@ -459,7 +461,7 @@ async def test_two_daemons_one_region_only_the_lease_holder_promotes(tmp_path: P
                     d.start()
                 for d in daemons:
                     await d.wait_healthy(http)
-                deadline = time.monotonic() + 15
+                deadline = time.monotonic() + scaled(60)
                 while max(await promotions(0), await promotions(1)) < 3:
                     assert time.monotonic() < deadline, [d.log_tail() for d in daemons]
                     await asyncio.sleep(0.1)
@@ -476,13 +478,13 @@ async def test_two_daemons_one_region_only_the_lease_holder_promotes(tmp_path: P
                 assert old is not None and old.holder == before.holder
                 killed_at = now_utc()
                 assert daemons[active].kill() == -signal.SIGKILL
-                await daemons[standby].wait_active(http, within=10)
-                deadline = time.monotonic() + 10
+                await daemons[standby].wait_active(http, within=30)
+                deadline = time.monotonic() + scaled(30)
                 while await promotions(standby) < 1:
                     assert time.monotonic() < deadline, daemons[standby].log_tail()
                     await asyncio.sleep(0.05)
                 # The poller samples the lease every ~0.1 s: wait for it to record the new holder.
-                deadline = time.monotonic() + 5
+                deadline = time.monotonic() + scaled(30)
                 while not (took_over := [seen for seen, holder, _ in leases if holder != old.holder]):
                     assert time.monotonic() < deadline, leases[-3:]
                     await asyncio.sleep(0.05)

@@ -171,7 +171,7 @@ class Server:
             env=env,
             start_new_session=True,
         )
-        deadline = time.monotonic() + 60
+        deadline = time.monotonic() + scaled(60)
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
                 raise RuntimeError(f"lakefs-server exited {self.process.returncode}: {self.output()}")
