@@ -186,6 +186,7 @@ class MirrorEngine:
         self.settings = settings or EngineSettings()
         self.holder = holder or f"{uuid.uuid4().hex[:12]}"
         self.clock = clock
+        self.monotonic = monotonic  # the active-mode grace's clock (and the cooldowns', quiet passes')
         # One contender object for the daemon's life: it remembers whether it held the lease, so
         # acquired / lost / handed over are logged once each.
         self.lease: Lease = db.region_lease(region, self.holder, self.settings.lease_ttl_seconds)
@@ -585,7 +586,7 @@ class MirrorEngine:
 
     async def _heal(self, ctx: _Ctx, result: ValidationResult, label: str) -> int:
         """Active mode: copy what has been missing longer than the grace period; returns copies made."""
-        now = time.monotonic()
+        now = self.monotonic()
         grace = self.settings.active_copy_grace_seconds
         src_ns = StorageNamespace.parse(ctx.src_repo.storage_namespace)
         dst_ns = StorageNamespace.parse(ctx.mirror.storage_namespace)
