@@ -15,6 +15,8 @@ from urllib.parse import urlsplit, urlunsplit
 
 import asyncpg
 
+from tests.support.timing import scaled
+
 DEFAULT_ADMIN_URL = "postgresql://postgres@127.0.0.1:5432/test"
 
 
@@ -41,7 +43,9 @@ class PgDatabase:
 
 async def _probe(url: str) -> str | None:
     try:
-        conn = await asyncpg.connect(url, timeout=3)
+        # A refused connection fails at once; the limit bounds a server that does not answer (a
+        # connection's start is a forked backend: seconds on a saturated machine, not a failure).
+        conn = await asyncpg.connect(url, timeout=scaled(15))
     except (OSError, asyncpg.PostgresError, TimeoutError) as e:
         return f"{type(e).__name__}: {e}"
     await conn.close()
@@ -54,7 +58,7 @@ def unreachable_reason() -> str | None:
 
 
 async def _admin(statement: str) -> None:
-    conn = await asyncpg.connect(admin_url(), timeout=5)
+    conn = await asyncpg.connect(admin_url(), timeout=scaled(15))
     try:
         await conn.execute(statement)
     finally:
@@ -63,7 +67,7 @@ async def _admin(statement: str) -> None:
 
 async def drop_table(url: str, table: str) -> None:
     """Drop ``table`` (a test's own KV table) in the database ``url`` names, if it exists."""
-    conn = await asyncpg.connect(url, timeout=5)
+    conn = await asyncpg.connect(url, timeout=scaled(15))
     try:
         await conn.execute(f'DROP TABLE IF EXISTS "{table}"')
     finally:
