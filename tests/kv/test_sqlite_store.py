@@ -14,6 +14,7 @@ import pytest
 
 from lakefs_core.errors import TransientError, UnreachableError
 from lakefs_core.kv.sqlite import SQLiteKVStore, _Statements, quote_identifier
+from tests.support.timing import scaled
 
 P = b"partition"
 
@@ -23,7 +24,7 @@ def sqlite_threads() -> list[threading.Thread]:
 
 
 def wait_for_no_threads(before: list[threading.Thread]) -> list[threading.Thread]:
-    deadline = time.monotonic() + 5
+    deadline = time.monotonic() + scaled(30)  # bounds a thread that never ends: it returns at once
     while time.monotonic() < deadline:
         left = [t for t in sqlite_threads() if t not in before]
         if not left:
