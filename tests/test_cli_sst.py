@@ -113,8 +113,10 @@ def test_write_range_then_inspect(tmp_path: Path) -> None:
         ('{"key": "a", "address": "x", "size": 1}', "line 1: etag"),
         ('{"key": "a", "address": "x", "size": 1, "etag": "e", "color": 1}', "line 1: color"),
         ("not json", "line 1"),
-        ('{"key": "a", "address": "x", "size": 1, "etag": "e", "last_modified": "2026-01-01T00:00:00"}',
-         "line 1: last_modified"),
+        (
+            '{"key": "a", "address": "x", "size": 1, "etag": "e", "last_modified": "2026-01-01T00:00:00"}',
+            "line 1: last_modified",
+        ),
     ],
 )
 def test_write_range_bad_input_names_line_and_field(
