@@ -13,8 +13,10 @@ before the commit that refreshes the record itself). An import stopped there wri
 makes no commit and reports ``Canceled``; a cancel written after that last refresh is too late: the
 import completes and reports its commit, with no error. A status whose process died is reported
 failed a minute after its last refresh, and a process that finds its own import reported so
-stops it the same way. Differences from lakeFS: each path must be a ``common_prefix``; several
-paths are imported one after another, a commit each; the commit's metadata is not recorded.
+stops it the same way; a server stopping stops its imports at their next checkpoint and stores
+their status first (:func:`stop_imports`). Differences from lakeFS: each path must be a
+``common_prefix``; several paths are imported one after another, a commit each; the commit's
+metadata is not recorded.
 """
 
 from __future__ import annotations
@@ -36,11 +38,12 @@ from lakefs_core.repos.import_status import (
     ImportStatuses,
 )
 from lakefs_core.repos.importing import ImportWatch
-from lakefs_server.rest.app import Call
+from lakefs_server.rest.app import DEPS, Call
 from lakefs_server.rest.models import ImportCreation, body, commit_json
 from lakefs_server.rest.wire import message_of
 
 MAX_RUNNING: Final = 100  # imports one server process runs at once
+SHUTDOWN_SECONDS: Final = 10.0  # a server stopping waits this long for its imports to stop
 
 
 def status_json(status: ImportStatus) -> dict[str, Any]:
@@ -65,7 +68,7 @@ class ImportRun(ImportWatch):
     def __init__(self, statuses: ImportStatuses, repo: str, branch: str, status: ImportStatus) -> None:
         self.statuses, self.repo, self.branch = statuses, repo, branch
         self.status = status
-        self.stopping = False
+        self.stopping = ""  # why the import must stop at its next checkpoint (the error it reports)
         self.task: asyncio.Task[None] | None = None
 
     async def heartbeat(self) -> bool:
@@ -87,12 +90,14 @@ class ImportRun(ImportWatch):
         self.status = replace(self.status, progress=self.status.progress + entries)
         await asyncio.sleep(0)  # the watcher runs even while listing and building never wait
         if self.stopping:
-            raise CanceledError(CANCELED)
+            raise CanceledError(self.stopping)
 
     async def committing(self) -> None:
         # The record itself, not the last refresh: a cancel stored before this write stops the import.
-        if self.stopping or not await self.heartbeat():
-            raise CanceledError(CANCELED)
+        if not self.stopping and not await self.heartbeat():
+            self.stopping = CANCELED
+        if self.stopping:
+            raise CanceledError(self.stopping)
 
     async def finish(self) -> None:
         """Store the outcome: ``completed`` only with its commit, as lakeFS (a failed or canceled
@@ -126,9 +131,9 @@ async def _import(call: Call, run: ImportRun, spec: ImportCreation) -> None:
             )
             commit = await call.deps.graveler.get_commit_by_id(run.repo, result.commit_id)
             run.status = replace(run.status, metarange_id=result.metarange_id, commit=commit)
-    except CanceledError:
-        run.status = replace(run.status, error=CANCELED)
-    except asyncio.CancelledError:  # the server stopping: not canceled by anyone
+    except CanceledError as e:
+        run.status = replace(run.status, error=message_of(e))
+    except asyncio.CancelledError:  # interrupted (the loop closing): not canceled by anyone
         run.status = replace(run.status, error=STOPPED)
         raise
     except LakeFSError as e:
@@ -154,11 +159,15 @@ async def _run(call: Call, run: ImportRun, spec: ImportCreation) -> None:
         while not work.done():
             await asyncio.wait({work}, timeout=HEARTBEAT_SECONDS)
             if not work.done() and not run.stopping and not await _heartbeat(run):
-                run.stopping = True  # stops at its next checkpoint, never inside its commit
+                run.stopping = CANCELED  # stops at its next checkpoint, never inside its commit
         with contextlib.suppress(asyncio.CancelledError):
             await work
     finally:
-        if not work.done():  # this task itself was cancelled (the server stopping)
+        if not work.done():  # this task itself was cancelled: let a commit under way complete
+            run.stopping = run.stopping or STOPPED
+            with contextlib.suppress(asyncio.CancelledError):
+                await asyncio.wait({work})
+        if not work.done():  # cancelled again: interrupt it
             work.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await work
@@ -193,6 +202,17 @@ async def import_start(call: Call) -> web.StreamResponse:
     return web.json_response({"id": run.status.id}, status=202)
 
 
+async def stop_imports(app: web.Application) -> None:
+    """Server shutdown, before the core closes: this process's imports stop at their next
+    checkpoint (a commit under way completes) and store their status (failed: :data:`STOPPED`)."""
+    runs = [run for run in app[DEPS].imports.values() if isinstance(run, ImportRun)]
+    for run in runs:
+        run.stopping = run.stopping or STOPPED
+    tasks = [run.task for run in runs if run.task is not None]
+    if tasks:
+        await asyncio.wait(tasks, timeout=SHUTDOWN_SECONDS)
+
+
 def _import_id(call: Call) -> str:
     import_id = call.request.query.get("id", "")
     if not import_id or len(import_id) > 64 or not import_id.isalnum():
@@ -214,7 +234,7 @@ async def import_cancel(call: Call) -> web.StreamResponse:
     await ImportStatuses(call.deps.graveler).cancel(repo_id, import_id)
     run = call.deps.imports.get(import_id)
     if isinstance(run, ImportRun):
-        run.stopping = True  # ours: stop at the next checkpoint rather than after the next refresh
+        run.stopping = CANCELED  # ours: stop at the next checkpoint rather than after the next refresh
     return web.Response(status=204)
 
 

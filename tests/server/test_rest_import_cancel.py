@@ -210,3 +210,21 @@ def test_importing_process_killed(pair: tuple[RestServer, RestServer], source: P
     assert not failed.completed and failed.error.message == STOPPED and failed.commit is None
     assert_nothing_imported(b, repo, head)
     assert status_of(lambda: on_b.import_cancel(repo, MAIN, import_id)) == 409
+
+
+@pytest.mark.parametrize("pair", ["sqlite-local"], indirect=True)
+def test_importing_process_stopped(pair: tuple[RestServer, RestServer], source: Path) -> None:
+    """SIGTERM of the importing process: it stops the import at its next checkpoint and stores its
+    status before closing, so B reports it failed at once (not a minute later); no commit."""
+    a, b = pair
+    on_b = lakefs_sdk.ImportApi(sdk(b))
+    repo = new_repo(a)
+    head = lakefs_sdk.BranchesApi(sdk(b)).get_branch(repo, MAIN).commit_id
+    import_id = start_import(lakefs_sdk.ImportApi(sdk(a)), repo, source)
+    running_with_progress(on_b, repo, import_id)
+    a.process.stop()  # SIGTERM, waits for the process to end
+    assert a.process.process is not None and a.process.process.returncode == 0
+    stopped = on_b.import_status(repo, MAIN, import_id)
+    assert not stopped.completed and stopped.error is not None and stopped.error.message == STOPPED
+    assert stopped.commit is None and 0 < stopped.ingested_objects < OBJECTS
+    assert_nothing_imported(b, repo, head)
