@@ -7,9 +7,10 @@ building ranges when the cancel arrives (its ``ingested_objects`` are checked to
 total). What a cancel guarantees (docs/rest-api.md): the status reads ``Canceled`` at once, not
 completed; the importing process sees it at its next refresh, stops at its next checkpoint and
 writes its final status (later ``update_time``) within a bounded time; no commit, nothing of the
-import visible or staged on the branch. A ``kill -9`` of the importing process leaves a status
-that B reports failed once it has not been refreshed for a minute (lakeFS keeps such a status
-running until it expires a day later), never a commit.
+import visible or staged on the branch; a finished import's cancel is 409, an unknown id 404. A
+SIGTERM of the importing process stops its import at a checkpoint and reports it failed at once; a
+``kill -9`` leaves a status that B reports failed once it has not been refreshed for a minute
+(lakeFS keeps such a status running until it expires a day later); never a commit.
 """
 
 from __future__ import annotations
@@ -165,11 +166,10 @@ def test_cancel_reaches_the_importing_process(pair: tuple[RestServer, RestServer
         assert status_of(lambda i=imports: i.import_cancel(repo, MAIN, import_id)) == 409  # type: ignore[misc]
         assert status_of(lambda i=imports: i.import_cancel(repo, MAIN, "nosuchimport")) == 404  # type: ignore[misc]
     assert on_a.import_status(repo, MAIN, import_id) == stopped  # nothing wrote it after the stop
+    check_cancel_of_a_finished_import(a, b, source.parent / f"small-{uuid.uuid4().hex[:6]}")
 
 
-def test_cancel_of_a_finished_import(pair: tuple[RestServer, RestServer], tmp_path: Path) -> None:
-    a, b = pair
-    small = tmp_path / "small"
+def check_cancel_of_a_finished_import(a: RestServer, b: RestServer, small: Path) -> None:
     small.mkdir()
     (small / "x.csv").write_bytes(b"a\n")
     on_a, on_b = lakefs_sdk.ImportApi(sdk(a)), lakefs_sdk.ImportApi(sdk(b))
@@ -188,34 +188,11 @@ def test_cancel_of_a_finished_import(pair: tuple[RestServer, RestServer], tmp_pa
 
 
 @pytest.mark.parametrize("pair", ["sqlite-local"], indirect=True)  # the reader's rule: one backend
-def test_importing_process_killed(pair: tuple[RestServer, RestServer], source: Path) -> None:
-    """kill -9 of the importing process: its status stays running until it has not been refreshed
-    for STALE_SECONDS, then every process reports it failed; no commit; a cancel conflicts."""
-    a, b = pair
-    on_b = lakefs_sdk.ImportApi(sdk(b))
-    repo = new_repo(a)
-    head = lakefs_sdk.BranchesApi(sdk(b)).get_branch(repo, MAIN).commit_id
-    import_id = start_import(lakefs_sdk.ImportApi(sdk(a)), repo, source)
-    running_with_progress(on_b, repo, import_id)
-    assert a.process.process is not None
-    os.killpg(a.process.process.pid, signal.SIGKILL)
-    a.process.process.wait()
-    assert on_b.import_status(repo, MAIN, import_id).error is None  # not known dead yet
-    failed = poll(
-        lambda: on_b.import_status(repo, MAIN, import_id),
-        lambda s: s.error is not None,
-        STALE_SECONDS + scaled(30),
-        "a dead process's import still running",
-    )
-    assert not failed.completed and failed.error.message == STOPPED and failed.commit is None
-    assert_nothing_imported(b, repo, head)
-    assert status_of(lambda: on_b.import_cancel(repo, MAIN, import_id)) == 409
-
-
-@pytest.mark.parametrize("pair", ["sqlite-local"], indirect=True)
-def test_importing_process_stopped(pair: tuple[RestServer, RestServer], source: Path) -> None:
+def test_importing_process_ends(pair: tuple[RestServer, RestServer], source: Path) -> None:
     """SIGTERM of the importing process: it stops the import at its next checkpoint and stores its
-    status before closing, so B reports it failed at once (not a minute later); no commit."""
+    status before closing, so B reports it failed at once. Restarted, then kill -9 mid-import: the
+    status stays running until it has not been refreshed for STALE_SECONDS, then B reports it
+    failed. Never a commit; a cancel of either conflicts."""
     a, b = pair
     on_b = lakefs_sdk.ImportApi(sdk(b))
     repo = new_repo(a)
@@ -227,4 +204,23 @@ def test_importing_process_stopped(pair: tuple[RestServer, RestServer], source: 
     stopped = on_b.import_status(repo, MAIN, import_id)
     assert not stopped.completed and stopped.error is not None and stopped.error.message == STOPPED
     assert stopped.commit is None and 0 < stopped.ingested_objects < OBJECTS
+    assert status_of(lambda: on_b.import_cancel(repo, MAIN, import_id)) == 409
     assert_nothing_imported(b, repo, head)
+
+    restarted = a.process.start()  # new ports, the same KV
+    on_a = lakefs_sdk.ImportApi(sdk(RestServer(restarted.endpoint, a.namespace_root, restarted)))
+    import_id = start_import(on_a, repo, source)
+    running_with_progress(on_b, repo, import_id)
+    assert restarted.process is not None
+    os.killpg(restarted.process.pid, signal.SIGKILL)
+    restarted.process.wait()
+    assert on_b.import_status(repo, MAIN, import_id).error is None  # not known dead yet
+    failed = poll(
+        lambda: on_b.import_status(repo, MAIN, import_id),
+        lambda s: s.error is not None,
+        STALE_SECONDS + scaled(30),
+        "a dead process's import still running",
+    )
+    assert not failed.completed and failed.error.message == STOPPED and failed.commit is None
+    assert_nothing_imported(b, repo, head)
+    assert status_of(lambda: on_b.import_cancel(repo, MAIN, import_id)) == 409
