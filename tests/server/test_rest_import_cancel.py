@@ -21,8 +21,8 @@ import time
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
-import boto3
 import lakefs_sdk
 import pytest
 from lakefs_sdk.exceptions import ApiException
@@ -30,10 +30,7 @@ from lakefs_sdk.exceptions import ApiException
 from lakefs_core.repos.import_status import CANCELED, STALE_SECONDS, STOPPED
 from lakefs_core.repos.importing import WATCH_EVERY
 from tests.server.harness import ENCRYPT_SECRET, Server
-from tests.server.rest_harness import ACCESS_KEY, SECRET_KEY, RestServer, rest_server
-from tests.support.moto import ACCESS_KEY as MOTO_KEY
-from tests.support.moto import SECRET_KEY as MOTO_SECRET
-from tests.support.pg import create_database, drop_database
+from tests.server.rest_harness import ACCESS_KEY, SECRET_KEY, RestServer, pg_s3_core, rest_server
 from tests.support.timing import scaled
 
 MAIN = "main"
@@ -54,18 +51,10 @@ def source(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return root
 
 
-def _backend(request: pytest.FixtureRequest) -> tuple[dict[str, object] | None, str | None]:
+def _backend(request: pytest.FixtureRequest) -> tuple[dict[str, Any] | None, str | None]:
     if request.param == "sqlite-local":
         return None, None
-    request.getfixturevalue("pg_database")  # skips locally / fails in CI when unreachable
-    pg = create_database()
-    request.addfinalizer(lambda: drop_database(pg))
-    moto = request.getfixturevalue("moto_regions").get("us-east-1")
-    bucket = f"cancel-{uuid.uuid4().hex[:12]}"
-    boto3.client("s3", **moto.client_kwargs()).create_bucket(Bucket=bucket)
-    s3 = {"endpoint_url": moto.endpoint, "region": "us-east-1", "access_key_id": MOTO_KEY,
-          "secret_access_key": MOTO_SECRET, "addressing_style": "path"}  # fmt: skip
-    return {"kv_url": pg.sqlalchemy_url, "s3": s3}, f"s3://{bucket}/repos"
+    return pg_s3_core(request, "cancel")
 
 
 @pytest.fixture(params=["sqlite-local", "pg-s3"])
