@@ -9,7 +9,8 @@ of the branches below, so callers never need to know which driver they talk to:
   is the compare-and-swap flavour (a pointer moved under us); :class:`MergeConflictError` carries
   the conflicting keys; :class:`NoChangesError` refuses an empty commit or merge.
   :class:`NamespaceConflictError` refuses a storage namespace that equals, contains or lies inside
-  another repository's.
+  another repository's. :class:`CanceledError`: an operation was canceled and stopped at a
+  checkpoint.
 - :class:`CorruptDataError`: stored bytes are not what the format promises; names the file and the
   byte offset. Never retried, never papered over. :class:`TamperedError` is the GC sweep's flavour:
   a run's files do not match the digests its KV record binds them to (``reason`` says how).
@@ -139,6 +140,14 @@ class NamespaceConflictError(ConflictError):
     """A storage namespace equals, contains or lies inside one another repository already claims."""
 
     exit_code = 15
+    http_status = 409
+
+
+class CanceledError(ConflictError):
+    """A long operation stopped at a checkpoint because it was canceled (an import canceled through
+    its status record); what it had done is not visible."""
+
+    exit_code = 25
     http_status = 409
 
 

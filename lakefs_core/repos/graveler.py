@@ -689,14 +689,17 @@ class Graveler:
         *,
         committer: str,
         message: str | None = None,
+        watch: importing.ImportWatch | None = None,
     ) -> importing.ImportResult:
         """Entries for every object under ``source_uri`` (full addresses, nothing copied) under ``path``,
-        in one commit on the branch (in this process; PySpark: ``lakefs_core.compute.import_job``)."""
+        in one commit on the branch (in this process; PySpark: ``lakefs_core.compute.import_job``);
+        ``watch`` sees its progress and may stop it before the commit (see ``importing``)."""
         from lakefs_core.repos import importing
 
         return await importing.import_objects(
-            self.context, repo_id, branch_id, path, source_uri, committer=committer, message=message
-        )
+            self.context, repo_id, branch_id, path, source_uri, committer=committer, message=message,
+            watch=watch or importing.NO_WATCH,
+        )  # fmt: skip
 
     # -- audited purge (see purge.py) ----------------------------------------------------------------
 

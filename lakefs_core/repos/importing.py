@@ -18,6 +18,13 @@ entries never pass through staging:
    top of the head, then a compare-and-swap of the branch (a moved branch is re-spliced: the
    imported ranges are reused). Staged changes of the branch stay staged.
 
+An import run for a caller that may stop it (the REST server's import status, canceled from any
+process) is given an :class:`ImportWatch`: the import reports to it every :data:`WATCH_EVERY` entries
+it built and once before its commit; the watch stops it there by raising
+:class:`~lakefs_core.errors.CanceledError`. A stop at a checkpoint leaves no commit and writes
+nothing more (the range being written is aborted); the commit itself (splice and branch CAS) is
+never interrupted by the watch, so a cancel seen after the last checkpoint lets the import complete.
+
 Killed at any point before the branch CAS, an import leaves no commit (ranges are immutable,
 content-addressed files; a re-run finds them already stored). Source keys are hostile: a key whose
 entry path would exceed 1,024 bytes or that holds a NUL is refused with :class:`BadInputError`
@@ -65,6 +72,22 @@ from lakefs_core.repos.staging_writes import MAX_PATH_BYTES
 
 MAX_KEY_BYTES = MAX_PATH_BYTES  # an entry path, as for any staged write
 DEFAULT_CHUNK_NAMES = 64  # top-level names per chunk when no chunk count is asked for
+WATCH_EVERY = 1000  # entries built between two checkpoints of a watched import (one listing page)
+
+
+class ImportWatch:
+    """Progress and stop requests of an import in this process (see the module). This base watch
+    never stops the import; a subclass raises :class:`~lakefs_core.errors.CanceledError` from a
+    checkpoint to stop it."""
+
+    async def built(self, entries: int) -> None:
+        """Checkpoint: ``entries`` more entries were built since the last call."""
+
+    async def committing(self) -> None:
+        """Last checkpoint, before the commit: nothing after it stops the import."""
+
+
+NO_WATCH = ImportWatch()
 
 
 @dataclass(frozen=True)
@@ -248,14 +271,18 @@ async def build_chunk_ranges(
     *,
     dest_prefix: str,
     policy: SplitPolicy | None = None,
+    watch: ImportWatch = NO_WATCH,
 ) -> tuple[list[RangeInfo], int]:
-    """Write the chunk's entries as ranges into ``tables``; returns the ranges and the entry count."""
+    """Write the chunk's entries as ranges into ``tables``; returns the ranges and the entry count.
+    ``watch`` sees every :data:`WATCH_EVERY` entries (and the rest at the end) and may stop it."""
     base = f"{source.prefix}/" if source.prefix else ""
     writer = MetaRangeWriter(tables, policy)
     objects = {key: (size, etag, mtime) for key, size, etag, mtime in chunk.objects}
-    count = 0
+    count = reported = 0
     try:
         for name in chunk.order:
+            if count - reported >= WATCH_EVERY:
+                reported = await _checkpoint(watch, count, reported)
             kind, key = name[:2], name[2:]
             if kind == "o:":
                 size, etag, mtime = objects[key]
@@ -275,11 +302,19 @@ async def build_chunk_ranges(
                     )
                     await writer.add(record)
                     count += 1
+                    if count - reported >= WATCH_EVERY:
+                        reported = await _checkpoint(watch, count, reported)
+        await _checkpoint(watch, count, reported)
         ranges = await writer.close_ranges()
     except BaseException:
         await writer.abort()
         raise
     return ranges, count
+
+
+async def _checkpoint(watch: ImportWatch, count: int, reported: int) -> int:
+    await watch.built(count - reported)
+    return count
 
 
 def _prefix_end(prefix: bytes) -> bytes | None:
@@ -446,8 +481,11 @@ async def import_objects(
     *,
     committer: str,
     message: str | None = None,
+    watch: ImportWatch = NO_WATCH,
 ) -> ImportResult:
-    """The whole import in this process (small imports; large ones: the ``core-import`` Spark job)."""
+    """The whole import in this process (small imports; large ones: the ``core-import`` Spark job),
+    reporting to ``watch``, which may stop it before its commit
+    (:class:`~lakefs_core.errors.CanceledError`)."""
     target = await prepare_import(
         ctx, repo_id, branch_id, dest_path, source_uri, committer=committer, message=message
     )
@@ -464,9 +502,12 @@ async def import_objects(
             chunk,
             dest_prefix=target.dest_prefix,
             policy=ctx.settings.split_policy,
+            watch=watch,
         )
         ranges += built
         entries += n
+    if entries:  # an empty source is refused by finish_import, canceled or not
+        await watch.committing()
     return await finish_import(
         ctx, target, ranges, entries=entries, chunks=len(chunks), committer=committer, message=message
     )

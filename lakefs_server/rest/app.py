@@ -127,10 +127,11 @@ async def errors_middleware(
 
 def build_api_app(deps: RestDeps) -> web.Application:
     """The ``/api/v1`` application (see the module)."""
-    from lakefs_server.rest import routes
+    from lakefs_server.rest import import_ops, routes
 
     app = web.Application(middlewares=[errors_middleware], client_max_size=1024**2)
     app[DEPS] = deps
+    app.on_shutdown.append(import_ops.stop_imports)
     for method, path, handler in routes.table():
         app.router.add_route(method, path, endpoint(handler, public=path in PUBLIC))
     return app

@@ -5,11 +5,18 @@
 ``POST .../import`` stores a running status, starts the import as a task of this server process
 and answers 202 with its id; ``GET .../import?id=`` reports it (lakeFS's ``ImportStatus``) and
 ``DELETE .../import?id=`` cancels it, both from any server process sharing the KV (``--workers N``,
-several instances): the running process refreshes the status every second, sees the cancel there
-and stops the import (an import stopped before its branch compare-and-swap leaves no commit; one
-whose commit landed first reports its commit). A status whose process died is reported failed a
-minute after its last refresh. Differences from lakeFS: each path must be a ``common_prefix``;
-several paths are imported one after another, a commit each; the commit's metadata is not recorded.
+several instances). The status record is the coordination point, moved only by compare-and-swap:
+the cancel writes lakeFS's ``Canceled`` into it; the running process refreshes it every second
+(its progress, ``ingested_objects``) and, on seeing the cancel, asks the import to stop at its next
+checkpoint (:class:`~lakefs_core.repos.importing.ImportWatch`: every 1,000 entries, and a last one
+before the commit that refreshes the record itself). An import stopped there writes nothing more,
+makes no commit and reports ``Canceled``; a cancel written after that last refresh is too late: the
+import completes and reports its commit, with no error. A status whose process died is reported
+failed a minute after its last refresh, and a process that finds its own import reported so
+stops it the same way; a server stopping stops its imports at their next checkpoint and stores
+their status first (:func:`stop_imports`). Differences from lakeFS: each path must be a
+``common_prefix``; several paths are imported one after another, a commit each; the commit's
+metadata is not recorded.
 """
 
 from __future__ import annotations
@@ -22,13 +29,21 @@ from typing import Any, Final
 from aiohttp import web
 
 from lakefs_core.auth import permissions as perms
-from lakefs_core.errors import BadInputError, LakeFSError, NotFoundError
-from lakefs_core.repos.import_status import CANCELED, HEARTBEAT_SECONDS, ImportStatus, ImportStatuses
-from lakefs_server.rest.app import Call
+from lakefs_core.errors import BadInputError, CanceledError, LakeFSError, NotFoundError
+from lakefs_core.repos.import_status import (
+    CANCELED,
+    HEARTBEAT_SECONDS,
+    STOPPED,
+    ImportStatus,
+    ImportStatuses,
+)
+from lakefs_core.repos.importing import ImportWatch
+from lakefs_server.rest.app import DEPS, Call
 from lakefs_server.rest.models import ImportCreation, body, commit_json
 from lakefs_server.rest.wire import message_of
 
 MAX_RUNNING: Final = 100  # imports one server process runs at once
+SHUTDOWN_SECONDS: Final = 10.0  # a server stopping waits this long for its imports to stop
 
 
 def status_json(status: ImportStatus) -> dict[str, Any]:
@@ -46,31 +61,57 @@ def status_json(status: ImportStatus) -> dict[str, Any]:
     return answer
 
 
-class ImportRun:
-    """One import this process runs: what it reached so far, written to the KV by its watcher."""
+class ImportRun(ImportWatch):
+    """One import this process runs: what it reached so far, written to the KV by its watcher, and
+    whether it must stop (canceled here or elsewhere), which the import learns at its checkpoints."""
 
     def __init__(self, statuses: ImportStatuses, repo: str, branch: str, status: ImportStatus) -> None:
         self.statuses, self.repo, self.branch = statuses, repo, branch
         self.status = status
+        self.stopping = ""  # why the import must stop at its next checkpoint (the error it reports)
         self.task: asyncio.Task[None] | None = None
 
     async def heartbeat(self) -> bool:
-        """Refresh the stored status with this run's progress; False when someone canceled it."""
+        """Refresh the stored status with this run's progress; False when it has ended elsewhere
+        (canceled, or reported failed because it was not refreshed for a minute)."""
+        ended = False
 
         def refreshed(stored: ImportStatus) -> ImportStatus | None:
-            if not stored.running:
+            nonlocal ended
+            ended = not stored.seen_at(self.statuses.ctx.clock()).running
+            if ended:
                 return None
             return replace(stored, progress=self.status.progress, metarange_id=self.status.metarange_id)
 
-        return (await self.statuses.update(self.repo, self.status.id, refreshed)).running
+        await self.statuses.update(self.repo, self.status.id, refreshed)
+        return not ended
+
+    async def built(self, entries: int) -> None:
+        self.status = replace(self.status, progress=self.status.progress + entries)
+        await asyncio.sleep(0)  # the watcher runs even while listing and building never wait
+        if self.stopping:
+            raise CanceledError(self.stopping)
+
+    async def committing(self) -> None:
+        # The record itself, not the last refresh: a cancel stored before this write stops the import.
+        if not self.stopping and not await self.heartbeat():
+            self.stopping = CANCELED
+        if self.stopping:
+            raise CanceledError(self.stopping)
 
     async def finish(self) -> None:
-        """Store the outcome: a commit that landed wins over a cancel that came too late."""
-        final = replace(self.status, completed=True)
+        """Store the outcome: ``completed`` only with its commit, as lakeFS (a failed or canceled
+        import has an ``error`` and is not completed; the clients' wait loops rely on it); a commit
+        that landed wins over a cancel that came too late; an import stopped without a commit keeps
+        the reason it ended for (canceled, or reported failed)."""
+        final = replace(self.status, completed=self.status.commit is not None and not self.status.error)
+        if not final.completed and not final.error:  # never left reading as running
+            final = replace(final, error=STOPPED)
 
         def ended(stored: ImportStatus) -> ImportStatus:
-            if stored.error == CANCELED and final.commit is None:
-                return replace(final, error=CANCELED)
+            seen = stored.seen_at(self.statuses.ctx.clock())
+            if final.commit is None and seen.error:
+                return replace(final, error=seen.error)
             return final
 
         await self.statuses.update(self.repo, self.status.id, ended)
@@ -86,16 +127,14 @@ async def _import(call: Call, run: ImportRun, spec: ImportCreation) -> None:
                 location.path,
                 committer=call.username,
                 message=spec.commit.message,
+                watch=run,
             )
             commit = await call.deps.graveler.get_commit_by_id(run.repo, result.commit_id)
-            run.status = replace(
-                run.status,
-                progress=run.status.progress + result.entries,
-                metarange_id=result.metarange_id,
-                commit=commit,
-            )
-    except asyncio.CancelledError:
-        run.status = replace(run.status, error=CANCELED)
+            run.status = replace(run.status, metarange_id=result.metarange_id, commit=commit)
+    except CanceledError as e:
+        run.status = replace(run.status, error=message_of(e))
+    except asyncio.CancelledError:  # interrupted (the loop closing): not canceled by anyone
+        run.status = replace(run.status, error=STOPPED)
         raise
     except LakeFSError as e:
         run.status = replace(run.status, error=message_of(e))
@@ -119,12 +158,16 @@ async def _run(call: Call, run: ImportRun, spec: ImportCreation) -> None:
     try:
         while not work.done():
             await asyncio.wait({work}, timeout=HEARTBEAT_SECONDS)
-            if not work.done() and not await _heartbeat(run):
-                work.cancel()
+            if not work.done() and not run.stopping and not await _heartbeat(run):
+                run.stopping = CANCELED  # stops at its next checkpoint, never inside its commit
         with contextlib.suppress(asyncio.CancelledError):
             await work
     finally:
-        if not work.done():  # this task itself was cancelled (the server stopping)
+        if not work.done():  # this task itself was cancelled: let a commit under way complete
+            run.stopping = run.stopping or STOPPED
+            with contextlib.suppress(asyncio.CancelledError):
+                await asyncio.wait({work})
+        if not work.done():  # cancelled again: interrupt it
             work.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await work
@@ -159,6 +202,17 @@ async def import_start(call: Call) -> web.StreamResponse:
     return web.json_response({"id": run.status.id}, status=202)
 
 
+async def stop_imports(app: web.Application) -> None:
+    """Server shutdown, before the core closes: this process's imports stop at their next
+    checkpoint (a commit under way completes) and store their status (failed: :data:`STOPPED`)."""
+    runs = [run for run in app[DEPS].imports.values() if isinstance(run, ImportRun)]
+    for run in runs:
+        run.stopping = run.stopping or STOPPED
+    tasks = [run.task for run in runs if run.task is not None]
+    if tasks:
+        await asyncio.wait(tasks, timeout=SHUTDOWN_SECONDS)
+
+
 def _import_id(call: Call) -> str:
     import_id = call.request.query.get("id", "")
     if not import_id or len(import_id) > 64 or not import_id.isalnum():
@@ -179,8 +233,8 @@ async def import_cancel(call: Call) -> web.StreamResponse:
     import_id = _import_id(call)
     await ImportStatuses(call.deps.graveler).cancel(repo_id, import_id)
     run = call.deps.imports.get(import_id)
-    if isinstance(run, ImportRun) and run.task is not None:
-        run.task.cancel()  # ours: stop now rather than at the next refresh
+    if isinstance(run, ImportRun):
+        run.stopping = CANCELED  # ours: stop at the next checkpoint rather than after the next refresh
     return web.Response(status=204)
 
 

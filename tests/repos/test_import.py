@@ -16,10 +16,11 @@ from pathlib import Path
 
 import pytest
 
-from lakefs_core.errors import BadInputError, NoChangesError, NotFoundError
+from lakefs_core.errors import BadInputError, CanceledError, NoChangesError, NotFoundError
 from lakefs_core.kv import open_kv
 from lakefs_core.kv.memory import MemoryKVStore
 from lakefs_core.repos.graveler import Graveler, StorageNamespace, StoreRegistry
+from lakefs_core.repos.importing import WATCH_EVERY, ImportWatch
 from lakefs_core.repos.objects import Objects
 from tests.block.conftest import create_bucket, raw_client, s3_settings
 from tests.support.moto import ACCESS_KEY, SECRET_KEY, MotoServer
@@ -245,3 +246,44 @@ async def test_sigkill_mid_import_from_s3_then_rerun(
     finally:
         await g.stores.close()
         await kv.close()
+
+
+class Watch(ImportWatch):
+    """Records the checkpoints; stops the import once ``stop_at`` entries were built, or at its
+    commit checkpoint when ``stop_at_commit``."""
+
+    def __init__(self, stop_at: int | None = None, stop_at_commit: bool = False) -> None:
+        self.built_deltas: list[int] = []
+        self.commits = 0
+        self.stop_at, self.stop_at_commit = stop_at, stop_at_commit
+
+    async def built(self, entries: int) -> None:
+        self.built_deltas.append(entries)
+        if self.stop_at is not None and sum(self.built_deltas) >= self.stop_at:
+            raise CanceledError("Canceled")
+
+    async def committing(self) -> None:
+        self.commits += 1
+        if self.stop_at_commit:
+            raise CanceledError("Canceled")
+
+
+async def test_a_watch_sees_progress_and_stops_the_import(g: Graveler, tmp_path: Path) -> None:
+    """Checkpoints every WATCH_EVERY entries and once before the commit; a stop at either leaves
+    the branch as it was (no commit, nothing staged)."""
+    src = tmp_path / "many"
+    for d in range(5):
+        (src / f"d{d}").mkdir(parents=True)
+        for i in range(500):
+            (src / f"d{d}" / f"{i:03d}").write_bytes(b"")
+    head = (await g.branch("imp1", "main")).commit_id
+    for watch in (Watch(stop_at=WATCH_EVERY), Watch(stop_at_commit=True)):
+        with pytest.raises(CanceledError):
+            await g.import_objects("imp1", "main", "in/", str(src), committer="t", watch=watch)
+        assert (await g.branch("imp1", "main")).commit_id == head
+        assert await listing(Objects(g), "imp1", "main") == {}
+    assert watch.built_deltas == [WATCH_EVERY, WATCH_EVERY, 500] and watch.commits == 1
+    full = Watch()
+    result = await g.import_objects("imp1", "main", "in/", str(src), committer="t", watch=full)
+    assert sum(full.built_deltas) == result.entries == 2500 and full.commits == 1
+    assert max(full.built_deltas) <= WATCH_EVERY

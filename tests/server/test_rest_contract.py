@@ -10,7 +10,6 @@ from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-import boto3
 import jwt
 import lakefs_sdk
 import pytest
@@ -18,10 +17,7 @@ import urllib3
 from lakefs_sdk.exceptions import ApiException
 
 from tests.server.harness import DEVELOPER, ENCRYPT_SECRET, VIEWER, Keys
-from tests.server.rest_harness import ACCESS_KEY, SECRET_KEY, RestServer, rest_server
-from tests.support.moto import ACCESS_KEY as MOTO_KEY
-from tests.support.moto import SECRET_KEY as MOTO_SECRET
-from tests.support.pg import create_database, drop_database
+from tests.server.rest_harness import ACCESS_KEY, SECRET_KEY, RestServer, pg_s3_core, rest_server
 
 _names = itertools.count()
 
@@ -33,23 +29,8 @@ def server(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFact
         with rest_server(tmp) as s:
             yield s
         return
-    request.getfixturevalue("pg_database")  # skips locally / fails in CI when unreachable
-    # A database of its own: the session's is shared by every module of this worker, and another
-    # module (the CLI's auth tests) may already have set its installation up.
-    pg = create_database()
-    request.addfinalizer(lambda: drop_database(pg))
-    moto = request.getfixturevalue("moto_regions").get("us-east-1")
-    bucket = f"rest-{uuid.uuid4().hex[:12]}"
-    boto3.client("s3", **moto.client_kwargs()).create_bucket(Bucket=bucket)
-    s3 = {
-        "endpoint_url": moto.endpoint,
-        "region": "us-east-1",
-        "access_key_id": MOTO_KEY,
-        "secret_access_key": MOTO_SECRET,
-        "addressing_style": "path",
-    }
-    core = {"kv_url": pg.sqlalchemy_url, "s3": s3}
-    with rest_server(tmp, core, f"s3://{bucket}/repos") as s:
+    core, root = pg_s3_core(request, "rest")
+    with rest_server(tmp, core, root) as s:
         yield s
 
 

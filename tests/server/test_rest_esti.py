@@ -232,7 +232,7 @@ def start_import(imports: lakefs_sdk.ImportApi, repo: str, source: str, destinat
 def wait_import(imports: lakefs_sdk.ImportApi, repo: str, import_id: str) -> lakefs_sdk.ImportStatus:
     for _ in range(400):
         status = imports.import_status(repo, MAIN, import_id)
-        if status.completed:
+        if status.completed or status.error is not None:  # a failed import is not completed (lakeFS)
             return status
         time.sleep(0.05)
     raise AssertionError("import did not complete")

@@ -90,6 +90,7 @@ TIERS: dict[str, Tier] = {
     "tests/mirror/test_crash.py": "e2e",
     "tests/mirror/test_e2e_moto.py": "e2e",
     "tests/mirror/test_failover_drill.py": "e2e",  # two regions, kill -9, outage, failback
+    "tests/server/test_rest_import_cancel.py": "e2e",  # 60k-object source, kill -9, a minute stale
     "tests/mirror/test_readme_setup.py": "e2e",
     "tests/test_demo.py": "e2e",
     # e2e by cost: the files that took longest outside the tier above (make test-fast, 2 cores)
