@@ -54,7 +54,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable, Iterator
 from datetime import datetime, timedelta
 from typing import Annotated, Literal
 
@@ -147,6 +147,14 @@ class RunRecord(BaseModel):
 
     def to_bytes(self) -> bytes:
         return json.dumps(self.model_dump(mode="json"), sort_keys=True, separators=(",", ":")).encode()
+
+
+def _chunks(raw: bytes) -> Iterator[tuple[int, bytes]]:
+    """``(n, chunk n)`` of a record, the last first (no empty last chunk for an exact multiple)."""
+    for n in range(len(raw) // CHUNK_BYTES, -1, -1):
+        chunk = raw[n * CHUNK_BYTES : (n + 1) * CHUNK_BYTES]
+        if chunk or not n:
+            yield n, chunk
 
 
 class Tombstone(BaseModel):
@@ -280,10 +288,7 @@ class RunRecords:
         """Write ``raw``'s chunks create-only, the later ones first and the first one last (a first
         chunk present means the whole record is); True when the first one was there already."""
         reused = False
-        for n in range(len(raw) // CHUNK_BYTES, -1, -1):
-            chunk = raw[n * CHUNK_BYTES : (n + 1) * CHUNK_BYTES]
-            if n and not chunk:
-                continue  # an exact multiple of the chunk size: no empty last chunk
+        for n, chunk in _chunks(raw):
             try:
                 await self._g.kv.set_if(partition, kvkeys.gc_run_record_key(digest, n), chunk, Expect.ABSENT)
             except PreconditionFailedError:  # the same bytes are there already
@@ -298,10 +303,8 @@ class RunRecords:
             await self._g.kv.get(partition, kvkeys.gc_run_record_key(digest))
         except NotFoundError:
             log.warning("run record %s was collected under its writer: stored again", digest)
-            for n in range(len(raw) // CHUNK_BYTES, -1, -1):
-                chunk = raw[n * CHUNK_BYTES : (n + 1) * CHUNK_BYTES]
-                if chunk or not n:
-                    await self._g.kv.set(partition, kvkeys.gc_run_record_key(digest, n), chunk)
+            for n, chunk in _chunks(raw):
+                await self._g.kv.set(partition, kvkeys.gc_run_record_key(digest, n), chunk)
 
     async def _retire(self, partition: bytes, digest: str, run_id: str) -> None:
         stone = Tombstone(run_id=run_id, at=self._clock())
