@@ -34,7 +34,8 @@ Contract:
   wrote the same bytes and won keeps them: see below); an unknown outcome (a
   :class:`~lakefs_core.errors.TransientError`) retires nothing. :meth:`RunRecords.retire_run`
   retires a run's current record, then deletes its pointer (:mod:`lakefs_gc.runs.retention` decides
-  which runs). :meth:`RunRecords.collect` (run after every successful write) deletes the chunks of
+  which runs). :meth:`RunRecords.collect` (run after a successful write when a tombstone the object knows of,
+  or found at its last collection, is due; always at its first write) deletes the chunks of
   every record retired more than :data:`RECORD_GRACE` ago (the later chunks first, the first one
   last, then the tombstone), each only after re-reading its run's pointer right before: a record the
   pointer names again (a writer that wrote the same bytes) keeps its chunks and loses its tombstone.
@@ -181,6 +182,9 @@ class RunRecords:
         self._g, self._repo = graveler, repo_id
         self._clock = clock or graveler.clock
         self._grace = grace
+        # When the next tombstone this object knows of is due (None: unknown, scan): a sweep
+        # writing every 10 s scans the tombstones only when one can be collected.
+        self._due: datetime | None = None
 
     async def _partition(self) -> bytes:
         return (await self._g.repository(self._repo)).partition
@@ -281,7 +285,8 @@ class RunRecords:
             await self._quietly(self._revive(partition, digest, raw))
         if replacing is not None and replacing != digest:
             await self._quietly(self._retire(partition, replacing, record.run_id))
-        await self._quietly(self.collect())
+        if self._due is None or self._due <= self._clock():
+            await self._quietly(self.collect())
         return digest
 
     async def _store_chunks(self, partition: bytes, digest: str, raw: bytes) -> bool:
@@ -309,6 +314,7 @@ class RunRecords:
     async def _retire(self, partition: bytes, digest: str, run_id: str) -> None:
         stone = Tombstone(run_id=run_id, at=self._clock())
         await self._g.kv.set(partition, kvkeys.gc_run_garbage_key(digest), stone.model_dump_json().encode())
+        self._due = min(self._due or stone.at + self._grace, stone.at + self._grace)
 
     @staticmethod
     async def _quietly(step: Awaitable[object]) -> None:
@@ -352,13 +358,16 @@ class RunRecords:
         partition = await self._partition()
         cutoff = self._clock() - self._grace
         deleted = 0
+        waiting = [self._clock() + self._grace]  # those retired from now on are due no earlier
         for digest, stone in (await self.tombstones()).items():
             if stone is None or stone.at > cutoff:
+                waiting.extend(() if stone is None else [stone.at + self._grace])
                 continue
             if await self.pointer(stone.run_id) != digest:
                 await self._delete_chunks(partition, digest)
                 deleted += 1
             await self._g.kv.delete(partition, kvkeys.gc_run_garbage_key(digest))
+        self._due = min(waiting)
         return deleted
 
     async def _delete_chunks(self, partition: bytes, digest: str) -> None:
