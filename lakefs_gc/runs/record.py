@@ -191,8 +191,11 @@ class RunRecords:
 
     async def pointer(self, run_id: str) -> str | None:
         """The digest ``gc-runs/<run id>`` names now (None: no record)."""
+        return await self._pointer(await self._partition(), run_id)
+
+    async def _pointer(self, partition: bytes, run_id: str) -> str | None:
         try:
-            return (await self._g.kv.get(await self._partition(), kvkeys.gc_run_key(run_id))).decode()
+            return (await self._g.kv.get(partition, kvkeys.gc_run_key(run_id))).decode()
         except NotFoundError:
             return None
 
@@ -205,7 +208,7 @@ class RunRecords:
         pointer: str | None = None
         raw: bytes | None = None
         for _ in range(READ_ATTEMPTS):
-            moved = await self.pointer(run_id)
+            moved = await self._pointer(partition, run_id)
             if moved is None:
                 return None
             if moved == pointer:
@@ -363,7 +366,7 @@ class RunRecords:
             if stone is None or stone.at > cutoff:
                 waiting.extend(() if stone is None else [stone.at + self._grace])
                 continue
-            if await self.pointer(stone.run_id) != digest:
+            if await self._pointer(partition, stone.run_id) != digest:
                 await self._delete_chunks(partition, digest)
                 deleted += 1
             await self._g.kv.delete(partition, kvkeys.gc_run_garbage_key(digest))
