@@ -91,7 +91,7 @@ def record_of(run_id: str = RUN, files: int = 2, n: int = 0, repo: str = "") -> 
 
 
 async def test_checkpoints_keep_the_current_record_and_those_within_the_grace(env: Env) -> None:
-    big = 3000  # 3 chunks: the later chunks go too
+    big = 1500  # 2 chunks: the later one goes too
     pointer = await env.records.write(env.rec(files=big), replacing=None)
     first = pointer
     # A reader reads the pointer now and its chunks after the next checkpoint (within the grace).
@@ -99,7 +99,7 @@ async def test_checkpoints_keep_the_current_record_and_those_within_the_grace(en
         pointer = await env.records.write(env.rec(files=big, n=n), replacing=pointer)
         env.clock.advance(60)
     assert len(await env.chunk_sets()) == 4  # all superseded within the grace: kept
-    assert len(env.rec(files=big).to_bytes()) > 2 * CHUNK_BYTES
+    assert len(env.rec(files=big).to_bytes()) > CHUNK_BYTES
     assert await env.records._whole(await env.partition(), first, "test") == env.rec(files=big).to_bytes()
     env.clock.advance(PAST_GRACE)
     previous = pointer
@@ -111,7 +111,7 @@ async def test_checkpoints_keep_the_current_record_and_those_within_the_grace(en
     assert await env.records.collect() == 1
     assert await env.chunk_sets() == {pointer}
     stored = await env.keys(kvkeys.GC_RUN_RECORDS_PREFIX)
-    assert len(stored) == 3 and all(k.startswith(kvkeys.gc_run_record_key(pointer)) for k in stored)
+    assert len(stored) == 2 and all(k.startswith(kvkeys.gc_run_record_key(pointer)) for k in stored)
     assert await env.keys(kvkeys.GC_RUN_GARBAGE_PREFIX) == []
     assert await env.records.read(RUN) == (pointer, env.rec(files=big, n=9))
 
@@ -172,20 +172,20 @@ async def test_an_unknown_swap_outcome_retires_nothing(env: Env) -> None:
 
 
 async def test_retention_keeps_the_newest_runs_and_protected_ones(env: Env) -> None:
-    runs = [f"2026110{d}T000000000Z-0123456789abcdef" for d in range(1, 8)]
+    runs = [f"2026110{d}T000000000Z-0123456789abcdef" for d in range(1, 6)]
     pointers = {}
     for run in runs:
         p = await env.records.write(env.rec(run), replacing=None)
         pointers[run] = await env.records.write(env.rec(run, n=1), replacing=p)
     protected = runs[1]
-    retired = await retire_old_runs(env.records, keep=3, protected=lambda: {protected})
-    assert sorted(retired) == [runs[0], runs[2], runs[3]]
-    assert await env.records.run_ids() == sorted([*runs[4:], protected], reverse=True)
+    retired = await retire_old_runs(env.records, keep=2, protected=lambda: {protected})
+    assert sorted(retired) == [runs[0], runs[2]]
+    assert await env.records.run_ids() == sorted([*runs[3:], protected], reverse=True)
     assert len(await env.chunk_sets()) == 2 * len(runs)  # nothing deleted within the grace
     env.clock.advance(PAST_GRACE)
-    await retire_old_runs(env.records, keep=3, protected=lambda: {protected})
-    assert await env.chunk_sets() == {pointers[r] for r in [*runs[4:], protected]}
-    for run in [*runs[4:], protected]:
+    await retire_old_runs(env.records, keep=2, protected=lambda: {protected})
+    assert await env.chunk_sets() == {pointers[r] for r in [*runs[3:], protected]}
+    for run in [*runs[3:], protected]:
         assert await env.records.read(run) == (pointers[run], env.rec(run, n=1))
     assert await env.records.read(runs[0]) is None
 
