@@ -42,6 +42,8 @@ the repositories of one region's core. Keys::
                                       # deleted meanwhile, is removed that much after the grace
       max_intents_per_pass: 100000
     max_concurrent_runs: 1            # GC runs at once (each holds its repository's lease)
+    run_records_kept: 30              # run records kept in the KV per repository (newest runs);
+                                      # older ones are retired after each run (docs/gc.md)
     lease_ttl_seconds: 120
     poll_interval_seconds: 30         # how often the daemon looks for due work
     pass_timeout_seconds: 900         # a scheduling pass longer than this is hung (runs are not passes)
@@ -71,6 +73,7 @@ from lakefs_core.repos.journal import MIN_PENDING_TIMEOUT_SECONDS
 from lakefs_core.service.config import DaemonConfig, NonNegativeSeconds, PositiveSeconds, SqlUrl
 from lakefs_core.settings import CoreSettings, path_problems
 from lakefs_gc.clock import MAX_OFFSET_SECONDS
+from lakefs_gc.runs.retention import DEFAULT_RUNS_KEPT
 
 __all__ = [
     "ENV_PREFIX",
@@ -183,6 +186,7 @@ class GCConfig(DaemonConfig):
     spark: SparkConfig = SparkConfig()
     hard_delete: HardDeleteConfig = HardDeleteConfig()
     max_concurrent_runs: int = Field(default=1, ge=1, le=64)
+    run_records_kept: int = Field(default=DEFAULT_RUNS_KEPT, ge=1, le=100_000)
     lease_ttl_seconds: PositiveSeconds = 120.0
     poll_interval_seconds: PositiveSeconds = 30.0
     workdir: Path | None = None

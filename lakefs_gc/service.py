@@ -24,6 +24,8 @@ Contract:
   re-verification); a run without ``summary.json`` (or with a successful one but no KV run
   record: killed between the two) was killed during its mark, deleted nothing, and is abandoned
   (counted once as ``runs_total{phase="mark",outcome="abandoned"}``): it delays no new run.
+- **Run records**: after each run, under its lease, the repository's run records in the KV older
+  than the ``run_records_kept`` newest runs are retired (:mod:`lakefs_gc.runs.retention`).
 - **Unfinished purges**: every ``hard_delete.interval_seconds`` each repository's audited purges
   still ``deleting`` ``hard_delete.grace_seconds`` after their record was written (the purging
   process died) are completed, a bounded number per check (:meth:`GCService._maybe_finish_purges`).
@@ -66,6 +68,7 @@ from lakefs_gc.metrics import GCMetrics
 from lakefs_gc.pins import PinSource
 from lakefs_gc.runner import CoreRunExecutor
 from lakefs_gc.runs.record import RunRecords
+from lakefs_gc.runs.retention import retire_old_runs
 from lakefs_gc.runs.runs import (
     RunExecutor,
     RunProgress,
@@ -376,6 +379,7 @@ class GCService:
                 if scheduled and progress.request.mode != "sweep":
                     await self._recover(progress.request)
                 await self._execute(progress)
+                await self._retire_old_runs(repo_id)
         except Exception as e:
             if isinstance(e, ConflictError) and scheduled and not acquired:
                 # Another daemon (or a CLI run) holds the repository: it runs it.
@@ -389,6 +393,22 @@ class GCService:
         finally:
             self.metrics.in_progress.labels(repo_id).set(0)
             self.state(repo_id).next_run = None  # recomputed from the namespace next pass
+
+    async def _retire_old_runs(self, repo_id: str) -> None:
+        """After a run, under its lease: the KV keeps ``run_records_kept`` run records of the
+        repository (:mod:`lakefs_gc.runs.retention`), never one this daemon has queued or runs.
+        A failure is logged: the run succeeded, the next one retires what this one left."""
+
+        def protected() -> set[str]:
+            return {p.request.run_id for p in self.registry.of_repository(repo_id)
+                    if p.state in ("queued", "running") and p.request.mode == "sweep"}  # fmt: skip
+
+        try:
+            await retire_old_runs(
+                RunRecords(self.graveler, repo_id), keep=self.config.run_records_kept, protected=protected
+            )
+        except LakeFSError as e:
+            log.warning("retiring old GC run records of %s failed: %s: %s", repo_id, type(e).__name__, e)
 
     def _failed(self, progress: RunProgress, phase: str, error: BaseException) -> None:
         repo_id = progress.request.repository

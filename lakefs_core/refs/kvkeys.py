@@ -18,6 +18,7 @@
 | batch upload settled (ours, hard-delete journal) | ``<repo>-<uid>`` | ``gc-settled/<batch id>`` |
 | GC run record, pointer (ours) | ``<repo>-<uid>`` | ``gc-runs/<run id>`` |
 | GC run record, immutable (ours) | ``<repo>-<uid>`` | ``gc-run-records/<sha-256 of the record>[/<chunk>]`` |
+| GC run record no pointer names (ours) | ``<repo>-<uid>`` | ``gc-run-garbage/<sha-256 of the record>`` |
 | audit record of a purge (ours) | ``<repo>-<uid>`` | ``purges/<audit id>`` |
 | address a purge destroyed (ours) | ``<repo>-<uid>`` | ``purged/<relative address>`` |
 | the repository has purges (ours) | ``<repo>-<uid>`` | ``purged`` |
@@ -336,6 +337,7 @@ def purging_key(audit_id: str) -> bytes:
 
 GC_RUNS_PREFIX = b"gc-runs/"
 GC_RUN_RECORDS_PREFIX = b"gc-run-records/"
+GC_RUN_GARBAGE_PREFIX = b"gc-run-garbage/"
 
 
 def gc_run_key(run_id: str) -> bytes:
@@ -348,9 +350,20 @@ def gc_run_record_key(digest: str, chunk: int = 0) -> bytes:
     """``gc-run-records/<sha-256>`` in the repository's partition: one immutable GC run record,
     keyed by the SHA-256 of its bytes (written create-only before the pointer names it); a record
     longer than one KV value continues at ``gc-run-records/<sha-256>/<chunk>`` (chunk >= 1)."""
-    if len(digest) != 64 or any(c not in "0123456789abcdef" for c in digest):
-        raise BadInputError("must be a SHA-256 in lowercase hex", field="digest")
     if chunk < 0:
         raise BadInputError("must be >= 0", field="chunk")
-    key = GC_RUN_RECORDS_PREFIX + digest.encode()
+    key = GC_RUN_RECORDS_PREFIX + _digest(digest)
     return key if chunk == 0 else key + b"/%d" % chunk
+
+
+def gc_run_garbage_key(digest: str) -> bytes:
+    """``gc-run-garbage/<sha-256>`` in the repository's partition: the tombstone of a GC run record
+    no pointer should name any more (superseded, or its run's records retired), whose chunks are
+    deleted once its grace has passed and a re-read shows no pointer names it."""
+    return GC_RUN_GARBAGE_PREFIX + _digest(digest)
+
+
+def _digest(digest: str) -> bytes:
+    if len(digest) != 64 or any(c not in "0123456789abcdef" for c in digest):
+        raise BadInputError("must be a SHA-256 in lowercase hex", field="digest")
+    return digest.encode()

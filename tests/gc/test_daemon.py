@@ -23,6 +23,7 @@ from lakefs_core.repos.graveler import Graveler
 from lakefs_core.service.lease import kv_lease
 from lakefs_gc.config import GCConfig
 from lakefs_gc.runs.layout import RunLayout
+from lakefs_gc.runs.record import RunRecords
 from lakefs_gc.runs.runs import RunExecutor, RunProgress, RunRequest, RunResult, run_id_time
 from lakefs_gc.service import GCService
 from tests.gc.daemon_support import AUTH, SqliteRepo, gc_config, sqlite_repo
@@ -472,5 +473,23 @@ async def test_purge_routes(repo: SqliteRepo, tmp_path: Path) -> None:
         _, text = await _call(svc, "GET", "/metrics", auth=None)
         assert _sample(text, "lakefs_gc_purges_total", repo="repo1") == 1
         assert _sample(text, "lakefs_gc_purged_objects_total", repo="repo1") == 1
+    finally:
+        await svc.close()
+
+
+async def test_the_daemon_keeps_run_records_kept_runs_in_the_kv(repo: SqliteRepo, tmp_path: Path) -> None:
+    svc = await _open(repo, tmp_path, run_records_kept=2)
+    records = RunRecords(svc.graveler, "repo1")
+    try:
+        ran = []
+        for _ in range(3):
+            request = RunRequest(repository="repo1", mode="dry-run", run_id=svc.clock.new_run_id())
+            svc.request_run(request)
+            await svc.drain()
+            ran.append(request.run_id)
+        # The oldest retired after the third run (under its lease); its record waits for the grace.
+        assert await records.run_ids() == ran[:0:-1]
+        assert await records.read(ran[0]) is None
+        assert len(await records.tombstones()) == 1
     finally:
         await svc.close()
