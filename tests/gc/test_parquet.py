@@ -11,7 +11,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pyarrow as pa
-import pyarrow.dataset as pads
 import pyarrow.parquet as pq
 import pytest
 
@@ -41,6 +40,8 @@ def local_dir(env: Env, run_id: str) -> Path:
 
 
 def read_with_pyarrow(directory: Path) -> list[str]:
+    import pyarrow.dataset as pads  # here: it imports pandas, a second of every worker's collection
+
     table = pads.dataset(str(directory), format="parquet").to_table()  # ignores _SUCCESS like Spark
     assert table.schema.names == ["address"] and table.schema.field("address").type == pa.string()
     return [str(a) for a in table.column("address").to_pylist()]

@@ -16,10 +16,8 @@ import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
-import lakefs_sdk
 import pytest
 import urllib3
-from lakefs_sdk.exceptions import ApiException
 
 from lakefs_core.auth.crypt import SecretStore
 from lakefs_core.auth.store import AuthStore
@@ -29,6 +27,9 @@ from lakefs_core.wiring import open_core
 from lakefs_server.rest import routes
 from tests.server.harness import ENCRYPT_SECRET
 from tests.server.rest_harness import ACCESS_KEY, SECRET_KEY, RestServer, rest_server
+from tests.support.lazy import lazy_module
+
+lakefs_sdk = lazy_module("lakefs_sdk")  # pydantic models of the whole API: imported where a test uses them
 
 MAIN = "main"
 AUTH = "Basic " + base64.b64encode(f"{ACCESS_KEY}:{SECRET_KEY}".encode()).decode()
@@ -89,7 +90,7 @@ def api(client: lakefs_sdk.ApiClient, tmp_path: Path) -> Api:
 def status_of(call: object) -> int:
     try:
         call()  # type: ignore[operator]
-    except ApiException as e:
+    except lakefs_sdk.ApiException as e:
         return int(e.status)
     return 200
 

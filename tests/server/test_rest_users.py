@@ -13,9 +13,11 @@ from pathlib import Path
 import pytest
 
 from tests.server.rest_harness import ACCESS_KEY, SECRET_KEY, RestServer, rest_server
+from tests.support.lazy import lazy_module
 
-lakefs = pytest.importorskip("lakefs")
-lakefs_spec = pytest.importorskip("lakefs_spec")
+# lakeFS's SDKs (the pydantic models of its whole API): imported where a test uses them
+lakefs = lazy_module("lakefs")
+lakefs_spec = lazy_module("lakefs_spec")
 
 
 @pytest.fixture(scope="module")
