@@ -182,13 +182,18 @@ MAX_PRESIGN_SECONDS = 7 * 24 * 3600  # SigV4 query auth's longest validity
 
 
 class S3BlockStore:
-    """A block store in one S3 bucket."""
+    """A block store in one S3 bucket. ``session``: the aioboto3 session its client is made from (a
+    new one by default); stores made in one thread may share one, which loads botocore's S3 model
+    once (~0.2 s of CPU per session)."""
 
-    def __init__(self, bucket: str, *, settings: S3Settings | None = None) -> None:
+    def __init__(
+        self, bucket: str, *, settings: S3Settings | None = None, session: aioboto3.Session | None = None
+    ) -> None:
         if not isinstance(bucket, str) or not _BUCKET.fullmatch(bucket):
             raise BadInputError(f"{bucket!r} is not a valid bucket name", field="bucket")
         self._bucket = bucket
         self._settings = settings if settings is not None else S3Settings()
+        self._session = session
         self._client_ref: S3Client | None = None
         self._stack: AsyncExitStack | None = None
         self._open_lock = asyncio.Lock()
@@ -233,7 +238,7 @@ class S3BlockStore:
                 request_checksum_calculation=s.request_checksum_calculation,
                 response_checksum_validation="when_supported",
             )
-            session = aioboto3.Session()
+            session = self._session or aioboto3.Session()
             stack = AsyncExitStack()
             try:
                 client = await stack.enter_async_context(

@@ -25,7 +25,7 @@ from lakefs_core.errors import (
     TransientError,
     UnreachableError,
 )
-from tests.block.conftest import BUCKET, raw_client, s3_settings
+from tests.block.conftest import BUCKET, raw_client, s3_settings, shared_session
 from tests.block.faults import Fault, FaultProxy, is_method
 from tests.support.moto import SECRET_KEY, MotoServer, free_port
 
@@ -42,7 +42,7 @@ async def chunks_of(data: bytes, size: int) -> AsyncIterator[bytes]:
 
 
 def proxied(proxy: FaultProxy, **overrides: object) -> S3BlockStore:
-    return S3BlockStore(BUCKET, settings=s3_settings(proxy.endpoint, **overrides))
+    return S3BlockStore(BUCKET, settings=s3_settings(proxy.endpoint, **overrides), session=shared_session())
 
 
 async def pending_uploads(server: MotoServer) -> list[str]:

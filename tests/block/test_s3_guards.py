@@ -12,7 +12,7 @@ import pytest
 
 from lakefs_core.block import AccessDeniedError, FailedKey, S3BlockStore
 from lakefs_core.errors import ConflictError, NotFoundError, PreconditionFailedError
-from tests.block.conftest import BUCKET, raw_client, s3_settings
+from tests.block.conftest import BUCKET, raw_client, s3_settings, shared_session
 from tests.block.faults import Fault, FaultProxy, is_method
 from tests.block.test_gc_seams import _delete_result
 from tests.support.moto import MotoServer
@@ -22,7 +22,9 @@ KIB = 1 << 10
 
 
 def proxied(proxy: FaultProxy) -> S3BlockStore:
-    return S3BlockStore(BUCKET, settings=s3_settings(proxy.endpoint))  # max_attempts=3
+    return S3BlockStore(
+        BUCKET, settings=s3_settings(proxy.endpoint), session=shared_session()
+    )  # max_attempts=3
 
 
 async def test_stream_interrupted_more_often_than_max_attempts_but_always_progressing(
