@@ -29,7 +29,7 @@ from tests.support.env import skip_or_fail
 from tests.support.moto import ACCESS_KEY, SECRET_KEY, MotoRegions, MotoServer
 from tests.support.pg import PgDatabase, create_database, drop_database, unreachable_reason
 from tests.support.profiles import register_profiles
-from tests.support.tiers import BudgetCheck, Tier, apply_tier_markers, tier_deselected, tier_of, uniform_tier
+from tests.support.tiers import BudgetCheck, Tier, apply_tier_markers, tier_of
 from tests.support.timing import scaled
 
 register_profiles()  # before pytest's hypothesis plugin applies --hypothesis-profile
@@ -100,21 +100,6 @@ def pytest_configure(config: pytest.Config) -> None:
     report = config.getoption("--budget-report")
     enforce = bool(config.getoption("--enforce-budgets"))
     config.pluginmanager.register(BudgetCheck(enforce, Path(report) if report else None), "lakefs-budgets")
-
-
-def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:
-    """Leaves out, before importing them, the files (and directories) whose tier ``-m`` deselects
-    whole: ``make test-fast`` then imports no e2e module (PySpark, the SIGKILL scenarios' helpers),
-    in each of its workers, for tests it would deselect after collecting them. None: pytest decides."""
-    markexpr = config.getoption("markexpr", "")
-    if not markexpr:
-        return None
-    try:
-        relative = collection_path.relative_to(REPO_ROOT).as_posix()
-    except ValueError:
-        return None
-    tier = uniform_tier(relative + ("/" if collection_path.is_dir() else ""))
-    return True if tier is not None and tier_deselected(markexpr, tier) else None
 
 
 def default_timeout(config: pytest.Config) -> float:

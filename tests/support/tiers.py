@@ -23,16 +23,13 @@ an enforcing run sets the time factor to the machine's slowdown.
 
 from __future__ import annotations
 
-import itertools
 import json
-import re
 from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
 import pytest
-from _pytest.mark.expression import Expression
 
 from tests.support.timing import TIME_FACTOR
 
@@ -124,37 +121,6 @@ def tier_of(path: str) -> Tier:
         if path.startswith(prefix) and len(prefix) > len(best):
             best = prefix
     return TIERS[best] if best else "unit"
-
-
-def uniform_tier(prefix: str) -> Tier | None:
-    """The one tier of every test file under ``prefix`` (a file, or a directory ending in ``/``), or
-    ``None`` when a longer prefix in :data:`TIERS` gives part of it another tier."""
-    tier = tier_of(prefix)
-    inner = {TIERS[p] for p in TIERS if p.startswith(prefix) and len(p) > len(prefix)}
-    return tier if inner <= {tier} else None
-
-
-_KEYWORDS = {"and", "or", "not"}
-_IDENT = re.compile(r"(?:\w|:|\+|-|\.|\[|\]|\\|/)+")  # pytest's own (_pytest/mark/expression.py)
-
-
-def tier_deselected(markexpr: str, tier: Tier) -> bool:
-    """Whether the ``-m`` expression ``markexpr`` deselects every test of tier ``tier``, whatever
-    other markers a test carries: it is false for every assignment of the names it mentions, with
-    ``tier`` true and the other tiers false (a test has exactly one). A name the expression calls
-    with arguments (``marker(key=value)``) is taken as free like any other."""
-    try:
-        expr = Expression.compile(markexpr)
-    except pytest.UsageError:
-        return False
-    names = sorted(set(_IDENT.findall(markexpr)) - _KEYWORDS - set(TIER_NAMES))
-    if len(names) > 12:
-        return False  # 4,096 evaluations: not worth it for a hand-written expression
-    for values in itertools.product((False, True), repeat=len(names)):
-        true = {tier} | {name for name, value in zip(names, values, strict=True) if value}
-        if expr.evaluate(lambda name, **_: name in true):
-            return False
-    return True
 
 
 def budget_of(path: str) -> float:
