@@ -23,18 +23,18 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-import lakefs_sdk
 import pytest
-from lakefs_sdk.exceptions import ApiException
 
 from lakefs_core.repos.import_status import CANCELED, STALE_SECONDS, STOPPED
 from lakefs_core.repos.importing import WATCH_EVERY
 from tests.server.harness import ENCRYPT_SECRET, Server
 from tests.server.rest_harness import ACCESS_KEY, SECRET_KEY, RestServer, pg_s3_core, rest_server
+from tests.support.lazy import lazy_module
 from tests.support.timing import scaled
 
+lakefs_sdk = lazy_module("lakefs_sdk")  # pydantic models of the whole API: imported where a test uses them
+
 MAIN = "main"
-Status = lakefs_sdk.ImportStatus
 PER_DIR = 500
 OBJECTS = 60_000  # several seconds of listing and range building on an idle machine
 
@@ -93,7 +93,7 @@ def start_import(imports: lakefs_sdk.ImportApi, repo: str, source: Path) -> str:
 def status_of(call: Callable[[], object]) -> int:
     try:
         call()
-    except ApiException as e:
+    except lakefs_sdk.ApiException as e:
         return int(e.status)
     return 200
 
@@ -109,7 +109,9 @@ def poll(read: Callable[[], lakefs_sdk.ImportStatus], until: Callable[[lakefs_sd
         time.sleep(0.05)
 
 
-def running_with_progress(imports: lakefs_sdk.ImportApi, repo: str, import_id: str) -> Status:
+def running_with_progress(
+    imports: lakefs_sdk.ImportApi, repo: str, import_id: str
+) -> lakefs_sdk.ImportStatus:
     """The import's status once its process has refreshed it with some progress; still running."""
 
     def progressed(status: lakefs_sdk.ImportStatus) -> bool:
