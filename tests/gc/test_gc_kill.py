@@ -20,7 +20,12 @@ thread): a ``lakefs-gc`` process spends more CPU importing its ~600 modules than
 repository's GC. A Spark re-run still starts its own process (and JVM, ``--master local[1]``): in
 this process it would share, and reconfigure, the test process's Spark session.
 
-Scenarios run two at a time. A few run the Spark mark (``--master local[1]``, a JVM start each):
+Scenarios run two at a time, each pair of them in one of two slots: the repository is built once per
+slot (:func:`setup`, the oracle's sets with it) and kept as a pristine copy, which each later
+scenario of the slot gets again (:class:`Slot`: the object files hard-linked, nothing the runs
+delete from or write to shared; the KV file and the namespace's ``_lakefs/`` copied). Building it
+(the commits, 2,500 files and their mtimes, the oracle) cost more CPU than the runs a scenario
+starts. A few run the Spark mark (``--master local[1]``, a JVM start each):
 those are marked ``spark`` and ``slow``.
 """
 
@@ -32,6 +37,7 @@ import io
 import json
 import os
 import random
+import shutil
 import signal
 import sys
 import threading
@@ -288,9 +294,47 @@ async def _resume_finished_marks(s: Setup, scenario: Scenario) -> None:
         _check_safe(s, f"after resuming {run_dir.name}")
 
 
-async def one_scenario(tmp: Path, scenario: Scenario) -> bool:
-    """Run one scenario; True when the first run was killed (not finished before the delay)."""
-    s = await setup(tmp)
+def _link_or_copy(src: str, dst: str) -> None:
+    """Hard-link an object file (under ``ns/data/``: never written in place, only deleted); copy the
+    rest (the KV file, the namespace's ``_lakefs/``, the root objects)."""
+    if f"{os.sep}ns{os.sep}data{os.sep}" in src:
+        os.link(src, dst)
+    else:
+        shutil.copy2(src, dst)
+
+
+@dataclass
+class Slot:
+    """One of the ``CONCURRENCY`` directories the scenarios run in, one at a time: the repository
+    is built there for the first scenario (the KV names the namespace by its absolute path, so a
+    copy is only usable in the directory it was built in) and a pristine copy is kept beside it."""
+
+    dir: Path
+    built: Setup | None = None
+
+    async def fresh(self) -> Setup:
+        """The slot's directory as :func:`setup` left it."""
+        pristine = self.dir.with_name(self.dir.name + "-pristine")
+        if self.built is None:
+            self.built = await setup(self.dir)
+            await asyncio.to_thread(shutil.copytree, self.dir, pristine, copy_function=_link_or_copy)
+        else:
+            await asyncio.to_thread(shutil.rmtree, self.dir)
+            await asyncio.to_thread(shutil.copytree, pristine, self.dir, copy_function=_link_or_copy)
+        return self.built
+
+    async def keep_as(self, name: str) -> None:
+        """Move a failed scenario's directory aside (for a post-mortem); the slot is rebuilt next."""
+        with contextlib.suppress(FileNotFoundError):  # a setup that failed early
+            await asyncio.to_thread(os.rename, self.dir, self.dir.with_name(name))
+        self.built = None
+        pristine = self.dir.with_name(self.dir.name + "-pristine")
+        await asyncio.to_thread(shutil.rmtree, pristine, ignore_errors=True)
+
+
+async def one_scenario(s: Setup, scenario: Scenario) -> bool:
+    """Run one scenario in ``s`` (a fresh setup); True when the first run was killed (not
+    finished before the delay)."""
     env = {ENV: f"{scenario.fault}:kill"} if scenario.fault else {}
     argv = _command(s, scenario, "mark", "lakefs://repo1", "--sweep")
     code, _, err = await run_cli(argv, env=env, kill_after=scenario.kill_after)
@@ -321,16 +365,21 @@ async def one_scenario(tmp: Path, scenario: Scenario) -> bool:
 
 async def run_all(tmp: Path, scenarios: list[Scenario]) -> int:
     """Run the scenarios ``CONCURRENCY`` at a time; returns how many first runs were killed."""
-    gate = asyncio.Semaphore(CONCURRENCY)
+    slots: asyncio.Queue[Slot] = asyncio.Queue()
+    for k in range(CONCURRENCY):
+        slots.put_nowait(Slot(tmp / f"slot{k}"))
     failures: list[str] = []
     killed: list[bool] = []
 
     async def guarded(i: int, scenario: Scenario) -> None:
-        async with gate:
-            try:
-                killed.append(await one_scenario(tmp / f"s{i:03d}", scenario))
-            except Exception as e:  # collected: every scenario runs, all failures are reported
-                failures.append(f"{scenario.name}: {type(e).__name__}: {e}")
+        slot = await slots.get()
+        try:
+            killed.append(await one_scenario(await slot.fresh(), scenario))
+        except Exception as e:  # collected: every scenario runs, all failures are reported
+            failures.append(f"{scenario.name} (kept in s{i:03d}): {type(e).__name__}: {e}")
+            await slot.keep_as(f"s{i:03d}")
+        finally:
+            slots.put_nowait(slot)
 
     with per_thread_output():
         await asyncio.gather(*(guarded(i, sc) for i, sc in enumerate(scenarios)))
