@@ -13,7 +13,19 @@ stale lease of the dead process is left to expire (simulated), a mark the dead r
 with ``lakefs-gc sweep --mark-id`` (it completes and writes ``sweep.json``), and a new full run
 completes (summary success, ``sweep.json``) leaving exactly the live objects and the untouched ones.
 
-Scenarios run two at a time. A few run the Spark mark (``--master local[1]``, a JVM start each):
+Only the killed run needs a process of its own (the kill is a real SIGKILL of a real process). The
+runs after it, which nobody kills (the resumed sweeps, the lite re-run), run the same command line in
+this process (:func:`run_here`: ``lakefs_gc.cli.main`` on a worker thread, its output captured per
+thread): a ``lakefs-gc`` process spends more CPU importing its ~600 modules than on this
+repository's GC. A Spark re-run still starts its own process (and JVM, ``--master local[1]``): in
+this process it would share, and reconfigure, the test process's Spark session.
+
+Scenarios run two at a time, each pair of them in one of two slots: the repository is built once per
+slot (:func:`setup`, the oracle's sets with it) and kept as a pristine copy, which each later
+scenario of the slot gets again (:class:`Slot`: the object files hard-linked, nothing the runs
+delete from or write to shared; the KV file and the namespace's ``_lakefs/`` copied). Building it
+(the commits, 2,500 files and their mtimes, the oracle) cost more CPU than the runs a scenario
+starts. A few run the Spark mark (``--master local[1]``, a JVM start each):
 those are marked ``spark`` and ``slow``.
 """
 
@@ -21,12 +33,16 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import io
 import json
 import os
 import random
+import shutil
 import signal
 import sys
+import threading
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
@@ -37,6 +53,7 @@ from lakefs_core.keys import new_object_id, new_slice_id
 from lakefs_core.kv import open_kv
 from lakefs_core.repos.graveler import Graveler, StoreRegistry
 from lakefs_core.service.lease import kv_lease
+from lakefs_gc.cli import main as gc_main
 from lakefs_gc.faults import ENV
 from tests.gc.mark_support import (
     MARK_NOW,
@@ -158,6 +175,69 @@ async def run_cli(
     return proc.returncode, out.decode(), err.decode()
 
 
+class _PerThreadStream(io.TextIOBase):
+    """A ``sys.stdout``/``sys.stderr`` stand-in: text written on a thread that :meth:`capture`
+    registered goes to that thread's buffer, anything else to the stream it replaced."""
+
+    def __init__(self, fallback: io.TextIOBase) -> None:
+        super().__init__()
+        self.fallback = fallback
+        self.buffers: dict[int, io.StringIO] = {}
+
+    @property
+    def encoding(self) -> str:  # what click checks before writing to a text stream as it is
+        return "utf-8"
+
+    def isatty(self) -> bool:
+        return False
+
+    def write(self, text: str) -> int:
+        if not isinstance(text, str):  # click probes for a binary stream with write(b"")
+            raise TypeError(f"write() argument must be str, not {type(text).__name__}")
+        target = self.buffers.get(threading.get_ident())
+        return (target if target is not None else self.fallback).write(text)
+
+    def flush(self) -> None:
+        if threading.get_ident() not in self.buffers:
+            self.fallback.flush()
+
+    @contextlib.contextmanager
+    def capture(self) -> Iterator[io.StringIO]:
+        buffer = self.buffers[threading.get_ident()] = io.StringIO()
+        try:
+            yield buffer
+        finally:
+            del self.buffers[threading.get_ident()]
+
+
+@contextlib.contextmanager
+def per_thread_output() -> Iterator[tuple[_PerThreadStream, _PerThreadStream]]:
+    """Route ``sys.stdout`` and ``sys.stderr`` through :class:`_PerThreadStream` for a while."""
+    saved = sys.stdout, sys.stderr
+    out, err = _PerThreadStream(sys.stdout), _PerThreadStream(sys.stderr)  # type: ignore[arg-type]
+    sys.stdout, sys.stderr = out, err  # type: ignore[assignment]
+    try:
+        yield out, err
+    finally:
+        sys.stdout, sys.stderr = saved
+
+
+async def run_here(argv: list[str]) -> tuple[int, str, str]:
+    """Run the ``lakefs-gc`` command line ``argv`` in this process: ``lakefs_gc.cli.main`` (the
+    console script's function) on a worker thread, which runs its own event loop; returns what
+    :func:`run_cli` does (exit code, stdout, stderr)."""
+    assert argv[0] == CLI
+    out, err = sys.stdout, sys.stderr
+    assert isinstance(out, _PerThreadStream) and isinstance(err, _PerThreadStream), "per_thread_output"
+
+    def call() -> tuple[int, str, str]:
+        with out.capture() as stdout, err.capture() as stderr:
+            code = gc_main(argv[1:])
+        return code, stdout.getvalue(), stderr.getvalue()
+
+    return await asyncio.wait_for(asyncio.to_thread(call), RUN_TIMEOUT)
+
+
 def _gc_root(s: Setup) -> Path:
     return s.dir / "ns" / "_lakefs" / "retention" / "gc" / "unified"
 
@@ -204,7 +284,7 @@ async def _resume_finished_marks(s: Setup, scenario: Scenario) -> None:
         if not json.loads(summary.read_text())["success"]:
             continue
         argv = [CLI, "sweep", "lakefs://repo1", "--mark-id", run_dir.name, "--config", str(s.config)]
-        code, _, err = await run_cli(argv)
+        code, _, err = await run_here(argv)
         if code == 18 and "has no run record in the KV" in err:
             # killed between its summary and its KV run record: files without a record are never
             # trusted (issue 32), so this mark is abandoned unswept and the completing run marks again
@@ -214,9 +294,47 @@ async def _resume_finished_marks(s: Setup, scenario: Scenario) -> None:
         _check_safe(s, f"after resuming {run_dir.name}")
 
 
-async def one_scenario(tmp: Path, scenario: Scenario) -> bool:
-    """Run one scenario; True when the first run was killed (not finished before the delay)."""
-    s = await setup(tmp)
+def _link_or_copy(src: str, dst: str) -> None:
+    """Hard-link an object file (under ``ns/data/``: never written in place, only deleted); copy the
+    rest (the KV file, the namespace's ``_lakefs/``, the root objects)."""
+    if f"{os.sep}ns{os.sep}data{os.sep}" in src:
+        os.link(src, dst)
+    else:
+        shutil.copy2(src, dst)
+
+
+@dataclass
+class Slot:
+    """One of the ``CONCURRENCY`` directories the scenarios run in, one at a time: the repository
+    is built there for the first scenario (the KV names the namespace by its absolute path, so a
+    copy is only usable in the directory it was built in) and a pristine copy is kept beside it."""
+
+    dir: Path
+    built: Setup | None = None
+
+    async def fresh(self) -> Setup:
+        """The slot's directory as :func:`setup` left it."""
+        pristine = self.dir.with_name(self.dir.name + "-pristine")
+        if self.built is None:
+            self.built = await setup(self.dir)
+            await asyncio.to_thread(shutil.copytree, self.dir, pristine, copy_function=_link_or_copy)
+        else:
+            await asyncio.to_thread(shutil.rmtree, self.dir)
+            await asyncio.to_thread(shutil.copytree, pristine, self.dir, copy_function=_link_or_copy)
+        return self.built
+
+    async def keep_as(self, name: str) -> None:
+        """Move a failed scenario's directory aside (for a post-mortem); the slot is rebuilt next."""
+        with contextlib.suppress(FileNotFoundError):  # a setup that failed early
+            await asyncio.to_thread(os.rename, self.dir, self.dir.with_name(name))
+        self.built = None
+        pristine = self.dir.with_name(self.dir.name + "-pristine")
+        await asyncio.to_thread(shutil.rmtree, pristine, ignore_errors=True)
+
+
+async def one_scenario(s: Setup, scenario: Scenario) -> bool:
+    """Run one scenario in ``s`` (a fresh setup); True when the first run was killed (not
+    finished before the delay)."""
     env = {ENV: f"{scenario.fault}:kill"} if scenario.fault else {}
     argv = _command(s, scenario, "mark", "lakefs://repo1", "--sweep")
     code, _, err = await run_cli(argv, env=env, kill_after=scenario.kill_after)
@@ -227,7 +345,7 @@ async def one_scenario(tmp: Path, scenario: Scenario) -> bool:
     killed = code == -signal.SIGKILL
     await _expire_stale_lease(s)
     await _resume_finished_marks(s, scenario)
-    code, out, err = await run_cli(argv)
+    code, out, err = await (run_cli(argv) if scenario.spark else run_here(argv))
     assert code == 0, f"re-run: exit {code}: {err[-2000:]}"
     result = json.loads(out)
     assert result["mark"]["success"] is True
@@ -247,18 +365,24 @@ async def one_scenario(tmp: Path, scenario: Scenario) -> bool:
 
 async def run_all(tmp: Path, scenarios: list[Scenario]) -> int:
     """Run the scenarios ``CONCURRENCY`` at a time; returns how many first runs were killed."""
-    gate = asyncio.Semaphore(CONCURRENCY)
+    slots: asyncio.Queue[Slot] = asyncio.Queue()
+    for k in range(CONCURRENCY):
+        slots.put_nowait(Slot(tmp / f"slot{k}"))
     failures: list[str] = []
     killed: list[bool] = []
 
     async def guarded(i: int, scenario: Scenario) -> None:
-        async with gate:
-            try:
-                killed.append(await one_scenario(tmp / f"s{i:03d}", scenario))
-            except Exception as e:  # collected: every scenario runs, all failures are reported
-                failures.append(f"{scenario.name}: {type(e).__name__}: {e}")
+        slot = await slots.get()
+        try:
+            killed.append(await one_scenario(await slot.fresh(), scenario))
+        except Exception as e:  # collected: every scenario runs, all failures are reported
+            failures.append(f"{scenario.name} (kept in s{i:03d}): {type(e).__name__}: {e}")
+            await slot.keep_as(f"s{i:03d}")
+        finally:
+            slots.put_nowait(slot)
 
-    await asyncio.gather(*(guarded(i, sc) for i, sc in enumerate(scenarios)))
+    with per_thread_output():
+        await asyncio.gather(*(guarded(i, sc) for i, sc in enumerate(scenarios)))
     assert not failures, f"{len(failures)} of {len(scenarios)} scenarios failed:\n" + "\n".join(failures)
     return sum(killed)
 

@@ -12,11 +12,19 @@ cancelled transaction: O(actions x items in the table) per call (100 puts took 7
 items in the table, 59 s with 5,000), which a KV table of a few thousand staged entries cannot
 afford. Here the items the transaction names are saved instead (before it runs, which is when they
 must be restored to: requests are handled one at a time) and put back when it fails.
+
+``POST /_lakefs-test/seed-objects`` (:data:`SEED_PATH`, JSON ``{"bucket", "keys", "body"}``: the
+body base64, or null for each key's own bytes) stores objects in an existing bucket through moto's
+own S3 backend (``put_object``, what its PUT handler calls): test set-up for thousands of small
+objects (:mod:`tests.support.moto_seed`), ~0.1 ms of moto's CPU per object instead of the ~6.5 ms
+of parsing and answering a PUT. The code under test still lists, reads and deletes them over S3.
 """
 
 from __future__ import annotations
 
+import base64
 import copy
+import json
 import sys
 import threading
 from collections.abc import Callable, Iterable
@@ -28,6 +36,23 @@ from moto.moto_server import werkzeug_app
 
 _LOCK = threading.Lock()
 _handle = werkzeug_app.DomainDispatcherApplication.__call__
+SEED_PATH = "/_lakefs-test/seed-objects"
+
+
+def _seed(environ: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+    """Store the request's objects (see the module docstring); (HTTP status, JSON answer)."""
+    from moto.s3.models import s3_backends
+
+    request = json.loads(environ["wsgi.input"].read(int(environ.get("CONTENT_LENGTH") or 0)))
+    bucket, keys, body = request["bucket"], request["keys"], request.get("body")
+    data = None if body is None else base64.b64decode(body)
+    # The bucket was created over S3, by whichever account moto mapped the client's key to.
+    backends = [b["aws"] for _, b in s3_backends.items() if bucket in b["aws"].buckets]
+    if len(backends) != 1:
+        return "404 Not Found", {"error": f"bucket {bucket!r} is in {len(backends)} accounts, not 1"}
+    for key in keys:
+        backends[0].put_object(bucket, key, key.encode() if data is None else data)
+    return "200 OK", {"seeded": len(keys)}
 
 
 def _serialized(
@@ -36,6 +61,10 @@ def _serialized(
     start_response: Callable[..., Any],
 ) -> Iterable[bytes]:
     with _LOCK:
+        if environ.get("PATH_INFO") == SEED_PATH and environ.get("REQUEST_METHOD") == "POST":
+            status, answer = _seed(environ)
+            start_response(status, [("Content-Type", "application/json")])
+            return [json.dumps(answer).encode()]
         return _handle(self, environ, start_response)  # type: ignore[no-any-return]
 
 
