@@ -18,8 +18,9 @@
   temp-file sweep grace of local namespaces (``temp_sweep_grace_seconds``), the compare-and-swap
   bounds, and the REST import status's refresh interval and stale timeout
   (``import_heartbeat_seconds``, ``import_stale_seconds``: finite, > 0, the timeout at least
-  :data:`MIN_HEARTBEATS_PER_STALE` refreshes). The CLI's configuration extends it (:mod:`lakefs_core.coreconfig`); the mirror builds one
-  per region (:meth:`lakefs_mirror.config.MirrorConfig.core_settings`).
+  :data:`MIN_HEARTBEATS_PER_STALE` refreshes). The CLI's configuration extends it
+  (:mod:`lakefs_core.coreconfig`); the mirror builds one per region
+  (:meth:`lakefs_mirror.config.MirrorConfig.core_settings`).
 
 Secrets (``kv_url``, ``secret_access_key``, ``session_token``) are :class:`~pydantic.SecretStr`:
 never shown by ``repr``/``str``/dumps and never repeated in error messages.

@@ -7,14 +7,16 @@ building ranges when the cancel arrives (its ``ingested_objects`` are checked to
 total; a cancel of an import that already ended would answer 409 and fail the test). The servers
 refresh an import's status every :data:`HEARTBEAT` seconds (the core's ``import_heartbeat_seconds``,
 lakeFS's 1 s by default), so the cancel lands a fraction of a second after the import starts, well
-within the several seconds the import takes even on a fast idle machine. What a cancel guarantees (docs/rest-api.md): the status reads ``Canceled`` at once, not
-completed; the importing process sees it at its next refresh, stops at its next checkpoint and
-writes its final status (later ``update_time``) within a bounded time; no commit, nothing of the
-import visible or staged on the branch; a finished import's cancel is 409, an unknown id 404. A
-SIGTERM of the importing process stops its import at a checkpoint and reports it failed at once; a
-``kill -9`` leaves a status that B reports failed once it has not been refreshed for
-:data:`STALE` seconds (``import_stale_seconds``, a minute by default; lakeFS keeps such a status
-running until it expires a day later); never a commit.
+within the several seconds the import takes even on a fast idle machine.
+
+What a cancel guarantees (docs/rest-api.md): the status reads ``Canceled`` at once, not completed;
+the importing process sees it at its next refresh, stops at its next checkpoint and writes its final
+status (later ``update_time``) within a bounded time; no commit, nothing of the import visible or
+staged on the branch; a finished import's cancel is 409, an unknown id 404. A SIGTERM of the
+importing process stops its import at a checkpoint and reports it failed at once; a ``kill -9``
+leaves a status that B reports failed once it has not been refreshed for :data:`STALE` seconds
+(``import_stale_seconds``, a minute by default; lakeFS keeps such a status running until it expires
+a day later); never a commit.
 """
 
 from __future__ import annotations
@@ -23,8 +25,8 @@ import os
 import signal
 import time
 import uuid
-from datetime import UTC, datetime, timedelta
 from collections.abc import Callable, Iterator
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -207,7 +209,8 @@ def test_importing_process_ends(pair: tuple[RestServer, RestServer], source: Pat
     """SIGTERM of the importing process: it stops the import at its next checkpoint and stores its
     status before closing, so B reports it failed at once. Restarted, then kill -9 mid-import: the
     status stays running until it has not been refreshed for STALE seconds, then B reports it
-    failed, within seconds (not the default minute: the servers' setting is honoured). Never a commit; a cancel of either conflicts."""
+    failed, within seconds (not the default minute: the servers' setting is honoured). Never a
+    commit; a cancel of either conflicts."""
     a, b = pair
     on_b = lakefs_sdk.ImportApi(sdk(b))
     repo = new_repo(a)
