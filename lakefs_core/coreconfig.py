@@ -42,6 +42,10 @@ Keys (all optional):
 - ``cleanup_grace_seconds`` / ``cleanup_limit``: after ``commit``, ``branch reset`` and
   ``branch delete`` one bounded pass drops at most ``cleanup_limit`` consumed staging tokens marked
   at least ``cleanup_grace_seconds`` ago (defaults 30 s and 100; a limit of 0 disables it).
+- ``import_heartbeat_seconds`` / ``import_stale_seconds``: how often ``lakefs-server`` refreshes a
+  running REST import's status, and after how long without a refresh the status reads failed
+  (defaults 1 s and 60 s, lakeFS's; finite, > 0, the second at least 5 times the first; see
+  docs/rest-api.md, "Cancelling an import"). The CLI accepts them as part of the shared schema.
 
 Every problem of the configuration is reported at once (``lakefs-core check-config`` prints the
 effective configuration, secrets masked).

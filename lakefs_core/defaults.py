@@ -56,6 +56,10 @@ class CoreOptions:
     commit_attempts: int = 20
     cleanup_grace_seconds: float = 30.0
     hard_delete_journal: bool = True
+    # A REST import's status record: refreshed this often by the process running it (lakeFS's
+    # statusUpdateInterval), reported failed when not refreshed for import_stale_seconds.
+    import_heartbeat_seconds: float = 1.0
+    import_stale_seconds: float = 60.0
 
 
 DEFAULTS = CoreOptions()

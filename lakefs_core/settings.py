@@ -15,9 +15,12 @@
 - :class:`CoreSettings`: what :func:`lakefs_core.wiring.open_core` needs to open the core of one
   region: ``kv_url``, ``s3``, the table caches (``cache_dir``/``cache_max_bytes`` on disk,
   ``table_cache_bytes`` in RAM), ``table_max_block_bytes`` (hostile-file bound), the leftover
-  temp-file sweep grace of local namespaces (``temp_sweep_grace_seconds``), and the compare-and-swap
-  bounds. The CLI's configuration extends it (:mod:`lakefs_core.coreconfig`); the mirror builds one
-  per region (:meth:`lakefs_mirror.config.MirrorConfig.core_settings`).
+  temp-file sweep grace of local namespaces (``temp_sweep_grace_seconds``), the compare-and-swap
+  bounds, and the REST import status's refresh interval and stale timeout
+  (``import_heartbeat_seconds``, ``import_stale_seconds``: finite, > 0, the timeout at least
+  :data:`MIN_HEARTBEATS_PER_STALE` refreshes). The CLI's configuration extends it
+  (:mod:`lakefs_core.coreconfig`); the mirror builds one per region
+  (:meth:`lakefs_mirror.config.MirrorConfig.core_settings`).
 
 Secrets (``kv_url``, ``secret_access_key``, ``session_token``) are :class:`~pydantic.SecretStr`:
 never shown by ``repr``/``str``/dumps and never repeated in error messages.
@@ -44,6 +47,7 @@ from lakefs_core.redact import redact_url
 
 __all__ = [
     "DEFAULT_TEMP_SWEEP_GRACE_SECONDS",
+    "MIN_HEARTBEATS_PER_STALE",
     "AuthConfig",
     "CoreSettings",
     "Credentials",
@@ -58,6 +62,8 @@ __all__ = [
 
 # lakefs_core.block.local_leftovers.DEFAULT_TMP_GRACE_SECONDS (a test checks they agree)
 DEFAULT_TEMP_SWEEP_GRACE_SECONDS = DEFAULTS.temp_sweep_grace_seconds
+# import_stale_seconds spans at least this many import_heartbeat_seconds (lakeFS's defaults: 60)
+MIN_HEARTBEATS_PER_STALE = 5
 
 
 def _non_empty_secret(value: SecretStr) -> SecretStr:
@@ -210,6 +216,22 @@ class CoreSettings(StrictModel):
     # the GC daemon's hard-delete reconciler can remove uncommitted garbage within minutes (issue 11).
     # Turn it off for a KV store that a real lakeFS also writes to: lakeFS's commits leave no journal.
     hard_delete_journal: bool = DEFAULTS.hard_delete_journal
+    # A REST import's status record (lakefs_core.repos.import_status): refreshed this often by the
+    # server process running the import; reported failed once not refreshed for the stale timeout,
+    # which must span several refreshes so that one slow refresh does not fail a live import.
+    import_heartbeat_seconds: float = Field(
+        default=DEFAULTS.import_heartbeat_seconds, gt=0, allow_inf_nan=False
+    )
+    import_stale_seconds: float = Field(default=DEFAULTS.import_stale_seconds, gt=0, allow_inf_nan=False)
+
+    @model_validator(mode="after")
+    def _stale_spans_heartbeats(self) -> CoreSettings:
+        if self.import_stale_seconds < MIN_HEARTBEATS_PER_STALE * self.import_heartbeat_seconds:
+            raise ValueError(
+                f"import_stale_seconds must be at least {MIN_HEARTBEATS_PER_STALE} times"
+                " import_heartbeat_seconds"
+            )
+        return self
 
     def options(self, s3_key: str = "s3") -> CoreOptions:
         """The plain values that open the core (S3 credentials of a profile resolved here)."""
@@ -224,6 +246,8 @@ class CoreSettings(StrictModel):
             commit_attempts=self.commit_attempts,
             cleanup_grace_seconds=self.cleanup_grace_seconds,
             hard_delete_journal=self.hard_delete_journal,
+            import_heartbeat_seconds=self.import_heartbeat_seconds,
+            import_stale_seconds=self.import_stale_seconds,
         )
 
 

@@ -125,6 +125,8 @@ async def open_core(
                 write_attempts=settings.commit_attempts,
                 cleanup_grace_seconds=settings.cleanup_grace_seconds,
                 hard_delete_journal=settings.hard_delete_journal,
+                import_heartbeat_seconds=settings.import_heartbeat_seconds,
+                import_stale_seconds=settings.import_stale_seconds,
             ),
         )
         return Core(settings, kv, graveler, Objects(graveler))

@@ -67,6 +67,12 @@ class GravelerSettings:
     # in the library (a repository shared with a writer that keeps no journal must not have it); the
     # project's configuration turns it on for new repositories.
     hard_delete_journal: bool = False
+    # REST imports (import_status): the running process refreshes an import's status record every
+    # import_heartbeat_seconds (lakeFS's statusUpdateInterval); a record not refreshed for
+    # import_stale_seconds reads as failed (its process died). The schema checks stale >= several
+    # heartbeats (lakefs_core.settings.CoreSettings).
+    import_heartbeat_seconds: float = 1.0
+    import_stale_seconds: float = 60.0
 
 
 @dataclass(frozen=True)

@@ -5,10 +5,11 @@ port, or instances behind a load balancer): its status is an ``ImportStatusData`
 protobuf) under ``imports/<id>`` in the repository's partition, so a lakeFS reading the same KV
 reads it too. The record is written before the import's id is handed out, then moved only by
 compare-and-swap: the process running the import refreshes it (progress, ``updated_at``) every
-:data:`HEARTBEAT_SECONDS` and writes the outcome at the end; a cancel from anywhere writes lakeFS's
-``Canceled`` error into a running record, which the running process sees at its next refresh and
-stops the import. A record whose process died stops being refreshed: read after
-:data:`STALE_SECONDS` without a refresh it is reported as failed. Records older than a day
+``import_heartbeat_seconds`` (a setting of the core, lakeFS's 1 s by default) and writes the outcome
+at the end; a cancel from anywhere writes lakeFS's ``Canceled`` error into a running record, which
+the running process sees at its next refresh and stops the import. A record whose process died stops
+being refreshed: read after ``import_stale_seconds`` (default 60 s) without a refresh it is reported
+as failed. Every process sharing the KV must use the same two settings. Records older than a day
 (lakeFS's ``ImportExpiryTime``) are deleted when the next import of the repository starts.
 """
 
@@ -31,8 +32,6 @@ from lakefs_core.refs.model import Commit, Repository
 from lakefs_core.repos.context import HasContext
 from lakefs_core.repos.retry import cas_retrying, exhausted_as
 
-HEARTBEAT_SECONDS: Final = 1.0  # lakeFS's statusUpdateInterval
-STALE_SECONDS: Final = 60.0
 EXPIRY: Final = timedelta(hours=24)
 MAX_EXPIRED_PER_START: Final = 1000  # bounded work per start; the rest goes at the next ones
 MAX_SCANNED_PER_START: Final = 10_000
@@ -85,10 +84,10 @@ class ImportStatus:
             error=msg.error,
         )
 
-    def seen_at(self, now: datetime) -> ImportStatus:
-        """This status as a reader reports it at ``now``: a running import whose process stopped
-        refreshing it is failed."""
-        if self.running and now - self.updated_at > timedelta(seconds=STALE_SECONDS):
+    def seen_at(self, now: datetime, stale_seconds: float) -> ImportStatus:
+        """This status as a reader reports it at ``now``: a running import whose process has not
+        refreshed it for ``stale_seconds`` is failed."""
+        if self.running and now - self.updated_at > timedelta(seconds=stale_seconds):
             return replace(self, error=STOPPED)
         return self
 
@@ -98,6 +97,15 @@ class ImportStatuses:
 
     def __init__(self, repos: HasContext) -> None:
         self.ctx = repos.context
+
+    @property
+    def heartbeat_seconds(self) -> float:
+        """How often the process running an import refreshes its status."""
+        return self.ctx.settings.import_heartbeat_seconds
+
+    def seen(self, status: ImportStatus) -> ImportStatus:
+        """``status`` as every reader reports it now (failed when stale)."""
+        return status.seen_at(self.ctx.clock(), self.ctx.settings.import_stale_seconds)
 
     async def _read(self, repo: Repository, import_id: str) -> tuple[ImportStatus, bytes]:
         key = kvkeys.import_key(import_id)
@@ -119,7 +127,7 @@ class ImportStatuses:
     async def get(self, repo_id: str, import_id: str) -> ImportStatus:
         repo = await self.ctx.repository(repo_id)
         status, _ = await self._read(repo, import_id)
-        return status.seen_at(self.ctx.clock())
+        return self.seen(status)
 
     async def update(
         self, repo_id: str, import_id: str, change: Callable[[ImportStatus], ImportStatus | None]
@@ -144,7 +152,7 @@ class ImportStatuses:
         :class:`ConflictError` when it has already ended, as lakeFS."""
 
         def canceled(status: ImportStatus) -> ImportStatus:
-            if not status.seen_at(self.ctx.clock()).running:
+            if not self.seen(status).running:
                 raise ConflictError(f"import {import_id!r} has already ended")
             return replace(status, error=CANCELED)
 

@@ -6,17 +6,18 @@
 and answers 202 with its id; ``GET .../import?id=`` reports it (lakeFS's ``ImportStatus``) and
 ``DELETE .../import?id=`` cancels it, both from any server process sharing the KV (``--workers N``,
 several instances). The status record is the coordination point, moved only by compare-and-swap:
-the cancel writes lakeFS's ``Canceled`` into it; the running process refreshes it every second
-(its progress, ``ingested_objects``) and, on seeing the cancel, asks the import to stop at its next
-checkpoint (:class:`~lakefs_core.repos.importing.ImportWatch`: every 1,000 entries, and a last one
-before the commit that refreshes the record itself). An import stopped there writes nothing more,
-makes no commit and reports ``Canceled``; a cancel written after that last refresh is too late: the
-import completes and reports its commit, with no error. A status whose process died is reported
-failed a minute after its last refresh, and a process that finds its own import reported so
-stops it the same way; a server stopping stops its imports at their next checkpoint and stores
-their status first (:func:`stop_imports`). Differences from lakeFS: each path must be a
-``common_prefix``; several paths are imported one after another, a commit each; the commit's
-metadata is not recorded.
+the cancel writes lakeFS's ``Canceled`` into it; the running process refreshes it every
+``import_heartbeat_seconds`` (a setting of the core, 1 s by default: its progress,
+``ingested_objects``) and, on seeing the cancel, asks the import to stop at its next checkpoint
+(:class:`~lakefs_core.repos.importing.ImportWatch`: every 1,000 entries, and a last one before the
+commit that refreshes the record itself). An import stopped there writes nothing more, makes no
+commit and reports ``Canceled``; a cancel written after that last refresh is too late: the import
+completes and reports its commit, with no error. A status whose process died is reported failed
+``import_stale_seconds`` (60 s by default) after its last refresh, and a process that finds its own
+import reported so stops it the same way; a server stopping stops its imports at their next
+checkpoint and stores their status first (:func:`stop_imports`). Differences from lakeFS: each path
+must be a ``common_prefix``; several paths are imported one after another, a commit each; the
+commit's metadata is not recorded.
 """
 
 from __future__ import annotations
@@ -32,7 +33,6 @@ from lakefs_core.auth import permissions as perms
 from lakefs_core.errors import BadInputError, CanceledError, LakeFSError, NotFoundError
 from lakefs_core.repos.import_status import (
     CANCELED,
-    HEARTBEAT_SECONDS,
     STOPPED,
     ImportStatus,
     ImportStatuses,
@@ -73,12 +73,12 @@ class ImportRun(ImportWatch):
 
     async def heartbeat(self) -> bool:
         """Refresh the stored status with this run's progress; False when it has ended elsewhere
-        (canceled, or reported failed because it was not refreshed for a minute)."""
+        (canceled, or reported failed because it was not refreshed for ``import_stale_seconds``)."""
         ended = False
 
         def refreshed(stored: ImportStatus) -> ImportStatus | None:
             nonlocal ended
-            ended = not stored.seen_at(self.statuses.ctx.clock()).running
+            ended = not self.statuses.seen(stored).running
             if ended:
                 return None
             return replace(stored, progress=self.status.progress, metarange_id=self.status.metarange_id)
@@ -109,7 +109,7 @@ class ImportRun(ImportWatch):
             final = replace(final, error=STOPPED)
 
         def ended(stored: ImportStatus) -> ImportStatus:
-            seen = stored.seen_at(self.statuses.ctx.clock())
+            seen = self.statuses.seen(stored)
             if final.commit is None and seen.error:
                 return replace(final, error=seen.error)
             return final
@@ -148,7 +148,7 @@ async def _heartbeat(run: ImportRun) -> bool:
         return await run.heartbeat()
     except LakeFSError:
         # A KV hiccup must not kill the import: the next refresh tries again (readers see the
-        # status stale only if refreshes keep failing for a minute).
+        # status stale only if refreshes keep failing for import_stale_seconds).
         return True
 
 
@@ -157,7 +157,7 @@ async def _run(call: Call, run: ImportRun, spec: ImportCreation) -> None:
     work = asyncio.ensure_future(_import(call, run, spec))
     try:
         while not work.done():
-            await asyncio.wait({work}, timeout=HEARTBEAT_SECONDS)
+            await asyncio.wait({work}, timeout=run.statuses.heartbeat_seconds)
             if not work.done() and not run.stopping and not await _heartbeat(run):
                 run.stopping = CANCELED  # stops at its next checkpoint, never inside its commit
         with contextlib.suppress(asyncio.CancelledError):

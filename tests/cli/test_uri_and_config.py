@@ -18,7 +18,7 @@ from lakefs_core.defaults import DEFAULTS
 from lakefs_core.errors import BadInputError, ConfigError, StartupError
 from lakefs_core.repos.uri import Kind, LakeFSURI, parse_uri
 from lakefs_core.service.cli import run
-from lakefs_core.settings import CoreSettings, S3Config, StaticCredentials
+from lakefs_core.settings import MIN_HEARTBEATS_PER_STALE, CoreSettings, S3Config, StaticCredentials
 from tests.cli.helpers import InProcess, set_user_env
 
 
@@ -238,6 +238,34 @@ def test_s3_section_is_the_shared_schema_with_the_flat_keys_kept() -> None:
     with pytest.raises(ConfigError) as info:
         load_config(CoreConfig, None, env={"APP__S3__SECRET_ACCESS_KEY": "s3sekret"}, env_prefix="APP")
     assert info.value.field == "s3.access_key_id" and "s3sekret" not in str(info.value)
+
+
+async def test_import_status_intervals_are_validated_core_settings(tmp_path: Path) -> None:
+    """``import_heartbeat_seconds`` / ``import_stale_seconds``: lakeFS's 1 s and 60 s by default,
+    finite and > 0, the stale timeout at least MIN_HEARTBEATS_PER_STALE refreshes; open_core hands
+    them to the repositories' settings."""
+    from lakefs_core.wiring import open_core
+
+    default = CoreSettings()
+    assert (default.import_heartbeat_seconds, default.import_stale_seconds) == (1.0, 60.0)
+    for key in ("import_heartbeat_seconds", "import_stale_seconds"):
+        for bad in (0, -1.0, float("inf"), float("nan"), "fast"):
+            with pytest.raises(ConfigError) as info:
+                validate(CoreConfig, {key: bad})
+            assert info.value.field == key
+    with pytest.raises(ConfigError) as info:
+        validate(CoreConfig, {"import_heartbeat_seconds": 1.0, "import_stale_seconds": 4.9})
+    assert "import_stale_seconds must be at least 5 times import_heartbeat_seconds" in str(info.value)
+    assert MIN_HEARTBEATS_PER_STALE == 5
+    (tmp_path / "kv").mkdir()
+    settings = CoreSettings(
+        kv_url=SecretStr(f"sqlite:///{tmp_path}/kv/kv.sqlite3"),
+        import_heartbeat_seconds=0.05,
+        import_stale_seconds=0.25,
+    )
+    async with await open_core(settings) as core:
+        opened = core.graveler.context.settings
+        assert (opened.import_heartbeat_seconds, opened.import_stale_seconds) == (0.05, 0.25)
 
 
 async def test_open_core_passes_the_temp_sweep_grace_to_local_namespaces(tmp_path: Path) -> None:

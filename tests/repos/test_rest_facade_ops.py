@@ -25,7 +25,7 @@ from lakefs_core.repos.graveler import Graveler
 from lakefs_core.repos.import_status import CANCELED, STOPPED, ImportStatuses
 from lakefs_core.repos.objects import Objects
 from lakefs_core.repos.stores import StoreRegistry
-from tests.repos.support import collect, mem_namespace, new_graveler, record, unique
+from tests.repos.support import collect, fast_settings, mem_namespace, new_graveler, record, unique
 from tests.support.profiles import examples
 
 
@@ -255,3 +255,22 @@ async def test_import_statuses_shared_through_the_kv() -> None:
     assert (await other.get(repo, fresh.id)).id == fresh.id
     with pytest.raises(BadInputError):
         await other.get(repo, "a/b")
+
+
+async def test_import_stale_timeout_is_the_settings() -> None:
+    """A reader judges a status stale with its core's ``import_stale_seconds`` (not lakeFS's fixed
+    minute), and the refresh interval is the core's ``import_heartbeat_seconds``."""
+    now = [datetime(2026, 1, 1, tzinfo=UTC)]
+    kv = MemoryKVStore()
+    settings = replace(fast_settings(), import_heartbeat_seconds=0.25, import_stale_seconds=5.0)
+    statuses = ImportStatuses(Graveler(kv, StoreRegistry(), settings, clock=lambda: now[0]))
+    repo = unique()
+    await new_graveler(kv).create_repository(repo, mem_namespace())
+    assert statuses.heartbeat_seconds == 0.25
+    orphan = await statuses.create(repo)
+    now[0] += timedelta(seconds=5)
+    assert (await statuses.get(repo, orphan.id)).running  # not yet: stale only beyond 5 s
+    now[0] += timedelta(milliseconds=1)
+    assert (await statuses.get(repo, orphan.id)).error == STOPPED
+    with pytest.raises(ConflictError):
+        await statuses.cancel(repo, orphan.id)

@@ -4,13 +4,19 @@ S3 on moto), the import started on A, canceled, read and probed through B.
 
 The import is slow by size, not by sleeps: :data:`OBJECTS` source objects, so that it is still
 building ranges when the cancel arrives (its ``ingested_objects`` are checked to be short of the
-total). What a cancel guarantees (docs/rest-api.md): the status reads ``Canceled`` at once, not
-completed; the importing process sees it at its next refresh, stops at its next checkpoint and
-writes its final status (later ``update_time``) within a bounded time; no commit, nothing of the
-import visible or staged on the branch; a finished import's cancel is 409, an unknown id 404. A
-SIGTERM of the importing process stops its import at a checkpoint and reports it failed at once; a
-``kill -9`` leaves a status that B reports failed once it has not been refreshed for a minute
-(lakeFS keeps such a status running until it expires a day later); never a commit.
+total; a cancel of an import that already ended would answer 409 and fail the test). The servers
+refresh an import's status every :data:`HEARTBEAT` seconds (the core's ``import_heartbeat_seconds``,
+lakeFS's 1 s by default), so the cancel lands a fraction of a second after the import starts, well
+within the several seconds the import takes even on a fast idle machine.
+
+What a cancel guarantees (docs/rest-api.md): the status reads ``Canceled`` at once, not completed;
+the importing process sees it at its next refresh, stops at its next checkpoint and writes its final
+status (later ``update_time``) within a bounded time; no commit, nothing of the import visible or
+staged on the branch; a finished import's cancel is 409, an unknown id 404. A SIGTERM of the
+importing process stops its import at a checkpoint and reports it failed at once; a ``kill -9``
+leaves a status that B reports failed once it has not been refreshed for :data:`STALE` seconds
+(``import_stale_seconds``, a minute by default; lakeFS keeps such a status running until it expires
+a day later); never a commit.
 """
 
 from __future__ import annotations
@@ -20,12 +26,14 @@ import signal
 import time
 import uuid
 from collections.abc import Callable, Iterator
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from lakefs_core.repos.import_status import CANCELED, STALE_SECONDS, STOPPED
+from lakefs_core.defaults import DEFAULTS
+from lakefs_core.repos.import_status import CANCELED, STOPPED
 from lakefs_core.repos.importing import WATCH_EVERY
 from tests.server.harness import ENCRYPT_SECRET, Server
 from tests.server.rest_harness import ACCESS_KEY, SECRET_KEY, RestServer, pg_s3_core, rest_server
@@ -37,6 +45,11 @@ lakefs_sdk = lazy_module("lakefs_sdk")  # pydantic models of the whole API: impo
 MAIN = "main"
 PER_DIR = 500
 OBJECTS = 60_000  # several seconds of listing and range building on an idle machine
+# The servers' import_heartbeat_seconds: the cancel reaches the importing process within about this.
+HEARTBEAT = 0.1
+# import_stale_seconds where the test provokes it (kill -9): behaviour under test, so not scaled; 50
+# refreshes, so that a loaded machine's slow refresh does not make a live import read as dead.
+STALE = 5.0
 
 
 @pytest.fixture(scope="module")
@@ -51,17 +64,29 @@ def source(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return root
 
 
-def _backend(request: pytest.FixtureRequest) -> tuple[dict[str, Any] | None, str | None]:
+def _backend(request: pytest.FixtureRequest, tmp_path: Path) -> tuple[dict[str, Any], str | None]:
     if request.param == "sqlite-local":
-        return None, None
+        (tmp_path / "a" / "ns").mkdir()
+        return {"kv_url": f"sqlite:///{tmp_path / 'a' / 'kv.sqlite3'}"}, None
     return pg_s3_core(request, "cancel")
 
 
+@pytest.fixture
+def stale_seconds() -> float:
+    """The servers' ``import_stale_seconds``: lakeFS's minute where staleness is not under test, so
+    a slow refresh on a loaded machine never fails a live import there."""
+    return DEFAULTS.import_stale_seconds
+
+
 @pytest.fixture(params=["sqlite-local", "pg-s3"])
-def pair(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[RestServer, RestServer]]:
-    """Two server processes (their own listeners) on one KV and namespace root."""
-    core, root = _backend(request)
+def pair(
+    request: pytest.FixtureRequest, tmp_path: Path, stale_seconds: float
+) -> Iterator[tuple[RestServer, RestServer]]:
+    """Two server processes (their own listeners) on one KV and namespace root, refreshing imports'
+    statuses every :data:`HEARTBEAT` seconds."""
     (tmp_path / "a").mkdir()
+    core, root = _backend(request, tmp_path)
+    core |= {"import_heartbeat_seconds": HEARTBEAT, "import_stale_seconds": stale_seconds}
     with rest_server(tmp_path / "a", core, root) as a:
         (tmp_path / "b").mkdir()
         auth = {"encrypt": {"secret_key": ENCRYPT_SECRET}, "cache_seconds": 20}
@@ -140,7 +165,7 @@ def test_cancel_reaches_the_importing_process(pair: tuple[RestServer, RestServer
     on_b.import_cancel(repo, MAIN, import_id)  # 204
     canceled = on_b.import_status(repo, MAIN, import_id)  # at once, from any process
     assert not canceled.completed and canceled.error is not None and canceled.error.message == CANCELED
-    # A sees the cancel at its next refresh (every second) and stops at its next checkpoint (every
+    # A sees the cancel at its next refresh (every HEARTBEAT) and stops at its next checkpoint (every
     # WATCH_EVERY entries): its final status comes after the cancel's, short of the whole source.
     stopped = poll(
         lambda: on_a.import_status(repo, MAIN, import_id),
@@ -178,12 +203,14 @@ def check_cancel_of_a_finished_import(a: RestServer, b: RestServer, small: Path)
     assert on_a.import_status(repo, MAIN, import_id) == done  # the cancel changed nothing
 
 
+@pytest.mark.parametrize("stale_seconds", [STALE])
 @pytest.mark.parametrize("pair", ["sqlite-local"], indirect=True)  # the reader's rule: one backend
 def test_importing_process_ends(pair: tuple[RestServer, RestServer], source: Path) -> None:
     """SIGTERM of the importing process: it stops the import at its next checkpoint and stores its
     status before closing, so B reports it failed at once. Restarted, then kill -9 mid-import: the
-    status stays running until it has not been refreshed for STALE_SECONDS, then B reports it
-    failed. Never a commit; a cancel of either conflicts."""
+    status stays running until it has not been refreshed for STALE seconds, then B reports it
+    failed, within seconds (not the default minute: the servers' setting is honoured). Never a
+    commit; a cancel of either conflicts."""
     a, b = pair
     on_b = lakefs_sdk.ImportApi(sdk(b))
     repo = new_repo(a)
@@ -209,9 +236,13 @@ def test_importing_process_ends(pair: tuple[RestServer, RestServer], source: Pat
     failed = poll(
         lambda: on_b.import_status(repo, MAIN, import_id),
         lambda s: s.error is not None,
-        STALE_SECONDS + scaled(30),
+        STALE + scaled(30),
         "a dead process's import still running",
     )
+    # Reported failed once STALE seconds passed since the last refresh (before the kill; a reader
+    # does not move update_time), not earlier, and not after the default minute: the setting binds.
+    since_refresh = datetime.now(UTC) - failed.update_time
+    assert timedelta(seconds=STALE) < since_refresh < timedelta(seconds=DEFAULTS.import_stale_seconds)
     assert not failed.completed and failed.error.message == STOPPED and failed.commit is None
     assert_nothing_imported(b, repo, head)
     assert status_of(lambda: on_b.import_cancel(repo, MAIN, import_id)) == 409
