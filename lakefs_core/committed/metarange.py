@@ -26,7 +26,7 @@ from lakefs_core.committed.model import RangeInfo, ValueRecord
 from lakefs_core.committed.tables import TableStore
 from lakefs_core.format.accel import FASTPATH
 from lakefs_core.format.records import pure_record_from_sst
-from lakefs_core.format.sstable.reader import TableReader
+from lakefs_core.format.sstable.reader import TableCursor, TableReader
 from lakefs_core.keys import table_name
 
 EMPTY_METARANGE_ID = ""
@@ -154,42 +154,63 @@ class PureMetaRange:
 
 
 class RangeCursor:
-    """A metarange's records in ``[start, end)``, seekable forward: a seek past the record it
-    holds reopens the ordered read there (a bisect over the ranges, one over the table's blocks,
-    the block a lookup would read). It reads one range's table at a time through a plain iterator,
-    so a seek drops nothing that needs closing (an abandoned async generator costs the event loop
-    a task to close it)."""
+    """A metarange's records in ``[start, end)``, seekable forward (a ``RecordCursor``).
+
+    It reads one range's table at a time through a :class:`TableCursor`: a seek inside the range
+    it reads is that cursor's (a bisect in the block it holds when the key is there, else one over
+    the table's blocks); a seek past the range drops it and the next read bisects the ranges. A
+    seek drops nothing that needs closing (an abandoned async generator would cost the event loop
+    a task to close it). None at the end, and ever after.
+    """
+
+    __slots__ = ("_done", "_end", "_from", "_max", "_metarange", "_name", "_table")
 
     def __init__(self, metarange: PureMetaRange, start: bytes, end: bytes | None) -> None:
         self._metarange, self._end = metarange, end
-        self._from = start
-        self._records: Iterator[ValueRecord] | None = None
-        self._range = -1  # the range ``_records`` reads
+        self._from = start  # where the next range is read from, while no table is open
+        self._table: TableCursor | None = None
+        self._max = b""  # the open range's max key
+        self._name = ""  # the open range's file name, for errors
         self._done = False
 
     def seek_ge(self, key: bytes) -> None:
-        if key > self._from and not self._done:
-            self._from, self._records = key, None
+        table = self._table
+        if table is None:
+            self._from = max(self._from, key)
+        elif key <= self._max:
+            table.seek_ge(key)
+        else:
+            self._from, self._table = key, None
 
     async def next(self) -> ValueRecord | None:
-        mr = self._metarange
+        end = self._end
         while not self._done:
-            if self._records is None:
-                i = bisect_left(mr._max_keys, self._from)
-                if i == len(mr.ranges) or (self._end is not None and mr.ranges[i].min_key >= self._end):
+            table = self._table
+            if table is None:
+                table = await self._open()
+                if table is None:
                     break
-                first = self._from if self._from > mr.ranges[i].min_key else None
-                self._records, self._range = _records(await mr._reader(i), mr._names[i], first), i
-            record = next(self._records, None)
-            if record is None:  # the range's end: the next one starts after its last key
-                self._from, self._records = mr.ranges[self._range].max_key + b"\x00", None
+            pair = table.next()
+            if pair is None:  # the range's end: the next one starts after its last key
+                self._from, self._table = self._max + b"\x00", None
                 continue
-            if self._end is not None and record.key >= self._end:
+            key, value = pair
+            if end is not None and key >= end:
                 break
-            self._from = record.key + b"\x00"
-            return record
-        self._done = True
+            return record_from_sst(key, value, self._name)
+        self._done, self._table = True, None
         return None
+
+    async def _open(self) -> TableCursor | None:
+        """A cursor in the range that may hold ``_from`` (None: no range is left below ``end``)."""
+        mr, start = self._metarange, self._from
+        i = bisect_left(mr._max_keys, start)
+        if i == len(mr.ranges) or (self._end is not None and mr._min_keys[i] >= self._end):
+            return None
+        reader = mr._readers[i] or await mr._reader(i)
+        self._table = reader.cursor(start if start > mr._min_keys[i] else None)
+        self._max, self._name = mr._max_keys[i], mr._names[i]
+        return self._table
 
 
 if TYPE_CHECKING or FASTPATH is None:

@@ -91,7 +91,7 @@ class RecordCursor(Protocol):
     """A key-ordered source of records that can skip ahead (lakeFS's ``SeekGE``)."""
 
     async def next(self) -> ValueRecord | None:
-        """The next record, or None at the end."""
+        """The next record, or None at the end (and ever after)."""
         ...
 
     def seek_ge(self, key: bytes) -> None:
@@ -152,36 +152,49 @@ class StagedCursor:
 
 
 class MergedCursor:
-    """Cursors merged in key order; on equal keys the left-most cursor's record wins."""
+    """Cursors merged in key order; on equal keys the left-most cursor's record wins, and with
+    ``hide_tombstones`` a winning tombstone is skipped (with the records it shadows). A source that
+    reaches its end is dropped: with one source left, a read or a seek is that source's."""
 
-    def __init__(self, sources: Sequence[RecordCursor]) -> None:
+    def __init__(self, sources: Sequence[RecordCursor], *, hide_tombstones: bool = False) -> None:
         self._sources = list(sources)
-        self._heads: list[ValueRecord | None] = [None] * len(sources)
-        self._stale = list(range(len(sources)))  # heads to read before the next answer
+        self._heads: list[ValueRecord | None] = [None] * len(sources)  # None: read the source next
+        self._hide = hide_tombstones
 
     def seek_ge(self, key: bytes) -> None:
-        for i, head in enumerate(self._heads):
-            if i in self._stale:
-                self._sources[i].seek_ge(key)
-            elif head is not None and head.key < key:  # (None: that source is at its end)
-                self._sources[i].seek_ge(key)
-                self._stale.append(i)
-                self._heads[i] = None
+        heads = self._heads
+        for i, source in enumerate(self._sources):
+            head = heads[i]
+            if head is None:
+                source.seek_ge(key)
+            elif head.key < key:
+                heads[i] = None
+                source.seek_ge(key)
 
     async def next(self) -> ValueRecord | None:
-        for i in self._stale:
-            self._heads[i] = await self._sources[i].next()
-        self._stale.clear()
-        best: ValueRecord | None = None
-        for head in self._heads:
-            if head is not None and (best is None or head.key < best.key):
-                best = head
-        if best is None:
-            return None
-        for i, head in enumerate(self._heads):
-            if head is not None and head.key == best.key:  # the winner, and the records it shadows
-                self._stale.append(i)
-        return best
+        sources, heads = self._sources, self._heads
+        while True:
+            best: ValueRecord | None = None
+            i = 0
+            while i < len(sources):
+                head = heads[i]
+                if head is None:
+                    head = await sources[i].next()
+                    if head is None:  # at its end for good
+                        del sources[i], heads[i]
+                        continue
+                    heads[i] = head
+                if best is None or head.key < best.key:
+                    best = head
+                i += 1
+            if best is None:
+                return None
+            key = best.key
+            for i, head in enumerate(heads):
+                if head is not None and head.key == key:  # the winner, and the records it shadows
+                    heads[i] = None
+            if not (self._hide and best.is_tombstone):
+                return best
 
 
 async def merge_sorted(sources: Sequence[AsyncIterator[ValueRecord]]) -> AsyncIterator[ValueRecord]:

@@ -703,21 +703,23 @@ class Objects:
                 return ListPage([], [], False, "")
             start = successor
         cursor = await reading.entry_cursor(self.ctx, repo, resolved, prefix=pfx, start=start)
+        # A common prefix ends with the delimiter, whose last byte (UTF-8) is never 0xff: the key
+        # after every key under it is the prefix with that byte incremented.
+        delim_next = delim[:-1] + bytes((delim[-1] + 1,)) if delim else b""
+        skip, dlen, count = len(pfx), len(delim), 0
         while (record := await cursor.next()) is not None:
-            if len(objects) + len(prefixes) == amount:
+            if count == amount:
                 return ListPage(objects, prefixes, True, last.decode("utf-8", "backslashreplace"))
-            cut = record.key.find(delim, len(pfx)) if delim else -1
+            count += 1
+            key = record.key
+            cut = key.find(delim, skip) if dlen else -1
             if cut < 0:
                 objects.append(ObjectStat.from_record(record))
-                last = record.key
+                last = key
                 continue
-            common = record.key[: cut + len(delim)]
-            prefixes.append(common.decode("utf-8", "backslashreplace"))
-            last = common
-            successor = prefix_successor(common)
-            if successor is None:
-                break
-            cursor.seek_ge(successor)  # past every key under the common prefix
+            last = key[: cut + dlen]
+            prefixes.append(last.decode("utf-8", "backslashreplace"))
+            cursor.seek_ge(key[:cut] + delim_next)  # past every key under the common prefix
         return ListPage(objects, prefixes, False, "")
 
 

@@ -7,12 +7,12 @@ committed data only (:meth:`~lakefs_core.repos.context.RepoContext.resolve`).
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 
 from lakefs_core.errors import NotFoundError
 from lakefs_core.format.records import ValueRecord
 from lakefs_core.refs.model import Branch, Repository
-from lakefs_core.refs.staging import MergedCursor
+from lakefs_core.refs.staging import MergedCursor, RecordCursor
 from lakefs_core.repos.context import RepoContext, Resolved
 
 __all__ = [
@@ -77,22 +77,13 @@ def prefix_successor(prefix: bytes) -> bytes | None:
     return stripped[:-1] + bytes([stripped[-1] + 1])
 
 
-class EntryCursor:
+class EntryCursor(MergedCursor):
     """A ref's entries under a prefix in key order, staging over committed, tombstones hidden,
     seekable forward (:meth:`seek_ge`): every source is read only below the prefix's successor, and
     a seek costs each source a small read at most (:mod:`lakefs_core.refs.staging`)."""
 
-    def __init__(self, merged: MergedCursor) -> None:
-        self._merged = merged
-
-    def seek_ge(self, key: bytes) -> None:
-        self._merged.seek_ge(key)
-
-    async def next(self) -> ValueRecord | None:
-        while (record := await self._merged.next()) is not None:
-            if not record.is_tombstone:
-                return record
-        return None
+    def __init__(self, sources: Sequence[RecordCursor]) -> None:
+        super().__init__(sources, hide_tombstones=True)
 
     async def __aiter__(self) -> AsyncIterator[ValueRecord]:
         while (record := await self.next()) is not None:
@@ -107,7 +98,7 @@ async def entry_cursor(
     start, end = max(prefix, start), prefix_successor(prefix) if prefix else None
     committed = await ctx.metarange(repo, resolved.commit.metarange_id)
     staged = [ctx.staging.cursor(t, start, end) for t in resolved.tokens]
-    return EntryCursor(MergedCursor([*staged, committed.cursor(start, end)]))
+    return EntryCursor([*staged, committed.cursor(start, end)])
 
 
 async def list_resolved(

@@ -14,8 +14,10 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from urllib.parse import quote
+from xml.sax.saxutils import escape
 
 from aiohttp import web
 
@@ -39,13 +41,27 @@ def _max_keys(call: S3Call) -> int:
     return max(0, min(int(raw), MAX_KEYS))
 
 
+#: Text that percent-encoding (``/`` kept) and XML escaping both leave as it is: most keys.
+_PLAIN = re.compile(r"[A-Za-z0-9_.~/-]*").fullmatch
+
+
+def _plain_text(s: str) -> str:
+    return s if _PLAIN(s) else escape(s)
+
+
+def _url_text(s: str) -> str:
+    return s if _PLAIN(s) else escape(quote(s, safe="/"))
+
+
 def _encoder(call: S3Call) -> tuple[bool, Callable[[str], str]]:
+    """Whether ``encoding-type=url`` was asked, and what makes a key XML text: percent-encoded
+    then, escaped in any case (a plain key is both already: one regex match, no copy)."""
     kind = call.query("encoding-type")
     if kind is None:
-        return False, lambda s: s
+        return False, _plain_text
     if kind.lower() != "url":
         raise S3Error("InvalidArgument", "encoding-type must be url")
-    return True, lambda s: quote(s, safe="/")
+    return True, _url_text
 
 
 async def _branches(call: S3Call, prefix: str, after: str, limit: int) -> tuple[list[str], bool]:
@@ -86,19 +102,18 @@ def _cursor_path(cursor: str, ref: str, what: str) -> str:
     return path
 
 
-def _contents(page: ListPage, ref: str, encode: Callable[[str], str]) -> list[str]:
-    parts = []
-    for stat in page.objects:
-        parts.append(
-            "<Contents>"
-            + element("Key", encode(f"{ref}/{stat.path}"))
-            + element("LastModified", iso8601(stat.last_modified))
-            + element("ETag", quoted_etag(stat.etag))
-            + element("Size", stat.size)
-            + "<StorageClass>STANDARD</StorageClass></Contents>"
-        )
-    for common in page.common_prefixes:
-        parts.append("<CommonPrefixes>" + element("Prefix", encode(f"{ref}/{common}")) + "</CommonPrefixes>")
+def _contents(page: ListPage, ref: str, text: Callable[[str], str]) -> list[str]:
+    parts = [
+        f"<Contents><Key>{text(f'{ref}/{stat.path}')}</Key>"
+        f"<LastModified>{iso8601(stat.last_modified)}</LastModified>"
+        + element("ETag", quoted_etag(stat.etag))
+        + f"<Size>{stat.size}</Size><StorageClass>STANDARD</StorageClass></Contents>"
+        for stat in page.objects
+    ]
+    parts += [
+        f"<CommonPrefixes><Prefix>{text(f'{ref}/{common}')}</Prefix></CommonPrefixes>"
+        for common in page.common_prefixes
+    ]
     return parts
 
 
@@ -109,7 +124,7 @@ async def list_objects(call: S3Call) -> web.StreamResponse:
     prefix = call.query("prefix") or ""
     delimiter = call.query("delimiter") or ""
     limit = _max_keys(call)
-    encoded, encode = _encoder(call)
+    encoded, text = _encoder(call)
     if v2:
         token = call.query("continuation-token")
         start_after = call.query("start-after")
@@ -118,15 +133,15 @@ async def list_objects(call: S3Call) -> web.StreamResponse:
         token = start_after = None
         cursor = call.query("marker") or ""
     ref, sep, path_prefix = prefix.partition("/")
-    parts = [element("Name", call.repo), element("Prefix", encode(prefix))]
+    parts = [element("Name", call.repo), f"<Prefix>{text(prefix)}</Prefix>"]
     if delimiter:
-        parts.append(element("Delimiter", encode(delimiter)))
+        parts.append(f"<Delimiter>{text(delimiter)}</Delimiter>")
     parts.append(element("MaxKeys", limit))
     if encoded:
         parts.append(element("EncodingType", "url"))
     if not sep:
         names, truncated = await _branches(call, prefix, cursor.rstrip("/"), limit)
-        body = ["<CommonPrefixes>" + element("Prefix", encode(f"{n}/")) + "</CommonPrefixes>" for n in names]
+        body = [f"<CommonPrefixes><Prefix>{text(f'{n}/')}</Prefix></CommonPrefixes>" for n in names]
         next_cursor = names[-1] if names else ""
         count = len(names)
     else:
@@ -134,7 +149,7 @@ async def list_objects(call: S3Call) -> web.StreamResponse:
         page = await _objects(
             call, ref, path_prefix=path_prefix, delimiter=delimiter, after=after, limit=limit
         )
-        body = _contents(page, ref, encode)
+        body = _contents(page, ref, text)
         truncated = page.has_more
         next_cursor = f"{ref}/{page.next_after}" if truncated else ""
         count = len(page.objects) + len(page.common_prefixes)
@@ -143,12 +158,12 @@ async def list_objects(call: S3Call) -> web.StreamResponse:
         if token:
             parts.append(element("ContinuationToken", token))
         if start_after:
-            parts.append(element("StartAfter", encode(start_after)))
+            parts.append(f"<StartAfter>{text(start_after)}</StartAfter>")
         if truncated:
             parts.append(element("NextContinuationToken", next_cursor))
     else:
-        parts.append(element("Marker", encode(cursor)))
+        parts.append(f"<Marker>{text(cursor)}</Marker>")
         if truncated and delimiter:
-            parts.append(element("NextMarker", encode(next_cursor)))
+            parts.append(f"<NextMarker>{text(next_cursor)}</NextMarker>")
     parts.append(element("IsTruncated", truncated))
     return xml_response("ListBucketResult", [*parts, *body])

@@ -323,8 +323,13 @@ def read_everything(data: bytes, name: str) -> Records:
     for key, value in records:
         got = reader.get(key)
         assert got == value, f"get({key!r}) = {got!r}, scan gave {value!r}"
+    cursor = reader.cursor(b"")
     for i in range(0, len(records), max(1, len(records) // 8)):
         assert list(reader.seek_ge(records[i][0])) == records[i:], f"seek_ge({records[i][0]!r})"
+        cursor.seek_ge(records[i][0])  # forward from the previous probe, inside a block or past it
+        assert cursor.next() == records[i], f"cursor.seek_ge({records[i][0]!r})"
+    everything = reader.cursor()
+    assert list(iter(everything.next, None)) == records, "a cursor's full pass"
     assert [k for k, _ in records] == sorted({k for k, _ in records}), "scan keys not strictly ascending"
     assert reader.max_key() == (records[-1][0] if records else None)
     return records

@@ -252,6 +252,17 @@ def test_entry_count_checked_after_a_full_scan() -> None:
     partial = TableReader(one_level(blocks, [sep(b"c")], entries=5), "t")
     assert next(iter(partial)) == (b"a", b"1")  # a scan that stops early is not checked
     assert list(partial.seek_ge(b"b")) == [(b"b", b"2")]
+    # A cursor from the start reads every block (a seek inside the block it holds skips none):
+    # checked at its end. One opened at a key, or seeked past blocks, is not.
+    for seek in (b"", b"b"):
+        cursor = partial.cursor()
+        cursor.seek_ge(seek)
+        assert cursor.next() == (b"b" if seek else b"a", b"2" if seek else b"1")
+        with pytest.raises(CorruptDataError, match="properties state 5"):
+            while cursor.next() is not None:
+                pass
+    seeked = partial.cursor(b"b")
+    assert seeked.next() == (b"b", b"2") and seeked.next() is None
 
 
 # -- prefix-compressed keys -------------------------------------------------------------------------

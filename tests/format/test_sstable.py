@@ -36,6 +36,7 @@ from lakefs_core.format.sstable.footer import (
     encode_handle,
 )
 from lakefs_core.format.sstable.properties import encode_properties
+from lakefs_core.format.sstable.reader import TableCursor
 from lakefs_core.format.sstable.writer import (
     SEPARATOR_TRAILER,
     SET_TRAILER,
@@ -250,6 +251,31 @@ def test_round_trip(
     # Repeated lookups after the cache churned still answer the same.
     for key, value in reversed(records):
         assert reader.get(key) == value
+    # A cursor seeking forward through the probes answers what a fresh seek_ge answers each time.
+    assert drain(reader.cursor()) == records
+    cursor = reader.cursor(b"")
+    position = b""
+    step = max(1, len(keys) // 16)  # some keys in each block and some past the ends of blocks
+    for probe in sorted(probes + keys[::step] + [k + b"\x00" for k in keys[1::step]]):
+        cursor.seek_ge(probe)
+        position = max(position, probe)
+        i = bisect_left(keys, position)
+        found = cursor.next()
+        assert found == (records[i] if i < len(records) else None), probe
+        if found is not None:
+            position = found[0] + b"\x00"
+    cursor.seek_ge(b"")  # backwards: nothing changes
+    i = bisect_left(keys, position)
+    assert drain(cursor) == records[i:]
+
+
+def drain(cursor: TableCursor) -> list[tuple[bytes, bytes]]:
+    """Every record a cursor has left (and it stays at its end)."""
+    out = []
+    while (found := cursor.next()) is not None:
+        out.append(found)
+    assert cursor.next() is None
+    return out
 
 
 def test_two_level_index_when_the_index_outgrows_4k() -> None:
@@ -547,6 +573,11 @@ def test_newest_version_wins_and_tombstones_hide() -> None:
         assert list(reader.seek_ge(b"c")) == expected[1:]
         assert list(reader.seek_ge(b"b")) == expected[1:]
         assert list(reader.seek_ge(b"e")) == []
+        assert drain(reader.cursor()) == expected
+        for start in (b"", b"b", b"c", b"c\x00", b"e"):
+            cursor = reader.cursor(b"")
+            cursor.seek_ge(start)
+            assert drain(cursor) == list(reader.seek_ge(start)), start
         assert reader.max_key() == b"d"
         assert reader.min_key() == b"a"
 

@@ -433,6 +433,11 @@ class TableReader:
         the range's first key starts there)."""
         return self._scan(bisect_left(self._seps, user_key), user_key)
 
+    def cursor(self, start: bytes | None = None) -> TableCursor:
+        """A :class:`TableCursor` at the first record with key ``>= start`` (None: the table's
+        start, a full pass whose entry count is checked as a scan checks it)."""
+        return TableCursor(self, start)
+
     def _scan(self, first: int, start: bytes | None) -> Iterator[tuple[bytes, bytes]]:
         prev_last: bytes | None = None  # last key of the previous block
         entries = 0
@@ -455,7 +460,12 @@ class TableReader:
                         yield keys[idx], value
             if keys:
                 prev_last = keys[-1]
-        if first == 0 and start is None and self._entries_stated and entries != self.num_entries:
+        if first == 0 and start is None:
+            self._check_entries(entries)
+
+    def _check_entries(self, entries: int) -> None:
+        """After a full pass over the data blocks: they hold the entries the properties state."""
+        if self._entries_stated and entries != self.num_entries:
             raise CorruptDataError(
                 f"the data blocks hold {entries} entries, the properties state {self.num_entries}",
                 file=self.name,
@@ -496,3 +506,87 @@ class TableReader:
 
     def __repr__(self) -> str:
         return f"TableReader({self.name!r}, entries={self.num_entries}, blocks={self._nblocks})"
+
+
+class TableCursor:
+    """A table's records in key order, seekable forward (lakeFS's ``SeekGE``) without re-reading
+    what it holds: the same records as :meth:`TableReader.seek_ge` from the same key.
+
+    A seek to a key inside the block the cursor reads is a bisect in that block, from the cursor's
+    position; a seek past that block is a bisect over the separators and one in the block it lands
+    in, read through the cache and kept as a lookup's (until the cursor has returned a record from
+    it: a landing at a block's end keeps the next block instead). The blocks read in order after
+    that are read as a scan reads them (cached ones used, others not kept). A cursor that reads
+    every block (opened at the table's start, seeking only inside the block it holds) checks the
+    entry count at its end as a full scan does. Seeking to a key at or before the cursor's position
+    changes nothing.
+    """
+
+    __slots__ = ("_block", "_entries", "_j", "_keep", "_keys", "_reader", "_vals")
+
+    def __init__(self, reader: TableReader, start: bytes | None) -> None:
+        self._reader = reader
+        self._keys: list[bytes] = []
+        self._vals: list[bytes | None] = []
+        self._j = 0
+        self._block = -1
+        self._keep = True
+        self._entries = -1  # entries of the blocks read, while this is a full pass (-1: it is not)
+        if start is None:
+            self._entries = 0
+            self._enter(0, None)
+        else:
+            self._land(start)
+
+    def _land(self, key: bytes) -> None:
+        self._entries, self._keep = -1, True
+        self._enter(bisect_left(self._reader._seps, key), key)
+
+    def _enter(self, b: int, start: bytes | None) -> None:
+        """Read block ``b`` from ``start`` (None: after the previous block, as a scan goes on)."""
+        reader = self._reader
+        if b >= reader._nblocks:
+            if self._entries >= 0:
+                reader._check_entries(self._entries)
+            self._block, self._keys, self._vals, self._j = reader._nblocks, [], [], 0
+            return
+        cached = reader._blocks[b]
+        keys, vals, count = cached or (reader._load(b) if self._keep else reader._decode(b))
+        if self._entries >= 0:
+            self._entries += count
+        if start is not None:
+            j = bisect_left(keys, start)
+        else:
+            # A key whose versions straddle two blocks: the newer one (already seen) wins.
+            prev = self._keys
+            j = 1 if prev and keys and keys[0] == prev[-1] else 0
+        self._block, self._keys, self._vals, self._j = b, keys, vals, j
+
+    def seek_ge(self, key: bytes) -> None:
+        keys, j = self._keys, self._j
+        if j < len(keys):
+            if key <= keys[j]:
+                return  # at or before the position
+            if key <= keys[-1]:
+                self._j = bisect_left(keys, key, j + 1)
+                return
+        elif not keys or key <= keys[-1]:
+            return  # the end, or before the position (after this block)
+        self._land(key)
+
+    def next(self) -> tuple[bytes, bytes] | None:
+        """The next record ``(user key, value)``, or None at the table's end."""
+        while True:
+            keys, vals, j = self._keys, self._vals, self._j
+            n = len(keys)
+            while j < n:
+                value = vals[j]
+                j += 1
+                if value is not None:
+                    self._j, self._keep = j, False
+                    return keys[j - 1], value
+            if self._block >= self._reader._nblocks:
+                self._j = j
+                return None
+            self._j = j
+            self._enter(self._block + 1, None)
