@@ -47,9 +47,9 @@ PER_DIR = 500
 OBJECTS = 60_000  # several seconds of listing and range building on an idle machine
 # The servers' import_heartbeat_seconds: the cancel reaches the importing process within about this.
 HEARTBEAT = 0.1
-# import_stale_seconds where the test provokes it (kill -9): behaviour under test, so not scaled; 50
+# import_stale_seconds where the test provokes it (kill -9): behaviour under test, so not scaled; 100
 # refreshes, so that a loaded machine's slow refresh does not make a live import read as dead.
-STALE = 5.0
+STALE = 10.0
 
 
 @pytest.fixture(scope="module")
