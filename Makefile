@@ -64,7 +64,7 @@ test-fast: venv
 	$(PYTEST) -m "not e2e and not slow and not spark"
 
 # The test JVMs' class-data sharing archive (.venv/spark-cds.jsa; tests/conftest.py uses it when present):
-# ~46 s of CPU once, ~4.8 s less per Spark JVM the tests start (scripts/spark_cds.py).
+# ~72 s of CPU once, 2.5-7 s less per Spark JVM the tests start (scripts/spark_cds.py).
 spark-cds: venv
 	$(BIN)/python scripts/spark_cds.py
 

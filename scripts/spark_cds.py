@@ -4,10 +4,11 @@ Every Spark JVM the suite starts loads and verifies the same ~10k classes of Spa
 CDS archive (JDK 13+) holds them parsed and verified; a JVM started with
 ``-XX:SharedArchiveFile=ARCHIVE`` maps it instead (tests/conftest.py adds the flag when the archive
 exists: ``LAKEFS_TEST_SPARK_CDS``, default ``.venv/spark-cds.jsa``). Measured on the 2 loaded cores,
-a ``spark-submit --master local[2]`` of a small job: 16.9-17.3 s CPU without, 12.1-12.4 s with.
-Building it costs one run with ``-XX:ArchiveClassesAtExit`` (about 46 s CPU), so it pays off after
-about six JVM starts; it is valid for this venv's jars and this JDK only (the JVM checks both and runs
-without it, warning, on a mismatch).
+a ``spark-submit --master local[2]`` of a small job: 16.9-17.3 s CPU without, 12.1-12.4 s with;
+tests/gc/test_mark_spark.py (a session and a ``spark-submit``) 52.9 s against 39.2 s. Building it
+costs one run with ``-XX:ArchiveClassesAtExit`` (72 s CPU), so it pays off after some 15 JVM starts:
+on a machine that keeps its ``.venv``, not in one fresh CI run. It is valid for this venv's jars and
+this JDK only (the JVM checks both and runs without it, warning, on a mismatch).
 
 The run here exercises an RDD job and a DataFrame query with a Parquet write, so the SQL engine's
 classes are archived too; it writes a temporary file and renames it, so a reader never maps half.
