@@ -96,7 +96,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         help="fail the run when a test file is over its time budget (tests/support/tiers.py)",
     )
     group.addoption(
-        "--budget-report", metavar="PATH", help="write every test file's seconds, tier and budget as JSON"
+        "--budget-report",
+        metavar="PATH",
+        help="write every test file's seconds, tier and budget as JSON (give it as --budget-report=PATH)",
     )
 
 
