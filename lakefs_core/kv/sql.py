@@ -447,7 +447,7 @@ class SQLKVStore(TransactionalBatches):
         written: Container[tuple[bytes, bytes]],
     ) -> None:
         """Lock the expected rows until the commit (no other transaction changes them before this
-        one ends): ``FOR UPDATE`` those in ``written`` (the batch's keys; see :class:`_Statements`),
+        one ends): ``FOR UPDATE`` those in ``written`` (the batch's keys; see :class:`_SQL`),
         ``FOR SHARE`` the others; and check them. :class:`PreconditionFailedError` when one does not
         hold (raised inside the transaction, which is rolled back)."""
         if not expected:
