@@ -63,10 +63,10 @@ test-fast: venv
 	$(BYTECODE)
 	$(PYTEST) -m "not e2e and not slow and not spark"
 
-# The test JVMs' class-data sharing archive (.venv/spark-cds.jsa; tests/conftest.py uses it when present):
-# ~72 s of CPU once, 2.5-7 s less per Spark JVM the tests start (scripts/spark_cds.py).
+# The test JVMs' class-data sharing archive (.venv/spark-cds.jsa), rebuilt: a test run whose selection
+# has Spark tests builds it in the background when it is missing (tests/support/spark_jvm.py).
 spark-cds: venv
-	$(BIN)/python scripts/spark_cds.py
+	$(BIN)/python -m tests.support.spark_jvm
 
 lint: venv
 	$(BIN)/ruff check .

@@ -21,16 +21,21 @@ import os
 import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
 from lakefs_core import offloop
+from tests.support import spark_jvm
 from tests.support.env import skip_or_fail
 from tests.support.moto import ACCESS_KEY, SECRET_KEY, MotoRegions, MotoServer
 from tests.support.pg import PgDatabase, create_database, drop_database, unreachable_reason
 from tests.support.profiles import register_profiles
 from tests.support.tiers import BudgetCheck, Tier, apply_tier_markers, tier_of
 from tests.support.timing import scaled
+
+if TYPE_CHECKING:
+    import subprocess
 
 register_profiles()  # before pytest's hypothesis plugin applies --hypothesis-profile
 
@@ -51,19 +56,11 @@ os.environ["AWS_SECRET_ACCESS_KEY"] = SECRET_KEY
 os.environ.setdefault("AWS_DEFAULT_REGION", "us-east-1")
 os.environ.pop("AWS_PROFILE", None)
 
-# Every JVM the suite starts (the Spark session fixtures, spark-submit, `lakefs-gc --master local[N]`
-# subprocesses: spark-submit's launcher adds SPARK_SUBMIT_OPTS to the driver's options) compiles
-# with C1 only and collects with the serial collector: the jobs are seconds long, so C2's
-# compilations and the parallel collector's threads were CPU spent for nothing (a session and two
-# small jobs: 32-34 s of JVM CPU before, 16-21 s after). Semantics are the JVM's either way; an
-# operator's own SPARK_SUBMIT_OPTS (even empty) is kept.
-# With the class-data sharing archive of scripts/spark_cds.py (LAKEFS_TEST_SPARK_CDS, default
-# .venv/spark-cds.jsa; absent: not used) they map Spark's classes parsed and verified instead of loading
-# them: a small spark-submit job 12.1-12.4 s CPU against 16.9-17.3 s, test_mark_spark.py 39 s against 53 s.
-SPARK_CDS = Path(os.environ.get("LAKEFS_TEST_SPARK_CDS") or REPO_ROOT / ".venv" / "spark-cds.jsa")
-_JVM_OPTS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
-_CDS_OPT = f" -XX:SharedArchiveFile={SPARK_CDS}" if SPARK_CDS.is_file() else ""
-os.environ.setdefault("SPARK_SUBMIT_OPTS", _JVM_OPTS + _CDS_OPT)
+# Every JVM the suite starts runs with the test-only options of tests/support/spark_jvm.py (C1 only,
+# the serial collector, and the class-data sharing archive once it exists): set here for the JVMs of
+# this process's first tests, and again before each test (`_spark_jvm_options`) for the archive that a
+# background build (started when collection ends, `pytest_collection_finish`) writes during the run.
+spark_jvm.apply()
 
 
 # The order the files run in: `make test` keeps the collection order for pytest-xdist
@@ -137,6 +134,27 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         seconds = float(own.args[0]) if own is not None and own.args else default
         if seconds > 0:
             item.add_marker(pytest.mark.timeout(scaled(seconds)), append=False)
+
+
+_CDS_BUILD: pytest.StashKey[subprocess.Popen[bytes] | None] = pytest.StashKey()
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """Start building the test JVMs' class-data sharing archive when this run has Spark tests and it
+    is missing (tests/support/spark_jvm.py: in the background, one build per machine at a time)."""
+    if not session.config.option.collectonly:
+        session.config.stash[_CDS_BUILD] = spark_jvm.start_build(session.items)
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    # A build this process started finishes (a later run uses it) or, hung, is killed with its JVM.
+    spark_jvm.finish_build(config.stash.get(_CDS_BUILD, None), scaled(spark_jvm.BUILD_TIMEOUT))
+
+
+@pytest.fixture(autouse=True)
+def _spark_jvm_options() -> None:
+    """The JVMs this test starts map the class-data sharing archive once it exists."""
+    spark_jvm.apply()
 
 
 @pytest.fixture(autouse=True)

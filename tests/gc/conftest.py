@@ -24,6 +24,7 @@ from lakefs_core.kv.memory import MemoryKVStore
 from lakefs_core.namespace import StorageNamespace
 from lakefs_core.repos.graveler import Graveler, StoreRegistry
 from tests.gc.mark_support import Clock, Env, build_repo
+from tests.support import spark_jvm
 from tests.support.env import require_tool, skip_or_fail
 
 if TYPE_CHECKING:
@@ -36,6 +37,8 @@ def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SparkSession]:
         skip_or_fail("PySpark is not installed (the 'dev' and 'spark' extras install it)")
     require_tool("java", "default-jre-headless")
     from lakefs_core.compute.session import spark_session, stop_spark_session
+
+    spark_jvm.apply()  # this fixture's JVM starts before the tests' autouse fixtures run
 
     local_dir = tmp_path_factory.mktemp("spark-local")
     session = spark_session(

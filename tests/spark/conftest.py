@@ -20,6 +20,7 @@ import pytest
 
 from lakefs_core.compute.partition import run_async
 from lakefs_core.spark.options import CoreRef
+from tests.support import spark_jvm
 from tests.support.env import require_tool, skip_or_fail
 
 if TYPE_CHECKING:
@@ -39,6 +40,8 @@ def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SparkSession]:
         skip_or_fail("PySpark is not installed (the 'dev' and 'spark' extras install it)")
     require_tool("java", "default-jre-headless")
     from lakefs_core.compute.session import spark_session, stop_spark_session
+
+    spark_jvm.apply()  # this fixture's JVM starts before the tests' autouse fixtures run
     from lakefs_core.spark import register
 
     session = spark_session(

@@ -1,0 +1,179 @@
+"""The test JVMs' options and their class-data sharing archive (docs/development.md, issue 33).
+
+Every JVM the suite starts (each pytest process's Spark session, ``spark-submit``, ``lakefs-gc --master
+local[N]``) is started by spark-submit's launcher, which adds ``SPARK_SUBMIT_OPTS`` to the driver's
+java command line. :func:`apply` sets it, unless the operator set it (even empty: then it is theirs):
+
+- :data:`BASE_OPTS`: C1 only and the serial collector (the jobs last seconds: C2's compilations and
+  the parallel collector's threads were CPU spent for nothing), and the JVM's own warnings on stderr
+  (by default on stdout, where a ``lakefs-gc`` whose output a test parses as JSON would print them).
+  Test-only: production JVMs run long jobs, for which C2 and a parallel collector pay.
+- ``-XX:SharedArchiveFile=ARCHIVE`` once the archive exists (``LAKEFS_TEST_SPARK_CDS``, default
+  ``.venv/spark-cds.jsa``; ``off``: none, and none is built). A JVM maps Spark's ~15,000 classes
+  parsed and verified from it instead of loading them from the jars.
+
+The archive is a dynamic CDS archive that one ``spark-submit`` of a small job (an RDD sum, a
+DataFrame aggregation written to and read from Parquet) dumps at exit (``-XX:ArchiveClassesAtExit``).
+``make spark-cds`` builds it (:func:`main`); a pytest run whose selection has ``spark`` tests starts
+the same build in the background when the archive is missing (:func:`start_build`, called when
+collection ends): the JVMs started before it is there run without it, the later ones with it
+(:func:`apply` runs before every test and in the session fixtures). Only one build runs: it holds an
+``flock`` on ``ARCHIVE.lock`` (a second one, e.g. the other pytest-xdist worker's, exits at once).
+The JVM writes ``ARCHIVE.tmp``, renamed only after the JVM exited 0: a JVM never maps a partial file
+(a truncated archive crashes the JVM with SIGBUS). A stale archive (another venv's jars, another JDK)
+costs time only: the JVM warns on stderr and runs without it. The build's output goes to
+``ARCHIVE.log``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import importlib.util
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+from collections.abc import Iterable
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+ENV = "LAKEFS_TEST_SPARK_CDS"
+BASE_OPTS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC -Xlog:disable -Xlog:all=warning:stderr"
+OPERATOR_OPTS = os.environ.get("SPARK_SUBMIT_OPTS")  # read once at import, before apply() sets it
+BUILD_TIMEOUT = 900.0  # seconds; the build takes ~40 s of CPU
+JOB = """
+import sys
+from pyspark.sql import SparkSession
+s = SparkSession.builder.getOrCreate()
+assert s.sparkContext.parallelize(range(100), 2).map(lambda x: x * 2).sum() == 9900
+df = s.range(100).selectExpr("id", "id % 3 AS k").groupBy("k").count()
+df.write.mode("overwrite").parquet(sys.argv[1])
+assert s.read.parquet(sys.argv[1]).count() == 3
+s.stop()
+"""
+
+
+def archive_path() -> Path | None:
+    """Where the archive is (or would be built); None when ``LAKEFS_TEST_SPARK_CDS=off``."""
+    raw = os.environ.get(ENV)
+    if raw == "off":
+        return None
+    return Path(raw) if raw else ROOT / ".venv" / "spark-cds.jsa"
+
+
+def jvm_options() -> str:
+    """:data:`BASE_OPTS`, plus the archive when it exists."""
+    archive = archive_path()
+    if archive is None or not archive.is_file():
+        return BASE_OPTS
+    return f"{BASE_OPTS} -XX:SharedArchiveFile={archive}"
+
+
+def apply() -> None:
+    """Set ``SPARK_SUBMIT_OPTS`` for the JVMs started from now on (an operator's value is kept)."""
+    if OPERATOR_OPTS is None:
+        os.environ["SPARK_SUBMIT_OPTS"] = jvm_options()
+
+
+def _spark_submit() -> Path:
+    return Path(sys.executable).parent / "spark-submit"
+
+
+def start_build(items: Iterable[pytest.Item]) -> subprocess.Popen[bytes] | None:
+    """Start building the archive in the background (its own process group) when a test of
+    ``items`` is marked ``spark``, the archive is missing, and this process may set the JVMs'
+    options; None when not started."""
+    archive = archive_path()
+    if OPERATOR_OPTS is not None or archive is None or archive.is_file():
+        return None
+    if not any(item.get_closest_marker("spark") for item in items):
+        return None
+    if importlib.util.find_spec("pyspark") is None or shutil.which("java") is None:
+        return None
+    if not _spark_submit().is_file():
+        return None
+    archive.parent.mkdir(parents=True, exist_ok=True)
+    with open(f"{archive}.log", "wb") as log:
+        return subprocess.Popen(
+            [sys.executable, "-m", "tests.support.spark_jvm", "--if-free", str(archive)],
+            cwd=ROOT,
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+
+
+def finish_build(proc: subprocess.Popen[bytes] | None, timeout: float) -> None:
+    """Wait up to ``timeout`` s for a build :func:`start_build` started; kill its group after."""
+    if proc is None:
+        return
+    try:
+        proc.wait(timeout)
+    except subprocess.TimeoutExpired:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)  # its own session: the JVM and workers with it
+        proc.wait()
+
+
+def build(archive: Path, *, if_free: bool) -> int:
+    """Dump the archive to ``archive`` (see the module docs); 0 on success or when ``if_free`` and
+    another build holds the lock or the archive exists."""
+    archive.parent.mkdir(parents=True, exist_ok=True)
+    with open(f"{archive}.lock", "wb") as lock:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | (fcntl.LOCK_NB if if_free else 0))
+        except BlockingIOError:
+            return 0  # another process is building it
+        if if_free and archive.is_file():
+            return 0
+        partial = Path(f"{archive}.tmp")
+        partial.unlink(missing_ok=True)
+        try:
+            return _dump(archive, partial)
+        finally:
+            partial.unlink(missing_ok=True)
+
+
+def _dump(archive: Path, partial: Path) -> int:
+    with tempfile.TemporaryDirectory(prefix="spark-cds-") as tmp:
+        job = Path(tmp) / "job.py"
+        job.write_text(JOB)
+        env = {
+            **os.environ,
+            "SPARK_SUBMIT_OPTS": f"{BASE_OPTS} -XX:ArchiveClassesAtExit={partial}",
+            "PYSPARK_PYTHON": sys.executable,
+            "PYSPARK_DRIVER_PYTHON": sys.executable,
+        }
+        cmd = [str(_spark_submit()), "--master", "local[2]", "--conf", "spark.ui.enabled=false"]
+        rc = subprocess.run(
+            [*cmd, str(job), str(Path(tmp) / "out")], env=env, timeout=BUILD_TIMEOUT, check=False
+        ).returncode
+    if rc != 0 or not partial.is_file():
+        print(f"the JVM exited {rc} and wrote {'an' if partial.is_file() else 'no'} archive", file=sys.stderr)
+        return 1
+    partial.replace(archive)  # the JVM exited 0: the file is whole
+    print(f"wrote {archive} ({archive.stat().st_size >> 20} MiB)")
+    return 0
+
+
+def main(argv: list[str]) -> int:
+    """``python -m tests.support.spark_jvm [--if-free] [ARCHIVE]`` (``make spark-cds``)."""
+    if_free = "--if-free" in argv
+    rest = [a for a in argv if a != "--if-free"]
+    archive = Path(rest[0]) if rest else archive_path()
+    if archive is None:
+        print(f"{ENV}=off: no archive", file=sys.stderr)
+        return 2
+    return build(archive, if_free=if_free)
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
