@@ -53,24 +53,15 @@ def test_apply_keeps_an_operators_options(tmp_path: Path, monkeypatch: pytest.Mo
     assert os.environ["SPARK_SUBMIT_OPTS"] == spark_jvm.BASE_OPTS
 
 
-def test_a_build_publishes_the_whole_archive(
-    fake_submit: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+@pytest.mark.parametrize(("rc", "published"), [("0", b"half and the rest"), ("1", None)])
+def test_a_build_publishes_the_archive_only_whole(
+    rc: str, published: bytes | None, fake_submit: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     archive = tmp_path / "a.jsa"
-    monkeypatch.setenv("FAKE_RC", "0")
-    assert spark_jvm.build(archive, if_free=False) == 0
-    assert archive.read_bytes() == b"half and the rest"
-    assert not Path(f"{archive}.tmp").exists()
-
-
-def test_a_failed_build_publishes_nothing(
-    fake_submit: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    archive = tmp_path / "a.jsa"
-    monkeypatch.setenv("FAKE_RC", "1")
-    assert spark_jvm.build(archive, if_free=False) == 1
-    assert not archive.exists()
-    assert not Path(f"{archive}.tmp").exists()  # the half-written file is gone too
+    monkeypatch.setenv("FAKE_RC", rc)
+    assert spark_jvm.build(archive, if_free=False) == int(rc)
+    assert (archive.read_bytes() if archive.exists() else None) == published
+    assert not Path(f"{archive}.tmp").exists()  # a failed run's half-written file is gone too
 
 
 def test_a_second_build_leaves_the_lock_holders_work_alone(
