@@ -53,6 +53,14 @@ def test_apply_keeps_an_operators_options(tmp_path: Path, monkeypatch: pytest.Mo
     assert os.environ["SPARK_SUBMIT_OPTS"] == spark_jvm.BASE_OPTS
 
 
+def test_a_parent_pytest_processs_options_are_not_an_operators() -> None:
+    assert spark_jvm.operator_opts(None) is None
+    assert spark_jvm.operator_opts(spark_jvm.BASE_OPTS) is None  # an xdist worker inherits them
+    assert spark_jvm.operator_opts(f"{spark_jvm.BASE_OPTS} -XX:SharedArchiveFile=/a.jsa") is None
+    assert spark_jvm.operator_opts("") == ""
+    assert spark_jvm.operator_opts("-Xint") == "-Xint"
+
+
 @pytest.mark.parametrize(("rc", "published"), [("0", b"half and the rest"), ("1", None)])
 def test_a_build_publishes_the_archive_only_whole(
     rc: str, published: bytes | None, fake_submit: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch

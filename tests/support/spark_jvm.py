@@ -2,7 +2,8 @@
 
 Every JVM the suite starts (each pytest process's Spark session, ``spark-submit``, ``lakefs-gc --master
 local[N]``) is started by spark-submit's launcher, which adds ``SPARK_SUBMIT_OPTS`` to the driver's
-java command line. :func:`apply` sets it, unless the operator set it (even empty: then it is theirs):
+java command line. :func:`apply` sets it, unless the operator set it (even empty: then it is theirs;
+the value a parent pytest process set, which pytest-xdist's workers inherit, is not an operator's):
 
 - :data:`BASE_OPTS`: C1 only and the serial collector (the jobs last seconds: C2's compilations and
   the parallel collector's threads were CPU spent for nothing), and the JVM's own warnings on stderr
@@ -46,7 +47,15 @@ if TYPE_CHECKING:
 ROOT = Path(__file__).resolve().parents[2]
 ENV = "LAKEFS_TEST_SPARK_CDS"
 BASE_OPTS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC -Xlog:disable -Xlog:all=warning:stderr"
-OPERATOR_OPTS = os.environ.get("SPARK_SUBMIT_OPTS")  # read once at import, before apply() sets it
+
+
+def operator_opts(value: str | None) -> str | None:
+    """The operator's ``SPARK_SUBMIT_OPTS``: None when unset or set by a parent pytest process's
+    :func:`apply` (pytest-xdist's workers inherit the controller's environment)."""
+    return None if value is None or value.startswith(BASE_OPTS) else value
+
+
+OPERATOR_OPTS = operator_opts(os.environ.get("SPARK_SUBMIT_OPTS"))  # at import, before apply() sets it
 BUILD_TIMEOUT = 300.0  # seconds; the build takes ~36 s of CPU, under a minute on 2 loaded cores
 JOB = """
 import sys
