@@ -21,7 +21,6 @@ import os
 import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import pytest
 
@@ -33,9 +32,6 @@ from tests.support.pg import PgDatabase, create_database, drop_database, unreach
 from tests.support.profiles import register_profiles
 from tests.support.tiers import BudgetCheck, Tier, apply_tier_markers, tier_of
 from tests.support.timing import scaled
-
-if TYPE_CHECKING:
-    import subprocess
 
 register_profiles()  # before pytest's hypothesis plugin applies --hypothesis-profile
 
@@ -136,19 +132,11 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(pytest.mark.timeout(scaled(seconds)), append=False)
 
 
-_CDS_BUILD: pytest.StashKey[subprocess.Popen[bytes] | None] = pytest.StashKey()
-
-
 def pytest_collection_finish(session: pytest.Session) -> None:
     """Start building the test JVMs' class-data sharing archive when this run has Spark tests and it
-    is missing (tests/support/spark_jvm.py: in the background, one build per machine at a time)."""
+    is missing (tests/support/spark_jvm.py: detached, one build per machine at a time)."""
     if not session.config.option.collectonly:
-        session.config.stash[_CDS_BUILD] = spark_jvm.start_build(session.items)
-
-
-def pytest_unconfigure(config: pytest.Config) -> None:
-    # A build this process started finishes (a later run uses it) or, hung, is killed with its JVM.
-    spark_jvm.finish_build(config.stash.get(_CDS_BUILD, None), scaled(spark_jvm.BUILD_TIMEOUT))
+        spark_jvm.start_build(session.items)
 
 
 @pytest.fixture(autouse=True)

@@ -16,9 +16,9 @@ the value a parent pytest process set, which pytest-xdist's workers inherit, is 
 The archive is a dynamic CDS archive that one ``spark-submit`` of a small job (an RDD sum, a
 DataFrame aggregation written to and read from Parquet) dumps at exit (``-XX:ArchiveClassesAtExit``).
 ``make spark-cds`` builds it (:func:`main`); a pytest run whose selection has ``spark`` tests starts
-the same build in the background when the archive is missing (:func:`start_build`, called when
-collection ends): the JVMs started before it is there run without it, the later ones with it
-(:func:`apply` runs before every test and in the session fixtures). Only one build runs: it holds an
+the same build, detached (it finishes even after the run), when the archive is missing
+(:func:`start_build`, called when collection ends): the JVMs started before it is there run without
+it, the later ones with it (:func:`apply` runs before every test and in the session fixtures). Only one build runs: it holds an
 ``flock`` on ``ARCHIVE.lock`` (a second one, e.g. the other pytest-xdist worker's, exits at once).
 The JVM writes ``ARCHIVE.tmp``, renamed only after the JVM exited 0: a JVM never maps a partial file
 (a truncated archive crashes the JVM with SIGBUS). A stale archive (another venv's jars, another JDK)
@@ -28,12 +28,10 @@ costs time only: the JVM warns on stderr and runs without it. The build's output
 
 from __future__ import annotations
 
-import contextlib
 import fcntl
 import importlib.util
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
@@ -95,41 +93,24 @@ def _spark_submit() -> Path:
     return Path(sys.executable).parent / "spark-submit"
 
 
-def start_build(items: Iterable[pytest.Item]) -> subprocess.Popen[bytes] | None:
-    """Start building the archive in the background (its own process group) when a test of
-    ``items`` is marked ``spark``, the archive is missing, and this process may set the JVMs'
-    options; None when not started."""
+def start_build(items: Iterable[pytest.Item]) -> bool:
+    """Start building the archive, detached (it outlives this process if need be; its JVM is bounded
+    by :data:`BUILD_TIMEOUT`), when a test of ``items`` is marked ``spark``, the archive is missing,
+    and this process may set the JVMs' options. True when started."""
     archive = archive_path()
     if OPERATOR_OPTS is not None or archive is None or archive.is_file():
-        return None
+        return False
     if not any(item.get_closest_marker("spark") for item in items):
-        return None
+        return False
     if importlib.util.find_spec("pyspark") is None or shutil.which("java") is None:
-        return None
+        return False
     if not _spark_submit().is_file():
-        return None
+        return False
     archive.parent.mkdir(parents=True, exist_ok=True)
     with open(f"{archive}.log", "wb") as log:
-        return subprocess.Popen(
-            [sys.executable, "-m", "tests.support.spark_jvm", "--if-free", str(archive)],
-            cwd=ROOT,
-            stdin=subprocess.DEVNULL,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-
-
-def finish_build(proc: subprocess.Popen[bytes] | None, timeout: float) -> None:
-    """Wait up to ``timeout`` s for a build :func:`start_build` started; kill its group after."""
-    if proc is None:
-        return
-    try:
-        proc.wait(timeout)
-    except subprocess.TimeoutExpired:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGKILL)  # its own session: the JVM and workers with it
-        proc.wait()
+        cmd = [sys.executable, "-m", "tests.support.spark_jvm", "--if-free", "--detach", str(archive)]
+        opts = {"stdin": subprocess.DEVNULL, "stdout": log, "stderr": subprocess.STDOUT}
+        return subprocess.run(cmd, cwd=ROOT, start_new_session=True, check=False, **opts).returncode == 0
 
 
 def build(archive: Path, *, if_free: bool) -> int:
@@ -174,9 +155,12 @@ def _dump(archive: Path, partial: Path) -> int:
 
 
 def main(argv: list[str]) -> int:
-    """``python -m tests.support.spark_jvm [--if-free] [ARCHIVE]`` (``make spark-cds``)."""
+    """``python -m tests.support.spark_jvm [--if-free] [--detach] [ARCHIVE]`` (``make spark-cds``;
+    ``--detach``: build in a forked child, return at once)."""
     if_free = "--if-free" in argv
-    rest = [a for a in argv if a != "--if-free"]
+    if "--detach" in argv and os.fork() > 0:
+        return 0
+    rest = [a for a in argv if a not in ("--if-free", "--detach")]
     archive = Path(rest[0]) if rest else archive_path()
     if archive is None:
         print(f"{ENV}=off: no archive", file=sys.stderr)
