@@ -18,8 +18,9 @@ DataFrame aggregation written to and read from Parquet) dumps at exit (``-XX:Arc
 ``make spark-cds`` builds it (:func:`main`); a pytest run whose selection has ``spark`` tests starts
 the same build, detached (it finishes even after the run), when the archive is missing
 (:func:`start_build`, called when collection ends): the JVMs started before it is there run without
-it, the later ones with it (:func:`apply` runs before every test and in the session fixtures). Only one build runs: it holds an
-``flock`` on ``ARCHIVE.lock`` (a second one, e.g. the other pytest-xdist worker's, exits at once).
+it, the later ones with it (:func:`apply` runs before every test and in the session fixtures). Only
+one build runs: it holds an ``flock`` on ``ARCHIVE.lock`` (a second one, e.g. the other pytest-xdist
+worker's, exits at once).
 The JVM writes ``ARCHIVE.tmp``, renamed only after the JVM exited 0: a JVM never maps a partial file
 (a truncated archive crashes the JVM with SIGBUS). A stale archive (another venv's jars, another JDK)
 costs time only: the JVM warns on stderr and runs without it. The build's output goes to
