@@ -86,3 +86,25 @@ def test_a_second_build_leaves_the_lock_holders_work_alone(
     archive.write_bytes(b"kept")  # an archive that exists is not rebuilt by --if-free
     assert spark_jvm.build(archive, if_free=True) == 0
     assert archive.read_bytes() == b"kept"
+
+
+class _Item:
+    def __init__(self, spark: bool) -> None:
+        self.spark = spark
+
+    def get_closest_marker(self, name: str) -> object | None:
+        return object() if name == "spark" and self.spark else None
+
+
+def test_no_build_starts_under_ci_or_without_spark_tests(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import tests.support.env
+
+    monkeypatch.setenv(spark_jvm.ENV, str(tmp_path / "a.jsa"))
+    monkeypatch.setattr(spark_jvm, "OPERATOR_OPTS", None)
+    monkeypatch.setattr(tests.support.env, "IN_CI", True)
+    assert spark_jvm.start_build([_Item(spark=True)]) is False  # type: ignore[list-item]
+    monkeypatch.setattr(tests.support.env, "IN_CI", False)
+    assert spark_jvm.start_build([_Item(spark=False)]) is False  # type: ignore[list-item]
+    assert not list(tmp_path.iterdir())  # nothing started: no log, no lock

@@ -13,18 +13,18 @@ the value a parent pytest process set, which pytest-xdist's workers inherit, is 
   ``.venv/spark-cds.jsa``; ``off``: none, and none is built). A JVM maps Spark's ~15,000 classes
   parsed and verified from it instead of loading them from the jars.
 
-The archive is a dynamic CDS archive that one ``spark-submit`` of a small job (an RDD sum, a
-DataFrame aggregation written to and read from Parquet) dumps at exit (``-XX:ArchiveClassesAtExit``).
-``make spark-cds`` builds it (:func:`main`); a pytest run whose selection has ``spark`` tests starts
-the same build, detached (it finishes even after the run), when the archive is missing
-(:func:`start_build`, called when collection ends): the JVMs started before it is there run without
-it, the later ones with it (:func:`apply` runs before every test and in the session fixtures). Only
-one build runs: it holds an ``flock`` on ``ARCHIVE.lock`` (a second one, e.g. the other pytest-xdist
-worker's, exits at once).
-The JVM writes ``ARCHIVE.tmp``, renamed only after the JVM exited 0: a JVM never maps a partial file
-(a truncated archive crashes the JVM with SIGBUS). A stale archive (another venv's jars, another JDK)
-costs time only: the JVM warns on stderr and runs without it. The build's output goes to
-``ARCHIVE.log``.
+The archive is a dynamic CDS archive that one ``spark-submit`` of a small job (an RDD sum, a DataFrame
+aggregation written to and read from Parquet) dumps at exit (``-XX:ArchiveClassesAtExit``).
+``make spark-cds`` builds it (:func:`main`); outside CI a pytest run whose selection has ``spark``
+tests starts the same build, detached (it finishes even after the run), when the archive is missing
+(:func:`start_build`, called when collection ends; under CI, ``CI`` set, the ``.venv`` is new each run
+and the build, ~36-42 s of CPU, saved no more than it cost within one run): the JVMs started before it
+is there run without it, the later ones with it (:func:`apply` runs before every test and in the session
+fixtures). Only one build runs: it holds an ``flock`` on ``ARCHIVE.lock`` (a second one, e.g. the other
+pytest-xdist worker's, exits at once). The JVM writes ``ARCHIVE.tmp``, renamed only after the JVM exited
+0: a JVM never maps a partial file (a truncated archive crashes the JVM with SIGBUS). A stale archive
+(another venv's jars, another JDK) costs time only: the JVM warns on stderr and runs without it. The
+build's output goes to ``ARCHIVE.log``.
 """
 
 from __future__ import annotations
@@ -97,10 +97,12 @@ def _spark_submit() -> Path:
 def start_build(items: Iterable[pytest.Item]) -> bool:
     """Start building the archive, detached (it outlives this process if need be; its JVM is bounded
     by :data:`BUILD_TIMEOUT`), when a test of ``items`` is marked ``spark``, the archive is missing,
-    and this process may set the JVMs' options. True when started."""
+    this process may set the JVMs' options, and this is not CI. True when started."""
+    from tests.support.env import IN_CI
+
     archive = archive_path()
-    if OPERATOR_OPTS is not None or archive is None or archive.is_file():
-        return False
+    if IN_CI or OPERATOR_OPTS is not None or archive is None or archive.is_file():
+        return False  # CI's fresh .venv: a build costs more than it saves within one run
     if not any(item.get_closest_marker("spark") for item in items):
         return False
     if importlib.util.find_spec("pyspark") is None or shutil.which("java") is None:
