@@ -20,9 +20,10 @@ Contract:
   their input is a DataFrame, a second of start-up for every ``lakefs-gc mark`` process; a batch is
   built from its UTF-8 buffers instead (:func:`_string_array`).
 - pyarrow (~0.13 s of CPU, and threads of its own) is imported by the first part written, not with
-  the module: a ``lakefs-gc`` process that never writes a part (``sweep``, ``--help``, a run killed
-  before its report) does not pay for it, and the tests' pre-imported ``lakefs-gc`` (``tests/gc/
-  zygote.py``) forks from a process that has started no thread.
+  the module: a process that imports the mark but never writes a part (a run killed before its
+  report) does not pay for it, and the kill tests' pre-imported ``lakefs-gc``
+  (``tests/support/zygote.py``) forks from a process that has started no thread (pyarrow starts
+  jemalloc's background thread when imported).
 - :func:`write_success_marker` is the driver's last step, after every part is written (Spark's job
   commit); the run's real commit point stays ``summary.json``.
 - Values are the namespace-relative addresses of ``deleted.text/``: the same set, line for line.

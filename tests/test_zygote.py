@@ -1,0 +1,71 @@
+"""The kill tests' fork server (tests/support/zygote.py) gives what a fresh process would: the
+command's exit code and output, the caller's environment and working directory, a new session, a
+SIGKILL's status; and it refuses to fork once a thread has started."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.support.timing import scaled
+from tests.support.zygote import Zygote
+
+PROBE = "tests.test_zygote:probe"
+
+
+def probe(argv: list[str]) -> int:
+    """The zygote's command here: prints what the child sees, then exits, sleeps or fails."""
+    print(os.environ.get("ZYGOTE_PROBE"), os.getcwd(), os.getsid(0) == os.getpid(), sys.argv[1:] == argv)
+    print("to stderr", file=sys.stderr)  # both flushed at the interpreter's exit, as in a process
+    if argv[0] == "sleep":
+        signal.pause()
+    if argv[0] == "raise":
+        raise RuntimeError("from the child")
+    return int(argv[0])
+
+
+@pytest.fixture
+def zygote() -> Iterator[Zygote]:
+    z = Zygote(PROBE, ["click"])
+    yield z
+    z.close()
+
+
+async def test_a_child_is_the_command_with_the_callers_environment(
+    zygote: Zygote, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    proc = await zygote.spawn(["probe", "7"], {**os.environ, "ZYGOTE_PROBE": "set"})
+    out, err = await proc.communicate()
+    assert proc.returncode == 7 and proc.pid != os.getpid()
+    assert out.decode() == f"set {tmp_path} True True\n" and err.decode() == "to stderr\n"
+
+    proc = await zygote.spawn(["probe", "raise"], dict(os.environ))
+    out, err = await proc.communicate()
+    assert proc.returncode == 1 and "RuntimeError: from the child" in err.decode()
+
+
+async def test_a_sigkill_is_the_childs_status(zygote: Zygote) -> None:
+    proc = await zygote.spawn(["probe", "sleep"], dict(os.environ))
+    os.killpg(proc.pid, signal.SIGKILL)  # its own session and group, as start_new_session gives
+    await proc.communicate()
+    assert proc.returncode == -signal.SIGKILL
+
+
+def test_a_zygote_with_a_thread_refuses_to_fork(tmp_path: Path) -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "tests.support.zygote", str(tmp_path / "s"), PROBE, "pyarrow"],
+        cwd=Path(__file__).resolve().parents[1],
+        capture_output=True,
+        text=True,
+        timeout=scaled(60),
+        check=False,
+    )
+    assert done.returncode == 1 and "threads after importing" in done.stderr, done.stderr
+    assert done.stdout == ""  # never "ready"
