@@ -28,6 +28,7 @@ zygote ends when its stdin closes (its test process is gone) or on SIGTERM.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import importlib
 import json
 import os
@@ -148,6 +149,13 @@ class ZygoteProcess:
             raise RuntimeError(f"zygote: no exit status for pid {self.pid} (the zygote ended)")
         return int(json.loads(message)["returncode"])
 
+    def kill(self) -> None:
+        """SIGKILL the child (its pid alone, as :meth:`asyncio.subprocess.Process.kill` does). A child
+        that has already ended is left alone (its waiter reaps it at once): :meth:`wait` tells how."""
+        if self.returncode is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(self.pid, signal.SIGKILL)
+
     async def wait(self) -> int:
         if self._status is None:
             self._status = asyncio.ensure_future(asyncio.to_thread(self._read_status))
@@ -188,9 +196,17 @@ class Zygote:
             self.close()
             raise RuntimeError(f"zygote did not start (exit {self._proc.returncode}): {line!r}")
 
-    async def spawn(self, argv: Sequence[str], env: dict[str, str]) -> ZygoteProcess:
-        out_r, out_w = os.pipe()
-        err_r, err_w = os.pipe()
+    async def spawn(
+        self, argv: Sequence[str], env: dict[str, str], *, discard: bool = False
+    ) -> ZygoteProcess:
+        """Fork a child running ``argv``; its stdout and stderr are pipes :meth:`ZygoteProcess.communicate`
+        reads, or with ``discard`` go to ``/dev/null`` (a daemon nobody reads, whose pipe would fill)."""
+        if discard:
+            out_r, out_w = os.open(os.devnull, os.O_RDONLY), os.open(os.devnull, os.O_WRONLY)
+            err_r, err_w = os.open(os.devnull, os.O_RDONLY), os.open(os.devnull, os.O_WRONLY)
+        else:
+            out_r, out_w = os.pipe()
+            err_r, err_w = os.pipe()
         conn = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         try:
             conn.settimeout(scaled(30))
