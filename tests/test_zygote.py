@@ -8,6 +8,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -56,6 +57,23 @@ async def test_a_sigkill_is_the_childs_status(zygote: Zygote) -> None:
     os.killpg(proc.pid, signal.SIGKILL)  # its own session and group, as start_new_session gives
     await proc.communicate()
     assert proc.returncode == -signal.SIGKILL
+
+
+def test_a_popen_child_polls_waits_and_is_killed(zygote: Zygote, tmp_path: Path) -> None:
+    log = tmp_path / "log"
+    with log.open("ab") as out:
+        proc = zygote.popen(
+            ["probe", "sleep"], dict(os.environ), stdout=out.fileno(), stderr=out.fileno(), cwd="/"
+        )
+    deadline = time.monotonic() + scaled(30)
+    while "to stderr" not in log.read_text():  # the caller's file is the child's stderr
+        assert time.monotonic() < deadline, "the child never wrote to its stderr"
+        time.sleep(0.02)
+    assert proc.poll() is None
+    with pytest.raises(subprocess.TimeoutExpired):
+        proc.wait(timeout=0.1)
+    os.killpg(proc.pid, signal.SIGKILL)
+    assert proc.wait(timeout=scaled(30)) == -signal.SIGKILL == proc.poll()
 
 
 def test_a_zygote_with_a_thread_refuses_to_fork(tmp_path: Path) -> None:

@@ -1,23 +1,28 @@
 """A pre-imported fork server for the command-line processes a test kills (issue 33).
 
-A SIGKILL test needs a real process to kill, but a ``lakefs-gc`` process spends most of its CPU
-importing (a lite ``mark --sweep`` of the kill tests' repository: ~0.6 s, ~0.45 s of it imports),
-and ``tests/gc/test_gc_kill.py`` starts ~37 of them only to kill them. :class:`Zygote` starts
-``python -m tests.support.zygote`` once: it imports the command's modules, checks that it has started
-no thread (a fork copies only the forking thread: a lock another thread held would stay held in the
-child forever), and then forks one child per :meth:`Zygote.spawn`. The child is what the console
-script would run: a new session (``start_new_session``), the caller's stdin and stdout/stderr pipes
-as fds 0-2, the caller's environment (``os.environ`` replaced, so fault points read it) and working
-directory, ``sys.argv``, then ``sys.exit(main(argv[1:]))`` at the top of the interpreter (atexit
-handlers and the interpreter's shutdown run as in the console script). It is a real process: the
-test kills it (``os.killpg``) and reads its exit status, as the exit code or the negative signal
-number :mod:`asyncio.subprocess` would answer, relayed by a waiter process the zygote forks for
-each child (the child's parent, which reaps it and sends the status over the request's socket).
+A SIGKILL test needs a real process to kill, but a command-line process spends most of its CPU
+importing (a lite ``lakefs-gc mark --sweep`` of the kill tests' repository: ~0.6 s, ~0.45 s of it
+imports; a ``lakefs-mirror run`` daemon ~0.85 s), and ``tests/gc/test_gc_kill.py`` starts ~37 of
+them only to kill them (``tests/gc/test_daemon_process.py`` and ``tests/mirror/test_crash.py``
+kill daemons the same way). :class:`Zygote` starts
+``python -m tests.support.zygote`` once: it imports the command's modules, checks that it has
+started no thread (a fork copies only the forking thread: a lock another thread held would stay
+held in the child forever), and then forks one child per :meth:`Zygote.spawn` (asyncio,
+:class:`ZygoteProcess`) or :meth:`Zygote.popen` (:class:`ForkedPopen`, for a synchronous test).
+The child is what the console script would run: a new session (``start_new_session``), the
+caller's stdin and stdout/stderr (pipes, ``/dev/null`` or the caller's files) as fds 0-2, the
+caller's environment (``os.environ`` replaced, so fault points read it) and working directory,
+``sys.argv``, then ``sys.exit(main(argv[1:]))`` at the top of the interpreter (atexit handlers and
+the interpreter's shutdown run as in the console script). It is a real process: the test kills it
+(``os.killpg``) and reads its exit status, as the exit code or the negative signal number
+:mod:`subprocess` would answer, relayed by a waiter process the zygote forks for each child (the
+child's parent, which reaps it and sends the status over the request's socket).
 
 Only the imports differ from a fresh process: they happened before the fork, with the test's
 environment at the zygote's start. Anything a module reads from the environment at import time is
 therefore the zygote's, so a test whose variable matters at import (none of ``lakefs-gc``'s fault
-points or options) starts a plain process instead.
+points or options) starts a plain process instead; so does one that reads a process's environment
+from ``/proc/<pid>/environ`` (the zygote's there) or needs an exec (``setarch -R``).
 
 The protocol (a ``SOCK_SEQPACKET`` Unix socket, one connection per child): the client sends one
 JSON message ``{"argv", "env", "cwd"}`` with three file descriptors (stdin, stdout, stderr); the
@@ -76,14 +81,23 @@ def _child(
 def _waiter(
     conn: socket.socket, listener: socket.socket, request: dict[str, Any], fds: list[int]
 ) -> list[str] | None:
-    """In the waiter (forked per request): fork the child, report its pid, reap it, report its exit
-    status, end. Returns the child's argv in the child, never in the waiter."""
+    """In the waiter (forked per request): fork the child, report its pid once the child has its
+    own session (as ``Popen(start_new_session=True)`` returns: the caller may signal the group at
+    once), reap it, report its exit status, end. Returns the child's argv in the child, never in
+    the waiter."""
+    ready_r, ready_w = os.pipe()
     pid = os.fork()
     if pid == 0:
-        return _child(conn, listener, request, fds)
+        os.close(ready_r)
+        argv = _child(conn, listener, request, fds)
+        os.close(ready_w)  # its session and streams are in place
+        return argv
+    os.close(ready_w)
     for fd in fds:
         os.close(fd)
     try:
+        os.read(ready_r, 1)  # EOF: the child is set up (or died)
+        os.close(ready_r)
         conn.send(json.dumps({"pid": pid}).encode())
         _, status = os.waitpid(pid, 0)
         conn.send(json.dumps({"returncode": os.waitstatus_to_exitcode(status)}).encode())
@@ -177,6 +191,42 @@ class ZygoteProcess:
         return out, err
 
 
+class ForkedPopen:
+    """A child of the zygote with :class:`subprocess.Popen`'s ``pid``, ``returncode``, ``poll()`` and
+    ``wait(timeout)``."""
+
+    def __init__(self, conn: socket.socket, pid: int) -> None:
+        self._conn = conn
+        self.pid = pid
+        self.returncode: int | None = None
+
+    def _status(self, message: bytes) -> int:
+        self._conn.close()
+        if not message:
+            raise RuntimeError(f"zygote: no exit status for pid {self.pid} (the zygote ended)")
+        self.returncode = int(json.loads(message)["returncode"])
+        return self.returncode
+
+    def poll(self) -> int | None:
+        if self.returncode is None:
+            try:
+                message = self._conn.recv(_MAX_MESSAGE, socket.MSG_DONTWAIT)
+            except BlockingIOError:
+                return None
+            return self._status(message)
+        return self.returncode
+
+    def wait(self, timeout: float | None = None) -> int:
+        if self.returncode is None:
+            self._conn.settimeout(timeout)
+            try:
+                message = self._conn.recv(_MAX_MESSAGE)
+            except TimeoutError:
+                raise subprocess.TimeoutExpired(str(self.pid), timeout or 0.0) from None
+            return self._status(message)
+        return self.returncode
+
+
 class Zygote:
     """``python -m tests.support.zygote`` with ``preload`` imported; :meth:`spawn` forks a child that
     runs ``target`` (``module:function``, called with ``argv[1:]``, as the console script calls it)."""
@@ -196,8 +246,30 @@ class Zygote:
             self.close()
             raise RuntimeError(f"zygote did not start (exit {self._proc.returncode}): {line!r}")
 
+    def _request(
+        self, argv: Sequence[str], env: dict[str, str], cwd: str | None, fds: list[int]
+    ) -> socket.socket:
+        """Send a request; the connection its waiter answers on (the pid first)."""
+        conn = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        try:
+            conn.settimeout(scaled(30))
+            conn.connect(self.path)
+            request = {"argv": list(argv), "env": env, "cwd": cwd or os.getcwd()}
+            socket.send_fds(conn, [json.dumps(request).encode()], fds)
+        except BaseException:
+            conn.close()
+            raise
+        return conn
+
+    @staticmethod
+    def _pid(conn: socket.socket, message: bytes) -> int:
+        if not message:
+            raise RuntimeError("zygote: no child started (the zygote ended)")
+        conn.settimeout(None)  # the status comes when the child ends, however long it runs
+        return int(json.loads(message)["pid"])
+
     async def spawn(
-        self, argv: Sequence[str], env: dict[str, str], *, discard: bool = False
+        self, argv: Sequence[str], env: dict[str, str], *, discard: bool = False, cwd: str | None = None
     ) -> ZygoteProcess:
         """Fork a child running ``argv``; its stdout and stderr are pipes :meth:`ZygoteProcess.communicate`
         reads, or with ``discard`` go to ``/dev/null`` (a daemon nobody reads, whose pipe would fill)."""
@@ -207,28 +279,33 @@ class Zygote:
         else:
             out_r, out_w = os.pipe()
             err_r, err_w = os.pipe()
-        conn = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         try:
-            conn.settimeout(scaled(30))
-            conn.connect(self.path)
-            request = {"argv": list(argv), "env": env, "cwd": os.getcwd()}
-            socket.send_fds(conn, [json.dumps(request).encode()], [0, out_w, err_w])
-            message = await asyncio.to_thread(conn.recv, _MAX_MESSAGE)
-            conn.settimeout(None)  # the status comes when the child ends, however long it runs
+            conn = self._request(argv, env, cwd, [0, out_w, err_w])
+            try:
+                pid = self._pid(conn, await asyncio.to_thread(conn.recv, _MAX_MESSAGE))
+            except BaseException:
+                conn.close()
+                raise
         except BaseException:
-            conn.close()
             os.close(out_r)
             os.close(err_r)
             raise
         finally:
             os.close(out_w)
             os.close(err_w)
-        if not message:
+        return ZygoteProcess(conn, pid, out_r, err_r)
+
+    def popen(
+        self, argv: Sequence[str], env: dict[str, str], *, stdout: int, stderr: int, cwd: str
+    ) -> ForkedPopen:
+        """Fork a child running ``argv`` with the given stdout and stderr file descriptors (the
+        caller keeps and closes its own); what :class:`subprocess.Popen` offers a synchronous test."""
+        conn = self._request(argv, env, cwd, [0, stdout, stderr])
+        try:
+            return ForkedPopen(conn, self._pid(conn, conn.recv(_MAX_MESSAGE)))
+        except BaseException:
             conn.close()
-            os.close(out_r)
-            os.close(err_r)
-            raise RuntimeError("zygote: no child started (the zygote ended)")
-        return ZygoteProcess(conn, int(json.loads(message)["pid"]), out_r, err_r)
+            raise
 
     def close(self) -> None:
         if self._proc.poll() is None:
