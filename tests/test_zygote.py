@@ -33,9 +33,8 @@ def probe(argv: list[str]) -> int:
 
 @pytest.fixture
 def zygote() -> Iterator[Zygote]:
-    z = Zygote(PROBE, ["click"])
-    yield z
-    z.close()
+    with Zygote(PROBE, ["click"]) as z:
+        yield z
 
 
 async def test_a_child_is_the_command_with_the_callers_environment(

@@ -71,11 +71,8 @@ DAEMON_MODULES = (
 
 @pytest.fixture(scope="module")
 def zygote() -> Iterator[Zygote]:
-    z = Zygote("lakefs_gc.cli:main", DAEMON_MODULES)
-    try:
+    with Zygote("lakefs_gc.cli:main", DAEMON_MODULES) as z:
         yield z
-    finally:
-        z.close()
 
 
 async def _start(config: Path, env: dict[str, str]) -> asyncio.subprocess.Process:

@@ -105,11 +105,8 @@ GC_MODULES = (
 def zygote() -> Iterator[Zygote]:
     """The killed runs' ``lakefs-gc`` processes, forked with their imports done
     (:mod:`tests.support.zygote`)."""
-    z = Zygote("lakefs_gc.cli:main", GC_MODULES)
-    try:
+    with Zygote("lakefs_gc.cli:main", GC_MODULES) as z:
         yield z
-    finally:
-        z.close()
 
 
 @dataclass(frozen=True)

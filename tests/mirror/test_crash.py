@@ -413,11 +413,8 @@ MIRROR_MODULES = (
 
 @pytest.fixture
 def zygote() -> Iterator[Zygote]:
-    z = Zygote("lakefs_mirror.cli:main", MIRROR_MODULES)
-    try:
+    with Zygote("lakefs_mirror.cli:main", MIRROR_MODULES) as z:
         yield z
-    finally:
-        z.close()
 
 
 async def test_kill9_during_validation_and_promotion_keeps_the_invariant(

@@ -307,6 +307,12 @@ class Zygote:
             conn.close()
             raise
 
+    def __enter__(self) -> Zygote:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
     def close(self) -> None:
         if self._proc.poll() is None:
             self._proc.terminate()
