@@ -75,6 +75,17 @@ def test_a_popen_child_polls_waits_and_is_killed(zygote: Zygote, tmp_path: Path)
     assert proc.wait(timeout=scaled(30)) == -signal.SIGKILL == proc.poll()
 
 
+def test_an_ended_child_stays_a_zombie_until_its_status_is_read(zygote: Zygote, tmp_path: Path) -> None:
+    """As a child of the caller's would: a ``killpg`` racing the child's end finds its group."""
+    proc = zygote.popen(["probe", "3"], dict(os.environ), stdout=1, stderr=2, cwd="/")
+    deadline = time.monotonic() + scaled(30)
+    while Path(f"/proc/{proc.pid}/stat").read_text().split(") ")[1][0] != "Z":
+        assert time.monotonic() < deadline, "the child never ended"
+        time.sleep(0.02)
+    os.killpg(proc.pid, signal.SIGKILL)  # no ProcessLookupError: the group still exists
+    assert proc.wait(timeout=scaled(30)) == 3  # it had ended on its own
+
+
 def test_a_zygote_with_a_thread_refuses_to_fork(tmp_path: Path) -> None:
     done = subprocess.run(
         [sys.executable, "-m", "tests.support.zygote", str(tmp_path / "s"), PROBE, "pyarrow"],

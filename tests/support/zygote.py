@@ -83,8 +83,10 @@ def _waiter(
 ) -> list[str] | None:
     """In the waiter (forked per request): fork the child, report its pid once the child has its
     own session (as ``Popen(start_new_session=True)`` returns: the caller may signal the group at
-    once), reap it, report its exit status, end. Returns the child's argv in the child, never in
-    the waiter."""
+    once), report its exit status when it ends, and reap it only once the caller has read that
+    status (closed the connection): until then the ended child stays a zombie, as a child of the
+    caller's would, so a ``killpg`` racing its end still finds the group. Returns the child's argv
+    in the child, never in the waiter."""
     ready_r, ready_w = os.pipe()
     pid = os.fork()
     if pid == 0:
@@ -99,8 +101,12 @@ def _waiter(
         os.read(ready_r, 1)  # EOF: the child is set up (or died)
         os.close(ready_r)
         conn.send(json.dumps({"pid": pid}).encode())
-        _, status = os.waitpid(pid, 0)
-        conn.send(json.dumps({"returncode": os.waitstatus_to_exitcode(status)}).encode())
+        ended = os.waitid(os.P_PID, pid, os.WEXITED | os.WNOWAIT)
+        assert ended is not None  # WNOHANG is not asked for
+        code = ended.si_status if ended.si_code == os.CLD_EXITED else -ended.si_status
+        conn.send(json.dumps({"returncode": code}).encode())
+        conn.recv(1)  # b"": the caller has the status
+        os.waitpid(pid, 0)
     finally:
         os._exit(0)
 
