@@ -83,6 +83,7 @@ from botocore.exceptions import (
 )
 from tenacity import AsyncRetrying, retry_if_exception, stop_after_attempt, wait_random_exponential
 
+from lakefs_core.block.aws_session import new_session
 from lakefs_core.errors import (
     BadInputError,
     CorruptDataError,
@@ -274,7 +275,7 @@ class DynamoKVStore:
             read_timeout=read_timeout,
             max_pool_connections=max_pool_connections,
         )
-        session = session or aioboto3.Session()
+        session = session or new_session()
         stack = AsyncExitStack()
         where = f"dynamodb table {table}" + (f" at {endpoint_url}" if endpoint_url else "")
         try:
