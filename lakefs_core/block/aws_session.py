@@ -15,14 +15,18 @@ session already shares its loader between all the clients it makes, from any thr
 from __future__ import annotations
 
 import os
+import ssl
 import threading
-from typing import SupportsIndex
+from typing import Any, SupportsIndex
 
 import aioboto3
 import aiobotocore.session
+import aiohttp
+from aiobotocore.httpsession import AIOHTTPSession
+from botocore.httpsession import create_urllib3_context, get_cert_path
 from botocore.loaders import Loader
 
-__all__ = ["new_session", "shared_loader"]
+__all__ = ["SharedTLSSession", "new_session", "shared_loader", "tls_context"]
 
 _LOADERS: dict[str | None, Loader] = {}
 _LOCK = threading.Lock()
@@ -59,3 +63,41 @@ def new_session() -> aioboto3.Session:
     core = aiobotocore.session.get_session()
     core.register_component("data_loader", shared_loader(core.get_config_variable("data_path")))
     return aioboto3.Session(botocore_session=core)
+
+
+_CONTEXTS: dict[tuple[str | None, str | None, str | None], ssl.SSLContext] = {}
+
+
+def tls_context(ca_certs: str | None, cert_file: str | None, key_file: str | None) -> ssl.SSLContext:
+    """The process's TLS context for a CA bundle and a client certificate, built as aiobotocore
+    builds one (urllib3's defaults, then the certificate and the bundle)."""
+    key = (ca_certs, cert_file, key_file)
+    with _LOCK:
+        context = _CONTEXTS.get(key)
+        if context is None:
+            context = create_urllib3_context()
+            if cert_file:
+                context.load_cert_chain(cert_file, key_file)
+            if ca_certs:
+                context.load_verify_locations(ca_certs, None, None)
+            _CONTEXTS[key] = context
+        return context
+
+
+class SharedTLSSession(AIOHTTPSession):
+    """aiobotocore's HTTP session whose connector takes :func:`tls_context` (see the module
+    docstring)."""
+
+    # Set by AIOHTTPSession.__init__ (aiobotocore comes pinned through aioboto3's exact version);
+    # _create_connector below is its own with the context taken instead of built.
+    _verify: bool
+    _cert_file: str | None
+    _key_file: str | None
+    _max_pool_connections: int
+    _connector_args: dict[str, Any]
+
+    def _create_connector(self, proxy_url: str | None) -> aiohttp.TCPConnector:
+        if proxy_url or not self._verify:
+            return super()._create_connector(proxy_url)  # type: ignore[misc,no-any-return]
+        context = tls_context(get_cert_path(self._verify), self._cert_file, self._key_file)
+        return aiohttp.TCPConnector(limit=self._max_pool_connections, ssl=context, **self._connector_args)

@@ -90,7 +90,7 @@ from lakefs_core.block._common import (
     normalize_metadata,
     put_batch_by_puts,
 )
-from lakefs_core.block.aws_session import new_session
+from lakefs_core.block.aws_session import SharedTLSSession, new_session
 from lakefs_core.block.base import (
     MAX_DELETE_BATCH,
     Body,
@@ -238,6 +238,7 @@ class S3BlockStore:
                 signature_version="s3v4",
                 request_checksum_calculation=s.request_checksum_calculation,
                 response_checksum_validation="when_supported",
+                http_session_cls=SharedTLSSession,  # one TLS context per process, not per client
             )
             session = self._session or new_session()
             stack = AsyncExitStack()

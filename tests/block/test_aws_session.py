@@ -4,11 +4,14 @@ S3 and DynamoDB models (the files are read once per process, not once per store 
 from __future__ import annotations
 
 from collections import Counter
+from dataclasses import replace
 from typing import Any
 
+import aiobotocore.httpsession
 import pytest
 from botocore.loaders import JSONFileLoader
 
+from lakefs_core.block import aws_session
 from lakefs_core.block.aws_session import new_session, shared_loader
 from lakefs_core.block.s3 import S3BlockStore
 from lakefs_core.block.s3_settings import S3Settings
@@ -18,6 +21,21 @@ from lakefs_core.kv.dynamodb import DynamoKVStore
 SETTINGS = S3Settings(
     endpoint_url="http://127.0.0.1:9", region="us-east-1", access_key_id="AK", secret_access_key="SK"
 )
+
+
+async def _open_unreachable_kv() -> None:
+    """A DynamoDB KV opened where nothing listens: raises ``UnreachableError`` after its client
+    made its first request."""
+    await DynamoKVStore.open(
+        "kvstore",
+        region="us-east-1",
+        endpoint_url="http://127.0.0.1:9",
+        aws_access_key_id="AK",
+        aws_secret_access_key="SK",
+        attempts=1,
+        connect_timeout=0.5,
+        read_timeout=0.5,
+    )
 
 
 def test_sessions_are_distinct_and_share_one_loader() -> None:
@@ -70,14 +88,32 @@ async def test_dynamodb_kv_sessions_share_the_loader(monkeypatch: pytest.MonkeyP
 
     monkeypatch.setattr("lakefs_core.kv.dynamodb.new_session", recording)
     with pytest.raises(UnreachableError):  # nothing listens there: only the session matters
-        await DynamoKVStore.open(
-            "kvstore",
-            region="us-east-1",
-            endpoint_url="http://127.0.0.1:9",
-            aws_access_key_id="AK",
-            aws_secret_access_key="SK",
-            attempts=1,
-            connect_timeout=0.5,
-            read_timeout=0.5,
-        )
+        await _open_unreachable_kv()
     assert made and made[0]._session.get_component("data_loader") is shared_loader(None)
+
+
+async def test_clients_share_one_tls_context(monkeypatch: pytest.MonkeyPatch) -> None:
+    """aiobotocore built a TLS context per client at its first request (the CA bundle parsed:
+    ~24 ms of CPU), even for an http:// endpoint; the stores' and the KV's clients take the
+    process's own."""
+    built: list[str] = []
+    ours = aws_session.create_urllib3_context
+
+    def counting(*args: Any, **kwargs: Any) -> Any:
+        built.append("built")
+        return ours(*args, **kwargs)
+
+    def refused(*args: Any, **kwargs: Any) -> Any:
+        raise AssertionError("aiobotocore built a TLS context of its own")
+
+    monkeypatch.setattr(aws_session, "create_urllib3_context", counting)
+    monkeypatch.setattr(aws_session, "_CONTEXTS", {})
+    monkeypatch.setattr(aiobotocore.httpsession, "create_urllib3_context", refused)
+    unreachable = replace(SETTINGS, max_attempts=1, connect_timeout=0.5)
+    for _ in range(3):  # each store's first request makes its connector (then fails to connect)
+        async with S3BlockStore("some-bucket", settings=unreachable) as store:
+            with pytest.raises(UnreachableError):
+                await store.exists("key")
+    with pytest.raises(UnreachableError):
+        await _open_unreachable_kv()
+    assert built == ["built"]
