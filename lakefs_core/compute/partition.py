@@ -29,6 +29,7 @@ from typing import Any, Literal, NamedTuple, TypeVar, cast
 from urllib.parse import urlsplit
 
 from lakefs_core.block import BlockStore, S3Settings, open_block_store
+from lakefs_core.compute.loops import new_loop, run_on_new_loop
 from lakefs_core.errors import BadInputError
 from lakefs_core.namespace import StorageNamespace
 
@@ -140,7 +141,8 @@ def _loop_running() -> bool:
 
 
 def run_async(make: Callable[[], Awaitable[T]]) -> T:
-    """Run ``make()`` to completion on a private event loop (one per call: call it once per partition)."""
+    """Run ``make()`` to completion on a private event loop (one per call: call it once per partition;
+    its default executor is the process's shared pool, :mod:`lakefs_core.compute.loops`)."""
     box: list[T] = []
 
     async def main() -> None:
@@ -152,13 +154,13 @@ def run_async(make: Callable[[], Awaitable[T]]) -> T:
         box.append(await make())
 
     if not _loop_running():
-        asyncio.run(main())
+        run_on_new_loop(main())
         return box[0]
     done: Future[T] = Future()
 
     def target() -> None:
         try:
-            asyncio.run(main())
+            run_on_new_loop(main())
             done.set_result(box[0])
         except BaseException as e:  # handed to the waiting caller, who re-raises it
             done.set_exception(e)
@@ -181,7 +183,7 @@ def stream_async(make: Callable[[], AsyncIterator[T]]) -> Iterator[T]:
 
     Each item costs one loop round trip, so an async source should yield batches (pages).
     """
-    loop = asyncio.new_event_loop()
+    loop = new_loop()
     helper: threading.Thread | None = None
     if _loop_running():
         # This thread's loop is busy: drive the private loop from a helper thread instead.

@@ -83,6 +83,7 @@ from botocore.exceptions import (
 )
 from tenacity import AsyncRetrying, retry_if_exception, stop_after_attempt, wait_random_exponential
 
+from lakefs_core.block.aws_session import SharedTLSSession, new_session
 from lakefs_core.errors import (
     BadInputError,
     CorruptDataError,
@@ -273,8 +274,9 @@ class DynamoKVStore:
             connect_timeout=connect_timeout,
             read_timeout=read_timeout,
             max_pool_connections=max_pool_connections,
+            http_session_cls=SharedTLSSession,  # one TLS context per process, not per client
         )
-        session = session or aioboto3.Session()
+        session = session or new_session()
         stack = AsyncExitStack()
         where = f"dynamodb table {table}" + (f" at {endpoint_url}" if endpoint_url else "")
         try:

@@ -19,6 +19,11 @@ Contract:
 - pandas is never imported: ``pa.array``/``pa.table`` import it (when installed) to ask whether
   their input is a DataFrame, a second of start-up for every ``lakefs-gc mark`` process; a batch is
   built from its UTF-8 buffers instead (:func:`_string_array`).
+- pyarrow (~0.13 s of CPU, and threads of its own) is imported by the first part written, not with
+  the module: a process that imports the mark but never writes a part (a run killed before its
+  report) does not pay for it, and the kill tests' pre-imported ``lakefs-gc``
+  (``tests/support/zygote.py``) forks from a process that has started no thread (pyarrow starts
+  jemalloc's background thread when imported).
 - :func:`write_success_marker` is the driver's last step, after every part is written (Spark's job
   commit); the run's real commit point stays ``summary.json``.
 - Values are the namespace-relative addresses of ``deleted.text/``: the same set, line for line.
@@ -30,10 +35,8 @@ import os
 import tempfile
 from array import array
 from collections.abc import AsyncIterator, Iterable, Iterator
+from functools import cache
 from typing import Any
-
-import pyarrow as pa  # type: ignore[import-untyped]
-import pyarrow.parquet as pq  # type: ignore[import-untyped]
 
 from lakefs_core.block.base import BlockStore
 from lakefs_core.compute.partition import StoreRef, part_name, run_async
@@ -41,12 +44,20 @@ from lakefs_core.errors import BadInputError
 from lakefs_core.repos.graveler import StorageNamespace
 
 COLUMN = "address"
-SCHEMA: Any = pa.schema([pa.field(COLUMN, pa.string(), nullable=True)])  # Spark's StringType
 SUFFIX = ".snappy.parquet"  # Spark's naming: codec, then format
 SUCCESS = "_SUCCESS"
 ROW_GROUP = 65_536  # rows per batch handed to the writer (bounded memory per partition)
 BATCH_BYTES = 64 << 20  # UTF-8 bytes per batch: bounded memory, and int32 offsets never overflow
 CHUNK = 1 << 20  # bytes per streamed put chunk
+
+
+@cache
+def _arrow() -> tuple[Any, Any, Any]:
+    """pyarrow, pyarrow.parquet and the report's schema, imported at first use (module docstring)."""
+    import pyarrow as pa  # type: ignore[import-untyped]
+    import pyarrow.parquet as pq  # type: ignore[import-untyped]
+
+    return pa, pq, pa.schema([pa.field(COLUMN, pa.string(), nullable=True)])  # Spark's StringType
 
 
 def parquet_part_name(index: int) -> str:
@@ -62,6 +73,7 @@ def _relative_dir(relative_dir: str) -> str:
 
 def _string_array(encoded: list[bytes]) -> Any:
     """A ``string`` column of the UTF-8 values ``encoded``, from its offsets and data buffers."""
+    pa = _arrow()[0]
     offsets = array("i", [0])  # Arrow's string offsets are int32
     end = 0
     for value in encoded:
@@ -71,7 +83,8 @@ def _string_array(encoded: list[bytes]) -> Any:
 
 
 def _batch(encoded: list[bytes]) -> Any:
-    return pa.Table.from_arrays([_string_array(encoded)], schema=SCHEMA)
+    pa, _, schema = _arrow()
+    return pa.Table.from_arrays([_string_array(encoded)], schema=schema)
 
 
 def _write_local(path: str, addresses: Iterable[str]) -> int:
@@ -79,7 +92,8 @@ def _write_local(path: str, addresses: Iterable[str]) -> int:
     count = 0
     batch: list[bytes] = []
     size = 0
-    with pq.ParquetWriter(path, SCHEMA, compression="snappy") as writer:
+    _, pq, schema = _arrow()
+    with pq.ParquetWriter(path, schema, compression="snappy") as writer:
         for address in addresses:
             if not isinstance(address, str) or not address:
                 raise BadInputError(f"{address!r} is not an address", field="address")

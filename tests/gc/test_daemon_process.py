@@ -1,7 +1,13 @@
 """The real ``lakefs-gc run`` process: ``--once`` on the embedded-style SQLite + local core,
 ``check-config``, and SIGKILL of the daemon at every fault point of a run and at random moments
 (and of the daemon while its spark-submit child marks): nothing live is ever deleted, and the
-next start resumes or abandons cleanly and completes the collection."""
+next start resumes or abandons cleanly and completes the collection.
+
+The daemons the lite tests kill are forked from a pre-imported ``lakefs-gc`` (the module's
+:func:`zygote`, :mod:`tests.support.zygote`): real processes in a new session that run
+``lakefs_gc.cli.main``, whose ~0.7 s of imports happened once before the fork, so a kill at a
+random moment lands in the daemon's pass rather than in its imports. The runs that complete a
+collection, and the Spark test's daemon, are fresh processes."""
 
 from __future__ import annotations
 
@@ -12,6 +18,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -19,8 +26,10 @@ import pytest
 from tests.gc.daemon_support import SqliteRepo, gc_config, sqlite_repo, write_config
 from tests.support.env import require_tool
 from tests.support.timing import scaled
+from tests.support.zygote import Zygote, ZygoteProcess
 
 GC = [sys.executable, "-m", "lakefs_gc.cli"]
+FORKED = ["lakefs-gc"]  # a zygote child's argv[0]: the program, as the console script's sys.argv
 FAULT_POINTS = (
     "mark:claimed",
     "mark:before-summary",
@@ -42,10 +51,52 @@ async def _gc(*args: str, env: dict[str, str] | None = None) -> subprocess.Compl
     )
 
 
+# What ``lakefs-gc run`` imports for a lite pass (pyarrow aside: it starts a thread; the report's
+# writer imports it), for the zygote the killed daemons fork from.
+DAEMON_MODULES = (
+    "lakefs_gc.cli.daemon",
+    "lakefs_gc.service",
+    "lakefs_gc.api",
+    "lakefs_gc.mark.mark",
+    "lakefs_gc.sweep.sweep",
+    "lakefs_core.kv.sqlite",
+    "lakefs_core.repos.objects",
+    "lakefs_core.repos.committing",
+    "lakefs_core.repos.importing",
+    "lakefs_core.service.deleter",
+    "uvloop",
+    "yaml",
+)
+
+
+@pytest.fixture(scope="module")
+def zygote() -> Iterator[Zygote]:
+    with Zygote("lakefs_gc.cli:main", DAEMON_MODULES) as z:
+        yield z
+
+
 async def _start(config: Path, env: dict[str, str]) -> asyncio.subprocess.Process:
     return await asyncio.create_subprocess_exec(
         *GC, "run", "--config", str(config), env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
     )
+
+
+async def _fork(zygote: Zygote, config: Path, env: dict[str, str]) -> ZygoteProcess:
+    """:func:`_start` forked from ``zygote``."""
+    return await zygote.spawn([*FORKED, "run", "--config", str(config)], env, discard=True)
+
+
+async def _killed(zygote: Zygote, *args: str, env: dict[str, str]) -> tuple[int, str]:
+    """Run ``lakefs-gc ARGS`` forked from ``zygote`` until it ends; its exit status and stderr."""
+    proc = await zygote.spawn([*FORKED, *args], env)
+    try:
+        _, err = await asyncio.wait_for(proc.communicate(), scaled(300))
+    finally:
+        if proc.returncode is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            await proc.wait()
+    assert proc.returncode is not None
+    return proc.returncode, err.decode(errors="replace")
 
 
 async def _assert_complete(repo: SqliteRepo, config: Path, live: set[str], garbage: set[str]) -> None:
@@ -87,15 +138,14 @@ async def test_check_config_lists_every_problem(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("point", FAULT_POINTS)
-async def test_sigkill_at_each_fault_point(tmp_path: Path, point: str) -> None:
+async def test_sigkill_at_each_fault_point(tmp_path: Path, point: str, zygote: Zygote) -> None:
     repo = await sqlite_repo(tmp_path)
     try:
         live, garbage = await repo.live_and_garbage()
         config = write_config(tmp_path / "gc.yaml", gc_config(repo.kv_url, tmp_path / "work"))
-        killed = await _gc(
-            "run", "--config", str(config), "--once", env=_env(LAKEFS_GC_FAULT=f"{point}:kill")
-        )
-        assert killed.returncode == -signal.SIGKILL, killed.stderr[-2000:]
+        env = _env(LAKEFS_GC_FAULT=f"{point}:kill")
+        code, err = await _killed(zygote, "run", "--config", str(config), "--once", env=env)
+        assert code == -signal.SIGKILL, err[-2000:]
         assert not live - await repo.stored(), f"a live object was deleted before the kill at {point}"
         await repo.expire_dead_lease()
         await _assert_complete(repo, config, live, garbage)
@@ -104,14 +154,14 @@ async def test_sigkill_at_each_fault_point(tmp_path: Path, point: str) -> None:
 
 
 @pytest.mark.parametrize("seed", range(6))
-async def test_sigkill_at_random_moments(tmp_path: Path, seed: int) -> None:
+async def test_sigkill_at_random_moments(tmp_path: Path, seed: int, zygote: Zygote) -> None:
     rng = random.Random(seed)
     repo = await sqlite_repo(tmp_path)
     try:
         live, garbage = await repo.live_and_garbage()
         config = write_config(tmp_path / "gc.yaml", gc_config(repo.kv_url, tmp_path / "work"))
         for _ in range(2):  # two kills in a row, then a clean run
-            proc = await _start(config, _env())
+            proc = await _fork(zygote, config, _env())
             await asyncio.sleep(rng.uniform(0.3, 3.0))
             proc.kill()
             await proc.wait()

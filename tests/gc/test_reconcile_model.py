@@ -89,6 +89,9 @@ class ReconcileMachine(RuleBasedStateMachine):
         self.deleted_keys: Deleted = {}
         self.dead: list[tuple[StorageNamespace, float]] = []  # deleted repositories' namespaces
         self.branches = {"main"}
+        # (repository, commit id) -> the addresses the commit holds: a commit never changes, and the
+        # invariant walks every reachable commit after every step
+        self.commit_addresses: dict[tuple[str, str], frozenset[str]] = {}
         self.new_repo()
 
     def run(self, coro: Coroutine[Any, Any, T]) -> T:
@@ -334,10 +337,14 @@ class ReconcileMachine(RuleBasedStateMachine):
                     out.add(relative)
         return out
 
-    async def _commit_addresses(self, commit_id: str) -> set[str]:
-        repo = await self.g.repository(self.repo)
-        commit = await self.g.get_commit_by_id(self.repo, commit_id)
-        return await self._addresses((await self.g.metarange(repo, commit.metarange_id)).seek_ge(b""))
+    async def _commit_addresses(self, commit_id: str) -> frozenset[str]:
+        key = (self.repo, commit_id)
+        if key not in self.commit_addresses:
+            repo = await self.g.repository(self.repo)
+            commit = await self.g.get_commit_by_id(self.repo, commit_id)
+            metarange = await self.g.metarange(repo, commit.metarange_id)
+            self.commit_addresses[key] = frozenset(await self._addresses(metarange.seek_ge(b"")))
+        return self.commit_addresses[key]
 
     async def _live(self) -> set[str]:
         """Staged in any token of any branch, or in any commit reachable from a head or a tag."""

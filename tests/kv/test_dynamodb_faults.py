@@ -9,7 +9,6 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
-import aioboto3
 import aiohttp
 import pytest
 from botocore.exceptions import (
@@ -20,6 +19,7 @@ from botocore.exceptions import (
     ReadTimeoutError,
 )
 
+from lakefs_core.block.aws_session import new_session
 from lakefs_core.errors import (
     BadInputError,
     CorruptDataError,
@@ -93,7 +93,7 @@ class ScriptedClient:
 @pytest.fixture
 async def scripted(moto: Callable[[str], MotoServer]) -> AsyncIterator[tuple[DynamoKVStore, ScriptedClient]]:
     server = moto("us-east-1")
-    async with aioboto3.Session().client("dynamodb", **server.client_kwargs()) as real:
+    async with new_session().client("dynamodb", **server.client_kwargs()) as real:
         client = ScriptedClient(real)
         store = DynamoKVStore(client, attempts=4, backoff_initial=0.001, backoff_max=0.01)  # type: ignore[arg-type]
         await store.create_table()
@@ -279,7 +279,7 @@ class PartialBatchClient(ScriptedClient):
 @pytest.fixture
 async def real_client(moto: Callable[[str], MotoServer]) -> AsyncIterator[Any]:
     server = moto("us-east-1")
-    async with aioboto3.Session().client("dynamodb", **server.client_kwargs()) as real:
+    async with new_session().client("dynamodb", **server.client_kwargs()) as real:
         yield real
 
 

@@ -9,9 +9,9 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Callable
 from typing import TYPE_CHECKING, Any
 
-import aioboto3
 import pytest
 
+from lakefs_core.block.aws_session import new_session
 from lakefs_core.errors import LakeFSError, PreconditionFailedError, TransientError, UnreachableError
 from lakefs_core.kv import Expect
 from lakefs_core.kv.dynamodb import DynamoKVStore
@@ -26,7 +26,7 @@ if TYPE_CHECKING:
 def dynamo_client(server: MotoServer) -> ClientCreatorContext[DynamoDBClient]:
     """A plain aioboto3 DynamoDB client on ``server``."""
     kw = server.client_kwargs()
-    return aioboto3.Session().client(
+    return new_session().client(
         "dynamodb",
         endpoint_url=kw["endpoint_url"],
         region_name=kw["region_name"],

@@ -10,11 +10,11 @@ from collections.abc import Callable
 from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
-import aioboto3
 import asyncpg
 import pytest
 
 from lakefs_core import kv as kv_package
+from lakefs_core.block.aws_session import new_session
 from lakefs_core.errors import (
     BadInputError,
     ConflictError,
@@ -358,7 +358,7 @@ async def test_open_dynamodb_default_and_named_table(moto: Callable[[str], MotoS
     finally:
         await default.close()
         await named.close()
-    async with aioboto3.Session().client("dynamodb", **server.client_kwargs()) as ddb:
+    async with new_session().client("dynamodb", **server.client_kwargs()) as ddb:
         names = (await ddb.list_tables())["TableNames"]
         desc = (await ddb.describe_table(TableName="kvstore"))["Table"]
     assert sorted(names) == ["kvstore", "lakefs-kv"]
@@ -384,7 +384,7 @@ async def test_dynamodb_uses_existing_table_and_lakefs_item_layout(moto: Callabl
         assert await second.get(b"graveler", b"repos/r") == b"\x0a\x01r"
     finally:
         await second.close()
-    async with aioboto3.Session().client("dynamodb", **server.client_kwargs()) as ddb:
+    async with new_session().client("dynamodb", **server.client_kwargs()) as ddb:
         items = (await ddb.scan(TableName="kvstore"))["Items"]
     assert items == [
         {"PartitionKey": {"B": b"graveler"}, "ItemKey": {"B": b"repos/r"}, "ItemValue": {"B": b"\x0a\x01r"}}

@@ -14,12 +14,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import aioboto3
 import aiohttp
 import pytest
 from prometheus_client import CollectorRegistry
 
 from lakefs_core.block import copy_object
+from lakefs_core.block.aws_session import new_session
 from lakefs_core.block.base import ObjectInfo
 from lakefs_core.errors import NotFoundError
 from lakefs_core.kv import open_kv
@@ -224,7 +224,7 @@ async def test_probe_of_a_missing_bucket_is_422(moto: Callable[[str], MotoServer
     async def exists(repo: str) -> bool:
         return repo == "src-repo"
 
-    async with aioboto3.Session().client("s3", **server.client_kwargs()) as s3:
+    async with new_session().client("s3", **server.client_kwargs()) as s3:
         await s3.create_bucket(Bucket="eu-mirrors", CreateBucketConfiguration={"LocationConstraint": EU})
     app = create_app(
         config,
@@ -246,7 +246,7 @@ async def test_probe_of_a_missing_bucket_is_422(moto: Callable[[str], MotoServer
             body["storage_namespace"] = "s3://eu-mirrors/m"
             status, payload, _ = await call(http, "POST", mirrors, body)
             assert status == 201, payload
-        async with aioboto3.Session().client("s3", **server.client_kwargs()) as s3:
+        async with new_session().client("s3", **server.client_kwargs()) as s3:
             listed = await s3.list_objects_v2(Bucket="eu-mirrors")
             assert listed.get("KeyCount", 0) == 0  # the probe object was deleted
     finally:

@@ -8,6 +8,11 @@ mode with a 0.5 s grace, so the daemon itself copies what is still missing after
 way S3 Replication would, so both copy paths race. A writer in the test process keeps committing to
 the source repository throughout.
 
+The daemons the kill -9 test kills are forked from a pre-imported ``lakefs-mirror``
+(:mod:`tests.support.zygote`): real processes in their own session running ``lakefs_mirror.cli.main``
+whose ~0.85 s of imports happened once before the fork; its last daemon, which runs to the end and
+stops on SIGTERM, and the two-daemon test's (without address randomisation) are fresh processes.
+
 The invariant is checked from outside the daemon, from the KV store and a LISTING of the destination
 directory: whenever the mirror branch head is seen to move (polled every 0.1 s), after every kill,
 and at the end, every metarange, range and data object of the head is present with the right size,
@@ -28,7 +33,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -36,6 +41,7 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
+import pytest
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -50,6 +56,7 @@ from lakefs_mirror.db import MirrorsDB
 from tests.mirror.replication import ReplicationSimulator, commit_keys, list_namespace, missing_keys
 from tests.support.moto import free_port
 from tests.support.timing import scaled
+from tests.support.zygote import ForkedPopen, Zygote
 
 log = logging.getLogger(__name__)
 
@@ -76,13 +83,16 @@ def no_aslr_prefix() -> tuple[str, ...]:
 class Daemon:
     """One ``lakefs_mirror run`` subprocess in its own process group; stderr appended to ``log_path``."""
 
-    def __init__(self, name: str, config: Path, log_path: Path, *, no_aslr: bool = False) -> None:
+    def __init__(
+        self, name: str, config: Path, log_path: Path, *, no_aslr: bool = False, zygote: Zygote | None = None
+    ) -> None:
         self.name = name
         self.config = config
         self.log_path = log_path
         self.port = free_port()
         self.no_aslr = no_aslr
-        self.proc: subprocess.Popen[bytes] | None = None
+        self.zygote = zygote  # the daemons to kill fork from it; start(fresh=True) does not
+        self.proc: subprocess.Popen[bytes] | ForkedPopen | None = None
         self.starts = 0
 
     @property
@@ -93,7 +103,7 @@ class Daemon:
     def base(self) -> str:
         return f"http://127.0.0.1:{self.port}"
 
-    def start(self) -> None:
+    def start(self, fresh: bool = False) -> None:
         assert not self.alive
         env = dict(os.environ, LAKEFS_MIRROR__LISTEN=f"127.0.0.1:{self.port}")
         prefix = no_aslr_prefix() if self.no_aslr else ()
@@ -101,9 +111,19 @@ class Daemon:
         with self.log_path.open("ab") as err:
             err.write(f"---- start #{self.starts} of {self.name}\n".encode())
             err.flush()
-            self.proc = subprocess.Popen(
-                cmd, cwd=REPO_ROOT, env=env, stdout=subprocess.DEVNULL, stderr=err, start_new_session=True
-            )
+            if self.zygote is not None and not fresh:
+                with open(os.devnull, "wb") as out:
+                    self.proc = self.zygote.popen(
+                        ["lakefs-mirror", "run", "--config", str(self.config)],
+                        env,
+                        stdout=out.fileno(),
+                        stderr=err.fileno(),
+                        cwd=str(REPO_ROOT),
+                    )
+            else:
+                self.proc = subprocess.Popen(
+                    cmd, cwd=REPO_ROOT, env=env, stdout=subprocess.DEVNULL, stderr=err, start_new_session=True
+                )
         self.starts += 1
 
     def kill(self, sig: int = signal.SIGKILL, timeout: float = scaled(15.0)) -> int | None:
@@ -375,9 +395,31 @@ def now_utc() -> datetime:
 
 
 KILLS = 8
+# What ``lakefs-mirror run`` imports, for the zygote the killed daemons fork from.
+MIRROR_MODULES = (
+    "lakefs_mirror.commands",
+    "lakefs_mirror.service",
+    "lakefs_core.sqlengine",
+    "lakefs_core.repos.objects",
+    "lakefs_core.repos.committing",
+    "lakefs_core.repos.importing",
+    "lakefs_core.repos.purge",
+    "lakefs_core.kv.sqlite",
+    "aiosqlite",
+    "uvloop",
+    "yaml",
+)
 
 
-async def test_kill9_during_validation_and_promotion_keeps_the_invariant(tmp_path: Path) -> None:
+@pytest.fixture
+def zygote() -> Iterator[Zygote]:
+    with Zygote("lakefs_mirror.cli:main", MIRROR_MODULES) as z:
+        yield z
+
+
+async def test_kill9_during_validation_and_promotion_keeps_the_invariant(
+    tmp_path: Path, zygote: Zygote
+) -> None:
     """Eight SIGKILLs of the daemon process group while commits keep landing: half at a random moment
     of an active daemon's work (copying commits, validating, healing), half right after a promotion
     is observed (status recording, the next validation). After every kill the mirror head is complete
@@ -386,7 +428,7 @@ async def test_kill9_during_validation_and_promotion_keeps_the_invariant(tmp_pat
     started = time.monotonic()
     after_promotion = 0  # kills that followed an observed promotion
     async with rig(tmp_path, lease_ttl=1.0) as r, aiohttp.ClientSession() as http:
-        daemon = Daemon("daemon", r.config, tmp_path / "daemon.log")
+        daemon = Daemon("daemon", r.config, tmp_path / "daemon.log", zygote=zygote)
         try:
             async with background(r, seed=7, commit_every=(0.1, 1.2)):
                 for n in range(KILLS):
@@ -403,7 +445,7 @@ async def test_kill9_during_validation_and_promotion_keeps_the_invariant(tmp_pat
                     assert daemon.kill() == -signal.SIGKILL
                     await r.check(f"after kill {n + 1}")
                 # Let the writer stop, then a daemon runs undisturbed to the end.
-            daemon.start()
+            daemon.start(fresh=True)
             await daemon.wait_healthy(http)
             await daemon.wait_active(http, within=30)  # also: its SIGTERM handler is installed by now
             await catch_up(r, daemon)

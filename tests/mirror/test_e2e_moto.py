@@ -30,10 +30,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import aioboto3
 import aiohttp
 
 from lakefs_core.block import S3Settings
+from lakefs_core.block.aws_session import new_session
 from lakefs_core.block.base import BlockStore
 from lakefs_core.errors import NotFoundError
 from lakefs_core.kv import open_kv
@@ -104,7 +104,7 @@ def mirror_config(region: str, regions: dict[str, Any], db_path: Path, **extra: 
 
 
 async def create_bucket(server: MotoServer, bucket: str) -> None:
-    async with aioboto3.Session().client(
+    async with new_session().client(
         "s3",
         endpoint_url=server.endpoint,
         region_name=server.region,

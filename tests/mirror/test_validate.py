@@ -18,7 +18,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import aioboto3
 import pytest
 
 from lakefs_core.block import (
@@ -33,6 +32,7 @@ from lakefs_core.block import (
     open_block_store,
 )
 from lakefs_core.block._common import put_batch_by_puts
+from lakefs_core.block.aws_session import new_session
 from lakefs_core.block.base import DeleteResult, KeyInfo, PutItem
 from lakefs_core.committed.metarange import parse_metarange
 from lakefs_core.committed.tables import TableCache, TableStore
@@ -814,7 +814,7 @@ async def test_s3_source_and_destination_buckets(moto: Callable[[str], MotoServe
         retry_max_backoff=0.01,
     )
     kw = server.client_kwargs()
-    async with aioboto3.Session().client(
+    async with new_session().client(
         "s3",
         endpoint_url=kw["endpoint_url"],
         region_name=kw["region_name"],

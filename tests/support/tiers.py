@@ -60,6 +60,7 @@ TIERS: dict[str, Tier] = {
     "tests/test_docs.py": "integration",  # mkdocs build
     "tests/test_foundation_servers.py": "integration",
     "tests/test_suite_policy.py": "integration",  # pytest in subprocesses
+    "tests/test_zygote.py": "integration",  # the kill tests' fork server, a process
     "tests/format/test_hostile_tables.py": "integration",  # a subprocess under RLIMIT_AS
     "tests/format/test_sstable_interop.py": "integration",  # sst_dump
     "tests/repos/test_import_guards.py": "integration",
