@@ -77,9 +77,15 @@ class StagingArea:
                 return found
         return None
 
-    def cursor(self, token: str, start: bytes = b"", end: bytes | None = None) -> StagedCursor:
-        """A seekable cursor over ``token``'s records in ``[start, end)``."""
-        return StagedCursor(self.kv, token, start, end)
+    def cursor(
+        self, token: str, start: bytes = b"", end: bytes | None = None, first: list[KVEntry] | None = None
+    ) -> StagedCursor:
+        """A seekable cursor over ``token``'s records in ``[start, end)``; ``first``: its first
+        :data:`FIRST_PAGE` entries, already read (with the branch record, in one KV call)."""
+        cursor = StagedCursor(self.kv, token, start, end)
+        if first is not None:
+            cursor.prefetched(first)
+        return cursor
 
     async def merged(self, tokens: Sequence[str], start: bytes = b"") -> AsyncIterator[ValueRecord]:
         """Records of all ``tokens`` in key order; on equal keys the earliest token wins."""
@@ -135,6 +141,11 @@ class StagedCursor:
         self._i += 1
         return decode_staged_entry(entry.value, file=f"kv:{self._token}")
 
+    def prefetched(self, page: list[KVEntry]) -> None:
+        """Take ``page`` as the cursor's first read: the first ``FIRST_PAGE`` (at most) entries of
+        its range, read by the caller (before any :meth:`next` or :meth:`seek_ge`)."""
+        self._take(page[:FIRST_PAGE])
+
     async def _read(self) -> None:
         size = self._size
         page: list[KVEntry] = []
@@ -144,6 +155,10 @@ class StagedCursor:
                 page.append(entry)
                 if len(page) == size:
                     break
+        self._take(page)
+
+    def _take(self, page: list[KVEntry]) -> None:
+        size = self._size
         self._page, self._keys, self._i = page, [e.key for e in page], 0
         self._to_end = len(page) < size
         if page:
