@@ -178,6 +178,9 @@ class MergedCursor:
 
     def seek_ge(self, key: bytes) -> None:
         heads = self._heads
+        if len(heads) == 1 and heads[0] is None:  # one source left, nothing held: its own seek
+            self._sources[0].seek_ge(key)
+            return
         for i, source in enumerate(self._sources):
             head = heads[i]
             if head is None:
@@ -188,6 +191,13 @@ class MergedCursor:
 
     async def next(self) -> ValueRecord | None:
         sources, heads = self._sources, self._heads
+        if len(heads) == 1 and heads[0] is None:  # one source left (a listing's usual case)
+            source = sources[0]
+            while (record := await source.next()) is not None:
+                if not (self._hide and record.is_tombstone):
+                    return record
+            del sources[0], heads[0]
+            return None
         while True:
             best: ValueRecord | None = None
             i = 0
