@@ -368,11 +368,13 @@ class RefStore:
     async def get_branch_then_range(
         self, repo: Repository, branch: str, other: KeyRange, size: int
     ) -> tuple[Branch | None, list[KVEntry]]:
-        """The branch record (``None``: absent) and then the first ``size`` entries of ``other``, in
-        ONE store call (:func:`~lakefs_core.kv.ranges.scan_ranges`: one hop to SQLite's thread, one
-        statement on PostgreSQL), the branch read first as a separate :meth:`get_branch` would be.
-        A caller guesses ``other`` (a staging token's range) from an earlier read and checks the
-        record before using the entries."""
+        """The branch record (``None``: absent) and the first ``size`` entries of ``other``, in ONE
+        store call (:func:`~lakefs_core.kv.ranges.scan_ranges`: one hop to SQLite's thread, which
+        reads the branch first; one statement on PostgreSQL; concurrent Queries on DynamoDB). A
+        caller guesses ``other`` (a staging token's range) from an earlier read and uses the
+        entries only if the record names that token: the two reads are never further apart than
+        a :meth:`get_branch` and a staging read after it, well within the grace before a committed
+        token's entries are dropped (``cleanup_grace_seconds``)."""
         key = kvkeys.branch_key(branch)
         raw: bytes | None = None
         entries: list[KVEntry] = []

@@ -20,6 +20,7 @@ import contextlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from functools import lru_cache
 from typing import Protocol
 
 from lakefs_core.block.base import BlockStore
@@ -91,6 +92,12 @@ class Resolved:
         if self.branch is None:
             return ()
         return (self.branch.staging_token, *self.branch.sealed_tokens)
+
+
+@lru_cache(maxsize=256)
+def _namespace(uri: str) -> StorageNamespace:
+    """A repository's namespace, parsed once per process (immutable; a bad one is never kept)."""
+    return StorageNamespace.parse(uri)
 
 
 def utcnow() -> datetime:
@@ -269,7 +276,7 @@ class RepoContext:
         return await self.stores.tables(namespace)
 
     async def metarange(self, repo: Repository, metarange_id: str) -> MetaRange:
-        tables = await self.stores.tables(StorageNamespace.parse(repo.storage_namespace))
+        tables = await self.stores.tables(_namespace(repo.storage_namespace))
         return await MetaRange.load(tables, metarange_id)
 
     async def has_uncommitted(self, repo: Repository, branch: Branch) -> bool:
