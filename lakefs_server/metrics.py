@@ -14,6 +14,8 @@ platform's).
 
 from __future__ import annotations
 
+from typing import Any
+
 from prometheus_client import Counter, Gauge, Histogram
 
 from lakefs_core.service.http.metrics import RegionRegistry
@@ -52,3 +54,17 @@ class ServerMetrics:
         self.consecutive_errors = Gauge(
             f"{PREFIX}_consecutive_errors", "Sweep passes failed in a row.", registry=r
         )
+        # the labelled children, looked up once per label set (``labels`` costs microseconds a call)
+        self._counted: dict[tuple[str, int], Any] = {}
+        self._timed: dict[str, Any] = {}
+
+    def observe_request(self, operation: str, status: int, seconds: float) -> None:
+        """Count one S3 request and its latency."""
+        counted = self._counted.get((operation, status))
+        if counted is None:
+            counted = self._counted[(operation, status)] = self.requests.labels(operation, str(status))
+        timed = self._timed.get(operation)
+        if timed is None:
+            timed = self._timed[operation] = self.latency.labels(operation)
+        counted.inc()
+        timed.observe(seconds)

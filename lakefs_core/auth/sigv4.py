@@ -122,24 +122,32 @@ def _trim(value: str) -> str:
     return " ".join(value.split())
 
 
+#: Bytes that ``UriEncode`` leaves as they are: such a name or value is its own encoding.
+_UNRESERVED_ONLY = re.compile(rb"[A-Za-z0-9_.~-]*").fullmatch
+
+
+def _encode(raw: bytes) -> str:
+    return raw.decode("ascii") if _UNRESERVED_ONLY(raw) else uri_encode(raw)
+
+
 def _canonical_query(pairs: Iterable[tuple[bytes, bytes, bool]], plus_is_space: bool) -> str:
     encoded = []
     for name, value, _ in pairs:
         if plus_is_space:
-            encoded.append((uri_encode(name.replace(b"+", b" ")), uri_encode(value.replace(b"+", b" "))))
+            encoded.append((_encode(name.replace(b"+", b" ")), _encode(value.replace(b"+", b" "))))
         else:
-            encoded.append((uri_encode(name), uri_encode(value)))
+            encoded.append((_encode(name), _encode(value)))
     return "&".join(f"{n}={v}" for n, v in sorted(encoded))
 
 
-def _canonical_uris(raw_path: str) -> list[str]:
-    """The raw path as sent, and the ``UriEncode`` of each of its decoded segments if that differs."""
-    candidates = [raw_path]
+def _canonical_uris(raw_path: str) -> Iterator[str]:
+    """The raw path as sent, then the ``UriEncode`` of each of its decoded segments if that
+    differs (built only when the first form did not match)."""
+    yield raw_path
     if raw_path.isascii():
         recoded = "/".join(uri_encode(unquote_to_bytes(seg)) for seg in raw_path.split("/"))
         if recoded != raw_path:
-            candidates.append(recoded)
-    return candidates
+            yield recoded
 
 
 @dataclass(frozen=True)

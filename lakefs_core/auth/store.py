@@ -111,6 +111,8 @@ class AuthStore:
         self._secrets = secrets
         self._credentials = _TTLCache(cache_seconds, clock)
         self._policies = _TTLCache(cache_seconds, clock)
+        # (user, node, context) -> the cached policy list that allowed it (see ``authorize``)
+        self._allowed: dict[tuple[str, Node, tuple[tuple[str, str], ...]], list[Policy]] = {}
 
     # -- primitives ------------------------------------------------------------------------------------
 
@@ -177,6 +179,7 @@ class AuthStore:
     def _forget(self) -> None:
         self._credentials.clear()
         self._policies.clear()
+        self._allowed.clear()
 
     # -- users -----------------------------------------------------------------------------------------
 
@@ -388,8 +391,21 @@ class AuthStore:
 
     async def authorize(self, username: str, node: Node, context: Mapping[str, str] | None = None) -> None:
         """Raise :class:`~lakefs_core.errors.PermissionDeniedError` unless ``username``'s effective
-        policies allow ``node`` (see :mod:`lakefs_core.auth.policy`)."""
-        authorize(node, username, await self.effective_policies(username), context)
+        policies allow ``node`` (see :mod:`lakefs_core.auth.policy`). With the cache on, an allowed
+        ``(user, node, context)`` is remembered with the very policy list it was decided on: a
+        repeated request is a dict lookup while that list stays cached, and evaluated afresh as
+        soon as the list is re-read (expired, or cleared by a change through this store)."""
+        policies = await self.effective_policies(username)
+        if self._policies.ttl <= 0:
+            authorize(node, username, policies, context)
+            return
+        key = (username, node, tuple(sorted(context.items())) if context else ())
+        if self._allowed.get(key) is policies:
+            return
+        authorize(node, username, policies, context)  # raises when not allowed: never remembered
+        if len(self._allowed) >= _MAX_CACHED:
+            self._allowed.clear()
+        self._allowed[key] = policies
 
     # -- credentials -----------------------------------------------------------------------------------
 

@@ -10,6 +10,8 @@ under a prefix, and one key (a batched ``get`` that skips missing keys).
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Sequence
+from functools import cache
+from typing import cast
 
 from lakefs_core.errors import BadInputError
 from lakefs_core.kv._common import check_page_size, check_ranges
@@ -34,12 +36,20 @@ def point_range(partition: bytes, key: bytes) -> KeyRange:
     return (partition, key, key + b"\x00")
 
 
+@cache
+def _has_range_scans(kind: type) -> bool:
+    """Whether a store's class has ``scan_ranges`` (:class:`RangeScans`), answered once per class
+    (a runtime-checkable protocol's ``isinstance`` walks the attributes every time: microseconds
+    per read)."""
+    return issubclass(kind, RangeScans)
+
+
 async def scan_ranges(
     kv: KVStore, ranges: Sequence[KeyRange], *, page_size: int = 1000
 ) -> AsyncIterator[tuple[int, KVEntry]]:
     """``(index in ranges, entry)`` for every entry in every range, by range then key."""
-    if isinstance(kv, RangeScans):
-        async for item in kv.scan_ranges(ranges, page_size=page_size):
+    if _has_range_scans(type(kv)):
+        async for item in cast(RangeScans, kv).scan_ranges(ranges, page_size=page_size):
             yield item
         return
     size = check_page_size(page_size)

@@ -77,9 +77,15 @@ class StagingArea:
                 return found
         return None
 
-    def cursor(self, token: str, start: bytes = b"", end: bytes | None = None) -> StagedCursor:
-        """A seekable cursor over ``token``'s records in ``[start, end)``."""
-        return StagedCursor(self.kv, token, start, end)
+    def cursor(
+        self, token: str, start: bytes = b"", end: bytes | None = None, first: list[KVEntry] | None = None
+    ) -> StagedCursor:
+        """A seekable cursor over ``token``'s records in ``[start, end)``; ``first``: its first
+        :data:`FIRST_PAGE` entries, already read (with the branch record, in one KV call)."""
+        cursor = StagedCursor(self.kv, token, start, end)
+        if first is not None:
+            cursor.prefetched(first)
+        return cursor
 
     async def merged(self, tokens: Sequence[str], start: bytes = b"") -> AsyncIterator[ValueRecord]:
         """Records of all ``tokens`` in key order; on equal keys the earliest token wins."""
@@ -135,6 +141,11 @@ class StagedCursor:
         self._i += 1
         return decode_staged_entry(entry.value, file=f"kv:{self._token}")
 
+    def prefetched(self, page: list[KVEntry]) -> None:
+        """Take ``page`` as the cursor's first read: the first ``FIRST_PAGE`` (at most) entries of
+        its range, read by the caller (before any :meth:`next` or :meth:`seek_ge`)."""
+        self._take(page[:FIRST_PAGE])
+
     async def _read(self) -> None:
         size = self._size
         page: list[KVEntry] = []
@@ -144,6 +155,10 @@ class StagedCursor:
                 page.append(entry)
                 if len(page) == size:
                     break
+        self._take(page)
+
+    def _take(self, page: list[KVEntry]) -> None:
+        size = self._size
         self._page, self._keys, self._i = page, [e.key for e in page], 0
         self._to_end = len(page) < size
         if page:
@@ -163,6 +178,9 @@ class MergedCursor:
 
     def seek_ge(self, key: bytes) -> None:
         heads = self._heads
+        if len(heads) == 1 and heads[0] is None:  # one source left, nothing held: its own seek
+            self._sources[0].seek_ge(key)
+            return
         for i, source in enumerate(self._sources):
             head = heads[i]
             if head is None:
@@ -173,6 +191,13 @@ class MergedCursor:
 
     async def next(self) -> ValueRecord | None:
         sources, heads = self._sources, self._heads
+        if len(heads) == 1 and heads[0] is None:  # one source left (a listing's usual case)
+            source = sources[0]
+            while (record := await source.next()) is not None:
+                if not (self._hide and record.is_tombstone):
+                    return record
+            del sources[0], heads[0]
+            return None
         while True:
             best: ValueRecord | None = None
             i = 0

@@ -49,7 +49,7 @@ from lakefs_core.errors import (
     PreconditionFailedError,
     TooManyRetriesError,
 )
-from lakefs_core.kv.base import Expect, KVItem, KVStore
+from lakefs_core.kv.base import Expect, KeyRange, KVEntry, KVItem, KVStore
 from lakefs_core.kv.ranges import point_range, prefix_range, scan_ranges
 from lakefs_core.refs import kvkeys
 from lakefs_core.refs.model import Branch, Commit, Repository, Tag
@@ -364,6 +364,34 @@ class RefStore:
         except NotFoundError as e:
             raise NotFoundError(no_branch_message(repo, branch)) from e
         return Branch.from_bytes(raw, _where(repo.partition, key)), raw
+
+    async def get_branch_then_range(
+        self, repo: Repository, branch: str, other: KeyRange, size: int
+    ) -> tuple[Branch | None, list[KVEntry]]:
+        """The branch record (``None``: absent) and the first ``size`` entries of ``other``, in ONE
+        store call (:func:`~lakefs_core.kv.ranges.scan_ranges`: one hop to SQLite's thread, which
+        reads the branch first; one statement on PostgreSQL; concurrent Queries on DynamoDB). A
+        caller guesses ``other`` (a staging token's range) from an earlier read and uses the
+        entries only if the record names that token: the two reads are never further apart than
+        a :meth:`get_branch` and a staging read after it, well within the grace before a committed
+        token's entries are dropped (``cleanup_grace_seconds``)."""
+        key = kvkeys.branch_key(branch)
+        raw: bytes | None = None
+        entries: list[KVEntry] = []
+        if size > 0:
+            ranges = [point_range(repo.partition, key), other]
+            found = scan_ranges(self.kv, ranges, page_size=size + 1)
+            async with contextlib.aclosing(found) as items:  # type: ignore[type-var]
+                async for index, entry in items:
+                    if index == 0:
+                        raw = entry.value
+                        continue
+                    entries.append(entry)
+                    if len(entries) == size:  # never ask for a second page
+                        break
+        if raw is None:
+            return None, entries
+        return Branch.from_bytes(raw, _where(repo.partition, key)), entries
 
     async def set_many_then_get_branch(
         self, repo: Repository, items: Iterable[KVItem], branch: str

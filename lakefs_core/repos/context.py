@@ -20,6 +20,7 @@ import contextlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from functools import lru_cache
 from typing import Protocol
 
 from lakefs_core.block.base import BlockStore
@@ -27,8 +28,9 @@ from lakefs_core.committed.metarange import MetaRange
 from lakefs_core.committed.tables import TableStore
 from lakefs_core.errors import NotFoundError, ReadOnlyError
 from lakefs_core.format.splitter import SplitPolicy
-from lakefs_core.kv.base import KVStore
+from lakefs_core.kv.base import KVEntry, KVStore
 from lakefs_core.namespace import StorageNamespace
+from lakefs_core.refs import kvkeys
 from lakefs_core.refs.ids import is_commit_id
 from lakefs_core.refs.model import Branch, Commit, Repository
 from lakefs_core.refs.staging import StagingArea
@@ -46,6 +48,9 @@ __all__ = [
     "WriteCache",
     "utcnow",
 ]
+
+
+_SEEN_TOKENS = 10_000  # branches whose last live token a process remembers (a bounded guess cache)
 
 
 @dataclass(frozen=True)
@@ -87,6 +92,12 @@ class Resolved:
         if self.branch is None:
             return ()
         return (self.branch.staging_token, *self.branch.sealed_tokens)
+
+
+@lru_cache(maxsize=256)
+def _namespace(uri: str) -> StorageNamespace:
+    """A repository's namespace, parsed once per process (immutable; a bad one is never kept)."""
+    return StorageNamespace.parse(uri)
 
 
 def utcnow() -> datetime:
@@ -170,6 +181,9 @@ class RepoContext:
         self.write_cache = WriteCache()
         self.journal_flags = JournalFlags()
         self.protection = ProtectionCache()
+        # (repository partition, branch) -> the live staging token its last read found: a guess
+        # for resolve_staged, never trusted without the branch record read with it
+        self._seen_tokens: dict[tuple[bytes, str], str] = {}
 
     @property
     def context(self) -> RepoContext:
@@ -205,7 +219,36 @@ class RepoContext:
             commit = await self.refs.get_commit(repo, commit_id)
         for op, n in expr.modifiers:
             commit = await self._walk(repo, commit, op, n, ref)
+        if branch is not None and expr.plain:
+            self._see_token(repo, branch)
         return Resolved(commit, branch if expr.plain else None)
+
+    async def resolve_staged(
+        self, repo: Repository, ref: str, start: bytes, end: bytes, size: int
+    ) -> tuple[Resolved, list[KVEntry] | None]:
+        """:meth:`resolve`, and on a branch also the first ``size`` staged entries of its live token
+        in ``[start, end)``, read in the SAME KV call as the branch record (one hop to SQLite's
+        thread instead of two) when the token is the one this process's last read of the branch
+        found (``None`` otherwise: the caller reads them itself). The token is only a guess: the
+        entries are used only if the branch record read with them names that very token, and the
+        branch is read before them, as :meth:`resolve` then a staging read would."""
+        expr = parse_ref(ref)
+        guess = self._seen_tokens.get((repo.partition, expr.base))
+        if guess is None or not expr.plain or is_commit_id(expr.base):
+            return await self.resolve(repo, ref), None
+        staged = (kvkeys.staging_partition(guess), start, end)
+        branch, entries = await self.refs.get_branch_then_range(repo, expr.base, staged, size)
+        if branch is None:  # deleted meanwhile, or a tag now: lakeFS's order, from the start
+            self._seen_tokens.pop((repo.partition, expr.base), None)
+            return await self.resolve(repo, ref), None
+        commit = await self.refs.get_commit(repo, branch.commit_id)
+        self._see_token(repo, branch)
+        return Resolved(commit, branch), entries if branch.staging_token == guess else None
+
+    def _see_token(self, repo: Repository, branch: Branch) -> None:
+        if len(self._seen_tokens) >= _SEEN_TOKENS:
+            self._seen_tokens.clear()
+        self._seen_tokens[(repo.partition, branch.id)] = branch.staging_token
 
     async def _walk(self, repo: Repository, commit: Commit, op: str, n: int, ref: str) -> Commit:
         if op == "^":
@@ -233,7 +276,7 @@ class RepoContext:
         return await self.stores.tables(namespace)
 
     async def metarange(self, repo: Repository, metarange_id: str) -> MetaRange:
-        tables = await self.stores.tables(StorageNamespace.parse(repo.storage_namespace))
+        tables = await self.stores.tables(_namespace(repo.storage_namespace))
         return await MetaRange.load(tables, metarange_id)
 
     async def has_uncommitted(self, repo: Repository, branch: Branch) -> bool:

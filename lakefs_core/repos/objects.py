@@ -72,7 +72,7 @@ from lakefs_core.format.records import (
 from lakefs_core.keys import SliceAllocator
 from lakefs_core.namespace import StorageNamespace
 from lakefs_core.refs.model import Repository
-from lakefs_core.refs.staging import tombstone
+from lakefs_core.refs.staging import FIRST_PAGE, tombstone
 from lakefs_core.repos import protection, reading, staging_writes
 from lakefs_core.repos.context import HasContext
 from lakefs_core.repos.journal import Intent, Journal, journal_enabled
@@ -693,7 +693,6 @@ class Objects:
         start = b""
         last = encode_utf8(after, "after")
         repo = await staging_writes.repository_for_write(self.ctx, repo_id)  # as stat
-        resolved = await self.ctx.resolve(repo, ref)  # once: every re-seek below reads one snapshot
         if last:
             start = last + b"\x00"
         if delim and last.endswith(delim) and last.startswith(pfx) and len(last) > len(pfx):
@@ -702,7 +701,16 @@ class Objects:
             if successor is None:
                 return ListPage([], [], False, "")
             start = successor
-        cursor = await reading.entry_cursor(self.ctx, repo, resolved, prefix=pfx, start=start)
+        # Resolved once: every re-seek below reads one snapshot. Under a prefix, the branch record
+        # and the live token's first page are one KV call (reading.cursor_range bounds the page).
+        first, end = reading.cursor_range(pfx, start)
+        if end is None:
+            resolved, live = await self.ctx.resolve(repo, ref), None
+        else:
+            resolved, live = await self.ctx.resolve_staged(repo, ref, first, end, FIRST_PAGE)
+        cursor = await reading.entry_cursor(
+            self.ctx, repo, resolved, prefix=pfx, start=start, live_first=live
+        )
         # A common prefix ends with the delimiter, whose last byte (UTF-8) is never 0xff: the key
         # after every key under it is the prefix with that byte incremented.
         delim_next = delim[:-1] + bytes((delim[-1] + 1,)) if delim else b""

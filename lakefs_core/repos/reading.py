@@ -10,13 +10,15 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Sequence
 
 from lakefs_core.errors import NotFoundError
-from lakefs_core.format.records import ValueRecord
+from lakefs_core.format.records import ValueRecord, decode_staged_entry
+from lakefs_core.kv.base import KVEntry
 from lakefs_core.refs.model import Branch, Repository
 from lakefs_core.refs.staging import MergedCursor, RecordCursor
 from lakefs_core.repos.context import RepoContext, Resolved
 
 __all__ = [
     "EntryCursor",
+    "cursor_range",
     "entry",
     "entry_cursor",
     "get_entry",
@@ -32,9 +34,18 @@ async def get_entry(ctx: RepoContext, repo_id: str, ref: str, key: bytes) -> Val
 
 
 async def entry(ctx: RepoContext, repo: Repository, ref: str, key: bytes) -> ValueRecord:
-    """:func:`get_entry` with the repository record already read (a read that needs it too)."""
-    resolved = await ctx.resolve(repo, ref)
-    staged = await ctx.staging.lookup(resolved.tokens, key) if resolved.tokens else None
+    """:func:`get_entry` with the repository record already read (a read that needs it too). On a
+    branch whose live token this process has seen, the branch record and the key's entry in that
+    token are one KV call (:meth:`RepoContext.resolve_staged`)."""
+    resolved, live = await ctx.resolve_staged(repo, ref, key, key + b"\x00", 1)
+    tokens = resolved.tokens
+    staged: ValueRecord | None = None
+    if live is not None:  # the live token is read: a record there wins, else the sealed ones
+        token, tokens = tokens[0], tokens[1:]
+        if live:
+            staged = decode_staged_entry(live[0].value, file=f"kv:{token}")
+    if staged is None and tokens:
+        staged = await ctx.staging.lookup(tokens, key)
     if staged is not None:
         if staged.is_tombstone:
             raise NotFoundError(f"object {key.decode(errors='replace')!r} not found in {ref!r}")
@@ -90,14 +101,30 @@ class EntryCursor(MergedCursor):
             yield record
 
 
+def cursor_range(prefix: bytes, start: bytes) -> tuple[bytes, bytes | None]:
+    """The ``[start, end)`` an :func:`entry_cursor` of ``prefix`` from ``start`` reads."""
+    return max(prefix, start), prefix_successor(prefix) if prefix else None
+
+
 async def entry_cursor(
-    ctx: RepoContext, repo: Repository, resolved: Resolved, *, prefix: bytes = b"", start: bytes = b""
+    ctx: RepoContext,
+    repo: Repository,
+    resolved: Resolved,
+    *,
+    prefix: bytes = b"",
+    start: bytes = b"",
+    live_first: list[KVEntry] | None = None,
 ) -> EntryCursor:
     """An :class:`EntryCursor` of a ref already resolved, from ``start`` on: a listing that seeks
-    (past each common prefix) reads one snapshot of the ref."""
-    start, end = max(prefix, start), prefix_successor(prefix) if prefix else None
+    (past each common prefix) reads one snapshot of the ref. ``live_first``: the first
+    :data:`~lakefs_core.refs.staging.FIRST_PAGE` entries of the live token in the cursor's range,
+    already read (:meth:`RepoContext.resolve_staged`)."""
+    start, end = cursor_range(prefix, start)
     committed = await ctx.metarange(repo, resolved.commit.metarange_id)
-    staged = [ctx.staging.cursor(t, start, end) for t in resolved.tokens]
+    staged = [
+        ctx.staging.cursor(t, start, end, live_first if i == 0 else None)
+        for i, t in enumerate(resolved.tokens)
+    ]
     return EntryCursor([*staged, committed.cursor(start, end)])
 
 

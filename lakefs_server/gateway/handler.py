@@ -204,9 +204,7 @@ async def handle(ctx: ServerContext, request: web.Request) -> web.StreamResponse
     started = time.monotonic()
     state: dict[str, str] = {"operation": "Unknown"}
     response = await _handle(ctx, request, state)
-    operation = state["operation"]
-    ctx.metrics.requests.labels(operation, str(response.status)).inc()
-    ctx.metrics.latency.labels(operation).observe(time.monotonic() - started)
+    ctx.metrics.observe_request(state["operation"], response.status, time.monotonic() - started)
     if "auth_failure" in state:
         ctx.metrics.auth_failures.labels(state["auth_failure"]).inc()
     return response

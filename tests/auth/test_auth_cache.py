@@ -142,3 +142,33 @@ async def test_a_remembered_signing_key_never_admits_another_secret() -> None:
     assert sigv4.signing_key.cache_info().hits > hits  # the second request's key was remembered
     assert sigv4.signing_key.cache_info().maxsize == sigv4.SIGNING_KEYS_CACHED
     del clock
+
+
+async def test_a_remembered_decision_is_per_node_and_context_and_never_a_denial() -> None:
+    """An allowed (user, node, context) is remembered with its cached policy list: another source
+    address or another object is evaluated afresh; a denial is never remembered (a policy attached
+    through the same store allows at once); an expired list drops what was remembered with it."""
+    server, other, clock = await two_instances()
+    from_ten = Policy(
+        "FromTen",
+        (Statement("allow", ("fs:WriteObject",), "*", {"IpAddress": {"SourceIp": ("10.0.0.0/8",)}}),),
+    )
+    await other.write_policy(from_ten)
+    await other.attach_policy_to_user("FromTen", "u")
+    write = Permission("fs:WriteObject", LEAF.resource)
+    inside, outside = {"SourceIp": "10.1.2.3"}, {"SourceIp": "192.0.2.1"}
+    await server.authorize("u", write, inside)
+    await server.authorize("u", write, inside)  # remembered
+    with pytest.raises(PermissionDeniedError):
+        await server.authorize("u", write, outside)  # another context: evaluated, refused
+    other_object = Permission("fs:DeleteObject", LEAF.resource)
+    with pytest.raises(PermissionDeniedError):
+        await server.authorize("u", other_object, inside)
+    await server.write_policy(Policy("Delete", (Statement("allow", ("fs:DeleteObject",), "*"),)))
+    await server.attach_policy_to_user("Delete", "u")  # through this store: the denial is not kept
+    await server.authorize("u", other_object, inside)
+    await other.detach_policy_from_user("FromTen", "u")
+    await server.authorize("u", write, inside)  # within the bound: the cached list allows
+    clock.now += TTL + 0.1
+    with pytest.raises(PermissionDeniedError):  # the list re-read: what it allowed is forgotten
+        await server.authorize("u", write, inside)

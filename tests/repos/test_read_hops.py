@@ -1,0 +1,142 @@
+"""Reads of a branch in one KV call: the branch record and the live token's entries together
+(:meth:`lakefs_core.repos.context.RepoContext.resolve_staged`).
+
+A listing under a prefix and an object read take the token the process saw last as a guess and
+read the branch record and that token's first entries in one ``scan_ranges`` call; the entries
+count only when the record names that token. These tests count the KV calls of a read (one once
+the token is known) and check that a stale guess (a commit moved the branch to a new token, the
+branch was deleted, a tag took its name) never shows stale or missing data.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Sequence
+
+import pytest
+
+from lakefs_core.errors import NotFoundError
+from lakefs_core.kv.base import KeyRange, KVEntry
+from lakefs_core.kv.memory import MemoryKVStore
+from lakefs_core.refs import kvkeys
+from lakefs_core.refs.staging import FIRST_PAGE
+from lakefs_core.repos.graveler import Graveler
+from lakefs_core.repos.objects import Objects
+from lakefs_core.repos.stores import StoreRegistry
+from tests.repos.support import mem_namespace, new_graveler, unique
+
+
+class CountingKV(MemoryKVStore):
+    """The memory KV store, counting the read calls (``get``, ``scan``, ``scan_ranges``) but the
+    purge probe's (an object read's, cached for half a second: not the read of the entry)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.reads: list[str] = []
+
+    async def get(self, partition: bytes, key: bytes) -> bytes:
+        self.reads.append("get")
+        return await super().get(partition, key)
+
+    async def scan(
+        self, partition: bytes, start: bytes = b"", *, end: bytes | None = None, page_size: int = 1000
+    ) -> AsyncIterator[KVEntry]:
+        if start != kvkeys.PURGES_ANNOUNCED_KEY:
+            self.reads.append("scan")
+        async for entry in super().scan(partition, start, end=end, page_size=page_size):
+            yield entry
+
+    async def scan_ranges(
+        self, ranges: Sequence[KeyRange], *, page_size: int = 1000
+    ) -> AsyncIterator[tuple[int, KVEntry]]:
+        self.reads.append("scan_ranges")
+        async for item in super().scan_ranges(ranges, page_size=page_size):
+            yield item
+
+
+async def setup() -> tuple[CountingKV, Graveler, Objects, str, StoreRegistry]:
+    kv, stores = CountingKV(), StoreRegistry()
+    g = new_graveler(kv, stores)
+    repo = unique()
+    await g.create_repository(repo, mem_namespace())
+    return kv, g, Objects(g), repo, stores
+
+
+async def test_a_listing_and_a_read_are_one_kv_call_once_the_token_is_known() -> None:
+    kv, _, objects, repo, stores = await setup()
+    try:
+        for i in range(3):
+            await objects.upload(repo, "main", f"d/f{i}", b"x")
+        await objects.list(repo, "main", prefix="d/")  # learns the live token
+        kv.reads.clear()
+        page = await objects.list(repo, "main", prefix="d/", delimiter="/")
+        assert [o.path for o in page.objects] == ["d/f0", "d/f1", "d/f2"]
+        assert kv.reads == ["scan_ranges"]
+        kv.reads.clear()
+        assert (await objects.stat(repo, "main", "d/f1")).path == "d/f1"
+        assert kv.reads == ["scan_ranges"]
+    finally:
+        await stores.close()
+
+
+async def test_more_staged_entries_than_the_first_page_are_all_listed() -> None:
+    _kv, _, objects, repo, stores = await setup()
+    try:
+        paths = [f"p/{i:03d}" for i in range(FIRST_PAGE * 3 + 1)]
+        for path in paths:
+            await objects.upload(repo, "main", path, b"x")
+        await objects.list(repo, "main", prefix="p/", amount=1)
+        for amount in (1, FIRST_PAGE, FIRST_PAGE + 1, 1000):
+            listed, after = [], ""
+            while True:
+                page = await objects.list(repo, "main", prefix="p/", after=after, amount=amount)
+                listed += [o.path for o in page.objects]
+                if not page.has_more:
+                    break
+                after = page.next_after
+            assert listed == paths, amount
+    finally:
+        await stores.close()
+
+
+async def test_a_commit_between_reads_is_seen_and_the_old_token_never_used() -> None:
+    kv, g, objects, repo, stores = await setup()
+    try:
+        await objects.upload(repo, "main", "d/a", b"a")
+        await objects.upload(repo, "main", "d/gone", b"g")
+        await objects.list(repo, "main", prefix="d/")  # the guess: the token before the commit
+        await g.commit(repo, "main", committer="t", message="m")
+        await objects.upload(repo, "main", "d/b", b"b")  # staged under the new token
+        kv.reads.clear()
+        page = await objects.list(repo, "main", prefix="d/")
+        assert [o.path for o in page.objects] == ["d/a", "d/b", "d/gone"]
+        # the branch with the old token's entries, the new commit's record, the new token apart
+        assert kv.reads == ["scan_ranges", "get", "scan"]
+        await objects.delete(repo, "main", "d/gone")  # a tombstone under the new token
+        await g.commit(repo, "main", committer="t", message="m2")
+        kv.reads.clear()
+        with pytest.raises(NotFoundError):  # the old guess holds the tombstone: never used
+            await objects.stat(repo, "main", "d/gone")
+        assert kv.reads[0] == "scan_ranges"
+        assert (await objects.stat(repo, "main", "d/b")).path == "d/b"
+        kv.reads.clear()
+        assert [o.path for o in (await objects.list(repo, "main", prefix="d/")).objects] == ["d/a", "d/b"]
+        assert kv.reads == ["scan_ranges"]  # the new token is the guess now
+    finally:
+        await stores.close()
+
+
+async def test_a_branch_replaced_by_a_tag_of_its_name_resolves_as_the_tag() -> None:
+    _kv, g, objects, repo, stores = await setup()
+    try:
+        await objects.upload(repo, "main", "d/a", b"a")
+        commit = await g.commit(repo, "main", committer="t", message="m")
+        await g.create_branch(repo, "x", "main")
+        await objects.upload(repo, "x", "d/staged", b"s")
+        assert len((await objects.list(repo, "x", prefix="d/")).objects) == 2  # the guess for x
+        await g.delete_branch(repo, "x")
+        await g.create_tag(repo, "x", commit.id)
+        page = await objects.list(repo, "x", prefix="d/")
+        assert [o.path for o in page.objects] == ["d/a"]  # the tag's commit, nothing staged
+        assert (await objects.stat(repo, "x", "d/a")).path == "d/a"
+    finally:
+        await stores.close()
