@@ -128,28 +128,29 @@ def serve(path: str, preload: Sequence[str]) -> list[str] | None:
     selector.register(listener, selectors.EVENT_READ)
     selector.register(sys.stdin, selectors.EVENT_READ)
     print("ready", flush=True)
-    while True:
-        for key, _ in selector.select():
-            if key.fileobj is sys.stdin:
-                if not sys.stdin.buffer.read1(4096):  # the test process is gone
-                    return None
-                continue
-            conn, _ = listener.accept()
-            message, fds, _, _ = socket.recv_fds(conn, _MAX_MESSAGE, 3)
-            if os.fork() == 0:
-                selector.close()
-                argv = _waiter(conn, listener, json.loads(message), fds)
-                if argv is not None:
-                    return argv
-            conn.close()
-            for fd in fds:
-                os.close(fd)
-        while True:  # reap the waiters that have ended
-            try:
-                if os.waitpid(-1, os.WNOHANG)[0] == 0:
+    with listener:  # closed also when SIGTERM ends the zygote (no ResourceWarning)
+        while True:
+            for key, _ in selector.select():
+                if key.fileobj is sys.stdin:
+                    if not sys.stdin.buffer.read1(4096):  # the test process is gone
+                        return None
+                    continue
+                conn, _ = listener.accept()
+                message, fds, _, _ = socket.recv_fds(conn, _MAX_MESSAGE, 3)
+                if os.fork() == 0:
+                    selector.close()
+                    argv = _waiter(conn, listener, json.loads(message), fds)
+                    if argv is not None:
+                        return argv
+                conn.close()
+                for fd in fds:
+                    os.close(fd)
+            while True:  # reap the waiters that have ended
+                try:
+                    if os.waitpid(-1, os.WNOHANG)[0] == 0:
+                        break
+                except ChildProcessError:
                     break
-            except ChildProcessError:
-                break
 
 
 class ZygoteProcess:
