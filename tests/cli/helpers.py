@@ -38,7 +38,9 @@ PRELOAD = (
 #: the variables a command reads only while it runs (never while importing), so they may differ
 #: between the zygote's start and a forked child's environment: every other one (PYTHON*, locale,
 #: LAKEFS_PURE_PYTHON, ...) must be the zygote's, or the command runs as a process of its own
-RUN_TIME_ONLY = frozenset({"HOME", "USER", "XDG_DATA_HOME", "XDG_CONFIG_HOME", "XDG_CACHE_HOME"})
+RUN_TIME_ONLY = frozenset(
+    {"HOME", "USER", "XDG_DATA_HOME", "XDG_CONFIG_HOME", "XDG_CACHE_HOME", "PYTEST_CURRENT_TEST"}
+)
 
 
 def user_env(home: Path, **extra: str) -> dict[str, str]:
