@@ -26,6 +26,9 @@ def probe(argv: list[str]) -> int:
     print("to stderr", file=sys.stderr)  # both flushed at the interpreter's exit, as in a process
     if argv[0] == "sleep":
         signal.pause()
+    if argv[0] == "stdin":
+        sys.stdout.write(sys.stdin.read())
+        return 0
     if argv[0] == "raise":
         raise RuntimeError("from the child")
     return int(argv[0])
@@ -73,6 +76,16 @@ def test_a_popen_child_polls_waits_and_is_killed(zygote: Zygote, tmp_path: Path)
         proc.wait(timeout=0.1)
     os.killpg(proc.pid, signal.SIGKILL)
     assert proc.wait(timeout=scaled(30)) == -signal.SIGKILL == proc.poll()
+
+
+def test_run_pipes_the_input_and_kills_at_the_timeout(zygote: Zygote, tmp_path: Path) -> None:
+    """``Zygote.run`` answers what ``subprocess.run(capture_output=True)`` would (tests/cli's ``Cli``)."""
+    env = {**os.environ, "ZYGOTE_PROBE": "run"}
+    done = zygote.run(["probe", "stdin"], env, cwd=str(tmp_path), input=b"fed\n" * 40_000, timeout=scaled(30))
+    assert done.returncode == 0 and done.stderr == b"to stderr\n"
+    assert done.stdout == f"run {tmp_path} True True\n".encode() + b"fed\n" * 40_000  # beyond a pipe's buffer
+    with pytest.raises(subprocess.TimeoutExpired):
+        zygote.run(["probe", "sleep"], env, cwd=str(tmp_path), input=None, timeout=0.5)
 
 
 def test_an_ended_child_stays_a_zombie_until_its_status_is_read(zygote: Zygote, tmp_path: Path) -> None:

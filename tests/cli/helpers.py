@@ -16,9 +16,31 @@ import pytest
 
 from lakefs_core.cli import main
 from tests.support.timing import scaled
+from tests.support.zygote import Zygote
 
 REPO = Path(__file__).resolve().parents[2]
 PARALLEL = 4  # CLI processes at once (each spends ~0.5 s importing)
+#: what a forked ``lakefs-core`` imports before the fork (tests/cli/conftest.py's ``core_zygote``):
+#: the embedded store's commands; none of them starts a thread (the zygote checks)
+PRELOAD = (
+    "lakefs_core.cli.fs",
+    "lakefs_core.cli.repo",
+    "lakefs_core.cli.branch",
+    "lakefs_core.cli.refs_cmds",
+    "lakefs_core.cli.auth_cmd",
+    "lakefs_core.wiring",
+    "lakefs_core.kv.sqlite",
+    "lakefs_core.repos.graveler",
+    "lakefs_core.repos.committing",
+    "lakefs_core.committed.merge",
+    "lakefs_core.coreconfig",
+)
+#: the variables a command reads only while it runs (never while importing), so they may differ
+#: between the zygote's start and a forked child's environment: every other one (PYTHON*, locale,
+#: LAKEFS_PURE_PYTHON, ...) must be the zygote's, or the command runs as a process of its own
+RUN_TIME_ONLY = frozenset(
+    {"HOME", "USER", "XDG_DATA_HOME", "XDG_CONFIG_HOME", "XDG_CACHE_HOME", "PYTEST_CURRENT_TEST"}
+)
 
 
 def user_env(home: Path, **extra: str) -> dict[str, str]:
@@ -65,17 +87,35 @@ class Result:
         return line
 
 
+def forkable(env: Mapping[str, str], zygote: Zygote) -> bool:
+    """Whether a child forked from ``zygote`` runs as ``env``'s own process would: only variables
+    read at run time (:data:`RUN_TIME_ONLY`, ``LAKEFS_CORE*``) differ from the zygote's."""
+    names = set(env) | set(zygote.env)
+    return all(
+        env.get(name) == zygote.env.get(name)
+        for name in names
+        if name not in RUN_TIME_ONLY and not name.upper().startswith("LAKEFS_CORE")
+    )
+
+
 @dataclass
 class Cli:
-    """``python -m lakefs_core.cli`` with a fixed environment and working directory."""
+    """``python -m lakefs_core.cli`` with a fixed environment and working directory; with a
+    ``zygote`` (tests/cli/conftest.py's ``core_zygote``), a child forked from it when
+    :func:`forkable` (the same process but for the imports done before the fork)."""
 
     env: dict[str, str]
     cwd: Path
     timeout: float = scaled(60.0)
     history: list[Result] = field(default_factory=list)
+    zygote: Zygote | None = None
 
-    def __call__(self, *args: str, stdin: bytes | None = None) -> Result:
-        proc = subprocess.run(
+    def _run(self, args: Sequence[str], stdin: bytes | None) -> subprocess.CompletedProcess[bytes]:
+        if self.zygote is not None and forkable(self.env, self.zygote):
+            return self.zygote.run(
+                ["lakefs-core", *args], self.env, cwd=str(self.cwd), input=stdin, timeout=self.timeout
+            )
+        return subprocess.run(
             [sys.executable, "-m", "lakefs_core.cli", *args],
             input=stdin,
             capture_output=True,
@@ -84,6 +124,9 @@ class Cli:
             timeout=self.timeout,
             check=False,
         )
+
+    def __call__(self, *args: str, stdin: bytes | None = None) -> Result:
+        proc = self._run(args, stdin)
         result = Result(tuple(args), proc.returncode, proc.stdout, proc.stderr.decode(errors="replace"))
         assert "Traceback" not in result.err, result.err
         assert "ResourceWarning" not in result.err and "Unclosed" not in result.err, result.err

@@ -1,6 +1,8 @@
 """``lakefs-core auth`` as real processes on the embedded SQLite store, and on PostgreSQL.
 
-On PostgreSQL the same commands run in-process (:class:`~tests.cli.helpers.Mixed`; the one reading
+On SQLite they are children of the pre-imported ``lakefs-core`` (tests/cli/conftest.py's
+``core_zygote``), but for the first refused setup, a fresh process. On PostgreSQL the same
+commands run in-process (:class:`~tests.cli.helpers.Mixed`; the one reading
 stdin and the one without the secret key stay processes): every one of them ran as a process on
 SQLite, and the PostgreSQL run is about the store (it saves ~40 interpreter starts).
 
@@ -35,6 +37,7 @@ from lakefs_core.errors import (
 from lakefs_core.kv import open_kv
 from tests.cli.helpers import Cli, Mixed, set_user_env, user_env
 from tests.support.pg import create_database, drop_database
+from tests.support.zygote import Zygote
 
 SECRET_KEY = "installation-secret-that-is-long"
 POLICY = {
@@ -73,12 +76,16 @@ def store_call(kv_url: str, fn: object) -> object:
 
 
 def test_auth_commands_end_to_end(
-    tmp_path: Path, kv_url: str, monkeypatch: pytest.MonkeyPatch, capsysbinary: pytest.CaptureFixture[bytes]
+    tmp_path: Path,
+    kv_url: str,
+    monkeypatch: pytest.MonkeyPatch,
+    capsysbinary: pytest.CaptureFixture[bytes],
+    core_zygote: Zygote,
 ) -> None:
     base = user_env(tmp_path / "home", LAKEFS_CORE__KV_URL=kv_url)
-    bare = Cli(base, tmp_path)
+    bare = Cli(base, tmp_path)  # exec'd: an auth command as a fresh interpreter
     keyed = {"LAKEFS_CORE__KV_URL": kv_url, "LAKEFS_CORE__AUTH__ENCRYPT__SECRET_KEY": SECRET_KEY}
-    processes = Cli(user_env(tmp_path / "home", **keyed), tmp_path)
+    processes = Cli(user_env(tmp_path / "home", **keyed), tmp_path, zygote=core_zygote)
     cli: Cli | Mixed = processes
     if not kv_url.startswith("sqlite:"):  # PostgreSQL: in-process, as the module docstring says
         set_user_env(monkeypatch, tmp_path / "home", **keyed)

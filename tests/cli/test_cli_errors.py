@@ -16,6 +16,7 @@ import pytest
 from tests.cli.helpers import Cli, InProcess, user_env
 from tests.support.other_user import readable_runtime
 from tests.support.timing import scaled
+from tests.support.zygote import Zygote
 
 BAD_INPUT = 9
 NOT_FOUND = 2
@@ -29,8 +30,8 @@ def run(run: InProcess, tmp_path: Path) -> InProcess:
 
 
 @pytest.fixture
-def cli(tmp_path: Path) -> Cli:
-    return Cli(user_env(tmp_path / "home"), tmp_path, timeout=scaled(30))
+def cli(tmp_path: Path, core_zygote: Zygote) -> Cli:
+    return Cli(user_env(tmp_path / "home"), tmp_path, timeout=scaled(30), zygote=core_zygote)
 
 
 def test_identifiers_are_full_ascii_matches(run: InProcess, tmp_path: Path) -> None:

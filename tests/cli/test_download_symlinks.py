@@ -19,16 +19,17 @@ import pytest
 
 from tests.block.test_local_symlinks import snapshot
 from tests.cli.helpers import Cli, InProcess, user_env, write_tree
+from tests.support.zygote import Zygote
 
 FILES = {"sub/a.txt": b"a", "sub/deep/b.txt": b"bb", "top.txt": b"top"}
 
 
 @pytest.fixture
-def cli(run: InProcess, tmp_path: Path) -> Cli:
+def cli(run: InProcess, tmp_path: Path, core_zygote: Zygote) -> Cli:
     run("repo", "create", "lakefs://dlr", f"local://{tmp_path / 'ns'}").ok()  # the same user as below
     write_tree(tmp_path / "src", FILES)
     run("fs", "upload", "-r", "lakefs://dlr/main/", "--source", str(tmp_path / "src")).ok()
-    return Cli(user_env(tmp_path / "home"), cwd=tmp_path)
+    return Cli(user_env(tmp_path / "home"), cwd=tmp_path, zygote=core_zygote)
 
 
 def outside_tree(tmp_path: Path) -> Path:

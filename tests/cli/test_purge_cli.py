@@ -27,6 +27,7 @@ from lakefs_gc.cli import main as gc_main
 from tests.cli.helpers import Cli, InProcess, Result, set_user_env, user_env
 from tests.support.moto import ACCESS_KEY, SECRET_KEY, MotoServer
 from tests.support.pg import PgDatabase
+from tests.support.zygote import Zygote
 
 KILLED = -9
 
@@ -172,7 +173,9 @@ def test_a_purge_killed_mid_way_is_purged_and_completed_by_a_rerun(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     settings, namespace, exists = BACKENDS[backend](tmp_path, request)
-    cli = GcCli(user_env(tmp_path / "home", **settings), cwd=tmp_path)
+    # its lakefs-core commands fork from the zygote; the lakefs-gc runs (cli.gc) stay processes
+    zygote: Zygote = request.getfixturevalue("core_zygote")
+    cli = GcCli(user_env(tmp_path / "home", **settings), cwd=tmp_path, zygote=zygote)
     set_user_env(monkeypatch, tmp_path / "home", **settings)  # the in-process set-up: the same user
     monkeypatch.chdir(tmp_path)
     setup = InProcess(capsys)

@@ -13,10 +13,11 @@ from pathlib import Path
 from lakefs_core.errors import BadInputError, NamespaceConflictError
 from tests.cli.helpers import Cli, InProcess, Result, user_env, write_tree
 from tests.support.timing import scaled
+from tests.support.zygote import Zygote
 
 
-def test_nested_namespace_exits_with_the_namespace_conflict_code(tmp_path: Path) -> None:
-    cli = Cli(user_env(tmp_path / "home"), cwd=tmp_path)
+def test_nested_namespace_exits_with_the_namespace_conflict_code(tmp_path: Path, core_zygote: Zygote) -> None:
+    cli = Cli(user_env(tmp_path / "home"), cwd=tmp_path, zygote=core_zygote)
     cli("repo", "create", "lakefs://repo1", f"local://{tmp_path}/ns/repo1").ok()
     line = cli("repo", "create", "lakefs://repo2", f"local://{tmp_path}/ns/repo1/data").failed(
         NamespaceConflictError.exit_code, "repo1", "storage namespace"
@@ -72,12 +73,14 @@ def assert_readable(cli: Cli, repo: str, landing: Path) -> None:
         assert cli("fs", "cat", f"lakefs://{repo}/main/imp/{rel}").ok().raw == body
 
 
-def test_item4_a_namespace_through_a_symlink_to_an_import_source_is_refused(tmp_path: Path) -> None:
+def test_item4_a_namespace_through_a_symlink_to_an_import_source_is_refused(
+    tmp_path: Path, core_zygote: Zygote
+) -> None:
     """``repo create lakefs://r7 local:///srcdir`` was refused (exit 15) but ``local:///link`` (to
     srcdir) accepted, and GC of r7 deleted the files r6 had imported. Now every spelling is refused
     (equal, inside, enclosing); and should r7's own directory be swapped for that link after its
     creation, its GC refuses in one line and r6's imported files stay readable."""
-    cli = Cli(user_env(tmp_path / "home"), cwd=tmp_path)
+    cli = Cli(user_env(tmp_path / "home"), cwd=tmp_path, zygote=core_zygote)
     src = write_tree(tmp_path / "outer" / "srcdir", LANDING)
     cli("repo", "create", "lakefs://rr6", f"local://{tmp_path}/ns6").ok()
     cli("import", "--from", str(src), "--to", "lakefs://rr6/main/imp/").ok()
@@ -102,12 +105,14 @@ def test_item4_a_namespace_through_a_symlink_to_an_import_source_is_refused(tmp_
     assert not (src / "_lakefs").exists()
 
 
-def test_item3_an_import_through_a_symlink_into_a_namespace_is_refused(tmp_path: Path) -> None:
+def test_item3_an_import_through_a_symlink_into_a_namespace_is_refused(
+    tmp_path: Path, core_zygote: Zygote
+) -> None:
     """``import --from nsA/data`` was refused but ``--from link-to-nsA/data`` accepted, and GC of
     repoA then deleted objects repoB had committed. Now every spelling is refused (exit 9, naming
     repoA); repoB imports its own landing directory instead, and GC of repoA deletes repoA's garbage
     only: repoB's committed objects and repoA's own stay readable."""
-    cli = Cli(user_env(tmp_path / "home"), cwd=tmp_path)
+    cli = Cli(user_env(tmp_path / "home"), cwd=tmp_path, zygote=core_zygote)
     ns_a = tmp_path / "nsA"
     cli("repo", "create", "lakefs://repo-a", f"local://{ns_a}").ok()
     cli("repo", "create", "lakefs://repo-b", f"local://{tmp_path}/nsB").ok()

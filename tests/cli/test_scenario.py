@@ -30,6 +30,7 @@ from tests.cli.helpers import Cli, InProcess, Mixed, set_user_env, table_files, 
 from tests.support.env import require_tool
 from tests.support.moto import ACCESS_KEY, SECRET_KEY, MotoServer
 from tests.support.timing import scaled
+from tests.support.zygote import Zygote
 
 BINARY = bytes(range(256)) * 40
 FILES = {
@@ -236,14 +237,17 @@ def test_scenario_s3_and_dynamodb(
         s3.close()
 
 
-def test_concurrent_cli_commits_on_one_sqlite_store(run: InProcess, tmp_path: Path) -> None:
+def test_concurrent_cli_commits_on_one_sqlite_store(
+    run: InProcess, tmp_path: Path, core_zygote: Zygote
+) -> None:
     """Two processes each upload then commit, two rounds, at the same time, on one branch.
 
     ``--allow-empty``: a writer's upload may already have been committed by the other writer's
     commit (it takes every staged change), leaving it nothing to commit. The repository is created
-    and read back in-process (``run``, the same user): only the writers need to be processes.
+    and read back in-process (``run``, the same user): only the writers need to be processes (each
+    command a child of the pre-imported ``lakefs-core``, ``core_zygote``).
     """
-    cli = Cli(user_env(tmp_path / "home"), cwd=tmp_path)
+    cli = Cli(user_env(tmp_path / "home"), cwd=tmp_path, zygote=core_zygote)
     run("repo", "create", "lakefs://race", f"local://{tmp_path / 'ns'}").ok()
     for name in ("a", "b"):
         (tmp_path / f"{name}.txt").write_text(f"from {name}\n")

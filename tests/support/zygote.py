@@ -43,7 +43,8 @@ import socket
 import subprocess
 import sys
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -127,28 +128,29 @@ def serve(path: str, preload: Sequence[str]) -> list[str] | None:
     selector.register(listener, selectors.EVENT_READ)
     selector.register(sys.stdin, selectors.EVENT_READ)
     print("ready", flush=True)
-    while True:
-        for key, _ in selector.select():
-            if key.fileobj is sys.stdin:
-                if not sys.stdin.buffer.read1(4096):  # the test process is gone
-                    return None
-                continue
-            conn, _ = listener.accept()
-            message, fds, _, _ = socket.recv_fds(conn, _MAX_MESSAGE, 3)
-            if os.fork() == 0:
-                selector.close()
-                argv = _waiter(conn, listener, json.loads(message), fds)
-                if argv is not None:
-                    return argv
-            conn.close()
-            for fd in fds:
-                os.close(fd)
-        while True:  # reap the waiters that have ended
-            try:
-                if os.waitpid(-1, os.WNOHANG)[0] == 0:
+    with listener:  # closed also when SIGTERM ends the zygote (no ResourceWarning)
+        while True:
+            for key, _ in selector.select():
+                if key.fileobj is sys.stdin:
+                    if not sys.stdin.buffer.read1(4096):  # the test process is gone
+                        return None
+                    continue
+                conn, _ = listener.accept()
+                message, fds, _, _ = socket.recv_fds(conn, _MAX_MESSAGE, 3)
+                if os.fork() == 0:
+                    selector.close()
+                    argv = _waiter(conn, listener, json.loads(message), fds)
+                    if argv is not None:
+                        return argv
+                conn.close()
+                for fd in fds:
+                    os.close(fd)
+            while True:  # reap the waiters that have ended
+                try:
+                    if os.waitpid(-1, os.WNOHANG)[0] == 0:
+                        break
+                except ChildProcessError:
                     break
-            except ChildProcessError:
-                break
 
 
 class ZygoteProcess:
@@ -182,17 +184,9 @@ class ZygoteProcess:
         self.returncode = await asyncio.shield(self._status)
         return self.returncode
 
-    @staticmethod
-    def _drain(fd: int) -> bytes:
-        chunks = []
-        with open(fd, "rb", closefd=True) as stream:
-            while chunk := stream.read1(1 << 16):
-                chunks.append(chunk)
-        return b"".join(chunks)
-
     async def communicate(self) -> tuple[bytes, bytes]:
         out, err, _ = await asyncio.gather(
-            asyncio.to_thread(self._drain, self._out), asyncio.to_thread(self._drain, self._err), self.wait()
+            asyncio.to_thread(_drain, self._out), asyncio.to_thread(_drain, self._err), self.wait()
         )
         return out, err
 
@@ -237,13 +231,16 @@ class Zygote:
     """``python -m tests.support.zygote`` with ``preload`` imported; :meth:`spawn` forks a child that
     runs ``target`` (``module:function``, called with ``argv[1:]``, as the console script calls it)."""
 
-    def __init__(self, target: str, preload: Sequence[str]) -> None:
+    def __init__(self, target: str, preload: Sequence[str], env: Mapping[str, str] | None = None) -> None:
         self._dir = tempfile.TemporaryDirectory(prefix="zygote-")
         self.path = str(Path(self._dir.name) / "socket")
+        #: the environment the zygote imported with (the caller's unless given)
+        self.env = dict(os.environ if env is None else env)
         self._proc = subprocess.Popen(
             [sys.executable, "-m", "tests.support.zygote", self.path, target, *preload],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
+            env=self.env,
             cwd=Path(__file__).resolve().parents[2],
         )
         assert self._proc.stdout is not None
@@ -302,16 +299,49 @@ class Zygote:
         return ZygoteProcess(conn, pid, out_r, err_r)
 
     def popen(
-        self, argv: Sequence[str], env: dict[str, str], *, stdout: int, stderr: int, cwd: str
+        self, argv: Sequence[str], env: dict[str, str], *, stdout: int, stderr: int, cwd: str, stdin: int = 0
     ) -> ForkedPopen:
-        """Fork a child running ``argv`` with the given stdout and stderr file descriptors (the
+        """Fork a child running ``argv`` with the given stdin, stdout and stderr file descriptors (the
         caller keeps and closes its own); what :class:`subprocess.Popen` offers a synchronous test."""
-        conn = self._request(argv, env, cwd, [0, stdout, stderr])
+        conn = self._request(argv, env, cwd, [stdin, stdout, stderr])
         try:
             return ForkedPopen(conn, self._pid(conn, conn.recv(_MAX_MESSAGE)))
         except BaseException:
             conn.close()
             raise
+
+    def run(
+        self, argv: Sequence[str], env: dict[str, str], *, cwd: str, input: bytes | None, timeout: float
+    ) -> subprocess.CompletedProcess[bytes]:
+        """What ``subprocess.run(argv, input=input, capture_output=True, timeout=timeout)`` answers,
+        from a forked child: ``input`` (when given) on a pipe as its stdin, else the caller's stdin;
+        stdout and stderr pipes read to their end; on the timeout its group is SIGKILLed and
+        :class:`subprocess.TimeoutExpired` raised."""
+        out_r, out_w = os.pipe()
+        err_r, err_w = os.pipe()
+        in_r, in_w = os.pipe() if input is not None else (0, -1)
+        try:
+            proc = self.popen(argv, env, stdin=in_r, stdout=out_w, stderr=err_w, cwd=cwd)
+        except BaseException:
+            for fd in (out_r, err_r, in_w):
+                if fd >= 0:
+                    os.close(fd)
+            raise
+        finally:
+            for fd in (out_w, err_w) if in_r == 0 else (out_w, err_w, in_r):
+                os.close(fd)
+        with ThreadPoolExecutor(3) as pool:
+            if input is not None:
+                pool.submit(_feed, in_w, input)
+            out, err = pool.submit(_drain, out_r), pool.submit(_drain, err_r)
+            try:
+                code = proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+                raise subprocess.TimeoutExpired(list(argv), timeout) from None
+            return subprocess.CompletedProcess(list(argv), code, out.result(), err.result())
 
     def __enter__(self) -> Zygote:
         return self
@@ -331,6 +361,24 @@ class Zygote:
             if stream is not None:
                 stream.close()
         self._dir.cleanup()
+
+
+def _feed(fd: int, data: bytes) -> None:
+    """Write ``data`` to a child's stdin pipe and close it (a child that exits unread: EPIPE, as
+    :meth:`subprocess.Popen.communicate` ignores it)."""
+    view = memoryview(data)
+    try:
+        while view:
+            view = view[os.write(fd, view) :]
+    except BrokenPipeError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def _drain(fd: int) -> bytes:
+    with open(fd, "rb", closefd=True) as stream:
+        return stream.read()
 
 
 def _main() -> None:
