@@ -67,6 +67,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import aioboto3
 from aiobotocore.config import AioConfig
 from botocore.exceptions import ClientError
+from botocore.handlers import add_expect_header
 from tenacity import (
     AsyncRetrying,
     RetryCallState,
@@ -259,6 +260,12 @@ class S3BlockStore:
                 if isinstance(e, Exception):
                     raise self._translate(e, "open client", None) from e
                 raise
+            # botocore asks for "Expect: 100-continue" on every PUT/POST with a file-like body, and
+            # aiohttp waits for the interim answer without any timeout (its sock_read does not cover
+            # that wait): a server or proxy that took the request and went silent held a PutObject
+            # forever, past read_timeout and every retry. The bodies are in memory, so the body is
+            # simply sent; read_timeout then bounds the wait for the answer.
+            client.meta.events.unregister("before-call.s3", add_expect_header)
             self._stack, self._client_ref = stack, client
             return self
 

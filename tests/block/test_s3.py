@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import hashlib
 import io
@@ -28,6 +29,7 @@ from lakefs_core.errors import (
 from tests.block.conftest import BUCKET, raw_client, s3_settings, shared_session
 from tests.block.faults import Fault, FaultProxy, is_method
 from tests.support.moto import SECRET_KEY, MotoServer, free_port
+from tests.support.timing import scaled
 
 MIB = 1 << 20
 
@@ -122,6 +124,28 @@ async def test_unreachable_endpoint(caplog: pytest.LogCaptureFixture) -> None:
     assert SECRET_KEY not in str(info.value)
     assert SECRET_KEY not in caplog.text
     assert len([r for r in caplog.records if "retrying" in r.getMessage()]) == 2
+
+
+async def test_a_server_that_never_answers_a_put_is_bounded_by_read_timeout() -> None:
+    """A server (or a proxy cut off behind it) that takes a PutObject and never answers: each
+    attempt ends at read_timeout. botocore asked for "Expect: 100-continue" on the file-like
+    body the store hands it, and aiohttp waits for that interim answer with no timeout at all:
+    the PUT hung forever (the failover drill's writer, once its region's proxy went silent)."""
+
+    async def silent(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.read(1)  # take the request; answer nothing until the client gives up
+        await reader.read()
+        writer.close()
+
+    server = await asyncio.start_server(silent, "127.0.0.1", 0)
+    endpoint = f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}"
+    settings = s3_settings(endpoint, read_timeout=0.5, max_attempts=2, retry_initial_backoff=0.01)
+    try:
+        async with S3BlockStore(BUCKET, settings=settings) as store:
+            with pytest.raises(TransientError, match="2 attempt"):
+                await asyncio.wait_for(store.put("k", b"v" * 100), scaled(20))
+    finally:
+        server.close()
 
 
 # -- transient faults ----------------------------------------------------------------------------------
