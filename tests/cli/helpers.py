@@ -37,10 +37,16 @@ PRELOAD = (
 )
 #: the variables a command reads only while it runs (never while importing), so they may differ
 #: between the zygote's start and a forked child's environment: every other one (PYTHON*, locale,
-#: LAKEFS_PURE_PYTHON, ...) must be the zygote's, or the command runs as a process of its own
+#: LAKEFS_PURE_PYTHON, ...) must be the zygote's, or the command runs as a process of its own.
 RUN_TIME_ONLY = frozenset(
     {"HOME", "USER", "XDG_DATA_HOME", "XDG_CONFIG_HOME", "XDG_CACHE_HOME", "PYTEST_CURRENT_TEST"}
 )
+#: and every variable with these prefixes: ``LAKEFS_CORE*`` (the settings, read when a command
+#: loads them) and Spark's, read by PySpark and spark-submit when a job starts (PySpark is not among
+#: PRELOAD). A worker's first Spark session sets several (PYSPARK_PYTHON, SPARK_BUFFER_SIZE,
+#: SPARK_AUTH_SOCKET_TIMEOUT, SPARK_SUBMIT_OPTS, ...), so a zygote started before it saw none: in a
+#: CI run every later command was a process of its own, and test_forked failed.
+RUN_TIME_PREFIXES = ("LAKEFS_CORE", "SPARK_", "PYSPARK_")
 
 
 def user_env(home: Path, **extra: str) -> dict[str, str]:
@@ -87,15 +93,23 @@ class Result:
         return line
 
 
-def forkable(env: Mapping[str, str], zygote: Zygote) -> bool:
-    """Whether a child forked from ``zygote`` runs as ``env``'s own process would: only variables
-    read at run time (:data:`RUN_TIME_ONLY`, ``LAKEFS_CORE*``) differ from the zygote's."""
+def unforkable(env: Mapping[str, str], zygote: Zygote) -> set[str]:
+    """The variables that keep a child forked from ``zygote`` from running as ``env``'s own process
+    would: those that differ from the zygote's, but for the ones read at run time only
+    (:data:`RUN_TIME_ONLY`, :data:`RUN_TIME_PREFIXES`)."""
     names = set(env) | set(zygote.env)
-    return all(
-        env.get(name) == zygote.env.get(name)
+    return {
+        name
         for name in names
-        if name not in RUN_TIME_ONLY and not name.upper().startswith("LAKEFS_CORE")
-    )
+        if name not in RUN_TIME_ONLY
+        and not name.upper().startswith(RUN_TIME_PREFIXES)
+        and env.get(name) != zygote.env.get(name)
+    }
+
+
+def forkable(env: Mapping[str, str], zygote: Zygote) -> bool:
+    """Whether a child forked from ``zygote`` runs as ``env``'s own process would."""
+    return not unforkable(env, zygote)
 
 
 @dataclass
