@@ -67,23 +67,30 @@ def _request_time(request: SignedRequest) -> float:
     return when.timestamp()
 
 
-def canonical_resource(request: SignedRequest) -> str:
-    """``/<bucket>`` (virtual-host style) + the raw path + the signed sub-resources."""
-    resource = (f"/{request.bucket}" if request.bucket else "") + request.raw_path
+def canonical_resources(request: SignedRequest) -> list[str]:
+    """``/<bucket>`` (virtual-host style) + the raw path + the signed sub-resources; for a request
+    that names a bucket and no key, also the form with the bucket's trailing ``/``: botocore signs
+    ``/<bucket>/`` while it sends ``/<bucket>`` (its ``auth_path``, which S3 accepts), other clients
+    sign the path they send."""
+    path = (f"/{request.bucket}" if request.bucket else "") + request.raw_path
     subs = []
     for name, value, has_value in request.query_pairs():
         text = name.decode("utf-8", "surrogateescape")
         if text in SUB_RESOURCES:
             subs.append((text, value.decode("utf-8", "surrogateescape") if has_value and value else None))
+    query = ""
     if subs:
         subs.sort(key=lambda nv: nv[0])
-        resource += "?" + "&".join(n if v is None else f"{n}={v}" for n, v in subs)
-    return resource
+        query = "?" + "&".join(n if v is None else f"{n}={v}" for n, v in subs)
+    paths = [path]
+    if len(path) > 1 and path.count("/") == 1:  # "/<bucket>": no key
+        paths.append(path + "/")
+    return [p + query for p in paths]
 
 
 def strings_to_sign(request: SignedRequest, expires: str | None = None) -> list[str]:
-    """The string to sign, and the variant with an empty Date line when x-amz-date is also present
-    (a presigned URL's: its ``expires`` on the Date line)."""
+    """The strings to sign, one per canonical resource, each also with an empty Date line when
+    x-amz-date is also present (a presigned URL's: its ``expires`` on the Date line)."""
 
     def joined(name: str) -> str:
         return ",".join(v.strip() for v in request.header_values(name))
@@ -92,12 +99,12 @@ def strings_to_sign(request: SignedRequest, expires: str | None = None) -> list[
         f"{name}:{joined(name)}\n"
         for name in sorted(n for n in request.header_names() if n.startswith("x-amz-"))
     )
-    resource = canonical_resource(request)
     dates = [joined("date")] if expires is None else [expires]
     if expires is None and request.header("x-amz-date") is not None and dates[0]:
         dates.append("")
     return [
         f"{request.method}\n{joined('content-md5')}\n{joined('content-type')}\n{date}\n{amz}{resource}"
+        for resource in canonical_resources(request)
         for date in dates
     ]
 

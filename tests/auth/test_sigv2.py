@@ -8,7 +8,7 @@ from email.utils import formatdate, parsedate_to_datetime
 from urllib.parse import quote
 
 import pytest
-from botocore.auth import HmacV1Auth  # type: ignore[import-untyped]
+from botocore.auth import HmacV1Auth, HmacV1QueryAuth  # type: ignore[import-untyped]
 from botocore.awsrequest import AWSRequest  # type: ignore[import-untyped]
 from botocore.credentials import Credentials  # type: ignore[import-untyped]
 from hypothesis import given, settings
@@ -146,6 +146,33 @@ def test_presigned_v2_documented_example_and_bounds() -> None:
     ):
         with pytest.raises(BadRequestError):
             parse_signature(SignedRequest("GET", "/r/b/k", bad))
+
+
+@pytest.mark.parametrize("query", ["", "list-type=2&prefix=main%2F&delimiter=%2F", "versioning"])
+def test_a_bucket_request_signed_with_the_buckets_slash(query: str) -> None:
+    """botocore sends a path-style bucket request to ``/<bucket>`` but signs ``/<bucket>/`` (its
+    ``auth_path``, which S3 accepts), in the header and in a presigned URL (boto3's default presign);
+    the path as sent verifies too; a key's path gets no such variant."""
+    url = "http://gw.example.test/repo" + (f"?{query}" if query else "")
+    for signed_path in ("/repo/", "/repo"):
+        header = AWSRequest(method="GET", url=url, headers={})
+        header.auth_path = signed_path
+        HmacV1Auth(Credentials(ACCESS_KEY, SECRET)).add_auth(header)
+        request = from_url("GET", header.url, header.headers)
+        assert request.raw_path == "/repo"
+        parse_signature(request).verify(request, SECRET, time.time())  # type: ignore[union-attr]
+    presign = AWSRequest(method="GET", url=url, headers={})
+    presign.auth_path = "/repo/"
+    HmacV1QueryAuth(Credentials(ACCESS_KEY, SECRET), expires=300).add_auth(presign)
+    assert "AWSAccessKeyId=" in presign.url
+    presigned = from_url("GET", presign.url, {})
+    assert parse_signature(presigned).verify(presigned, SECRET, time.time()).presigned  # type: ignore[union-attr]
+    keyed = AWSRequest(method="GET", url="http://gw.example.test/repo/main/k", headers={})
+    keyed.auth_path = "/repo/main/k/"
+    HmacV1Auth(Credentials(ACCESS_KEY, SECRET)).add_auth(keyed)
+    request = from_url("GET", keyed.url, keyed.headers)
+    with pytest.raises(AuthenticationError):
+        parse_signature(request).verify(request, SECRET, time.time())  # type: ignore[union-attr]
 
 
 def test_malformed_headers_are_bad_input() -> None:

@@ -358,6 +358,16 @@ def test_when_required_checksums_and_presigned_urls(server: Server) -> None:
     )
     with urllib.request.urlopen(get_v2, timeout=scaled(10), context=context) as answer:
         assert answer.read() == b"presigned v2"
+    # Bucket requests: botocore signs "/<bucket>/" and sends "/<bucket>", in the header and in
+    # boto3's default (V2) presigned URLs.
+    listed = v2.list_objects_v2(Bucket=REPO, Prefix="main/wr/", Delimiter="/")
+    assert [o["Key"] for o in listed["Contents"]] == ["main/wr/obj", "main/wr/pre", "main/wr/v2"]
+    v2.head_bucket(Bucket=REPO)
+    list_v2 = v2.generate_presigned_url(
+        "list_objects_v2", Params={"Bucket": REPO, "Prefix": "main/wr/v"}, ExpiresIn=300
+    )
+    with urllib.request.urlopen(list_v2, timeout=scaled(10), context=context) as answer:
+        assert b"<Key>main/wr/v2</Key>" in answer.read()
     for expires_in in (-60, 8 * 86400):  # expired; longer than 7 days
         bad = v2.generate_presigned_url(
             "get_object", Params={"Bucket": REPO, "Key": "main/wr/v2"}, ExpiresIn=expires_in
