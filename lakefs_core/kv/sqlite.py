@@ -80,6 +80,7 @@ from lakefs_core.kv._common import (
     precondition_message,
 )
 from lakefs_core.kv.base import Expect, KeyRange, KVEntry, KVExpectation, KVItem
+from lakefs_core.kv.sqlite_writer import GroupWriter
 from lakefs_core.sqlite_files import (
     execute_pragma,
     is_busy,
@@ -179,20 +180,6 @@ class _Connection:
     thread: ThreadPoolExecutor
 
 
-def _in_transaction(db: sqlite3.Connection, fn: Callable[[sqlite3.Connection], T]) -> T:
-    """``fn`` between ``BEGIN IMMEDIATE`` and ``COMMIT``; rolled back when anything fails."""
-    db.execute("BEGIN IMMEDIATE")
-    try:
-        result = fn(db)
-        db.execute("COMMIT")
-    except BaseException:
-        if db.in_transaction:
-            with contextlib.suppress(sqlite3.Error):
-                db.execute("ROLLBACK")
-        raise
-    return result
-
-
 class SQLiteKVStore(TransactionalBatches):
     """A :class:`~lakefs_core.kv.base.KVStore` in one SQLite file. Open with :meth:`open`."""
 
@@ -214,6 +201,7 @@ class SQLiteKVStore(TransactionalBatches):
         self._slots = asyncio.Semaphore(pool_size)
         self._idle: list[_Connection] = []
         self._closed = False
+        self._writer = GroupWriter(self._on_connection, self._translate_write)
 
     @classmethod
     async def open(
@@ -274,10 +262,8 @@ class SQLiteKVStore(TransactionalBatches):
             raise
         return _Connection(db, thread)
 
-    async def _run(self, fn: Callable[[sqlite3.Connection], T], *, write: bool, cas: bool = False) -> T:
-        """``fn(db)`` in a pooled connection's thread (one call, one hop); errors translated."""
-        if self._closed:
-            raise closed_error("SQLite")
+    async def _on_connection(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        """``fn(db)`` in a pooled connection's thread (one call, one hop); its errors as raised."""
         async with self._slots:
             conn = self._idle.pop() if self._idle else await self._connect()
             try:
@@ -286,7 +272,7 @@ class SQLiteKVStore(TransactionalBatches):
                 await self._release(
                     conn, broken=not isinstance(e, sqlite3.IntegrityError | sqlite3.OperationalError)
                 )
-                raise self._translate(e, connecting=False, write=write, cas=cas) from e
+                raise
             except BaseException:
                 # Cancelled: the call runs to its end in the connection's thread, and anything
                 # submitted there later waits for it, so the connection can be used again.
@@ -294,6 +280,24 @@ class SQLiteKVStore(TransactionalBatches):
                 raise
             await self._release(conn, broken=False)
             return result
+
+    async def _read(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        """``fn(db)`` (statements that only read) on a pooled connection; errors translated."""
+        if self._closed:
+            raise closed_error("SQLite")
+        try:
+            return await self._on_connection(fn)
+        except (sqlite3.Error, OSError) as e:
+            raise self._translate(e, connecting=False, write=False, cas=False) from e
+
+    async def _write(self, fn: Callable[[sqlite3.Connection], T], *, cas: bool = False, size: int = 0) -> T:
+        """``fn(db)`` in a group of the store's writer (:mod:`.sqlite_writer`); errors translated."""
+        if self._closed:
+            raise closed_error("SQLite")
+        return await self._writer.write(fn, cas=cas, size=size)
+
+    def _translate_write(self, e: BaseException, cas: bool) -> LakeFSError:
+        return self._translate(e, connecting=False, write=True, cas=cas)
 
     async def _release(self, conn: _Connection, *, broken: bool) -> None:
         if broken or self._closed:
@@ -331,7 +335,7 @@ class SQLiteKVStore(TransactionalBatches):
         def create(db: sqlite3.Connection) -> None:
             db.execute(sql)
 
-        await self._run(create, write=True)
+        await self._write(create)
 
     # -- KVStore --------------------------------------------------------------------------------
 
@@ -343,7 +347,7 @@ class SQLiteKVStore(TransactionalBatches):
             row = db.execute(sql, params).fetchone()
             return None if row is None else bytes(row[0])
 
-        found = await self._run(read, write=False)
+        found = await self._read(read)
         if found is None:
             raise NotFoundError("key not found in KV partition")
         return found
@@ -356,7 +360,7 @@ class SQLiteKVStore(TransactionalBatches):
         def write(db: sqlite3.Connection) -> None:
             db.execute(sql, params)
 
-        await self._run(write, write=True)
+        await self._write(write, size=len(params[2]))
 
     async def _write_batch(
         self, batch: list[KVItem], read: tuple[bytes, bytes] | None, expected: Sequence[KVExpectation] = ()
@@ -386,7 +390,7 @@ class SQLiteKVStore(TransactionalBatches):
             row = db.execute(get, read).fetchone()
             return None if row is None else bytes(row[0])
 
-        return await self._run(lambda db: _in_transaction(db, write_then_read), write=True)
+        return await self._write(write_then_read, size=sum(len(v) for _, _, v in batch))
 
     async def set_if(self, partition: bytes, key: bytes, value: bytes, expected: Expect) -> None:
         p, k = check_key(partition, key)
@@ -405,7 +409,7 @@ class SQLiteKVStore(TransactionalBatches):
         def write(db: sqlite3.Connection) -> int:
             return db.execute(sql, params).rowcount
 
-        if await self._run(write, write=True, cas=True) != 1:
+        if await self._write(write, cas=True, size=len(v)) != 1:
             raise PreconditionFailedError(precondition_message(exp))
 
     async def delete(self, partition: bytes, key: bytes) -> None:
@@ -415,7 +419,7 @@ class SQLiteKVStore(TransactionalBatches):
         def write(db: sqlite3.Connection) -> None:
             db.execute(sql, params)
 
-        await self._run(write, write=True)
+        await self._write(write)
 
     async def scan(
         self, partition: bytes, start: bytes = b"", *, end: bytes | None = None, page_size: int = 1000
@@ -436,7 +440,7 @@ class SQLiteKVStore(TransactionalBatches):
             def page(db: sqlite3.Connection) -> list[KVEntry]:
                 return [KVEntry(bytes(k), bytes(v)) for k, v in db.execute(sql, params).fetchall()]
 
-            return await self._run(page, write=False)
+            return await self._read(page)
 
         async for entry in paged_scan(partition, start, page_size, read, end):
             yield entry
@@ -458,7 +462,7 @@ class SQLiteKVStore(TransactionalBatches):
                         break
                 return out
 
-            return await self._run(page, write=False)
+            return await self._read(page)
 
         async for item in paged_range_scan(ranges, page_size, read):
             yield item
