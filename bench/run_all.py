@@ -17,6 +17,7 @@ BENCHES = {
     "bench.bench_mirror_fleet": ["--mirrors", "100", "--objects", "5", "--repeat", "3"],
     "bench.bench_auth": ["--mib", "16", "--repeat", "1"],
     "bench.bench_copy": ["--objects", "2", "--mib", "4"],
+    "bench.bench_kv_writes": ["--ops", "20", "--rounds", "1"],
 }
 
 

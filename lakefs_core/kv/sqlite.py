@@ -11,23 +11,30 @@ importing SQLAlchemy took ~0.13 s of the ~0.4 s a ``lakefs-core`` process spent 
 
 - **Connections.** Each lives in a thread of its own (a one-thread executor: a ``sqlite3``
   connection stays in the thread that opened it); at most ``pool_size`` are in use at once, and an
-  idle one is reused. An operation is ONE call into that thread, which runs the whole transaction
-  there, ``BEGIN`` to ``COMMIT`` or ``ROLLBACK``: one thread hop per operation, and a caller
-  cancelled mid-operation never leaves a transaction open (the call runs to its end; the next
-  operation on that connection queues behind it).
+  idle one is reused. A read is ONE call into that thread; writes go through the store's ONE
+  writer (per process, :mod:`.sqlite_writer`), which runs the writes queued when it is free as ONE
+  group on a pooled connection, in one call: ``BEGIN IMMEDIATE``, each operation in its own
+  ``SAVEPOINT``, ``COMMIT``. Concurrent writes thus share one transaction and one fsync of the WAL
+  (``synchronous`` stays FULL: an acknowledged write is on disk); reads never wait for the writer
+  (WAL), only for a free connection. One thread hop per read or group, and a caller cancelled
+  mid-operation never leaves a transaction open (the call runs to its end; the next operation on
+  that connection queues behind it); a write cancelled while still queued is dropped unrun.
 - **Opening.** The file and its missing directories are created owner-only
   (:func:`~lakefs_core.sqlite_files.prepare_database_file`); every connection sets the busy
   timeout and WAL journalling (:func:`~lakefs_core.sqlite_files.opening_pragmas`), so several
   processes share the file and writers queue on SQLite's lock for up to ``busy_timeout``.
   ``sqlite:///:memory:`` is refused (each connection would see its own database).
 
-Operations, as :mod:`.sql`'s on PostgreSQL:
+Operations, as :mod:`.sql`'s on PostgreSQL, each write inside its savepoint of its group's
+transaction (so each is atomic alone, ordered as queued, and acknowledged only after its group's
+``COMMIT``; one that raises is rolled back to its savepoint and fails alone, with the error it
+would raise in a transaction of its own; a group failing as a whole, at ``BEGIN IMMEDIATE`` or
+``COMMIT``, fails every operation of it, see :mod:`.sqlite_writer`):
 
 - ``set`` = upsert (``INSERT ... ON CONFLICT (partition_key, key) DO UPDATE``), one statement;
-- ``set_many`` = ``BEGIN IMMEDIATE`` (the write lock first, waiting up to the busy timeout),
-  multi-row upserts of up to :func:`sqlite_rows` rows each, ``COMMIT``: atomic;
-  ``set_many_then_get`` reads the key before the ``COMMIT``, with the write lock held, so no
-  writer can change it between the read and the commit;
+- ``set_many`` = multi-row upserts of up to :func:`sqlite_rows` rows each, in its savepoint:
+  atomic; ``set_many_then_get`` reads the key after them, before the ``COMMIT``, with the write
+  lock held, so no writer can change it between the read and the commit;
 - ``set_if(ABSENT)`` = ``INSERT ... ON CONFLICT DO NOTHING``; ``set_if(EXISTS)`` = ``UPDATE ...
   WHERE partition_key = ? AND key = ?`` (``AND value = ?`` for ``equals``): one statement each,
   success iff one row changed;
@@ -366,8 +373,8 @@ class SQLiteKVStore(TransactionalBatches):
         self, batch: list[KVItem], read: tuple[bytes, bytes] | None, expected: Sequence[KVExpectation] = ()
     ) -> bytes | None:
         """``expected`` checked, ``batch`` (if any), then ``read``'s value (if asked), in ONE
-        transaction: the write lock is taken first (``BEGIN IMMEDIATE``) and held until the commit,
-        so no other writer comes between the checks and the batch."""
+        savepoint of a group's transaction: the write lock is taken first (``BEGIN IMMEDIATE``)
+        and held until the commit, so no other writer comes between the checks and the batch."""
         step = sqlite_rows()
         pieces = [
             (_upsert_rows(self._table, len(rows)), tuple(chain.from_iterable(rows)))

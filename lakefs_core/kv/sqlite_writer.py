@@ -47,8 +47,6 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
-from lakefs_core.errors import LakeFSError
-
 T = TypeVar("T")
 
 MAX_GROUP_OPS = 128  # operations per group, at most (a group's work stays a few milliseconds)
@@ -158,15 +156,15 @@ class GroupWriter:
         fns = [op.fn for op in group]
         try:
             outcomes = await self._on_connection(lambda db: run_group(db, fns))
-        except (sqlite3.Error, OSError, LakeFSError) as e:
-            # The group failed as a whole: every operation fails with the group's error.
-            for op in group:
-                _fail(op, self._translate(e, False) if not isinstance(e, LakeFSError) else e, e)
-            return
-        except BaseException:
-            for op in group:  # the drain itself was cancelled: the outcome is not ours to report
+        except asyncio.CancelledError:
+            for op in group:  # the drain itself was cancelled (the loop is closing): not ours to report
                 op.future.cancel()
             raise
+        except Exception as e:
+            # The group failed as a whole (or no connection opened): every operation fails with it.
+            for op in group:
+                _fail(op, self._translate(e, False) if isinstance(e, sqlite3.Error | OSError) else e, e)
+            return
         for op, outcome in zip(group, outcomes, strict=True):
             if isinstance(outcome, Failed):
                 err = outcome.error
