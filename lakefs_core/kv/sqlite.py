@@ -475,7 +475,8 @@ class SQLiteKVStore(TransactionalBatches):
             yield item
 
     async def close(self) -> None:
-        """Close every idle connection now; one in use is closed when its operation ends."""
+        """Close every idle connection now; one in use is closed when its operation ends (writes
+        queued before the close still run, in their groups)."""
         if self._closed:
             return
         self._closed = True

@@ -11,8 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import sqlite3
-import sys
-import textwrap
 from collections.abc import AsyncIterator, Awaitable
 from pathlib import Path
 from typing import Any, cast
@@ -36,7 +34,6 @@ from tests.support.profiles import examples
 from tests.support.timing import scaled
 
 P = b"partition"
-REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
 class TracedStore(SQLiteKVStore):
@@ -212,78 +209,6 @@ async def test_groups_are_bounded(kv: TracedStore, monkeypatch: pytest.MonkeyPat
     kv.statements.clear()
     await asyncio.gather(*(kv.set(P, b"big%d" % i, b"x" * 600) for i in range(3)))  # one a group
     assert kv.commits() == 3
-
-
-CHILD = textwrap.dedent(
-    """
-    import asyncio, sys
-    from lakefs_core.errors import PreconditionFailedError, TransientError
-    from lakefs_core.kv import Expect, open_kv
-
-    async def increment(kv, times):
-        done = 0
-        while done < times:
-            try:
-                current = await kv.get(b"p", b"counter")
-                await kv.set_if(b"p", b"counter", b"%d" % (int(current) + 1), Expect.equals(current))
-            except (PreconditionFailedError, TransientError):
-                continue
-            done += 1
-
-    async def claim(kv, key, tag):
-        try:
-            await kv.set_if(b"claims", key, tag, Expect.ABSENT)
-            return 1
-        except PreconditionFailedError:
-            return 0
-
-    async def main(url, tag):
-        kv = await open_kv(url)
-        try:
-            claims = [claim(kv, b"%03d" % i, tag.encode()) for i in range(60)]
-            results = await asyncio.gather(*(increment(kv, 5) for _ in range(12)), *claims)
-            print(f"{tag} won={sum(results[12:])}")
-        finally:
-            await kv.close()
-
-    asyncio.run(main(sys.argv[1], sys.argv[2]))
-    """
-)
-
-
-async def test_two_processes_writing_in_groups_on_one_file(tmp_path: Path) -> None:
-    url = f"sqlite:///{tmp_path / 'shared.sqlite3'}"
-    seed = SQLiteKVStore(str(tmp_path / "shared.sqlite3"))
-    await seed.create_table()
-    await seed.set_if(b"p", b"counter", b"0", Expect.ABSENT)
-    children = [
-        await asyncio.create_subprocess_exec(
-            sys.executable,
-            "-c",
-            CHILD,
-            url,
-            tag,
-            cwd=REPO_ROOT,
-            stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.PIPE,
-        )
-        for tag in ("one", "two")
-    ]
-    results = await asyncio.wait_for(
-        asyncio.gather(*(child.communicate() for child in children)), scaled(120)
-    )
-    won = {}
-    for child, (out, err) in zip(children, results, strict=True):
-        assert child.returncode == 0, err.decode()[-3000:]
-        tag, count = out.decode().strip().split(" won=")
-        won[tag.encode()] = int(count)
-    try:
-        assert await seed.get(b"p", b"counter") == b"%d" % (2 * 12 * 5)
-        claims = [e.value async for e in seed.scan(b"claims")]
-    finally:
-        await seed.close()
-    assert len(claims) == 60 and sum(won.values()) == 60
-    assert {tag: claims.count(tag) for tag in won} == won
 
 
 # -- concurrent groups against the sequential model --------------------------------------------------

@@ -1,4 +1,5 @@
-"""SQLite as the embedded default: several OS processes (concurrent CLI runs) share one file."""
+"""SQLite as the embedded default: several OS processes (concurrent CLI runs, gateway workers) share
+one file, each writing in groups (:mod:`lakefs_core.kv.sqlite_writer`) when its writes are concurrent."""
 
 from __future__ import annotations
 
@@ -10,6 +11,29 @@ from pathlib import Path
 from lakefs_core.kv import Expect, open_kv
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
+
+
+async def run_children(code: str, argvs: list[list[str]]) -> list[str]:
+    """``python -c code *argv`` for every argv, all at once; their outputs (each must exit 0)."""
+    children = [
+        await asyncio.create_subprocess_exec(
+            sys.executable,
+            "-c",
+            code,
+            *argv,
+            cwd=REPO_ROOT,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+        )
+        for argv in argvs
+    ]
+    results = await asyncio.gather(*(child.communicate() for child in children))
+    outs = []
+    for child, (out, err) in zip(children, results, strict=True):
+        assert child.returncode == 0, err.decode()[-3000:]
+        outs.append(out.decode().strip())
+    return outs
+
 
 # Each child opens the (possibly not yet existing) database itself, so the processes also race on
 # creating the file, switching it to WAL and creating the table.
@@ -49,25 +73,10 @@ async def test_sqlite_cas_across_processes(tmp_path: Path) -> None:
     await seed.close()
 
     processes, per_process = 4, 40
-    children = [
-        await asyncio.create_subprocess_exec(
-            sys.executable,
-            "-c",
-            CHILD,
-            url,
-            str(per_process),
-            f"proc{i}",
-            cwd=REPO_ROOT,
-            stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.PIPE,
-        )
-        for i in range(processes)
-    ]
-    results = await asyncio.gather(*(child.communicate() for child in children))
-    for child, (out, err) in zip(children, results, strict=True):
-        assert child.returncode == 0, err.decode()[-3000:]
-        assert b"done=%d" % per_process in out, out
-        print(out.decode().strip())
+    outs = await run_children(CHILD, [[url, str(per_process), f"proc{i}"] for i in range(processes)])
+    for out in outs:
+        assert f"done={per_process}" in out, out
+        print(out)
 
     kv = await open_kv(url)
     try:
@@ -102,27 +111,67 @@ async def test_sqlite_fresh_file_created_by_racing_processes(tmp_path: Path) -> 
         asyncio.run(main())
         """
     )
-    children = [
-        await asyncio.create_subprocess_exec(
-            sys.executable,
-            "-c",
-            code,
-            url,
-            f"proc{i}",
-            cwd=REPO_ROOT,
-            stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.PIPE,
-        )
-        for i in range(6)
-    ]
-    results = await asyncio.gather(*(child.communicate() for child in children))
-    outs = []
-    for child, (out, err) in zip(children, results, strict=True):
-        assert child.returncode == 0, err.decode()[-3000:]
-        outs.append(out.decode().strip())
+    outs = await run_children(code, [[url, f"proc{i}"] for i in range(6)])
     assert sorted(outs) == ["lost"] * 5 + ["won"]
     kv = await open_kv(url)
     try:
         assert await kv.get(b"p", b"first") == b"proc%d" % outs.index("won")
     finally:
         await kv.close()
+
+
+GROUPS_CHILD = textwrap.dedent(
+    """
+    import asyncio, sys
+    from lakefs_core.errors import PreconditionFailedError, TransientError
+    from lakefs_core.kv import Expect, open_kv
+
+    async def increment(kv, times):
+        done = 0
+        while done < times:
+            try:
+                current = await kv.get(b"p", b"counter")
+                await kv.set_if(b"p", b"counter", b"%d" % (int(current) + 1), Expect.equals(current))
+            except (PreconditionFailedError, TransientError):
+                continue
+            done += 1
+
+    async def claim(kv, key, tag):
+        try:
+            await kv.set_if(b"claims", key, tag, Expect.ABSENT)
+            return 1
+        except PreconditionFailedError:
+            return 0
+
+    async def main(url, tag):
+        kv = await open_kv(url)
+        try:
+            claims = [claim(kv, b"%03d" % i, tag.encode()) for i in range(60)]
+            results = await asyncio.gather(*(increment(kv, 5) for _ in range(12)), *claims)
+            print(f"{tag} won={sum(results[12:])}")
+        finally:
+            await kv.close()
+
+    asyncio.run(main(sys.argv[1], sys.argv[2]))
+    """
+)
+
+
+async def test_two_processes_writing_in_groups_on_one_file(tmp_path: Path) -> None:
+    """Two processes, each with many concurrent writers (so its writes go in groups), share one
+    file: every CAS increment lands once, every key is claimed by one writer."""
+    url = f"sqlite:///{tmp_path / 'shared.sqlite3'}"
+    seed = await open_kv(url)
+    try:
+        await seed.set_if(b"p", b"counter", b"0", Expect.ABSENT)
+        outs = await run_children(GROUPS_CHILD, [[url, tag] for tag in ("one", "two")])
+        won = {}
+        for out in outs:
+            tag, count = out.split(" won=")
+            won[tag.encode()] = int(count)
+        assert await seed.get(b"p", b"counter") == b"%d" % (2 * 12 * 5)
+        claims = [e.value async for e in seed.scan(b"claims")]
+    finally:
+        await seed.close()
+    assert len(claims) == 60 and sum(won.values()) == 60
+    assert {tag: claims.count(tag) for tag in won} == won
