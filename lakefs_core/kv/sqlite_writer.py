@@ -23,9 +23,11 @@ Semantics, per operation, as when each had its own transaction:
   others of its group go on. Operations run in queue order, each seeing the ones before it: a
   group is one serial history, committed at once.
 - **Nothing reported before the commit.** Results are handed out only after the group's
-  ``COMMIT`` succeeded. When the group fails as a whole (``BEGIN IMMEDIATE`` busy beyond the busy
-  timeout, the ``COMMIT`` failing, or a statement error that ended the whole transaction, as
-  SQLite does for a full disk or an I/O error), EVERY operation of the group fails with that error
+  ``COMMIT`` succeeded. An operation whose statement error ended the whole transaction (SQLite
+  does so for a full disk or an I/O error, rolling back the operations before it too) fails alone
+  as well: the others run again, in a new transaction. When the group fails as a whole
+  (``BEGIN IMMEDIATE`` busy beyond the busy timeout, or the ``COMMIT`` failing), EVERY operation
+  of the group fails with that error
   (translated as for a write: a "disk I/O error" is an unknown outcome, busy is transient, a full
   disk is :class:`~lakefs_core.errors.StorageFullError`), even one that had failed alone before.
 - **Cancellation.** A caller cancelled while its operation is still queued removes it: it is
@@ -66,19 +68,40 @@ class Failed:
     error: Exception
 
 
+class _Ended(Exception):
+    """An operation's statement error ended the whole transaction (SQLite does so for a full
+    disk, an I/O error): the operations before it in the transaction were rolled back too."""
+
+    def __init__(self, error: Exception) -> None:
+        super().__init__(str(error))
+        self.error = error
+
+
 def run_group(db: sqlite3.Connection, fns: Sequence[WriteFn]) -> list[object]:
     """Run ``fns`` in ONE transaction, each in its own savepoint, then ``COMMIT``; in the
     connection's thread. Returns each one's result, or :class:`Failed` for one that raised (rolled
-    back alone). Raises (everything rolled back) when the group fails as a whole."""
-    db.execute("BEGIN IMMEDIATE")
-    try:
-        outcomes = [_in_savepoint(db, fn) for fn in fns]
-        db.execute("COMMIT")
-    except BaseException:
-        if db.in_transaction:
-            with contextlib.suppress(sqlite3.Error):
-                db.execute("ROLLBACK")
-        raise
+    back alone). An operation whose error ended the transaction fails alone too: the others run
+    again in a new transaction (each attempt has one operation fewer). Raises (everything rolled
+    back) when the group fails as a whole: ``BEGIN IMMEDIATE``, a rollback to a savepoint or the
+    ``COMMIT`` failing."""
+    outcomes: list[object] = [None] * len(fns)
+    todo = list(range(len(fns)))
+    while todo:
+        db.execute("BEGIN IMMEDIATE")
+        current = -1
+        try:
+            for current in todo:
+                outcomes[current] = _in_savepoint(db, fns[current])
+            db.execute("COMMIT")
+            return outcomes
+        except _Ended as ended:
+            outcomes[current] = Failed(ended.error)
+            todo.remove(current)
+        except BaseException:
+            if db.in_transaction:
+                with contextlib.suppress(sqlite3.Error):
+                    db.execute("ROLLBACK")
+            raise
     return outcomes
 
 
@@ -88,7 +111,7 @@ def _in_savepoint(db: sqlite3.Connection, fn: WriteFn) -> object:
         result = fn(db)
     except Exception as e:
         if not db.in_transaction:
-            raise  # the error ended the whole transaction (SQLite does on a full disk, an I/O error)
+            raise _Ended(e) from e
         db.execute("ROLLBACK TO lakefs_op")  # raising here fails the group: nothing is committed
         db.execute("RELEASE lakefs_op")
         return Failed(e)

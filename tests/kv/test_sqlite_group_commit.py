@@ -165,6 +165,22 @@ async def test_a_failing_commit_fails_every_operation_of_the_group(
     assert await kv.get(P, b"a") == b"1"
 
 
+async def test_an_operation_filling_the_database_fails_alone(tmp_path: Path) -> None:
+    """A real SQLITE_FULL (``max_page_count``) in the middle of a group: SQLite ends the whole
+    transaction, the operation that hit it fails with :class:`StorageFullError`, and the others,
+    which fit, are run again and stored, as each would have been in a transaction of its own."""
+    kv = await SQLiteKVStore.open(f"sqlite:///{tmp_path / 'kv.sqlite3'}", pragmas=["max_page_count = 12"])
+    try:
+        small = [kv.set(P, b"small%02d" % i, b"v") for i in range(10)]
+        results = await outcomes(*small[:5], kv.set(P, b"big", b"x" * 200_000), *small[5:])
+        stored = [e.key async for e in kv.scan(P)]
+    finally:
+        await kv.close()
+    assert isinstance(results[5], StorageFullError)
+    assert results[:5] + results[6:] == [None] * 10
+    assert stored == [b"small%02d" % i for i in range(10)]
+
+
 async def test_a_caller_cancelled_while_queued_is_removed_from_the_queue(kv: TracedStore) -> None:
     holder = sqlite3.connect(kv._path, isolation_level=None)
     try:
