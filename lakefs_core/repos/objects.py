@@ -71,7 +71,7 @@ from lakefs_core.format.records import (
 )
 from lakefs_core.keys import SliceAllocator
 from lakefs_core.namespace import StorageNamespace
-from lakefs_core.refs.model import Repository
+from lakefs_core.refs.model import Branch, Repository
 from lakefs_core.refs.staging import FIRST_PAGE, tombstone
 from lakefs_core.repos import protection, reading, staging_writes
 from lakefs_core.repos.context import HasContext
@@ -122,6 +122,7 @@ class _Write:
     journal: Journal | None
     intent: Intent | None
     force: bool
+    branch_read: tuple[Branch, bytes]  # as read before the write: what the staging step expects first
 
 
 def _path_bytes(path: str) -> bytes:
@@ -167,7 +168,8 @@ class Objects:
         address (a multipart upload's), whose intent an earlier attempt of the same write may have
         left pending."""
         self.ctx.writable(repo, force)
-        await self.ctx.refs.get_branch(repo, branch)  # fail before writing bytes for an unknown branch
+        # fail before writing bytes for an unknown branch; the staging step expects this record
+        branch_read = await staging_writes.branch_and_raw(self.ctx, repo, branch)
         await protection.check(self.ctx, repo, branch, protection.Action.STAGING_WRITE)  # so too here
         ns, store = await self._namespace(repo)
         journal = Journal(self.ctx, repo) if await journal_enabled(self.ctx, repo) else None
@@ -177,7 +179,7 @@ class Objects:
             intent = await journal.record_intent(relative, branch, key, self.ctx.clock()) if journal else None
         elif journal is not None:
             intent = await _fresh_intent(journal, relative, branch, key, self.ctx.clock())
-        return _Write(repo, branch, key, relative, journal, intent, force), ns, store
+        return _Write(repo, branch, key, relative, journal, intent, force, branch_read), ns, store
 
     async def _stage_written(
         self,
@@ -205,6 +207,7 @@ class Objects:
             force=write.force,
             settle=settle,
             condition=condition,
+            branch_read=write.branch_read,
         )
         return stat
 
@@ -281,9 +284,10 @@ class Objects:
         condition: Condition | None = None,
     ) -> ObjectStat:
         key = _new_path_bytes(path)
-        target, ns, store = await self._fresh_address(
-            await self.ctx.repository(repo_id), branch, key, force, relative
-        )
+        # The record as writers see it (at most write_cache_seconds old; the staging step uses it
+        # too): a repository deleted or re-created meanwhile fails the branch read, which forgets it.
+        repo = await staging_writes.repository_for_write(self.ctx, repo_id)
+        target, ns, store = await self._fresh_address(repo, branch, key, force, relative)
         info = await write(store, ns.key(target.relative))
         fault_point("upload:before-stage")  # stall tests: PUT done, neither settled nor staged yet
         return await self._stage_written(

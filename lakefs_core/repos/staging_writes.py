@@ -110,10 +110,12 @@ async def repository_for_write(ctx: RepoContext, repo_id: str) -> Repository:
 
 
 async def branch_for_write(ctx: RepoContext, repo: Repository, branch_id: str) -> Branch:
-    return (await _branch_and_raw(ctx, repo, branch_id))[0]
+    return (await branch_and_raw(ctx, repo, branch_id))[0]
 
 
-async def _branch_and_raw(ctx: RepoContext, repo: Repository, branch_id: str) -> tuple[Branch, bytes]:
+async def branch_and_raw(ctx: RepoContext, repo: Repository, branch_id: str) -> tuple[Branch, bytes]:
+    """The branch and its record's bytes as stored (what :func:`stage_entry`'s ``branch_read``
+    takes); a missing branch forgets what this process cached for the repository."""
     try:
         return await ctx.refs.get_branch(repo, branch_id)
     except NotFoundError:
@@ -165,10 +167,13 @@ async def stage_entry(
     force: bool = False,
     settle: Settle | None = None,
     condition: Condition | None = None,
+    branch_read: tuple[Branch, bytes] | None = None,
 ) -> None:
     """Stage one record (two KV operations in the common case: the write and the re-read), with
     ``settle`` in the same atomic step when given, only if ``condition`` holds for the path's
-    current entry when given (see the module docstring)."""
+    current entry when given (see the module docstring). ``branch_read``: the branch as the caller
+    read it (:func:`branch_and_raw`) for a settled write to expect first, saving a read (a branch
+    changed since costs a read and an attempt more, as any change does)."""
     if not record.key:
         raise BadInputError("must not be empty", field="path")
     if record.identity:  # a value, not a tombstone
@@ -180,7 +185,7 @@ async def stage_entry(
         await _stage_conditional(ctx, repo, branch_id, record, settle=settle, condition=condition)
         return
     if settle is not None:
-        await _stage_settled(ctx, repo, branch_id, [record], settle)
+        await _stage_settled(ctx, repo, branch_id, [record], settle, branch_read=branch_read)
         return
     token = await _live_token(ctx, repo, branch_id)
     for _ in range(ctx.settings.write_attempts):
@@ -239,14 +244,21 @@ def _again(
 
 
 async def _stage_settled(
-    ctx: RepoContext, repo: Repository, branch_id: str, records: Sequence[ValueRecord], settle: Settle
+    ctx: RepoContext,
+    repo: Repository,
+    branch_id: str,
+    records: Sequence[ValueRecord],
+    settle: Settle,
+    *,
+    branch_read: tuple[Branch, bytes] | None = None,
 ) -> None:
     """``records`` and ``settle`` in one conditional KV batch, expecting the settle key and the
-    branch record as read; a changed branch is read again and the batch retried after a backoff
-    (a commit moves it twice), a changed settle key is the upload's loss (see the module
-    docstring)."""
+    branch record as read (``branch_read``, else now); a changed branch is read again and the batch
+    retried after a backoff (a commit moves it twice), a changed settle key is the upload's loss
+    (see the module docstring). The step expects the record, so when it was read does not matter:
+    the records land in a token live at the step, or not at all."""
     branch_key = kvkeys.branch_key(branch_id)
-    branch, raw = await _branch_and_raw(ctx, repo, branch_id)
+    branch, raw = branch_read or await branch_and_raw(ctx, repo, branch_id)
     settling = (settle.partition, settle.key, settle.value)
     encoded: list[tuple[bytes, bytes]] = []
     items: Iterable[KVItem] = _encoding(
@@ -274,7 +286,7 @@ async def _stage_settled(
                             "was claimed before the upload could stage it (the upload took longer "
                             "than the reconciler's pending timeout); nothing was staged"
                         ) from None
-                    branch, raw = await _branch_and_raw(ctx, repo, branch_id)  # the branch moved
+                    branch, raw = await branch_and_raw(ctx, repo, branch_id)  # the branch moved
                     partition = kvkeys.staging_partition(branch.staging_token)
                     items = [settling, *_again(records, encoded, partition)]
                     raise
@@ -343,7 +355,7 @@ async def _branch_and_live(
 ) -> tuple[Branch, bytes, bytes, bytes | None]:
     """The branch (and its raw record), its live token's partition and what that token stages
     for ``key`` (None: nothing): what a compare-and-swap of ``key`` expects."""
-    branch, raw = await _branch_and_raw(ctx, repo, branch_id)
+    branch, raw = await branch_and_raw(ctx, repo, branch_id)
     live = kvkeys.staging_partition(branch.staging_token)
     try:
         return branch, raw, live, await ctx.kv.get(live, key)
@@ -457,7 +469,7 @@ async def restage_if_unchanged(
                 # it if still absent, then the writer protocol's re-read of the branch (a commit that
                 # sealed the token meanwhile: read and write again; the repeat is idempotent).
                 await ctx.kv.set_if(live, key, encoded, Expect.ABSENT)
-                again, _ = await _branch_and_raw(ctx, repo, branch_id)
+                again, _ = await branch_and_raw(ctx, repo, branch_id)
                 if again.staging_token != branch.staging_token:
                     raise PreconditionFailedError(f"branch {branch_id!r}: its staging token rotated")
     return made

@@ -16,6 +16,7 @@ __all__ = [
     "AMZ_META",
     "MAX_METADATA_BYTES",
     "http_date",
+    "not_a_branch",
     "parse_http_date",
     "quoted_etag",
     "repository",
@@ -43,9 +44,12 @@ async def require_branch(call: S3Call, repo_id: str, ref: str) -> None:
     try:
         await call.ctx.graveler.branch(repo_id, ref)
     except NotFoundError:
-        raise S3Error(
-            "NoSuchBucket", f"{ref!r} is not a branch of {repo_id!r}: writes go to branches"
-        ) from None
+        raise not_a_branch(repo_id, ref) from None
+
+
+def not_a_branch(repo_id: str, ref: str) -> S3Error:
+    """The answer to a write to a ref that is no branch (or a missing one): lakeFS's NoSuchBucket."""
+    return S3Error("NoSuchBucket", f"{ref!r} is not a branch of {repo_id!r}: writes go to branches")
 
 
 def quoted_etag(etag: str) -> str:

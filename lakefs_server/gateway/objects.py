@@ -11,7 +11,11 @@ If-Unmodified-Since, in RFC 9110's order), ``response-*`` overrides, and verifie
   answers); a read-only repository is ErrReadOnlyRepository (403). The body is verified while it
   streams (SigV4 payload hash, chunk and trailer signatures, Content-MD5, ``x-amz-checksum-*``,
   :func:`lakefs_core.auth.payload.body_verifier`) and the verification's last step runs before the
-  store commits the object, so a mismatch stores nothing and stages nothing; the upload goes
+  store commits the object, so a mismatch stores nothing and stages nothing. A body whose
+  Content-Length is at most ``SMALL_BODY_BYTES`` (256 KiB) is read whole and verified before the
+  upload starts (:func:`small_body`; at most that much memory per request, what a streamed body
+  gathers too): the store then writes it in one call, and a mismatch refuses the PUT before any
+  journal intent or byte is written. The upload goes
   through :meth:`lakefs_core.repos.objects.Objects.upload`, whose hard-delete journal intent lets
   the reconciler remove whatever a failed upload left. ``If-None-Match: *`` and ``If-Match: <etag>``
   are checked against the branch's current entry before the upload (a cheap early refusal) and
@@ -39,6 +43,7 @@ from lakefs_core.repos.objects import ObjectStat
 from lakefs_core.repos.staging_writes import Condition
 from lakefs_server.gateway.common import (
     http_date,
+    not_a_branch,
     parse_http_date,
     quoted_etag,
     repository,
@@ -50,11 +55,22 @@ from lakefs_server.gateway.errors import S3Error
 from lakefs_server.gateway.handler import S3Call, register
 from lakefs_server.gateway.xml import xml_response
 
-__all__ = ["body_stream", "check_write_conditions", "etag_matches", "parse_range", "stat_object"]
+__all__ = [
+    "body_stream",
+    "check_write_conditions",
+    "etag_matches",
+    "parse_range",
+    "small_body",
+    "stat_object",
+]
 
 _RANGE = re.compile(r"bytes=(\d*)-(\d*)")
 READ_CHUNK = 1 << 20
 OFFLOAD_BYTES = 256 << 10  # body pieces gathered to this size are verified in the CPU pool
+# A PUT body of at most this many bytes on the wire (its Content-Length) is read whole, verified and
+# handed to the store as bytes: one store call (a local store's one worker-thread hop, not four).
+# The same bound as a streamed body's gathered pieces, so a PUT holds no more memory either way.
+SMALL_BODY_BYTES = OFFLOAD_BYTES
 _OVERRIDES = {
     "response-content-type": "Content-Type",
     "response-content-language": "Content-Language",
@@ -251,6 +267,24 @@ async def body_stream(call: S3Call) -> tuple[AsyncIterator[bytes], dict[str, str
     return stream(), verified
 
 
+async def small_body(call: S3Call) -> tuple[bytes, dict[str, str]] | None:
+    """The whole request body's object bytes, verified, and its verified checksums (by header
+    name), when its Content-Length is at most ``SMALL_BODY_BYTES``; ``None`` for a longer body or
+    one without a Content-Length (:func:`body_stream` streams those). A mismatch raises before the
+    caller stores anything."""
+    length = call.request.content_length
+    if length is None or length > SMALL_BODY_BYTES:
+        return None
+    verifier = body_verifier(call.verified, call.signed)
+    pieces = [chunk async for chunk in call.request.content.iter_chunked(READ_CHUNK)]
+    raw = pieces[0] if len(pieces) == 1 else b"".join(pieces)
+    # verified on the loop below OFFLOAD_BYTES, as body_stream does: a hop costs more than that
+    data = await run_cpu(verifier.feed, raw) if len(raw) >= OFFLOAD_BYTES else verifier.feed(raw)
+    checksums = verifier.finish()
+    call.ctx.metrics.received.inc(len(data))
+    return data, checksums
+
+
 def _write_condition(if_none: str | None, if_match: str | None) -> Condition:
     """The check of ``If-None-Match: *`` / ``If-Match`` on the path's current entry (None: none),
     raising the S3 error a refused write answers."""
@@ -293,23 +327,29 @@ async def put_object(call: S3Call) -> web.StreamResponse:
     repo = await repository(call)
     if repo.read_only:
         raise S3Error("ErrReadOnlyRepository", f"repository {repo.id!r} is read-only")
-    await require_branch(call, call.repo, call.ref)
     path = call.path
     if not path:
         raise S3Error("InvalidArgument", "the key names no object path within the branch")
     metadata = user_metadata(call)
     condition = await check_write_conditions(call)
-    stream, verified = await body_stream(call)
-    content_type = call.signed.header("content-type")
-    stat = await call.ctx.objects.upload(
-        call.repo,
-        call.ref,
-        path,
-        stream,
-        content_type=content_type,
-        metadata=metadata or None,
-        condition=condition,
-    )
+    small = await small_body(call)
+    body, verified = small if small is not None else await body_stream(call)
+    try:
+        # The upload reads the branch before it writes a byte: a tag, a commit id or a missing
+        # branch fails there (one KV read fewer than checking it here first).
+        stat = await call.ctx.objects.upload(
+            call.repo,
+            call.ref,
+            path,
+            body,
+            content_type=call.signed.header("content-type"),
+            metadata=metadata or None,
+            condition=condition,
+        )
+    except NotFoundError as e:
+        if type(e) is not NotFoundError:
+            raise
+        raise not_a_branch(call.repo, call.ref) from None
     headers = {"ETag": quoted_etag(stat.etag)}
     headers.update({k: v for k, v in verified.items() if k.startswith("x-amz-checksum-")})
     return web.Response(status=200, headers=headers)
