@@ -12,8 +12,8 @@ If-Unmodified-Since, in RFC 9110's order), ``response-*`` overrides, and verifie
   streams (SigV4 payload hash, chunk and trailer signatures, Content-MD5, ``x-amz-checksum-*``,
   :func:`lakefs_core.auth.payload.body_verifier`) and the verification's last step runs before the
   store commits the object, so a mismatch stores nothing and stages nothing. A body whose
-  Content-Length is at most ``SMALL_BODY_BYTES`` (256 KiB) is read whole and verified before the
-  upload starts (:func:`small_body`; at most that much memory per request, what a streamed body
+  size on the wire is at most ``SMALL_BODY_BYTES`` (256 KiB) is read whole and verified before
+  the upload starts (:func:`put_body`; at most that much memory per request, what a streamed body
   gathers too): the store then writes it in one call, and a mismatch refuses the PUT before any
   journal intent or byte is written. The upload goes
   through :meth:`lakefs_core.repos.objects.Objects.upload`, whose hard-delete journal intent lets
@@ -28,13 +28,13 @@ If-Unmodified-Since, in RFC 9110's order), ``response-*`` overrides, and verifie
 from __future__ import annotations
 
 import re
-from collections.abc import AsyncGenerator, AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator, Sequence
 from datetime import datetime
 from typing import cast
 
 from aiohttp import web
 
-from lakefs_core.auth.payload import body_verifier
+from lakefs_core.auth.payload import BodyVerifier, body_verifier
 from lakefs_core.auth.s3perms import S3Operation
 from lakefs_core.errors import NotFoundError
 from lakefs_core.format.records import ValueRecord
@@ -60,7 +60,7 @@ __all__ = [
     "check_write_conditions",
     "etag_matches",
     "parse_range",
-    "small_body",
+    "put_body",
     "stat_object",
 ]
 
@@ -230,22 +230,25 @@ async def get_object_tagging(call: S3Call) -> web.StreamResponse:
     return xml_response("Tagging", ["<TagSet></TagSet>"])
 
 
-async def body_stream(call: S3Call) -> tuple[AsyncIterator[bytes], dict[str, str]]:
+async def body_stream(
+    call: S3Call, head: Sequence[bytes] = (), verifier: BodyVerifier | None = None
+) -> tuple[AsyncIterator[bytes], dict[str, str]]:
     """The request body's object bytes, verified as they stream; the dict is filled with the
     verified checksums (by header name) once the stream ended without error. The stream raises
-    before its end when anything does not match, so a store writing it never commits it.
+    before its end when anything does not match, so a store writing it never commits it. ``head``:
+    the body's first pieces, already read (with ``verifier``, the request's, which saw none yet).
 
     The verification (SHA-256, MD5, CRCs, chunk signatures: they release the GIL) runs in the CPU
     pool on pieces of at least ``OFFLOAD_BYTES``: the socket hands aiohttp's reader at most about
     128 KiB at a time, so the received pieces are gathered first (a body's last piece, under
     ``OFFLOAD_BYTES``, and small bodies are verified on the loop: a hop costs more than they do)."""
-    verifier = body_verifier(call.verified, call.signed)
+    verifier = verifier or body_verifier(call.verified, call.signed)
     verified: dict[str, str] = {}
     metrics = call.ctx.metrics
 
     async def stream() -> AsyncIterator[bytes]:
-        pending: list[bytes] = []
-        size = 0
+        pending: list[bytes] = list(head)
+        size = sum(len(piece) for piece in pending)
         async for chunk in call.request.content.iter_chunked(READ_CHUNK):
             pending.append(chunk)
             size += len(chunk)
@@ -267,22 +270,30 @@ async def body_stream(call: S3Call) -> tuple[AsyncIterator[bytes], dict[str, str
     return stream(), verified
 
 
-async def small_body(call: S3Call) -> tuple[bytes, dict[str, str]] | None:
-    """The whole request body's object bytes, verified, and its verified checksums (by header
-    name), when its Content-Length is at most ``SMALL_BODY_BYTES``; ``None`` for a longer body or
-    one without a Content-Length (:func:`body_stream` streams those). A mismatch raises before the
-    caller stores anything."""
-    length = call.request.content_length
-    if length is None or length > SMALL_BODY_BYTES:
-        return None
+async def put_body(call: S3Call) -> tuple[bytes | AsyncIterator[bytes], dict[str, str]]:
+    """A PutObject's body and its verified checksums (by header name): a body of at most
+    ``SMALL_BODY_BYTES`` on the wire is read whole and verified now, and answered as bytes (the
+    checksums filled; a mismatch raises before the caller stores anything); a longer one (by its
+    Content-Length, or found longer while reading one without) is :func:`body_stream`'s, from the
+    pieces already read (the checksums filled when it ended)."""
     verifier = body_verifier(call.verified, call.signed)
-    pieces = [chunk async for chunk in call.request.content.iter_chunked(READ_CHUNK)]
-    raw = pieces[0] if len(pieces) == 1 else b"".join(pieces)
-    # verified on the loop below OFFLOAD_BYTES, as body_stream does: a hop costs more than that
-    data = await run_cpu(verifier.feed, raw) if len(raw) >= OFFLOAD_BYTES else verifier.feed(raw)
-    checksums = verifier.finish()
-    call.ctx.metrics.received.inc(len(data))
-    return data, checksums
+    length = call.request.content_length
+    head: list[bytes] = []
+    if length is None or length <= SMALL_BODY_BYTES:
+        size = 0
+        async for chunk in call.request.content.iter_chunked(READ_CHUNK):
+            head.append(chunk)
+            size += len(chunk)
+            if size > SMALL_BODY_BYTES:
+                break
+        else:
+            raw = head[0] if len(head) == 1 else b"".join(head)
+            # verified on the loop below OFFLOAD_BYTES, as body_stream does: a hop costs more
+            data = await run_cpu(verifier.feed, raw) if len(raw) >= OFFLOAD_BYTES else verifier.feed(raw)
+            checksums = verifier.finish()
+            call.ctx.metrics.received.inc(len(data))
+            return data, checksums
+    return await body_stream(call, head, verifier)
 
 
 def _write_condition(if_none: str | None, if_match: str | None) -> Condition:
@@ -332,8 +343,7 @@ async def put_object(call: S3Call) -> web.StreamResponse:
         raise S3Error("InvalidArgument", "the key names no object path within the branch")
     metadata = user_metadata(call)
     condition = await check_write_conditions(call)
-    small = await small_body(call)
-    body, verified = small if small is not None else await body_stream(call)
+    body, verified = await put_body(call)
     try:
         # The upload reads the branch before it writes a byte: a tag, a commit id or a missing
         # branch fails there (one KV read fewer than checking it here first).

@@ -296,6 +296,43 @@ def test_bad_checksum_stages_nothing_and_stores_nothing(server: Server, s3: Any)
     assert crc["ChecksumSHA256"] == base64.b64encode(hashlib.sha256(b"data").digest()).decode()
 
 
+def intents_under(server: Server, prefix: bytes) -> list[Any]:
+    """The hard-delete journal's intents whose path starts with ``prefix``."""
+    import asyncio
+
+    from lakefs_core.repos.journal import Journal
+
+    async def scan() -> list[Any]:
+        async with swept_context(server, 1e-6) as ctx:
+            journal = Journal(ctx.core.graveler, await ctx.core.graveler.repository(REPO))
+            return [i async for i in journal.intents() if i.key.startswith(prefix)]
+
+    return asyncio.run(scan())
+
+
+def test_bad_body_small_or_streamed_stores_nothing(server: Server, s3: Any) -> None:
+    """Both body paths of PutObject: a body within the small-body bound (read whole, verified
+    before the upload starts) and one over it (streamed, verified at its end, before the store
+    commits it). A mismatch stores and stages nothing either way; the small body's is refused
+    before the upload journals anything. A PUT to a missing branch is NoSuchBucket."""
+    from lakefs_server.gateway.objects import SMALL_BODY_BYTES
+
+    wrong = base64.b64encode(hashlib.md5(b"other").digest()).decode()
+    before = stored_files(server)
+    small, big = b"s" * 1000, bytes(range(256)) * (SMALL_BODY_BYTES // 256 + 1)
+    for key, body in (("main/badbody/small", small), ("main/badbody/big", big)):
+        assert code_of(lambda k=key, b=body: s3.put_object(Bucket=REPO, Key=k, Body=b, ContentMD5=wrong)) == (
+            "BadDigest"
+        )
+    assert s3.list_objects_v2(Bucket=REPO, Prefix="main/badbody/")["KeyCount"] == 0
+    assert stored_files(server) == before
+    assert [i.key for i in intents_under(server, b"badbody/small")] == []
+    for key, body in (("main/goodbody/small", small), ("main/goodbody/big", big)):
+        s3.put_object(Bucket=REPO, Key=key, Body=body)
+        assert s3.get_object(Bucket=REPO, Key=key)["Body"].read() == body
+    assert code_of(lambda: s3.put_object(Bucket=REPO, Key="no-such-branch/x", Body=small)) == "NoSuchBucket"
+
+
 @local_only
 def test_when_required_checksums_and_presigned_urls(server: Server) -> None:
     s3 = client(
