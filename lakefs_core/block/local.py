@@ -14,8 +14,6 @@ Writes are atomic: the body goes to a temporary file ``.lakefs-tmp-<random>`` in
 directory, is fsynced, and is then moved into place with ``os.replace`` (overwrite) or ``os.link``
 (create-only: the link fails atomically when the target exists, giving
 :class:`~lakefs_core.errors.PreconditionFailedError`; this needs a filesystem with hard links).
-The directory is then fsynced before the put returns: by an fsync that started after the move,
-shared by the concurrent puts to that directory (:mod:`~lakefs_core.block.local_dirsync`).
 Readers see the old object or the new one, never a partial file. Every write gets a new inode; files
 are never modified in place, so an open ``stream`` keeps reading the version it opened.
 
@@ -115,7 +113,6 @@ from lakefs_core.block.base import (
 )
 from lakefs_core.block.local_batch import LOCALPUT, eligible, keep_for_sync, put_compiled
 from lakefs_core.block.local_beneath import Dirs, Root, lstat_in, open_file, symlink_error
-from lakefs_core.block.local_dirsync import DirSyncs
 from lakefs_core.block.local_files import (
     IO_CHUNK,
     META_DIR,
@@ -191,7 +188,6 @@ class LocalBlockStore:
         self._sidecars = Sidecars(fsync)
         self._etags = EtagCache()
         self._multipart = LocalMultipart(self._tree, fsync)
-        self._dir_syncs = DirSyncs()  # concurrent puts to one directory share its fsyncs
         # create-only batched puts through unnamed files (block/_localput) until this system shows
         # it has none; hop threads may clear it at once, to the same value
         self._unnamed = True
@@ -334,9 +330,7 @@ class LocalBlockStore:
         metadata: Mapping[str, str],
         fsync: bool | None = None,
     ) -> ObjectInfo:
-        temp = TempFile(
-            dirs, parts, self._where(key), self._fsync if fsync is None else fsync, self._dir_syncs.sync
-        )
+        temp = TempFile(dirs, parts, self._where(key), self._fsync if fsync is None else fsync)
         try:
             temp.open()
             temp.write(data)
@@ -499,9 +493,7 @@ class LocalBlockStore:
                 content_type=ctype,
                 metadata=meta,
             )
-        temp = TempFile(
-            Dirs(self._tree, create=True), parts, self._where(key), self._fsync, self._dir_syncs.sync
-        )
+        temp = TempFile(Dirs(self._tree, create=True), parts, self._where(key), self._fsync)
         try:
             await _run(temp.open)
             await _pump(body, temp.write)
@@ -758,9 +750,7 @@ class LocalBlockStore:
         stored: Sequence[StoredPart],
         if_none_match: bool,
     ) -> ObjectInfo:
-        temp = TempFile(
-            Dirs(self._tree, create=True), parts, self._where(key), self._fsync, self._dir_syncs.sync
-        )
+        temp = TempFile(Dirs(self._tree, create=True), parts, self._where(key), self._fsync)
         try:
             sealed = self._multipart.seal_into(temp, key, upload_id, stored)
             return self._commit(

@@ -201,16 +201,8 @@ class TempFile:
     thread). Everything goes through the descriptor of the target's directory from ``dirs``
     (opened, or made, without following a link), which the caller closes."""
 
-    def __init__(
-        self,
-        dirs: Dirs,
-        parts: Sequence[str],
-        where: str,
-        fsync: bool,
-        sync_dir: Callable[[int], None] = os.fsync,
-    ) -> None:
+    def __init__(self, dirs: Dirs, parts: Sequence[str], where: str, fsync: bool) -> None:
         self.dirs = dirs
-        self.sync_dir = sync_dir  # the directory's fsync after the move (a shared one: local_dirsync)
         self.parent = tuple(parts[:-1])
         self.name = parts[-1]
         self.where = where
@@ -334,7 +326,7 @@ class TempFile:
                     raise (self._in_the_way() or e) from e
             self.tmp = None
             if self.fsync:
-                self.sync_dir(d)
+                os.fsync(d)
         except LakeFSError:
             raise
         except OSError as e:
