@@ -44,6 +44,7 @@ async def delete_branch(ctx: RepoContext, repo_id: str, name: str, *, force: boo
         raise ConflictError(f"cannot delete the default branch {name!r} of repository {repo.id!r}")
     branch, _ = await ctx.refs.get_branch(repo, name)
     await ctx.refs.delete_branch(repo, name)
+    ctx.write_cache.forget(repo, name)  # this process's uploads to it fail before writing bytes
     tokens = (branch.staging_token, *branch.sealed_tokens)
     await ctx.refs.mark_for_cleanup(tokens, ctx.clock(), "discarded")
 

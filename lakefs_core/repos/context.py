@@ -105,7 +105,8 @@ def utcnow() -> datetime:
 
 
 class WriteCache:
-    """The repository records and live staging tokens writers saw recently (``staging_writes``).
+    """The repository records, live staging tokens and branch records writers saw recently
+    (``staging_writes``).
 
     Times are the caller's monotonic clock, passed in: an entry older than ``max_age`` is a miss.
     """
@@ -113,6 +114,7 @@ class WriteCache:
     def __init__(self) -> None:
         self._repos: dict[str, tuple[float, Repository]] = {}
         self._tokens: dict[tuple[bytes, str], tuple[float, str]] = {}
+        self._branches: dict[tuple[bytes, str], tuple[float, Branch, bytes]] = {}
 
     def repository(self, repo_id: str, now: float, max_age: float) -> Repository | None:
         hit = self._repos.get(repo_id)
@@ -131,10 +133,23 @@ class WriteCache:
     def keep_live_token(self, repo: Repository, branch_id: str, token: str, now: float) -> None:
         self._tokens[(repo.partition, branch_id)] = (now, token)
 
+    def branch(
+        self, repo: Repository, branch_id: str, now: float, max_age: float
+    ) -> tuple[Branch, bytes] | None:
+        """The branch and its record's bytes as a settled staging step last found them."""
+        hit = self._branches.get((repo.partition, branch_id))
+        return (hit[1], hit[2]) if hit is not None and now - hit[0] < max_age else None
+
+    def keep_branch(self, repo: Repository, branch_id: str, branch: Branch, raw: bytes, now: float) -> None:
+        self._branches[(repo.partition, branch_id)] = (now, branch, raw)
+        self._tokens[(repo.partition, branch_id)] = (now, branch.staging_token)
+
     def forget(self, repo: Repository, branch_id: str) -> None:
-        """The repository may have been deleted or re-created: forget its record and the branch's token."""
+        """The repository may have been deleted or re-created: forget its record and the branch's
+        token and record."""
         self._repos.pop(repo.id, None)
         self._tokens.pop((repo.partition, branch_id), None)
+        self._branches.pop((repo.partition, branch_id), None)
 
 
 class JournalFlags:

@@ -168,8 +168,9 @@ class Objects:
         address (a multipart upload's), whose intent an earlier attempt of the same write may have
         left pending."""
         self.ctx.writable(repo, force)
-        # fail before writing bytes for an unknown branch; the staging step expects this record
-        branch_read = await staging_writes.branch_and_raw(self.ctx, repo, branch)
+        # fail before writing bytes for an unknown branch (as recently seen); the staging step
+        # expects this record, so one no longer current costs an attempt, never a wrong staging
+        branch_read = await staging_writes.recent_branch(self.ctx, repo, branch)
         await protection.check(self.ctx, repo, branch, protection.Action.STAGING_WRITE)  # so too here
         ns, store = await self._namespace(repo)
         journal = Journal(self.ctx, repo) if await journal_enabled(self.ctx, repo) else None

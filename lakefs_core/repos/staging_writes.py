@@ -124,6 +124,16 @@ async def branch_and_raw(ctx: RepoContext, repo: Repository, branch_id: str) -> 
         raise
 
 
+async def recent_branch(ctx: RepoContext, repo: Repository, branch_id: str) -> tuple[Branch, bytes]:
+    """The branch and its record's bytes as a settled staging step of this process last found them
+    (as recent as a cached live token), else read now: what :func:`stage_entry`'s ``branch_read``
+    takes. A record older than the store's is harmless there: the step expects it, so it fails and
+    reads again (and a branch deleted since fails the upload at its staging)."""
+    limit = min(ctx.settings.write_cache_seconds, ctx.settings.cleanup_grace_seconds / 2)
+    cached = ctx.write_cache.branch(repo, branch_id, time.monotonic(), limit)
+    return cached if cached is not None else await branch_and_raw(ctx, repo, branch_id)
+
+
 async def _write_then_branch(
     ctx: RepoContext, repo: Repository, branch_id: str, items: Iterable[KVItem]
 ) -> Branch:
@@ -290,7 +300,8 @@ async def _stage_settled(
                     partition = kvkeys.staging_partition(branch.staging_token)
                     items = [settling, *_again(records, encoded, partition)]
                     raise
-    ctx.write_cache.keep_live_token(repo, branch_id, branch.staging_token, time.monotonic())
+    # the record the step just found: the next upload's branch_read (recent_branch)
+    ctx.write_cache.keep_branch(repo, branch_id, branch, raw, time.monotonic())
 
 
 async def _stage_conditional(

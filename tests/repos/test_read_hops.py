@@ -140,3 +140,50 @@ async def test_a_branch_replaced_by_a_tag_of_its_name_resolves_as_the_tag() -> N
         assert (await objects.stat(repo, "x", "d/a")).path == "d/a"
     finally:
         await stores.close()
+
+
+async def test_a_journalled_upload_reads_nothing_once_its_branch_is_known() -> None:
+    """An upload with the hard-delete journal takes the repository, the branch record (as its last
+    settled staging found it), the journal flag and the protection rules as recently seen: its KV
+    calls are its two writes. A commit meanwhile makes that record stale: the staging step, which
+    expects it, reads the branch again and stages under the new token."""
+    kv, g, objects, _, stores = await setup()
+    repo = unique()
+    await g.create_repository(repo, mem_namespace(), hard_delete_journal=True)
+    try:
+        await objects.upload(repo, "main", "u/a", b"a")  # learns what it may take as recently seen
+        kv.reads.clear()
+        await objects.upload(repo, "main", "u/b", b"b")
+        assert kv.reads == []
+        await g.commit(repo, "main", committer="t", message="m")
+        await objects.upload(repo, "main", "u/c", b"c")
+        assert "get" in kv.reads  # the stale record refused, the branch read again
+        commit = await g.commit(repo, "main", committer="t", message="m2")
+        listed = await objects.list(repo, commit.id, prefix="u/")
+        assert [o.path for o in listed.objects] == ["u/a", "u/b", "u/c"]
+    finally:
+        await stores.close()
+
+
+async def test_an_upload_to_a_branch_this_process_deleted_writes_no_bytes() -> None:
+    """Deleting a branch forgets its record as recently seen: an upload to it fails before writing
+    a byte or recording an intent, as it did when every upload read the branch first."""
+    from lakefs_core.namespace import StorageNamespace
+    from lakefs_core.repos.journal import Journal
+
+    _kv, g, objects, _, stores = await setup()
+    repo = unique()
+    await g.create_repository(repo, mem_namespace(), hard_delete_journal=True)
+    try:
+        await g.create_branch(repo, "b", "main")
+        await objects.upload(repo, "b", "x/1", b"1")  # b's record now as recently seen
+        await g.delete_branch(repo, "b")
+        record = await g.repository(repo)
+        store = await g.namespace_store(StorageNamespace.parse(record.storage_namespace))
+        before = [o async for o in store.list("")]
+        with pytest.raises(NotFoundError):
+            await objects.upload(repo, "b", "x/2", b"2")
+        assert [o async for o in store.list("")] == before
+        assert [i.key for i in [i async for i in Journal(g, record).intents()]] == [b"x/1"]
+    finally:
+        await stores.close()
