@@ -126,6 +126,11 @@ class ListingCache:
     def __len__(self) -> int:
         return len(self._entries)
 
+    @property
+    def used(self) -> int:
+        """The children the entries hold (a directory too big to keep counts 1, as an empty one)."""
+        return self._used
+
     async def children(
         self, key: _Key, open_cursor: Callable[[], Awaitable[RecordCursor]]
     ) -> Children | None:

@@ -1,0 +1,213 @@
+"""The cache of committed directory listings (lakefs_core/repos/listing.py): every page it serves is
+the cursor walk's page, it is used only where staging adds nothing, and it stays bounded."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from lakefs_core.format.splitter import SplitPolicy
+from lakefs_core.kv.memory import MemoryKVStore
+from lakefs_core.refs.model import Branch
+from lakefs_core.repos import reading
+from lakefs_core.repos.context import Resolved
+from lakefs_core.repos.graveler import Graveler
+from lakefs_core.repos.listing import ListingCache
+from lakefs_core.repos.objects import ListPage, Objects
+from lakefs_core.repos.stores import StoreRegistry
+from tests.repos.support import fast_settings, mem_namespace, record, unique
+from tests.support.profiles import examples
+
+Page = tuple[list[str], list[str], bool, str]
+
+
+def _plain(page: ListPage) -> Page:
+    return [o.path for o in page.objects], page.common_prefixes, page.has_more, page.next_after
+
+
+async def _both(
+    g: Graveler, repo: str, ref: str, *, prefix: str, delimiter: str, after: str, amount: int
+) -> tuple[Page, Page]:
+    """(the page served with the context's cache, the page the walk gives: no directory cached)."""
+    objects, ctx = Objects(g), g.context
+    cached = await objects.list(repo, ref, prefix=prefix, delimiter=delimiter, after=after, amount=amount)
+    kept, ctx.listings = ctx.listings, ListingCache(max_children=0)  # every directory "too big"
+    try:
+        walked = await objects.list(repo, ref, prefix=prefix, delimiter=delimiter, after=after, amount=amount)
+    finally:
+        ctx.listings = kept
+    return _plain(cached), _plain(walked)
+
+
+_ALPHABET = "ab/é"  # é: two bytes in UTF-8
+_keys = st.text(_ALPHABET, min_size=1, max_size=4)
+
+
+@settings(max_examples=examples(1), deadline=None)
+@given(
+    tree=st.tuples(st.sets(_keys, max_size=30), st.sets(_keys, max_size=6), st.sets(_keys, max_size=6)),
+    prefix=st.sampled_from(["", "a", "a/", "é", "b/", "aé"]),
+    delimiter=st.sampled_from(["", "/", "b", "é", "/a"]),
+    amount=st.integers(1, 7),
+    data=st.data(),
+)
+def test_cached_pages_are_the_walks_pages(
+    tree: tuple[set[str], set[str], set[str]],
+    prefix: str,
+    delimiter: str,
+    amount: int,
+    data: st.DataObject,
+) -> None:
+    """For random trees, prefixes, delimiters (multi-byte, multi-character, none), afters (common
+    prefixes, keys, strings inside a common prefix) and amounts: every page, and every page of a
+    full pagination, is the walk's, on the commit, then after staged adds and tombstones, then after
+    the commit of those (a new metarange)."""
+    committed, staged, deleted = tree  # committed, then staged over it, then deleted (tombstones)
+
+    # afters near the keys: a key, a key cut short (often a common prefix or inside one), a key
+    # cut short and extended (inside a common prefix, before or after keys under it), anything
+    near = st.builds(
+        lambda key, cut, tail: key[:cut] + tail,
+        st.sampled_from(sorted(committed | staged | {prefix or "a"})),
+        st.integers(0, 4),
+        st.sampled_from(["", "a", "/", "\x00", "é"]),
+    )
+    afters = data.draw(st.lists(st.one_of(near, st.text(_ALPHABET, max_size=5)), min_size=1, max_size=5))
+
+    async def check(g: Graveler, repo: str, ref: str) -> None:
+        async def same(after: str) -> Page:
+            cached, walked = await _both(
+                g, repo, ref, prefix=prefix, delimiter=delimiter, after=after, amount=amount
+            )
+            assert cached == walked, (ref, after)
+            return cached
+
+        for after in afters:
+            await same(after)
+        after = ""
+        for _ in range(100):  # the whole listing, page by page
+            cached = await same(after)
+            if not cached[2]:
+                break
+            after = cached[3]
+
+    async def run() -> None:
+        kv = MemoryKVStore()
+        small = SplitPolicy(min_range_size_bytes=0, max_range_size_bytes=400, range_raggedness_entries=3)
+        g = Graveler(kv, StoreRegistry(), fast_settings(split_policy=small))
+        repo = unique()
+        await g.create_repository(repo, mem_namespace())
+        if committed:
+            await g.set_entries(repo, "main", [record(k) for k in sorted(committed)])
+        first = await g.commit(repo, "main", committer="t", message="m", allow_empty=True)
+        await check(g, repo, "main")
+        if staged:
+            await g.set_entries(repo, "main", [record(k, "staged") for k in sorted(staged)])
+        if deleted:
+            await g.delete_entries(repo, "main", [k.encode() for k in sorted(deleted)])
+        await check(g, repo, "main")
+        await check(g, repo, first.id)  # a commit id: never staged
+        second = await g.commit(repo, "main", committer="t", message="m", allow_empty=True)
+        await g.create_tag(repo, "t1", second.id)
+        await check(g, repo, "main")
+        await check(g, repo, "t1")
+        await kv.close()
+
+    asyncio.run(run())
+
+
+async def _tree(g: Graveler, repo: str, *keys: str) -> None:
+    await g.set_entries(repo, "main", [record(k) for k in keys])
+    await g.commit(repo, "main", committer="t", message="m")
+
+
+async def _listed(objects: Objects, repo: str, ref: str = "main", **kw: str) -> tuple[list[str], list[str]]:
+    page = await objects.list(repo, ref, delimiter="/", **kw)
+    return [o.path for o in page.objects], page.common_prefixes
+
+
+async def test_staged_changes_are_seen_at_once(g: Graveler, objects: Objects, repo: str) -> None:
+    """A cached directory is never served over staging that changes it: a tombstone deleting the
+    last key under a common prefix removes the prefix at once, a staged key appears at once, and a
+    commit serves the new tree."""
+    await _tree(g, repo, "d/a/1", "d/b/1", "d/c", "e")
+    assert await _listed(objects, repo, prefix="d/") == (["d/c"], ["d/a/", "d/b/"])
+    assert g.context.listings.builds == 1 and len(g.context.listings) == 1
+    assert await _listed(objects, repo, prefix="d/") == (["d/c"], ["d/a/", "d/b/"])
+    assert g.context.listings.builds == 1  # served from the cache
+
+    await g.delete_entries(repo, "main", [b"d/b/1"])
+    assert await _listed(objects, repo, prefix="d/") == (["d/c"], ["d/a/"])
+    await g.set_entries(repo, "main", [record("d/ab")])
+    assert await _listed(objects, repo, prefix="d/") == (["d/ab", "d/c"], ["d/a/"])
+    # staging outside the listing's range does not keep it from the cache
+    assert await _listed(objects, repo) == (["e"], ["d/"])
+
+    head = await g.commit(repo, "main", committer="t", message="m")
+    assert await _listed(objects, repo, prefix="d/") == (["d/ab", "d/c"], ["d/a/"])
+    before = g.context.listings.builds
+    assert await _listed(objects, repo, head.id, prefix="d/") == (["d/ab", "d/c"], ["d/a/"])
+    assert g.context.listings.builds == before  # the branch's listing built the commit's entry
+
+
+async def test_staging_below_the_page_start_does_not_matter(g: Graveler, objects: Objects, repo: str) -> None:
+    await _tree(g, repo, "a", "b", "c", "d")
+    await g.delete_entries(repo, "main", [b"a"])
+    builds = g.context.listings.builds
+    page = await objects.list(repo, "main", after="b", amount=1)
+    assert ([o.path for o in page.objects], page.has_more, page.next_after) == (["c"], True, "c")
+    assert g.context.listings.builds == builds + 1  # [b\0, end) has no staging: from the cache
+
+
+async def test_sealed_tokens_are_staging_too(g: Graveler, repo: str) -> None:
+    """A branch being committed has sealed tokens: a record in one of them in range counts."""
+    ctx = g.context
+    await _tree(g, repo, "k")
+    repository = await ctx.repository(repo)
+    resolved = await ctx.resolve(repository, "main")
+    assert resolved.branch is not None
+    sealed = Resolved(resolved.commit, Branch("main", resolved.commit.id, "live-tok", ("sealed-tok",)))
+    assert await reading.staged_in_range(ctx, sealed, b"a", b"z", None) == (False, [])
+    await ctx.staging.set("sealed-tok", record("m"))
+    assert (await reading.staged_in_range(ctx, sealed, b"a", b"z", None))[0]
+    assert not (await reading.staged_in_range(ctx, sealed, b"n", b"z", None))[0]
+    assert not (await reading.staged_in_range(ctx, Resolved(resolved.commit), b"", None, None))[0]
+
+
+async def test_a_directory_over_the_entry_limit_is_walked(g: Graveler, objects: Objects, repo: str) -> None:
+    await _tree(g, repo, *[f"big/{i:02}" for i in range(12)], "small/1")
+    g.context.listings = cache = ListingCache(total_children=20, max_children=10)
+    for _ in range(2):
+        page = await objects.list(repo, "main", prefix="big/", amount=5, after="big/03")
+        assert [o.path for o in page.objects] == [f"big/{i:02}" for i in range(4, 9)]
+        assert page.has_more and page.next_after == "big/08"
+    assert cache.builds == 1  # remembered as too big: not walked twice to find out
+    assert await _listed(objects, repo, prefix="small/") == (["small/1"], [])
+    assert len(cache) == 2
+
+
+async def test_the_cache_is_bounded_by_children_least_recently_used_first(
+    g: Graveler, objects: Objects, repo: str
+) -> None:
+    await _tree(g, repo, *[f"d{d}/{i}" for d in range(4) for i in range(4)])
+    g.context.listings = cache = ListingCache(total_children=10, max_children=5)
+    for d in (0, 1, 0, 2):  # d0 used again after d1: d1 is the least recently used when d2 comes
+        assert await _listed(objects, repo, prefix=f"d{d}/") == ([f"d{d}/{i}" for i in range(4)], [])
+    assert cache.builds == 3 and len(cache) == 2 and cache.used <= 10
+    await _listed(objects, repo, prefix="d0/")
+    assert cache.builds == 3  # kept
+    await _listed(objects, repo, prefix="d1/")
+    assert cache.builds == 4  # evicted, built again
+
+
+@pytest.mark.parametrize("waiters", [2, 5])
+async def test_concurrent_first_listings_build_once(
+    g: Graveler, objects: Objects, repo: str, waiters: int
+) -> None:
+    await _tree(g, repo, *[f"d{i}/x" for i in range(50)])
+    pages = await asyncio.gather(*[objects.list(repo, "main", delimiter="/") for _ in range(waiters)])
+    assert all(p == pages[0] for p in pages) and len(pages[0].common_prefixes) == 50
+    assert g.context.listings.builds == 1
