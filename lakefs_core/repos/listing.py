@@ -15,11 +15,12 @@ tombstone under the prefix makes that listing walk the cursors again, and a comm
 metarange, hence new keys. A page from an entry is a bisect (``after``) and a slice (``amount``),
 with exactly the objects, common prefixes, ``has_more`` and ``next_after`` of the walk.
 
-Bounds: a directory with more than ``max_children`` children is not cached (remembered as such, so
-it is not walked twice to find out) and falls back to the walk; the entries together hold at most
-``total_children`` children (:data:`DEFAULT_TOTAL_CHILDREN`, about 100 MB of decoded entries at the
-worst). Concurrent first listings of one directory build it once (single flight); a failed or
-cancelled build leaves nothing behind, and whoever waited on it walks itself. The cache lives in one
+Bounds: a directory with more than ``max_children`` children (:data:`DEFAULT_MAX_CHILDREN`) is not
+cached (remembered as such, so it is not walked twice to find out) and falls back to the walk; the
+entries together hold at most ``total_children`` children (the core's ``listing_cache_children``,
+by default :data:`DEFAULT_TOTAL_CHILDREN`, about 60 MB at the worst; 0 turns the cache off).
+Concurrent first listings of one directory build it once (single flight); a failed or cancelled
+build leaves nothing behind, and whoever waited on it walks itself. The cache lives in one
 :class:`~lakefs_core.repos.context.RepoContext`, used on its event loop only: no locks.
 """
 
@@ -42,10 +43,9 @@ __all__ = [
     "walk",
 ]
 
-# Constants rather than settings: the core's tuning settings are the table caches' (CoreSettings),
-# and a listing cache's size is not something an operator should have to size; the defaults bound
-# the memory (an ObjectStat is about 500 bytes decoded) whatever the trees.
-DEFAULT_TOTAL_CHILDREN = 200_000
+# An object child (its decoded ObjectStat) is about 600 bytes (tracemalloc), a common prefix less:
+# 100,000 children are 60 MB at most. The core's configuration sets it (listing_cache_children).
+DEFAULT_TOTAL_CHILDREN = 100_000
 # A bigger directory is walked each time: building it would cost a one-page listing a walk of the
 # whole directory, and one entry would crowd out the many small ones.
 DEFAULT_MAX_CHILDREN = 10_000
@@ -136,7 +136,9 @@ class ListingCache:
     ) -> Children | None:
         """The directory's complete children, walked from ``open_cursor()`` (a cursor over the
         committed tree from the directory's first key) on the first use; None when it has more
-        than ``max_children`` (or a concurrent build of it failed)."""
+        than ``max_children`` (or a concurrent build of it failed), or the cache is off."""
+        if self.max_children <= 0:
+            return None
         if key in self._entries:
             self._entries.move_to_end(key)
             return self._entries[key]

@@ -18,6 +18,8 @@ from lakefs_core.repos.graveler import Graveler
 from lakefs_core.repos.listing import ListingCache
 from lakefs_core.repos.objects import ListPage, Objects
 from lakefs_core.repos.stores import StoreRegistry
+from lakefs_core.settings import CoreSettings
+from lakefs_core.wiring import open_core
 from tests.repos.support import fast_settings, mem_namespace, record, unique
 from tests.support.profiles import examples
 
@@ -211,3 +213,17 @@ async def test_concurrent_first_listings_build_once(
     pages = await asyncio.gather(*[objects.list(repo, "main", delimiter="/") for _ in range(waiters)])
     assert all(p == pages[0] for p in pages) and len(pages[0].common_prefixes) == 50
     assert g.context.listings.builds == 1
+
+
+@pytest.mark.parametrize("children", [0, 7])
+async def test_the_core_setting_bounds_the_cache(children: int) -> None:
+    """``listing_cache_children`` reaches the context's cache; 0 turns it off (listings walk)."""
+    settings = CoreSettings.model_validate({"kv_url": "memory://", "listing_cache_children": children})
+    async with await open_core(settings) as core:
+        g, repo = core.graveler, unique()
+        await g.create_repository(repo, mem_namespace())
+        await _tree(g, repo, *[f"d{i}/x" for i in range(5)])
+        for _ in range(2):
+            assert (await _listed(core.objects, repo))[1] == [f"d{i}/" for i in range(5)]
+        assert g.context.listings.total_children == children
+        assert (g.context.listings.builds, len(g.context.listings)) == ((0, 0) if children == 0 else (1, 1))
