@@ -9,7 +9,6 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from lakefs_core.format.splitter import SplitPolicy
 from lakefs_core.kv.memory import MemoryKVStore
 from lakefs_core.refs.model import Branch
 from lakefs_core.repos import reading
@@ -17,10 +16,9 @@ from lakefs_core.repos.context import Resolved
 from lakefs_core.repos.graveler import Graveler
 from lakefs_core.repos.listing import ListingCache
 from lakefs_core.repos.objects import ListPage, Objects
-from lakefs_core.repos.stores import StoreRegistry
 from lakefs_core.settings import CoreSettings
 from lakefs_core.wiring import open_core
-from tests.repos.support import fast_settings, mem_namespace, record, unique
+from tests.repos.support import mem_namespace, record, small_ranges_repo, unique
 from tests.support.profiles import examples
 
 Page = tuple[list[str], list[str], bool, str]
@@ -98,10 +96,7 @@ def test_cached_pages_are_the_walks_pages(
 
     async def run() -> None:
         kv = MemoryKVStore()
-        small = SplitPolicy(min_range_size_bytes=0, max_range_size_bytes=400, range_raggedness_entries=3)
-        g = Graveler(kv, StoreRegistry(), fast_settings(split_policy=small))
-        repo = unique()
-        await g.create_repository(repo, mem_namespace())
+        g, repo = await small_ranges_repo(kv)
         if committed:
             await g.set_entries(repo, "main", [record(k) for k in sorted(committed)])
         first = await g.commit(repo, "main", committer="t", message="m", allow_empty=True)
