@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 
 from lakefs_core.kv.memory import MemoryKVStore
 from lakefs_core.refs.model import Branch
+from lakefs_core.refs.staging import RecordCursor
 from lakefs_core.repos import reading
 from lakefs_core.repos.context import Resolved
 from lakefs_core.repos.graveler import Graveler
@@ -20,6 +21,7 @@ from lakefs_core.settings import CoreSettings
 from lakefs_core.wiring import open_core
 from tests.repos.support import mem_namespace, record, small_ranges_repo, unique
 from tests.support.profiles import examples
+from tests.support.timing import scaled
 
 Page = tuple[list[str], list[str], bool, str]
 
@@ -222,3 +224,35 @@ async def test_the_core_setting_bounds_the_cache(children: int) -> None:
             assert (await _listed(core.objects, repo))[1] == [f"d{i}/" for i in range(5)]
         assert g.context.listings.total_children == children
         assert (g.context.listings.builds, len(g.context.listings)) == ((0, 0) if children == 0 else (1, 1))
+
+
+@pytest.mark.parametrize("failure", ["error", "cancel"])
+async def test_a_failed_build_keeps_nothing_and_its_waiters_walk(
+    g: Graveler, objects: Objects, repo: str, failure: str
+) -> None:
+    """A build that fails (the store) or is cancelled (the client left) leaves no entry and no
+    in-flight build; a listing that waited on it gets no entry (it walks), and the next one builds."""
+    await _tree(g, repo, "d1/x", "d2/y")
+    cache, opened = g.context.listings, asyncio.Event()
+    release = asyncio.Event()
+
+    async def stalled() -> RecordCursor:
+        opened.set()
+        await release.wait()
+        raise OSError("the store is down")
+
+    key = ((await g.get_commit(repo, "main")).metarange_id, b"", b"/")
+    builder = asyncio.create_task(cache.children(key, stalled))
+    await opened.wait()
+    waiter = asyncio.create_task(cache.children(key, stalled))
+    await asyncio.sleep(0)
+    if failure == "cancel":
+        builder.cancel()
+    else:
+        release.set()
+    with pytest.raises(asyncio.CancelledError if failure == "cancel" else OSError):
+        await builder
+    assert await asyncio.wait_for(waiter, scaled(10)) is None
+    assert len(cache) == 0
+    assert await _listed(objects, repo) == ([], ["d1/", "d2/"])
+    assert len(cache) == 1
