@@ -121,7 +121,8 @@ class ListingCache:
         self._entries: OrderedDict[_Key, Children | None] = OrderedDict()
         self._used = 0
         self._inflight: dict[_Key, asyncio.Future[Children | None]] = {}
-        self.builds = 0  # directories walked to build an entry (tests and benchmarks read it)
+        self.builds = 0  # directories walked to build an entry (tests and benchmarks read these)
+        self.waits = 0  # listings that waited for another one's build of their directory
 
     def __len__(self) -> int:
         return len(self._entries)
@@ -144,6 +145,7 @@ class ListingCache:
             return self._entries[key]
         pending = self._inflight.get(key)
         if pending is not None:
+            self.waits += 1
             return await asyncio.shield(pending)
         future: asyncio.Future[Children | None] = asyncio.get_running_loop().create_future()
         self._inflight[key] = future

@@ -202,14 +202,38 @@ async def test_the_cache_is_bounded_by_children_least_recently_used_first(
     assert cache.builds == 4  # evicted, built again
 
 
-@pytest.mark.parametrize("waiters", [2, 5])
+@pytest.mark.parametrize("waiters", [1, 4])
 async def test_concurrent_first_listings_build_once(
     g: Graveler, objects: Objects, repo: str, waiters: int
 ) -> None:
-    await _tree(g, repo, *[f"d{i}/x" for i in range(50)])
-    pages = await asyncio.gather(*[objects.list(repo, "main", delimiter="/") for _ in range(waiters)])
-    assert all(p == pages[0] for p in pages) and len(pages[0].common_prefixes) == 50
-    assert g.context.listings.builds == 1
+    """Listings of a directory that arrive while its entry is being built wait for that build (one
+    walk), and every one gets the same, complete children."""
+    await _tree(g, repo, *[f"d{i:02}/x" for i in range(50)])
+    ctx, opened, release = g.context, asyncio.Event(), asyncio.Event()
+    key = ((await g.get_commit(repo, "main")).metarange_id, b"", b"/")
+    repository = await ctx.repository(repo)
+    commit_only = Resolved((await ctx.resolve(repository, "main")).commit)
+
+    async def slow_open() -> RecordCursor:  # the first build's cursor, opened once let through
+        opened.set()
+        await release.wait()
+        return await reading.entry_cursor(ctx, repository, commit_only)
+
+    builder = asyncio.create_task(ctx.listings.children(key, slow_open))
+    await opened.wait()
+    listings = [asyncio.create_task(objects.list(repo, "main", delimiter="/")) for _ in range(waiters)]
+    deadline = asyncio.get_running_loop().time() + scaled(10)
+    for _ in range(1_000_000):  # until every listing waits on the build (or the deadline)
+        if ctx.listings.waits == waiters or asyncio.get_running_loop().time() > deadline:
+            break
+        await asyncio.sleep(0.001)
+    assert ctx.listings.waits == waiters  # none walked on its own
+    release.set()
+    built = await builder
+    assert built is not None and len(built.keys) == 50
+    pages = await asyncio.wait_for(asyncio.gather(*listings), scaled(10))
+    assert all(p.common_prefixes == [f"d{i:02}/" for i in range(50)] for p in pages)
+    assert ctx.listings.builds == 1
 
 
 @pytest.mark.parametrize("children", [0, 7])
