@@ -32,6 +32,7 @@ from collections import OrderedDict
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
+from lakefs_core.format.records import ValueRecord
 from lakefs_core.refs.staging import RecordCursor
 from lakefs_core.repos.object_values import ListPage, ObjectStat
 
@@ -54,18 +55,29 @@ DEFAULT_MAX_CHILDREN = 10_000
 @dataclass(frozen=True)
 class Children:
     """Children of a directory in key order: ``keys[i]`` is an object's key or a common prefix
-    (ending with the delimiter); ``items[i]`` the :class:`ObjectStat` or the common prefix decoded."""
+    (ending with the delimiter); ``items[i]`` the common prefix decoded, or the object's record,
+    replaced by its :class:`ObjectStat` the first time a page holds it (decoded once, and only
+    when listed: a build decodes nothing)."""
 
     keys: list[bytes]
-    items: list[ObjectStat | str]
+    items: list[ObjectStat | ValueRecord | str]
     more: bool  # the walk stopped at its limit with another child after the last
 
     def page(self, i: int, amount: int) -> ListPage:
         """The listing page of ``amount`` children from index ``i`` (exactly the walk's page)."""
-        items = self.items[i : i + amount]
+        items, end = self.items, min(i + amount, len(self.keys))
+        objects: list[ObjectStat] = []
+        prefixes: list[str] = []
+        for j in range(i, end):
+            item = items[j]
+            if isinstance(item, str):
+                prefixes.append(item)
+                continue
+            if isinstance(item, ValueRecord):
+                # no await in here: a concurrent page sees the record or its stat, both whole
+                item = items[j] = ObjectStat.from_record(item)
+            objects.append(item)
         has_more = i + amount < len(self.keys) or (self.more and i + amount == len(self.keys))
-        objects = [x for x in items if not isinstance(x, str)]
-        prefixes = [x for x in items if isinstance(x, str)] if len(objects) < len(items) else []
         last = self.keys[i + amount - 1].decode("utf-8", "backslashreplace") if has_more else ""
         return ListPage(objects, prefixes, has_more, last)
 
@@ -84,7 +96,7 @@ async def walk(cursor: RecordCursor, prefix: bytes, delimiter: bytes, limit: int
     """At most ``limit`` children of the directory from the cursor's position (see the module
     docstring); the cursor reads only keys under ``prefix``, tombstones hidden."""
     keys: list[bytes] = []
-    items: list[ObjectStat | str] = []
+    items: list[ObjectStat | ValueRecord | str] = []
     # A common prefix ends with the delimiter, whose last byte (UTF-8) is never 0xff: the key
     # after every key under it is the prefix with that byte incremented.
     delim_next = delimiter[:-1] + bytes((delimiter[-1] + 1,)) if delimiter else b""
@@ -97,7 +109,7 @@ async def walk(cursor: RecordCursor, prefix: bytes, delimiter: bytes, limit: int
         cut = key.find(delimiter, skip) if dlen else -1
         if cut < 0:
             keys.append(key)
-            items.append(ObjectStat.from_record(record))
+            items.append(record)
             continue
         common = key[: cut + dlen]
         keys.append(common)
