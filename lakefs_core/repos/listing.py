@@ -39,6 +39,7 @@ from lakefs_core.repos.object_values import ListPage, ObjectStat
 __all__ = [
     "DEFAULT_MAX_CHILDREN",
     "DEFAULT_TOTAL_CHILDREN",
+    "MIN_WALK",
     "Children",
     "ListingCache",
     "walk",
@@ -47,9 +48,12 @@ __all__ = [
 # An object child (its decoded ObjectStat) is about 600 bytes (tracemalloc), a common prefix less:
 # 100,000 children are 60 MB at most. The core's configuration sets it (listing_cache_children).
 DEFAULT_TOTAL_CHILDREN = 100_000
-# A bigger directory is walked each time: building it would cost a one-page listing a walk of the
-# whole directory, and one entry would crowd out the many small ones.
+# Children kept of one directory: pages past them walk the cursors (one huge directory would crowd
+# out the many small ones).
 DEFAULT_MAX_CHILDREN = 10_000
+# A walk extending an entry reads at least this many children (unless the directory ends): a
+# listing by small pages (max-keys=1) does not walk once per page.
+MIN_WALK = 100
 
 
 @dataclass(frozen=True)
@@ -119,66 +123,108 @@ async def walk(cursor: RecordCursor, prefix: bytes, delimiter: bytes, limit: int
 
 
 _Key = tuple[str, bytes, bytes]  # (metarange id, prefix, delimiter)
+Opener = Callable[[bytes], Awaitable[RecordCursor]]  # a committed cursor from a key on
+
+
+class _Entry:
+    """A directory's children from its first on (all of them once ``children.more`` is False), and
+    where a walk continues after the last; extended under ``lock``, by one listing at a time."""
+
+    def __init__(self) -> None:
+        self.children = Children([], [], True)
+        self.resume = b""
+        self.lock = asyncio.Lock()
+
+    def serves(self, start: bytes, amount: int) -> tuple[bool, int | None]:
+        """(whether the children known answer a page of ``amount`` from ``start``, its index)."""
+        children = self.children
+        i = children.start_index(start)
+        return i is None or not children.more or i + amount <= len(children.keys), i
 
 
 class ListingCache:
-    """Complete children of committed directories (see the module docstring), LRU-bounded by their
-    total number of children."""
+    """Children of committed directories (see the module docstring), LRU-bounded by their total."""
 
     def __init__(
-        self, total_children: int = DEFAULT_TOTAL_CHILDREN, max_children: int = DEFAULT_MAX_CHILDREN
+        self,
+        total_children: int = DEFAULT_TOTAL_CHILDREN,
+        max_children: int = DEFAULT_MAX_CHILDREN,
+        min_walk: int = MIN_WALK,
     ) -> None:
         self.total_children = total_children
-        self.max_children = min(max_children, total_children)
-        self._entries: OrderedDict[_Key, Children | None] = OrderedDict()
+        # an entry weighs its children and 1 (an empty one, or one a failed walk left, counts)
+        self.max_children = min(max_children, total_children - 1)
+        self.min_walk = max(1, min_walk)
+        self._entries: OrderedDict[_Key, _Entry] = OrderedDict()
         self._used = 0
-        self._inflight: dict[_Key, asyncio.Future[Children | None]] = {}
-        self.builds = 0  # directories walked to build an entry (tests and benchmarks read these)
-        self.waits = 0  # listings that waited for another one's build of their directory
+        self.walks = 0  # walks that extended an entry (tests and benchmarks read these)
+        self.waits = 0  # listings that waited for another one's walk of their directory
 
     def __len__(self) -> int:
         return len(self._entries)
 
     @property
     def used(self) -> int:
-        """The children the entries hold (a directory too big to keep counts 1, as an empty one)."""
+        """The children the entries hold, and 1 per entry."""
         return self._used
 
-    async def children(
-        self, key: _Key, open_cursor: Callable[[], Awaitable[RecordCursor]]
-    ) -> Children | None:
-        """The directory's complete children, walked from ``open_cursor()`` (a cursor over the
-        committed tree from the directory's first key) on the first use; None when it has more
-        than ``max_children`` (or a concurrent build of it failed), or the cache is off."""
+    async def page(self, key: _Key, start: bytes, amount: int, open_cursor: Opener) -> ListPage | None:
+        """The page of ``amount`` children of the directory from ``start`` (exactly the walk's),
+        walking (``open_cursor(from)``: a cursor over the committed tree from a key of the
+        directory on) only the children not known yet; None when the cache cannot answer: the page
+        lies past the first ``max_children`` children, ``start`` is inside a common prefix, or the
+        cache is off."""
         if self.max_children <= 0:
             return None
-        if key in self._entries:
+        entry = self._entries.get(key)
+        if entry is None:
+            entry = self._entries[key] = _Entry()
+            self._grown(key, 1)
+        else:
             self._entries.move_to_end(key)
-            return self._entries[key]
-        pending = self._inflight.get(key)
-        if pending is not None:
-            self.waits += 1
-            return await asyncio.shield(pending)
-        future: asyncio.Future[Children | None] = asyncio.get_running_loop().create_future()
-        self._inflight[key] = future
-        built: Children | None = None
-        try:
-            self.builds += 1
-            found = await walk(await open_cursor(), key[1], key[2], self.max_children)
-            built = None if found.more else found
-            self._keep(key, built)
-        finally:
-            future.set_result(built)  # a failed build: waiters get None and walk themselves
-            del self._inflight[key]
-        return built
+        served, i = entry.serves(start, amount)
+        if not served:
+            if entry.lock.locked():
+                self.waits += 1
+            async with entry.lock:  # another listing may be extending it: then see what it found
+                served, i = await self._extend(key, entry, start, amount, open_cursor)
+        return None if i is None or not served else entry.children.page(i, amount)
 
-    def _keep(self, key: _Key, entry: Children | None) -> None:
-        self._entries[key] = entry
-        self._used += _weight(entry)
-        while self._used > self.total_children:
-            _, victim = self._entries.popitem(last=False)
-            self._used -= _weight(victim)
+    async def _extend(
+        self, key: _Key, entry: _Entry, start: bytes, amount: int, open_cursor: Opener
+    ) -> tuple[bool, int | None]:
+        """Walk on from the entry's end until it answers the page, or holds ``max_children``."""
+        served, i = entry.serves(start, amount)
+        while not served:
+            known = entry.children
+            room = self.max_children - len(known.keys)
+            if room <= 0:
+                return False, i
+            # what the page needs (a page from past the end: the children up to it first), at least
+            # a batch: a listing by small pages does not walk once per page
+            want = max((i if i is not None else 0) + amount - len(known.keys), self.min_walk)
+            found = await walk(await open_cursor(entry.resume), key[1], key[2], min(want, room))
+            self.walks += 1
+            known.keys.extend(found.keys)  # no await from here on: a page sees all of it or none
+            known.items.extend(found.items)
+            entry.children = Children(known.keys, known.items, found.more)
+            if found.keys:
+                entry.resume = _after(found.keys[-1], isinstance(found.items[-1], str))
+            self._grown(key, len(found.keys))
+            served, i = entry.serves(start, amount)
+        return served, i
+
+    def _grown(self, key: _Key, added: int) -> None:
+        self._used += added
+        while self._used > self.total_children and len(self._entries) > 1:
+            victim, entry = self._entries.popitem(last=False)
+            if victim == key:  # the one growing stays (it fits: max_children <= total_children)
+                self._entries[key] = entry
+                continue
+            self._used -= len(entry.children.keys) + 1
 
 
-def _weight(entry: Children | None) -> int:
-    return 1 if entry is None else max(1, len(entry.keys))
+def _after(child: bytes, common: bool) -> bytes:
+    """The first key after every key of ``child``: past a common prefix (it ends with the delimiter,
+    whose last byte is never 0xff), or just after an object's key."""
+    return child[:-1] + bytes((child[-1] + 1,)) if common else child + b"\x00"

@@ -723,16 +723,14 @@ class Objects:
         self, repo: Repository, resolved: Resolved, pfx: bytes, delim: bytes, *, start: bytes, amount: int
     ) -> ListPage | None:
         """The page from the cached children of the commit's directory (:mod:`.listing`); None
-        when it is not cached (too big) or ``start`` is inside a common prefix: walk instead."""
+        when the cache cannot answer it: walk instead."""
         committed = Resolved(resolved.commit)  # no staging tokens: the metarange's entries only
 
-        async def open_cursor() -> RecordCursor:
-            return await reading.entry_cursor(self.ctx, repo, committed, prefix=pfx)
+        async def open_cursor(first: bytes) -> RecordCursor:
+            return await reading.entry_cursor(self.ctx, repo, committed, prefix=pfx, start=first)
 
         key = (resolved.commit.metarange_id, pfx, delim)
-        children = await self.ctx.listings.children(key, open_cursor)
-        i = None if children is None else children.start_index(start)
-        return None if children is None or i is None else children.page(i, amount)
+        return await self.ctx.listings.page(key, start, amount, open_cursor)
 
 
 async def _fresh_intent(journal: Journal, relative: str, branch: str, key: bytes, now: datetime) -> Intent:

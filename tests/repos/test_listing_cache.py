@@ -9,6 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from lakefs_core.format.records import ValueRecord
 from lakefs_core.kv.memory import MemoryKVStore
 from lakefs_core.refs.model import Branch
 from lakefs_core.refs.staging import RecordCursor
@@ -64,8 +65,8 @@ def test_cached_pages_are_the_walks_pages(
     data: st.DataObject,
 ) -> None:
     """For random trees, prefixes, delimiters (multi-byte, multi-character, none), afters (common
-    prefixes, keys, strings inside a common prefix) and amounts: every page, and every page of a
-    full pagination, is the walk's, on the commit, then after staged adds and tombstones, then after
+    prefixes, keys, strings inside a common prefix), amounts and cache bounds: every page, and every
+    page of a full pagination, is the walk's, on the commit, then after staged adds and tombstones, then after
     the commit of those (a new metarange)."""
     committed, staged, deleted = tree  # committed, then staged over it, then deleted (tombstones)
 
@@ -78,6 +79,8 @@ def test_cached_pages_are_the_walks_pages(
         st.sampled_from(["", "a", "/", "\x00", "é"]),
     )
     afters = data.draw(st.lists(st.one_of(near, st.text(_ALPHABET, max_size=5)), min_size=1, max_size=5))
+    # small bounds: entries that grow over several walks, fill up, and evict one another
+    total, most, batch = data.draw(st.tuples(st.integers(2, 40), st.integers(1, 12), st.integers(1, 4)))
 
     async def check(g: Graveler, repo: str, ref: str) -> None:
         async def same(after: str) -> Page:
@@ -99,6 +102,7 @@ def test_cached_pages_are_the_walks_pages(
     async def run() -> None:
         kv = MemoryKVStore()
         g, repo = await small_ranges_repo(kv)
+        g.context.listings = ListingCache(total_children=total, max_children=most, min_walk=batch)
         if committed:
             await g.set_entries(repo, "main", [record(k) for k in sorted(committed)])
         first = await g.commit(repo, "main", committer="t", message="m", allow_empty=True)
@@ -134,9 +138,9 @@ async def test_staged_changes_are_seen_at_once(g: Graveler, objects: Objects, re
     commit serves the new tree."""
     await _tree(g, repo, "d/a/1", "d/b/1", "d/c", "e")
     assert await _listed(objects, repo, prefix="d/") == (["d/c"], ["d/a/", "d/b/"])
-    assert g.context.listings.builds == 1 and len(g.context.listings) == 1
+    assert g.context.listings.walks == 1 and len(g.context.listings) == 1
     assert await _listed(objects, repo, prefix="d/") == (["d/c"], ["d/a/", "d/b/"])
-    assert g.context.listings.builds == 1  # served from the cache
+    assert g.context.listings.walks == 1  # served from the cache
 
     await g.delete_entries(repo, "main", [b"d/b/1"])
     assert await _listed(objects, repo, prefix="d/") == (["d/c"], ["d/a/"])
@@ -147,18 +151,33 @@ async def test_staged_changes_are_seen_at_once(g: Graveler, objects: Objects, re
 
     head = await g.commit(repo, "main", committer="t", message="m")
     assert await _listed(objects, repo, prefix="d/") == (["d/ab", "d/c"], ["d/a/"])
-    before = g.context.listings.builds
+    before = g.context.listings.walks
     assert await _listed(objects, repo, head.id, prefix="d/") == (["d/ab", "d/c"], ["d/a/"])
-    assert g.context.listings.builds == before  # the branch's listing built the commit's entry
+    assert g.context.listings.walks == before  # the branch's listing built the commit's entry
+
+
+@pytest.mark.parametrize("min_walk", [1, 100])
+async def test_an_after_inside_a_common_prefix(
+    g: Graveler, objects: Objects, repo: str, min_walk: int
+) -> None:
+    """An ``after`` under a common prefix but not one (a key, or anything a client sends): the
+    prefix is listed again when a key under it follows ``after``, as the walk does."""
+    await _tree(g, repo, "a/b", "a/c", "b")
+    g.context.listings = ListingCache(min_walk=min_walk)
+    await _listed(objects, repo)  # the directory's entry, known whole
+    assert await _listed(objects, repo, after="a/a") == (["b"], ["a/"])
+    assert await _listed(objects, repo, after="a/b") == (["b"], ["a/"])
+    assert await _listed(objects, repo, after="a/c") == (["b"], [])
+    assert await _listed(objects, repo, after="a/") == (["b"], [])  # a common prefix: past it
 
 
 async def test_staging_below_the_page_start_does_not_matter(g: Graveler, objects: Objects, repo: str) -> None:
     await _tree(g, repo, "a", "b", "c", "d")
     await g.delete_entries(repo, "main", [b"a"])
-    builds = g.context.listings.builds
+    walks = g.context.listings.walks
     page = await objects.list(repo, "main", after="b", amount=1)
     assert ([o.path for o in page.objects], page.has_more, page.next_after) == (["c"], True, "c")
-    assert g.context.listings.builds == builds + 1  # [b\0, end) has no staging: from the cache
+    assert g.context.listings.walks == walks + 1  # [b\0, end) has no staging: from the cache
 
 
 async def test_sealed_tokens_are_staging_too(g: Graveler, repo: str) -> None:
@@ -176,16 +195,38 @@ async def test_sealed_tokens_are_staging_too(g: Graveler, repo: str) -> None:
     assert not (await reading.staged_in_range(ctx, Resolved(resolved.commit), b"", None, None))[0]
 
 
-async def test_a_directory_over_the_entry_limit_is_walked(g: Graveler, objects: Objects, repo: str) -> None:
+async def test_an_entry_holds_at_most_max_children(g: Graveler, objects: Objects, repo: str) -> None:
+    """A directory's first ``max_children`` children are kept and served; pages past them walk."""
     await _tree(g, repo, *[f"big/{i:02}" for i in range(12)], "small/1")
-    g.context.listings = cache = ListingCache(total_children=20, max_children=10)
+    g.context.listings = cache = ListingCache(total_children=20, max_children=10, min_walk=1)
     for _ in range(2):
         page = await objects.list(repo, "main", prefix="big/", amount=5, after="big/03")
         assert [o.path for o in page.objects] == [f"big/{i:02}" for i in range(4, 9)]
         assert page.has_more and page.next_after == "big/08"
-    assert cache.builds == 1  # remembered as too big: not walked twice to find out
+    # the first listing walked twice (up to its after, then its page), the second none
+    assert cache.walks == 2 and cache.used == 1 + 9
+    walked = await objects.list(repo, "main", prefix="big/", amount=5, after="big/08")
+    assert [o.path for o in walked.objects] == ["big/09", "big/10", "big/11"] and not walked.has_more
+    assert cache.walks == 3 and cache.used == 1 + 10  # full at big/09: the page was walked, not kept
     assert await _listed(objects, repo, prefix="small/") == (["small/1"], [])
     assert len(cache) == 2
+
+
+async def test_an_entry_grows_page_by_page(g: Graveler, objects: Objects, repo: str) -> None:
+    """A directory listed page by page walks each page's children once, on from where the last
+    walk ended (not the whole directory at the first page); a second pagination walks nothing."""
+    await _tree(g, repo, *[f"d/{i:02}" for i in range(10)], *[f"d/s{i}/x" for i in range(3)])
+    g.context.listings = cache = ListingCache(min_walk=1)
+    for rounds, walks in ((1, 5), (2, 5)):
+        after, listed = "", []
+        while True:
+            page = await objects.list(repo, "main", prefix="d/", delimiter="/", amount=3, after=after)
+            listed += [o.path for o in page.objects] + page.common_prefixes
+            if not page.has_more:
+                break
+            after = page.next_after
+        assert listed == [f"d/{i:02}" for i in range(10)] + [f"d/s{i}/" for i in range(3)], rounds
+        assert cache.walks == walks and cache.used == 1 + 13  # 13 children: pages of 3, five walks
 
 
 async def test_the_cache_is_bounded_by_children_least_recently_used_first(
@@ -195,45 +236,45 @@ async def test_the_cache_is_bounded_by_children_least_recently_used_first(
     g.context.listings = cache = ListingCache(total_children=10, max_children=5)
     for d in (0, 1, 0, 2):  # d0 used again after d1: d1 is the least recently used when d2 comes
         assert await _listed(objects, repo, prefix=f"d{d}/") == ([f"d{d}/{i}" for i in range(4)], [])
-    assert cache.builds == 3 and len(cache) == 2 and cache.used <= 10
+    assert cache.walks == 3 and len(cache) == 2 and cache.used == 10  # 4 children and 1, twice
     await _listed(objects, repo, prefix="d0/")
-    assert cache.builds == 3  # kept
+    assert cache.walks == 3  # kept
     await _listed(objects, repo, prefix="d1/")
-    assert cache.builds == 4  # evicted, built again
+    assert cache.walks == 4  # evicted, walked again
 
 
 @pytest.mark.parametrize("waiters", [1, 4])
-async def test_concurrent_first_listings_build_once(
+async def test_concurrent_first_listings_walk_once(
     g: Graveler, objects: Objects, repo: str, waiters: int
 ) -> None:
-    """Listings of a directory that arrive while its entry is being built wait for that build (one
-    walk), and every one gets the same, complete children."""
+    """Listings of a directory that arrive while its entry is being walked wait for that walk, and
+    every one gets the same, complete children from it."""
     await _tree(g, repo, *[f"d{i:02}/x" for i in range(50)])
     ctx, opened, release = g.context, asyncio.Event(), asyncio.Event()
     key = ((await g.get_commit(repo, "main")).metarange_id, b"", b"/")
     repository = await ctx.repository(repo)
     commit_only = Resolved((await ctx.resolve(repository, "main")).commit)
 
-    async def slow_open() -> RecordCursor:  # the first build's cursor, opened once let through
+    async def slow_open(first: bytes) -> RecordCursor:  # the first walk's cursor, once let through
         opened.set()
         await release.wait()
-        return await reading.entry_cursor(ctx, repository, commit_only)
+        return await reading.entry_cursor(ctx, repository, commit_only, start=first)
 
-    builder = asyncio.create_task(ctx.listings.children(key, slow_open))
+    walker = asyncio.create_task(ctx.listings.page(key, b"", 1000, slow_open))
     await opened.wait()
     listings = [asyncio.create_task(objects.list(repo, "main", delimiter="/")) for _ in range(waiters)]
     deadline = asyncio.get_running_loop().time() + scaled(10)
-    for _ in range(1_000_000):  # until every listing waits on the build (or the deadline)
+    for _ in range(1_000_000):  # until every listing waits on the walk (or the deadline)
         if ctx.listings.waits == waiters or asyncio.get_running_loop().time() > deadline:
             break
         await asyncio.sleep(0.001)
     assert ctx.listings.waits == waiters  # none walked on its own
     release.set()
-    built = await builder
-    assert built is not None and len(built.keys) == 50
+    first = await walker
+    assert first is not None and len(first.common_prefixes) == 50
     pages = await asyncio.wait_for(asyncio.gather(*listings), scaled(10))
-    assert all(p.common_prefixes == [f"d{i:02}/" for i in range(50)] for p in pages)
-    assert ctx.listings.builds == 1
+    assert all(p == first for p in pages)
+    assert ctx.listings.walks == 1
 
 
 @pytest.mark.parametrize("children", [0, 7])
@@ -247,36 +288,55 @@ async def test_the_core_setting_bounds_the_cache(children: int) -> None:
         for _ in range(2):
             assert (await _listed(core.objects, repo))[1] == [f"d{i}/" for i in range(5)]
         assert g.context.listings.total_children == children
-        assert (g.context.listings.builds, len(g.context.listings)) == ((0, 0) if children == 0 else (1, 1))
+        assert (g.context.listings.walks, len(g.context.listings)) == ((0, 0) if children == 0 else (1, 1))
 
 
 @pytest.mark.parametrize("failure", ["error", "cancel"])
-async def test_a_failed_build_keeps_nothing_and_its_waiters_walk(
+async def test_a_failed_walk_keeps_nothing_and_its_waiters_walk(
     g: Graveler, objects: Objects, repo: str, failure: str
 ) -> None:
-    """A build that fails (the store) or is cancelled (the client left) leaves no entry and no
-    in-flight build; a listing that waited on it gets no entry (it walks), and the next one builds."""
-    await _tree(g, repo, "d1/x", "d2/y")
-    cache, opened = g.context.listings, asyncio.Event()
-    release = asyncio.Event()
-
-    async def stalled() -> RecordCursor:
-        opened.set()
-        await release.wait()
-        raise OSError("the store is down")
-
+    """A walk that fails (the store) or is cancelled (the client left) after some children adds
+    none of them; a listing that waited on it walks itself, and the entry holds each child once."""
+    await _tree(g, repo, "d1/x", "d2/y", "d3/z")
+    ctx, opened, release = g.context, asyncio.Event(), asyncio.Event()
     key = ((await g.get_commit(repo, "main")).metarange_id, b"", b"/")
-    builder = asyncio.create_task(cache.children(key, stalled))
+    repository = await ctx.repository(repo)
+    commit_only = Resolved((await ctx.resolve(repository, "main")).commit)
+
+    class Failing:  # the committed cursor, stalling at its second record, then failing
+        def __init__(self, inner: RecordCursor) -> None:
+            self.inner, self.reads = inner, 0
+
+        async def next(self) -> ValueRecord | None:
+            self.reads += 1
+            if self.reads == 2:
+                opened.set()
+                await release.wait()
+                raise OSError("the store is down")
+            return await self.inner.next()
+
+        def seek_ge(self, key: bytes) -> None:
+            self.inner.seek_ge(key)
+
+    async def failing(first: bytes) -> RecordCursor:
+        return Failing(await reading.entry_cursor(ctx, repository, commit_only, start=first))
+
+    walker = asyncio.create_task(ctx.listings.page(key, b"", 1000, failing))
     await opened.wait()
-    waiter = asyncio.create_task(cache.children(key, stalled))
-    await asyncio.sleep(0)
+    waiter = asyncio.create_task(objects.list(repo, "main", delimiter="/"))
+    for _ in range(1000):
+        if ctx.listings.waits:
+            break
+        await asyncio.sleep(0.001)
+    assert ctx.listings.waits == 1
     if failure == "cancel":
-        builder.cancel()
+        walker.cancel()
     else:
         release.set()
     with pytest.raises(asyncio.CancelledError if failure == "cancel" else OSError):
-        await builder
-    assert await asyncio.wait_for(waiter, scaled(10)) is None
-    assert len(cache) == 0
-    assert await _listed(objects, repo) == ([], ["d1/", "d2/"])
-    assert len(cache) == 1
+        await walker
+    page = await asyncio.wait_for(waiter, scaled(10))
+    assert page.common_prefixes == ["d1/", "d2/", "d3/"]
+    assert ctx.listings.walks == 1 and ctx.listings.used == 1 + 3
+    assert await _listed(objects, repo) == ([], ["d1/", "d2/", "d3/"])
+    assert ctx.listings.walks == 1
