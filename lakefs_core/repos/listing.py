@@ -6,22 +6,30 @@ cursor: each key with no delimiter after the prefix is an object, every other ke
 skipped by seeking past it (``<common prefix>`` + 1 in its last byte), never by reading the keys
 under it. :meth:`~lakefs_core.repos.objects.Objects.list` pages through it with ``after``.
 
-:class:`ListingCache` keeps the complete, sorted children of directories of COMMITTED trees, keyed by
+:class:`ListingCache` keeps the sorted children of directories of COMMITTED trees, keyed by
 (metarange id, prefix, delimiter). A metarange is content-addressed and immutable, so an entry is
 never stale: eviction (least recently used) is the only way one leaves. A listing uses it only when
 the staged view adds nothing in the listing's key range (a commit id or a tag has no staging; on a
 branch every staging token, live and sealed, has no record in ``[start, end)``): a staged write or a
 tombstone under the prefix makes that listing walk the cursors again, and a commit names a new
-metarange, hence new keys. A page from an entry is a bisect (``after``) and a slice (``amount``),
-with exactly the objects, common prefixes, ``has_more`` and ``next_after`` of the walk.
+metarange, hence new keys. An entry holds the directory's children from its first one on, as far as
+listings have read them: a page it holds is a bisect (``after``) and a slice (``amount``), with
+exactly the objects, common prefixes, ``has_more`` and ``next_after`` of the walk; a page past them
+walks on from the last child held (at least :data:`MIN_WALK` children, or to the directory's end)
+and appends what it read, so a directory is walked once however it is paged, and a listing that
+reads one page of a big directory walks that page only. An ``after`` strictly inside a common prefix
+(not a key a listing answers) walks the cursors: whether the prefix is listed again depends on the
+keys under it, which are not kept. Objects are kept as their records and decoded when first listed.
 
-Bounds: a directory with more than ``max_children`` children (:data:`DEFAULT_MAX_CHILDREN`) is not
-cached (remembered as such, so it is not walked twice to find out) and falls back to the walk; the
-entries together hold at most ``total_children`` children (the core's ``listing_cache_children``,
-by default :data:`DEFAULT_TOTAL_CHILDREN`, about 60 MB at the worst; 0 turns the cache off).
-Concurrent first listings of one directory build it once (single flight); a failed or cancelled
-build leaves nothing behind, and whoever waited on it walks itself. The cache lives in one
-:class:`~lakefs_core.repos.context.RepoContext`, used on its event loop only: no locks.
+Bounds: an entry holds at most ``max_children`` children (:data:`DEFAULT_MAX_CHILDREN`): pages past
+them walk the cursors, as without the cache; the entries together hold at most ``total_children``
+(the core's ``listing_cache_children``, by default :data:`DEFAULT_TOTAL_CHILDREN`, about 60 MB at
+the worst; 0 turns the cache off), each entry counting its children and one. One listing at a time
+extends an entry (its ``asyncio.Lock``): concurrent first listings of a directory walk it once, the
+others wait and read what it added. A walk appends its children only once it has all of them, with
+no await between that and the page: a failed or cancelled walk adds nothing, and a page never sees
+half of one. The cache lives in one :class:`~lakefs_core.repos.context.RepoContext`, used on its
+event loop only: no thread locks.
 """
 
 from __future__ import annotations
