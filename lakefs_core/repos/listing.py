@@ -69,7 +69,7 @@ class Children:
     """Children of a directory in key order: ``keys[i]`` is an object's key or a common prefix
     (ending with the delimiter); ``items[i]`` the common prefix decoded, or the object's record,
     replaced by its :class:`ObjectStat` the first time a page holds it (decoded once, and only
-    when listed: a build decodes nothing)."""
+    when listed: a walk decodes nothing)."""
 
     keys: list[bytes]
     items: list[ObjectStat | ValueRecord | str]
@@ -187,7 +187,7 @@ class ListingCache:
         entry = self._entries.get(key)
         if entry is None:
             entry = self._entries[key] = _Entry()
-            self._grown(key, 1)
+            self._grown(key, entry, 1)
         else:
             self._entries.move_to_end(key)
         served, i = entry.serves(start, amount)
@@ -218,18 +218,20 @@ class ListingCache:
             entry.children = Children(known.keys, known.items, found.more)
             if found.keys:
                 entry.resume = _after(found.keys[-1], isinstance(found.items[-1], str))
-            self._grown(key, len(found.keys))
+            self._grown(key, entry, len(found.keys))
             served, i = entry.serves(start, amount)
         return served, i
 
-    def _grown(self, key: _Key, added: int) -> None:
+    def _grown(self, key: _Key, entry: _Entry, added: int) -> None:
+        if self._entries.get(key) is not entry:
+            return  # evicted while it was walked: this listing's own now, counted nowhere
         self._used += added
         while self._used > self.total_children and len(self._entries) > 1:
-            victim, entry = self._entries.popitem(last=False)
-            if victim == key:  # the one growing stays (it fits: max_children <= total_children)
-                self._entries[key] = entry
+            victim, held = self._entries.popitem(last=False)
+            if held is entry:  # the one growing stays (it fits: max_children < total_children)
+                self._entries[victim] = held
                 continue
-            self._used -= len(entry.children.keys) + 1
+            self._used -= len(held.children.keys) + 1
 
 
 def _after(child: bytes, common: bool) -> bytes:

@@ -117,6 +117,8 @@ def test_cached_pages_are_the_walks_pages(
         await g.create_tag(repo, "t1", second.id)
         await check(g, repo, "main")
         await check(g, repo, "t1")
+        cache = g.context.listings
+        assert len(cache) <= cache.used <= total
         await kv.close()
 
     asyncio.run(run())
@@ -241,6 +243,34 @@ async def test_the_cache_is_bounded_by_children_least_recently_used_first(
     assert cache.walks == 3  # kept
     await _listed(objects, repo, prefix="d1/")
     assert cache.walks == 4  # evicted, walked again
+
+
+async def test_an_entry_evicted_while_it_is_walked_is_not_counted(
+    g: Graveler, objects: Objects, repo: str
+) -> None:
+    """A listing whose directory is evicted while it walks still answers; what it walked is not
+    counted against the bound (it is no entry's any more)."""
+    await _tree(g, repo, *[f"d{d}/{i}" for d in range(3) for i in range(4)])
+    g.context.listings = cache = ListingCache(total_children=10, max_children=5)
+    ctx, opened, release = g.context, asyncio.Event(), asyncio.Event()
+    key = ((await g.get_commit(repo, "main")).metarange_id, b"d0/", b"")
+    repository = await ctx.repository(repo)
+    commit_only = Resolved((await ctx.resolve(repository, "main")).commit)
+
+    async def slow_open(first: bytes) -> RecordCursor:
+        opened.set()
+        await release.wait()
+        return await reading.entry_cursor(ctx, repository, commit_only, prefix=b"d0/", start=first)
+
+    walker = asyncio.create_task(cache.page(key, b"", 1000, slow_open))
+    await opened.wait()
+    for d in (1, 2):  # 1 + 4 children each: d0's empty entry, the least recently used, goes
+        assert await _listed(objects, repo, prefix=f"d{d}/") == ([f"d{d}/{i}" for i in range(4)], [])
+    assert (len(cache), cache.used) == (2, 10)
+    release.set()
+    page = await asyncio.wait_for(walker, scaled(10))
+    assert page is not None and [o.path for o in page.objects] == [f"d0/{i}" for i in range(4)]
+    assert (len(cache), cache.used) == (2, 10)
 
 
 @pytest.mark.parametrize("waiters", [1, 4])
