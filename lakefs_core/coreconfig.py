@@ -46,6 +46,9 @@ Keys (all optional):
   running REST import's status, and after how long without a refresh the status reads failed
   (defaults 1 s and 60 s, lakeFS's; finite, > 0, the second at least 5 times the first; see
   docs/rest-api.md, "Cancelling an import"). The CLI accepts them as part of the shared schema.
+- ``listing_cache_children``: listings of committed directories that staging does not change are
+  served from a per-process cache of their children, at most this many in all (default 100,000,
+  about 60 MB at most; 0 turns it off; see :mod:`lakefs_core.repos.listing`).
 
 Every problem of the configuration is reported at once (``lakefs-core check-config`` prints the
 effective configuration, secrets masked).

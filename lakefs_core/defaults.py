@@ -60,6 +60,9 @@ class CoreOptions:
     # statusUpdateInterval), reported failed when not refreshed for import_stale_seconds.
     import_heartbeat_seconds: float = 1.0
     import_stale_seconds: float = 60.0
+    # Children of committed directories a process keeps for listings (lakefs_core.repos.listing;
+    # about 600 bytes an object): 0 turns the cache off.
+    listing_cache_children: int = 100_000
 
 
 DEFAULTS = CoreOptions()

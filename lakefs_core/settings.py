@@ -18,7 +18,8 @@
   temp-file sweep grace of local namespaces (``temp_sweep_grace_seconds``), the compare-and-swap
   bounds, and the REST import status's refresh interval and stale timeout
   (``import_heartbeat_seconds``, ``import_stale_seconds``: finite, > 0, the timeout at least
-  :data:`MIN_HEARTBEATS_PER_STALE` refreshes). The CLI's configuration extends it
+  :data:`MIN_HEARTBEATS_PER_STALE` refreshes), and the bound of the listings' cache of committed
+  directories (``listing_cache_children``, 0: off). The CLI's configuration extends it
   (:mod:`lakefs_core.coreconfig`); the mirror builds one per region
   (:meth:`lakefs_mirror.config.MirrorConfig.core_settings`).
 
@@ -223,6 +224,9 @@ class CoreSettings(StrictModel):
         default=DEFAULTS.import_heartbeat_seconds, gt=0, allow_inf_nan=False
     )
     import_stale_seconds: float = Field(default=DEFAULTS.import_stale_seconds, gt=0, allow_inf_nan=False)
+    # Listings page through the cached children of committed directories (lakefs_core.repos.listing):
+    # at most this many children per process, about 600 bytes an object; 0 turns the cache off.
+    listing_cache_children: int = Field(default=DEFAULTS.listing_cache_children, ge=0)
 
     @model_validator(mode="after")
     def _stale_spans_heartbeats(self) -> CoreSettings:
@@ -248,6 +252,7 @@ class CoreSettings(StrictModel):
             hard_delete_journal=self.hard_delete_journal,
             import_heartbeat_seconds=self.import_heartbeat_seconds,
             import_stale_seconds=self.import_stale_seconds,
+            listing_cache_children=self.listing_cache_children,
         )
 
 

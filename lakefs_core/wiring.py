@@ -127,6 +127,7 @@ async def open_core(
                 hard_delete_journal=settings.hard_delete_journal,
                 import_heartbeat_seconds=settings.import_heartbeat_seconds,
                 import_stale_seconds=settings.import_stale_seconds,
+                listing_cache_children=settings.listing_cache_children,
             ),
         )
         return Core(settings, kv, graveler, Objects(graveler))

@@ -8,6 +8,7 @@ state but caches. Keys::
       s3: {endpoint_url: null, region: us-east-1, credentials: {source: env}}
       import_heartbeat_seconds: 1.0   # a running REST import refreshes its status this often
       import_stale_seconds: 60.0      # a status not refreshed this long reads failed (>= 5 beats)
+      listing_cache_children: 100000  # committed directories' children cached for listings (0: off)
     auth:
       encrypt: {secret_key: ...}      # lakeFS's auth.encrypt.secret_key (required): the same value
                                       # lets lakeFS and this server read each other's credentials

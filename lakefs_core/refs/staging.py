@@ -77,6 +77,13 @@ class StagingArea:
                 return found
         return None
 
+    async def first_page(
+        self, token: str, start: bytes, end: bytes | None, size: int = FIRST_PAGE
+    ) -> list[KVEntry]:
+        """The first ``size`` raw entries ``token`` stages in ``[start, end)`` (what
+        :meth:`cursor` takes as ``first``)."""
+        return await read_page(self.kv, kvkeys.staging_partition(token), start, end, size)
+
     def cursor(
         self, token: str, start: bytes = b"", end: bytes | None = None, first: list[KVEntry] | None = None
     ) -> StagedCursor:
@@ -91,6 +98,20 @@ class StagingArea:
         """Records of all ``tokens`` in key order; on equal keys the earliest token wins."""
         async for record in merge_sorted([self.scan(t, start) for t in tokens]):
             yield record
+
+
+async def read_page(
+    kv: KVStore, partition: bytes, start: bytes, end: bytes | None, size: int
+) -> list[KVEntry]:
+    """The first ``size`` entries of ``partition`` in ``[start, end)``: one KV read."""
+    page: list[KVEntry] = []
+    scan = kv.scan(partition, start, end=end, page_size=size)
+    async with contextlib.aclosing(scan) as entries:  # type: ignore[type-var]
+        async for entry in entries:
+            page.append(entry)
+            if len(page) == size:
+                break
+    return page
 
 
 class RecordCursor(Protocol):
@@ -147,15 +168,7 @@ class StagedCursor:
         self._take(page[:FIRST_PAGE])
 
     async def _read(self) -> None:
-        size = self._size
-        page: list[KVEntry] = []
-        scan = self._kv.scan(self._partition, self._from, end=self._end, page_size=size)
-        async with contextlib.aclosing(scan) as entries:  # type: ignore[type-var]
-            async for entry in entries:
-                page.append(entry)
-                if len(page) == size:
-                    break
-        self._take(page)
+        self._take(await read_page(self._kv, self._partition, self._from, self._end, self._size))
 
     def _take(self, page: list[KVEntry]) -> None:
         size = self._size

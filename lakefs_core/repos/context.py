@@ -6,7 +6,8 @@ facade: the facade (:mod:`.graveler`) builds one and delegates to them, so no he
 
 A context holds the KV store and the stores of refs and staging over it, the block-store opener
 (:class:`~lakefs_core.repos.stores.StoreRegistry`, with the table cache), the settings, the clock,
-and the writers' caches as objects with methods (:class:`WriteCache`, :class:`JournalFlags`),
+the writers' caches as objects with methods (:class:`WriteCache`, :class:`JournalFlags`), and the
+listings' cache of committed directories (:class:`~lakefs_core.repos.listing.ListingCache`),
 and answers what every helper asks: a repository record, whether it may be written, a ref resolved
 in lakeFS's order, a metarange, a namespace's block store.
 
@@ -35,6 +36,7 @@ from lakefs_core.refs.ids import is_commit_id
 from lakefs_core.refs.model import Branch, Commit, Repository
 from lakefs_core.refs.staging import StagingArea
 from lakefs_core.refs.store import RefStore, no_branch_message
+from lakefs_core.repos.listing import DEFAULT_TOTAL_CHILDREN, ListingCache
 from lakefs_core.repos.protection import ProtectionCache
 from lakefs_core.repos.refexpr import parse_ref
 from lakefs_core.repos.stores import StoreRegistry
@@ -78,6 +80,9 @@ class GravelerSettings:
     # heartbeats (lakefs_core.settings.CoreSettings).
     import_heartbeat_seconds: float = 1.0
     import_stale_seconds: float = 60.0
+    # The listings' cache of committed directories (.listing): at most this many children in all
+    # (0: no cache). The core's configuration sets it (CoreSettings.listing_cache_children).
+    listing_cache_children: int = DEFAULT_TOTAL_CHILDREN
 
 
 @dataclass(frozen=True)
@@ -196,6 +201,8 @@ class RepoContext:
         self.write_cache = WriteCache()
         self.journal_flags = JournalFlags()
         self.protection = ProtectionCache()
+        # children of committed directories, by metarange id (immutable: never stale; .listing)
+        self.listings = ListingCache(self.settings.listing_cache_children)
         # (repository partition, branch) -> the live staging token its last read found: a guess
         # for resolve_staged, never trusted without the branch record read with it
         self._seen_tokens: dict[tuple[bytes, str], str] = {}

@@ -5,7 +5,9 @@ so an address is never reused), then stages an ``Entry`` (size, ETag, content ty
 last modified) for the path. The entry bytes are produced once here and carried verbatim into ranges
 by commits. Reads resolve the entry (staging over committed) and stream its address, RELATIVE to
 the namespace or FULL. Listing supports a prefix, a delimiter (common prefixes are skipped by
-re-seeking, not by reading every key under them) and pagination with an ``after`` cursor.
+re-seeking, not by reading every key under them) and pagination with an ``after`` cursor; a listing
+that staging does not change in its key range pages through the cached children of the commit's
+directory instead (:mod:`.listing`).
 
 Every read of an object's entry or bytes (:meth:`Objects.stat`, :meth:`~Objects.read`,
 :meth:`~Objects.read_stat`) first checks the object's ``purged/`` marker and answers
@@ -72,10 +74,11 @@ from lakefs_core.format.records import (
 from lakefs_core.keys import SliceAllocator
 from lakefs_core.namespace import StorageNamespace
 from lakefs_core.refs.model import Branch, Repository
-from lakefs_core.refs.staging import FIRST_PAGE, tombstone
+from lakefs_core.refs.staging import FIRST_PAGE, RecordCursor, tombstone
 from lakefs_core.repos import protection, reading, staging_writes
-from lakefs_core.repos.context import HasContext
+from lakefs_core.repos.context import HasContext, Resolved
 from lakefs_core.repos.journal import Intent, Journal, journal_enabled
+from lakefs_core.repos.listing import walk
 from lakefs_core.repos.object_batches import PUT_BATCH_WINDOW, journal_parts, put_all, record_intents
 from lakefs_core.repos.object_values import (
     BlockingBody,
@@ -693,8 +696,6 @@ class Objects:
         if not 1 <= amount <= MAX_LIST_AMOUNT:
             raise BadInputError(f"must be between 1 and {MAX_LIST_AMOUNT}", field="amount")
         pfx, delim = encode_utf8(prefix, "prefix"), encode_utf8(delimiter, "delimiter")
-        objects: list[ObjectStat] = []
-        prefixes: list[str] = []
         start = b""
         last = encode_utf8(after, "after")
         repo = await staging_writes.repository_for_write(self.ctx, repo_id)  # as stat
@@ -713,27 +714,28 @@ class Objects:
             resolved, live = await self.ctx.resolve(repo, ref), None
         else:
             resolved, live = await self.ctx.resolve_staged(repo, ref, first, end, FIRST_PAGE)
+        staged, live = await reading.staged_in_range(self.ctx, resolved, first, end, live)
+        if not staged:  # the commit's entries are the ref's here: its directory may be cached
+            page = await self._cached_page(repo, resolved, pfx, delim, start=start, amount=amount)
+            if page is not None:
+                return page
         cursor = await reading.entry_cursor(
             self.ctx, repo, resolved, prefix=pfx, start=start, live_first=live
         )
-        # A common prefix ends with the delimiter, whose last byte (UTF-8) is never 0xff: the key
-        # after every key under it is the prefix with that byte incremented.
-        delim_next = delim[:-1] + bytes((delim[-1] + 1,)) if delim else b""
-        skip, dlen, count = len(pfx), len(delim), 0
-        while (record := await cursor.next()) is not None:
-            if count == amount:
-                return ListPage(objects, prefixes, True, last.decode("utf-8", "backslashreplace"))
-            count += 1
-            key = record.key
-            cut = key.find(delim, skip) if dlen else -1
-            if cut < 0:
-                objects.append(ObjectStat.from_record(record))
-                last = key
-                continue
-            last = key[: cut + dlen]
-            prefixes.append(last.decode("utf-8", "backslashreplace"))
-            cursor.seek_ge(key[:cut] + delim_next)  # past every key under the common prefix
-        return ListPage(objects, prefixes, False, "")
+        return (await walk(cursor, pfx, delim, amount)).page(0, amount)
+
+    async def _cached_page(
+        self, repo: Repository, resolved: Resolved, pfx: bytes, delim: bytes, *, start: bytes, amount: int
+    ) -> ListPage | None:
+        """The page from the cached children of the commit's directory (:mod:`.listing`); None
+        when the cache cannot answer it: walk instead."""
+        committed = Resolved(resolved.commit)  # no staging tokens: the metarange's entries only
+
+        async def open_cursor(first: bytes) -> RecordCursor:
+            return await reading.entry_cursor(self.ctx, repo, committed, prefix=pfx, start=first)
+
+        key = (resolved.commit.metarange_id, pfx, delim)
+        return await self.ctx.listings.page(key, start, amount, open_cursor)
 
 
 async def _fresh_intent(journal: Journal, relative: str, branch: str, key: bytes, now: datetime) -> Intent:

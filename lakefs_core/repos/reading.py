@@ -25,6 +25,7 @@ __all__ = [
     "list_entries",
     "list_resolved",
     "prefix_successor",
+    "staged_in_range",
     "unstaged_entry",
 ]
 
@@ -141,3 +142,23 @@ async def list_resolved(
     start = max(start, after + b"\x00" if after else b"")
     async for record in await entry_cursor(ctx, repo, resolved, prefix=prefix, start=start):
         yield record
+
+
+async def staged_in_range(
+    ctx: RepoContext, resolved: Resolved, start: bytes, end: bytes | None, live: list[KVEntry] | None
+) -> tuple[bool, list[KVEntry] | None]:
+    """Whether a staging token of ``resolved`` (live or sealed) has a record in ``[start, end)``,
+    i.e. whether the ref's entries there may differ from its commit's; and the live token's first
+    page in that range (``live``, the page :meth:`RepoContext.resolve_staged` read, or read here
+    when it is None) for :func:`entry_cursor`, so a listing that walks reads it once."""
+    tokens = resolved.tokens
+    if not tokens:
+        return False, live
+    if live is None:
+        live = await ctx.staging.first_page(tokens[0], start, end)
+    if live:
+        return True, live
+    for token in tokens[1:]:
+        if await ctx.staging.first_page(token, start, end, 1):
+            return True, live
+    return False, live

@@ -10,6 +10,7 @@ from datetime import UTC, datetime, timedelta
 from typing import TypeVar
 
 from lakefs_core.format.records import ValueRecord, make_entry
+from lakefs_core.format.splitter import SplitPolicy
 from lakefs_core.kv.base import Expect, KVEntry, KVExpectation, KVItem, KVStore
 from lakefs_core.repos.graveler import Graveler, GravelerSettings
 from lakefs_core.repos.stores import StoreRegistry
@@ -67,6 +68,16 @@ def new_graveler(
     if clock is None:
         return Graveler(kv, stores or StoreRegistry(), fast_settings())
     return Graveler(kv, stores or StoreRegistry(), fast_settings(), clock=clock)
+
+
+async def small_ranges_repo(kv: KVStore) -> tuple[Graveler, str]:
+    """A Graveler whose commits write ranges of a few records (a committed cursor then seeks across
+    range boundaries), and a fresh repository in it."""
+    small = SplitPolicy(min_range_size_bytes=0, max_range_size_bytes=400, range_raggedness_entries=3)
+    g = Graveler(kv, StoreRegistry(), fast_settings(split_policy=small))
+    repo = unique()
+    await g.create_repository(repo, mem_namespace())
+    return g, repo
 
 
 Hook = Callable[[str, bytes, bytes], object]  # (op, partition, key); may return an awaitable

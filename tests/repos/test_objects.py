@@ -14,15 +14,13 @@ from hypothesis import strategies as st
 from lakefs_core.block.base import ObjectInfo
 from lakefs_core.errors import BadInputError, NotFoundError
 from lakefs_core.format.records import ValueRecord
-from lakefs_core.format.splitter import SplitPolicy
 from lakefs_core.kv.memory import MemoryKVStore
 from lakefs_core.namespace import StorageNamespace
 from lakefs_core.refs.staging import FIRST_PAGE, StagedCursor
 from lakefs_core.repos import reading
 from lakefs_core.repos.graveler import Graveler
 from lakefs_core.repos.objects import ListPage, Objects, ObjectStat, new_entry, prefix_successor
-from lakefs_core.repos.stores import StoreRegistry
-from tests.repos.support import fast_settings, mem_namespace, record, unique
+from tests.repos.support import record, small_ranges_repo
 from tests.support.profiles import examples
 
 
@@ -366,11 +364,7 @@ def test_listing_pages_agree_with_a_model(
 
     async def run() -> list[tuple[str, bool]]:
         kv = MemoryKVStore()
-        # ranges of a few records: the committed cursor seeks across range boundaries
-        small = SplitPolicy(min_range_size_bytes=0, max_range_size_bytes=400, range_raggedness_entries=3)
-        g = Graveler(kv, StoreRegistry(), fast_settings(split_policy=small))
-        repo = unique()
-        await g.create_repository(repo, mem_namespace())
+        g, repo = await small_ranges_repo(kv)
         if committed:
             await g.set_entries(repo, "main", [record(k) for k in sorted(committed)])
             await g.commit(repo, "main", committer="t", message="m")
