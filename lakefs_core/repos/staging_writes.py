@@ -55,6 +55,8 @@ A token seen live less than ``write_cache_seconds`` ago (and less than half the 
 written without reading the branch first: it cannot have been dropped yet (drops wait
 ``cleanup_grace_seconds``), and the re-read still catches a rotation. The repository record is cached
 as long, so a read-only flag set by another process reaches this process's writers within that delay.
+A settled step keeps the branch record it found as long (:func:`recent_branch`): an upload takes
+it as the record its staging step expects, which that step's compare-and-swap checks.
 """
 
 from __future__ import annotations
