@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import hashlib
 import io
 import logging
@@ -132,10 +133,12 @@ async def test_a_server_that_never_answers_a_put_is_bounded_by_read_timeout() ->
     body the store hands it, and aiohttp waits for that interim answer with no timeout at all:
     the PUT hung forever (the failover drill's writer, once its region's proxy went silent)."""
 
+    accepted: list[asyncio.StreamWriter] = []
+
     async def silent(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        accepted.append(writer)
         await reader.read(1)  # take the request; answer nothing until the client gives up
         await reader.read()
-        writer.close()
 
     server = await asyncio.start_server(silent, "127.0.0.1", 0)
     endpoint = f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}"
@@ -146,6 +149,14 @@ async def test_a_server_that_never_answers_a_put_is_bounded_by_read_timeout() ->
                 await asyncio.wait_for(store.put("k", b"v" * 100), scaled(20))
     finally:
         server.close()
+        # Every accepted connection closed before the loop ends: one left to the garbage collector
+        # warned (ResourceWarning: unclosed socket) in whatever test ran next in the worker.
+        for writer in accepted:
+            writer.close()
+            with contextlib.suppress(ConnectionError):
+                await writer.wait_closed()
+        await server.wait_closed()
+    assert len(accepted) == 2
 
 
 # -- transient faults ----------------------------------------------------------------------------------

@@ -49,9 +49,21 @@ RUN_TIME_ONLY = frozenset(
 RUN_TIME_PREFIXES = ("LAKEFS_CORE", "SPARK_", "PYSPARK_")
 
 
+#: Variables a library imported by the TEST process puts into its ``os.environ`` (polars sets
+#: jemalloc's ``_RJEM_MALLOC_CONF`` at import): not a user's, and not the zygote's when it started
+#: before the import in the same worker (a forked command would then look unforkable).
+IMPORT_SIDE_EFFECTS = frozenset({"_RJEM_MALLOC_CONF"})
+_AT_START = frozenset(os.environ)
+
+
 def user_env(home: Path, **extra: str) -> dict[str, str]:
-    """The environment of a user whose home and XDG dirs live under ``home`` (no lakefs-core vars)."""
-    env = {k: v for k, v in os.environ.items() if not k.upper().startswith("LAKEFS_CORE")}
+    """The environment of a user whose home and XDG dirs live under ``home`` (no lakefs-core vars,
+    none a test's imports added: :data:`IMPORT_SIDE_EFFECTS`)."""
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.upper().startswith("LAKEFS_CORE") and (k not in IMPORT_SIDE_EFFECTS or k in _AT_START)
+    }
     env.update(
         HOME=str(home),
         XDG_DATA_HOME=str(home / "data"),
