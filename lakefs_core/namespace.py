@@ -45,6 +45,7 @@ Everything here is pure: no I/O. Bad input raises :class:`~lakefs_core.errors.Ba
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass, field
 
@@ -171,6 +172,10 @@ class StorageNamespace:
 
     @classmethod
     def parse(cls, uri: str) -> StorageNamespace:
+        # Parsed once per URI (the value is immutable): every object read parses its repository's
+        # namespace, and the checks and regular expressions cost more than the read's own work.
+        if cls is StorageNamespace and type(uri) is str:
+            return _parsed(uri)
         return cls(uri)
 
     def __str__(self) -> str:
@@ -355,3 +360,6 @@ class StorageNamespace:
     def gc_runs_prefix(self) -> str:
         """``<ns>/_lakefs/retention/gc/unified/``: list it with delimiter ``/`` to find every GC run."""
         return _join(self.prefix, keys.GC_RUNS_DIR)
+
+
+_parsed = functools.lru_cache(maxsize=256)(StorageNamespace)

@@ -47,6 +47,7 @@ CLOEXEC = getattr(os, "O_CLOEXEC", 0)
 NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
 DIR_FLAGS = os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | CLOEXEC
 _RESOLVE_NO_MAGICLINKS, _RESOLVE_NO_SYMLINKS, _RESOLVE_BENEATH = 0x02, 0x04, 0x08
+_RESOLVE_CACHED = 0x20  # Linux 5.12: EAGAIN rather than a lookup that would wait for the disk
 _SYS_OPENAT2 = 437  # the same number on every Linux architecture (the generic syscall table)
 _CREATE_ATTEMPTS = 4  # a directory made here and pruned by a concurrent delete before it was opened
 
@@ -110,6 +111,28 @@ def _openat2(base: int, path: str, flags: int, mode: int, beneath: bool) -> int 
         if err not in (errno.EAGAIN, errno.EINTR):  # EAGAIN: a concurrent rename; the kernel asks to retry
             raise OSError(err, os.strerror(err), path)
     return None  # still racing a rename: the walk, which cannot be fooled by one either
+
+
+def open_file_cached(root: Root, parts: Sequence[str], flags: int) -> int | None:
+    """:func:`open_file` of ``root/<parts>`` (read flags: nothing is created) only if every
+    component is in the kernel's caches (``openat2`` with ``RESOLVE_CACHED``, the root's real path
+    included): the call never waits for the disk, so a caller on an event loop may make it. None
+    when a lookup would have to wait, on a kernel without ``openat2``/``RESOLVE_CACHED``, and on any
+    error (the caller then opens in a thread with :func:`open_file`, which answers the error)."""
+    if not _state["openat2"] or _SYSCALL is None:
+        return None
+    refuse_links = _RESOLVE_NO_SYMLINKS | _RESOLVE_NO_MAGICLINKS | _RESOLVE_CACHED
+    how = _OpenHow(DIR_FLAGS, 0, refuse_links)
+    base = int(_SYSCALL(_NR, ctypes.c_long(_AT_FDCWD), os.fsencode(root.path), ctypes.byref(how), _HOW_SIZE))
+    if base < 0:
+        return None
+    try:
+        how = _OpenHow(flags | CLOEXEC, 0, refuse_links | _RESOLVE_BENEATH)
+        path = os.fsencode("/".join(parts))
+        fd = int(_SYSCALL(_NR, ctypes.c_long(base), path, ctypes.byref(how), _HOW_SIZE))
+    finally:
+        os.close(base)
+    return fd if fd >= 0 else None
 
 
 def _kernel_has_openat2() -> bool:

@@ -6,14 +6,23 @@ read the branch record and that token's first entries in one ``scan_ranges`` cal
 count only when the record names that token. These tests count the KV calls of a read (one once
 the token is known) and check that a stale guess (a commit moved the branch to a new token, the
 branch was deleted, a tag took its name) never shows stale or missing data.
+
+A GET of a small object in a local namespace makes that one KV call and no worker-thread hop of the
+block store when the kernel has the file cached (:meth:`LocalBlockStore.get
+<lakefs_core.block.local.LocalBlockStore.get>`); otherwise one, with the same bytes and errors.
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Sequence
+import os
+from collections.abc import AsyncIterator, Callable, Sequence
+from pathlib import Path
+from typing import Any
 
 import pytest
 
+import lakefs_core.block.local as local_module
+from lakefs_core.block.local_beneath import openat2_in_use
 from lakefs_core.errors import NotFoundError
 from lakefs_core.kv.base import KeyRange, KVEntry
 from lakefs_core.kv.memory import MemoryKVStore
@@ -185,5 +194,77 @@ async def test_an_upload_to_a_branch_this_process_deleted_writes_no_bytes() -> N
             await objects.upload(repo, "b", "x/2", b"2")
         assert [o async for o in store.list("")] == before
         assert [i.key for i in [i async for i in Journal(g, record).intents()]] == [b"x/1"]
+    finally:
+        await stores.close()
+
+
+async def local_setup(tmp_path: Path) -> tuple[CountingKV, Objects, str, StoreRegistry]:
+    kv, stores = CountingKV(), StoreRegistry()
+    g = new_graveler(kv, stores)
+    repo = unique()
+    await g.create_repository(repo, f"local://{tmp_path / 'ns'}")
+    return kv, Objects(g), repo, stores
+
+
+def count_store_hops(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The local block store's worker-thread hops, by the function each ran."""
+    hops: list[str] = []
+    run = local_module._run
+
+    async def counted(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        hops.append(getattr(fn, "__name__", repr(fn)))
+        return await run(fn, *args, **kwargs)
+
+    monkeypatch.setattr(local_module, "_run", counted)
+    return hops
+
+
+@pytest.mark.skipif(not hasattr(os, "RWF_NOWAIT") or not openat2_in_use(), reason="needs RWF_NOWAIT, openat2")
+async def test_a_small_get_of_a_cached_local_object_makes_no_store_hop(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A GET of a small object: one KV call (branch and entry), and its bytes read on the loop
+    with calls that cannot wait for the disk (the file was just written: it is cached), none of
+    them in a worker thread; a range likewise."""
+    kv, objects, repo, stores = await local_setup(tmp_path)
+    hops = count_store_hops(monkeypatch)
+    try:
+        body = bytes(range(256)) * 4
+        await objects.upload(repo, "main", "d/small", body)
+        await objects.stat(repo, "main", "d/small")  # learns the live token
+        kv.reads.clear()
+        hops.clear()
+        stat = await objects.stat(repo, "main", "d/small")
+        assert b"".join([c async for c in objects.read_stat(repo, stat)]) == body
+        assert b"".join([c async for c in objects.read_stat(repo, stat, start=10, length=7)]) == body[10:17]
+        assert b"".join([c async for c in objects.read_stat(repo, stat, start=1000, length=99)]) == body[1000:]
+        assert kv.reads == ["scan_ranges"]
+        assert hops == []
+    finally:
+        await stores.close()
+
+
+async def test_a_small_get_the_cache_cannot_answer_reads_in_a_thread(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """When the read on the loop refuses (a path or page not cached, no openat2), the worker thread
+    reads the same bytes; missing data is still NotFoundError (the gateway's NoSuchVersion)."""
+    _kv, objects, repo, stores = await local_setup(tmp_path)
+    hops = count_store_hops(monkeypatch)
+    monkeypatch.setattr(local_module, "open_file_cached", lambda *_: None)
+    try:
+        body = b"y" * 1024
+        await objects.upload(repo, "main", "d/small", body)
+        stat = await objects.stat(repo, "main", "d/small")
+        hops.clear()
+        assert b"".join([c async for c in objects.read_stat(repo, stat, start=3, length=5)]) == body[3:8]
+        assert hops == ["read"]
+        monkeypatch.undo()
+        for path in (tmp_path / "ns").rglob("*"):
+            if path.is_file() and path.read_bytes() == body:
+                path.unlink()
+        with pytest.raises(NotFoundError) as caught:
+            [c async for c in objects.read_stat(repo, stat)]
+        assert type(caught.value) is NotFoundError
     finally:
         await stores.close()
