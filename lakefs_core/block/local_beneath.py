@@ -73,7 +73,7 @@ _NR, _HOW_SIZE = ctypes.c_long(_SYS_OPENAT2), ctypes.c_size_t(ctypes.sizeof(_Ope
 _AT_FDCWD = -100
 # Cleared for good the first time the kernel answers that it has no openat2 (ENOSYS, or EPERM
 # from a seccomp filter); tests clear it to exercise the per-component walk.
-_state = {"openat2": _SYSCALL is not None}
+_state = {"openat2": _SYSCALL is not None, "cached": True}  # cached: RESOLVE_CACHED not refused yet
 _state_lock = threading.Lock()
 
 
@@ -119,12 +119,14 @@ def open_file_cached(root: Root, parts: Sequence[str], flags: int) -> int | None
     included): the call never waits for the disk, so a caller on an event loop may make it. None
     when a lookup would have to wait, on a kernel without ``openat2``/``RESOLVE_CACHED``, and on any
     error (the caller then opens in a thread with :func:`open_file`, which answers the error)."""
-    if not _state["openat2"] or _SYSCALL is None:
+    if not (_state["openat2"] and _state["cached"]) or _SYSCALL is None:
         return None
     refuse_links = _RESOLVE_NO_SYMLINKS | _RESOLVE_NO_MAGICLINKS | _RESOLVE_CACHED
     how = _OpenHow(DIR_FLAGS, 0, refuse_links)
     base = int(_SYSCALL(_NR, ctypes.c_long(_AT_FDCWD), os.fsencode(root.path), ctypes.byref(how), _HOW_SIZE))
     if base < 0:
+        if ctypes.get_errno() == errno.EINVAL:  # a kernel before 5.12: no RESOLVE_CACHED, never ask again
+            _state["cached"] = False
         return None
     try:
         how = _OpenHow(flags | CLOEXEC, 0, refuse_links | _RESOLVE_BENEATH)
