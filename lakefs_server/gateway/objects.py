@@ -260,20 +260,30 @@ async def body_stream(
             size += len(chunk)
             if size < OFFLOAD_BYTES:
                 continue
-            piece = pending[0] if len(pending) == 1 else b"".join(pending)
+            piece = _joined(pending)
             pending, size = [], 0
-            data = await run_cpu(verifier.feed, piece)
+            data = await _feed(verifier, piece)
             if data:
                 metrics.received.inc(len(data))
                 yield data
-        if pending:
-            data = verifier.feed(b"".join(pending))
+        if pending:  # the last piece; with ``head`` it may be longer than OFFLOAD_BYTES
+            data = await _feed(verifier, _joined(pending))
             if data:
                 metrics.received.inc(len(data))
                 yield data
         verified.update(verifier.finish())
 
     return stream(), verified
+
+
+def _joined(pieces: Sequence[bytes]) -> bytes:
+    return pieces[0] if len(pieces) == 1 else b"".join(pieces)
+
+
+async def _feed(verifier: BodyVerifier, piece: bytes) -> bytes:
+    """``verifier.feed(piece)``: in the CPU pool from ``OFFLOAD_BYTES`` on, on the loop below (a
+    hop costs more than verifying a small piece)."""
+    return await run_cpu(verifier.feed, piece) if len(piece) >= OFFLOAD_BYTES else verifier.feed(piece)
 
 
 async def put_body(call: S3Call) -> tuple[bytes | AsyncIterator[bytes], dict[str, str]]:
@@ -293,9 +303,7 @@ async def put_body(call: S3Call) -> tuple[bytes | AsyncIterator[bytes], dict[str
             if size > SMALL_BODY_BYTES:
                 break
         else:
-            raw = head[0] if len(head) == 1 else b"".join(head)
-            # verified on the loop below OFFLOAD_BYTES, as body_stream does: a hop costs more
-            data = await run_cpu(verifier.feed, raw) if len(raw) >= OFFLOAD_BYTES else verifier.feed(raw)
+            data = await _feed(verifier, _joined(head))
             checksums = verifier.finish()
             call.ctx.metrics.received.inc(len(data))
             return data, checksums
