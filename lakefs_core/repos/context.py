@@ -22,7 +22,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from functools import lru_cache
-from typing import Protocol
+from typing import Protocol, TypeVar
 
 from lakefs_core.block.base import BlockStore
 from lakefs_core.committed.metarange import MetaRange
@@ -52,7 +52,20 @@ __all__ = [
 ]
 
 
-_SEEN_TOKENS = 10_000  # branches whose last live token a process remembers (a bounded guess cache)
+# Branches a process remembers in each of its per-branch caches (the guesses of resolve_staged,
+# the writers' live tokens and branch records): a long-lived server sees branches come and go, and
+# a forgotten one only costs a read.
+_SEEN_BRANCHES = 10_000
+
+_K = TypeVar("_K")
+_V = TypeVar("_V")
+
+
+def _keep(cache: dict[_K, _V], key: _K, value: _V) -> None:
+    """``cache[key] = value``, the cache emptied first when it holds :data:`_SEEN_BRANCHES` keys."""
+    if len(cache) >= _SEEN_BRANCHES and key not in cache:
+        cache.clear()
+    cache[key] = value
 
 
 @dataclass(frozen=True)
@@ -136,7 +149,7 @@ class WriteCache:
         return hit[1] if hit is not None and now - hit[0] < max_age else None
 
     def keep_live_token(self, repo: Repository, branch_id: str, token: str, now: float) -> None:
-        self._tokens[(repo.partition, branch_id)] = (now, token)
+        _keep(self._tokens, (repo.partition, branch_id), (now, token))
 
     def branch(
         self, repo: Repository, branch_id: str, now: float, max_age: float
@@ -146,8 +159,8 @@ class WriteCache:
         return (hit[1], hit[2]) if hit is not None and now - hit[0] < max_age else None
 
     def keep_branch(self, repo: Repository, branch_id: str, branch: Branch, raw: bytes, now: float) -> None:
-        self._branches[(repo.partition, branch_id)] = (now, branch, raw)
-        self._tokens[(repo.partition, branch_id)] = (now, branch.staging_token)
+        _keep(self._branches, (repo.partition, branch_id), (now, branch, raw))
+        _keep(self._tokens, (repo.partition, branch_id), (now, branch.staging_token))
 
     def forget(self, repo: Repository, branch_id: str) -> None:
         """The repository may have been deleted or re-created: forget its record and the branch's
@@ -268,9 +281,7 @@ class RepoContext:
         return Resolved(commit, branch), entries if branch.staging_token == guess else None
 
     def _see_token(self, repo: Repository, branch: Branch) -> None:
-        if len(self._seen_tokens) >= _SEEN_TOKENS:
-            self._seen_tokens.clear()
-        self._seen_tokens[(repo.partition, branch.id)] = branch.staging_token
+        _keep(self._seen_tokens, (repo.partition, branch.id), branch.staging_token)
 
     async def _walk(self, repo: Repository, commit: Commit, op: str, n: int, ref: str) -> Commit:
         if op == "^":

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import AsyncIterator, Callable, Sequence
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -247,3 +248,21 @@ async def test_a_small_get_the_cache_cannot_answer_reads_in_a_thread(
     with pytest.raises(NotFoundError) as caught:
         [c async for c in objects.read_stat(local_repo, stat)]
     assert type(caught.value) is NotFoundError
+
+
+def test_the_per_branch_caches_are_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A long-lived process sees branches come and go: what it remembers per branch (the writers'
+    live tokens and branch records) stays under a bound; a forgotten branch only costs a read."""
+    from lakefs_core.refs.model import Branch, Repository
+    from lakefs_core.repos import context
+
+    monkeypatch.setattr(context, "_SEEN_BRANCHES", 3)
+    cache = context.WriteCache()
+    repo = Repository("r", "mem://r", "main", datetime.now(UTC), "uid")
+    for i in range(10):
+        branch = Branch(f"b{i}", "c" * 64, f"token{i}")
+        cache.keep_branch(repo, branch.id, branch, b"raw", now=0.0)
+        assert len(cache._branches) <= 3 and len(cache._tokens) <= 3
+    assert cache.live_token(repo, "b9", 0.5, 1.0) == "token9"
+    assert cache.branch(repo, "b9", 0.5, 1.0) == (Branch("b9", "c" * 64, "token9"), b"raw")
+    assert cache.branch(repo, "b0", 0.5, 1.0) is None
